@@ -1,0 +1,134 @@
+#include "bench/model_bench.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "model/flops.h"
+#include "model/parameters.h"
+#include "model/transformer.h"
+
+namespace prl::bench {
+
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBenchOptions& o) {
+  if (o.tokens <= 0 || o.seq_len <= 0 || o.iterations <= 0) {
+    return absl::InvalidArgumentError("bench model: --tokens, --seq-len and --iters must be > 0");
+  }
+  if (o.seq_len > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("bench model: --seq-len ", o.seq_len,
+                                                   " exceeds max_position_embeddings ",
+                                                   config.max_position_embeddings));
+  }
+  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, o.device, false));
+  InitializeParameters(params, /*seed=*/1);
+  PRL_ASSIGN_OR_RETURN(ParameterSet grads, ParameterSet::Allocate(config, o.device, true));
+
+  PackedBatch batch;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));
+  std::vector<int64_t> seq_lens;
+  for (int64_t start = 0; start < o.tokens; start += o.seq_len) {
+    const int64_t len = std::min(o.seq_len, o.tokens - start);
+    std::vector<int32_t> toks(len), targets(len);
+    for (auto& t : toks) t = token(rng);
+    for (auto& t : targets) t = token(rng);
+    batch.Add(toks, targets);
+    seq_lens.push_back(len);
+  }
+  const double fwd_flops = ForwardFlops(config, seq_lens, o.tokens);
+  const double train_flops = TrainingFlops(config, seq_lens, o.tokens);
+
+  // SGEMM baseline on the model's gate|up projection shape.
+  const int64_t M = o.tokens, N = 2 * config.intermediate_size, K = config.hidden_size;
+  std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), c(M * N);
+  auto time_sgemm = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                0.0f, c.data(), N);
+    return 2.0 * M * N * K / Seconds(start) / 1e9;
+  };
+
+  Transformer model(config, o.device);
+  std::vector<float> logprobs(o.tokens);
+  std::vector<float> dlogprobs(o.tokens, -1.0f);
+  auto time_forward = [&]() -> absl::StatusOr<double> {
+    const auto start = std::chrono::steady_clock::now();
+    PRL_RETURN_IF_ERROR(model.Forward(params.params, batch, 1.0f, absl::MakeSpan(logprobs), false));
+    return Seconds(start);
+  };
+  auto time_train = [&]() -> absl::StatusOr<double> {
+    const auto start = std::chrono::steady_clock::now();
+    PRL_RETURN_IF_ERROR(model.Forward(params.params, batch, 1.0f, absl::MakeSpan(logprobs), true));
+    PRL_RETURN_IF_ERROR(model.Backward(params.params, dlogprobs, grads.params));
+    return Seconds(start);
+  };
+
+  // Warm-up: page in weights and workspaces, let OpenBLAS start its threads.
+  time_sgemm();
+  PRL_RETURN_IF_ERROR(time_forward().status());
+  PRL_RETURN_IF_ERROR(time_train().status());
+
+  std::vector<double> sgemm_gflops, fwd_s, train_s;
+  for (int i = 0; i < o.iterations; ++i) {
+    // Interleaved, so that the baseline and the model see the same machine conditions.
+    for (int r = 0; r < 3; ++r) sgemm_gflops.push_back(time_sgemm());
+    PRL_ASSIGN_OR_RETURN(const double f, time_forward());
+    PRL_ASSIGN_OR_RETURN(const double t, time_train());
+    fwd_s.push_back(f);
+    train_s.push_back(t);
+    if (o.progress) {
+      std::fprintf(stderr,
+                   "bench model: iteration %d/%d: forward %.3f s, forward+backward %.3f s\n", i + 1,
+                   o.iterations, f, t);
+    }
+  }
+  const double sgemm = Median(sgemm_gflops);
+  const double fwd = Median(fwd_s), train = Median(train_s);
+  const std::string sgemm_name = absl::StrFormat("sgemm_%dx%dx%d", M, N, K);
+
+  Report report;
+  report.bench = "model";
+  report.machine = MachineInfo();
+  report.setup = {
+      {"model",
+       absl::StrFormat("%s hidden=%d layers=%d heads=%d kv_heads=%d intermediate=%d "
+                       "vocab=%d tied=%d",
+                       ArchitectureName(config.arch), config.hidden_size, config.num_hidden_layers,
+                       config.num_attention_heads, config.num_key_value_heads,
+                       config.intermediate_size, config.vocab_size, config.tie_word_embeddings)},
+      {"parameters", absl::StrCat(ParameterCount(config))},
+      {"tokens", absl::StrFormat("%d in sequences of %d", o.tokens, o.seq_len)},
+      {"device", o.device.ToString()},
+      {"iterations", absl::StrCat(o.iterations, " (median reported)")},
+      {"flops_per_step", absl::StrFormat("forward %.1f GFLOP, forward+backward %.1f GFLOP",
+                                         fwd_flops / 1e9, train_flops / 1e9)}};
+  // Tokens/s baselines: what the model would reach if all of its FLOPs ran at SGEMM speed.
+  report.results = {{"forward_tokens_per_s", o.tokens / fwd, "tok/s", "at_sgemm_speed",
+                     sgemm * 1e9 / (fwd_flops / o.tokens)},
+                    {"forward_gflops", fwd_flops / fwd / 1e9, "GFLOP/s", sgemm_name, sgemm},
+                    {"train_tokens_per_s", o.tokens / train, "tok/s", "at_sgemm_speed",
+                     sgemm * 1e9 / (train_flops / o.tokens)},
+                    {"train_gflops", train_flops / train / 1e9, "GFLOP/s", sgemm_name, sgemm}};
+  return report;
+}
+
+}  // namespace prl::bench

@@ -1,0 +1,40 @@
+// How `prl` subcommands plug into the one binary: each cli/*_command.cc registers its CLI11
+// subcommands and an action returning absl::Status; main() parses, runs the action of the
+// subcommand that was given, and turns an error status into a message and exit code 1.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/device.h"
+
+namespace prl::cli {
+
+class CommandRegistry {
+ public:
+  void Add(CLI::App* command, std::function<absl::Status()> action) {
+    commands_.push_back({command, std::move(action)});
+  }
+  // Runs the action of the parsed command (the deepest one, for nested subcommands).
+  absl::Status RunParsed() const;
+
+ private:
+  struct Entry {
+    CLI::App* command;
+    std::function<absl::Status()> action;
+  };
+  std::vector<Entry> commands_;
+};
+
+void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
+void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
+void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry);
+
+// Shared by commands that read a model: a --device flag value resolved with a note on stderr
+// when "auto" falls back to the CPU.
+absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);
+
+}  // namespace prl::cli

@@ -1,0 +1,61 @@
+// prl: one binary, one subcommand per role or tool (ARCHITECTURE.md, "CLI").
+#include <omp.h>
+
+#include <cstdio>
+
+#include "cli/command.h"
+#include "core/device.h"
+#include "kernels/cpu/blas_tuning.h"
+
+namespace prl::cli {
+
+absl::Status CommandRegistry::RunParsed() const {
+  const Entry* chosen = nullptr;
+  for (const Entry& e : commands_) {
+    if (!e.command->parsed()) continue;
+    // Deeper commands are registered after their parents' siblings; prefer the one with no
+    // parsed subcommand of its own.
+    if (e.command->get_subcommands().empty()) chosen = &e;
+  }
+  if (chosen == nullptr) return absl::InvalidArgumentError("no command given; see prl --help");
+  return chosen->action();
+}
+
+absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag) {
+  absl::StatusOr<Device> device = ResolveDevice(flag);
+  if (device.ok() && flag == "auto" && device->is_cpu() && CudaCompiled()) {
+    std::fprintf(stderr, "prl: --device auto: using the CPU backend (%s)\n",
+                 DescribeBackends().c_str());
+  }
+  return device;
+}
+
+}  // namespace prl::cli
+
+int main(int argc, char** argv) {
+  prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
+  CLI::App app{
+      "prl: asynchronous Pipeline-RL for language models.\n"
+      "Today: Llama/Qwen2 models on the CPU backend (model init/info, score, bench model)."};
+  app.set_version_flag("--version", "prl 0.1.0");
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "CPU threads for kernels and BLAS (0: all cores, or OMP_NUM_THREADS)")
+      ->check(CLI::NonNegativeNumber);
+
+  prl::cli::CommandRegistry registry;
+  prl::cli::RegisterModelCommands(app, registry);
+  prl::cli::RegisterScoreCommand(app, registry);
+  prl::cli::RegisterBenchCommands(app, registry);
+
+  CLI11_PARSE(app, argc, argv);
+  if (threads > 0) omp_set_num_threads(threads);
+
+  const absl::Status status = registry.RunParsed();
+  if (!status.ok()) {
+    std::fprintf(stderr, "prl: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

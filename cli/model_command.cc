@@ -1,0 +1,166 @@
+// `prl model init` and `prl model info`.
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/hf_model_dir.h"
+#include "cli/command.h"
+#include "core/status_macros.h"
+#include "model/presets.h"
+
+namespace prl::cli {
+
+namespace {
+
+struct InitFlags {
+  std::string preset;
+  std::string arch = "qwen2";
+  int64_t hidden_size = 0, layers = 0, heads = 0, kv_heads = 0, intermediate_size = 0;
+  int64_t vocab_size = 0, head_dim = 0, max_positions = 2048;
+  double rope_theta = 10000.0, rms_norm_eps = 1e-6;
+  bool tie = false;
+  uint64_t seed = 0;
+  float init_std = 0.02f;
+  std::string dtype = "f32";
+  double max_shard_mb = 0.0;
+  std::string out;
+};
+
+absl::StatusOr<DType> ParseStorageDType(const std::string& s) {
+  if (s == "f32") return DType::kF32;
+  if (s == "bf16") return DType::kBF16;
+  if (s == "f16") return DType::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype: expected f32, bf16 or f16, found '", s, "'"));
+}
+
+absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
+  ModelConfig config;
+  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  if (!f.preset.empty()) {
+    PRL_ASSIGN_OR_RETURN(config, PresetConfig(f.preset));
+  } else {
+    for (const char* flag :
+         {"--hidden-size", "--layers", "--heads", "--intermediate-size", "--vocab-size"}) {
+      if (!given(flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " is required (or start from --preset)"));
+      }
+    }
+  }
+  if (given("--arch") || f.preset.empty()) {
+    if (f.arch == "qwen2")
+      config.arch = Architecture::kQwen2;
+    else if (f.arch == "llama")
+      config.arch = Architecture::kLlama;
+    else
+      return absl::InvalidArgumentError(
+          absl::StrCat("--arch: expected qwen2 or llama, found '", f.arch, "'"));
+  }
+  config.qkv_bias = config.arch == Architecture::kQwen2;
+  if (given("--hidden-size")) config.hidden_size = f.hidden_size;
+  if (given("--layers")) config.num_hidden_layers = f.layers;
+  if (given("--heads")) config.num_attention_heads = f.heads;
+  if (given("--kv-heads"))
+    config.num_key_value_heads = f.kv_heads;
+  else if (f.preset.empty() || given("--heads"))
+    config.num_key_value_heads = config.num_attention_heads;
+  if (given("--intermediate-size")) config.intermediate_size = f.intermediate_size;
+  if (given("--vocab-size")) config.vocab_size = f.vocab_size;
+  if (given("--max-position-embeddings") || f.preset.empty()) {
+    config.max_position_embeddings = f.max_positions;
+  }
+  if (given("--rope-theta") || f.preset.empty()) config.rope_theta = f.rope_theta;
+  if (given("--rms-norm-eps") || f.preset.empty()) config.rms_norm_eps = f.rms_norm_eps;
+  if (given("--tie-embeddings") || f.preset.empty()) config.tie_word_embeddings = f.tie;
+  if (given("--head-dim")) {
+    config.head_dim = f.head_dim;
+  } else if (config.num_attention_heads > 0) {
+    config.head_dim = config.hidden_size / config.num_attention_heads;
+  }
+  if (config.num_attention_heads > 0 && !given("--head-dim") &&
+      config.hidden_size % config.num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hidden-size ", config.hidden_size, " is not a multiple of --heads ",
+                     config.num_attention_heads, " (or give --head-dim)"));
+  }
+  absl::Status valid = ValidateModelConfig(config);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("model init: ", valid.message()));
+  PRL_ASSIGN_OR_RETURN(const DType dtype, ParseStorageDType(f.dtype));
+
+  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), false));
+  InitializeParameters(params, f.seed, f.init_std);
+  SaveModelOptions options;
+  options.dtype = dtype;
+  options.max_shard_bytes = static_cast<uint64_t>(f.max_shard_mb * 1024.0 * 1024.0);
+  PRL_RETURN_IF_ERROR(SaveModel(f.out, params, options));
+  std::printf("wrote %s: %s, %lld parameters, %s\n", f.out.c_str(),
+              std::string(ArchitectureName(config.arch)).c_str(),
+              static_cast<long long>(ParameterCount(config)), f.dtype.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status RunInfo(const std::string& dir) {
+  PRL_ASSIGN_OR_RETURN(const ParameterSet params, LoadModel(dir, Device::Cpu()));
+  const ModelConfig& c = params.config;
+  std::printf("%s\n", std::string(ArchitectureName(c.arch)).c_str());
+  std::printf("  parameters        %lld\n", static_cast<long long>(ParameterCount(c)));
+  std::printf("  hidden_size       %lld\n", static_cast<long long>(c.hidden_size));
+  std::printf("  layers            %lld\n", static_cast<long long>(c.num_hidden_layers));
+  std::printf("  heads / kv heads  %lld / %lld (head_dim %lld)\n",
+              static_cast<long long>(c.num_attention_heads),
+              static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
+  std::printf("  intermediate_size %lld\n", static_cast<long long>(c.intermediate_size));
+  std::printf("  vocab_size        %lld\n", static_cast<long long>(c.vocab_size));
+  std::printf("  max positions     %lld\n", static_cast<long long>(c.max_position_embeddings));
+  std::printf("  tied embeddings   %s\n", c.tie_word_embeddings ? "yes" : "no");
+  std::printf("  tensors           %zu\n", params.layout.entries().size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterModelCommands(CLI::App& app, CommandRegistry& registry) {
+  CLI::App* model =
+      app.add_subcommand("model", "Create and inspect Hugging Face model directories");
+  model->require_subcommand(1);
+
+  auto f = std::make_shared<InitFlags>();
+  CLI::App* init = model->add_subcommand(
+      "init",
+      "Write a randomly initialised Llama/Qwen2 model directory (config.json + "
+      "model.safetensors)");
+  init->add_option("--preset", f->preset,
+                   "Start from a named shape: tiny, 40m, qwen2.5-0.5b, "
+                   "qwen2.5-1.5b (flags below override)");
+  init->add_option("--arch", f->arch, "qwen2 (q/k/v biases) or llama")->capture_default_str();
+  init->add_option("--hidden-size", f->hidden_size, "Hidden size C");
+  init->add_option("--layers", f->layers, "Number of transformer blocks");
+  init->add_option("--heads", f->heads, "Query heads");
+  init->add_option("--kv-heads", f->kv_heads, "Key/value heads (default: --heads; fewer = GQA)");
+  init->add_option("--intermediate-size", f->intermediate_size, "MLP width I");
+  init->add_option("--vocab-size", f->vocab_size, "Vocabulary size V");
+  init->add_option("--head-dim", f->head_dim, "Head size (default hidden/heads)");
+  init->add_option("--max-position-embeddings", f->max_positions, "Longest sequence")
+      ->capture_default_str();
+  init->add_option("--rope-theta", f->rope_theta, "RoPE base")->capture_default_str();
+  init->add_option("--rms-norm-eps", f->rms_norm_eps, "RMSNorm epsilon")->capture_default_str();
+  init->add_flag("--tie-embeddings", f->tie, "Share the embedding and LM head matrices");
+  init->add_option("--seed", f->seed, "Random seed (same seed, same file)")->capture_default_str();
+  init->add_option("--init-std", f->init_std, "Standard deviation of weight matrices")
+      ->capture_default_str();
+  init->add_option("--dtype", f->dtype, "Storage dtype: f32, bf16 or f16")->capture_default_str();
+  init->add_option("--max-shard-mb", f->max_shard_mb,
+                   "Split weights into shards of at most this size (0: one file)")
+      ->capture_default_str();
+  init->add_option("--out", f->out, "Output directory")->required();
+  registry.Add(init, [f, init] { return RunInit(*f, *init); });
+
+  auto dir = std::make_shared<std::string>();
+  CLI::App* info = model->add_subcommand("info", "Load a model directory and print its shape");
+  info->add_option("dir", *dir, "Model directory")->required();
+  registry.Add(info, [dir] { return RunInfo(*dir); });
+}
+
+}  // namespace prl::cli

@@ -1,0 +1,72 @@
+// CUDA runtime layer (see core/cuda_runtime.h).
+#include "core/cuda/cuda_check.h"
+#include "core/cuda_runtime.h"
+
+namespace prl::cuda {
+
+bool Compiled() { return true; }
+
+bool KernelsCompiled() {
+#ifdef PRL_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+int DeviceCount() {
+  int count = 0;
+  // No driver or no GPU is a normal situation (CI, laptops): report zero devices.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error so later calls are not poisoned
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<void*> Malloc(int device, size_t bytes) {
+  PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", bytes, " bytes on cuda:", device, " failed: out of memory"));
+  }
+  PRL_CUDA_RETURN_IF_ERROR(err);
+  return ptr;
+}
+
+void Free(int device, void* ptr) {
+  if (ptr == nullptr) return;
+  cudaSetDevice(device);
+  cudaFree(ptr);
+}
+
+absl::Status Memcpy(void* dst, const void* src, size_t bytes) {
+  PRL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  return absl::OkStatus();
+}
+
+namespace {
+__global__ void FillF32Kernel(float* dst, size_t n, float value) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = value;
+  }
+}
+}  // namespace
+
+absl::Status FillF32(int device, float* dst, size_t n, float value) {
+  if (n == 0) return absl::OkStatus();
+  PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  const int threads = 256;
+  const size_t wanted_blocks = (n + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted_blocks < 4096 ? wanted_blocks : 4096);
+  FillF32Kernel<<<blocks, threads>>>(dst, n, value);
+  PRL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  PRL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+}  // namespace prl::cuda

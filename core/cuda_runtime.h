@@ -1,0 +1,29 @@
+// The thin layer between prl and the CUDA runtime: device discovery, device memory, copies.
+//
+// Compiled against the CUDA runtime when PRL_CUDA is on; otherwise every function reports
+// that CUDA is absent (cuda_runtime_none.cc), so callers need no #ifdefs. Errors name the
+// failing CUDA call, file and line.
+#pragma once
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace prl::cuda {
+
+// Built with the CUDA runtime.
+bool Compiled();
+// Built with the CUDA model kernels (the CUDA backend of kernels/); false until they exist.
+bool KernelsCompiled();
+// Usable GPUs; 0 without CUDA, without a driver, or without a GPU. Never fails.
+int DeviceCount();
+
+absl::StatusOr<void*> Malloc(int device, size_t bytes);
+void Free(int device, void* ptr);
+// Copies between host and device or device and device (cudaMemcpyDefault), synchronously.
+absl::Status Memcpy(void* dst, const void* src, size_t bytes);
+// Fills `n` fp32 values at `dst` on `device` with `value` (used to poison outputs in tests).
+absl::Status FillF32(int device, float* dst, size_t n, float value);
+
+}  // namespace prl::cuda

@@ -1,0 +1,21 @@
+// CUDA runtime stand-in for builds without PRL_CUDA: CUDA is reported absent, and the
+// allocation and copy entry points (unreachable, since no CUDA Device resolves) say so.
+#include "core/cuda_runtime.h"
+
+namespace prl::cuda {
+
+namespace {
+absl::Status NotBuilt() {
+  return absl::FailedPreconditionError("this binary was built without CUDA (PRL_CUDA=OFF)");
+}
+}  // namespace
+
+bool Compiled() { return false; }
+bool KernelsCompiled() { return false; }
+int DeviceCount() { return 0; }
+absl::StatusOr<void*> Malloc(int, size_t) { return NotBuilt(); }
+void Free(int, void*) {}
+absl::Status Memcpy(void*, const void*, size_t) { return NotBuilt(); }
+absl::Status FillF32(int, float*, size_t, float) { return NotBuilt(); }
+
+}  // namespace prl::cuda

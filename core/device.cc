@@ -1,0 +1,64 @@
+#include "core/device.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+
+namespace prl {
+
+std::string Device::ToString() const {
+  return is_cpu() ? std::string("cpu") : absl::StrCat("cuda:", index);
+}
+
+bool CudaCompiled() { return cuda::Compiled(); }
+
+int CudaDeviceCount() { return cuda::DeviceCount(); }
+
+bool KernelBackendAvailable(DeviceType type) {
+  if (type == DeviceType::kCpu) return true;
+  return cuda::KernelsCompiled() && CudaDeviceCount() > 0;
+}
+
+absl::StatusOr<Device> ResolveDevice(absl::string_view spec) {
+  if (spec == "cpu") return Device::Cpu();
+  if (spec == "auto") {
+    return KernelBackendAvailable(DeviceType::kCuda) ? Device::Cuda(0) : Device::Cpu();
+  }
+  int ordinal = 0;
+  if (spec == "cuda") {
+    ordinal = 0;
+  } else if (spec.substr(0, 5) == "cuda:" && absl::SimpleAtoi(spec.substr(5), &ordinal) &&
+             ordinal >= 0) {
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu, cuda, cuda:N or auto; found '", spec, "'"));
+  }
+  if (!CudaCompiled()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device ", spec, ": this binary was built without CUDA (configure with -DPRL_CUDA=ON)"));
+  }
+  if (!cuda::KernelsCompiled()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", spec,
+                     ": this build has the CUDA runtime but no CUDA model kernels yet; "
+                     "use --device cpu"));
+  }
+  const int count = CudaDeviceCount();
+  if (ordinal >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", spec, ": found ", count, " usable CUDA GPU(s)"));
+  }
+  return Device::Cuda(ordinal);
+}
+
+std::string DescribeBackends() {
+  if (!CudaCompiled()) return "cpu (built without CUDA)";
+  const int count = CudaDeviceCount();
+  if (count == 0) return "cpu (CUDA compiled in, no GPU found)";
+  if (!cuda::KernelsCompiled()) {
+    return absl::StrCat("cpu (", count, " GPU(s) found, CUDA model kernels not in this build)");
+  }
+  return absl::StrCat("cuda (", count, " GPU(s))");
+}
+
+}  // namespace prl

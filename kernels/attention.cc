@@ -1,0 +1,59 @@
+#include "kernels/attention.h"
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+
+namespace prl::kernels {
+
+using internal::ExpectTensor;
+
+namespace {
+void CheckShape(const char* op, const AttentionShape& s, const Tensor& qkv,
+                const Tensor& cu_seqlens) {
+  PRL_CHECK(s.num_heads > 0 && s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0, op, ": ",
+            s.num_heads, " query heads are not a multiple of ", s.num_kv_heads, " kv heads");
+  ExpectTensor(op, "qkv", qkv, DType::kF32,
+               {qkv.size(0), (s.num_heads + 2 * s.num_kv_heads) * s.head_dim});
+  PRL_CHECK(cu_seqlens.dtype == DType::kI32 && cu_seqlens.rank == 1 && cu_seqlens.size(0) >= 2, op,
+            ": cu_seqlens must be a non-empty I32 vector of B + 1 offsets");
+}
+}  // namespace
+
+void AttentionForward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                      const Tensor& cu_seqlens, const AttentionShape& shape) {
+  const char* op = "AttentionForward";
+  CheckShape(op, shape, qkv, cu_seqlens);
+  const int64_t T = qkv.size(0), H = shape.num_heads, D = shape.head_dim;
+  ExpectTensor(op, "out", out, DType::kF32, {T, H * D});
+  ExpectTensor(op, "lse", lse, DType::kF32, {T, H});
+  const Device device = internal::CommonDevice(op, {&out, &lse, &qkv, &cu_seqlens});
+  if (device.is_cpu()) {
+    const int32_t* cu = cu_seqlens.i32();
+    const int64_t B = cu_seqlens.size(0) - 1;
+    PRL_CHECK(cu[0] == 0 && cu[B] == T, op, ": cu_seqlens must span [0, ", T, ")");
+    return cpu::AttentionForward(out.f32(), lse.f32(), qkv.f32(), cu, B, H, shape.num_kv_heads, D);
+  }
+  internal::NoBackend(op, device);
+}
+
+void AttentionBackward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape) {
+  const char* op = "AttentionBackward";
+  CheckShape(op, shape, qkv, cu_seqlens);
+  const int64_t T = qkv.size(0), H = shape.num_heads, D = shape.head_dim;
+  ExpectTensor(op, "dqkv", dqkv, DType::kF32, {T, qkv.size(1)});
+  ExpectTensor(op, "dout", dout, DType::kF32, {T, H * D});
+  ExpectTensor(op, "out", out, DType::kF32, {T, H * D});
+  ExpectTensor(op, "lse", lse, DType::kF32, {T, H});
+  const Device device = internal::CommonDevice(op, {&dqkv, &dout, &qkv, &out, &lse, &cu_seqlens});
+  if (device.is_cpu()) {
+    const int32_t* cu = cu_seqlens.i32();
+    const int64_t B = cu_seqlens.size(0) - 1;
+    PRL_CHECK(cu[0] == 0 && cu[B] == T, op, ": cu_seqlens must span [0, ", T, ")");
+    return cpu::AttentionBackward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), cu, B, H,
+                                  shape.num_kv_heads, D);
+  }
+  internal::NoBackend(op, device);
+}
+
+}  // namespace prl::kernels

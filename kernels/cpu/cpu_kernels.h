@@ -1,0 +1,77 @@
+// The CPU backend of the kernel library: fp32, row-major, raw pointers (llm.c style).
+//
+// Callers are the dispatchers in kernels/*.cc, which have already checked shapes, dtypes and
+// devices; these functions only assert what they rely on beyond that. Every function is
+// deterministic for a given thread count and uses OpenMP across rows or heads; GEMMs go to
+// OpenBLAS (its OpenMP build runs single-threaded inside our parallel regions).
+//
+// Conventions: T tokens, C hidden size, V vocabulary, H query heads, KV key/value heads, D
+// head size. "+=" in a comment means the output is accumulated into, "=" that it is
+// overwritten.
+#pragma once
+
+#include <cstdint>
+
+namespace prl::kernels::cpu {
+
+// out (M, N) = a (M, K) . w (N, K)^T + bias (N, optional). With accumulate, out += instead
+// (the bias is then still added once).
+void MatmulForward(float* out, const float* a, const float* w, const float* bias, int64_t M,
+                   int64_t N, int64_t K, bool accumulate);
+// da (M, K) = dout . w (skipped when da is null); dw (N, K) += dout^T . a; dbias (N) +=
+// column sums of dout (skipped when null).
+void MatmulBackward(float* da, float* dw, float* dbias, const float* dout, const float* a,
+                    const float* w, int64_t M, int64_t N, int64_t K);
+
+// y (T, C) = x / sqrt(mean(x^2) + eps) * w; rstd (T) = 1 / sqrt(mean(x^2) + eps).
+void RmsNormForward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
+                    float eps);
+// dx (T, C) += dL/dx; dw (C) += dL/dw.
+void RmsNormBackward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                     const float* rstd, int64_t T, int64_t C);
+
+// cos, sin (T, D/2): angle = float(position[t]) * inv_freq[i], evaluated in fp32 exactly as
+// Hugging Face's LlamaRotaryEmbedding does, then cos/sin of that fp32 angle.
+void RopeTables(float* cos, float* sin, const int32_t* positions, const float* inv_freq, int64_t T,
+                int64_t half_dim);
+// Rotates `num_heads` heads of size D in each of the T rows of x in place (rotate_half
+// convention: pairs (i, i + D/2)). Row r starts at x + r * row_stride. inverse rotates by the
+// negative angle, which is the backward of the forward rotation.
+void RopeApply(float* x, int64_t T, int64_t num_heads, int64_t D, int64_t row_stride,
+               const float* cos, const float* sin, bool inverse);
+
+// Causal self-attention over packed sequences (no attention across cu_seqlens boundaries).
+// qkv (T, (H + 2 KV) D): q heads, then k heads, then v heads; query head h reads kv head
+// h / (H / KV). out (T, H D) =; lse (T, H) = log-sum-exp of each scaled score row.
+void AttentionForward(float* out, float* lse, const float* qkv, const int32_t* cu_seqlens,
+                      int64_t num_seqs, int64_t H, int64_t KV, int64_t D);
+// dqkv (T, (H + 2 KV) D) = gradient w.r.t. qkv, given dout (T, H D) and the forward's out,
+// lse. Recomputes the scores (nothing of size T^2 is stored between the passes).
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                       const float* lse, const int32_t* cu_seqlens, int64_t num_seqs, int64_t H,
+                       int64_t KV, int64_t D);
+
+// gate_up (T, 2 I): gate in columns [0, I), up in [I, 2 I). act (T, I) = silu(gate) * up.
+void SwiGluForward(float* act, const float* gate_up, int64_t T, int64_t I);
+// dgate_up (T, 2 I) = gradient given dact (T, I).
+void SwiGluBackward(float* dgate_up, const float* dact, const float* gate_up, int64_t T, int64_t I);
+
+// out (T, C) = table[tokens[t]].
+void EmbeddingForward(float* out, const float* table, const int32_t* tokens, int64_t T, int64_t C);
+// dtable (V, C) += scatter of dout (T, C) by tokens.
+void EmbeddingBackward(float* dtable, const float* dout, const int32_t* tokens, int64_t T,
+                       int64_t C);
+
+// Language-model head fused with log-softmax and target gather, in row chunks so that at most
+// (chunk_rows, V) logits exist at a time. For row r: z = h[r] . W^T / temperature,
+// lse[r] = logsumexp(z), logprob[r] = z[targets[r]] - lse[r]. h (R, C), W (V, C).
+// scratch holds chunk_rows * V floats.
+void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
+                    const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
+                    float* scratch, int64_t chunk_rows);
+// dh (R, C) =, dW (V, C) += gradients given dlogprob (R); recomputes the logits per chunk.
+void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
+                     const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
+                     float temperature, float* scratch, int64_t chunk_rows);
+
+}  // namespace prl::kernels::cpu

@@ -1,0 +1,75 @@
+// Language-model head fused with log-softmax and target gather, chunked over rows.
+//
+// The (R, V) logits of a whole batch can be gigabytes (V = 152k for Qwen2), so they exist only
+// chunk_rows at a time; the backward recomputes each chunk rather than storing it. Row sums
+// of exponentials are accumulated in double: V terms in fp32 would lose ~log2(V) bits.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace prl::kernels::cpu {
+
+namespace {
+
+// z (rows, V) = h (rows, C) . W^T / temperature
+void ScaledLogits(float* z, const float* h, const float* W, int64_t rows, int64_t V, int64_t C,
+                  float temperature) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f / temperature, h, C, W, C,
+              0.0f, z, V);
+}
+
+float RowLogSumExp(const float* z, int64_t V) {
+  float row_max = -std::numeric_limits<float>::infinity();
+  for (int64_t v = 0; v < V; ++v) row_max = std::max(row_max, z[v]);
+  double sum = 0.0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - row_max);
+  return row_max + static_cast<float>(std::log(sum));
+}
+
+}  // namespace
+
+void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
+                    const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
+                    float* scratch, int64_t chunk_rows) {
+  for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, R - r0);
+    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* z = scratch + i * V;
+      const float row_lse = RowLogSumExp(z, V);
+      lse[r0 + i] = row_lse;
+      logprob[r0 + i] = z[targets[r0 + i]] - row_lse;
+    }
+  }
+}
+
+void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
+                     const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
+                     float temperature, float* scratch, int64_t chunk_rows) {
+  const float inv_temperature = 1.0f / temperature;
+  for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, R - r0);
+    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature);
+    // d logprob / d logits = (onehot(target) - softmax(z)) / temperature.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      float* z = scratch + i * V;
+      const float row_lse = lse[r0 + i];
+      const float g = dlogprob[r0 + i] * inv_temperature;
+      for (int64_t v = 0; v < V; ++v) z[v] = -g * std::exp(z[v] - row_lse);
+      z[targets[r0 + i]] += g;
+    }
+    // dh = dlogits . W;  dW += dlogits^T . h
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, scratch, V, W, C, 0.0f,
+                dh + r0 * C, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, scratch, V, h + r0 * C,
+                C, 1.0f, dW, C);
+  }
+}
+
+}  // namespace prl::kernels::cpu

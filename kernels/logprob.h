@@ -1,0 +1,26 @@
+// The language-model head fused with log-softmax and the gather of target tokens.
+//
+// logprob[r] = log softmax(h[r] . W^T / temperature)[targets[r]]. The temperature is the
+// sampling transform of ARCHITECTURE.md, so the learner's log pi matches the actor's log mu.
+// Logits are materialised at most chunk_rows rows at a time (the (R, V) matrix of a long batch
+// with a 152k vocabulary would be tens of GB); the backward recomputes them.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace prl::kernels {
+
+// Rows of logits per chunk such that one chunk takes about `budget_bytes` (at least 1 row).
+int64_t LogprobChunkRows(int64_t vocab_size, int64_t budget_bytes);
+
+// logprob (R) =, lse (R) = log-sum-exp of the scaled logits (kept for the backward).
+// h (R, C), W (V, C), targets (R, I32, each in [0, V)), scratch (chunk_rows, V).
+void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, const Tensor& W,
+                    const Tensor& targets, float temperature, const Tensor& scratch);
+
+// dh (R, C) =, dW (V, C) += the gradients given dlogprob (R).
+void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
+                     const Tensor& W, const Tensor& targets, const Tensor& lse, float temperature,
+                     const Tensor& scratch);
+
+}  // namespace prl::kernels

@@ -1,0 +1,410 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <numbers>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace prl {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Keys that never change the math (ids, dtype hints, bookkeeping); kept verbatim on save.
+const std::set<absl::string_view>& PassthroughKeys() {
+  static const auto* keys = new std::set<absl::string_view>{
+      "_name_or_path",        "bos_token_id",      "eos_token_id",
+      "pad_token_id",         "torch_dtype",       "dtype",
+      "transformers_version", "use_cache",         "initializer_range",
+      "tokenizer_class",      "sliding_window",    "max_window_layers",
+      "pretraining_tp",       "output_attentions", "output_hidden_states",
+      "return_dict"};
+  return *keys;
+}
+
+class Reader {
+ public:
+  Reader(const Json& root, absl::string_view source) : root_(root), source_(source) {}
+
+  absl::Status Error(absl::string_view key, absl::string_view message) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": key '", key, "': ", message));
+  }
+
+  bool Has(absl::string_view key) const {
+    auto it = root_.find(key);
+    return it != root_.end() && !it->is_null();
+  }
+
+  absl::StatusOr<int64_t> Int(absl::string_view key, std::optional<int64_t> fallback) const {
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null()) {
+      if (fallback) return *fallback;
+      return Error(key, "missing (required)");
+    }
+    if (it->is_number_integer()) return it->get<int64_t>();
+    if (it->is_number_float()) {
+      const double d = it->get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15) {
+        return static_cast<int64_t>(d);
+      }
+    }
+    return Error(key, absl::StrCat("expected an integer, found ", it->dump()));
+  }
+
+  absl::StatusOr<double> Double(absl::string_view key, std::optional<double> fallback) const {
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null()) {
+      if (fallback) return *fallback;
+      return Error(key, "missing (required)");
+    }
+    if (!it->is_number()) return Error(key, absl::StrCat("expected a number, found ", it->dump()));
+    return it->get<double>();
+  }
+
+  absl::StatusOr<bool> Bool(absl::string_view key, bool fallback) const {
+    auto it = root_.find(key);
+    if (it == root_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) {
+      return Error(key, absl::StrCat("expected true or false, found ", it->dump()));
+    }
+    return it->get<bool>();
+  }
+
+ private:
+  const Json& root_;
+  absl::string_view source_;
+};
+
+absl::StatusOr<Architecture> ParseArchitecture(const Json& root, absl::string_view source) {
+  std::optional<Architecture> from_arch, from_type;
+  if (auto it = root.find("architectures"); it != root.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 1 || !(*it)[0].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": key 'architectures': expected one class name, found ", it->dump()));
+    }
+    const std::string name = (*it)[0].get<std::string>();
+    if (name == "LlamaForCausalLM")
+      from_arch = Architecture::kLlama;
+    else if (name == "Qwen2ForCausalLM")
+      from_arch = Architecture::kQwen2;
+    else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": key 'architectures': '", name,
+                       "' is not supported (expected LlamaForCausalLM or Qwen2ForCausalLM)"));
+    }
+  }
+  if (auto it = root.find("model_type"); it != root.end() && !it->is_null()) {
+    const std::string type = it->is_string() ? it->get<std::string>() : it->dump();
+    if (type == "llama")
+      from_type = Architecture::kLlama;
+    else if (type == "qwen2")
+      from_type = Architecture::kQwen2;
+    else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": key 'model_type': '", type, "' is not supported (expected llama or qwen2)"));
+    }
+  }
+  if (from_arch && from_type && *from_arch != *from_type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": keys 'architectures' and 'model_type' disagree"));
+  }
+  if (from_arch) return *from_arch;
+  if (from_type) return *from_type;
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": neither 'architectures' nor 'model_type' is given"));
+}
+
+absl::StatusOr<RopeScaling> ParseRopeScaling(const Json& root, absl::string_view source) {
+  RopeScaling scaling;
+  auto it = root.find("rope_scaling");
+  if (it == root.end() || it->is_null()) return scaling;
+  const std::string key = "rope_scaling";
+  if (!it->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": key 'rope_scaling': expected an object or null"));
+  }
+  const Json& rs = *it;
+  std::string type;
+  if (rs.contains("rope_type") && rs["rope_type"].is_string())
+    type = rs["rope_type"];
+  else if (rs.contains("type") && rs["type"].is_string())
+    type = rs["type"];
+  std::set<std::string> allowed = {"rope_type", "type"};
+  if (type == "default") {
+    // Plain RoPE.
+  } else if (type == "linear") {
+    scaling.type = RopeScaling::Type::kLinear;
+    allowed.insert("factor");
+  } else if (type == "llama3") {
+    scaling.type = RopeScaling::Type::kLlama3;
+    allowed.insert(
+        {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": key 'rope_scaling.rope_type': '", type,
+                     "' is not supported (supported: default, linear, llama3)"));
+  }
+  for (const auto& [k, v] : rs.items()) {
+    if (!allowed.count(k)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": key 'rope_scaling.", k, "' is not supported for rope_type '", type, "'"));
+    }
+  }
+  Reader reader(rs, absl::StrCat(source, " rope_scaling"));
+  if (scaling.type != RopeScaling::Type::kNone) {
+    PRL_ASSIGN_OR_RETURN(scaling.factor, reader.Double("factor", std::nullopt));
+    if (!(scaling.factor >= 1.0)) return reader.Error("factor", "expected >= 1");
+  }
+  if (scaling.type == RopeScaling::Type::kLlama3) {
+    PRL_ASSIGN_OR_RETURN(scaling.low_freq_factor, reader.Double("low_freq_factor", std::nullopt));
+    PRL_ASSIGN_OR_RETURN(scaling.high_freq_factor, reader.Double("high_freq_factor", std::nullopt));
+    PRL_ASSIGN_OR_RETURN(scaling.original_max_position_embeddings,
+                         reader.Int("original_max_position_embeddings", std::nullopt));
+    if (!(scaling.high_freq_factor > scaling.low_freq_factor) ||
+        scaling.original_max_position_embeddings <= 0) {
+      return reader.Error("high_freq_factor",
+                          "expected high_freq_factor > low_freq_factor and a positive "
+                          "original_max_position_embeddings");
+    }
+  }
+  return scaling;
+}
+
+// Keys whose only supported value is the one that leaves the math unchanged.
+absl::Status CheckNeutralKeys(const Json& root, const Reader& reader, Architecture arch) {
+  if (auto it = root.find("hidden_act"); it != root.end() && !it->is_null()) {
+    if (*it != "silu") {
+      return reader.Error("hidden_act", absl::StrCat("only silu is supported, found ", it->dump()));
+    }
+  }
+  PRL_ASSIGN_OR_RETURN(const double dropout, reader.Double("attention_dropout", 0.0));
+  if (dropout != 0.0) return reader.Error("attention_dropout", "only 0.0 is supported");
+  PRL_ASSIGN_OR_RETURN(const bool sliding, reader.Bool("use_sliding_window", false));
+  if (sliding)
+    return reader.Error("use_sliding_window", "sliding-window attention is not supported");
+  PRL_ASSIGN_OR_RETURN(const bool mlp_bias, reader.Bool("mlp_bias", false));
+  if (mlp_bias) return reader.Error("mlp_bias", "MLP biases are not supported");
+  PRL_ASSIGN_OR_RETURN(const bool attention_bias, reader.Bool("attention_bias", false));
+  if (attention_bias && arch == Architecture::kLlama) {
+    return reader.Error("attention_bias", "Llama attention biases (q/k/v/o) are not supported");
+  }
+  if (auto it = root.find("layer_types"); it != root.end() && !it->is_null()) {
+    for (const Json& t : *it) {
+      if (t != "full_attention") {
+        return reader.Error(
+            "layer_types",
+            absl::StrCat("only full_attention layers are supported, found ", t.dump()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view ArchitectureName(Architecture arch) {
+  return arch == Architecture::kLlama ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
+                                             absl::string_view source) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": malformed JSON: ", e.what()));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": expected a JSON object"));
+  }
+  static const std::set<absl::string_view> kMathKeys = {"architectures",
+                                                        "model_type",
+                                                        "hidden_size",
+                                                        "intermediate_size",
+                                                        "num_hidden_layers",
+                                                        "num_attention_heads",
+                                                        "num_key_value_heads",
+                                                        "head_dim",
+                                                        "vocab_size",
+                                                        "max_position_embeddings",
+                                                        "rms_norm_eps",
+                                                        "rope_theta",
+                                                        "rope_scaling",
+                                                        "tie_word_embeddings",
+                                                        "hidden_act",
+                                                        "attention_bias",
+                                                        "mlp_bias",
+                                                        "attention_dropout",
+                                                        "use_sliding_window",
+                                                        "layer_types"};
+  ModelConfig config;
+  for (const auto& [key, value] : root.items()) {
+    if (kMathKeys.count(key)) continue;
+    if (PassthroughKeys().count(key)) {
+      config.passthrough.emplace_back(key, value.dump());
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": key '", key, "' is not supported by prl (it may change the model's math)"));
+  }
+
+  Reader reader(root, source);
+  PRL_ASSIGN_OR_RETURN(config.arch, ParseArchitecture(root, source));
+  PRL_RETURN_IF_ERROR(CheckNeutralKeys(root, reader, config.arch));
+  PRL_ASSIGN_OR_RETURN(config.hidden_size, reader.Int("hidden_size", std::nullopt));
+  PRL_ASSIGN_OR_RETURN(config.intermediate_size, reader.Int("intermediate_size", std::nullopt));
+  PRL_ASSIGN_OR_RETURN(config.num_hidden_layers, reader.Int("num_hidden_layers", std::nullopt));
+  PRL_ASSIGN_OR_RETURN(config.num_attention_heads, reader.Int("num_attention_heads", std::nullopt));
+  PRL_ASSIGN_OR_RETURN(config.num_key_value_heads,
+                       reader.Int("num_key_value_heads", config.num_attention_heads));
+  PRL_ASSIGN_OR_RETURN(config.vocab_size, reader.Int("vocab_size", std::nullopt));
+  const int64_t default_positions = config.arch == Architecture::kLlama ? 2048 : 32768;
+  PRL_ASSIGN_OR_RETURN(config.max_position_embeddings,
+                       reader.Int("max_position_embeddings", default_positions));
+  PRL_ASSIGN_OR_RETURN(config.rms_norm_eps, reader.Double("rms_norm_eps", 1e-6));
+  PRL_ASSIGN_OR_RETURN(config.rope_theta, reader.Double("rope_theta", 10000.0));
+  PRL_ASSIGN_OR_RETURN(config.tie_word_embeddings, reader.Bool("tie_word_embeddings", false));
+  PRL_ASSIGN_OR_RETURN(config.rope_scaling, ParseRopeScaling(root, source));
+  if (config.num_attention_heads <= 0) {
+    return reader.Error("num_attention_heads", "expected a positive integer");
+  }
+  PRL_ASSIGN_OR_RETURN(config.head_dim,
+                       reader.Int("head_dim", config.hidden_size / config.num_attention_heads));
+  config.qkv_bias = config.arch == Architecture::kQwen2;
+  absl::Status valid = ValidateModelConfig(config);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", valid.message()));
+  }
+  return config;
+}
+
+absl::Status ValidateModelConfig(const ModelConfig& c) {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_position_embeddings}};
+  for (const auto& [name, value] : positive) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key '", name, "': expected a positive integer, found ", value));
+    }
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'num_key_value_heads': ", c.num_key_value_heads,
+                     " does not divide num_attention_heads = ", c.num_attention_heads));
+  }
+  if (c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'head_dim': RoPE needs an even head size, found ", c.head_dim));
+  }
+  if (c.vocab_size > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'vocab_size': at most 2^31-1 supported, found ", c.vocab_size));
+  }
+  if (c.max_position_embeddings > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'max_position_embeddings': at most 2^30 supported, found ",
+                     c.max_position_embeddings));
+  }
+  if (!(c.rms_norm_eps > 0.0) || !std::isfinite(c.rms_norm_eps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'rms_norm_eps': expected a positive number, found ", c.rms_norm_eps));
+  }
+  if (!(c.rope_theta > 1.0) || !std::isfinite(c.rope_theta)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'rope_theta': expected a number > 1, found ", c.rope_theta));
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {std::string(ArchitectureName(c.arch))};
+  j["model_type"] = c.arch == Architecture::kLlama ? "llama" : "qwen2";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  switch (c.rope_scaling.type) {
+    case RopeScaling::Type::kNone:
+      j["rope_scaling"] = nullptr;
+      break;
+    case RopeScaling::Type::kLinear:
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
+      break;
+    case RopeScaling::Type::kLlama3:
+      j["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", c.rope_scaling.factor},
+          {"low_freq_factor", c.rope_scaling.low_freq_factor},
+          {"high_freq_factor", c.rope_scaling.high_freq_factor},
+          {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+      break;
+  }
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  if (c.arch == Architecture::kLlama) j["attention_bias"] = false;
+  for (const auto& [key, text] : c.passthrough) j[key] = nlohmann::ordered_json::parse(text);
+  return j.dump(2) + "\n";
+}
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<float> inv_freq(half);
+  const float base = static_cast<float>(c.rope_theta);
+  for (int64_t i = 0; i < half; ++i) {
+    // transformers: 1.0 / (base ** (arange(0, D, 2).float() / D)), all in fp32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv_freq[i] = 1.0f / std::pow(base, exponent);
+  }
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScaling::Type::kLinear) {
+    for (float& f : inv_freq) f /= static_cast<float>(rs.factor);
+  } else if (rs.type == RopeScaling::Type::kLlama3) {
+    // transformers' _compute_llama3_parameters, in the same fp32 arithmetic.
+    const float factor = static_cast<float>(rs.factor);
+    const float low = static_cast<float>(rs.low_freq_factor);
+    const float high = static_cast<float>(rs.high_freq_factor);
+    const float old_len = static_cast<float>(rs.original_max_position_embeddings);
+    // Python computes the thresholds in double; torch compares them to fp32 tensors in fp32.
+    const float low_freq_wavelen = static_cast<float>(
+        static_cast<double>(rs.original_max_position_embeddings) / rs.low_freq_factor);
+    const float high_freq_wavelen = static_cast<float>(
+        static_cast<double>(rs.original_max_position_embeddings) / rs.high_freq_factor);
+    for (float& f : inv_freq) {
+      const float wavelen = static_cast<float>(2.0 * std::numbers::pi) / f;
+      float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+      const float smooth = (old_len / wavelen - low) / (high - low);
+      const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+      f = medium ? smoothed : scaled;
+    }
+  }
+  return inv_freq;
+}
+
+int64_t ParameterCount(const ModelConfig& c) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const int64_t per_layer =
+      2 * C + c.qkv_dim() * C + (c.qkv_bias ? c.qkv_dim() : 0) + C * c.q_dim() + 3 * I * C;
+  return c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * per_layer + C;
+}
+
+}  // namespace prl

@@ -1,0 +1,73 @@
+// ModelConfig: the architecture hyper-parameters of a Llama / Qwen2 decoder, read from and
+// written to a Hugging Face `config.json`.
+//
+// Parsing is strict: every key of config.json is either understood, or known to be irrelevant
+// to the math (ids, dtype hints, bookkeeping); anything else, or a value we do not implement
+// (a rope scaling type, sliding windows, a non-SiLU activation), is an error naming the key,
+// so that a checkpoint is never run with silently different math.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace prl {
+
+enum class Architecture { kLlama, kQwen2 };
+
+absl::string_view ArchitectureName(Architecture arch);  // "LlamaForCausalLM", ...
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  // llama3 only (transformers' _compute_llama3_parameters):
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::kQwen2;
+  int64_t hidden_size = 0;              // C
+  int64_t intermediate_size = 0;        // I
+  int64_t num_hidden_layers = 0;        // L
+  int64_t num_attention_heads = 0;      // H
+  int64_t num_key_value_heads = 0;      // KV (GQA when < H)
+  int64_t head_dim = 0;                 // D; hidden_size / H unless config.json says otherwise
+  int64_t vocab_size = 0;               // V
+  int64_t max_position_embeddings = 0;  // longest sequence the model accepts
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  // q/k/v projection biases: always present in Qwen2, never in Llama (attention_bias=true,
+  // which also adds an o_proj bias, is rejected).
+  bool qkv_bias = false;
+  // Keys that do not change the math but that a real checkpoint carries (bos/eos token ids,
+  // torch_dtype, ...), kept verbatim as (key, JSON text) so that saving round-trips them.
+  std::vector<std::pair<std::string, std::string>> passthrough;
+
+  int64_t q_dim() const { return num_attention_heads * head_dim; }   // H * D
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV * D
+  int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }         // (H + 2 KV) * D
+};
+
+// Parses config.json text. `source` names the file in error messages.
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source);
+// Checks the internal consistency of a config (positive sizes, H % KV == 0, even head_dim...).
+absl::Status ValidateModelConfig(const ModelConfig& config);
+// Serialises to config.json text in transformers' layout.
+std::string ModelConfigToJson(const ModelConfig& config);
+
+// RoPE inverse frequencies (D/2), fp32 as transformers computes them, scaling applied.
+std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
+
+// Number of parameters (tied embeddings counted once).
+int64_t ParameterCount(const ModelConfig& config);
+
+}  // namespace prl

@@ -1,0 +1,144 @@
+#include "model/parameters.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace prl {
+
+ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
+  const int64_t C = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    entries_.push_back({std::move(name), std::move(shape), num_elements_, numel});
+    num_elements_ += numel;
+  };
+  add("model.embed_tokens.weight", {V, C});
+  unit_ranges_.push_back({0, num_elements_});
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const int64_t begin = num_elements_;
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    add(p + "input_layernorm.weight", {C});
+    add(p + "self_attn.q_proj.weight", {config.q_dim(), C});
+    add(p + "self_attn.k_proj.weight", {config.kv_dim(), C});
+    add(p + "self_attn.v_proj.weight", {config.kv_dim(), C});
+    if (config.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {config.q_dim()});
+      add(p + "self_attn.k_proj.bias", {config.kv_dim()});
+      add(p + "self_attn.v_proj.bias", {config.kv_dim()});
+    }
+    add(p + "self_attn.o_proj.weight", {C, config.q_dim()});
+    add(p + "post_attention_layernorm.weight", {C});
+    add(p + "mlp.gate_proj.weight", {I, C});
+    add(p + "mlp.up_proj.weight", {I, C});
+    add(p + "mlp.down_proj.weight", {C, I});
+    unit_ranges_.push_back({begin, num_elements_});
+  }
+  const int64_t begin = num_elements_;
+  add("model.norm.weight", {C});
+  if (!config.tie_word_embeddings) add("lm_head.weight", {V, C});
+  unit_ranges_.push_back({begin, num_elements_});
+}
+
+const ParamEntry* ParameterLayout::Find(absl::string_view name) const {
+  for (const ParamEntry& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+ModelParams ParameterLayout::Bind(float* base, Device device) const {
+  const ModelConfig& c = config_;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  auto at = [&](absl::string_view name) {
+    const ParamEntry* e = Find(name);
+    PRL_CHECK(e != nullptr, "parameter ", name, " missing from the layout");
+    return base + e->offset;
+  };
+  ModelParams p;
+  p.embed = Tensor(at("model.embed_tokens.weight"), DType::kF32, device, {V, C});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string pre = absl::StrCat("model.layers.", l, ".");
+    LayerParams lp;
+    lp.input_norm = Tensor(at(pre + "input_layernorm.weight"), DType::kF32, device, {C});
+    lp.qkv_weight =
+        Tensor(at(pre + "self_attn.q_proj.weight"), DType::kF32, device, {c.qkv_dim(), C});
+    if (c.qkv_bias) {
+      lp.qkv_bias = Tensor(at(pre + "self_attn.q_proj.bias"), DType::kF32, device, {c.qkv_dim()});
+    }
+    lp.o_weight = Tensor(at(pre + "self_attn.o_proj.weight"), DType::kF32, device, {C, c.q_dim()});
+    lp.post_norm = Tensor(at(pre + "post_attention_layernorm.weight"), DType::kF32, device, {C});
+    lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), DType::kF32, device, {2 * I, C});
+    lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), DType::kF32, device, {C, I});
+    p.layers.push_back(lp);
+  }
+  p.final_norm = Tensor(at("model.norm.weight"), DType::kF32, device, {C});
+  p.lm_head =
+      c.tie_word_embeddings ? p.embed : Tensor(at("lm_head.weight"), DType::kF32, device, {V, C});
+  return p;
+}
+
+absl::StatusOr<ParameterSet> ParameterSet::Allocate(const ModelConfig& config, Device device,
+                                                    bool zeroed) {
+  ParameterLayout layout(config);
+  const size_t bytes = static_cast<size_t>(layout.num_elements()) * sizeof(float);
+  PRL_ASSIGN_OR_RETURN(Buffer buffer, zeroed ? Buffer::AllocateZeroed(device, bytes)
+                                             : Buffer::Allocate(device, bytes));
+  ModelParams params = layout.Bind(static_cast<float*>(buffer.data()), device);
+  return ParameterSet{config, std::move(layout), std::move(buffer), std::move(params)};
+}
+
+Tensor ParameterSet::View(const ParamEntry& entry) const {
+  Tensor t(data() + entry.offset, DType::kF32, buffer.device(), {});
+  t.rank = static_cast<int>(entry.shape.size());
+  for (int i = 0; i < t.rank; ++i) t.dims[i] = entry.shape[i];
+  return t;
+}
+
+namespace {
+
+// SplitMix64: a counter-based generator, so element i of a tensor depends only on (seed,
+// tensor index, i).
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+double UniformOpen(uint64_t bits) {  // in (0, 1)
+  return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
+}
+
+}  // namespace
+
+void InitializeParameters(const ParameterSet& set, uint64_t seed, float std) {
+  PRL_CHECK(set.buffer.device().is_cpu(), "InitializeParameters runs on host memory");
+  const auto& entries = set.layout.entries();
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const ParamEntry& e = entries[k];
+    float* dst = set.data() + e.offset;
+    const bool is_norm = e.name.ends_with("norm.weight");
+    const bool is_bias = e.name.ends_with(".bias");
+    if (is_norm || is_bias) {
+      for (int64_t i = 0; i < e.numel; ++i) dst[i] = is_norm ? 1.0f : 0.0f;
+      continue;
+    }
+    const uint64_t stream = SplitMix64(seed ^ SplitMix64(k + 1));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < e.numel; i += 2) {
+      // Box-Muller: two normals from two uniforms.
+      const double u1 = UniformOpen(SplitMix64(stream + 2 * static_cast<uint64_t>(i)));
+      const double u2 = UniformOpen(SplitMix64(stream + 2 * static_cast<uint64_t>(i) + 1));
+      const double radius = std::sqrt(-2.0 * std::log(u1));
+      const double angle = 2.0 * std::numbers::pi * u2;
+      dst[i] = static_cast<float>(std * radius * std::cos(angle));
+      if (i + 1 < e.numel) dst[i + 1] = static_cast<float>(std * radius * std::sin(angle));
+    }
+  }
+}
+
+}  // namespace prl

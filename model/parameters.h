@@ -1,0 +1,90 @@
+// Where every parameter lives: one contiguous fp32 buffer per model (llm.c style), laid out
+// so that a transformer block is one contiguous byte range (the unit FSDP shards and gathers)
+// and so that q|k|v and gate|up are each one matrix (one GEMM each), while every Hugging Face
+// tensor is still a plain view into it.
+//
+// Buffer order: embed_tokens; for each layer: input_layernorm, q_proj, k_proj, v_proj,
+// [q/k/v biases], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj; norm;
+// lm_head (untied only). A gradient buffer uses the same layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/buffer.h"
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace prl {
+
+// One transformer block's parameters (or gradients) as views.
+struct LayerParams {
+  Tensor input_norm;      // (C)
+  Tensor qkv_weight;      // (QKV, C): rows [0, H D) q_proj, then k_proj, then v_proj
+  Tensor qkv_bias;        // (QKV), undefined when the architecture has none (Llama)
+  Tensor o_weight;        // (C, H D)
+  Tensor post_norm;       // (C)
+  Tensor gate_up_weight;  // (2 I, C): rows [0, I) gate_proj, [I, 2 I) up_proj
+  Tensor down_weight;     // (C, I)
+};
+
+struct ModelParams {
+  Tensor embed;  // (V, C)
+  std::vector<LayerParams> layers;
+  Tensor final_norm;  // (C)
+  Tensor lm_head;     // (V, C); the same memory as embed when embeddings are tied
+};
+
+// A Hugging Face tensor inside the parameter buffer.
+struct ParamEntry {
+  std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // HF shape
+  int64_t offset = 0;          // first element, in floats from the buffer start
+  int64_t numel = 0;
+};
+
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const ModelConfig& config);
+
+  int64_t num_elements() const { return num_elements_; }
+  // Every HF tensor of the model, in buffer order (no gaps, no overlaps).
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  const ParamEntry* Find(absl::string_view name) const;
+  // Element ranges [begin, end) of the FSDP units: the embedding, each layer, then the final
+  // norm together with the untied head.
+  const std::vector<std::pair<int64_t, int64_t>>& unit_ranges() const { return unit_ranges_; }
+  // Views of a buffer laid out like this (parameters or gradients).
+  ModelParams Bind(float* base, Device device) const;
+
+ private:
+  ModelConfig config_;
+  std::vector<ParamEntry> entries_;
+  std::vector<std::pair<int64_t, int64_t>> unit_ranges_;
+  int64_t num_elements_ = 0;
+};
+
+// A full set of parameters (or gradients): the buffer, its layout and its views.
+struct ParameterSet {
+  ModelConfig config;
+  ParameterLayout layout;
+  Buffer buffer;
+  ModelParams params;
+
+  static absl::StatusOr<ParameterSet> Allocate(const ModelConfig& config, Device device,
+                                               bool zeroed);
+  float* data() const { return static_cast<float*>(buffer.data()); }
+  // The HF tensor `entry` as a view of this set.
+  Tensor View(const ParamEntry& entry) const;
+};
+
+// Fills parameters the way transformers initialises a fresh model: weights ~ N(0, std^2),
+// RMSNorm weights 1, biases 0. Deterministic in `seed` alone (one counter-based stream per
+// tensor), so `prl model init` gives identical files on every machine.
+void InitializeParameters(const ParameterSet& set, uint64_t seed, float std = 0.02f);
+
+}  // namespace prl

@@ -1,0 +1,291 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/logprob.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace prl {
+
+namespace k = kernels;
+
+namespace {
+
+// What one layer's forward leaves behind for its backward.
+struct LayerActivations {
+  Tensor input;     // (T, C) residual stream entering the layer
+  Tensor ln1;       // (T, C) input_layernorm output
+  Tensor ln1_rstd;  // (T)
+  Tensor qkv;       // (T, QKV) projections + bias, RoPE applied to q and k
+  Tensor attn;      // (T, H D) attention output, before o_proj
+  Tensor attn_lse;  // (T, H)
+  Tensor mid;       // (T, C) residual stream after attention
+  Tensor ln2;       // (T, C) post_attention_layernorm output
+  Tensor ln2_rstd;  // (T)
+  Tensor gate_up;   // (T, 2 I)
+  Tensor act;       // (T, I) silu(gate) * up
+};
+
+absl::Status CopyToDevice(const Tensor& dst, const void* src) {
+  return CopyBytes(dst.data, dst.device, src, Device::Cpu(), dst.bytes());
+}
+
+}  // namespace
+
+struct Transformer::Workspace {
+  int64_t T = 0;  // tokens
+  int64_t B = 0;  // sequences
+  int64_t R = 0;  // rows with a target (the LM head only runs on these)
+  bool for_backward = false;
+  bool backward_ready = false;
+  float temperature = 1.0f;
+  std::vector<int32_t> head_rows;  // host copy of the target positions (R)
+
+  Tensor tokens;                         // (T) I32
+  Tensor cu_seqlens;                     // (B + 1) I32
+  Tensor positions;                      // (T) I32
+  Tensor inv_freq;                       // (D/2)
+  Tensor rope_cos;                       // (T, D/2)
+  Tensor rope_sin;                       // (T, D/2)
+  std::vector<LayerActivations> layers;  // L with for_backward, else 2 alternating slots
+  Tensor final_input;                    // (T, C) residual stream after the last layer
+  Tensor lnf;                            // (T, C) final norm output
+  Tensor lnf_rstd;                       // (T)
+  Tensor head_rows_dev;                  // (R) I32 positions with a target
+  Tensor head_targets;                   // (R) I32
+  Tensor head_in;                        // (R, C) lnf rows with a target (lnf itself when R == T)
+  Tensor head_lse;                       // (R)
+  Tensor head_logprob;                   // (R)
+  Tensor logits;                         // (chunk, V) scratch
+
+  // Backward scratch. The two "wide" buffers are shared by the MLP and attention halves.
+  Tensor dresid;    // (T, C) gradient of the residual stream
+  Tensor dln;       // (T, C)
+  Tensor wide_a;    // (T * max(2 I, QKV)): dgate_up, then dqkv
+  Tensor wide_b;    // (T * max(I, H D)): dact, then dattn
+  Tensor dhead_in;  // (R, C)
+  Tensor dlogprob;  // (R)
+
+  LayerActivations& Slot(int64_t layer) {
+    return layers[for_backward ? layer : layer % static_cast<int64_t>(layers.size())];
+  }
+};
+
+Transformer::Transformer(const ModelConfig& config, Device device, TransformerOptions options)
+    : config_(config),
+      device_(device),
+      options_(options),
+      inv_freq_(RopeInverseFrequencies(config)),
+      arena_(device),
+      ws_(std::make_unique<Workspace>()) {
+  PRL_CHECK(ValidateModelConfig(config).ok(), "Transformer needs a valid config");
+  PRL_CHECK(KernelBackendAvailable(device.type), "no kernel backend for ", device.ToString());
+}
+
+Transformer::~Transformer() = default;
+
+size_t Transformer::workspace_bytes() const { return arena_.capacity_bytes(); }
+
+absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& batch,
+                                  float temperature, absl::Span<float> logprobs,
+                                  bool for_backward) {
+  PRL_RETURN_IF_ERROR(ValidatePackedBatch(batch, config_));
+  if (!(temperature > 0.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be > 0 for log-probabilities, found ", temperature));
+  }
+  if (static_cast<int64_t>(logprobs.size()) != batch.num_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("logprobs has ", logprobs.size(), " slots for ",
+                                                   batch.num_tokens(), " tokens"));
+  }
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  ws.T = batch.num_tokens();
+  ws.B = batch.num_seqs();
+  ws.for_backward = for_backward;
+  ws.backward_ready = false;
+  ws.temperature = temperature;
+  ws.head_rows.clear();
+  std::vector<int32_t> head_targets;
+  for (int64_t t = 0; t < ws.T; ++t) {
+    if (batch.targets[t] == PackedBatch::kNoTarget) continue;
+    ws.head_rows.push_back(static_cast<int32_t>(t));
+    head_targets.push_back(batch.targets[t]);
+  }
+  ws.R = static_cast<int64_t>(ws.head_rows.size());
+
+  const int64_t T = ws.T, R = ws.R, C = c.hidden_size, I = c.intermediate_size;
+  const int64_t chunk = std::min<int64_t>(
+      std::max<int64_t>(R, 1), k::LogprobChunkRows(c.vocab_size, options_.logits_chunk_bytes));
+  const int64_t num_slots = for_backward ? c.num_hidden_layers : 2;
+  PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) {
+    ws.tokens = a.Take(DType::kI32, {T});
+    ws.cu_seqlens = a.Take(DType::kI32, {ws.B + 1});
+    ws.positions = a.Take(DType::kI32, {T});
+    ws.inv_freq = a.Take(DType::kF32, {c.head_dim / 2});
+    ws.rope_cos = a.Take(DType::kF32, {T, c.head_dim / 2});
+    ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
+    ws.layers.assign(num_slots, {});
+    for (LayerActivations& l : ws.layers) {
+      l.input = a.Take(DType::kF32, {T, C});
+      l.ln1 = a.Take(DType::kF32, {T, C});
+      l.ln1_rstd = a.Take(DType::kF32, {T});
+      l.qkv = a.Take(DType::kF32, {T, c.qkv_dim()});
+      l.attn = a.Take(DType::kF32, {T, c.q_dim()});
+      l.attn_lse = a.Take(DType::kF32, {T, c.num_attention_heads});
+      l.mid = a.Take(DType::kF32, {T, C});
+      l.ln2 = a.Take(DType::kF32, {T, C});
+      l.ln2_rstd = a.Take(DType::kF32, {T});
+      l.gate_up = a.Take(DType::kF32, {T, 2 * I});
+      l.act = a.Take(DType::kF32, {T, I});
+    }
+    ws.final_input = a.Take(DType::kF32, {T, C});
+    ws.lnf = a.Take(DType::kF32, {T, C});
+    ws.lnf_rstd = a.Take(DType::kF32, {T});
+    ws.head_rows_dev = a.Take(DType::kI32, {R});
+    ws.head_targets = a.Take(DType::kI32, {R});
+    ws.head_in = R == T ? ws.lnf : a.Take(DType::kF32, {R, C});
+    ws.head_lse = a.Take(DType::kF32, {R});
+    ws.head_logprob = a.Take(DType::kF32, {R});
+    ws.logits = a.Take(DType::kF32, {chunk, c.vocab_size});
+    if (for_backward) {
+      ws.dresid = a.Take(DType::kF32, {T, C});
+      ws.dln = a.Take(DType::kF32, {T, C});
+      ws.wide_a = a.Take(DType::kF32, {T * std::max(2 * I, c.qkv_dim())});
+      ws.wide_b = a.Take(DType::kF32, {T * std::max(I, c.q_dim())});
+      ws.dhead_in = R == T ? ws.dln : a.Take(DType::kF32, {R, C});
+      ws.dlogprob = a.Take(DType::kF32, {R});
+    }
+  }));
+
+  std::vector<int32_t> positions(T);
+  for (int64_t s = 0; s < ws.B; ++s) {
+    for (int32_t t = batch.cu_seqlens[s]; t < batch.cu_seqlens[s + 1]; ++t) {
+      positions[t] = t - batch.cu_seqlens[s];
+    }
+  }
+  PRL_RETURN_IF_ERROR(CopyToDevice(ws.tokens, batch.tokens.data()));
+  PRL_RETURN_IF_ERROR(CopyToDevice(ws.cu_seqlens, batch.cu_seqlens.data()));
+  PRL_RETURN_IF_ERROR(CopyToDevice(ws.positions, positions.data()));
+  PRL_RETURN_IF_ERROR(CopyToDevice(ws.inv_freq, inv_freq_.data()));
+  PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_rows_dev, ws.head_rows.data()));
+  PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_targets, head_targets.data()));
+
+  k::RopeTables(ws.rope_cos, ws.rope_sin, ws.positions, ws.inv_freq);
+  k::EmbeddingForward(ws.Slot(0).input, params.embed, ws.tokens);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) ForwardLayer(params.layers[l], l);
+  k::RmsNormForward(ws.lnf, ws.lnf_rstd, ws.final_input, params.final_norm,
+                    static_cast<float>(c.rms_norm_eps));
+
+  std::fill(logprobs.begin(), logprobs.end(), 0.0f);
+  if (R > 0) {
+    if (R < T) k::EmbeddingForward(ws.head_in, ws.lnf, ws.head_rows_dev);  // row gather
+    k::LogprobForward(ws.head_logprob, ws.head_lse, ws.head_in, params.lm_head, ws.head_targets,
+                      temperature, ws.logits);
+    std::vector<float> head_logprobs(R);
+    PRL_RETURN_IF_ERROR(CopyBytes(head_logprobs.data(), Device::Cpu(), ws.head_logprob.data,
+                                  device_, R * sizeof(float)));
+    for (int64_t r = 0; r < R; ++r) logprobs[ws.head_rows[r]] = head_logprobs[r];
+  }
+  ws.backward_ready = for_backward;
+  return absl::OkStatus();
+}
+
+void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  LayerActivations& a = ws.Slot(layer);
+  const Tensor& next_input =
+      layer + 1 < c.num_hidden_layers ? ws.Slot(layer + 1).input : ws.final_input;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+
+  k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm, eps);
+  k::MatmulForward(a.qkv, a.ln1, p.qkv_weight, p.qkv_bias);
+  k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ws.rope_cos,
+               ws.rope_sin, /*inverse=*/false);
+  k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape);
+  // mid = input + attn . Wo^T, the residual fused into the projection's accumulate.
+  PRL_CHECK(CopyTensor(a.mid, a.input).ok(), "device copy failed");
+  k::MatmulForward(a.mid, a.attn, p.o_weight, {}, /*accumulate=*/true);
+  k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
+  k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight);
+  k::SwiGluForward(a.act, a.gate_up);
+  PRL_CHECK(CopyTensor(next_input, a.mid).ok(), "device copy failed");
+  k::MatmulForward(next_input, a.act, p.down_weight, {}, /*accumulate=*/true);
+}
+
+absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
+                                   const ModelParams& grads) {
+  Workspace& ws = *ws_;
+  if (!ws.backward_ready) {
+    return absl::FailedPreconditionError(
+        "Transformer::Backward needs the preceding Forward to run with for_backward = true");
+  }
+  if (static_cast<int64_t>(dlogprobs.size()) != ws.T) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dlogprobs has ", dlogprobs.size(), " entries for ", ws.T, " tokens"));
+  }
+  ws.backward_ready = false;  // activations are consumed: one backward per forward
+  const ModelConfig& c = config_;
+  const int64_t T = ws.T, R = ws.R;
+
+  // Head: dlogprob (R) -> d lnf rows -> scattered into dln (T, C).
+  PRL_RETURN_IF_ERROR(ZeroTensor(ws.dresid));
+  if (R > 0) {
+    std::vector<float> head_dlogprob(R);
+    for (int64_t r = 0; r < R; ++r) head_dlogprob[r] = dlogprobs[ws.head_rows[r]];
+    PRL_RETURN_IF_ERROR(CopyToDevice(ws.dlogprob, head_dlogprob.data()));
+    k::LogprobBackward(ws.dhead_in, grads.lm_head, ws.dlogprob, ws.head_in, params.lm_head,
+                       ws.head_targets, ws.head_lse, ws.temperature, ws.logits);
+    if (R < T) {
+      PRL_RETURN_IF_ERROR(ZeroTensor(ws.dln));
+      k::EmbeddingBackward(ws.dln, ws.dhead_in, ws.head_rows_dev);  // row scatter-add
+    }
+  } else {
+    PRL_RETURN_IF_ERROR(ZeroTensor(ws.dln));
+  }
+  k::RmsNormBackward(ws.dresid, grads.final_norm, ws.dln, ws.final_input, params.final_norm,
+                     ws.lnf_rstd);
+  for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    BackwardLayer(params.layers[l], grads.layers[l], l);
+  }
+  k::EmbeddingBackward(grads.embed, ws.dresid, ws.tokens);
+  return absl::OkStatus();
+}
+
+void Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const LayerActivations& a = ws.layers[layer];
+  const int64_t T = ws.T, I = c.intermediate_size;
+  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+  const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
+  const Tensor dqkv = ws.wide_a.Rows(0, T * c.qkv_dim()).Reshape({T, c.qkv_dim()});
+  const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});
+  const Tensor dattn = ws.wide_b.Rows(0, T * c.q_dim()).Reshape({T, c.q_dim()});
+
+  // MLP half: resid_out = mid + down(silu(gate(ln2)) * up(ln2)).
+  k::MatmulBackward(dact, g.down_weight, {}, ws.dresid, a.act, p.down_weight);
+  k::SwiGluBackward(dgate_up, dact, a.gate_up);
+  k::MatmulBackward(ws.dln, g.gate_up_weight, {}, dgate_up, a.ln2, p.gate_up_weight);
+  k::RmsNormBackward(ws.dresid, g.post_norm, ws.dln, a.mid, p.post_norm, a.ln2_rstd);
+
+  // Attention half: mid = input + o_proj(attention(rope(qkv(ln1)))).
+  k::MatmulBackward(dattn, g.o_weight, {}, ws.dresid, a.attn, p.o_weight);
+  k::AttentionBackward(dqkv, dattn, a.qkv, a.attn, a.attn_lse, ws.cu_seqlens, shape);
+  k::RopeApply(dqkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ws.rope_cos,
+               ws.rope_sin, /*inverse=*/true);
+  k::MatmulBackward(ws.dln, g.qkv_weight, g.qkv_bias, dqkv, a.ln1, p.qkv_weight);
+  k::RmsNormBackward(ws.dresid, g.input_norm, ws.dln, a.input, p.input_norm, a.ln1_rstd);
+}
+
+}  // namespace prl
