@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -171,6 +172,20 @@ std::vector<SafetensorsTensorToWrite> TensorsToWrite(const ParameterSet& set, co
 
 const std::vector<std::pair<std::string, std::string>> kPtMetadata = {{"format", "pt"}};
 
+// Deletes the shards of an earlier sharded save (model-XXXXX-of-YYYYY.safetensors) that are not
+// in `keep`, as save_pretrained does: a re-save with another shard count, or unsharded, must
+// not leave the old weights behind.
+void RemoveStaleShards(const fs::path& dir, const std::set<std::string>& keep) {
+  static const std::regex kShardName(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!keep.count(name) && std::regex_match(name, kShardName)) stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
+}
+
 }  // namespace
 
 absl::Status SaveModel(const std::string& dir, const ParameterSet& set,
@@ -205,22 +220,26 @@ absl::Status SaveModel(const std::string& dir, const ParameterSet& set,
   if (shards.size() == 1) {
     PRL_RETURN_IF_ERROR(WriteSafetensors(single.string(), tensors, options.dtype, kPtMetadata));
     fs::remove(index_path, ec);
+    RemoveStaleShards(dir, {});
     return absl::OkStatus();
   }
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total}};
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::set<std::string> shard_names;
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string name =
         absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards.size());
     PRL_RETURN_IF_ERROR(
         WriteSafetensors((fs::path(dir) / name).string(), shards[s], options.dtype, kPtMetadata));
     for (const auto& t : shards[s]) weight_map[t.name] = name;
+    shard_names.insert(name);
   }
   index["weight_map"] = weight_map;
   PRL_RETURN_IF_ERROR(WriteFileAtomically(index_path.string(), index.dump(2) + "\n"));
   // The loader (like transformers) prefers model.safetensors: a stale one must go.
   fs::remove(single, ec);
+  RemoveStaleShards(dir, shard_names);
   return absl::OkStatus();
 }
 

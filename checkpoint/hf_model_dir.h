@@ -31,8 +31,8 @@ struct SaveModelOptions {
 };
 
 // Writes config.json and the weights into `dir` (created if missing). Each file is written
-// atomically; weight files of the other layout (single vs sharded) left by an earlier save
-// are removed so the directory is unambiguous.
+// atomically; weight files of the other layout (single vs sharded), and shards of an earlier
+// sharded save that this one does not overwrite, are removed so the directory is unambiguous.
 absl::Status SaveModel(const std::string& dir, const ParameterSet& params,
                        const SaveModelOptions& options = {});
 

@@ -250,6 +250,16 @@ absl::Status WriteSafetensors(const std::string& path,
   for (const auto& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
             [](const auto* a, const auto* b) { return a->name < b->name; });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i]->name == "__metadata__" || sorted[i]->name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": '", sorted[i]->name, "' cannot name a tensor"));
+    }
+    if (i > 0 && sorted[i]->name == sorted[i - 1]->name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": two tensors are named '", sorted[i]->name, "'"));
+    }
+  }
 
   nlohmann::ordered_json header;
   if (!metadata.empty()) {
@@ -267,7 +277,13 @@ absl::Status WriteSafetensors(const std::string& path,
                        {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();  // throws on names that are not valid UTF-8
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": tensor names must be valid UTF-8: ", e.what()));
+  }
   text.append((8 - text.size() % 8) % 8, ' ');
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(text.size() >> (8 * i));

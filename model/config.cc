@@ -129,11 +129,21 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const Json& root, absl::string_view
         absl::StrCat(source, ": key 'rope_scaling': expected an object or null"));
   }
   const Json& rs = *it;
+  // transformers accepts the legacy key "type" as well as "rope_type".
   std::string type;
-  if (rs.contains("rope_type") && rs["rope_type"].is_string())
-    type = rs["rope_type"];
-  else if (rs.contains("type") && rs["type"].is_string())
-    type = rs["type"];
+  for (const char* key : {"rope_type", "type"}) {
+    auto found = rs.find(key);
+    if (found == rs.end()) continue;
+    if (!found->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": key 'rope_scaling.", key, "' must be a string"));
+    }
+    if (!type.empty() && type != found->get<std::string>()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": keys 'rope_scaling.rope_type' and 'rope_scaling.type' disagree"));
+    }
+    type = found->get<std::string>();
+  }
   std::set<std::string> allowed = {"rope_type", "type"};
   if (type == "default") {
     // Plain RoPE.
@@ -194,6 +204,7 @@ absl::Status CheckNeutralKeys(const Json& root, const Reader& reader, Architectu
     return reader.Error("attention_bias", "Llama attention biases (q/k/v/o) are not supported");
   }
   if (auto it = root.find("layer_types"); it != root.end() && !it->is_null()) {
+    if (!it->is_array()) return reader.Error("layer_types", "expected a list of layer types");
     for (const Json& t : *it) {
       if (t != "full_attention") {
         return reader.Error(

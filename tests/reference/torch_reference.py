@@ -301,8 +301,8 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
-def forward(cfg, params, tokens):
-    """Log-probabilities (T, vocab) for one sequence of token ids."""
+def forward(cfg, params, tokens, temperature=1.0):
+    """Log-probabilities (T, vocab) of softmax(logits / temperature)."""
     T, D, H, KV = len(tokens), cfg.head_dim, cfg.heads, cfg.kv_heads
     x = params["model.embed_tokens.weight"][torch.as_tensor(tokens)]
     cos, sin = rope_tables(cfg, T)
@@ -334,19 +334,19 @@ def forward(cfg, params, tokens):
         x = x + (gate * up) @ w["mlp.down_proj.weight"].t()
     x = rms_norm(x, params["model.norm.weight"], cfg.eps)
     head = params["model.embed_tokens.weight" if cfg.tie else "lm_head.weight"]
-    return torch.log_softmax(x @ head.t(), dim=-1)
+    return torch.log_softmax(x @ head.t() / temperature, dim=-1)
 
 
-def score_line(cfg, params, tokens, score_from):
+def score_line(cfg, params, tokens, score_from, temperature=1.0):
     """log p(tokens[i] | tokens[:i]) for i in [score_from, len(tokens))."""
     if not 1 <= score_from < len(tokens):
         raise ValueError("need 1 <= score_from < len(tokens)")
-    logp = forward(cfg, params, tokens[:-1])
+    logp = forward(cfg, params, tokens[:-1], temperature)
     rows = torch.arange(score_from - 1, len(tokens) - 1)
     return logp[rows, torch.as_tensor(tokens[score_from:])]
 
 
-def score_all(cfg, params, requests, want_grads):
+def score_all(cfg, params, requests, want_grads, temperature=1.0):
     """Score every request, one sequence at a time.
 
     Returns (list of float64 arrays, {name: gradient array} or None); the
@@ -354,7 +354,8 @@ def score_all(cfg, params, requests, want_grads):
     """
     results = []
     for req in requests:
-        lp = score_line(cfg, params, req["tokens"], req["score_from"])
+        lp = score_line(cfg, params, req["tokens"], req["score_from"],
+                        temperature)
         if want_grads:
             (-lp.sum()).backward()
         results.append(lp.detach().numpy())
@@ -398,7 +399,7 @@ def cmd_gen_input(args):
 def cmd_score(args):
     cfg, params = load_checkpoint(args.model)
     results, grads = score_all(cfg, params, read_jsonl(args.input),
-                               args.grads is not None)
+                               args.grads is not None, args.temperature)
     with open(args.output, "w") as f:
         f.writelines(json.dumps({"logprobs": lp.tolist()}) + "\n"
                      for lp in results)
@@ -440,7 +441,8 @@ def cmd_check_score(args):
         print("FAIL: %s has %d lines, %s has %d"
               % (args.logprobs, len(prl), args.input, len(requests)))
         return 1
-    ref, grads = score_all(cfg, params, requests, args.grads is not None)
+    ref, grads = score_all(cfg, params, requests, args.grads is not None,
+                           args.temperature)
     failures, worst, where = [], 0.0, ""
     for line, (r, p) in enumerate(zip(ref, prl), start=1):
         got = np.asarray(p.get("logprobs", []), dtype=np.float64)
@@ -545,11 +547,12 @@ _COMMANDS = {  # subcommand: (handler, help, [(flag, add_argument kwargs)])
         ("--max-len", _INT), ("--seed", _INT), ("--out", _REQ)]),
     "score": (cmd_score, "write the reference's own results", [
         ("--model", _REQ), ("--input", _REQ), ("--output", _REQ),
-        ("--grads", _STR)]),
+        ("--grads", _STR), ("--temperature", dict(_FLOAT, default=1.0))]),
     "check-score": (cmd_check_score, "compare prl's results", [
         ("--model", _REQ), ("--input", _REQ), ("--logprobs", _REQ),
         ("--grads", _STR), ("--logprob-atol", dict(_FLOAT, default=1e-4)),
-        ("--grad-rtol", dict(_FLOAT, default=1e-3))]),
+        ("--grad-rtol", dict(_FLOAT, default=1e-3)),
+        ("--temperature", dict(_FLOAT, default=1.0))]),
     "check-grad-selftest": (cmd_check_grad_selftest,
                             "autograd vs finite differences", []),
 }

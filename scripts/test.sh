@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what is missing, configures, builds and runs every test (CI runs exactly this).
+#   PRL_BUILD_DIR   build directory (default: build)
+#   PRL_CMAKE_ARGS  extra CMake arguments, e.g. "-DPRL_CUDA=OFF"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+BUILD_DIR=${PRL_BUILD_DIR:-build}
+JOBS=$(nproc)
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${PRL_CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"
+cd "$BUILD_DIR"
+ctest --output-on-failure -j "$JOBS"

@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""Black-box tests of the `prl` command line: --help everywhere, input errors that name the
+line and field, deterministic model init, packing-invariant scoring, the bench JSON format.
+
+usage: cli_test.py PATH_TO_PRL [unittest args]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PRL = None
+
+
+def run(*args, check=False):
+    proc = subprocess.run([PRL, *map(str, args)], capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError("prl %s failed (%d):\n%s" % (" ".join(map(str, args)),
+                                                         proc.returncode, proc.stderr))
+    return proc
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="prl_cli_test_")
+        cls.dir = cls.tmp.name
+        cls.model = os.path.join(cls.dir, "model")
+        run("model", "init", "--arch", "qwen2", "--hidden-size", 32, "--layers", 2, "--heads", 4,
+            "--kv-heads", 2, "--intermediate-size", 48, "--vocab-size", 40,
+            "--max-position-embeddings", 16, "--seed", 3, "--out", cls.model, check=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def write(self, name, text):
+        with open(self.path(name), "w") as f:
+            f.write(text)
+        return self.path(name)
+
+    def assert_error(self, proc, *fragments):
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        for fragment in fragments:
+            self.assertIn(fragment, proc.stderr)
+
+    def test_every_command_has_help(self):
+        for cmd in [[], ["model"], ["model", "init"], ["model", "info"], ["score"], ["bench"],
+                    ["bench", "model"]]:
+            proc = run(*cmd, "--help")
+            self.assertEqual(proc.returncode, 0, cmd)
+            self.assertIn("Usage", proc.stdout, cmd)
+
+    def test_score_errors_name_the_line_and_field(self):
+        cases = [
+            ('{"tokens": [1, 2, 40], "score_from": 1}', "line 2: tokens[2] = 40 is not a token id"),
+            ('{"tokens": [1, 2, -1], "score_from": 1}', "line 2: tokens[2] = -1"),
+            ('{"tokens": [1, 2, 3], "score_from": 0}', "line 2: score_from = 0 is out of range"),
+            ('{"tokens": [1, 2, 3], "score_from": 3}', "len(tokens) = 3"),
+            ('{"tokens": [1], "score_from": 1}', "line 2: \"tokens\" has 1 entries"),
+            ('{"tokens": %s, "score_from": 1}' % list(range(17)),
+             "line 2: sequence of 17 tokens is longer than the model's max_position_embeddings"),
+            ('{"tokens": [1, 2.5], "score_from": 1}', "line 2: tokens[1] = 2.5"),
+            ('{"tokens": [1, 2], "score_from": 1', "line 2: malformed JSON"),
+            ('{"tokens": [1, 2]}', "line 2: \"score_from\" must be an integer"),
+            ('{"tokens": [1, 2], "score_from": 1, "extra": 0}', "line 2: unknown key 'extra'"),
+            ('[1, 2]', "line 2: expected a JSON object"),
+            ('', "line 2: empty line"),
+        ]
+        for bad, message in cases:
+            with self.subTest(bad=bad):
+                inp = self.write("bad.jsonl", '{"tokens": [1, 2], "score_from": 1}\n' + bad + "\n")
+                out = self.path("bad_out.jsonl")
+                proc = run("score", "--model", self.model, "--input", inp, "--output", out)
+                self.assert_error(proc, message)
+                self.assertFalse(os.path.exists(out), "no partial output on error")
+
+    def test_score_reports_missing_files_and_bad_models(self):
+        self.assert_error(run("score", "--model", self.path("absent"), "--input", "x",
+                              "--output", "y"), "config.json")
+        broken = self.path("broken")
+        os.makedirs(broken, exist_ok=True)
+        with open(os.path.join(self.model, "config.json")) as f:
+            self.write("broken/config.json", f.read())
+        with open(os.path.join(self.model, "model.safetensors"), "rb") as f:
+            data = f.read()
+        with open(os.path.join(broken, "model.safetensors"), "wb") as f:
+            f.write(data[: len(data) // 2])
+        inp = self.write("ok.jsonl", '{"tokens": [1, 2], "score_from": 1}\n')
+        self.assert_error(run("score", "--model", broken, "--input", inp, "--output",
+                              self.path("o.jsonl")), "model.safetensors", "truncated")
+
+    def test_score_is_independent_of_packing(self):
+        lines = [{"tokens": [(7 * i + j) % 40 for j in range(2 + i)], "score_from": 1 + i % 2}
+                 for i in range(10)]
+        inp = self.write("many.jsonl", "".join(json.dumps(l) + "\n" for l in lines))
+        results = []
+        for budget in (1, 12, 1000):
+            out = self.path("packed_%d.jsonl" % budget)
+            run("score", "--model", self.model, "--input", inp, "--output", out,
+                "--max-batch-tokens", budget, check=True)
+            with open(out) as f:
+                results.append([json.loads(l)["logprobs"] for l in f])
+        for other in results[1:]:
+            for a, b in zip(results[0], other):
+                self.assertEqual(len(a), len(b))
+                for x, y in zip(a, b):
+                    self.assertAlmostEqual(x, y, delta=1e-5)
+        self.assertEqual([len(r) for r in results[0]],
+                         [len(l["tokens"]) - l["score_from"] for l in lines])
+
+    def test_model_init_is_deterministic_in_the_seed(self):
+        def init(seed, name):
+            out = self.path(name)
+            run("model", "init", "--preset", "tiny", "--seed", seed, "--out", out, check=True)
+            with open(os.path.join(out, "model.safetensors"), "rb") as f:
+                return f.read()
+        self.assertEqual(init(1, "a"), init(1, "b"))
+        self.assertNotEqual(init(1, "a"), init(2, "c"))
+
+    def test_model_init_errors_name_the_flag(self):
+        self.assert_error(run("model", "init", "--hidden-size", 32, "--out", self.path("x")),
+                          "--layers is required")
+        self.assert_error(run("model", "init", "--preset", "tiny", "--arch", "gpt2", "--out",
+                              self.path("x")), "--arch", "gpt2")
+        self.assert_error(run("model", "init", "--preset", "tiny", "--heads", 4, "--kv-heads", 3,
+                              "--out", self.path("x")), "num_key_value_heads")
+        self.assert_error(run("model", "init", "--preset", "nope", "--out", self.path("x")),
+                          "unknown model preset 'nope'")
+
+    def test_model_init_writes_sharded_bf16_that_loads(self):
+        out = self.path("sharded")
+        run("model", "init", "--preset", "tiny", "--dtype", "bf16", "--max-shard-mb", 0.05,
+            "--out", out, check=True)
+        self.assertTrue(os.path.exists(os.path.join(out, "model.safetensors.index.json")))
+        self.assertFalse(os.path.exists(os.path.join(out, "model.safetensors")))
+        info = run("model", "info", out, check=True)
+        self.assertIn("Qwen2ForCausalLM", info.stdout)
+
+    def test_device_flag_is_validated(self):
+        inp = self.write("d.jsonl", '{"tokens": [1, 2], "score_from": 1}\n')
+        self.assert_error(run("score", "--model", self.model, "--input", inp, "--output",
+                              self.path("d_out.jsonl"), "--device", "tpu"), "--device")
+
+    def test_bench_model_prints_the_documented_json(self):
+        proc = run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len", 32,
+                   "--iters", 1, "--json", check=True)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "model")
+        self.assertIn("cpu", report["machine"])
+        names = {r["name"] for r in report["results"]}
+        self.assertEqual(names, {"forward_tokens_per_s", "forward_gflops", "train_tokens_per_s",
+                                 "train_gflops"})
+        for r in report["results"]:
+            self.assertEqual(set(r), {"name", "value", "unit", "baseline_name", "baseline_value",
+                                      "ratio"})
+            self.assertGreater(r["value"], 0)
+            self.assertAlmostEqual(r["ratio"], r["value"] / r["baseline_value"], places=6)
+
+
+if __name__ == "__main__":
+    PRL = os.path.abspath(sys.argv.pop(1))
+    unittest.main()

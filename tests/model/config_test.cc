@@ -1,0 +1,435 @@
+#include "model/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tests/status_testing.h"
+
+namespace prl {
+namespace {
+
+using ::prl::testing::IsError;
+
+constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+
+// Verbatim from the Hugging Face hub.
+constexpr char kQwen25HalfB[] = R"({
+  "architectures": [
+    "Qwen2ForCausalLM"
+  ],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 24,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+}
+)";
+
+constexpr char kLlama32OneB[] = R"({
+  "architectures": [
+    "LlamaForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 16,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 32.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+}
+)";
+
+constexpr char kSource[] = "models/x/config.json";
+
+ModelConfig Parse(absl::string_view text) {
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text, kSource);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.value_or(ModelConfig{});
+}
+
+// `base` with `edit` applied to its JSON, parsed.
+template <typename Edit>
+absl::Status ParseEdited(const char* base, Edit edit) {
+  nlohmann::json j = nlohmann::json::parse(base);
+  edit(j);
+  return ParseModelConfig(j.dump(), kSource).status();
+}
+
+// ---- Real configs --------------------------------------------------------------------------
+
+TEST(ParseModelConfigTest, ParsesTheQwen25HalfBConfigVerbatim) {
+  const ModelConfig c = Parse(kQwen25HalfB);
+  EXPECT_EQ(c.arch, Architecture::kQwen2);
+  EXPECT_EQ(c.hidden_size, 896);
+  EXPECT_EQ(c.intermediate_size, 4864);
+  EXPECT_EQ(c.num_hidden_layers, 24);
+  EXPECT_EQ(c.num_attention_heads, 14);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.head_dim, 64);  // hidden_size / heads: the config has no head_dim
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.q_dim(), 896);
+  EXPECT_EQ(c.kv_dim(), 128);
+  EXPECT_EQ(c.qkv_dim(), 1152);
+  using Pair = std::pair<std::string, std::string>;
+  EXPECT_EQ(c.passthrough, (std::vector<Pair>{{"bos_token_id", "151643"},
+                                              {"eos_token_id", "151643"},
+                                              {"initializer_range", "0.02"},
+                                              {"max_window_layers", "24"},
+                                              {"sliding_window", "32768"},
+                                              {"torch_dtype", R"("bfloat16")"},
+                                              {"transformers_version", R"("4.40.1")"},
+                                              {"use_cache", "true"}}));
+}
+
+TEST(ParseModelConfigTest, ParsesTheLlama32OneBConfigVerbatim) {
+  const ModelConfig c = Parse(kLlama32OneB);
+  EXPECT_EQ(c.arch, Architecture::kLlama);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.num_hidden_layers, 16);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  ASSERT_FALSE(c.passthrough.empty());
+  EXPECT_EQ(c.passthrough.front(), (std::pair<std::string, std::string>{"bos_token_id", "128000"}));
+}
+
+TEST(ParameterCountTest, MatchesThePublishedSizesOfRealModels) {
+  // Qwen2.5-0.5B: 494,032,768 parameters; Llama-3.2-1B: 1,235,814,400 (both tied).
+  EXPECT_EQ(ParameterCount(Parse(kQwen25HalfB)), 494'032'768);
+  EXPECT_EQ(ParameterCount(Parse(kLlama32OneB)), 1'235'814'400);
+}
+
+void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.num_hidden_layers, b.num_hidden_layers);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.num_key_value_heads, b.num_key_value_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
+            b.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.passthrough, b.passthrough);
+}
+
+TEST(ModelConfigToJsonTest, SerialisedConfigParsesBackIdentically) {
+  std::vector<std::string> sources = {kQwen25HalfB, kLlama32OneB};
+  // A linear-scaled, untied variant with an odd rms_norm_eps.
+  nlohmann::json linear = nlohmann::json::parse(kLlama32OneB);
+  linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.5}};
+  linear["tie_word_embeddings"] = false;
+  linear["rms_norm_eps"] = 1.2345678901234567e-7;
+  linear["pad_token_id"] = nullptr;
+  linear["eos_token_id"] = {128001, 128008, 128009};
+  sources.push_back(linear.dump());
+  for (const std::string& source : sources) {
+    const ModelConfig original = Parse(source);
+    const std::string json = ModelConfigToJson(original);
+    SCOPED_TRACE(json);
+    const ModelConfig back = Parse(json);
+    ExpectSameConfig(back, original);
+    EXPECT_EQ(ModelConfigToJson(back), json);  // a fixed point
+  }
+}
+
+TEST(ModelConfigToJsonTest, PassthroughKeysAreWrittenVerbatim) {
+  const nlohmann::json j = nlohmann::json::parse(ModelConfigToJson(Parse(kLlama32OneB)));
+  EXPECT_EQ(j["bos_token_id"], 128000);
+  EXPECT_EQ(j["eos_token_id"], 128001);
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
+  EXPECT_EQ(j["transformers_version"], "4.45.0.dev0");
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["model_type"], "llama");
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+}
+
+// ---- Rejected configs ----------------------------------------------------------------------
+
+TEST(ParseModelConfigTest, UnsupportedRopeScalingTypeIsAnErrorNamingRopeType) {
+  const absl::Status s = ParseEdited(kLlama32OneB, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'rope_scaling.rope_type'", "'yarn'"}));
+}
+
+TEST(ParseModelConfigTest, RopeScalingKeyForeignToItsTypeIsAnErrorNamingIt) {
+  const absl::Status s = ParseEdited(kLlama32OneB, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}, {"low_freq_factor", 1.0}};
+  });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'rope_scaling.low_freq_factor'"}));
+}
+
+TEST(ParseModelConfigTest, DisagreeingRopeTypeAndLegacyTypeAreAnError) {
+  const absl::Status s = ParseEdited(kLlama32OneB, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 4.0}};
+  });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'rope_scaling.rope_type'", "disagree"}));
+  const absl::Status legacy = ParseEdited(kLlama32OneB, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  });
+  EXPECT_TRUE(legacy.ok()) << legacy;
+}
+
+TEST(ParseModelConfigTest, LayerTypesMustBeAListOfFullAttention) {
+  EXPECT_TRUE(IsError(
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["layer_types"] = "full_attention"; }),
+      kInvalid, {"'layer_types'", "list"}));
+  EXPECT_TRUE(IsError(ParseEdited(kQwen25HalfB,
+                                  [](nlohmann::json& j) {
+                                    j["layer_types"] = {"full_attention", "sliding_attention"};
+                                  }),
+                      kInvalid, {"'layer_types'", "sliding_attention"}));
+}
+
+TEST(ParseModelConfigTest, UnknownTopLevelKeyIsAnErrorNamingIt) {
+  const absl::Status s =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["partial_rotary_factor"] = 0.5; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'partial_rotary_factor'", "not supported"}));
+}
+
+TEST(ParseModelConfigTest, MissingRequiredKeyIsAnErrorNamingIt) {
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "vocab_size"}) {
+    SCOPED_TRACE(key);
+    const absl::Status s = ParseEdited(kQwen25HalfB, [&](nlohmann::json& j) { j.erase(key); });
+    EXPECT_TRUE(IsError(s, kInvalid, {kSource, absl::StrCat("'", key, "'"), "missing"}));
+  }
+}
+
+TEST(ParseModelConfigTest, NonSiluActivationIsAnError) {
+  const absl::Status s =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["hidden_act"] = "gelu"; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'hidden_act'", "gelu"}));
+}
+
+TEST(ParseModelConfigTest, SlidingWindowAttentionIsAnError) {
+  const absl::Status s =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["use_sliding_window"] = true; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'use_sliding_window'"}));
+}
+
+TEST(ParseModelConfigTest, LlamaAttentionBiasIsAnError) {
+  const absl::Status s =
+      ParseEdited(kLlama32OneB, [](nlohmann::json& j) { j["attention_bias"] = true; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'attention_bias'"}));
+}
+
+TEST(ParseModelConfigTest, MlpBiasAndAttentionDropoutAreErrors) {
+  EXPECT_TRUE(IsError(ParseEdited(kLlama32OneB, [](nlohmann::json& j) { j["mlp_bias"] = true; }),
+                      kInvalid, {kSource, "'mlp_bias'"}));
+  EXPECT_TRUE(
+      IsError(ParseEdited(kLlama32OneB, [](nlohmann::json& j) { j["attention_dropout"] = 0.1; }),
+              kInvalid, {kSource, "'attention_dropout'"}));
+}
+
+TEST(ParseModelConfigTest, KvHeadsNotDividingHeadsIsAnError) {
+  const absl::Status s =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["num_key_value_heads"] = 4; });
+  EXPECT_TRUE(
+      IsError(s, kInvalid, {kSource, "'num_key_value_heads'", "4 does not divide", "= 14"}));
+}
+
+TEST(ParseModelConfigTest, OddHeadDimIsAnError) {
+  const absl::Status s = ParseEdited(kLlama32OneB, [](nlohmann::json& j) { j["head_dim"] = 63; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'head_dim'", "63"}));
+}
+
+TEST(ParseModelConfigTest, NonIntegerHiddenSizeIsAnError) {
+  for (const nlohmann::json& value : {nlohmann::json(896.5), nlohmann::json("896")}) {
+    SCOPED_TRACE(value.dump());
+    const absl::Status s =
+        ParseEdited(kQwen25HalfB, [&](nlohmann::json& j) { j["hidden_size"] = value; });
+    EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'hidden_size'", "expected an integer"}));
+  }
+  // A float with an integral value is what some exporters write: accepted.
+  const absl::Status integral =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["hidden_size"] = 896.0; });
+  EXPECT_TRUE(integral.ok()) << integral;
+}
+
+TEST(ParseModelConfigTest, NonPositiveSizeIsAnErrorNamingIt) {
+  const absl::Status s =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["intermediate_size"] = 0; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'intermediate_size'", "positive"}));
+}
+
+TEST(ParseModelConfigTest, ArchitecturesAndModelTypeDisagreeingIsAnError) {
+  const absl::Status s =
+      ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["model_type"] = "llama"; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'architectures' and 'model_type' disagree"}));
+}
+
+TEST(ParseModelConfigTest, UnsupportedArchitectureIsAnErrorNamingIt) {
+  const absl::Status s = ParseEdited(kQwen25HalfB, [](nlohmann::json& j) {
+    j["architectures"] = {"MistralForCausalLM"};
+    j.erase("model_type");
+  });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'architectures'", "MistralForCausalLM"}));
+}
+
+TEST(ParseModelConfigTest, MalformedJsonIsAnErrorNamingTheSource) {
+  EXPECT_TRUE(IsError(ParseModelConfig(R"({"hidden_size": 8,)", kSource).status(), kInvalid,
+                      {kSource, "malformed JSON"}));
+  EXPECT_TRUE(IsError(ParseModelConfig("[1, 2]", kSource).status(), kInvalid,
+                      {kSource, "expected a JSON object"}));
+}
+
+// ---- RoPE ----------------------------------------------------------------------------------
+
+ModelConfig RopeConfig(int64_t head_dim, double theta) {
+  ModelConfig c;
+  c.head_dim = head_dim;
+  c.rope_theta = theta;
+  return c;
+}
+
+void ExpectRelativelyNear(double got, double want, double tolerance, int64_t i) {
+  EXPECT_LE(std::abs(got - want), tolerance * std::abs(want))
+      << "frequency " << i << ": got " << got << ", want " << want;
+}
+
+TEST(RopeInverseFrequenciesTest, DefaultMatchesTheClosedForm) {
+  for (const auto& [head_dim, theta] :
+       {std::pair<int64_t, double>{64, 1e6}, {128, 10000.0}, {64, 500000.0}}) {
+    const std::vector<float> inv_freq = RopeInverseFrequencies(RopeConfig(head_dim, theta));
+    ASSERT_EQ(static_cast<int64_t>(inv_freq.size()), head_dim / 2);
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const double want = 1.0 / std::pow(theta, 2.0 * i / head_dim);
+      ExpectRelativelyNear(inv_freq[i], want, 1e-6, i);
+    }
+  }
+}
+
+TEST(RopeInverseFrequenciesTest, LinearScalingDividesEveryFrequencyByTheFactor) {
+  ModelConfig c = RopeConfig(64, 10000.0);
+  const std::vector<float> plain = RopeInverseFrequencies(c);
+  c.rope_scaling.type = RopeScaling::Type::kLinear;
+  c.rope_scaling.factor = 4.0;
+  const std::vector<float> scaled = RopeInverseFrequencies(c);
+  ASSERT_EQ(scaled.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(scaled[i], plain[i] / 4.0f) << i;
+}
+
+// transformers' _compute_llama3_parameters, in float64.
+double Llama3InverseFrequency(double inv_freq, const RopeScaling& rs) {
+  const double low_freq_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor;
+  const double high_freq_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor;
+  const double wavelen = 2 * std::numbers::pi / inv_freq;
+  if (wavelen < high_freq_wavelen) return inv_freq;
+  if (wavelen > low_freq_wavelen) return inv_freq / rs.factor;
+  const double smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) /
+                        (rs.high_freq_factor - rs.low_freq_factor);
+  return (1 - smooth) * inv_freq / rs.factor + smooth * inv_freq;
+}
+
+TEST(RopeInverseFrequenciesTest, Llama3KeepsHighDividesLowAndSmoothsMiddleFrequencies) {
+  const ModelConfig c = Parse(kLlama32OneB);
+  const RopeScaling& rs = c.rope_scaling;
+  const std::vector<float> inv_freq = RopeInverseFrequencies(c);
+  ASSERT_EQ(inv_freq.size(), 32u);
+  const double high_freq_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor;
+  const double low_freq_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor;
+  int high = 0, low = 0, middle = 0;
+  for (int64_t i = 0; i < 32; ++i) {
+    const double plain = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
+    const double wavelen = 2 * std::numbers::pi / plain;
+    // Stay clear of the band edges, where float and double may classify differently.
+    if (std::abs(wavelen / high_freq_wavelen - 1) < 1e-3 ||
+        std::abs(wavelen / low_freq_wavelen - 1) < 1e-3) {
+      continue;
+    }
+    const double want = Llama3InverseFrequency(plain, rs);
+    ExpectRelativelyNear(inv_freq[i], want, 1e-5, i);
+    if (wavelen < high_freq_wavelen) {
+      ++high;
+      ExpectRelativelyNear(inv_freq[i], plain, 1e-6, i);
+    } else if (wavelen > low_freq_wavelen) {
+      ++low;
+      ExpectRelativelyNear(inv_freq[i], plain / 32.0, 1e-6, i);
+    } else {
+      ++middle;
+      EXPECT_LT(inv_freq[i], plain) << i;
+      EXPECT_GT(inv_freq[i], plain / 32.0) << i;
+    }
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(low, 0);
+  EXPECT_GT(middle, 0);
+}
+
+}  // namespace
+}  // namespace prl

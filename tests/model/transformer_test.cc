@@ -1,0 +1,238 @@
+#include "model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "model/parameters.h"
+
+namespace prl {
+namespace {
+
+ModelConfig TinyConfig(Architecture arch, bool tied, int64_t kv_heads) {
+  ModelConfig c;
+  c.arch = arch;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = 8;
+  c.vocab_size = 50;
+  c.max_position_embeddings = 128;
+  c.tie_word_embeddings = tied;
+  c.qkv_bias = arch == Architecture::kQwen2;
+  return c;
+}
+
+struct Fixture {
+  ModelConfig config;
+  ParameterSet params;
+  std::vector<std::vector<int32_t>> sequences;
+
+  static Fixture Make(const ModelConfig& config, uint64_t seed) {
+    Fixture f{config, *ParameterSet::Allocate(config, Device::Cpu(), false), {}};
+    InitializeParameters(f.params, seed, 0.2f);
+    // Norm weights and biases away from their 1 / 0 init, so their gradients matter.
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+    for (const ParamEntry& e : f.params.layout.entries()) {
+      if (e.name.ends_with("norm.weight") || e.name.ends_with(".bias")) {
+        for (int64_t i = 0; i < e.numel; ++i) f.params.data()[e.offset + i] += u(rng);
+      }
+    }
+    std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
+    for (int len : {2, 17, 70, 5}) {
+      std::vector<int32_t> s(len);
+      for (auto& t : s) t = tok(rng);
+      f.sequences.push_back(s);
+    }
+    return f;
+  }
+
+  PackedBatch Batch(size_t first, size_t last) const {
+    PackedBatch b;
+    for (size_t i = first; i < last; ++i) b.AddScored(sequences[i], 1);
+    return b;
+  }
+};
+
+// Runs forward (+ backward of -sum logprob when grads is given) and returns the logprobs.
+std::vector<float> Score(Transformer& model, const Fixture& f, const PackedBatch& batch,
+                         ParameterSet* grads) {
+  std::vector<float> logprobs(batch.num_tokens());
+  EXPECT_TRUE(
+      model.Forward(f.params.params, batch, 1.0f, absl::MakeSpan(logprobs), grads != nullptr).ok());
+  if (grads != nullptr) {
+    std::vector<float> d(batch.num_tokens());
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      d[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f;
+    }
+    EXPECT_TRUE(model.Backward(f.params.params, d, grads->params).ok());
+  }
+  return logprobs;
+}
+
+double RelativeDifference(const float* a, const float* b, int64_t n) {
+  double diff = 0.0, ref = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    ref += double{b[i]} * b[i];
+  }
+  return std::sqrt(diff / ref);
+}
+
+class TransformerTest : public ::testing::TestWithParam<std::tuple<Architecture, bool, int>> {
+ protected:
+  Fixture f = Fixture::Make(
+      TinyConfig(std::get<0>(GetParam()), std::get<1>(GetParam()), std::get<2>(GetParam())), 42);
+};
+
+TEST_P(TransformerTest, PackingDoesNotChangeLogprobsOrGradients) {
+  Transformer model(f.config, Device::Cpu());
+  ParameterSet packed_grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  ParameterSet single_grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const std::vector<float> packed = Score(model, f, f.Batch(0, f.sequences.size()), &packed_grads);
+  size_t offset = 0;
+  for (size_t i = 0; i < f.sequences.size(); ++i) {
+    const std::vector<float> single = Score(model, f, f.Batch(i, i + 1), &single_grads);
+    for (size_t t = 0; t < single.size(); ++t) {
+      ASSERT_NEAR(single[t], packed[offset + t], 1e-5) << "sequence " << i << " position " << t;
+    }
+    offset += single.size();
+  }
+  EXPECT_LT(
+      RelativeDifference(single_grads.data(), packed_grads.data(), f.params.layout.num_elements()),
+      1e-5);
+}
+
+TEST_P(TransformerTest, InferenceForwardEqualsTrainingForwardBitForBit) {
+  Transformer model(f.config, Device::Cpu());
+  const PackedBatch batch = f.Batch(0, f.sequences.size());
+  std::vector<float> train(batch.num_tokens()), infer(batch.num_tokens());
+  ASSERT_TRUE(model.Forward(f.params.params, batch, 1.0f, absl::MakeSpan(train), true).ok());
+  ASSERT_TRUE(model.Forward(f.params.params, batch, 1.0f, absl::MakeSpan(infer), false).ok());
+  EXPECT_EQ(std::memcmp(train.data(), infer.data(), train.size() * sizeof(float)), 0);
+}
+
+TEST_P(TransformerTest, LogitChunkingDoesNotChangeResults) {
+  Transformer whole(f.config, Device::Cpu());
+  TransformerOptions tiny_chunks;
+  tiny_chunks.logits_chunk_bytes = 3 * f.config.vocab_size * sizeof(float);  // 3 rows per chunk
+  Transformer chunked(f.config, Device::Cpu(), tiny_chunks);
+  ParameterSet g1 = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  ParameterSet g2 = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const PackedBatch batch = f.Batch(0, f.sequences.size());
+  const std::vector<float> a = Score(whole, f, batch, &g1), b = Score(chunked, f, batch, &g2);
+  for (size_t t = 0; t < a.size(); ++t) ASSERT_NEAR(a[t], b[t], 1e-6);
+  EXPECT_LT(RelativeDifference(g2.data(), g1.data(), f.params.layout.num_elements()), 1e-6);
+}
+
+TEST_P(TransformerTest, BackwardAccumulatesIntoGradients) {
+  Transformer model(f.config, Device::Cpu());
+  ParameterSet once = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  ParameterSet twice = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const PackedBatch batch = f.Batch(0, f.sequences.size());
+  Score(model, f, batch, &once);
+  Score(model, f, batch, &twice);
+  Score(model, f, batch, &twice);
+  const int64_t n = f.params.layout.num_elements();
+  std::vector<float> doubled(once.data(), once.data() + n);
+  for (float& g : doubled) g *= 2.0f;
+  EXPECT_LT(RelativeDifference(twice.data(), doubled.data(), n), 1e-6);
+}
+
+// Resumed training must replay bit for bit: nothing may depend on thread timing.
+TEST_P(TransformerTest, ForwardAndBackwardAreBitwiseDeterministic) {
+  Transformer model(f.config, Device::Cpu());
+  ParameterSet first = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  ParameterSet second = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const PackedBatch batch = f.Batch(0, f.sequences.size());
+  const std::vector<float> a = Score(model, f, batch, &first);
+  const std::vector<float> b = Score(model, f, batch, &second);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.buffer.bytes()), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, TransformerTest,
+                         ::testing::Values(std::make_tuple(Architecture::kQwen2, true, 2),
+                                           std::make_tuple(Architecture::kQwen2, false, 4),
+                                           std::make_tuple(Architecture::kLlama, false, 1),
+                                           std::make_tuple(Architecture::kLlama, true, 4)),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param) == Architecture::kQwen2 ? "Qwen2" : "Llama",
+                               std::get<1>(info.param) ? "Tied" : "Untied", "Kv",
+                               std::get<2>(info.param));
+                         });
+
+TEST(TransformerErrorsTest, PositionsWithoutTargetScoreZeroAndGetNoGradient) {
+  Fixture f = Fixture::Make(TinyConfig(Architecture::kQwen2, true, 2), 1);
+  Transformer model(f.config, Device::Cpu());
+  PackedBatch batch;
+  batch.Add({1, 2, 3}, {PackedBatch::kNoTarget, PackedBatch::kNoTarget, PackedBatch::kNoTarget});
+  ParameterSet grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const std::vector<float> logprobs = Score(model, f, batch, &grads);
+  for (float lp : logprobs) EXPECT_EQ(lp, 0.0f);
+  for (int64_t i = 0; i < f.params.layout.num_elements(); ++i) ASSERT_EQ(grads.data()[i], 0.0f);
+}
+
+TEST(TransformerErrorsTest, BackwardNeedsATrainingForward) {
+  Fixture f = Fixture::Make(TinyConfig(Architecture::kQwen2, true, 2), 1);
+  Transformer model(f.config, Device::Cpu());
+  ParameterSet grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const PackedBatch batch = f.Batch(0, 2);
+  std::vector<float> logprobs(batch.num_tokens()), d(batch.num_tokens(), 1.0f);
+  EXPECT_EQ(model.Backward(f.params.params, d, grads.params).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(model.Forward(f.params.params, batch, 1.0f, absl::MakeSpan(logprobs), false).ok());
+  EXPECT_EQ(model.Backward(f.params.params, d, grads.params).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(model.Forward(f.params.params, batch, 1.0f, absl::MakeSpan(logprobs), true).ok());
+  EXPECT_TRUE(model.Backward(f.params.params, d, grads.params).ok());
+  EXPECT_EQ(model.Backward(f.params.params, d, grads.params).code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "activations are consumed by one backward";
+}
+
+TEST(TransformerErrorsTest, InvalidBatchesAreRejectedWithTheSequenceNamed) {
+  Fixture f = Fixture::Make(TinyConfig(Architecture::kQwen2, true, 2), 1);
+  Transformer model(f.config, Device::Cpu());
+  auto forward = [&](const PackedBatch& b) {
+    std::vector<float> lp(b.num_tokens());
+    return model.Forward(f.params.params, b, 1.0f, absl::MakeSpan(lp), false);
+  };
+  PackedBatch bad_token;
+  bad_token.Add({1, 2}, {2, 3});
+  bad_token.Add({4, 50}, {1, 1});
+  absl::Status s = forward(bad_token);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("sequence 1 position 1: token id 50"), absl::string_view::npos)
+      << s.message();
+
+  PackedBatch bad_target;
+  bad_target.Add({1, 2}, {2, -5});
+  EXPECT_NE(forward(bad_target).message().find("target id -5"), absl::string_view::npos);
+
+  PackedBatch too_long;
+  too_long.Add(std::vector<int32_t>(129, 1), std::vector<int32_t>(129, 1));
+  EXPECT_NE(forward(too_long).message().find("max_position_embeddings = 128"),
+            absl::string_view::npos);
+
+  PackedBatch empty_seq;
+  empty_seq.Add({1}, {1});
+  empty_seq.Add({}, {});
+  EXPECT_NE(forward(empty_seq).message().find("sequence 1 is empty"), absl::string_view::npos);
+
+  std::vector<float> lp(2);
+  PackedBatch ok;
+  ok.Add({1, 2}, {2, 3});
+  EXPECT_EQ(model.Forward(f.params.params, ok, 0.0f, absl::MakeSpan(lp), false).code(),
+            absl::StatusCode::kInvalidArgument)
+      << "temperature 0 has no log-probabilities";
+}
+
+}  // namespace
+}  // namespace prl
