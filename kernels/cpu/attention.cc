@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace prl::kernels::cpu {
 
@@ -64,7 +65,10 @@ void AttentionForward(float* out, float* lse, const float* qkv, const int32_t* c
 
 #pragma omp parallel
   {
-    std::vector<float> scores(kQueryBlock * max_len);
+    // Per-thread scratch kept across calls: a fresh 128 KiB+ vector per call is an mmap and
+    // page faults every time.
+    thread_local std::vector<float> scores;
+    scores.resize(kQueryBlock * max_len);
 #pragma omp for schedule(dynamic, 1)
     for (size_t it = 0; it < items.size(); ++it) {
       const Item& item = items[it];
@@ -85,17 +89,12 @@ void AttentionForward(float* out, float* lse, const float* qkv, const int32_t* c
       for (int64_t i = 0; i < nq; ++i) {
         float* row = s + i * nk;
         const int64_t visible = q0 + i + 1;
-        float row_max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < visible; ++j) row_max = std::max(row_max, row[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < visible; ++j) {
-          row[j] = std::exp(row[j] - row_max);
-          sum += row[j];
-        }
-        const float inv_sum = 1.0f / sum;
+        const float row_max = RowMax(row, visible);
+        const double sum = SumExp</*kStore=*/true>(row, visible, row_max);
+        const float inv_sum = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < visible; ++j) row[j] *= inv_sum;
-        for (int64_t j = visible; j < nk; ++j) row[j] = 0.0f;
-        lse[(start + q0 + i) * H + item.head] = row_max + std::log(sum);
+        std::fill(row + visible, row + nk, 0.0f);
+        lse[(start + q0 + i) * H + item.head] = row_max + static_cast<float>(std::log(sum));
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, s, nk, v, qkv_stride,
                   0.0f, out + (start + q0) * out_stride + item.head * D, out_stride);
@@ -129,8 +128,9 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
 
 #pragma omp parallel
   {
-    std::vector<float> p_block(kQueryBlock * max_len);
-    std::vector<float> dp_block(kQueryBlock * max_len);
+    thread_local std::vector<float> p_block, dp_block;
+    p_block.resize(kQueryBlock * max_len);
+    dp_block.resize(kQueryBlock * max_len);
 #pragma omp for schedule(dynamic, 1)
     for (size_t it = 0; it < items.size(); ++it) {
       const int64_t h = items[it].head;
@@ -162,8 +162,8 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
           float* row = p + i * nk;
           const int64_t visible = q0 + i + 1;
           const float row_lse = lse[(start + q0 + i) * H + h];
-          for (int64_t j = 0; j < visible; ++j) row[j] = std::exp(row[j] - row_lse);
-          for (int64_t j = visible; j < nk; ++j) row[j] = 0.0f;
+          ScaledExp(row, row, visible, row_lse, 1.0f);
+          std::fill(row + visible, row + nk, 0.0f);
         }
         // dV += P^T dO
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, p, nk, dout_block,

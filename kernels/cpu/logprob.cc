@@ -2,7 +2,8 @@
 //
 // The (R, V) logits of a whole batch can be gigabytes (V = 152k for Qwen2), so they exist only
 // chunk_rows at a time; the backward recomputes each chunk rather than storing it. Row sums
-// of exponentials are accumulated in double: V terms in fp32 would lose ~log2(V) bits.
+// of exponentials are accumulated in blocks, then in double (vec_math.h): V terms in one fp32
+// accumulator would lose ~log2(V) bits.
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace prl::kernels::cpu {
 
@@ -22,12 +24,9 @@ void ScaledLogits(float* z, const float* h, const float* W, int64_t rows, int64_
               0.0f, z, V);
 }
 
-float RowLogSumExp(const float* z, int64_t V) {
-  float row_max = -std::numeric_limits<float>::infinity();
-  for (int64_t v = 0; v < V; ++v) row_max = std::max(row_max, z[v]);
-  double sum = 0.0;
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - row_max);
-  return row_max + static_cast<float>(std::log(sum));
+float RowLogSumExp(float* z, int64_t V) {
+  const float row_max = RowMax(z, V);
+  return row_max + static_cast<float>(std::log(SumExp</*kStore=*/false>(z, V, row_max)));
 }
 
 }  // namespace
@@ -40,7 +39,7 @@ void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
     ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
-      const float* z = scratch + i * V;
+      float* z = scratch + i * V;
       const float row_lse = RowLogSumExp(z, V);
       lse[r0 + i] = row_lse;
       logprob[r0 + i] = z[targets[r0 + i]] - row_lse;
@@ -61,7 +60,7 @@ void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h
       float* z = scratch + i * V;
       const float row_lse = lse[r0 + i];
       const float g = dlogprob[r0 + i] * inv_temperature;
-      for (int64_t v = 0; v < V; ++v) z[v] = -g * std::exp(z[v] - row_lse);
+      ScaledExp(z, z, V, row_lse, -g);
       z[targets[r0 + i]] += g;
     }
     // dh = dlogits . W;  dW += dlogits^T . h

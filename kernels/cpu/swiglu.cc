@@ -1,7 +1,8 @@
 // SwiGLU MLP activation: act = silu(gate) * up.
-#include <cmath>
+#include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace prl::kernels::cpu {
 
@@ -11,9 +12,12 @@ void SwiGluForward(float* act, const float* gate_up, int64_t T, int64_t I) {
     const float* g = gate_up + t * 2 * I;
     const float* u = g + I;
     float* a = act + t * I;
-    for (int64_t i = 0; i < I; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
-      a[i] = g[i] * sig * u[i];
+    for (int64_t i = 0; i < I; i += kVec) {
+      const int64_t n = std::min(kVec, I - i);
+      const F8 gv = n == kVec ? Load8(g + i) : LoadPartial(g + i, n, 0.0f);
+      const F8 uv = n == kVec ? Load8(u + i) : LoadPartial(u + i, n, 0.0f);
+      const F8 out = gv * Sigmoid8(gv) * uv;
+      n == kVec ? Store8(a + i, out) : StorePartial(a + i, n, out);
     }
   }
 }
@@ -27,12 +31,22 @@ void SwiGluBackward(float* dgate_up, const float* dact, const float* gate_up, in
     const float* da = dact + t * I;
     float* dg = dgate_up + t * 2 * I;
     float* du = dg + I;
-    for (int64_t i = 0; i < I; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
-      const float silu = g[i] * sig;
+    for (int64_t i = 0; i < I; i += kVec) {
+      const int64_t n = std::min(kVec, I - i);
+      const F8 gv = n == kVec ? Load8(g + i) : LoadPartial(g + i, n, 0.0f);
+      const F8 uv = n == kVec ? Load8(u + i) : LoadPartial(u + i, n, 0.0f);
+      const F8 dav = n == kVec ? Load8(da + i) : LoadPartial(da + i, n, 0.0f);
+      const F8 sig = Sigmoid8(gv);
       // d silu / dg = sig * (1 + g * (1 - sig))
-      dg[i] = da[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-      du[i] = da[i] * silu;
+      const F8 dgv = dav * uv * sig * (1.0f + gv * (1.0f - sig));
+      const F8 duv = dav * gv * sig;
+      if (n == kVec) {
+        Store8(dg + i, dgv);
+        Store8(du + i, duv);
+      } else {
+        StorePartial(dg + i, n, dgv);
+        StorePartial(du + i, n, duv);
+      }
     }
   }
 }
