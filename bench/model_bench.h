@@ -15,7 +15,7 @@ namespace prl::bench {
 struct ModelBenchOptions {
   int64_t tokens = 2048;  // per step, packed
   int64_t seq_len = 512;  // sequences of this length (the last one may be shorter)
-  int iterations = 3;     // timed repetitions of each measurement; the median is reported
+  int iterations = 5;     // timed repetitions of each measurement; the median is reported
   Device device = Device::Cpu();
   bool progress = true;  // progress lines on stderr
 };
