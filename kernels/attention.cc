@@ -20,7 +20,7 @@ void CheckShape(const char* op, const AttentionShape& s, const Tensor& qkv,
 }  // namespace
 
 void AttentionForward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                      const Tensor& cu_seqlens, const AttentionShape& shape) {
+                      const Tensor& cu_seqlens, const AttentionShape& shape, ReductionOrder order) {
   const char* op = "AttentionForward";
   CheckShape(op, shape, qkv, cu_seqlens);
   const int64_t T = qkv.size(0), H = shape.num_heads, D = shape.head_dim;
@@ -31,6 +31,10 @@ void AttentionForward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
     const int32_t* cu = cu_seqlens.i32();
     const int64_t B = cu_seqlens.size(0) - 1;
     PRL_CHECK(cu[0] == 0 && cu[B] == T, op, ": cu_seqlens must span [0, ", T, ")");
+    if (order == ReductionOrder::kBatchInvariant) {
+      return cpu::AttentionForwardInvariant(out.f32(), lse.f32(), qkv.f32(), cu, B, H,
+                                            shape.num_kv_heads, D);
+    }
     return cpu::AttentionForward(out.f32(), lse.f32(), qkv.f32(), cu, B, H, shape.num_kv_heads, D);
   }
   internal::NoBackend(op, device);

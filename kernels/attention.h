@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/reduction_order.h"
 
 namespace prl::kernels {
 
@@ -18,8 +19,10 @@ struct AttentionShape {
 // qkv (T, (H + 2 KV) D): per row the H query heads, then KV key heads, then KV value heads
 // (RoPE already applied to q and k). out (T, H D) =; lse (T, H) = per-row log-sum-exp of the
 // scaled scores, saved for the backward.
+// kBatchInvariant computes each row in a fixed order (and matches PagedAttentionForward).
 void AttentionForward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                      const Tensor& cu_seqlens, const AttentionShape& shape);
+                      const Tensor& cu_seqlens, const AttentionShape& shape,
+                      ReductionOrder order = ReductionOrder::kFast);
 
 // dqkv (T, (H + 2 KV) D) = gradient of the loss w.r.t. qkv, given dout (T, H D) and the
 // forward's qkv, out and lse.

@@ -14,7 +14,8 @@ int64_t LogprobChunkRows(int64_t vocab_size, int64_t budget_bytes) {
 }
 
 void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, const Tensor& W,
-                    const Tensor& targets, float temperature, const Tensor& scratch) {
+                    const Tensor& targets, float temperature, const Tensor& scratch,
+                    ReductionOrder order) {
   const char* op = "LogprobForward";
   const int64_t R = h.size(0), C = h.size(1), V = W.size(0);
   PRL_CHECK(temperature > 0.0f, op, ": temperature ", temperature, " must be > 0");
@@ -27,14 +28,15 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
   const Device device = internal::CommonDevice(op, {&logprob, &lse, &h, &W, &targets, &scratch});
   if (device.is_cpu()) {
     return cpu::LogprobForward(logprob.f32(), lse.f32(), h.f32(), W.f32(), targets.i32(), R, V, C,
-                               temperature, scratch.f32(), scratch.size(0));
+                               temperature, scratch.f32(), scratch.size(0),
+                               order == ReductionOrder::kBatchInvariant);
   }
   internal::NoBackend(op, device);
 }
 
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
                      const Tensor& W, const Tensor& targets, const Tensor& lse, float temperature,
-                     const Tensor& scratch) {
+                     const Tensor& scratch, ReductionOrder order) {
   const char* op = "LogprobBackward";
   const int64_t R = h.size(0), C = h.size(1), V = W.size(0);
   PRL_CHECK(temperature > 0.0f, op, ": temperature ", temperature, " must be > 0");
@@ -50,7 +52,8 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
       internal::CommonDevice(op, {&dh, &dW, &dlogprob, &h, &W, &targets, &lse, &scratch});
   if (device.is_cpu()) {
     return cpu::LogprobBackward(dh.f32(), dW.f32(), dlogprob.f32(), h.f32(), W.f32(), targets.i32(),
-                                lse.f32(), R, V, C, temperature, scratch.f32(), scratch.size(0));
+                                lse.f32(), R, V, C, temperature, scratch.f32(), scratch.size(0),
+                                order == ReductionOrder::kBatchInvariant);
   }
   internal::NoBackend(op, device);
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/reduction_order.h"
 
 namespace prl::kernels {
 
@@ -16,11 +17,12 @@ int64_t LogprobChunkRows(int64_t vocab_size, int64_t budget_bytes);
 // logprob (R) =, lse (R) = log-sum-exp of the scaled logits (kept for the backward).
 // h (R, C), W (V, C), targets (R, I32, each in [0, V)), scratch (chunk_rows, V).
 void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, const Tensor& W,
-                    const Tensor& targets, float temperature, const Tensor& scratch);
+                    const Tensor& targets, float temperature, const Tensor& scratch,
+                    ReductionOrder order = ReductionOrder::kFast);
 
 // dh (R, C) =, dW (V, C) += the gradients given dlogprob (R).
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
                      const Tensor& W, const Tensor& targets, const Tensor& lse, float temperature,
-                     const Tensor& scratch);
+                     const Tensor& scratch, ReductionOrder order = ReductionOrder::kFast);
 
 }  // namespace prl::kernels

@@ -8,7 +8,7 @@ namespace prl::kernels {
 using internal::ExpectTensor;
 
 void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& bias,
-                   bool accumulate) {
+                   bool accumulate, ReductionOrder order) {
   const char* op = "MatmulForward";
   const int64_t M = a.size(0), K = a.size(1), N = w.size(0);
   ExpectTensor(op, "out", out, DType::kF32, {M, N});
@@ -17,8 +17,11 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
   if (bias.defined()) ExpectTensor(op, "bias", bias, DType::kF32, {N});
   const Device device = internal::CommonDevice(op, {&out, &a, &w, &bias});
   if (device.is_cpu()) {
-    return cpu::MatmulForward(out.f32(), a.f32(), w.f32(), bias.defined() ? bias.f32() : nullptr, M,
-                              N, K, accumulate);
+    const float* b = bias.defined() ? bias.f32() : nullptr;
+    if (order == ReductionOrder::kBatchInvariant) {
+      return cpu::MatmulForwardInvariant(out.f32(), a.f32(), w.f32(), b, M, N, K, accumulate);
+    }
+    return cpu::MatmulForward(out.f32(), a.f32(), w.f32(), b, M, N, K, accumulate);
   }
   internal::NoBackend(op, device);
 }

@@ -2,13 +2,15 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/reduction_order.h"
 
 namespace prl::kernels {
 
 // out (M, N) = a (M, K) . w (N, K)^T + bias (N, optional); with accumulate, out += that.
 // Accumulating lets a residual connection be fused into the projection that feeds it.
+// order = kBatchInvariant makes each output element independent of M (reduction_order.h).
 void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& bias = {},
-                   bool accumulate = false);
+                   bool accumulate = false, ReductionOrder order = ReductionOrder::kFast);
 
 // da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a;
 // dbias (N) += column sums of dout (skipped if undefined).

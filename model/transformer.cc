@@ -12,27 +12,13 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/decoder_layer.h"
 
 namespace prl {
 
 namespace k = kernels;
 
 namespace {
-
-// What one layer's forward leaves behind for its backward.
-struct LayerActivations {
-  Tensor input;     // (T, C) residual stream entering the layer
-  Tensor ln1;       // (T, C) input_layernorm output
-  Tensor ln1_rstd;  // (T)
-  Tensor qkv;       // (T, QKV) projections + bias, RoPE applied to q and k
-  Tensor attn;      // (T, H D) attention output, before o_proj
-  Tensor attn_lse;  // (T, H)
-  Tensor mid;       // (T, C) residual stream after attention
-  Tensor ln2;       // (T, C) post_attention_layernorm output
-  Tensor ln2_rstd;  // (T)
-  Tensor gate_up;   // (T, 2 I)
-  Tensor act;       // (T, I) silu(gate) * up
-};
 
 absl::Status CopyToDevice(const Tensor& dst, const void* src) {
   return CopyBytes(dst.data, dst.device, src, Device::Cpu(), dst.bytes());
@@ -134,19 +120,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     ws.rope_cos = a.Take(DType::kF32, {T, c.head_dim / 2});
     ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
     ws.layers.assign(num_slots, {});
-    for (LayerActivations& l : ws.layers) {
-      l.input = a.Take(DType::kF32, {T, C});
-      l.ln1 = a.Take(DType::kF32, {T, C});
-      l.ln1_rstd = a.Take(DType::kF32, {T});
-      l.qkv = a.Take(DType::kF32, {T, c.qkv_dim()});
-      l.attn = a.Take(DType::kF32, {T, c.q_dim()});
-      l.attn_lse = a.Take(DType::kF32, {T, c.num_attention_heads});
-      l.mid = a.Take(DType::kF32, {T, C});
-      l.ln2 = a.Take(DType::kF32, {T, C});
-      l.ln2_rstd = a.Take(DType::kF32, {T});
-      l.gate_up = a.Take(DType::kF32, {T, 2 * I});
-      l.act = a.Take(DType::kF32, {T, I});
-    }
+    for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true);
     ws.final_input = a.Take(DType::kF32, {T, C});
     ws.lnf = a.Take(DType::kF32, {T, C});
     ws.lnf_rstd = a.Take(DType::kF32, {T});
@@ -189,7 +163,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   if (R > 0) {
     if (R < T) k::EmbeddingForward(ws.head_in, ws.lnf, ws.head_rows_dev);  // row gather
     k::LogprobForward(ws.head_logprob, ws.head_lse, ws.head_in, params.lm_head, ws.head_targets,
-                      temperature, ws.logits);
+                      temperature, ws.logits, options_.reduction_order);
     std::vector<float> head_logprobs(R);
     PRL_RETURN_IF_ERROR(CopyBytes(head_logprobs.data(), Device::Cpu(), ws.head_logprob.data,
                                   device_, R * sizeof(float)));
@@ -202,25 +176,13 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
 void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
-  LayerActivations& a = ws.Slot(layer);
   const Tensor& next_input =
       layer + 1 < c.num_hidden_layers ? ws.Slot(layer + 1).input : ws.final_input;
-  const float eps = static_cast<float>(c.rms_norm_eps);
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-
-  k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm, eps);
-  k::MatmulForward(a.qkv, a.ln1, p.qkv_weight, p.qkv_bias);
-  k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ws.rope_cos,
-               ws.rope_sin, /*inverse=*/false);
-  k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape);
-  // mid = input + attn . Wo^T, the residual fused into the projection's accumulate.
-  PRL_CHECK(CopyTensor(a.mid, a.input).ok(), "device copy failed");
-  k::MatmulForward(a.mid, a.attn, p.o_weight, {}, /*accumulate=*/true);
-  k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
-  k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight);
-  k::SwiGluForward(a.act, a.gate_up);
-  PRL_CHECK(CopyTensor(next_input, a.mid).ok(), "device copy failed");
-  k::MatmulForward(next_input, a.act, p.down_weight, {}, /*accumulate=*/true);
+  const LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
+  DecoderLayerForward(ctx, p, ws.Slot(layer), next_input, [&](const LayerActivations& a) {
+    k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape, options_.reduction_order);
+  });
 }
 
 absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
@@ -245,7 +207,8 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
     for (int64_t r = 0; r < R; ++r) head_dlogprob[r] = dlogprobs[ws.head_rows[r]];
     PRL_RETURN_IF_ERROR(CopyToDevice(ws.dlogprob, head_dlogprob.data()));
     k::LogprobBackward(ws.dhead_in, grads.lm_head, ws.dlogprob, ws.head_in, params.lm_head,
-                       ws.head_targets, ws.head_lse, ws.temperature, ws.logits);
+                       ws.head_targets, ws.head_lse, ws.temperature, ws.logits,
+                       options_.reduction_order);
     if (R < T) {
       PRL_RETURN_IF_ERROR(ZeroTensor(ws.dln));
       k::EmbeddingBackward(ws.dln, ws.dhead_in, ws.head_rows_dev);  // row scatter-add

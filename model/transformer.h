@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/arena.h"
+#include "kernels/reduction_order.h"
 #include "model/config.h"
 #include "model/packed_batch.h"
 #include "model/parameters.h"
@@ -25,6 +26,9 @@ struct TransformerOptions {
   // Upper bound on the logits chunk of the LM head. 64 MiB keeps a chunk in the last-level
   // cache's neighbourhood while leaving GEMMs of >= 128 rows for vocabularies up to 128k.
   int64_t logits_chunk_bytes = int64_t{64} << 20;
+  // kBatchInvariant makes Forward's log-probs bit-identical to the engine's behaviour
+  // log-probs in the same mode (kernels/reduction_order.h); Backward is unaffected.
+  kernels::ReductionOrder reduction_order = kernels::ReductionOrder::kFast;
 };
 
 class Transformer {

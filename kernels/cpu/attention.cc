@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/invariant_dot.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace prl::kernels::cpu {
@@ -204,6 +205,41 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
           dk_out[d] = sk;
           dv_out[d] = sv;
         }
+      }
+    }
+  }
+}
+
+}  // namespace prl::kernels::cpu
+
+namespace prl::kernels::cpu {
+
+void AttentionForwardInvariant(float* out, float* lse, const float* qkv, const int32_t* cu_seqlens,
+                               int64_t num_seqs, int64_t H, int64_t KV, int64_t D) {
+  const int64_t qkv_stride = (H + 2 * KV) * D;
+  const int64_t group = H / KV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t T = cu_seqlens[num_seqs];
+  const int64_t max_len = MaxSeqLen(cu_seqlens, num_seqs);
+  std::vector<int32_t> seq_of(T);
+  for (int64_t b = 0; b < num_seqs; ++b) {
+    for (int32_t t = cu_seqlens[b]; t < cu_seqlens[b + 1]; ++t) seq_of[t] = static_cast<int32_t>(b);
+  }
+#pragma omp parallel
+  {
+    thread_local std::vector<float> scores;
+    scores.resize(max_len);
+#pragma omp for collapse(2) schedule(dynamic, 16)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t start = cu_seqlens[seq_of[t]];
+        const int64_t g = h / group;
+        const float* k = qkv + start * qkv_stride + (H + g) * D;
+        const float* v = qkv + start * qkv_stride + (H + KV + g) * D;
+        lse[t * H + h] = AttendRowInvariant(
+            out + t * H * D + h * D, qkv + t * qkv_stride + h * D,
+            [&](int64_t j) { return k + j * qkv_stride; },
+            [&](int64_t j) { return v + j * qkv_stride; }, t - start + 1, D, scale, scores.data());
       }
     }
   }

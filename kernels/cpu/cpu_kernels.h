@@ -12,12 +12,18 @@
 
 #include <cstdint>
 
+#include "kernels/sampling.h"
+
 namespace prl::kernels::cpu {
 
 // out (M, N) = a (M, K) . w (N, K)^T + bias (N, optional). With accumulate, out += instead
 // (the bias is then still added once).
 void MatmulForward(float* out, const float* a, const float* w, const float* bias, int64_t M,
                    int64_t N, int64_t K, bool accumulate);
+// MatmulForward with a batch-invariant reduction order (matmul_invariant.cc): each output
+// element depends only on its row of a and row of w, never on M or on the other rows.
+void MatmulForwardInvariant(float* out, const float* a, const float* w, const float* bias,
+                            int64_t M, int64_t N, int64_t K, bool accumulate);
 // da (M, K) = dout . w (skipped when da is null); dw (N, K) += dout^T . a; dbias (N) +=
 // column sums of dout (skipped when null).
 void MatmulBackward(float* da, float* dw, float* dbias, const float* dout, const float* a,
@@ -45,11 +51,39 @@ void RopeApply(float* x, int64_t T, int64_t num_heads, int64_t D, int64_t row_st
 // h / (H / KV). out (T, H D) =; lse (T, H) = log-sum-exp of each scaled score row.
 void AttentionForward(float* out, float* lse, const float* qkv, const int32_t* cu_seqlens,
                       int64_t num_seqs, int64_t H, int64_t KV, int64_t D);
+// AttentionForward with a fixed reduction order per query row (invariant_dot.h), the same as
+// PagedAttentionForward's invariant mode: the learner and the engine agree bit for bit.
+void AttentionForwardInvariant(float* out, float* lse, const float* qkv, const int32_t* cu_seqlens,
+                               int64_t num_seqs, int64_t H, int64_t KV, int64_t D);
 // dqkv (T, (H + 2 KV) D) = gradient w.r.t. qkv, given dout (T, H D) and the forward's out,
 // lse. Recomputes the scores (nothing of size T^2 is stored between the passes).
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
                        const float* lse, const int32_t* cu_seqlens, int64_t num_seqs, int64_t H,
                        int64_t KV, int64_t D);
+
+// Paged KV cache (engine). Caches are (num_blocks, KV, block_size, D): a block holds
+// block_size consecutive positions of one sequence, head-major so that one head's keys of a
+// block are contiguous. slot = block * block_size + offset.
+//
+// Writes the k and v heads of each row of qkv (T, (H + 2 KV) D) into its slot (slots[t] < 0:
+// skipped).
+void KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_t* slots, int64_t T,
+                  int64_t H, int64_t KV, int64_t D, int64_t block_size);
+// Copies whole blocks pairs[2i] -> pairs[2i + 1] (copy-on-write of shared blocks).
+void KvCacheCopyBlocks(float* k_cache, float* v_cache, const int32_t* pairs, int64_t num_pairs,
+                       int64_t KV, int64_t D, int64_t block_size);
+// Causal attention of new query rows against the paged cache, which already holds their own
+// k/v. Sequence b owns query rows [q_start[b], q_start[b+1]) at the last positions of its
+// context of context_lens[b] tokens, and its blocks are block_tables[b * max_blocks ...].
+// out (T, H D) =.
+void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                           const int32_t* block_tables, int64_t max_blocks, const int32_t* q_start,
+                           const int32_t* context_lens, int64_t num_seqs, int64_t H, int64_t KV,
+                           int64_t D, int64_t block_size, bool invariant);
+
+// Draws tokens (R) and behaviour log-probs (R) from logits (R, V) (kernels/sampling.h).
+void SampleTokens(int32_t* tokens, float* logprobs, const float* logits, const SamplingRow* rows,
+                  int64_t R, int64_t V);
 
 // gate_up (T, 2 I): gate in columns [0, I), up in [I, 2 I). act (T, I) = silu(gate) * up.
 void SwiGluForward(float* act, const float* gate_up, int64_t T, int64_t I);
@@ -65,13 +99,13 @@ void EmbeddingBackward(float* dtable, const float* dout, const int32_t* tokens, 
 // Language-model head fused with log-softmax and target gather, in row chunks so that at most
 // (chunk_rows, V) logits exist at a time. For row r: z = h[r] . W^T / temperature,
 // lse[r] = logsumexp(z), logprob[r] = z[targets[r]] - lse[r]. h (R, C), W (V, C).
-// scratch holds chunk_rows * V floats.
+// scratch holds chunk_rows * V floats. invariant: the logits GEMM is MatmulForwardInvariant.
 void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows);
+                    float* scratch, int64_t chunk_rows, bool invariant);
 // dh (R, C) =, dW (V, C) += gradients given dlogprob (R); recomputes the logits per chunk.
 void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
                      const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
-                     float temperature, float* scratch, int64_t chunk_rows);
+                     float temperature, float* scratch, int64_t chunk_rows, bool invariant);
 
 }  // namespace prl::kernels::cpu

@@ -17,26 +17,29 @@ namespace prl::kernels::cpu {
 
 namespace {
 
-// z (rows, V) = h (rows, C) . W^T / temperature
+// z (rows, V) = (h (rows, C) . W^T) * (1 / temperature): the logits first, then the sampler's
+// exact scaling (sampling.cc), so that learner and sampler see the same z bits.
 void ScaledLogits(float* z, const float* h, const float* W, int64_t rows, int64_t V, int64_t C,
-                  float temperature) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f / temperature, h, C, W, C,
-              0.0f, z, V);
-}
-
-float RowLogSumExp(float* z, int64_t V) {
-  const float row_max = RowMax(z, V);
-  return row_max + static_cast<float>(std::log(SumExp</*kStore=*/false>(z, V, row_max)));
+                  float temperature, bool invariant) {
+  if (invariant) {
+    MatmulForwardInvariant(z, h, W, nullptr, rows, V, C, /*accumulate=*/false);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, h, C, W, C, 0.0f, z, V);
+  }
+  if (temperature == 1.0f) return;
+  const float inv_temperature = 1.0f / temperature;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows * V; ++i) z[i] *= inv_temperature;
 }
 
 }  // namespace
 
 void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows) {
+                    float* scratch, int64_t chunk_rows, bool invariant) {
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, R - r0);
-    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature);
+    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature, invariant);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       float* z = scratch + i * V;
@@ -49,11 +52,11 @@ void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
 
 void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
                      const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
-                     float temperature, float* scratch, int64_t chunk_rows) {
+                     float temperature, float* scratch, int64_t chunk_rows, bool invariant) {
   const float inv_temperature = 1.0f / temperature;
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, R - r0);
-    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature);
+    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature, invariant);
     // d logprob / d logits = (onehot(target) - softmax(z)) / temperature.
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {

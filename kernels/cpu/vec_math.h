@@ -11,6 +11,7 @@
 // value never depends on where in a row it sits or how long the row is.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -119,6 +120,18 @@ inline void ScaledExp(float* out, const float* z, int64_t n, float shift, float 
   int64_t i = 0;
   for (; i + kVec <= n; i += kVec) Store8(out + i, FastExp8(Load8(z + i) - s) * scale);
   if (i < n) StorePartial(out + i, n - i, FastExp8(LoadPartial(z + i, n - i, 0.0f) - s) * scale);
+}
+
+// The log-sum-exp of a row from its max and SumExp: the one formula shared by the learner's
+// log-probabilities and the sampler's behaviour log-probabilities.
+inline float LogSumExpFromSum(float row_max, double sum_exp) {
+  return row_max + static_cast<float>(std::log(sum_exp));
+}
+
+// log sum_i exp(z[i]); z is not modified.
+inline float RowLogSumExp(float* z, int64_t n) {
+  const float row_max = RowMax(z, n);
+  return LogSumExpFromSum(row_max, SumExp</*kStore=*/false>(z, n, row_max));
 }
 
 inline F8 Sigmoid8(F8 x) { return 1.0f / (1.0f + FastExp8(-x)); }

@@ -1,0 +1,34 @@
+// Token sampling with behaviour log-probabilities (ARCHITECTURE.md, "behaviour log-prob").
+//
+// For each row of logits: z = logits / temperature; keep the top_k largest (0: all), then the
+// smallest set of the most likely tokens whose probability reaches top_p (1: all); draw from
+// the kept tokens renormalised, by inverse CDF with u = Philox(seed, stream, index). The
+// returned log-probability is that of the drawn token under exactly that distribution, so the
+// learner's importance ratio pi/mu is exact when it applies the same transform.
+//
+// temperature = 0 is greedy: the argmax (lowest id on ties) and, by choice, its log-probability
+// under the untransformed softmax(logits), which is what a learner scoring at temperature 1
+// would compare against. A row's result depends only on its logits and its SamplingRow.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "core/tensor.h"
+
+namespace prl::kernels {
+
+struct SamplingRow {
+  float temperature = 1.0f;  // >= 0
+  float top_p = 1.0f;        // (0, 1]
+  int32_t top_k = 0;         // 0 = no limit
+  uint64_t seed = 0;         // the request's seed
+  uint64_t stream = 0;       // which sample of the request
+  uint64_t index = 0;        // which token of that sample
+};
+
+// tokens (R, I32) =, logprobs (R) =, from logits (R, V) and one SamplingRow per row.
+void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
+                  absl::Span<const SamplingRow> rows);
+
+}  // namespace prl::kernels

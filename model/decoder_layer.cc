@@ -1,0 +1,49 @@
+#include "model/decoder_layer.h"
+
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace prl {
+
+namespace k = kernels;
+
+LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& c, int64_t T,
+                                      bool with_attention_lse) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  LayerActivations l;
+  l.input = arena.Take(DType::kF32, {T, C});
+  l.ln1 = arena.Take(DType::kF32, {T, C});
+  l.ln1_rstd = arena.Take(DType::kF32, {T});
+  l.qkv = arena.Take(DType::kF32, {T, c.qkv_dim()});
+  l.attn = arena.Take(DType::kF32, {T, c.q_dim()});
+  if (with_attention_lse) l.attn_lse = arena.Take(DType::kF32, {T, c.num_attention_heads});
+  l.mid = arena.Take(DType::kF32, {T, C});
+  l.ln2 = arena.Take(DType::kF32, {T, C});
+  l.ln2_rstd = arena.Take(DType::kF32, {T});
+  l.gate_up = arena.Take(DType::kF32, {T, 2 * I});
+  l.act = arena.Take(DType::kF32, {T, I});
+  return l;
+}
+
+void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const LayerActivations& a,
+                         const Tensor& next_input, AttentionStep attention) {
+  const ModelConfig& c = *ctx.config;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm, eps);
+  k::MatmulForward(a.qkv, a.ln1, p.qkv_weight, p.qkv_bias, /*accumulate=*/false, ctx.order);
+  k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ctx.rope_cos,
+               ctx.rope_sin, /*inverse=*/false);
+  attention(a);
+  // mid = input + attn . Wo^T, the residual fused into the projection's accumulate.
+  PRL_CHECK(CopyTensor(a.mid, a.input).ok(), "device copy failed");
+  k::MatmulForward(a.mid, a.attn, p.o_weight, {}, /*accumulate=*/true, ctx.order);
+  k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
+  k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight, {}, /*accumulate=*/false, ctx.order);
+  k::SwiGluForward(a.act, a.gate_up);
+  PRL_CHECK(CopyTensor(next_input, a.mid).ok(), "device copy failed");
+  k::MatmulForward(next_input, a.act, p.down_weight, {}, /*accumulate=*/true, ctx.order);
+}
+
+}  // namespace prl
