@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "bench/engine_bench.h"
 #include "bench/model_bench.h"
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
@@ -40,6 +41,32 @@ absl::Status RunModelBench(ModelBenchFlags f) {
   return absl::OkStatus();
 }
 
+struct EngineBenchFlags {
+  std::string model, config = "40m", device = "auto";
+  bench::EngineBenchOptions options;
+  int64_t kv_cache_mb = 1024;
+  bool json = false;
+};
+
+absl::Status RunEngineBench(EngineBenchFlags f) {
+  PRL_ASSIGN_OR_RETURN(f.options.engine.device, ResolveDeviceFlag(f.device));
+  f.options.engine.kv_cache_bytes = f.kv_cache_mb << 20;
+  std::shared_ptr<const ParameterSet> weights;
+  if (!f.model.empty()) {
+    PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(f.model, f.options.engine.device));
+    weights = std::make_shared<const ParameterSet>(std::move(loaded));
+  } else {
+    PRL_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromFlag(f.config));
+    PRL_ASSIGN_OR_RETURN(ParameterSet init,
+                         ParameterSet::Allocate(config, f.options.engine.device, false));
+    InitializeParameters(init, /*seed=*/1);
+    weights = std::make_shared<const ParameterSet>(std::move(init));
+  }
+  PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunEngineBench(weights, f.options));
+  std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
@@ -62,6 +89,36 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   model->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   model->add_flag("--json", f->json, "Print one JSON object instead of the table");
   registry.Add(model, [f] { return RunModelBench(*f); });
+
+  auto e = std::make_shared<EngineBenchFlags>();
+  CLI::App* engine = bench->add_subcommand(
+      "engine",
+      "Engine prefill/decode tokens/s at several batch sizes vs the training forward, and "
+      "decode under in-flight weight swaps vs without");
+  engine->add_option("--model", e->model, "Model directory (default: random weights of --config)");
+  engine->add_option("--config", e->config, "Preset, model directory or config.json")
+      ->capture_default_str();
+  engine->add_option("--prompt-len", e->options.prompt_len, "Prompt tokens per request")
+      ->capture_default_str();
+  engine->add_option("--output-len", e->options.output_len, "Generated tokens per request")
+      ->capture_default_str();
+  engine->add_option("--batches", e->options.batches, "Batch sizes (requests in flight)")
+      ->delimiter(',')
+      ->capture_default_str();
+  engine
+      ->add_option("--swap-interval-ms", e->options.swap_interval_ms,
+                   "Weight swap period for the swap measurement (0: skip)")
+      ->capture_default_str();
+  engine->add_option("--iters", e->options.iterations, "Runs per batch size (best kept)")
+      ->capture_default_str();
+  engine->add_option("--block-size", e->options.engine.block_size, "Tokens per KV block")
+      ->capture_default_str();
+  engine->add_option("--kv-cache-mb", e->kv_cache_mb, "KV cache pool")->capture_default_str();
+  engine->add_flag("--batch-invariant", e->options.engine.batch_invariant,
+                   "Measure the batch-invariant mode");
+  engine->add_option("--device", e->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  engine->add_flag("--json", e->json, "Print one JSON object instead of the table");
+  registry.Add(engine, [e] { return RunEngineBench(*e); });
 }
 
 }  // namespace prl::cli

@@ -12,6 +12,7 @@ void CheckShape(const char* op, const AttentionShape& s, const Tensor& qkv,
                 const Tensor& cu_seqlens) {
   PRL_CHECK(s.num_heads > 0 && s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0, op, ": ",
             s.num_heads, " query heads are not a multiple of ", s.num_kv_heads, " kv heads");
+  PRL_CHECK(s.head_dim <= 256, op, ": head_dim ", s.head_dim, " above the supported 256");
   ExpectTensor(op, "qkv", qkv, DType::kF32,
                {qkv.size(0), (s.num_heads + 2 * s.num_kv_heads) * s.head_dim});
   PRL_CHECK(cu_seqlens.dtype == DType::kI32 && cu_seqlens.rank == 1 && cu_seqlens.size(0) >= 2, op,

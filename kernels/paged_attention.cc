@@ -10,11 +10,12 @@ using internal::ExpectTensor;
 namespace {
 void CheckCache(const char* op, const Tensor& k_cache, const Tensor& v_cache,
                 const AttentionShape& s) {
-  PRL_CHECK(k_cache.rank == 4, op, ": k_cache must be (num_blocks, KV, block_size, D)");
+  PRL_CHECK(k_cache.rank == 4, op, ": k_cache must be (num_blocks, KV, D, block_size)");
+  PRL_CHECK(s.head_dim <= 256, op, ": head_dim ", s.head_dim, " above the supported 256");
   ExpectTensor(op, "k_cache", k_cache, DType::kF32,
-               {k_cache.size(0), s.num_kv_heads, k_cache.size(2), s.head_dim});
+               {k_cache.size(0), s.num_kv_heads, s.head_dim, k_cache.size(3)});
   ExpectTensor(op, "v_cache", v_cache, DType::kF32,
-               {k_cache.size(0), s.num_kv_heads, k_cache.size(2), s.head_dim});
+               {k_cache.size(0), s.num_kv_heads, k_cache.size(3), s.head_dim});
 }
 }  // namespace
 
@@ -28,19 +29,20 @@ void KvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qk
   const Device device = internal::CommonDevice(op, {&k_cache, &v_cache, &qkv, &slots});
   if (device.is_cpu()) {
     return cpu::KvCacheWrite(k_cache.f32(), v_cache.f32(), qkv.f32(), slots.i32(), T, s.num_heads,
-                             s.num_kv_heads, s.head_dim, k_cache.size(2));
+                             s.num_kv_heads, s.head_dim, k_cache.size(3));
   }
   internal::NoBackend(op, device);
 }
 
 void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tensor& pairs) {
   const char* op = "KvCacheCopyBlocks";
-  PRL_CHECK(k_cache.rank == 4 && k_cache.SameShape(v_cache), op, ": caches must match");
+  PRL_CHECK(k_cache.rank == 4 && v_cache.rank == 4 && k_cache.numel() == v_cache.numel(), op,
+            ": caches must match");
   ExpectTensor(op, "pairs", pairs, DType::kI32, {pairs.size(0), 2});
   const Device device = internal::CommonDevice(op, {&k_cache, &v_cache, &pairs});
   if (device.is_cpu()) {
     return cpu::KvCacheCopyBlocks(k_cache.f32(), v_cache.f32(), pairs.i32(), pairs.size(0),
-                                  k_cache.size(1), k_cache.size(3), k_cache.size(2));
+                                  v_cache.size(1), v_cache.size(3), v_cache.size(2));
   }
   internal::NoBackend(op, device);
 }
@@ -65,7 +67,7 @@ void PagedAttentionForward(const Tensor& out, const Tensor& qkv, const Tensor& k
     return cpu::PagedAttentionForward(
         out.f32(), qkv.f32(), k_cache.f32(), v_cache.f32(), block_tables.i32(),
         block_tables.size(1), q_start.i32(), context_lens.i32(), B, s.num_heads, s.num_kv_heads,
-        s.head_dim, k_cache.size(2), order == ReductionOrder::kBatchInvariant);
+        s.head_dim, k_cache.size(3), order == ReductionOrder::kBatchInvariant);
   }
   internal::NoBackend(op, device);
 }

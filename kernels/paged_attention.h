@@ -1,8 +1,9 @@
 // The engine's paged KV cache operations (vLLM's PagedAttention on the CPU backend).
 //
-// A layer's cache is two tensors k_cache, v_cache of shape (num_blocks, KV, block_size, D): a
-// block holds block_size consecutive positions of one sequence. A token at position p of a
-// sequence lives in slot block_table[p / block_size] * block_size + p % block_size.
+// A layer's cache is two tensors: k_cache (num_blocks, KV, D, block_size) — keys transposed
+// within a block, so a decode row scores eight keys per vector op — and v_cache (num_blocks, KV,
+// block_size, D). A block holds block_size consecutive positions of one sequence; position p
+// lives in slot block_table[p / block_size] * block_size + p % block_size.
 #pragma once
 
 #include "core/tensor.h"

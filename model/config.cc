@@ -315,6 +315,10 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
         absl::StrCat("key 'num_key_value_heads': ", c.num_key_value_heads,
                      " does not divide num_attention_heads = ", c.num_attention_heads));
   }
+  if (c.head_dim > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'head_dim': at most 256 supported, found ", c.head_dim));
+  }
   if (c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("key 'head_dim': RoPE needs an even head size, found ", c.head_dim));

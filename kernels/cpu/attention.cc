@@ -236,10 +236,10 @@ void AttentionForwardInvariant(float* out, float* lse, const float* qkv, const i
         const int64_t g = h / group;
         const float* k = qkv + start * qkv_stride + (H + g) * D;
         const float* v = qkv + start * qkv_stride + (H + KV + g) * D;
-        lse[t * H + h] = AttendRowInvariant(
-            out + t * H * D + h * D, qkv + t * qkv_stride + h * D,
-            [&](int64_t j) { return k + j * qkv_stride; },
-            [&](int64_t j) { return v + j * qkv_stride; }, t - start + 1, D, scale, scores.data());
+        const int64_t visible = t - start + 1;
+        ScoreKeyRows(scores.data(), qkv + t * qkv_stride + h * D, k, qkv_stride, visible, D, scale);
+        lse[t * H + h] = SoftmaxValueSum(out + t * H * D + h * D, scores.data(), visible, D,
+                                         [&](int64_t j) { return v + j * qkv_stride; });
       }
     }
   }

@@ -61,9 +61,9 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
                        const float* lse, const int32_t* cu_seqlens, int64_t num_seqs, int64_t H,
                        int64_t KV, int64_t D);
 
-// Paged KV cache (engine). Caches are (num_blocks, KV, block_size, D): a block holds
-// block_size consecutive positions of one sequence, head-major so that one head's keys of a
-// block are contiguous. slot = block * block_size + offset.
+// Paged KV cache (engine). A block holds block_size consecutive positions of one sequence:
+// keys (num_blocks, KV, D, block_size) transposed within the block, values (num_blocks, KV,
+// block_size, D). slot = block * block_size + offset.
 //
 // Writes the k and v heads of each row of qkv (T, (H + 2 KV) D) into its slot (slots[t] < 0:
 // skipped).

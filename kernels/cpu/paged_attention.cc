@@ -1,11 +1,14 @@
 // Paged KV cache kernels for the engine: writing new k/v into their slots, copying blocks,
 // and causal attention of the step's query rows against a sequence's cached context.
 //
-// The fast path gathers one KV head's keys and values of a sequence into contiguous scratch
-// (a block is one head's block_size rows, so the gather is a run of memcpys) and reuses the
-// GEMM formulation of the packed attention; work items are (sequence, kv head, query block).
-// The invariant path attends row by row with AttendRowInvariant, reading keys through the
-// block table, exactly as the packed invariant attention does.
+// Layout (vLLM-like): a block holds block_size consecutive positions of one sequence, per KV
+// head. Keys are stored transposed within a block, (D, block_size), so that scoring a query
+// against a block is D vector FMAs over eight keys at a time with no horizontal sums; values
+// are (block_size, D) rows, which the weighted sum reads contiguously.
+//
+// Rows are attended one by one (invariant_dot.h's fixed order, reading the blocks in place)
+// in batch-invariant mode and for decode-like rows; prefill chunks of the fast mode gather the
+// context once per (sequence, kv head, 64 query rows) and use GEMMs.
 #include <cblas.h>
 
 #include <algorithm>
@@ -22,23 +25,39 @@ namespace prl::kernels::cpu {
 namespace {
 
 constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kRowwiseBelow = 4;  // a sequence's query rows below which they go one by one
 
-struct PagedView {
-  const float* cache;
+struct PagedHead {
+  const float* k_cache;
+  const float* v_cache;
   const int32_t* table;  // this sequence's block table
-  int64_t KV, D, block_size;
-  // Row of kv head g at position pos.
-  const float* Row(int64_t g, int64_t pos) const {
-    const int64_t block = table[pos / block_size];
-    return cache + ((block * KV + g) * block_size + pos % block_size) * D;
+  int64_t g, KV, D, bs;
+
+  const float* KeyBlock(int64_t b) const {  // (D, bs)
+    return k_cache + (static_cast<int64_t>(table[b]) * KV + g) * D * bs;
+  }
+  const float* Value(int64_t pos) const {  // (D)
+    return v_cache + ((static_cast<int64_t>(table[pos / bs]) * KV + g) * bs + pos % bs) * D;
   }
 };
 
-// dst (n, D) = positions [0, n) of kv head g, contiguous.
-void Gather(float* dst, const PagedView& view, int64_t g, int64_t n) {
-  for (int64_t pos = 0; pos < n; pos += view.block_size) {
-    const int64_t rows = std::min(view.block_size, n - pos);
-    std::memcpy(dst + pos * view.D, view.Row(g, pos), rows * view.D * sizeof(float));
+// Scores of q against positions [0, n) of a paged head.
+void ScorePaged(float* s, const float* q, const PagedHead& head, int64_t n, float scale) {
+  for (int64_t pos = 0; pos < n; pos += head.bs) {
+    ScoreKeyBlockTransposed(s + pos, q, head.KeyBlock(pos / head.bs), head.bs,
+                            std::min(head.bs, n - pos), head.D, scale);
+  }
+}
+
+// keys_t (D, n) and values (n, D) = positions [0, n) of a paged head, contiguous.
+void Gather(float* keys_t, float* values, const PagedHead& head, int64_t n) {
+  for (int64_t pos = 0; pos < n; pos += head.bs) {
+    const int64_t rows = std::min(head.bs, n - pos);
+    const float* kb = head.KeyBlock(pos / head.bs);
+    for (int64_t d = 0; d < head.D; ++d) {
+      std::memcpy(keys_t + d * n + pos, kb + d * head.bs, rows * sizeof(float));
+    }
+    std::memcpy(values + pos * head.D, head.Value(pos), rows * head.D * sizeof(float));
   }
 }
 
@@ -52,9 +71,11 @@ void KvCacheWrite(float* k_cache, float* v_cache, const float* qkv, const int32_
     if (slots[t] < 0) continue;
     const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
     for (int64_t g = 0; g < KV; ++g) {
-      const int64_t dst = ((block * KV + g) * block_size + offset) * D;
-      std::memcpy(k_cache + dst, qkv + t * stride + (H + g) * D, D * sizeof(float));
-      std::memcpy(v_cache + dst, qkv + t * stride + (H + KV + g) * D, D * sizeof(float));
+      const float* k = qkv + t * stride + (H + g) * D;
+      float* kt = k_cache + (block * KV + g) * D * block_size + offset;
+      for (int64_t d = 0; d < D; ++d) kt[d * block_size] = k[d];
+      std::memcpy(v_cache + ((block * KV + g) * block_size + offset) * D,
+                  qkv + t * stride + (H + KV + g) * D, D * sizeof(float));
     }
   }
 }
@@ -79,27 +100,30 @@ void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, c
   const int64_t group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t max_context = 0;
-  for (int64_t b = 0; b < num_seqs; ++b)
+  for (int64_t b = 0; b < num_seqs; ++b) {
     max_context = std::max<int64_t>(max_context, context_lens[b]);
+  }
 
   struct Item {
-    int64_t seq, head, row0, row1;  // head: kv head (fast path) or query head (invariant)
+    int64_t seq, head, row0, row1;  // head: query head (by row) or kv head (gathered)
+    bool by_row;
   };
   std::vector<Item> items;
   for (int64_t b = 0; b < num_seqs; ++b) {
     const int64_t q_len = q_start[b + 1] - q_start[b];
-    const int64_t row_block = invariant ? 1 : kQueryBlock;
-    for (int64_t h = 0; h < (invariant ? H : KV); ++h) {
+    const bool by_row = invariant || q_len < kRowwiseBelow;
+    const int64_t row_block = by_row ? 1 : kQueryBlock;
+    for (int64_t h = 0; h < (by_row ? H : KV); ++h) {
       for (int64_t r = 0; r < q_len; r += row_block) {
-        items.push_back({b, h, r, std::min(q_len, r + row_block)});
+        items.push_back({b, h, r, std::min(q_len, r + row_block), by_row});
       }
     }
   }
 
 #pragma omp parallel
   {
-    thread_local std::vector<float> keys, values, scores;
-    keys.resize(max_context * D);
+    thread_local std::vector<float> keys_t, values, scores;
+    keys_t.resize(max_context * D);
     values.resize(max_context * D);
     scores.resize(kQueryBlock * max_context);
 #pragma omp for schedule(dynamic, 1)
@@ -107,25 +131,33 @@ void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, c
       const Item& item = items[it];
       const int64_t q_len = q_start[item.seq + 1] - q_start[item.seq];
       const int64_t past = context_lens[item.seq] - q_len;  // positions before this step
-      const PagedView kview{k_cache, block_tables + item.seq * max_blocks, KV, D, block_size};
-      const PagedView vview{v_cache, block_tables + item.seq * max_blocks, KV, D, block_size};
-      if (invariant) {
-        const int64_t t = q_start[item.seq] + item.row0, g = item.head / group;
-        AttendRowInvariant(
-            out + t * out_stride + item.head * D, qkv + t * stride + item.head * D,
-            [&](int64_t j) { return kview.Row(g, j); }, [&](int64_t j) { return vview.Row(g, j); },
-            past + item.row0 + 1, D, scale, scores.data());
+      const int32_t* table = block_tables + item.seq * max_blocks;
+      if (item.by_row) {
+        const int64_t t = q_start[item.seq] + item.row0, visible = past + item.row0 + 1;
+        const PagedHead head{k_cache, v_cache, table, item.head / group, KV, D, block_size};
+        ScorePaged(scores.data(), qkv + t * stride + item.head * D, head, visible, scale);
+        // Keys come in order: step through the blocks instead of dividing per key.
+        int64_t block = -1, offset = head.bs;
+        const float* base = nullptr;
+        SoftmaxValueSum(out + t * out_stride + item.head * D, scores.data(), visible, D,
+                        [&](int64_t) {
+                          if (offset == head.bs) {
+                            base = head.Value(++block * head.bs);
+                            offset = 0;
+                          }
+                          return base + (offset++) * D;
+                        });
         continue;
       }
+      const PagedHead head{k_cache, v_cache, table, item.head, KV, D, block_size};
       const int64_t nq = item.row1 - item.row0;
       const int64_t nk = past + item.row1;  // the block's last row sees positions [0, nk)
-      Gather(keys.data(), kview, item.head, nk);
-      Gather(values.data(), vview, item.head, nk);
+      Gather(keys_t.data(), values.data(), head, nk);
       for (int64_t h = item.head * group; h < (item.head + 1) * group; ++h) {
         const int64_t t0 = q_start[item.seq] + item.row0;
         float* s = scores.data();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale,
-                    qkv + t0 * stride + h * D, stride, keys.data(), D, 0.0f, s, nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, D, scale,
+                    qkv + t0 * stride + h * D, stride, keys_t.data(), nk, 0.0f, s, nk);
         for (int64_t i = 0; i < nq; ++i) {
           float* row = s + i * nk;
           const int64_t visible = past + item.row0 + i + 1;

@@ -22,7 +22,7 @@ struct Cache {
   std::vector<float> k, v;
   Cache(int64_t bs, int64_t blocks)
       : block_size(bs), num_blocks(blocks), k(blocks * KV * bs * D, NAN), v(k.size(), NAN) {}
-  Tensor K() { return View(k, {num_blocks, KV, block_size, D}); }
+  Tensor K() { return View(k, {num_blocks, KV, D, block_size}); }
   Tensor V() { return View(v, {num_blocks, KV, block_size, D}); }
 };
 
@@ -103,7 +103,7 @@ TEST(KvCacheTest, WriteFillsSlotsAndCopyBlocksDuplicatesBlocks) {
   kernels::KvCacheWrite(cache.K(), cache.V(), View(qkv, {2, W}), View(slots, {2}), {H, KV, D});
   for (int64_t g = 0; g < KV; ++g) {
     for (int64_t d = 0; d < D; ++d) {
-      EXPECT_EQ(cache.k[((1 * KV + g) * 4 + 1) * D + d], qkv[(H + g) * D + d]);
+      EXPECT_EQ(cache.k[((1 * KV + g) * D + d) * 4 + 1], qkv[(H + g) * D + d]);
       EXPECT_EQ(cache.v[((1 * KV + g) * 4 + 1) * D + d], qkv[(H + KV + g) * D + d]);
     }
   }

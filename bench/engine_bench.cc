@@ -1,0 +1,215 @@
+#include "bench/engine_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "model/transformer.h"
+
+namespace prl::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Phases {
+  double prefill_s = 0.0;  // the step that prefills every prompt
+  double decode_s = 0.0;   // every step after it
+  int64_t swaps = 0;
+};
+
+// Copies `source` into spare buffers and swaps them into the engine every interval, never
+// writing a buffer the engine may still read (use_count == 1: only this loader holds it).
+class SwapStream {
+ public:
+  SwapStream(Engine* engine, std::shared_ptr<const ParameterSet> source, int64_t interval_ms)
+      : engine_(engine), source_(std::move(source)), interval_ms_(interval_ms) {}
+
+  absl::Status Start() {
+    for (auto& b : buffers_) {
+      PRL_ASSIGN_OR_RETURN(ParameterSet set, ParameterSet::Allocate(
+                                                 source_->config, source_->buffer.device(), false));
+      b = std::make_shared<ParameterSet>(std::move(set));
+    }
+    thread_ = std::thread([this] { Run(); });
+    return absl::OkStatus();
+  }
+  int64_t Stop() {
+    stop_ = true;
+    thread_.join();
+    return swaps_;
+  }
+
+ private:
+  void Run() {
+    for (int64_t version = 1; !stop_.load(); ++version) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms_));
+      std::shared_ptr<ParameterSet>& spare = buffers_[version % 2];
+      while (spare.use_count() > 1 && !stop_.load()) std::this_thread::yield();
+      if (stop_.load()) break;
+      CopyBytes(spare->data(), spare->buffer.device(), source_->data(), source_->buffer.device(),
+                source_->buffer.bytes())
+          .IgnoreError();  // same-device copy of equal sizes
+      if (engine_->SwapWeights(spare, version).ok()) ++swaps_;
+    }
+  }
+
+  Engine* engine_;
+  std::shared_ptr<const ParameterSet> source_;
+  int64_t interval_ms_;
+  std::shared_ptr<ParameterSet> buffers_[2];
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> swaps_{0};
+};
+
+absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int64_t batch,
+                                const EngineBenchOptions& o, bool swaps) {
+  EngineOptions eo = o.engine;
+  eo.max_num_seqs = static_cast<int32_t>(std::max<int64_t>(batch, 1));
+  eo.max_num_batched_tokens = static_cast<int32_t>(batch * o.prompt_len);  // one prefill step
+  eo.enable_prefix_caching = false;
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(weights, 0, eo));
+  std::mt19937 rng(static_cast<uint32_t>(batch));
+  std::uniform_int_distribution<int32_t> token(
+      0, static_cast<int32_t>(weights->config.vocab_size - 1));
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int32_t> prompt(o.prompt_len);
+    for (auto& t : prompt) t = token(rng);
+    SamplingParams p;
+    p.max_tokens = static_cast<int32_t>(o.output_len);
+    p.seed = static_cast<uint64_t>(b);
+    PRL_RETURN_IF_ERROR(engine->AddRequest(std::move(prompt), p).status());
+  }
+  Phases phases;
+  auto start = Clock::now();
+  PRL_RETURN_IF_ERROR(engine->Step());
+  phases.prefill_s = Since(start);
+  if (engine->Stats().generated_tokens != batch) {
+    return absl::InternalError("bench engine: the prefill did not fit in one step");
+  }
+  SwapStream stream(engine.get(), weights, o.swap_interval_ms);
+  if (swaps) PRL_RETURN_IF_ERROR(stream.Start());
+  start = Clock::now();
+  while (engine->HasUnfinishedRequests()) PRL_RETURN_IF_ERROR(engine->Step());
+  phases.decode_s = Since(start);
+  if (swaps) phases.swaps = stream.Stop();
+  return phases;
+}
+
+absl::StatusOr<double> TrainingForwardTokensPerSecond(const ParameterSet& weights, int64_t seq_len,
+                                                      Device device) {
+  const int64_t tokens = 2048;
+  PackedBatch batch;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> token(0,
+                                               static_cast<int32_t>(weights.config.vocab_size - 1));
+  for (int64_t start = 0; start < tokens; start += seq_len) {
+    const int64_t len = std::min(seq_len, tokens - start);
+    std::vector<int32_t> t(len), targets(len);
+    for (auto& x : t) x = token(rng);
+    for (auto& x : targets) x = token(rng);
+    batch.Add(t, targets);
+  }
+  Transformer model(weights.config, device);
+  std::vector<float> lp(tokens);
+  std::vector<double> seconds;
+  for (int i = 0; i < 4; ++i) {
+    const auto start = Clock::now();
+    PRL_RETURN_IF_ERROR(model.Forward(weights.params, batch, 1.0f, absl::MakeSpan(lp), false));
+    if (i > 0) seconds.push_back(Since(start));  // the first run is warm-up
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return tokens / seconds[seconds.size() / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weights,
+                                      const EngineBenchOptions& o) {
+  if (o.prompt_len < 1 || o.output_len < 2 || o.batches.empty() || o.iterations < 1) {
+    return absl::InvalidArgumentError(
+        "bench engine: --prompt-len >= 1, --output-len >= 2, --batches and --iters >= 1 needed");
+  }
+  if (o.prompt_len + o.output_len > weights->config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench engine: prompt + output = ", o.prompt_len + o.output_len,
+        " exceeds max_position_embeddings = ", weights->config.max_position_embeddings));
+  }
+  PRL_ASSIGN_OR_RETURN(
+      const double train_fwd,
+      TrainingForwardTokensPerSecond(*weights, o.prompt_len + o.output_len, o.engine.device));
+  // Warm-up: thread pools, page faults of the KV pool and workspaces.
+  PRL_RETURN_IF_ERROR(RunBatch(weights, o.batches.front(), o, false).status());
+
+  Report report;
+  report.bench = "engine";
+  report.machine = MachineInfo();
+  const ModelConfig& c = weights->config;
+  report.setup = {
+      {"model", absl::StrFormat("%s hidden=%d layers=%d heads=%d kv_heads=%d vocab=%d",
+                                ArchitectureName(c.arch), c.hidden_size, c.num_hidden_layers,
+                                c.num_attention_heads, c.num_key_value_heads, c.vocab_size)},
+      {"requests", absl::StrFormat("prompt %d, output %d, temperature 1, batches %s", o.prompt_len,
+                                   o.output_len, absl::StrJoin(o.batches, ","))},
+      {"engine",
+       absl::StrFormat("block_size %d, %s, prefill in one step per batch", o.engine.block_size,
+                       o.engine.batch_invariant ? "batch-invariant" : "fast")},
+      {"baseline", absl::StrFormat("training forward (Transformer::Forward, 2048 tokens in "
+                                   "sequences of %d): %.1f tok/s",
+                                   o.prompt_len + o.output_len, train_fwd)}};
+  for (int64_t batch : o.batches) {
+    double prefill_s = 1e30, decode_s = 1e30;
+    for (int i = 0; i < o.iterations; ++i) {
+      PRL_ASSIGN_OR_RETURN(const Phases p, RunBatch(weights, batch, o, false));
+      prefill_s = std::min(prefill_s, p.prefill_s);
+      decode_s = std::min(decode_s, p.decode_s);
+    }
+    const double prefill = batch * o.prompt_len / prefill_s;
+    const double decode = batch * (o.output_len - 1) / decode_s;
+    if (o.progress) {
+      std::fprintf(stderr, "bench engine: batch %lld: prefill %.0f tok/s, decode %.0f tok/s\n",
+                   static_cast<long long>(batch), prefill, decode);
+    }
+    report.results.push_back(
+        {absl::StrCat("prefill_b", batch), prefill, "tok/s", "train_forward", train_fwd});
+    report.results.push_back(
+        {absl::StrCat("decode_b", batch), decode, "tok/s", "train_forward", train_fwd});
+  }
+  if (o.swap_interval_ms > 0) {
+    // Runs with and without swaps alternate, so that both see the same machine conditions.
+    const int64_t batch = o.batches.back();
+    double plain_s = 1e30, swapped_s = 1e30;
+    int64_t swaps = 0;
+    for (int i = 0; i < o.iterations; ++i) {
+      PRL_ASSIGN_OR_RETURN(const Phases plain, RunBatch(weights, batch, o, false));
+      PRL_ASSIGN_OR_RETURN(const Phases swapped, RunBatch(weights, batch, o, true));
+      plain_s = std::min(plain_s, plain.decode_s);
+      swapped_s = std::min(swapped_s, swapped.decode_s);
+      swaps = std::max(swaps, swapped.swaps);
+    }
+    report.setup.push_back(
+        {"swaps", absl::StrFormat("a full weight copy + swap every %d ms during decode at batch "
+                                  "%d (%d swaps per run), alternating with runs without",
+                                  o.swap_interval_ms, batch, swaps)});
+    report.results.push_back({absl::StrCat("decode_b", batch, "_with_swaps"),
+                              batch * (o.output_len - 1) / swapped_s, "tok/s",
+                              absl::StrCat("decode_b", batch, "_without"),
+                              batch * (o.output_len - 1) / plain_s});
+  }
+  return report;
+}
+
+}  // namespace prl::bench

@@ -1,0 +1,134 @@
+// Engine: the actor's inference engine — a library, driven by a loop (prl generate, the actor):
+//
+//   auto engine = *Engine::Create(weights, /*version=*/0, options);
+//   uint64_t id = *engine->AddRequest(prompt, params);   // n samples share the prompt
+//   while (engine->HasUnfinishedRequests()) {
+//     PRL_RETURN_IF_ERROR(engine->Step());               // one batch: decodes + prefill chunks
+//     for (RequestOutput& done : engine->TakeFinished()) ...;
+//   }
+//
+// Every completion token comes with its behaviour log-prob and the weight version that
+// produced it. SwapWeights (thread-safe, non-blocking) stages new weights that the next Step
+// flips to with a pointer swap: load the next version into a spare ParameterSet on another
+// thread while generation goes on (double buffering), then hand it over. Running sequences keep
+// their KV cache across a swap by default; tokens sampled after it carry the new version.
+//
+// Thread-safety: SwapWeights may be called from any thread; everything else from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "inference_engine/block_manager.h"
+#include "inference_engine/kv_cache.h"
+#include "inference_engine/model_runner.h"
+#include "inference_engine/sampling_params.h"
+#include "inference_engine/scheduler.h"
+#include "inference_engine/sequence.h"
+#include "kernels/reduction_order.h"
+#include "model/parameters.h"
+
+namespace prl {
+
+struct EngineOptions {
+  int32_t block_size = 16;                      // tokens per KV block (vLLM's default)
+  int64_t kv_cache_bytes = int64_t{512} << 20;  // KV pool, allocated once (--kv-cache-mb)
+  int32_t max_num_seqs = 64;                    // sequences in flight
+  int32_t max_num_batched_tokens = 2048;        // tokens per step; long prompts are chunked
+  bool enable_prefix_caching = true;            // reuse full blocks of equal prefixes (per version)
+  bool recompute_kv_on_swap = false;            // on a weight swap, recompute running sequences' KV
+  // Bit-exact results whatever the batch, chunking or preemption, and equal to the learner's
+  // log-probs in the same mode (kernels/reduction_order.h); slower.
+  bool batch_invariant = false;
+  Device device = Device::Cpu();
+};
+
+absl::Status ValidateEngineOptions(const EngineOptions& options);
+
+struct SampleOutput {
+  int32_t sample_index = 0;
+  std::vector<int32_t> tokens;    // completion only
+  std::vector<float> logprobs;    // behaviour log-prob per completion token
+  std::vector<int64_t> versions;  // weight version per completion token
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+struct RequestOutput {
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<SampleOutput> samples;  // by sample index
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;    // prompt (and recomputed) tokens run through the model
+  int64_t generated_tokens = 0;  // tokens sampled
+  int64_t num_waiting = 0;
+  int64_t num_running = 0;
+  int64_t free_blocks = 0;
+  int64_t total_blocks = 0;
+  int64_t preemptions = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t weight_version = 0;
+  int64_t weight_swaps = 0;
+  int64_t unfinished_requests = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const ParameterSet> weights,
+                                                        int64_t version,
+                                                        const EngineOptions& options);
+
+  // Validates and queues a request; errors name the field (prompt token ids, sampling params,
+  // context length, a request that could never fit in the KV pool).
+  absl::StatusOr<uint64_t> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params);
+  // Ends a request now; its samples are reported with finish_reason abort and the tokens they
+  // have. False if the id is unknown or already finished.
+  bool Abort(uint64_t request_id);
+  // One engine step. A no-op when nothing is queued.
+  absl::Status Step();
+  // Requests whose samples have all finished since the last call.
+  std::vector<RequestOutput> TakeFinished();
+  bool HasUnfinishedRequests() const { return !requests_.empty(); }
+
+  // Stages new weights (same shapes) for the next Step; thread-safe and non-blocking. A later
+  // call before that Step replaces the staged weights.
+  absl::Status SwapWeights(std::shared_ptr<const ParameterSet> weights, int64_t version);
+
+  EngineStats Stats() const;
+  const ModelConfig& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  Engine(std::shared_ptr<const ParameterSet> weights, int64_t version, const EngineOptions& options,
+         KvCache cache);
+  void ApplyPendingSwap();
+  absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
+  void Append(Sequence& seq, int32_t token, float logprob);
+  void FinishRequestIfDone(Request& request);
+
+  ModelConfig config_;
+  EngineOptions options_;
+  std::shared_ptr<const ParameterSet> weights_;
+  int64_t version_;
+  std::mutex swap_mutex_;
+  std::shared_ptr<const ParameterSet> pending_weights_;  // guarded by swap_mutex_
+  std::optional<int64_t> pending_version_;               // guarded by swap_mutex_
+  KvCache cache_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  uint64_t next_request_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
+  std::vector<RequestOutput> finished_;
+  EngineStats stats_;
+};
+
+}  // namespace prl

@@ -1,0 +1,54 @@
+// Sequence: the per-sample state the scheduler and the model runner share (nano-vllm's
+// Sequence). Request: one prompt and its n samples (an RL group).
+//
+// Invariants: tokens = prompt followed by the completion; the first num_computed_tokens
+// positions have their K/V in the blocks of block_table; every completion token has a
+// behaviour log-prob and the weight version that produced it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "inference_engine/sampling_params.h"
+
+namespace prl {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+enum class FinishReason { kNone, kLength, kStop, kAbort };
+
+const char* FinishReasonName(FinishReason reason);  // "length", "stop", "abort"
+
+struct Request;
+
+struct Sequence {
+  Request* request = nullptr;
+  int32_t sample_index = 0;     // 0 .. n-1; also the sampler's Philox stream
+  std::vector<int32_t> tokens;  // prompt + completion
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;   // vLLM's num_computed_tokens
+  std::vector<int32_t> block_table;  // physical block of each logical block
+  std::vector<float> logprobs;       // behaviour log-prob of each completion token
+  std::vector<int64_t> versions;     // weight version of each completion token
+  SequenceStatus status = SequenceStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  // Hash of the last full block registered in the prefix cache (chain state).
+  uint64_t last_block_hash = 0;
+  int64_t num_hashed_blocks = 0;
+
+  int64_t num_completion_tokens() const {
+    return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;
+  }
+};
+
+struct Request {
+  uint64_t id = 0;
+  SamplingParams params;
+  // samples[0] is the leader: it alone prefills the prompt; the others are forked from it
+  // when the prompt is done and share its blocks until they write (copy-on-write).
+  std::vector<std::unique_ptr<Sequence>> samples;
+  bool forked = false;
+  int32_t num_finished = 0;
+};
+
+}  // namespace prl

@@ -1,0 +1,105 @@
+// Shared fixtures for the engine tests: a tiny random model, a driver that runs requests to
+// completion, and the learner-path log-probs of sequences.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "inference_engine/engine.h"
+#include "model/parameters.h"
+#include "model/transformer.h"
+
+namespace prl::testing {
+
+inline ModelConfig TinyEngineConfig(int64_t vocab = 64) {
+  ModelConfig c;
+  c.arch = Architecture::kQwen2;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  c.qkv_bias = true;
+  return c;
+}
+
+// Weights with enough spread that sampling is far from uniform and from greedy.
+inline std::shared_ptr<const ParameterSet> TinyWeights(const ModelConfig& c, uint64_t seed) {
+  auto set = std::make_shared<ParameterSet>(*ParameterSet::Allocate(c, Device::Cpu(), false));
+  InitializeParameters(*set, seed, 0.35f);
+  return set;
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+inline std::vector<Job> RandomJobs(int count, int64_t vocab, uint64_t seed, int max_prompt = 40,
+                                   int max_tokens = 24, int max_n = 4) {
+  std::mt19937_64 rng(seed);
+  std::vector<Job> jobs;
+  for (int i = 0; i < count; ++i) {
+    Job j;
+    const int len = 1 + static_cast<int>(rng() % max_prompt);
+    for (int t = 0; t < len; ++t) j.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    j.params.n = 1 + static_cast<int32_t>(rng() % max_n);
+    j.params.max_tokens = 1 + static_cast<int32_t>(rng() % max_tokens);
+    j.params.temperature = (rng() % 5 == 0) ? 0.0f : 0.7f + 0.1f * (rng() % 6);
+    j.params.top_p = (rng() % 3 == 0) ? 0.9f : 1.0f;
+    j.params.top_k = (rng() % 4 == 0) ? 20 : 0;
+    j.params.seed = rng();
+    if (rng() % 3 == 0) j.params.stop_token_ids = {static_cast<int32_t>(rng() % vocab)};
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+// Runs the jobs (all queued up front) to completion; outputs by job index.
+inline std::vector<RequestOutput> RunJobs(Engine& engine, const std::vector<Job>& jobs) {
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    absl::StatusOr<uint64_t> id = engine.AddRequest(jobs[i].prompt, jobs[i].params);
+    EXPECT_TRUE(id.ok()) << id.status();
+    index[*id] = i;
+  }
+  std::vector<RequestOutput> out(jobs.size());
+  int guard = 0;
+  while (engine.HasUnfinishedRequests()) {
+    EXPECT_TRUE(engine.Step().ok());
+    for (RequestOutput& r : engine.TakeFinished()) out[index.at(r.request_id)] = std::move(r);
+    if (++guard > 100000) {
+      ADD_FAILURE() << "engine did not finish";
+      break;
+    }
+  }
+  for (RequestOutput& r : engine.TakeFinished()) out[index.at(r.request_id)] = std::move(r);
+  return out;
+}
+
+// Learner-path log-probs of completion[i] given prompt + completion[:i] at temperature T.
+inline std::vector<float> ScoreCompletion(const ParameterSet& weights,
+                                          const std::vector<int32_t>& prompt,
+                                          const std::vector<int32_t>& completion, float temperature,
+                                          kernels::ReductionOrder order) {
+  TransformerOptions options;
+  options.reduction_order = order;
+  Transformer model(weights.config, Device::Cpu(), options);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), completion.begin(), completion.end());
+  PackedBatch batch;
+  batch.AddScored(seq, static_cast<int64_t>(prompt.size()));
+  std::vector<float> lp(batch.num_tokens());
+  EXPECT_TRUE(model.Forward(weights.params, batch, temperature, absl::MakeSpan(lp), false).ok());
+  return std::vector<float>(lp.begin() + prompt.size() - 1, lp.end());
+}
+
+}  // namespace prl::testing
