@@ -27,6 +27,7 @@ struct ScoreFlags {
   std::string model, input, output, dump_grads, device = "auto";
   float temperature = 1.0f;
   int64_t max_batch_tokens = 16384;
+  bool batch_invariant = false;
 };
 
 struct ScoreLine {
@@ -120,7 +121,9 @@ absl::Status RunScore(const ScoreFlags& f) {
     PRL_ASSIGN_OR_RETURN(grads, ParameterSet::Allocate(params.config, device, true));
   }
 
-  Transformer model(params.config, device);
+  TransformerOptions options;
+  if (f.batch_invariant) options.reduction_order = kernels::ReductionOrder::kBatchInvariant;
+  Transformer model(params.config, device, options);
   std::string output;
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
@@ -190,6 +193,9 @@ void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry) {
       ->capture_default_str();
   score->add_option("--max-batch-tokens", f->max_batch_tokens, "Tokens per packed batch")
       ->capture_default_str();
+  score->add_flag("--batch-invariant", f->batch_invariant,
+                  "Fixed reduction order: log-probs equal `prl generate --batch-invariant`'s "
+                  "behaviour log-probs bit for bit (slower)");
   score->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   registry.Add(score, [f] { return RunScore(*f); });
 }

@@ -50,8 +50,8 @@ class CliTest(unittest.TestCase):
             self.assertIn(fragment, proc.stderr)
 
     def test_every_command_has_help(self):
-        for cmd in [[], ["model"], ["model", "init"], ["model", "info"], ["score"], ["bench"],
-                    ["bench", "model"]]:
+        for cmd in [[], ["model"], ["model", "init"], ["model", "info"], ["score"],
+                    ["generate"], ["bench"], ["bench", "model"], ["bench", "engine"]]:
             proc = run(*cmd, "--help")
             self.assertEqual(proc.returncode, 0, cmd)
             self.assertIn("Usage", proc.stdout, cmd)
@@ -146,6 +146,81 @@ class CliTest(unittest.TestCase):
         inp = self.write("d.jsonl", '{"tokens": [1, 2], "score_from": 1}\n')
         self.assert_error(run("score", "--model", self.model, "--input", inp, "--output",
                               self.path("d_out.jsonl"), "--device", "tpu"), "--device")
+
+    def generate(self, name, *flags, prompts=None):
+        prompts = prompts or [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
+        inp = self.write(name + "_prompts.jsonl",
+                         "".join(json.dumps({"tokens": p}) + "\n" for p in prompts))
+        out = self.path(name + "_samples.jsonl")
+        run("generate", "--model", self.model, "--input", inp, "--output", out, *flags,
+            check=True)
+        with open(out) as f:
+            return prompts, [json.loads(line) for line in f]
+
+    def test_generate_writes_one_line_per_sample_in_order(self):
+        prompts, samples = self.generate("order", "--n", 3, "--max-tokens", 4, "--seed", 7)
+        self.assertEqual([(s["prompt_index"], s["sample_index"]) for s in samples],
+                         [(i, j) for i in range(3) for j in range(3)])
+        for s in samples:
+            self.assertEqual(set(s), {"prompt_index", "sample_index", "tokens", "logprobs",
+                                      "versions", "finish_reason"})
+            self.assertEqual(len(s["tokens"]), 4)
+            self.assertEqual(len(s["logprobs"]), 4)
+            self.assertEqual(s["versions"], [0, 0, 0, 0])
+            self.assertEqual(s["finish_reason"], "length")
+        _, again = self.generate("order2", "--n", 3, "--max-tokens", 4, "--seed", 7,
+                                 "--max-num-seqs", 3, "--block-size", 1)
+        self.assertEqual([s["tokens"] for s in again], [s["tokens"] for s in samples],
+                         "same seeds, same samples, whatever the engine settings")
+
+    def test_generate_logprobs_equal_score_at_temperature_one(self):
+        for invariant in (False, True):
+            flags = ["--batch-invariant"] if invariant else []
+            prompts, samples = self.generate("gs%d" % invariant, "--n", 2, "--max-tokens", 6,
+                                             *flags)
+            lines = [{"tokens": prompts[s["prompt_index"]] + s["tokens"],
+                      "score_from": len(prompts[s["prompt_index"]])} for s in samples]
+            inp = self.write("gs_score%d.jsonl" % invariant,
+                             "".join(json.dumps(l) + "\n" for l in lines))
+            out = self.path("gs_scored%d.jsonl" % invariant)
+            run("score", "--model", self.model, "--input", inp, "--output", out, *flags,
+                check=True)
+            with open(out) as f:
+                scored = [json.loads(line)["logprobs"] for line in f]
+            for s, ref in zip(samples, scored):
+                if invariant:
+                    self.assertEqual(s["logprobs"], ref, "bit for bit in batch-invariant mode")
+                else:
+                    for a, b in zip(s["logprobs"], ref):
+                        self.assertAlmostEqual(a, b, delta=1e-5)
+
+    def test_generate_errors_name_the_line_and_field(self):
+        cases = [('{"tokens": []}', 'line 2: "tokens" must be a non-empty list'),
+                 ('{"tokens": [1, 40]}', "line 2: tokens[1] = 40 is not a token id"),
+                 ('{"tokens": [1], "temperature": 1}', "line 2: unknown key 'temperature'"),
+                 ('{"tokens": [1], "seed": -1}', 'line 2: "seed" must be a non-negative'),
+                 ('not json', "line 2: malformed JSON")]
+        for bad, message in cases:
+            with self.subTest(bad=bad):
+                inp = self.write("gbad.jsonl", '{"tokens": [1, 2]}\n' + bad + "\n")
+                self.assert_error(run("generate", "--model", self.model, "--input", inp,
+                                      "--output", self.path("gbad_out.jsonl")), message)
+        inp = self.write("glong.jsonl", '{"tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n')
+        self.assert_error(run("generate", "--model", self.model, "--input", inp, "--output",
+                              self.path("o.jsonl"), "--max-tokens", 10),
+                          "line 1: prompt (10 tokens) + max_tokens (10) exceeds the model's context")
+        self.assert_error(run("generate", "--model", self.model, "--input", inp, "--output",
+                              self.path("o.jsonl"), "--top-p", 0), "top_p must be in (0, 1]")
+
+    def test_bench_engine_prints_the_documented_json(self):
+        proc = run("bench", "engine", "--config", "tiny", "--prompt-len", 8, "--output-len", 4,
+                   "--batches", "1,2", "--iters", 1, "--swap-interval-ms", 1, "--json",
+                   check=True)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "engine")
+        names = [r["name"] for r in report["results"]]
+        self.assertEqual(names, ["prefill_b1", "decode_b1", "prefill_b2", "decode_b2",
+                                 "decode_b2_with_swaps"])
 
     def test_bench_model_prints_the_documented_json(self):
         proc = run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len", 32,
