@@ -4,7 +4,8 @@
 #
 # Until the RL service exists (`prl run`, the pipeline issue), the main job is the model demo:
 # create a small Qwen2-style model, score token sequences with it (log-probabilities and
-# gradients), and benchmark its training pass against OpenBLAS SGEMM measured in the same run.
+# gradients), sample from it with the engine, and benchmark its training pass against OpenBLAS
+# SGEMM measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -35,7 +36,14 @@ cat "$RUN/logprobs.jsonl"
 echo "gradients of -(sum of log-probs): $RUN/grads.safetensors"
 
 echo
-echo "== 3. Training-pass throughput beside OpenBLAS SGEMM (same run) =="
+echo "== 3. Generation: 2 samples per prompt with the paged KV-cache engine =="
+printf '{"tokens": [1, 17, 42]}\n{"tokens": [5, 5, 5, 5]}\n' > "$RUN/prompts.jsonl"
+"$PRL" generate --model "$RUN/model" --input "$RUN/prompts.jsonl" --output "$RUN/samples.jsonl" \
+  --n 2 --max-tokens 8 --temperature 1 --seed 0
+cat "$RUN/samples.jsonl"
+
+echo
+echo "== 4. Training-pass throughput beside OpenBLAS SGEMM (same run) =="
 "$PRL" bench model --config tiny --tokens 1024 --seq-len 256 --iters 3
 echo
 echo "Next: ./scripts/test.sh runs the test suite; 'prl bench model --config 40m' the"
