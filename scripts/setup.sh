@@ -11,6 +11,9 @@ PACKAGES=(
   libabsl-dev                      # Status, StatusOr, Span, strings
   nlohmann-json3-dev               # config.json, safetensors headers, JSONL
   libcli11-dev                     # the prl command line
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # gRPC services
+  libboost-dev                     # Boost.Interprocess (shared-memory segments)
+  libxxhash-dev                    # record checksums (XXH3)
   libgtest-dev libgmock-dev        # unit tests
   python3 python3-numpy python3-torch  # independent float64 reference for the model tests
 )

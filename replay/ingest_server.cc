@@ -1,0 +1,117 @@
+#include "replay/ingest_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "replay/record_proto.h"
+#include "rpc/grpc_util.h"
+
+namespace prl {
+
+namespace {
+constexpr char kGroupsAcceptedKey[] = "prl-groups-accepted";
+constexpr char kRecordsAcceptedKey[] = "prl-records-accepted";
+
+uint64_t TrailerCount(const grpc::ClientContext& context, const char* key) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(key);
+  return it == trailers.end() ? 0 : std::stoull(std::string(it->second.data(), it->second.size()));
+}
+}  // namespace
+
+class ReplayIngestServer::Service final : public v1::ReplayService::Service {
+ public:
+  Service(ReplayBuffer* buffer, absl::Duration write_timeout)
+      : buffer_(buffer), write_timeout_(write_timeout) {}
+
+  grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<v1::PushRequest>* reader,
+                    v1::PushResponse* response) override {
+    // gRPC sends no response message with an error status: the counts also travel in the
+    // trailing metadata, so a client knows what was accepted before the error.
+    struct Trailer {
+      grpc::ServerContext* context;
+      v1::PushResponse* response;
+      ~Trailer() {
+        context->AddTrailingMetadata(kGroupsAcceptedKey,
+                                     absl::StrCat(response->groups_accepted()));
+        context->AddTrailingMetadata(kRecordsAcceptedKey,
+                                     absl::StrCat(response->records_accepted()));
+      }
+    } trailer{context, response};
+    v1::PushRequest request;
+    for (uint64_t message = 0; reader->Read(&request); ++message) {
+      std::vector<RolloutRecord> group;
+      group.reserve(request.group_size());
+      for (int i = 0; i < request.group_size(); ++i) {
+        absl::StatusOr<RolloutRecord> record = FromProto(request.group(i));
+        if (!record.ok()) {
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              absl::StrCat("push message ", message, ", record ", i, ": ",
+                                           record.status().message()));
+        }
+        group.push_back(std::move(record).value());
+      }
+      const absl::Status written = buffer_->WriteGroup(group, write_timeout_);
+      if (!written.ok()) {
+        return rpc::ToGrpcStatus(absl::Status(
+            written.code(), absl::StrCat("push message ", message, ": ", written.message())));
+      }
+      response->set_groups_accepted(response->groups_accepted() + 1);
+      response->set_records_accepted(response->records_accepted() + group.size());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  ReplayBuffer* buffer_;
+  absl::Duration write_timeout_;
+};
+
+absl::StatusOr<std::unique_ptr<ReplayIngestServer>> ReplayIngestServer::Start(
+    ReplayBuffer* buffer, const IngestOptions& options) {
+  auto server = std::unique_ptr<ReplayIngestServer>(new ReplayIngestServer());
+  server->service_ = std::make_unique<Service>(buffer, options.write_timeout);
+  grpc::ServerBuilder builder;
+  rpc::ConfigureServerBuilder(builder, options.max_message_bytes);
+  builder.RegisterService(server->service_.get());
+  PRL_ASSIGN_OR_RETURN(server->server_,
+                       rpc::StartServer(builder, options.address, &server->port_));
+  return server;
+}
+
+ReplayIngestServer::~ReplayIngestServer() { Shutdown(); }
+
+void ReplayIngestServer::Shutdown() {
+  if (server_ != nullptr) server_->Shutdown();
+}
+
+void ReplayIngestServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+absl::StatusOr<std::unique_ptr<ReplayPushClient>> ReplayPushClient::Connect(
+    const std::string& target, int64_t max_message_bytes) {
+  auto client = std::unique_ptr<ReplayPushClient>(new ReplayPushClient());
+  client->stub_ = v1::ReplayService::NewStub(grpc::CreateCustomChannel(
+      target, grpc::InsecureChannelCredentials(), rpc::ChannelArgs(max_message_bytes)));
+  return client;
+}
+
+absl::Status ReplayPushClient::Push(const std::vector<std::vector<RolloutRecord>>& groups,
+                                    PushResult* result, absl::Duration deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
+  v1::PushResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PushRequest>> writer = stub_->Push(&context, &response);
+  for (const std::vector<RolloutRecord>& group : groups) {
+    v1::PushRequest request;
+    for (const RolloutRecord& r : group) ToProto(r, request.add_group());
+    if (!writer->Write(request)) break;  // the server ended the stream: Finish says why
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  result->groups_accepted = TrailerCount(context, kGroupsAcceptedKey);
+  result->records_accepted = TrailerCount(context, kRecordsAcceptedKey);
+  return rpc::FromGrpcStatus(status);
+}
+
+}  // namespace prl

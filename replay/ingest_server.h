@@ -1,0 +1,69 @@
+// The replay buffer's remote ingest: a gRPC ReplayService (proto/prl/v1/replay.proto) on the
+// learner's node, so that actors on other machines can push groups into the local segment,
+// and the client they push with.
+//
+// Each PushRequest carries one complete group, validated and written atomically (WriteGroup);
+// the stream ends with INVALID_ARGUMENT naming the record and field for a bad group, and with
+// RESOURCE_EXHAUSTED when the buffer stays full past write_timeout. Groups accepted before an
+// error stay accepted; PushResponse counts them. Message limits are raised to
+// max_message_bytes to fit the largest record. Health checking and reflection are on.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "prl/v1/replay.grpc.pb.h"
+#include "replay/replay_buffer.h"
+
+namespace prl {
+
+struct IngestOptions {
+  std::string address = "0.0.0.0:50061";  // port 0 picks a free one
+  int64_t max_message_bytes = int64_t{256} << 20;
+  absl::Duration write_timeout = absl::Seconds(10);  // per group, while the buffer is full
+};
+
+class ReplayIngestServer {
+ public:
+  // Serves `buffer` (which must outlive the server) until Shutdown or destruction.
+  static absl::StatusOr<std::unique_ptr<ReplayIngestServer>> Start(ReplayBuffer* buffer,
+                                                                   const IngestOptions& options);
+  ~ReplayIngestServer();
+
+  int port() const { return port_; }
+  void Shutdown();
+  void Wait();  // blocks until shutdown
+
+ private:
+  class Service;
+  ReplayIngestServer() = default;
+
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+struct PushResult {
+  uint64_t groups_accepted = 0;
+  uint64_t records_accepted = 0;
+};
+
+// Pushes groups to a remote ingest over one stream. A server-side error (RESOURCE_EXHAUSTED,
+// INVALID_ARGUMENT, ...) comes back as the status; accepted counts are in `result` either way.
+class ReplayPushClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<ReplayPushClient>> Connect(
+      const std::string& target, int64_t max_message_bytes = int64_t{256} << 20);
+  absl::Status Push(const std::vector<std::vector<RolloutRecord>>& groups, PushResult* result,
+                    absl::Duration deadline = absl::Seconds(60));
+
+ private:
+  std::unique_ptr<v1::ReplayService::Stub> stub_;
+};
+
+}  // namespace prl

@@ -1,0 +1,496 @@
+#include "replay/replay_buffer.h"
+
+#include "replay/xxhash_inline.h"
+
+#include <algorithm>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/process_identity.h"
+#include "core/status_macros.h"
+#include "replay/futex.h"
+#include "replay/segment.h"
+
+namespace prl {
+
+namespace bip = boost::interprocess;
+using replay_internal::FixedHeader;
+using replay_internal::FrameHeader;
+using replay_internal::FutexBumpAndWake;
+using replay_internal::FutexWait;
+using replay_internal::Header;
+using replay_internal::kFrameAlign;
+using replay_internal::Segment;
+using replay_internal::SteadyNowNs;
+
+namespace replay_internal {
+// The segment object (Boost.Interprocess) and its mapping. A writable mapping is prefaulted
+// writable (MADV_POPULATE_WRITE): otherwise a process's first pass over the ring takes a fault
+// per 4 KB page and, even prefaulted read-only, runs at half the memory bandwidth. A read-only
+// mapping (Inspect) only reads the header and is not prefaulted.
+struct Mapping {
+  bip::shared_memory_object shm;
+  void* address = nullptr;
+  size_t size = 0;
+  Segment segment{nullptr};
+
+  absl::Status Map(bool writable) {
+    bip::offset_t bytes = 0;
+    shm.get_size(bytes);
+    size = static_cast<size_t>(bytes);
+    address = mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                   shm.get_mapping_handle().handle, 0);
+    if (address == MAP_FAILED) {
+      address = nullptr;
+      return absl::InternalError(absl::StrCat("cannot map replay segment '", shm.get_name(),
+                                              "' (", size, " bytes): ", std::strerror(errno)));
+    }
+    if (writable && madvise(address, size, MADV_POPULATE_WRITE) != 0) {
+      // Kernels before 5.14: fall back to touching every page once.
+      const long page = sysconf(_SC_PAGESIZE);
+      for (size_t at = 0; at < size; at += static_cast<size_t>(page)) {
+        auto* p = static_cast<volatile uint8_t*>(address) + at;
+        *p = *p;
+      }
+    }
+    return absl::OkStatus();
+  }
+  ~Mapping() {
+    if (address != nullptr) munmap(address, size);
+  }
+};
+}  // namespace replay_internal
+
+using replay_internal::Mapping;
+
+namespace {
+
+constexpr int64_t kWaitSliceNs = 10'000'000;  // waits re-check leases and dead writers this often
+
+uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+uint64_t FixedChecksum(const FixedHeader& f) { return XXH3_64bits(&f, sizeof(f)); }
+
+ReplayConfig ConfigOf(const FixedHeader& f) {
+  ReplayConfig c;
+  c.capacity_bytes = static_cast<int64_t>(f.data_bytes);
+  c.max_groups = static_cast<int64_t>(f.queue_capacity);
+  c.backpressure = static_cast<BackpressurePolicy>(f.backpressure);
+  c.lease_ms = f.lease_ns / 1'000'000;
+  c.max_leases = static_cast<int32_t>(f.max_leases);
+  c.max_writers = static_cast<int32_t>(f.max_writers);
+  c.label = std::string(f.label, strnlen(f.label, sizeof(f.label)));
+  return c;
+}
+
+absl::Status ValidateConfig(const ReplayConfig& c) {
+  auto bad = [](absl::string_view field, absl::string_view expected, int64_t found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replay config: ", field, " must be ", expected, ", found ", found));
+  };
+  if (c.capacity_bytes < (int64_t{1} << 16)) {
+    return bad("capacity_bytes", ">= 65536", c.capacity_bytes);
+  }
+  if (c.max_groups < 0) return bad("max_groups", ">= 0 (0: capacity_bytes / 4096)", c.max_groups);
+  if (c.lease_ms < 1) return bad("lease_ms", ">= 1", c.lease_ms);
+  if (c.max_leases < 1 || c.max_leases > (1 << 20)) {
+    return bad("max_leases", "in [1, 2^20]", c.max_leases);
+  }
+  if (c.max_writers < 1 || c.max_writers > (1 << 16)) {
+    return bad("max_writers", "in [1, 65536]", c.max_writers);
+  }
+  if (c.label.size() >= sizeof(FixedHeader::label)) {
+    return bad("label length", "< 128 bytes", static_cast<int64_t>(c.label.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Interprocess(const bip::interprocess_exception& e, absl::string_view what,
+                          const std::string& name) {
+  const std::string message = absl::StrCat(what, " replay segment '", name, "': ", e.what());
+  if (e.get_error_code() == bip::not_found_error) return absl::NotFoundError(message);
+  if (e.get_error_code() == bip::already_exists_error) return absl::AlreadyExistsError(message);
+  if (e.get_error_code() == bip::security_error) return absl::PermissionDeniedError(message);
+  return absl::InternalError(message);
+}
+
+// Maps an existing segment and checks that its header is one this build can use.
+absl::StatusOr<std::unique_ptr<Mapping>> MapExisting(const std::string& name, bool writable) {
+  PRL_RETURN_IF_ERROR(ValidateSegmentName(name));
+  auto m = std::make_unique<Mapping>();
+  const bip::mode_t mode = writable ? bip::read_write : bip::read_only;
+  try {
+    m->shm = bip::shared_memory_object(bip::open_only, name.c_str(), mode);
+    bip::offset_t size = 0;
+    m->shm.get_size(size);
+    if (static_cast<uint64_t>(size) < sizeof(Header)) {
+      return absl::DataLossError(absl::StrCat("replay segment '", name, "' is ", size,
+                                              " bytes, smaller than its header (", sizeof(Header),
+                                              "): reset it"));
+    }
+  } catch (const bip::interprocess_exception& e) {
+    return Interprocess(e, "cannot open", name);
+  }
+  PRL_RETURN_IF_ERROR(m->Map(writable));
+  auto* base = static_cast<uint8_t*>(m->address);
+  const Header& h = *reinterpret_cast<const Header*>(base);
+  // The creator sets `initialized` last; give a concurrent creator a moment.
+  for (int i = 0;
+       i < 100 && h.initialized.load(std::memory_order_acquire) != replay_internal::kMagic; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const FixedHeader& f = h.fixed;
+  if (f.magic != replay_internal::kMagic) {
+    return absl::DataLossError(
+        absl::StrCat("'", name, "' is not a prl replay segment (magic ", f.magic, "): reset it"));
+  }
+  if (f.layout_version != replay_internal::kLayoutVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replay segment '", name, "' has layout version ", f.layout_version,
+                     "; this prl reads ", replay_internal::kLayoutVersion,
+                     ": drain it with the matching prl or `prl replay reset ", name, "`"));
+  }
+  if (h.fixed_checksum != FixedChecksum(f)) {
+    return absl::DataLossError(absl::StrCat("replay segment '", name,
+                                            "' has a corrupted header (checksum mismatch): "
+                                            "`prl replay reset ",
+                                            name, "`"));
+  }
+  if (f.segment_bytes != m->size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replay segment '", name, "' is ", m->size,
+                     " bytes but its header says ", f.segment_bytes, ": reset it"));
+  }
+  if (h.initialized.load(std::memory_order_acquire) != replay_internal::kMagic) {
+    return absl::UnavailableError(absl::StrCat("replay segment '", name,
+                                               "' was never fully created (its creator died while "
+                                               "creating it?): `prl replay reset ",
+                                               name, "`"));
+  }
+  m->segment = Segment(base);
+  return m;
+}
+
+ReplayStats StatsOf(const Segment& s) {
+  const Header& h = s.header();
+  const auto& c = h.counters;
+  ReplayStats r;
+  auto v = [](const replay_internal::A64& a) { return static_cast<int64_t>(a.load()); };
+  r.capacity_bytes = static_cast<int64_t>(h.fixed.data_bytes);
+  r.used_bytes = v(h.head) - v(h.tail);
+  r.groups_ready = static_cast<int64_t>(s.QueueSize());
+  r.groups_leased = v(h.leased);
+  r.writes_in_progress = v(h.writing);
+  r.groups_in = v(c.groups_in);
+  r.records_in = v(c.records_in);
+  r.bytes_in = v(c.bytes_in);
+  r.groups_out = v(c.groups_out);
+  r.records_out = v(c.records_out);
+  r.bytes_out = v(c.bytes_out);
+  r.dropped_stale = v(c.dropped_stale);
+  r.dropped_full = v(c.dropped_full);
+  r.redelivered = v(c.redelivered);
+  r.abandoned_writes = v(c.abandoned_writes);
+  r.writer_waits = v(c.writer_waits);
+  r.write_timeouts = v(c.write_timeouts);
+  r.reader_waits = v(c.reader_waits);
+  r.lock_takeovers = v(h.lock.takeovers);
+  return r;
+}
+
+}  // namespace
+
+absl::Status ValidateSegmentName(const std::string& name) {
+  const bool ok =
+      !name.empty() && name.size() <= 200 && std::all_of(name.begin(), name.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+      });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "replay segment name '", name, "': expected 1 to 200 characters of [A-Za-z0-9._-]"));
+}
+
+ReplayBuffer::ReplayBuffer(std::string name, std::unique_ptr<Mapping> mapping)
+    : name_(std::move(name)), mapping_(std::move(mapping)) {}
+
+ReplayBuffer::~ReplayBuffer() = default;
+
+absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Create(const std::string& name,
+                                                                   const ReplayConfig& config,
+                                                                   bool reclaim_stale) {
+  PRL_RETURN_IF_ERROR(ValidateSegmentName(name));
+  PRL_RETURN_IF_ERROR(ValidateConfig(config));
+  const uint64_t data_bytes = AlignUp(static_cast<uint64_t>(config.capacity_bytes), kFrameAlign);
+  const uint64_t queue_capacity = config.max_groups > 0
+                                      ? static_cast<uint64_t>(config.max_groups)
+                                      : std::max<uint64_t>(1024, data_bytes / 4096);
+  FixedHeader f{};
+  f.magic = replay_internal::kMagic;
+  f.layout_version = replay_internal::kLayoutVersion;
+  f.backpressure = static_cast<uint32_t>(config.backpressure);
+  f.queue_offset = AlignUp(sizeof(Header), 4096);
+  f.queue_capacity = queue_capacity;
+  f.lease_offset = AlignUp(f.queue_offset + queue_capacity * 8, 4096);
+  f.max_leases = static_cast<uint64_t>(config.max_leases);
+  f.writer_offset =
+      AlignUp(f.lease_offset + f.max_leases * sizeof(replay_internal::LeaseSlot), 4096);
+  f.max_writers = static_cast<uint64_t>(config.max_writers);
+  f.data_offset =
+      AlignUp(f.writer_offset + f.max_writers * sizeof(replay_internal::WriterSlot), 4096);
+  f.data_bytes = data_bytes;
+  f.segment_bytes = f.data_offset + data_bytes;
+  f.lease_ns = config.lease_ms * 1'000'000;
+  f.creator_token = SelfProcessToken();
+  f.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::memcpy(f.label, config.label.data(), config.label.size());
+
+  auto m = std::make_unique<Mapping>();
+  for (int attempt = 0;; ++attempt) {
+    try {
+      m->shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+                                         bip::permissions(0600));
+      break;
+    } catch (const bip::interprocess_exception& e) {
+      if (e.get_error_code() != bip::already_exists_error || attempt > 0) {
+        return Interprocess(e, "cannot create", name);
+      }
+      absl::StatusOr<SegmentInfo> info = Inspect(name);
+      const bool stale = info.ok() ? !info->creator_alive : true;
+      if (!(reclaim_stale && stale)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "replay segment '", name, "' already exists",
+            info.ok() ? absl::StrCat(" (created by pid ", info->creator_pid, ", which is ",
+                                     info->creator_alive ? "running)" : "dead: a stale segment)")
+                      : absl::StrCat(" (unreadable: ", info.status().message(), ")"),
+            "; `prl replay reset ", name, "` removes it",
+            stale ? ", or reclaim it with the stale flag" : ""));
+      }
+      bip::shared_memory_object::remove(name.c_str());
+    }
+  }
+  try {
+    m->shm.truncate(static_cast<bip::offset_t>(f.segment_bytes));
+  } catch (const bip::interprocess_exception& e) {
+    bip::shared_memory_object::remove(name.c_str());
+    return Interprocess(e, "cannot size", name);
+  }
+  if (absl::Status mapped = m->Map(/*writable=*/true); !mapped.ok()) {
+    bip::shared_memory_object::remove(name.c_str());
+    return mapped;
+  }
+  auto* base = static_cast<uint8_t*>(m->address);
+  Header* h = new (base) Header();  // the pages are zero; construct the atomics
+  h->fixed = f;
+  h->fixed_checksum = FixedChecksum(f);
+  h->initialized.store(replay_internal::kMagic, std::memory_order_release);
+  m->segment = Segment(base);
+  return std::unique_ptr<ReplayBuffer>(new ReplayBuffer(name, std::move(m)));
+}
+
+absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Open(const std::string& name) {
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> m, MapExisting(name, /*writable=*/true));
+  return std::unique_ptr<ReplayBuffer>(new ReplayBuffer(name, std::move(m)));
+}
+
+absl::StatusOr<SegmentInfo> ReplayBuffer::Inspect(const std::string& name) {
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> m, MapExisting(name, /*writable=*/false));
+  const Header& h = m->segment.header();
+  SegmentInfo info;
+  info.name = name;
+  info.layout_version = h.fixed.layout_version;
+  info.config = ConfigOf(h.fixed);
+  info.label = info.config.label;
+  info.creator_pid = TokenPid(h.fixed.creator_token);
+  info.creator_alive = ProcessAlive(h.fixed.creator_token);
+  info.created_unix_ns = h.fixed.created_unix_ns;
+  info.stats = StatsOf(m->segment);
+  return info;
+}
+
+absl::Status ReplayBuffer::Remove(const std::string& name, bool force) {
+  PRL_RETURN_IF_ERROR(ValidateSegmentName(name));
+  absl::StatusOr<SegmentInfo> info = Inspect(name);
+  if (info.status().code() == absl::StatusCode::kNotFound) return info.status();
+  if (info.ok() && info->creator_alive && !force) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replay segment '", name, "' belongs to a running job (creator pid ",
+                     info->creator_pid, " is alive); stop it first, or force the removal"));
+  }
+  if (!bip::shared_memory_object::remove(name.c_str())) {
+    return absl::InternalError(absl::StrCat("could not remove replay segment '", name, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplayBuffer::WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
+                                   int64_t deadline_ns) {
+  FutexWait(word, seen, std::min(kWaitSliceNs, deadline_ns - SteadyNowNs()));
+  return absl::OkStatus();
+}
+
+absl::Status ReplayBuffer::WriteGroup(absl::Span<const RolloutRecord> records,
+                                      absl::Duration timeout) {
+  // The per-element value scans run inside the encode, on cache-hot bytes.
+  PRL_ASSIGN_OR_RETURN(const GroupInfo info, DescribeGroup(records, /*scan_values=*/false));
+  Segment& s = mapping_->segment;
+  Header& h = s.header();
+  const uint64_t frame_bytes = AlignUp(sizeof(FrameHeader) + info.payload_bytes, kFrameAlign);
+  if (frame_bytes > h.fixed.data_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group of ", info.size, " records takes ", frame_bytes, " bytes, more than replay buffer '",
+        name_, "' holds (", h.fixed.data_bytes, " bytes)"));
+  }
+  const int64_t start = SteadyNowNs();
+  const int64_t deadline = start + absl::ToInt64Nanoseconds(timeout);
+  Segment::Allocation a;
+  for (bool waited = false;;) {
+    uint32_t seen;
+    bool reclaimed = false;
+    {
+      LockedSection lock(&h.lock, s.base());
+      reclaimed = s.Maintain(lock, /*force=*/waited);
+      if (s.TryAllocate(lock, frame_bytes, info.payload_bytes, info.key, info.size, &a)) {
+        break;
+      }
+      seen = h.space_futex.load(std::memory_order_acquire);
+      if (!waited) lock.Add(h.counters.writer_waits, 1);
+      if (SteadyNowNs() >= deadline) {
+        lock.Add(h.counters.write_timeouts, 1);
+        const ReplayStats st = StatsOf(s);
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "replay buffer '", name_, "' is full: waited ", (SteadyNowNs() - start) / 1'000'000,
+            " ms for ", frame_bytes, " bytes (", st.used_bytes, " of ", st.capacity_bytes,
+            " bytes used; ", st.groups_ready, " groups ready, ", st.groups_leased, " leased)"));
+      }
+    }
+    if (reclaimed) FutexBumpAndWake(&h.space_futex);
+    waited = true;
+    PRL_RETURN_IF_ERROR(WaitFor(&h.space_futex, seen, deadline));
+  }
+  const absl::StatusOr<EncodedGroup> encoded =
+      EncodeGroupToWithChecksum(records, s.Payload(a.position));
+  {
+    LockedSection lock(&h.lock, s.base());
+    if (!encoded.ok()) {
+      s.Abort(lock, a);
+    } else {
+      s.Commit(lock, a, encoded->checksum, encoded->min_version);
+    }
+  }
+  if (!encoded.ok()) {
+    FutexBumpAndWake(&h.space_futex);
+    return encoded.status();
+  }
+  FutexBumpAndWake(&h.data_futex);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<LeasedGroup>> ReplayBuffer::Take(const TakeOptions& options) {
+  if (options.max_groups < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Take: max_groups must be >= 1, found ", options.max_groups));
+  }
+  if (options.max_lag < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Take: max_lag must be >= 0, found ", options.max_lag));
+  }
+  Segment& s = mapping_->segment;
+  Header& h = s.header();
+  const int64_t deadline = SteadyNowNs() + absl::ToInt64Nanoseconds(options.timeout);
+  std::vector<LeasedGroup> out;
+  for (bool waited = false;;) {
+    uint32_t seen;
+    bool reclaimed = false;
+    {
+      LockedSection lock(&h.lock, s.base());
+      reclaimed = s.Maintain(lock, /*force=*/waited);
+      Segment::LeaseGrant lease;
+      const uint64_t tail_before = h.tail.load();
+      while (static_cast<int32_t>(out.size()) < options.max_groups &&
+             s.TryLease(lock, options.learner_version, options.max_lag, &lease)) {
+        const FrameHeader& fh = s.Frame(lease.position);
+        LeasedGroup g;
+        g.frame_position = lease.position;
+        g.lease_slot = static_cast<uint32_t>(lease.slot);
+        g.lease_generation = lease.generation;
+        g.group_key = fh.group_key.load();
+        g.num_records = static_cast<uint32_t>(fh.num_records.load());
+        g.min_version = static_cast<int64_t>(fh.min_version.load());
+        g.checksum = fh.checksum.load();
+        g.payload = absl::Span<const uint8_t>(s.Payload(lease.position), fh.payload_bytes.load());
+        out.push_back(g);
+      }
+      reclaimed |= s.ReclaimTail(lock) > 0 || h.tail.load() != tail_before;
+      seen = h.data_futex.load(std::memory_order_acquire);
+      if (out.empty() && !waited) lock.Add(h.counters.reader_waits, 1);
+    }
+    if (reclaimed) FutexBumpAndWake(&h.space_futex);
+    if (!out.empty() || SteadyNowNs() >= deadline) return out;
+    waited = true;
+    PRL_RETURN_IF_ERROR(WaitFor(&h.data_futex, seen, deadline));
+  }
+}
+
+absl::Status ReplayBuffer::Ack(const LeasedGroup& group) {
+  Segment& s = mapping_->segment;
+  Header& h = s.header();
+  bool ok;
+  {
+    LockedSection lock(&h.lock, s.base());
+    ok = s.EndLease(lock, group.frame_position, group.lease_slot, group.lease_generation,
+                    /*consumed=*/true);
+  }
+  if (!ok) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replay lease on group at ", group.frame_position,
+                     " was lost (it expired or was "
+                     "released, and the group was re-delivered): discard what was read from it"));
+  }
+  FutexBumpAndWake(&h.space_futex);
+  return absl::OkStatus();
+}
+
+absl::Status ReplayBuffer::Release(const LeasedGroup& group) {
+  Segment& s = mapping_->segment;
+  Header& h = s.header();
+  bool ok;
+  {
+    LockedSection lock(&h.lock, s.base());
+    ok = s.EndLease(lock, group.frame_position, group.lease_slot, group.lease_generation,
+                    /*consumed=*/false);
+  }
+  if (!ok) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replay lease on group at ", group.frame_position, " was already lost"));
+  }
+  FutexBumpAndWake(&h.data_futex);
+  return absl::OkStatus();
+}
+
+ReplayStats ReplayBuffer::Stats() const { return StatsOf(mapping_->segment); }
+
+bool LeasedGroup::VerifyChecksum() const {
+  return XXH3_64bits(payload.data(), payload.size()) == checksum;
+}
+
+absl::StatusOr<std::vector<RolloutRecord>> LeasedGroup::Decode() const {
+  if (!VerifyChecksum()) {
+    return absl::DataLossError(absl::StrCat("replay group at ", frame_position,
+                                            " fails its checksum: its lease was lost and the "
+                                            "space reused; discard it"));
+  }
+  return DecodeGroup(payload);
+}
+
+}  // namespace prl

@@ -1,0 +1,68 @@
+// Segment: the bookkeeping of a mapped replay segment (internal to replay/). Every method
+// that changes state takes the LockedSection it runs under; none waits or copies payloads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "replay/segment_layout.h"
+
+namespace prl::replay_internal {
+
+int64_t SteadyNowNs();
+
+class Segment {
+ public:
+  explicit Segment(uint8_t* base) : base_(base), h_(reinterpret_cast<Header*>(base)) {}
+
+  Header& header() const { return *h_; }
+  uint8_t* base() const { return base_; }
+  FrameHeader& Frame(uint64_t position) const;
+  uint8_t* Payload(uint64_t position) const { return reinterpret_cast<uint8_t*>(&Frame(position)) + sizeof(FrameHeader); }
+  A64& QueueEntry(uint64_t index) const;
+  LeaseSlot& Lease(uint64_t slot) const;
+  WriterSlot& Writer(uint64_t slot) const;
+  uint64_t QueueSize() const { return h_->queue_tail.load() - h_->queue_head.load(); }
+
+  struct Allocation {
+    uint64_t position = 0;
+    uint64_t writer_slot = 0;
+  };
+  // Reserves a frame of frame_bytes for this process's write, dropping the oldest ready groups
+  // first under kDropOldest. False when it must wait (no space, frame or writer slot).
+  bool TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t payload_bytes,
+                   uint64_t group_key, uint64_t num_records, Allocation* out);
+  void Commit(LockedSection& lock, const Allocation& allocation, uint64_t checksum,
+              int64_t min_version);
+  // Gives an allocation back unwritten (the group turned out invalid while being encoded).
+  void Abort(LockedSection& lock, const Allocation& allocation);
+
+  // Pops the next ready group for a lease; drops (and counts) stale ones on the way.
+  // Returns false when nothing is ready or no lease slot is free.
+  struct LeaseGrant {
+    uint64_t position = 0, slot = 0, generation = 0;
+  };
+  bool TryLease(LockedSection& lock, int64_t learner_version, int64_t max_lag, LeaseGrant* out);
+  // Ack (consumed = true) or Release of a lease held by this process; false if it was lost.
+  bool EndLease(LockedSection& lock, uint64_t position, uint64_t slot, uint64_t generation,
+                bool consumed);
+
+  // Expires leases (deadline passed or reader dead) and abandons dead writers' frames, at most
+  // every 10 ms unless forced; then reclaims. Returns true if anything changed.
+  bool Maintain(LockedSection& lock, bool force);
+  // Advances the tail over reclaimable frames; returns bytes reclaimed.
+  uint64_t ReclaimTail(LockedSection& lock);
+
+ private:
+  void PushFront(LockedSection& lock, uint64_t position);
+  void PushBack(LockedSection& lock, uint64_t position);
+  void DropFront(LockedSection& lock);
+  void WriteFrameHeader(LockedSection& lock, uint64_t position, uint64_t frame_bytes,
+                        FrameState state);
+
+  uint8_t* base_;
+  Header* h_;
+};
+
+}  // namespace prl::replay_internal

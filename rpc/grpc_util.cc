@@ -1,0 +1,50 @@
+#include "rpc/grpc_util.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace prl::rpc {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical status codes.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_bytes) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  const int limit = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(limit);
+  builder.SetMaxSendMessageSize(limit);
+}
+
+grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {
+  grpc::ChannelArguments args;
+  const int limit = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
+  args.SetMaxSendMessageSize(limit);
+  args.SetMaxReceiveMessageSize(limit);
+  return args;
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::ServerBuilder& builder,
+                                                          const std::string& address,
+                                                          int* bound_port) {
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
+                                               " (address in use or not valid host:port)"));
+  }
+  return server;
+}
+
+}  // namespace prl::rpc

@@ -1,0 +1,32 @@
+// What every prl gRPC server and client shares: absl::Status <-> grpc::Status, and a server
+// builder set up the prl way (health checking and reflection on, message limits raised).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace prl::rpc {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Enables the standard health service (grpc.health.v1) and server reflection for the servers
+// built after this call, and raises the message limits to max_message_bytes.
+void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_bytes);
+
+// Channel arguments for clients that send or receive messages up to max_message_bytes.
+grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes);
+
+// Builds and starts a server listening on `address` (host:port; port 0 picks a free one),
+// insecure credentials. *bound_port receives the port actually bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::ServerBuilder& builder,
+                                                          const std::string& address,
+                                                          int* bound_port);
+
+}  // namespace prl::rpc

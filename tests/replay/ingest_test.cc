@@ -1,0 +1,114 @@
+// The remote ingest on loopback: a writer on "another node" pushes groups over gRPC and a
+// local reader gets them from the shared-memory segment.
+#include "replay/ingest_server.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/grpc_util.h"
+#include "tests/replay/stress_content.h"
+#include "tests/status_testing.h"
+
+namespace prl::testing {
+namespace {
+
+class IngestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ReplayBuffer::Remove(name_, true).IgnoreError();
+    ReplayConfig config;
+    config.capacity_bytes = 64 << 20;
+    buffer_ = *ReplayBuffer::Create(name_, config);
+    IngestOptions options;
+    options.address = "127.0.0.1:0";
+    options.write_timeout = absl::Milliseconds(200);
+    server_ = *ReplayIngestServer::Start(buffer_.get(), options);
+    client_ = *ReplayPushClient::Connect(absl::StrCat("127.0.0.1:", server_->port()));
+  }
+  void TearDown() override {
+    server_.reset();
+    buffer_.reset();
+    ReplayBuffer::Remove(name_, true).IgnoreError();
+  }
+
+  std::string name_ = absl::StrCat("prl-test-ingest-", getpid());
+  std::unique_ptr<ReplayBuffer> buffer_;
+  std::unique_ptr<ReplayIngestServer> server_;
+  std::unique_ptr<ReplayPushClient> client_;
+};
+
+TEST_F(IngestTest, ARemoteWriterPushesGroupsThatALocalReaderGets) {
+  std::vector<std::vector<RolloutRecord>> groups;
+  for (int64_t s = 0; s < 20; ++s) groups.push_back(StressGroup(3, s));
+  // One record of ~30 MB: well past gRPC's default 4 MB message limit.
+  groups[7][0].completion_tokens.assign(2'000'000, 5);
+  groups[7][0].behaviour_logprobs.assign(2'000'000, -0.5f);
+  groups[7][0].token_versions.assign(2'000'000, 1);
+  PushResult result;
+  ASSERT_TRUE(client_->Push(groups, &result).ok());
+  EXPECT_EQ(result.groups_accepted, 20u);
+  TakeOptions take;
+  take.max_groups = 100;
+  absl::StatusOr<std::vector<LeasedGroup>> got = buffer_->Take(take);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 20u);
+  for (size_t i = 0; i < got->size(); ++i) {
+    absl::StatusOr<std::vector<RolloutRecord>> records = (*got)[i].Decode();
+    ASSERT_TRUE(records.ok()) << records.status();
+    std::sort(records->begin(), records->end(),
+              [](const auto& a, const auto& b) { return a.sample_index < b.sample_index; });
+    std::vector<RolloutRecord> expected = groups[i];
+    std::sort(expected.begin(), expected.end(),
+              [](const auto& a, const auto& b) { return a.sample_index < b.sample_index; });
+    EXPECT_EQ(*records, expected) << "group " << i;
+    ASSERT_TRUE(buffer_->Ack((*got)[i]).ok());
+  }
+}
+
+TEST_F(IngestTest, InvalidGroupsEndTheStreamWithInvalidArgumentNamingTheRecord) {
+  std::vector<std::vector<RolloutRecord>> groups = {StressGroup(3, 0), StressGroup(3, 1)};
+  groups[1][0].behaviour_logprobs.pop_back();  // one log-prob short
+  PushResult result;
+  const absl::Status s = client_->Push(groups, &result);
+  EXPECT_TRUE(IsError(s, absl::StatusCode::kInvalidArgument, {"push message 1, record 0"})) << s;
+  EXPECT_EQ(result.groups_accepted, 1u) << "the group before the bad one stays accepted";
+}
+
+TEST_F(IngestTest, AFullBufferAnswersResourceExhausted) {
+  int64_t local = 0;
+  while (buffer_->WriteGroup(StressGroup(4, local), absl::ZeroDuration()).ok()) ++local;
+  PushResult result;
+  const absl::Status s = client_->Push({StressGroup(5, 0)}, &result);
+  EXPECT_TRUE(IsError(s, absl::StatusCode::kResourceExhausted, {"is full"})) << s;
+  EXPECT_EQ(result.groups_accepted, 0u);
+  EXPECT_EQ(buffer_->Stats().groups_in, local);
+}
+
+TEST_F(IngestTest, TheServerAnswersGrpcHealthChecks) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  grpc::ByteBuffer request, response;  // HealthCheckRequest{service: ""} is empty
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2)) << "HealthCheckResponse{status: SERVING}";
+}
+
+}  // namespace
+}  // namespace prl::testing

@@ -1,0 +1,619 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prl/v1/replay.pb.h"
+#include "replay/record_proto.h"
+#include "replay/rollout_record.h"
+#include "tests/status_testing.h"
+
+namespace prl {
+namespace {
+
+using ::prl::testing::IsError;
+constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+constexpr size_t kHeaderBytes = 112;  // the record header of layout 1
+
+// A record with every field set; `completion` tokens of versions 7, 8, 9, 7, ...
+RolloutRecord MakeRecord(uint32_t sample_index = 0, uint32_t group_size = 1,
+                         size_t completion = 5) {
+  RolloutRecord r;
+  r.run_id = "run-42";
+  r.prompt_set_id = "gsm8k-train";
+  r.actor_id = absl::StrCat("actor-", sample_index);
+  r.prompt_index = 1234;
+  r.group_id = 3;
+  r.sample_index = sample_index;
+  r.group_size = group_size;
+  r.prompt_tokens = {1, 15043, 29892, 3186};
+  for (size_t i = 0; i < completion; ++i) {
+    r.completion_tokens.push_back(static_cast<int32_t>(100 + i + sample_index));
+    r.behaviour_logprobs.push_back(-0.25f * static_cast<float>(i % 7));
+    r.token_versions.push_back(7 + static_cast<int64_t>(i % 3));
+  }
+  r.reward = 0.5 + sample_index;
+  r.reward_components = {{"correctness", 1.0}, {"format", -0.5}};
+  r.finish_reason = RolloutFinishReason::kStop;
+  r.sampling = {.temperature = 0.7f,
+                .top_p = 0.95f,
+                .top_k = 50,
+                .max_tokens = 64,
+                .seed = 99,
+                .stop_token_ids = {2, 32000}};
+  r.created_unix_nanos = 1'700'000'000'000'000'000;
+  r.finished_unix_nanos = r.created_unix_nanos + 1'500'000'000;
+  return r;
+}
+
+std::vector<RolloutRecord> MakeGroup(uint32_t n) {
+  std::vector<RolloutRecord> group;
+  for (uint32_t i = 0; i < n; ++i) group.push_back(MakeRecord(i, n, 3 + i));
+  return group;
+}
+
+std::vector<uint8_t> Encode(const RolloutRecord& r) {
+  std::vector<uint8_t> bytes(EncodedRecordSize(r));
+  EncodeRecordTo(r, bytes.data());
+  return bytes;
+}
+
+std::vector<uint8_t> EncodeGroup(const std::vector<RolloutRecord>& records) {
+  const absl::StatusOr<GroupInfo> info = DescribeGroup(records);
+  EXPECT_TRUE(info.ok()) << info.status();
+  std::vector<uint8_t> bytes(info->payload_bytes);
+  EncodeGroupTo(records, bytes.data());
+  return bytes;
+}
+
+template <typename T>
+void Poke(std::vector<uint8_t>& bytes, size_t offset, T value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof(value));
+}
+
+void ExpectRoundTrip(const RolloutRecord& r) {
+  ASSERT_TRUE(ValidateRecord(r).ok()) << ValidateRecord(r);
+  const std::vector<uint8_t> bytes = Encode(r);
+  const absl::StatusOr<RolloutRecord> decoded = DecodeRecord(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(*decoded == r);
+}
+
+// ---- Round trips ---------------------------------------------------------------------------
+
+TEST(RolloutRecordTest, RecordWithEveryFieldSetRoundTrips) { ExpectRoundTrip(MakeRecord()); }
+
+TEST(RolloutRecordTest, EmptyCompletionRoundTripsAndHasNoMinVersion) {
+  RolloutRecord r = MakeRecord(0, 1, 0);
+  r.finish_reason = RolloutFinishReason::kAbort;
+  r.reward_components.clear();
+  r.sampling.stop_token_ids.clear();
+  EXPECT_EQ(r.min_version(), std::numeric_limits<int64_t>::max());
+  ExpectRoundTrip(r);
+  ExpectRoundTrip(RolloutRecord{});  // all defaults, empty ids
+}
+
+TEST(RolloutRecordTest, UnicodeIdsAndComponentNamesRoundTrip) {
+  RolloutRecord r = MakeRecord();
+  r.run_id = "прогон-🚀-試験";
+  r.prompt_set_id = std::string(85, '\0') + "é";  // NUL is valid UTF-8
+  r.actor_id = std::string(63, 'x') + std::string(48, '\0') + "🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀";
+  ASSERT_EQ(r.actor_id.size(), 175u);
+  r.reward_components = {{"🎯 correctness", 1.0}, {std::string(255, 'n'), 2.0}};
+  ExpectRoundTrip(r);
+  r.actor_id = std::string(kMaxRecordIdBytes, 'a');  // exactly at the limit
+  ExpectRoundTrip(r);
+}
+
+TEST(RolloutRecordTest, RewardComponentsKeepTheirOrderAndExactValues) {
+  RolloutRecord r = MakeRecord();
+  r.reward_components = {{"z", -0.0}, {"a", 1e-300}, {"m", -1.7976931348623157e308}};
+  r.reward = std::nextafter(1.0, 2.0);
+  ExpectRoundTrip(r);
+  const absl::StatusOr<RolloutRecord> decoded = DecodeRecord(Encode(r));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_TRUE(std::signbit(decoded->reward_components[0].second));
+}
+
+TEST(RolloutRecordTest, HugeRecordOfTenMillionTokensRoundTrips) {
+  constexpr size_t kTokens = 10'000'000;
+  RolloutRecord r = MakeRecord(0, 1, 0);
+  r.prompt_tokens.assign(4096, 7);
+  r.completion_tokens.resize(kTokens);
+  r.behaviour_logprobs.resize(kTokens);
+  r.token_versions.resize(kTokens);
+  for (size_t i = 0; i < kTokens; ++i) {
+    r.completion_tokens[i] = static_cast<int32_t>(i % 151'000);
+    r.behaviour_logprobs[i] = -static_cast<float>(i % 1000) / 100.0f;
+    r.token_versions[i] = static_cast<int64_t>(i / 1'000'000);
+  }
+  // Header, prompt, 4 + 4 + 8 bytes per token, 2 stop ids, 2 component values, 43 string bytes.
+  EXPECT_EQ(EncodedRecordSize(r), kHeaderBytes + 4 * 4096 + 16 * kTokens + 8 + 16 + 48);
+  ExpectRoundTrip(r);
+  EXPECT_EQ(r.min_version(), 0);
+}
+
+TEST(RolloutRecordTest, EncodedRecordSizeIsExactForEveryPaddingRemainder) {
+  for (size_t prompt = 0; prompt < 3; ++prompt) {
+    for (size_t completion = 0; completion < 3; ++completion) {
+      for (size_t stops = 0; stops < 3; ++stops) {
+        for (size_t components = 0; components < 3; ++components) {
+          for (size_t id_bytes = 0; id_bytes < 9; id_bytes += 3) {
+            SCOPED_TRACE(
+                absl::StrCat(prompt, " ", completion, " ", stops, " ", components, " ", id_bytes));
+            RolloutRecord r = MakeRecord(0, 1, completion);
+            r.prompt_tokens.assign(prompt, 5);
+            r.sampling.stop_token_ids.assign(stops, 2);
+            r.reward_components.resize(components);
+            for (size_t i = 0; i < components; ++i) r.reward_components[i].first.assign(i + 1, 'c');
+            r.run_id.assign(id_bytes, 'r');
+            const size_t size = EncodedRecordSize(r);
+            EXPECT_EQ(size % 8, 0u);
+            // A sentinel past the end shows that exactly `size` bytes are written.
+            std::vector<uint8_t> bytes(size + 16, 0xAB);
+            EncodeRecordTo(r, bytes.data());
+            for (size_t i = size; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], 0xAB) << i;
+            bytes.resize(size);
+            const absl::StatusOr<RolloutRecord> decoded = DecodeRecord(bytes);
+            ASSERT_TRUE(decoded.ok()) << decoded.status();
+            EXPECT_TRUE(*decoded == r);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RolloutRecordTest, EncodingIsTheDocumentedLayout) {
+  const RolloutRecord r = MakeRecord(0, 1, 1);
+  const std::vector<uint8_t> bytes = Encode(r);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "PRLR");
+  auto at = [&](size_t offset, auto value) {
+    std::memcpy(&value, bytes.data() + offset, sizeof(value));
+    return value;
+  };
+  EXPECT_EQ(at(4, uint16_t{}), kRecordLayoutVersion);
+  EXPECT_EQ(at(6, uint8_t{}), 2);  // stop
+  EXPECT_EQ(at(8, uint64_t{}), bytes.size());
+  EXPECT_EQ(at(16, uint64_t{}), r.prompt_index);
+  EXPECT_EQ(at(40, double{}), r.reward);
+  EXPECT_EQ(at(68, float{}), r.sampling.top_p);
+  EXPECT_EQ(at(88, uint32_t{}), 4u);   // prompt tokens
+  EXPECT_EQ(at(112, int32_t{}), 1);    // prompt_tokens[0], right after the header
+  EXPECT_EQ(at(128, int32_t{}), 100);  // completion_tokens[0]
+  EXPECT_EQ(at(136, float{}), 0.0f);   // behaviour_logprobs[0]
+  EXPECT_EQ(at(144, int64_t{}), 7);    // token_versions[0]
+  EXPECT_EQ(at(152, int32_t{}), 2);    // stop_token_ids[0]
+  EXPECT_EQ(at(160, double{}), 1.0);   // reward_components[0].value
+  EXPECT_EQ(at(176, uint8_t{}), 11);   // strlen("correctness")
+  EXPECT_EQ(std::string(bytes.begin() + 178, bytes.begin() + 184), "run-42");
+}
+
+// ---- Keys and versions ---------------------------------------------------------------------
+
+TEST(RolloutRecordTest, GroupKeyDependsOnExactlyTheGroupIds) {
+  const RolloutRecord a = MakeRecord(0, 2, 3);
+  const RolloutRecord b = MakeRecord(1, 2, 9);  // other sample, actor, tokens, reward
+  EXPECT_EQ(a.GroupKey(), b.GroupKey());
+  const std::vector<std::function<void(RolloutRecord&)>> changes = {
+      [](RolloutRecord& r) { r.run_id += "x"; }, [](RolloutRecord& r) { r.prompt_set_id += "x"; },
+      [](RolloutRecord& r) { r.prompt_index += 1; }, [](RolloutRecord& r) { r.group_id += 1; },
+      [](RolloutRecord& r) {  // same concatenation, other split
+        r.run_id = "run-42g";
+        r.prompt_set_id = "sm8k-train";
+      }};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    RolloutRecord c = a;
+    changes[i](c);
+    EXPECT_NE(c.GroupKey(), a.GroupKey()) << "change " << i;
+  }
+}
+
+TEST(RolloutRecordTest, GroupKeyIsTheSameInEveryBuild) {
+  // XXH3-64 of the documented key bytes; a change here breaks keys shared across processes.
+  EXPECT_EQ(MakeRecord().GroupKey(), 0x3b91e14c2fec4ea9u);
+}
+
+TEST(RolloutRecordTest, MinVersionIsTheOldestTokenVersion) {
+  RolloutRecord r = MakeRecord();
+  r.token_versions = {12, 11, 13, 11, 12};
+  EXPECT_EQ(r.min_version(), 11);
+}
+
+// ---- ValidateRecord ------------------------------------------------------------------------
+
+TEST(ValidateRecordTest, EveryBrokenInvariantIsAnErrorNamingItsField) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string message;  // names the field, expected and found values
+    std::function<void(RolloutRecord&)> breaks;
+  };
+  const std::vector<Case> cases = {
+      {"run_id: expected at most 255 bytes, found 256", [](auto& r) { r.run_id.assign(256, 'x'); }},
+      {"run_id: expected valid UTF-8, found byte 0xff at offset 1",
+       [](auto& r) { r.run_id = "a\xff"; }},
+      {"run_id: expected valid UTF-8", [](auto& r) { r.run_id = "\xc0\x80"; }},      // overlong
+      {"run_id: expected valid UTF-8", [](auto& r) { r.run_id = "\xed\xa0\x80"; }},  // surrogate
+      {"run_id: expected valid UTF-8", [](auto& r) { r.run_id = "\xf4\x90\x80\x80"; }},
+      {"run_id: expected valid UTF-8", [](auto& r) { r.run_id = "ok\xe2\x82"; }},  // cut short
+      {"prompt_set_id: expected at most 255", [](auto& r) { r.prompt_set_id.assign(300, 'p'); }},
+      {"actor_id: expected valid UTF-8", [](auto& r) { r.actor_id.assign(1, '\x80'); }},
+      {"group_size: expected >= 1, found 0", [](auto& r) { r.group_size = 0; }},
+      {"sample_index: expected < group_size (1), found 1", [](auto& r) { r.sample_index = 1; }},
+      {"prompt_tokens[2]: expected a token id >= 0, found -1",
+       [](auto& r) { r.prompt_tokens[2] = -1; }},
+      {"completion_tokens[4]: expected a token id >= 0",
+       [](auto& r) { r.completion_tokens[4] = -9; }},
+      {"behaviour_logprobs: expected one per completion token (5), found 4",
+       [](auto& r) { r.behaviour_logprobs.pop_back(); }},
+      {"behaviour_logprobs[1]: expected a finite log-probability, found nan",
+       [&](auto& r) { r.behaviour_logprobs[1] = nan; }},
+      {"behaviour_logprobs[3]: expected a finite",
+       [&](auto& r) { r.behaviour_logprobs[3] = -inf; }},
+      {"token_versions: expected one per completion token (5), found 6",
+       [](auto& r) { r.token_versions.push_back(1); }},
+      {"token_versions[0]: expected a weight version >= 0, found -1",
+       [](auto& r) { r.token_versions[0] = -1; }},
+      {"reward: expected a finite number, found nan", [&](auto& r) { r.reward = nan; }},
+      {"reward: expected a finite number, found inf", [&](auto& r) { r.reward = inf; }},
+      {"reward_components[1].name: expected a non-empty name",
+       [](auto& r) { r.reward_components[1].first.clear(); }},
+      {"reward_components[0].name: expected at most 255 bytes",
+       [](auto& r) { r.reward_components[0].first.assign(256, 'n'); }},
+      {"reward_components[1].name: expected valid UTF-8",
+       [](auto& r) { r.reward_components[1].first.assign(1, '\xfe'); }},
+      {"reward_components[2].name: expected distinct names, found \"format\" again (also "
+       "reward_components[1])",
+       [](auto& r) { r.reward_components.emplace_back("format", 0.0); }},
+      {"reward_components[0].value: expected a finite number",
+       [&](auto& r) { r.reward_components[0].second = nan; }},
+      {"finish_reason: expected 1 (length), 2 (stop) or 3 (abort), found 0",
+       [](auto& r) { r.finish_reason = static_cast<RolloutFinishReason>(0); }},
+      {"finish_reason: expected",
+       [](auto& r) { r.finish_reason = static_cast<RolloutFinishReason>(4); }},
+      {"sampling.temperature: expected >= 0 and finite, found -1",
+       [](auto& r) { r.sampling.temperature = -1.0f; }},
+      {"sampling.temperature: expected >= 0 and finite, found nan",
+       [&](auto& r) { r.sampling.temperature = nan; }},
+      {"sampling.temperature: expected >= 0 and finite, found inf",
+       [&](auto& r) { r.sampling.temperature = inf; }},
+      {"sampling.top_p: expected in (0, 1], found 0", [](auto& r) { r.sampling.top_p = 0.0f; }},
+      {"sampling.top_p: expected in (0, 1], found 1.5", [](auto& r) { r.sampling.top_p = 1.5f; }},
+      {"sampling.top_k: expected >= 0 (0 disables), found -1",
+       [](auto& r) { r.sampling.top_k = -1; }},
+      {"sampling.max_tokens: expected >= 0, found -2", [](auto& r) { r.sampling.max_tokens = -2; }},
+      {"sampling.stop_token_ids[1]: expected a token id >= 0",
+       [](auto& r) { r.sampling.stop_token_ids[1] = -3; }},
+      {"created_unix_nanos: expected >= 0, found -1",
+       [](auto& r) { r.created_unix_nanos = -1, r.finished_unix_nanos = 0; }},
+      {"finished_unix_nanos: expected >= created_unix_nanos (1700000000000000000), found 5",
+       [](auto& r) { r.finished_unix_nanos = 5; }},
+  };
+  ASSERT_TRUE(ValidateRecord(MakeRecord()).ok());
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    RolloutRecord r = MakeRecord();
+    c.breaks(r);
+    EXPECT_TRUE(IsError(ValidateRecord(r), kInvalid, {c.message}));
+  }
+}
+
+// ---- Groups --------------------------------------------------------------------------------
+
+TEST(DescribeGroupTest, DescribesACompleteGroupGivenInAnyOrder) {
+  std::vector<RolloutRecord> group = MakeGroup(3);
+  std::swap(group[0], group[2]);
+  group[1].token_versions[0] = 4;
+  const absl::StatusOr<GroupInfo> info = DescribeGroup(group);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->key, group[0].GroupKey());
+  EXPECT_EQ(info->size, 3u);
+  EXPECT_EQ(info->min_version, 4);
+  std::vector<uint8_t> bytes(info->payload_bytes + 8, 0xAB);
+  EncodeGroupTo(group, bytes.data());
+  for (size_t i = info->payload_bytes; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], 0xAB);
+  bytes.resize(info->payload_bytes);
+  const absl::StatusOr<std::vector<RolloutRecord>> decoded = DecodeGroup(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(*decoded == group);  // the order given is kept
+}
+
+TEST(DescribeGroupTest, GroupWithoutCompletionTokensHasNoMinVersion) {
+  std::vector<RolloutRecord> group = {MakeRecord(0, 1, 0)};
+  const absl::StatusOr<GroupInfo> info = DescribeGroup(group);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->min_version, std::numeric_limits<int64_t>::max());
+}
+
+TEST(DescribeGroupTest, EmptyGroupIsAnError) {
+  EXPECT_TRUE(IsError(DescribeGroup({}).status(), kInvalid, {"at least one record"}));
+}
+
+TEST(DescribeGroupTest, MixedGroupsAreAnErrorNamingTheFieldThatDiffers) {
+  const std::vector<std::pair<std::string, std::function<void(RolloutRecord&)>>> changes = {
+      {"run_id: expected \"run-42\" (as record 0), found \"run-43\"",
+       [](auto& r) { r.run_id = "run-43"; }},
+      {"prompt_set_id: expected \"gsm8k-train\"", [](auto& r) { r.prompt_set_id = "math"; }},
+      {"prompt_index: expected 1234 (as record 0), found 1235",
+       [](auto& r) { r.prompt_index = 1235; }},
+      {"group_id: expected 3 (as record 0), found 4", [](auto& r) { r.group_id = 4; }}};
+  for (const auto& [message, change] : changes) {
+    std::vector<RolloutRecord> group = MakeGroup(3);
+    change(group[2]);
+    EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid, {"group record 2: ", message}));
+  }
+}
+
+TEST(DescribeGroupTest, DuplicateSampleIndexIsAnErrorNamingBothRecords) {
+  std::vector<RolloutRecord> group = MakeGroup(3);
+  group[2].sample_index = 0;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 2: sample_index: expected each index once, found 0 again "
+                       "(also record 0)"}));
+}
+
+TEST(DescribeGroupTest, MissingSampleIndexIsAnError) {
+  // Three records claiming a group of three, indices 0, 1, 3: index 2 is missing.
+  std::vector<RolloutRecord> group = MakeGroup(3);
+  group[2].sample_index = 3;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 2: sample_index: expected < group_size (3), found 3"}));
+  // Three of a group of four: the fourth is missing.
+  group = MakeGroup(3);
+  for (RolloutRecord& r : group) r.group_size = 4;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 0: group_size: expected 3 (the number of records), found 4"}));
+}
+
+TEST(DescribeGroupTest, GroupSizeMismatchIsAnErrorNamingTheRecord) {
+  std::vector<RolloutRecord> group = MakeGroup(2);
+  group[1].group_size = 3;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 1: group_size: expected 2 (the number of records), found 3"}));
+}
+
+TEST(DescribeGroupTest, InvalidRecordIsAnErrorNamingItsPositionAndField) {
+  std::vector<RolloutRecord> group = MakeGroup(2);
+  group[1].token_versions.pop_back();
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 1: token_versions: expected one per completion token"}));
+}
+
+// ---- Decoding untrusted bytes --------------------------------------------------------------
+
+TEST(DecodeRecordTest, TruncatedRecordAtEveryLengthIsAnError) {
+  const std::vector<uint8_t> bytes = Encode(MakeRecord());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const absl::Span<const uint8_t> prefix(bytes.data(), n);
+    EXPECT_TRUE(IsError(DecodeRecord(prefix).status(), kInvalid, {"rollout record: truncated"}))
+        << n;
+  }
+  EXPECT_TRUE(DecodeRecord(bytes).ok());
+}
+
+TEST(DecodeRecordTest, TrailingBytesAreAnError) {
+  std::vector<uint8_t> bytes = Encode(MakeRecord());
+  const size_t size = bytes.size();
+  bytes.resize(size + 8, 0);
+  EXPECT_TRUE(IsError(
+      DecodeRecord(bytes).status(), kInvalid,
+      {"trailing bytes", absl::StrCat("expected exactly ", size, " bytes, found ", size + 8)}));
+}
+
+TEST(DecodeRecordTest, UnknownLayoutVersionIsAnErrorNamingTheVersion) {
+  std::vector<uint8_t> bytes = Encode(MakeRecord());
+  Poke<uint16_t>(bytes, 4, 2);
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
+                      {"rollout record: layout_version: expected 1, found 2"}));
+  std::vector<uint8_t> group = EncodeGroup(MakeGroup(2));
+  Poke<uint16_t>(group, 4, 7);
+  EXPECT_TRUE(IsError(DecodeGroup(group).status(), kInvalid,
+                      {"rollout group: layout_version: expected 1, found 7"}));
+}
+
+TEST(DecodeRecordTest, WrongMagicIsAnError) {
+  std::vector<uint8_t> bytes = Encode(MakeRecord());
+  bytes[0] = 'X';
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
+                      {"magic: expected \"PRLR\", found \"XRLR\""}));
+  // A record is not a group, nor the other way round.
+  EXPECT_TRUE(IsError(DecodeGroup(Encode(MakeRecord())).status(), kInvalid,
+                      {"magic: expected \"PRLG\", found \"PRLR\""}));
+}
+
+TEST(DecodeRecordTest, TotalBytesThatDisagreesWithTheCountsIsAnError) {
+  std::vector<uint8_t> bytes = Encode(MakeRecord());
+  Poke<uint64_t>(bytes, 8, bytes.size() + 8);
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
+                      {"total_bytes: expected ", absl::StrCat("found ", bytes.size() + 8)}));
+}
+
+TEST(DecodeRecordTest, HugeCountsInASmallInputAreAnErrorWithoutAllocating) {
+  for (size_t count_offset : {88, 92, 96, 100}) {
+    std::vector<uint8_t> bytes = Encode(MakeRecord());
+    Poke<uint32_t>(bytes, count_offset, 0xFFFFFFFFu);
+    EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"truncated"})) << count_offset;
+  }
+}
+
+TEST(DecodeRecordTest, NonZeroPaddingOrReservedBytesAreAnError) {
+  std::vector<uint8_t> bytes = Encode(MakeRecord(0, 1, 1));  // one token: 4 bytes of padding
+  bytes[132] = 1;                                            // after completion_tokens[0] at 128
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"padding between sections"}));
+  bytes = Encode(MakeRecord());
+  bytes[110] = 1;
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"reserved header bytes"}));
+}
+
+TEST(DecodeRecordTest, DecodedRecordsAreValidated) {
+  std::vector<uint8_t> bytes = Encode(MakeRecord());
+  Poke<double>(bytes, 40, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
+                      {"rollout record: reward: expected a finite number"}));
+  bytes = Encode(MakeRecord());
+  bytes[6] = 0;
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
+                      {"rollout record: finish_reason: expected 1 (length)"}));
+}
+
+TEST(DecodeGroupTest, TruncatedGroupAtEveryLengthIsAnError) {
+  const std::vector<uint8_t> bytes = EncodeGroup(MakeGroup(2));
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const absl::StatusOr<std::vector<RolloutRecord>> decoded =
+        DecodeGroup(absl::Span<const uint8_t>(bytes.data(), n));
+    EXPECT_TRUE(IsError(decoded.status(), kInvalid, {"rollout group: "})) << n;
+  }
+}
+
+TEST(DecodeGroupTest, OffsetsOutOfOrderOrOutOfRangeAreAnErrorNamingTheOffset) {
+  const std::vector<uint8_t> good = EncodeGroup(MakeGroup(3));
+  std::vector<uint8_t> bytes = good;
+  Poke<uint64_t>(bytes, 24, ~uint64_t{0});  // offsets[1]
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[1]: expected in ["}));
+  bytes = good;
+  Poke<uint64_t>(bytes, 24, 8);
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[1]: expected in ["}));
+  bytes = good;
+  Poke<uint64_t>(bytes, 16, 0);
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[0]: expected 48"}));
+  bytes = good;
+  Poke<uint64_t>(bytes, 40, good.size() - 8);
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[3]: expected"}));
+  bytes = good;
+  Poke<uint32_t>(bytes, 8, 0xFFFFFFFFu);
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"truncated", "offset table"}));
+  bytes = good;
+  Poke<uint32_t>(bytes, 8, 0);
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"num_records: expected at least 1"}));
+}
+
+TEST(DecodeGroupTest, AGroupThatIsNotCompleteIsAnErrorNamingTheRecord) {
+  std::vector<uint8_t> bytes = EncodeGroup(MakeGroup(3));
+  uint64_t record2 = 0;
+  std::memcpy(&record2, bytes.data() + 32, 8);
+  Poke<uint32_t>(bytes, record2 + 32, 1);  // record 2 claims sample index 1
+  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid,
+                      {"rollout group record 2: sample_index: expected each index once"}));
+  bytes[record2 + 6] = 9;  // a record that fails on its own names its position and offset
+  EXPECT_TRUE(IsError(
+      DecodeGroup(bytes).status(), kInvalid,
+      {absl::StrCat("rollout group: record 2 at byte ", record2, ": finish_reason: expected")}));
+}
+
+TEST(DecodeGroupTest, EverySingleByteCorruptionIsAnErrorOrAValidCanonicalGroup) {
+  const std::vector<uint8_t> good = EncodeGroup(MakeGroup(2));
+  int accepted = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t flip : {0x01, 0x10, 0x80, 0xFF}) {
+      std::vector<uint8_t> bytes = good;
+      bytes[i] ^= flip;
+      const absl::StatusOr<std::vector<RolloutRecord>> decoded = DecodeGroup(bytes);
+      if (!decoded.ok()) {
+        ASSERT_FALSE(decoded.status().message().empty());
+        continue;
+      }
+      // Accepted corruptions (a token id, a reward bit) are valid groups with one encoding.
+      ++accepted;
+      ASSERT_TRUE(DescribeGroup(*decoded).ok()) << i;
+      ASSERT_EQ(EncodeGroup(*decoded), bytes) << i;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+// ---- Protobuf ------------------------------------------------------------------------------
+
+TEST(RecordProtoTest, EveryFieldSurvivesTheWireFormat) {
+  for (const RolloutRecord& r : {MakeRecord(1, 4, 6), MakeRecord(0, 1, 0), RolloutRecord{}}) {
+    v1::RolloutRecord proto;
+    ToProto(r, &proto);
+    std::string wire;
+    ASSERT_TRUE(proto.SerializeToString(&wire));
+    v1::RolloutRecord parsed;
+    ASSERT_TRUE(parsed.ParseFromString(wire));
+    const absl::StatusOr<RolloutRecord> back = FromProto(parsed);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == r);
+  }
+}
+
+TEST(RecordProtoTest, ToProtoOverwritesWhatWasThere) {
+  v1::RolloutRecord proto;
+  ToProto(MakeRecord(0, 1, 9), &proto);
+  ToProto(MakeRecord(0, 1, 2), &proto);
+  EXPECT_EQ(proto.completion_tokens_size(), 2);
+  EXPECT_EQ(proto.reward_components_size(), 2);
+}
+
+TEST(RecordProtoTest, UnspecifiedFinishReasonIsAnErrorNamingTheField) {
+  v1::RolloutRecord proto;
+  ToProto(MakeRecord(), &proto);
+  proto.set_finish_reason(v1::FINISH_REASON_UNSPECIFIED);
+  EXPECT_TRUE(
+      IsError(FromProto(proto).status(), kInvalid,
+              {"finish_reason: expected FINISH_REASON_LENGTH", "found FINISH_REASON_UNSPECIFIED"}));
+  proto.set_finish_reason(static_cast<v1::FinishReason>(9));  // from a newer sender
+  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid, {"finish_reason:", "found 9"}));
+}
+
+TEST(RecordProtoTest, MissingSamplingIsAnError) {
+  v1::RolloutRecord proto;
+  ToProto(MakeRecord(), &proto);
+  proto.clear_sampling();
+  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid, {"sampling: expected"}));
+}
+
+TEST(RecordProtoTest, FromProtoValidatesTheRecord) {
+  v1::RolloutRecord proto;
+  ToProto(MakeRecord(), &proto);
+  proto.mutable_behaviour_logprobs()->RemoveLast();
+  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid,
+                      {"behaviour_logprobs: expected one per completion token (5), found 4"}));
+  ToProto(MakeRecord(), &proto);
+  proto.mutable_sampling()->set_top_p(0.0f);  // a sender relying on proto3 defaults
+  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid, {"sampling.top_p"}));
+}
+
+// ---- The committed fuzz seeds ----------------------------------------------------------------
+
+// The seeds in fuzz/corpus/record_decode/ double as golden copies of layout 1: if this test
+// fails, the layout changed. Bump kRecordLayoutVersion, or if the change is intended and v1 was
+// never deployed, rewrite them with PRL_WRITE_RECORD_SEEDS=1 ./replay_record_test.
+TEST(RecordSeedsTest, CommittedFuzzSeedsAreTheCurrentEncoding) {
+  RolloutRecord unicode = MakeRecord(0, 1, 2);
+  unicode.run_id = "прогон-🚀";
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> seeds = {
+      {"group_of_one", EncodeGroup({MakeRecord(0, 1, 2)})},
+      {"group_of_three", EncodeGroup(MakeGroup(3))},
+      {"group_empty_completion", EncodeGroup({MakeRecord(0, 1, 0)})},
+      {"record_unicode", Encode(unicode)},
+  };
+  const std::filesystem::path dir = PRL_RECORD_SEED_DIR;
+  const bool write = std::getenv("PRL_WRITE_RECORD_SEEDS") != nullptr;
+  for (const auto& [name, bytes] : seeds) {
+    SCOPED_TRACE(name);
+    if (write) {
+      std::filesystem::create_directories(dir);
+      std::ofstream(dir / name, std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    }
+    std::ifstream in(dir / name, std::ios::binary);
+    ASSERT_TRUE(in.good()) << (dir / name);
+    const std::vector<uint8_t> committed((std::istreambuf_iterator<char>(in)),
+                                         std::istreambuf_iterator<char>());
+    EXPECT_EQ(committed, bytes);
+  }
+}
+
+}  // namespace
+}  // namespace prl
