@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/engine_bench.h"
 #include "bench/model_bench.h"
+#include "bench/replay_bench.h"
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
 #include "core/mapped_file.h"
@@ -119,6 +120,30 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   engine->add_option("--device", e->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   engine->add_flag("--json", e->json, "Print one JSON object instead of the table");
   registry.Add(engine, [e] { return RunEngineBench(*e); });
+
+  auto r = std::make_shared<bench::ReplayBenchOptions>();
+  auto r_json = std::make_shared<bool>(false);
+  auto r_mb = std::make_shared<int64_t>(512);
+  CLI::App* replay = bench->add_subcommand(
+      "replay",
+      "Replay buffer records/s and GB/s (1 KB, 64 KB, 4 MB records; 1 and 4 writer processes; "
+      "2 reader processes) vs memcpy");
+  replay->add_option("--record-bytes", r->record_bytes, "Record sizes")
+      ->delimiter(',')
+      ->capture_default_str();
+  replay->add_option("--writers", r->writers, "Writer process counts")
+      ->delimiter(',')
+      ->capture_default_str();
+  replay->add_option("--readers", r->readers, "Reader processes")->capture_default_str();
+  replay->add_option("--mb-per-run", *r_mb, "Payload moved per measurement")
+      ->capture_default_str();
+  replay->add_flag("--json", *r_json, "Print one JSON object instead of the table");
+  registry.Add(replay, [r, r_json, r_mb] {
+    r->bytes_per_run = *r_mb << 20;
+    PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunReplayBench(*r));
+    std::printf("%s\n", *r_json ? report.ToJson().c_str() : report.ToTable().c_str());
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace prl::cli

@@ -32,6 +32,7 @@ class CommandRegistry {
 void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
+void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry);
 
 // Shared by commands that read a model: a --device flag value resolved with a note on stderr

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
   CLI::App app{
       "prl: asynchronous Pipeline-RL for language models.\n"
-      "Today: Llama/Qwen2 models on the CPU backend: model init/info, score, generate, bench."};
+      "Today: model init/info, score, generate (CPU backend), replay, bench."};
   app.set_version_flag("--version", "prl 0.1.0");
   app.require_subcommand(1);
   int threads = 0;
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterModelCommands(app, registry);
   prl::cli::RegisterScoreCommand(app, registry);
   prl::cli::RegisterGenerateCommand(app, registry);
+  prl::cli::RegisterReplayCommands(app, registry);
   prl::cli::RegisterBenchCommands(app, registry);
 
   CLI11_PARSE(app, argc, argv);
