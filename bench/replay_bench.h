@@ -19,7 +19,7 @@ struct ReplayBenchOptions {
   std::vector<int64_t> record_bytes = {1 << 10, 64 << 10, 4 << 20};
   std::vector<int> writers = {1, 4};
   int readers = 2;
-  int64_t bytes_per_run = int64_t{512} << 20;  // payload moved per measurement
+  int64_t bytes_per_run = int64_t{2048} << 20;  // payload moved per measurement
   int64_t capacity_bytes = int64_t{256} << 20;
   bool progress = true;
 };

@@ -123,7 +123,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
 
   auto r = std::make_shared<bench::ReplayBenchOptions>();
   auto r_json = std::make_shared<bool>(false);
-  auto r_mb = std::make_shared<int64_t>(512);
+  auto r_mb = std::make_shared<int64_t>(2048);
   CLI::App* replay = bench->add_subcommand(
       "replay",
       "Replay buffer records/s and GB/s (1 KB, 64 KB, 4 MB records; 1 and 4 writer processes; "
@@ -135,7 +135,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
       ->delimiter(',')
       ->capture_default_str();
   replay->add_option("--readers", r->readers, "Reader processes")->capture_default_str();
-  replay->add_option("--mb-per-run", *r_mb, "Payload moved per measurement")
+  replay->add_option("--mb-per-run", *r_mb, "Payload moved per measurement (MB)")
       ->capture_default_str();
   replay->add_flag("--json", *r_json, "Print one JSON object instead of the table");
   registry.Add(replay, [r, r_json, r_mb] {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "prl/v1/replay.pb.h"
 #include "replay/record_proto.h"
 #include "replay/rollout_record.h"
+#include "replay/xxhash_inline.h"
 #include "tests/status_testing.h"
 
 namespace prl {
@@ -140,6 +142,38 @@ TEST(RolloutRecordTest, HugeRecordOfTenMillionTokensRoundTrips) {
   EXPECT_EQ(EncodedRecordSize(r), kHeaderBytes + 4 * 4096 + 16 * kTokens + 8 + 16 + 48);
   ExpectRoundTrip(r);
   EXPECT_EQ(r.min_version(), 0);
+}
+
+// The checksummed encoder copies big sections with non-temporal stores and hashes the source;
+// its bytes and hash must be those of the plain encoder, for sections on both sides of the
+// streaming threshold (256 KB) and destinations at every 8-byte offset within a cache line.
+TEST(RolloutRecordTest, ChecksummedEncodingEqualsPlainEncodingAndItsXxh3) {
+  for (size_t completion :
+       {size_t{0}, size_t{5}, size_t{16'383}, size_t{65'537}, size_t{300'001}}) {
+    const std::vector<RolloutRecord> group = {MakeRecord(0, 2, completion),
+                                              MakeRecord(1, 2, completion / 3)};
+    const std::vector<uint8_t> plain = EncodeGroup(group);
+    for (size_t offset = 0; offset < 64; offset += 8) {
+      std::vector<uint8_t> out(plain.size() + 64, 0xAB);
+      const absl::StatusOr<EncodedGroup> encoded =
+          EncodeGroupToWithChecksum(group, out.data() + offset);
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      ASSERT_TRUE(std::equal(plain.begin(), plain.end(), out.begin() + offset))
+          << completion << " tokens at offset " << offset;
+      EXPECT_EQ(out[offset + plain.size()], 0xAB) << "wrote past the group";
+      EXPECT_EQ(encoded->checksum, XXH3_64bits(plain.data(), plain.size()));
+      EXPECT_EQ(encoded->min_version, completion == 0 ? std::numeric_limits<int64_t>::max() : 7);
+    }
+  }
+}
+
+// A bad value far into a streamed section is still found, by its index in the record.
+TEST(RolloutRecordTest, ChecksummedEncodingNamesABadValueDeepInALargeSection) {
+  std::vector<RolloutRecord> group = {MakeRecord(0, 1, 200'000)};
+  group[0].behaviour_logprobs[123'457] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> out(EncodedRecordSize(group[0]) + 4096);
+  EXPECT_TRUE(IsError(EncodeGroupToWithChecksum(group, out.data()).status(), kInvalid,
+                      {"behaviour_logprobs[123457]"}));
 }
 
 TEST(RolloutRecordTest, EncodedRecordSizeIsExactForEveryPaddingRemainder) {
