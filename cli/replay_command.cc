@@ -2,9 +2,9 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <thread>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,25 +36,33 @@ ReplayConfig ConfigFrom(const CreateFlags& f) {
 
 absl::Status RunCreate(const CreateFlags& f) {
   PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Create(f.name, ConfigFrom(f), f.reclaim_stale));
-  std::printf("created replay segment %s (/dev/shm/%s): %lld MB\n", f.name.c_str(),
-              f.name.c_str(), static_cast<long long>(f.capacity_mb));
+  std::printf("created replay segment %s (/dev/shm/%s): %lld MB\n", f.name.c_str(), f.name.c_str(),
+              static_cast<long long>(f.capacity_mb));
   return absl::OkStatus();
 }
 
 absl::Status RunStat(const std::string& name, bool json) {
   PRL_ASSIGN_OR_RETURN(const SegmentInfo info, ReplayBuffer::Inspect(name));
   const ReplayStats& s = info.stats;
-  const std::pair<const char*, int64_t> counters[] = {
-      {"capacity_bytes", s.capacity_bytes}, {"used_bytes", s.used_bytes},
-      {"groups_ready", s.groups_ready},     {"groups_leased", s.groups_leased},
-      {"writes_in_progress", s.writes_in_progress},
-      {"groups_in", s.groups_in},           {"records_in", s.records_in},
-      {"bytes_in", s.bytes_in},             {"groups_out", s.groups_out},
-      {"records_out", s.records_out},       {"bytes_out", s.bytes_out},
-      {"dropped_stale", s.dropped_stale},   {"dropped_full", s.dropped_full},
-      {"redelivered", s.redelivered},       {"abandoned_writes", s.abandoned_writes},
-      {"writer_waits", s.writer_waits},     {"write_timeouts", s.write_timeouts},
-      {"reader_waits", s.reader_waits},     {"lock_takeovers", s.lock_takeovers}};
+  const std::pair<const char*, int64_t> counters[] = {{"capacity_bytes", s.capacity_bytes},
+                                                      {"used_bytes", s.used_bytes},
+                                                      {"groups_ready", s.groups_ready},
+                                                      {"groups_leased", s.groups_leased},
+                                                      {"writes_in_progress", s.writes_in_progress},
+                                                      {"groups_in", s.groups_in},
+                                                      {"records_in", s.records_in},
+                                                      {"bytes_in", s.bytes_in},
+                                                      {"groups_out", s.groups_out},
+                                                      {"records_out", s.records_out},
+                                                      {"bytes_out", s.bytes_out},
+                                                      {"dropped_stale", s.dropped_stale},
+                                                      {"dropped_full", s.dropped_full},
+                                                      {"redelivered", s.redelivered},
+                                                      {"abandoned_writes", s.abandoned_writes},
+                                                      {"writer_waits", s.writer_waits},
+                                                      {"write_timeouts", s.write_timeouts},
+                                                      {"reader_waits", s.reader_waits},
+                                                      {"lock_takeovers", s.lock_takeovers}};
   if (json) {
     nlohmann::ordered_json j;
     j["name"] = info.name;
@@ -62,7 +70,8 @@ absl::Status RunStat(const std::string& name, bool json) {
     j["label"] = info.label;
     j["creator_pid"] = info.creator_pid;
     j["creator_alive"] = info.creator_alive;
-    j["backpressure"] = info.config.backpressure == BackpressurePolicy::kBlock ? "block" : "drop_oldest";
+    j["backpressure"] =
+        info.config.backpressure == BackpressurePolicy::kBlock ? "block" : "drop_oldest";
     j["lease_ms"] = info.config.lease_ms;
     for (const auto& [k, v] : counters) j[k] = v;
     std::printf("%s\n", j.dump().c_str());
@@ -153,8 +162,9 @@ void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry) {
   serve->add_option("--port", s->port, "Listening port (0: any free port)")->capture_default_str();
   serve->add_option("--max-message-mb", s->max_message_mb, "Largest push message")
       ->capture_default_str();
-  serve->add_option("--write-timeout-ms", s->write_timeout_ms,
-                    "How long a push waits for space before RESOURCE_EXHAUSTED")
+  serve
+      ->add_option("--write-timeout-ms", s->write_timeout_ms,
+                   "How long a push waits for space before RESOURCE_EXHAUSTED")
       ->capture_default_str();
   registry.Add(serve, [s] { return RunServe(*s); });
 }

@@ -274,7 +274,7 @@ absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Create(const std::st
                                      info->creator_alive ? "running)" : "dead: a stale segment)")
                       : absl::StrCat(" (unreadable: ", info.status().message(), ")"),
             "; `prl replay reset ", name, "` removes it",
-            stale ? ", or reclaim it with the stale flag" : ""));
+            stale ? ", or `prl replay create --reclaim-stale` (reclaim_stale) replaces it" : ""));
       }
       bip::shared_memory_object::remove(name.c_str());
     }

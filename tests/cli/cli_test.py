@@ -51,7 +51,9 @@ class CliTest(unittest.TestCase):
 
     def test_every_command_has_help(self):
         for cmd in [[], ["model"], ["model", "init"], ["model", "info"], ["score"],
-                    ["generate"], ["bench"], ["bench", "model"], ["bench", "engine"]]:
+                    ["generate"], ["bench"], ["bench", "model"], ["bench", "engine"],
+                    ["bench", "replay"], ["replay"], ["replay", "create"], ["replay", "stat"],
+                    ["replay", "reset"], ["replay", "serve"]]:
             proc = run(*cmd, "--help")
             self.assertEqual(proc.returncode, 0, cmd)
             self.assertIn("Usage", proc.stdout, cmd)
@@ -236,6 +238,59 @@ class CliTest(unittest.TestCase):
                                       "ratio"})
             self.assertGreater(r["value"], 0)
             self.assertAlmostEqual(r["ratio"], r["value"] / r["baseline_value"], places=6)
+
+    def test_replay_segment_lifecycle_from_the_cli(self):
+        name = "prl-cli-test-%d" % os.getpid()
+        run("replay", "reset", name, "--force")
+        try:
+            run("replay", "create", name, "--capacity-mb", 4, "--label", "cli", check=True)
+            self.assertTrue(os.path.exists("/dev/shm/" + name))
+            self.assertEqual(os.stat("/dev/shm/" + name).st_mode & 0o777, 0o600, "owner-only")
+            stat = json.loads(run("replay", "stat", name, "--json", check=True).stdout)
+            self.assertEqual(stat["name"], name)
+            self.assertEqual(stat["label"], "cli")
+            self.assertEqual(stat["capacity_bytes"], 4 << 20)
+            self.assertEqual(stat["groups_ready"], 0)
+            self.assertFalse(stat["creator_alive"], "the creating CLI process has exited")
+            self.assertIn("capacity_bytes", run("replay", "stat", name, check=True).stdout)
+            # The creator is gone, so the segment counts as stale: a second create names the
+            # ways out, and --reclaim-stale takes it.
+            self.assert_error(run("replay", "create", name), "already exists", "dead",
+                              "prl replay reset " + name, "--reclaim-stale")
+            run("replay", "create", name, "--capacity-mb", 8, "--reclaim-stale", check=True)
+            stat = json.loads(run("replay", "stat", name, "--json", check=True).stdout)
+            self.assertEqual(stat["capacity_bytes"], 8 << 20)
+            run("replay", "reset", name, check=True)
+            self.assertFalse(os.path.exists("/dev/shm/" + name))
+            self.assert_error(run("replay", "stat", name), "cannot open replay segment", name)
+            self.assert_error(run("replay", "reset", name), name)
+        finally:
+            run("replay", "reset", name, "--force")
+
+    def test_replay_errors_name_the_field(self):
+        self.assert_error(run("replay", "create", "bad/name"), "replay segment name 'bad/name'",
+                          "[A-Za-z0-9._-]")
+        self.assert_error(run("replay", "create", "prl-cli-never", "--capacity-mb", 0),
+                          "capacity_bytes", ">= 65536", "found 0")
+        self.assertFalse(os.path.exists("/dev/shm/prl-cli-never"))
+        self.assert_error(run("replay", "serve", "prl-cli-missing-%d" % os.getpid()),
+                          "cannot open replay segment")
+
+    def test_bench_replay_prints_the_documented_json(self):
+        proc = run("bench", "replay", "--record-bytes", "1024,65536", "--writers", 1,
+                   "--readers", 1, "--mb-per-run", 2, "--json", check=True)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "replay")
+        names = [r["name"] for r in report["results"]]
+        self.assertEqual(names, ["1KB_w1_r1_records", "1KB_w1_r1_bandwidth",
+                                 "64KB_w1_r1_records", "64KB_w1_r1_bandwidth"])
+        for r in report["results"]:
+            self.assertGreater(r["value"], 0)
+            if r["unit"] == "GB/s":
+                self.assertEqual(r["baseline_name"], "memcpy")
+                self.assertAlmostEqual(r["ratio"], r["value"] / r["baseline_value"], places=6)
+        leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("prl-bench-replay-")]
+        self.assertEqual(leftovers, [], "the bench removes its segments")
 
 
 if __name__ == "__main__":
