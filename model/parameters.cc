@@ -51,18 +51,33 @@ const ParamEntry* ParameterLayout::Find(absl::string_view name) const {
 }
 
 ModelParams ParameterLayout::Bind(float* base, Device device) const {
+  ModelParams p;
+  p.layers.resize(config_.num_hidden_layers);
+  for (int u = 0; u < num_units(); ++u) BindUnit(u, base + unit_ranges_[u].first, device, &p);
+  return p;
+}
+
+void ParameterLayout::BindUnit(int unit, float* unit_base, Device device, ModelParams* p) const {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t L = c.num_hidden_layers;
+  PRL_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " of ", num_units());
+  PRL_CHECK(static_cast<int64_t>(p->layers.size()) == L, "ModelParams with ", p->layers.size(),
+            " layers for a ", L, "-layer model");
+  const int64_t unit_begin = unit_ranges_[unit].first;
   auto at = [&](absl::string_view name) {
     const ParamEntry* e = Find(name);
     PRL_CHECK(e != nullptr, "parameter ", name, " missing from the layout");
-    return base + e->offset;
+    PRL_CHECK(e->offset >= unit_begin && e->offset + e->numel <= unit_ranges_[unit].second, name,
+              " is not in unit ", unit);
+    return unit_base + (e->offset - unit_begin);
   };
-  ModelParams p;
-  p.embed = Tensor(at("model.embed_tokens.weight"), DType::kF32, device, {V, C});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string pre = absl::StrCat("model.layers.", l, ".");
-    LayerParams lp;
+  if (unit == 0) {
+    p->embed = Tensor(at("model.embed_tokens.weight"), DType::kF32, device, {V, C});
+    if (c.tie_word_embeddings) p->lm_head = p->embed;
+  } else if (unit <= L) {
+    const std::string pre = absl::StrCat("model.layers.", unit - 1, ".");
+    LayerParams& lp = p->layers[unit - 1];
     lp.input_norm = Tensor(at(pre + "input_layernorm.weight"), DType::kF32, device, {C});
     lp.qkv_weight =
         Tensor(at(pre + "self_attn.q_proj.weight"), DType::kF32, device, {c.qkv_dim(), C});
@@ -73,12 +88,12 @@ ModelParams ParameterLayout::Bind(float* base, Device device) const {
     lp.post_norm = Tensor(at(pre + "post_attention_layernorm.weight"), DType::kF32, device, {C});
     lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), DType::kF32, device, {2 * I, C});
     lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), DType::kF32, device, {C, I});
-    p.layers.push_back(lp);
+  } else {
+    p->final_norm = Tensor(at("model.norm.weight"), DType::kF32, device, {C});
+    if (!c.tie_word_embeddings) {
+      p->lm_head = Tensor(at("lm_head.weight"), DType::kF32, device, {V, C});
+    }
   }
-  p.final_norm = Tensor(at("model.norm.weight"), DType::kF32, device, {C});
-  p.lm_head =
-      c.tie_word_embeddings ? p.embed : Tensor(at("lm_head.weight"), DType::kF32, device, {V, C});
-  return p;
 }
 
 absl::StatusOr<ParameterSet> ParameterSet::Allocate(const ModelConfig& config, Device device,

@@ -60,6 +60,10 @@ class ParameterLayout {
   const std::vector<std::pair<int64_t, int64_t>>& unit_ranges() const { return unit_ranges_; }
   // Views of a buffer laid out like this (parameters or gradients).
   ModelParams Bind(float* base, Device device) const;
+  // Rebinds only unit `unit`'s views in *params to a buffer holding just that unit
+  // (unit_base = its first element); for a tied embedding, lm_head too.
+  void BindUnit(int unit, float* unit_base, Device device, ModelParams* params) const;
+  int num_units() const { return static_cast<int>(unit_ranges_.size()); }
 
  private:
   ModelConfig config_;

@@ -81,8 +81,8 @@ Transformer::~Transformer() = default;
 size_t Transformer::workspace_bytes() const { return arena_.capacity_bytes(); }
 
 absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& batch,
-                                  float temperature, absl::Span<float> logprobs,
-                                  bool for_backward) {
+                                  float temperature, absl::Span<float> logprobs, bool for_backward,
+                                  UnitHooks* hooks) {
   PRL_RETURN_IF_ERROR(ValidatePackedBatch(batch, config_));
   if (!(temperature > 0.0f)) {
     return absl::InvalidArgumentError(
@@ -153,9 +153,26 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_rows_dev, ws.head_rows.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_targets, head_targets.data()));
 
+  using Pass = UnitHooks::Pass;
+  const int head_unit = static_cast<int>(c.num_hidden_layers) + 1;
+  const bool tied = c.tie_word_embeddings;
+  auto acquire = [&](int unit) {
+    return hooks == nullptr ? absl::OkStatus() : hooks->Acquire(unit, Pass::kForward, true);
+  };
+  auto release = [&](int unit) {
+    return hooks == nullptr ? absl::OkStatus() : hooks->Release(unit, Pass::kForward, false);
+  };
   k::RopeTables(ws.rope_cos, ws.rope_sin, ws.positions, ws.inv_freq);
+  PRL_RETURN_IF_ERROR(acquire(0));
   k::EmbeddingForward(ws.Slot(0).input, params.embed, ws.tokens);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) ForwardLayer(params.layers[l], l);
+  PRL_RETURN_IF_ERROR(release(0));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1));
+    ForwardLayer(params.layers[l], l);
+    PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1));
+  }
+  PRL_RETURN_IF_ERROR(acquire(head_unit));
+  if (tied) PRL_RETURN_IF_ERROR(acquire(0));
   k::RmsNormForward(ws.lnf, ws.lnf_rstd, ws.final_input, params.final_norm,
                     static_cast<float>(c.rms_norm_eps));
 
@@ -169,6 +186,8 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
                                   device_, R * sizeof(float)));
     for (int64_t r = 0; r < R; ++r) logprobs[ws.head_rows[r]] = head_logprobs[r];
   }
+  PRL_RETURN_IF_ERROR(release(head_unit));
+  if (tied) PRL_RETURN_IF_ERROR(release(0));
   ws.backward_ready = for_backward;
   return absl::OkStatus();
 }
@@ -186,7 +205,7 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
 }
 
 absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
-                                   const ModelParams& grads) {
+                                   const ModelParams& grads, UnitHooks* hooks) {
   Workspace& ws = *ws_;
   if (!ws.backward_ready) {
     return absl::FailedPreconditionError(
@@ -200,7 +219,20 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   const ModelConfig& c = config_;
   const int64_t T = ws.T, R = ws.R;
 
+  using Pass = UnitHooks::Pass;
+  const int head_unit = static_cast<int>(c.num_hidden_layers) + 1;
+  const bool tied = c.tie_word_embeddings;
+  auto acquire = [&](int unit, bool need_params) {
+    return hooks == nullptr ? absl::OkStatus() : hooks->Acquire(unit, Pass::kBackward, need_params);
+  };
+  auto release = [&](int unit, bool gradient_done) {
+    return hooks == nullptr ? absl::OkStatus()
+                            : hooks->Release(unit, Pass::kBackward, gradient_done);
+  };
+
   // Head: dlogprob (R) -> d lnf rows -> scattered into dln (T, C).
+  PRL_RETURN_IF_ERROR(acquire(head_unit, true));
+  if (tied) PRL_RETURN_IF_ERROR(acquire(0, true));
   PRL_RETURN_IF_ERROR(ZeroTensor(ws.dresid));
   if (R > 0) {
     std::vector<float> head_dlogprob(R);
@@ -218,11 +250,16 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   }
   k::RmsNormBackward(ws.dresid, grads.final_norm, ws.dln, ws.final_input, params.final_norm,
                      ws.lnf_rstd);
+  PRL_RETURN_IF_ERROR(release(head_unit, true));
+  if (tied) PRL_RETURN_IF_ERROR(release(0, false));
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, true));
     BackwardLayer(params.layers[l], grads.layers[l], l);
+    PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, true));
   }
+  PRL_RETURN_IF_ERROR(acquire(0, false));
   k::EmbeddingBackward(grads.embed, ws.dresid, ws.tokens);
-  return absl::OkStatus();
+  return release(0, true);
 }
 
 void Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer) {

@@ -31,6 +31,29 @@ struct TransformerOptions {
   kernels::ReductionOrder reduction_order = kernels::ReductionOrder::kFast;
 };
 
+// How FSDP (learner/fsdp.h) takes part in the passes. A pass announces every parameter unit
+// (ParameterLayout::unit_ranges: 0 the embedding, 1..L the layers, L + 1 the final norm with
+// the untied head) before it reads it and after, so that a unit's full parameters, and in
+// Backward its gradient views, need to be bound in the ModelParams the pass was given only
+// while the pass uses them. Without hooks every unit is assumed bound throughout.
+//
+// Order: Forward acquires 0, 1, ..., L + 1 (and 0 again beside L + 1 when the embedding is
+// tied); Backward acquires L + 1 (and 0 when tied), L, ..., 1, then 0 for the embedding's
+// gradient only (need_params = false). A tied embedding's gradient is done at its last
+// release.
+class UnitHooks {
+ public:
+  enum class Pass { kForward, kBackward };
+  virtual ~UnitHooks() = default;
+  // When this returns, unit `unit`'s parameters (if need_params) and, in Backward, its
+  // gradient views are bound. Gradients accumulate: a unit's first acquire in a Backward
+  // must bind zeroed (or to-be-accumulated) gradient memory.
+  virtual absl::Status Acquire(int unit, Pass pass, bool need_params) = 0;
+  // The pass is done with the unit for now; in Backward, gradient_done says its gradient for
+  // this batch is complete (the moment to reduce-scatter it).
+  virtual absl::Status Release(int unit, Pass pass, bool gradient_done) = 0;
+};
+
 class Transformer {
  public:
   // `config` must be valid (ValidateModelConfig) and `device`'s kernel backend available.
@@ -41,14 +64,15 @@ class Transformer {
 
   // logprobs (T) receives the log-probability of each position's target (0 where none).
   // The batch is validated here; errors name the offending sequence.
+  // With hooks, `params` may change between layers (the hooks rebind it); it is read lazily.
   absl::Status Forward(const ModelParams& params, const PackedBatch& batch, float temperature,
-                       absl::Span<float> logprobs, bool for_backward);
+                       absl::Span<float> logprobs, bool for_backward, UnitHooks* hooks = nullptr);
 
   // grads += d(sum_t dlogprobs[t] * logprob[t]) / d(params). Needs the immediately preceding
   // Forward(for_backward = true) with the same params; dlogprobs (T) is ignored where there
   // was no target.
   absl::Status Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
-                        const ModelParams& grads);
+                        const ModelParams& grads, UnitHooks* hooks = nullptr);
 
   const ModelConfig& config() const { return config_; }
   // Bytes currently held for activations and scratch.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/optimizer.h"
 #include "kernels/sampling.h"
 
 namespace prl::kernels::cpu {
@@ -107,5 +108,13 @@ void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
 void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
                      const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
                      float temperature, float* scratch, int64_t chunk_rows, bool invariant);
+
+// Optimizer (kernels/optimizer.h), on n contiguous elements.
+void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, bool decay,
+                 const AdamWStep& step);
+void SgdUpdate(float* p, const float* g, int64_t n, float weight_decay, float lr,
+               float grad_scale);
+void AddInPlace(float* dst, const float* src, int64_t n);
+double SumOfSquares(const float* x, int64_t n);
 
 }  // namespace prl::kernels::cpu

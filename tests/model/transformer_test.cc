@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
+#include <set>
 
 #include "model/parameters.h"
 
@@ -154,6 +156,82 @@ TEST_P(TransformerTest, ForwardAndBackwardAreBitwiseDeterministic) {
   const std::vector<float> b = Score(model, f, batch, &second);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.buffer.bytes()), 0);
+}
+
+// Hooks that hold each unit in its own buffer only between Acquire and Release, NaN
+// otherwise, as FSDP does with gathered units: a pass that read a unit outside its window, or
+// missed a gradient, would produce NaNs or different numbers.
+class PoisoningHooks : public UnitHooks {
+ public:
+  PoisoningHooks(const ParameterSet& source, ModelParams* params, ModelParams* grads)
+      : source_(source), params_(params), grads_(grads) {
+    const ParameterLayout& layout = source.layout;
+    for (const auto& [begin, end] : layout.unit_ranges()) {
+      units_.emplace_back(end - begin, std::nanf(""));
+      grad_units_.emplace_back(end - begin, 0.0f);
+    }
+    params->layers.resize(source.config.num_hidden_layers);
+    grads->layers.resize(source.config.num_hidden_layers);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      layout.BindUnit(u, units_[u].data(), Device::Cpu(), params);
+      layout.BindUnit(u, grad_units_[u].data(), Device::Cpu(), grads);
+    }
+  }
+  absl::Status Acquire(int unit, Pass pass, bool need_params) override {
+    const auto [begin, end] = source_.layout.unit_ranges()[unit];
+    if (need_params) {
+      std::copy(source_.data() + begin, source_.data() + end, units_[unit].begin());
+      ++holders_[unit];
+    }
+    if (pass == Pass::kBackward) backward_units_.insert(unit);
+    return absl::OkStatus();
+  }
+  absl::Status Release(int unit, Pass pass, bool gradient_done) override {
+    if (holders_[unit] > 0 && --holders_[unit] == 0) {
+      std::fill(units_[unit].begin(), units_[unit].end(), std::nanf(""));
+    }
+    if (pass == Pass::kBackward && gradient_done) done_.push_back(unit);
+    return absl::OkStatus();
+  }
+  // The gradient, in the full layout.
+  std::vector<float> Gradient() const {
+    std::vector<float> g;
+    for (const auto& u : grad_units_) g.insert(g.end(), u.begin(), u.end());
+    return g;
+  }
+  std::vector<int> done_;
+
+ private:
+  const ParameterSet& source_;
+  ModelParams* params_;
+  ModelParams* grads_;
+  std::vector<std::vector<float>> units_, grad_units_;
+  std::map<int, int> holders_;
+  std::set<int> backward_units_;
+};
+
+TEST_P(TransformerTest, PassesReadUnitsOnlyBetweenAcquireAndRelease) {
+  Transformer plain(f.config, Device::Cpu()), hooked(f.config, Device::Cpu());
+  ParameterSet grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const PackedBatch batch = f.Batch(0, f.sequences.size());
+  const std::vector<float> expected = Score(plain, f, batch, &grads);
+
+  ModelParams params, unit_grads;
+  PoisoningHooks hooks(f.params, &params, &unit_grads);
+  std::vector<float> logprobs(batch.num_tokens()), d(batch.num_tokens());
+  ASSERT_TRUE(hooked.Forward(params, batch, 1.0f, absl::MakeSpan(logprobs), true, &hooks).ok());
+  for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+    d[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f;
+  }
+  ASSERT_TRUE(hooked.Backward(params, d, unit_grads, &hooks).ok());
+  EXPECT_EQ(std::memcmp(logprobs.data(), expected.data(), logprobs.size() * sizeof(float)), 0);
+  const std::vector<float> g = hooks.Gradient();
+  EXPECT_EQ(std::memcmp(g.data(), grads.data(), grads.buffer.bytes()), 0);
+  // Every unit's gradient is announced done exactly once, the head first, the embedding last.
+  const int L = static_cast<int>(f.config.num_hidden_layers);
+  std::vector<int> order = {L + 1};
+  for (int l = L; l >= 0; --l) order.push_back(l);
+  EXPECT_EQ(hooks.done_, order);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, TransformerTest,

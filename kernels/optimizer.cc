@@ -1,0 +1,68 @@
+#include "kernels/optimizer.h"
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+
+namespace prl::kernels {
+
+using internal::ExpectTensor;
+
+namespace {
+void ExpectRange(const char* op, const Tensor& t, int64_t begin, int64_t end) {
+  PRL_CHECK(0 <= begin && begin <= end && end <= t.numel(), op, ": range [", begin, ", ", end,
+            ") outside a tensor of ", t.numel(), " elements");
+}
+}  // namespace
+
+void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 int64_t begin, int64_t end, bool decay, const AdamWStep& step) {
+  const char* op = "AdamWUpdate";
+  const int64_t n = param.numel();
+  ExpectTensor(op, "param", param, DType::kF32, {n});
+  ExpectTensor(op, "grad", grad, DType::kF32, {n});
+  ExpectTensor(op, "m", m, DType::kF32, {n});
+  ExpectTensor(op, "v", v, DType::kF32, {n});
+  ExpectRange(op, param, begin, end);
+  PRL_CHECK(step.step >= 1, op, ": step is 1-based, found ", step.step);
+  const Device device = internal::CommonDevice(op, {&param, &grad, &m, &v});
+  if (device.is_cpu()) {
+    return cpu::AdamWUpdate(param.f32() + begin, grad.f32() + begin, m.f32() + begin,
+                            v.f32() + begin, end - begin, decay, step);
+  }
+  internal::NoBackend(op, device);
+}
+
+void SgdUpdate(const Tensor& param, const Tensor& grad, int64_t begin, int64_t end, bool decay,
+               float lr, float weight_decay, float grad_scale) {
+  const char* op = "SgdUpdate";
+  const int64_t n = param.numel();
+  ExpectTensor(op, "param", param, DType::kF32, {n});
+  ExpectTensor(op, "grad", grad, DType::kF32, {n});
+  ExpectRange(op, param, begin, end);
+  const Device device = internal::CommonDevice(op, {&param, &grad});
+  if (device.is_cpu()) {
+    return cpu::SgdUpdate(param.f32() + begin, grad.f32() + begin, end - begin,
+                          decay ? weight_decay : 0.0f, lr, grad_scale);
+  }
+  internal::NoBackend(op, device);
+}
+
+void AddInPlace(const Tensor& dst, const Tensor& src) {
+  const char* op = "AddInPlace";
+  const int64_t n = dst.numel();
+  ExpectTensor(op, "dst", dst, DType::kF32, {n});
+  ExpectTensor(op, "src", src, DType::kF32, {n});
+  const Device device = internal::CommonDevice(op, {&dst, &src});
+  if (device.is_cpu()) return cpu::AddInPlace(dst.f32(), src.f32(), n);
+  internal::NoBackend(op, device);
+}
+
+double SumOfSquares(const Tensor& x) {
+  const char* op = "SumOfSquares";
+  ExpectTensor(op, "x", x, DType::kF32, {x.numel()});
+  const Device device = internal::CommonDevice(op, {&x});
+  if (device.is_cpu()) return cpu::SumOfSquares(x.f32(), x.numel());
+  internal::NoBackend(op, device);
+}
+
+}  // namespace prl::kernels
