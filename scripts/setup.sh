@@ -14,6 +14,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # gRPC services
   libboost-dev                     # Boost.Interprocess (shared-memory segments)
   libxxhash-dev                    # record checksums (XXH3)
+  libgloo-dev                      # CPU collectives (learner FSDP over TCP)
   libgtest-dev libgmock-dev        # unit tests
   python3 python3-numpy python3-torch  # independent float64 reference for the model tests
 )

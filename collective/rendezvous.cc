@@ -1,0 +1,101 @@
+#include "collective/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace prl::collective {
+
+namespace {
+
+std::optional<std::string> GetEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+absl::StatusOr<std::string> RequiredEnv(const char* name, absl::string_view expected) {
+  std::optional<std::string> value = GetEnv(name);
+  if (!value.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, " is not set (expected ", expected, ")"));
+  }
+  return *value;
+}
+
+absl::StatusOr<int> IntEnv(const char* name, absl::string_view expected) {
+  PRL_ASSIGN_OR_RETURN(const std::string text, RequiredEnv(name, expected));
+  int value = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", text, "' is not an integer (expected ", expected, ")"));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<RendezvousConfig> RendezvousFromEnv() {
+  RendezvousConfig config;
+  PRL_ASSIGN_OR_RETURN(config.rank, IntEnv("RANK", "this process's rank, 0 <= RANK < WORLD_SIZE"));
+  PRL_ASSIGN_OR_RETURN(config.world_size,
+                       IntEnv("WORLD_SIZE", "the number of ranks in the group, >= 1"));
+  PRL_ASSIGN_OR_RETURN(config.master_addr,
+                       RequiredEnv("MASTER_ADDR", "the host name or IP address of rank 0"));
+  PRL_ASSIGN_OR_RETURN(
+      config.master_port,
+      IntEnv("MASTER_PORT", "the TCP port rank 0 serves the rendezvous store on, 1..65535"));
+  PRL_RETURN_IF_ERROR(ValidateRendezvous(config));
+  return config;
+}
+
+absl::Status ValidateRendezvous(const RendezvousConfig& config) {
+  if (config.world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WORLD_SIZE=", config.world_size, ": expected a number of ranks >= 1"));
+  }
+  if (config.rank < 0 || config.rank >= config.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RANK=", config.rank, " is out of range for WORLD_SIZE=", config.world_size,
+                     " (expected 0 <= RANK < WORLD_SIZE)"));
+  }
+  if (config.master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "MASTER_ADDR is empty: expected the host name or IP address of rank 0");
+  }
+  if (config.file_store_dir.empty() && (config.master_port < 1 || config.master_port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT=", config.master_port, ": expected a TCP port in 1..65535"));
+  }
+  if (config.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous timeout ",
+                                                   absl::FormatDuration(config.timeout),
+                                                   ": expected a positive duration"));
+  }
+  if (config.group_name.empty()) {
+    return absl::InvalidArgumentError("rendezvous group_name is empty: expected a key prefix");
+  }
+  return absl::OkStatus();
+}
+
+bool IsLoopbackAddress(absl::string_view host) {
+  if (host == "localhost") return true;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string text(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+}  // namespace prl::collective
