@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/engine_bench.h"
+#include "bench/learner_bench.h"
 #include "bench/model_bench.h"
 #include "bench/replay_bench.h"
 #include "checkpoint/hf_model_dir.h"
@@ -42,6 +43,23 @@ absl::Status RunModelBench(ModelBenchFlags f) {
   return absl::OkStatus();
 }
 
+struct LearnerBenchFlags {
+  std::string config = "40m";
+  bench::LearnerBenchOptions options;
+  bool json = false;
+  std::vector<std::string> argv;
+};
+
+absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
+  PRL_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromFlag(f.config));
+  const absl::Status rank = bench::RunLearnerBenchRank(config, f.options);
+  if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
+  PRL_ASSIGN_OR_RETURN(const bench::Report report,
+                       bench::RunLearnerBench(config, f.options, f.argv));
+  std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
+  return absl::OkStatus();
+}
+
 struct EngineBenchFlags {
   std::string model, config = "40m", device = "auto";
   bench::EngineBenchOptions options;
@@ -70,7 +88,7 @@ absl::Status RunEngineBench(EngineBenchFlags f) {
 
 }  // namespace
 
-void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
+void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each beside a same-run baseline)");
   bench->require_subcommand(1);
 
@@ -120,6 +138,26 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   engine->add_option("--device", e->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   engine->add_flag("--json", e->json, "Print one JSON object instead of the table");
   registry.Add(engine, [e] { return RunEngineBench(*e); });
+
+  auto l = std::make_shared<LearnerBenchFlags>();
+  l->argv.assign(argv, argv + argc);
+  CLI::App* learner = bench->add_subcommand(
+      "learner",
+      "Full learner steps (forward, loss, backward, FSDP collectives, AdamW) per world size "
+      "vs SGEMM, and per-rank memory");
+  learner->add_option("--config", l->config, "Preset, model directory or config.json")
+      ->capture_default_str();
+  learner->add_option("--tokens", l->options.tokens, "Input tokens per step (all ranks)")
+      ->capture_default_str();
+  learner->add_option("--seq-len", l->options.seq_len, "Rollout length (32 prompt tokens)")
+      ->capture_default_str();
+  learner->add_option("--iters", l->options.iterations, "Timed steps (median reported)")
+      ->capture_default_str();
+  learner->add_option("--world-sizes", l->options.world_sizes, "Local ranks per measurement")
+      ->delimiter(',')
+      ->capture_default_str();
+  learner->add_flag("--json", l->json, "Print one JSON object instead of the table");
+  registry.Add(learner, [l] { return RunLearnerBench(*l); });
 
   auto r = std::make_shared<bench::ReplayBenchOptions>();
   auto r_json = std::make_shared<bool>(false);

@@ -33,7 +33,9 @@ void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
-void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry);
+void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
+// The ranks of `prl learner step` re-execute the command line they were given.
+void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 
 // Shared by commands that read a model: a --device flag value resolved with a note on stderr
 // when "auto" falls back to the CPU.

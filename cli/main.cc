@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
   CLI::App app{
       "prl: asynchronous Pipeline-RL for language models.\n"
-      "Today: model init/info, score, generate (CPU backend), replay, bench."};
+      "Today: model init/info, score, generate (CPU backend), replay, learner step, bench."};
   app.set_version_flag("--version", "prl 0.1.0");
   app.require_subcommand(1);
   int threads = 0;
@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   prl::cli::RegisterScoreCommand(app, registry);
   prl::cli::RegisterGenerateCommand(app, registry);
   prl::cli::RegisterReplayCommands(app, registry);
-  prl::cli::RegisterBenchCommands(app, registry);
+  prl::cli::RegisterLearnerCommands(app, registry, argc, argv);
+  prl::cli::RegisterBenchCommands(app, registry, argc, argv);
 
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) omp_set_num_threads(threads);

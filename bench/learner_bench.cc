@@ -1,0 +1,209 @@
+#include "bench/learner_bench.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "collective/rendezvous.h"
+#include "core/status_macros.h"
+#include "learner/fsdp.h"
+#include "learner/local_launcher.h"
+#include "learner/optimizer.h"
+#include "learner/train_step.h"
+#include "model/flops.h"
+#include "nlohmann/json.hpp"
+
+namespace prl::bench {
+
+namespace {
+
+constexpr char kOutEnv[] = "PRL_BENCH_LEARNER_OUT";
+constexpr int64_t kPromptTokens = 32;
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Sequence lengths (input tokens) of one step's rollouts.
+std::vector<int64_t> SequenceLengths(const LearnerBenchOptions& o) {
+  std::vector<int64_t> lens;
+  for (int64_t start = 0; start < o.tokens; start += o.seq_len) {
+    lens.push_back(std::min(o.seq_len, o.tokens - start));
+  }
+  return lens;
+}
+
+std::vector<learner::TrainSample> RandomSamples(const ModelConfig& config,
+                                                const LearnerBenchOptions& o) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));
+  std::uniform_real_distribution<float> logprob(-4.0f, -0.01f), adv(-1.0f, 1.0f);
+  std::vector<learner::TrainSample> samples;
+  for (int64_t len : SequenceLengths(o)) {
+    learner::TrainSample s;
+    const int64_t prompt = std::min(kPromptTokens, len);  // input tokens = prompt + completion - 1
+    s.prompt.resize(prompt);
+    s.completion.resize(len + 1 - prompt);
+    for (auto& t : s.prompt) t = token(rng);
+    for (auto& t : s.completion) t = token(rng);
+    for (size_t i = 0; i < s.completion.size(); ++i) s.behaviour_logprobs.push_back(logprob(rng));
+    s.has_advantage = true;
+    s.advantage = adv(rng);
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+double SgemmGflops(const ModelConfig& config, int64_t tokens) {
+  const int64_t M = tokens, N = 2 * config.intermediate_size, K = config.hidden_size;
+  std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), c(M * N);
+  std::vector<double> runs;
+  for (int r = 0; r < 4; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                0.0f, c.data(), N);
+    if (r > 0) runs.push_back(2.0 * M * N * K / Seconds(start) / 1e9);  // first: warm-up
+  }
+  return Median(runs);
+}
+
+}  // namespace
+
+absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOptions& o) {
+  const char* out_path = getenv(kOutEnv);
+  absl::StatusOr<collective::RendezvousConfig> rendezvous = learner::RendezvousForThisRank();
+  if (out_path == nullptr || !rendezvous.ok()) {
+    return absl::NotFoundError("not a bench learner rank");
+  }
+  PRL_ASSIGN_OR_RETURN(auto comm, collective::ConnectGloo(*rendezvous, {}));
+  PRL_ASSIGN_OR_RETURN(auto model, learner::FsdpModel::Create(config, comm.get(), {}));
+  {
+    PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
+    InitializeParameters(init, /*seed=*/1);
+    PRL_RETURN_IF_ERROR(
+        model->LoadFull({init.data(), static_cast<size_t>(init.layout.num_elements())}));
+  }
+  learner::OptimizerConfig opt_config;
+  opt_config.lr = 1e-6;
+  PRL_ASSIGN_OR_RETURN(auto optimizer, learner::ShardedOptimizer::Create(opt_config, model.get()));
+  const std::vector<learner::TrainSample> samples = RandomSamples(config, o);
+  learner::StepConfig step;
+  step.micro_batch_tokens = o.tokens;  // one micro-batch per rank
+  std::vector<double> seconds;
+  for (int i = 0; i <= o.iterations; ++i) {
+    PRL_ASSIGN_OR_RETURN(const learner::StepResult r,
+                         learner::TrainStep(*model, *optimizer, samples, step, 0));
+    if (i > 0) seconds.push_back(r.stats.seconds);  // the first step warms up
+    if (o.progress && comm->rank() == 0) {
+      std::fprintf(stderr, "bench learner: world size %d, step %d/%d: %.3f s%s\n",
+                   comm->world_size(), i, o.iterations, r.stats.seconds,
+                   i == 0 ? " (warm-up)" : "");
+    }
+  }
+  if (comm->rank() == 0) {
+    const learner::FsdpMemory m = model->memory();
+    nlohmann::json j;
+    j["step_seconds"] = Median(seconds);
+    j["param_bytes"] = m.param_shard_bytes;
+    j["grad_bytes"] = m.grad_shard_bytes;
+    j["optimizer_bytes"] = optimizer->state_bytes();
+    j["unit_buffer_bytes"] = m.unit_buffer_bytes;
+    std::ofstream(out_path) << j.dump();
+  }
+  return comm->Barrier();
+}
+
+absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerBenchOptions& o,
+                                       const std::vector<std::string>& argv) {
+  if (o.tokens <= 0 || o.seq_len <= kPromptTokens || o.iterations <= 0 || o.world_sizes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench learner: expected --tokens > 0, --seq-len > ", kPromptTokens,
+                     ", --iters > 0 and at least one world size"));
+  }
+  if (o.seq_len > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("bench learner: --seq-len ", o.seq_len,
+                                                   " exceeds max_position_embeddings ",
+                                                   config.max_position_embeddings));
+  }
+  const std::vector<int64_t> lens = SequenceLengths(o);
+  // Every position but the prompt's first kPromptTokens - 1 is scored.
+  int64_t head_rows = 0;
+  for (int64_t len : lens) head_rows += len - std::min(kPromptTokens, len) + 1;
+  const double step_flops = TrainingFlops(config, lens, head_rows);
+  const int64_t full_state = ParameterCount(config) * 16;  // fp32 params, grads, Adam m and v
+
+  char path[] = "/tmp/prl-bench-learner-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return absl::InternalError("bench learner: cannot create a result file in /tmp");
+  close(fd);
+  setenv(kOutEnv, path, 1);
+
+  Report report;
+  report.bench = "learner";
+  report.machine = MachineInfo();
+  report.setup = {
+      {"model",
+       absl::StrFormat("%s hidden=%d layers=%d heads=%d kv_heads=%d intermediate=%d "
+                       "vocab=%d tied=%d (%d parameters)",
+                       ArchitectureName(config.arch), config.hidden_size, config.num_hidden_layers,
+                       config.num_attention_heads, config.num_key_value_heads,
+                       config.intermediate_size, config.vocab_size, config.tie_word_embeddings,
+                       ParameterCount(config))},
+      {"step", absl::StrFormat("%d input tokens in rollouts of %d (%d prompt), reinforce_tis, "
+                               "AdamW, FSDP over Gloo; %.1f GFLOP per step",
+                               o.tokens, o.seq_len, kPromptTokens, step_flops / 1e9)},
+      {"iterations", absl::StrCat(o.iterations, " timed steps after one warm-up (median)")},
+      {"baseline",
+       "SGEMM on the MLP shape (tokens x hidden times hidden x 2 intermediate), "
+       "best of the runs just before and just after each world size"}};
+  for (int world : o.world_sizes) {
+    const double before = SgemmGflops(config, o.tokens);
+    learner::LaunchOptions launch;
+    launch.world_size = world;
+    const absl::Status ran = learner::RunLocalRanks(argv, launch);
+    const double sgemm = std::max(before, SgemmGflops(config, o.tokens));
+    if (!ran.ok()) {
+      unlink(path);
+      return ran;
+    }
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::exception& e) {
+      unlink(path);
+      return absl::InternalError(absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
+    }
+    const double s = j["step_seconds"].get<double>();
+    const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
+                          j["optimizer_bytes"].get<int64_t>();
+    const std::string w = absl::StrCat("w", world);
+    report.results.push_back({w + "_tokens_per_s", o.tokens / s, "tok/s", "at_sgemm_speed",
+                              sgemm * 1e9 / (step_flops / o.tokens)});
+    report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s", "sgemm", sgemm});
+    report.results.push_back(
+        {w + "_state_mb_per_rank", state / 1e6, "MB", "unsharded_state_mb", full_state / 1e6});
+    report.results.push_back({w + "_unit_buffers_mb_per_rank",
+                              j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
+  }
+  unlink(path);
+  return report;
+}
+
+}  // namespace prl::bench

@@ -1,0 +1,35 @@
+// `prl bench learner`: tokens/s and achieved GFLOP/s of full learner steps (forward, loss,
+// backward, FSDP collectives, AdamW) on random weights and rollouts, for each world size (local
+// ranks as separate processes over Gloo), beside OpenBLAS SGEMM measured in the same run on the
+// model's MLP shape; plus each rank's memory for parameters, gradients and optimizer state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/report.h"
+#include "model/config.h"
+
+namespace prl::bench {
+
+struct LearnerBenchOptions {
+  int64_t tokens = 2048;  // input tokens per step, all ranks together
+  int64_t seq_len = 512;  // each rollout: 32 prompt tokens + the rest completion
+  int iterations = 3;     // timed steps per world size (median reported), after one warm-up
+  std::vector<int> world_sizes = {1, 2};
+  bool progress = true;
+};
+
+// The launcher: runs the ranks for every world size by re-executing `argv` (this command line)
+// and collects what rank 0 reports.
+absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config,
+                                       const LearnerBenchOptions& options,
+                                       const std::vector<std::string>& argv);
+
+// Inside a rank started by RunLearnerBench: runs the steps and, on rank 0, writes the figures
+// to the file the launcher named. NotFound when this process is not a rank.
+absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOptions& options);
+
+}  // namespace prl::bench

@@ -1,0 +1,58 @@
+// Sharded learner checkpoints: every rank writes its own shard of the parameters and of the
+// optimizer state, plus the training state (step, weight version, data position, RNG state),
+// so that a restarted learner resumes bit-identically.
+//
+// Layout of a checkpoint directory:
+//   step-00000012/rank-00000-of-00002.safetensors   param_shard, exp_avg, exp_avg_sq (F32, 1-D)
+//                                                   + metadata: the training state and shapes
+//   step-00000012/config.json                       the model's config
+//   latest                                          "step-00000012"
+// A save writes step-N.partial/ first; after every rank has written (a barrier), rank 0
+// renames it to step-N/ and then atomically rewrites `latest`. A crash at any moment leaves
+// `latest` naming a complete checkpoint (or none); partial directories are removed by the next
+// save. Only the newest keep_last checkpoints are kept.
+//
+// Resuming needs the same model config, world size and optimizer; anything else is an error
+// saying which (resharding to another world size is not supported yet: export, then start a
+// new run from the exported model).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "learner/fsdp.h"
+#include "learner/optimizer.h"
+#include "model/parameters.h"
+
+namespace prl::learner {
+
+struct TrainingState {
+  int64_t step = 0;            // optimizer steps taken
+  int64_t weight_version = 0;  // version of the weights after `step`
+  int64_t data_position = 0;   // training samples consumed
+  uint64_t rng_seed = 0;       // the learner's Philox stream (key, next counter)
+  uint64_t rng_counter = 0;
+};
+
+// A collective: every rank calls it.
+absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOptimizer& optimizer,
+                            const TrainingState& state, int keep_last = 2);
+
+// A collective: loads the checkpoint `latest` names into model and optimizer. nullopt when the
+// directory has none (a fresh run).
+absl::StatusOr<std::optional<TrainingState>> LoadLatestCheckpoint(const std::string& dir,
+                                                                  FsdpModel& model,
+                                                                  ShardedOptimizer& optimizer);
+
+// `prl export`: the full parameters of the latest checkpoint in `dir` (read from every rank's
+// file and the config.json saved beside them; no collectives), and its training state.
+struct ExportedCheckpoint {
+  ParameterSet params;
+  TrainingState state;
+  std::string path;  // the step directory read
+};
+absl::StatusOr<ExportedCheckpoint> ReadCheckpointFull(const std::string& dir);
+
+}  // namespace prl::learner

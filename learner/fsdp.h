@@ -1,0 +1,160 @@
+// FsdpModel: a transformer whose parameters, gradients and optimizer state are sharded across
+// the ranks of a Communicator (ZeRO-3 / PyTorch FSDP "full shard").
+//
+// Sharding unit: ParameterLayout's units (the embedding, each transformer block, the final
+// norm with the untied head). A unit of n elements is padded to W * s (s = ceil(n / W)) and
+// rank r owns its elements [r s, (r + 1) s); the local shard is the concatenation of this
+// rank's slices of every unit, fp32 (the master weights). Padding stays zero.
+//
+// Passes (model/transformer.h UnitHooks): a unit's full parameters are all-gathered into a
+// small pool of unit buffers right before the pass reads them, while the next unit is
+// prefetched on the communication thread; after its backward, a unit's gradient is
+// reduce-scattered (sum) on that thread into the local gradient shard while the previous
+// unit's backward runs. With reshard_after_forward = false every unit stays gathered from
+// forward to backward (more memory, fewer gathers). World size 1 binds the shard directly:
+// no copies.
+//
+// Every collective runs on one communication thread, in the order the passes issue them; all
+// ranks must make the same calls in the same order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "collective/communicator.h"
+#include "core/buffer.h"
+#include "learner/comm_thread.h"
+#include "model/config.h"
+#include "model/packed_batch.h"
+#include "model/parameters.h"
+#include "model/transformer.h"
+
+namespace prl::learner {
+
+// Where unit u lives: its elements [begin, begin + numel) of the full layout, padded to
+// world_size * shard; rank r holds [r * shard, (r + 1) * shard) of it at shard_offset of its
+// local shard.
+struct UnitShard {
+  int64_t begin = 0, numel = 0;
+  int64_t shard = 0;
+  int64_t shard_offset = 0;
+};
+std::vector<UnitShard> PlanShards(const ParameterLayout& layout, int world_size);
+// Elements of the local shard (the same on every rank).
+int64_t ShardElements(const std::vector<UnitShard>& plan);
+
+struct FsdpOptions {
+  bool reshard_after_forward = true;
+  int prefetch_units = 1;  // units gathered ahead of the pass (0: gather on demand)
+  TransformerOptions transformer;
+};
+
+// Bytes held by one rank.
+struct FsdpMemory {
+  int64_t param_shard_bytes = 0;  // fp32 master weights
+  int64_t grad_shard_bytes = 0;   // fp32 gradient accumulator
+  int64_t unit_buffer_bytes = 0;  // gathered parameter units and unit gradients (transient)
+  int64_t full_model_bytes = 0;   // one fp32 copy of the whole model, for comparison
+};
+
+class FsdpModel : public UnitHooks {
+ public:
+  // `comm` must outlive the model; its device is where the shards live.
+  static absl::StatusOr<std::unique_ptr<FsdpModel>> Create(const ModelConfig& config,
+                                                           collective::Communicator* comm,
+                                                           const FsdpOptions& options);
+  ~FsdpModel() override;
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  Device device() const { return device_; }
+
+  // This rank's shard from the full parameters (every rank passes the same values).
+  absl::Status LoadFull(absl::Span<const float> full);
+  // The full parameters or the full accumulated gradient (an all-gather of every unit). A
+  // collective: every rank calls it; every rank receives the result.
+  absl::Status GatherFullParams(absl::Span<float> full);
+  absl::Status GatherFullGrads(absl::Span<float> full);
+
+  // Transformer passes over this rank's micro-batch; Backward accumulates into grad_shard().
+  absl::Status Forward(const PackedBatch& batch, float temperature, absl::Span<float> logprobs,
+                       bool for_backward);
+  absl::Status Backward(absl::Span<const float> dlogprobs);
+  absl::Status ZeroGrad();
+  // Call after changing param_shard() (an optimizer step): drops gathered copies.
+  absl::Status ParametersChanged();
+
+  // The local shards (same length): the optimizer works on these.
+  absl::Span<float> param_shard();
+  absl::Span<float> grad_shard();
+  // Whether local shard element i belongs to a tensor that takes weight decay (matrices:
+  // embeddings, projections, head; not norms or biases), as runs [begin, end) of elements.
+  const std::vector<std::pair<int64_t, int64_t>>& decay_runs() const { return decay_runs_; }
+
+  // Runs fn on the communication thread after everything already queued, and waits: use it for
+  // collectives outside the passes (statistics, grad norm) so the order stays the same on
+  // every rank.
+  absl::Status RunCollective(const std::function<absl::Status(collective::Communicator&)>& fn);
+
+  FsdpMemory memory() const;
+
+  // UnitHooks.
+  absl::Status Acquire(int unit, Pass pass, bool need_params) override;
+  absl::Status Release(int unit, Pass pass, bool gradient_done) override;
+
+ private:
+  using Unit = UnitShard;
+  struct ParamSlot {
+    Buffer buffer;
+    int unit = -1;  // the unit it holds, -1: none
+    int users = 0;  // acquires not yet released
+    int64_t last_use = 0;
+    std::shared_future<absl::Status> ready;  // the gather that fills it
+  };
+  struct GradSlot {
+    Buffer buffer;   // the full unit gradient
+    Buffer scratch;  // this rank's reduce-scattered slice before it is added
+    int unit = -1;
+    bool active = false;  // bound and accumulating; its reduce-scatter not yet started
+    std::shared_future<absl::Status> done;  // the reduce-scatter that empties it
+  };
+
+  FsdpModel(const ModelConfig& config, collective::Communicator* comm, const FsdpOptions& options);
+  absl::Status Init();
+  bool sharded() const { return comm_->world_size() > 1; }
+  ParamSlot* FreeSlot();
+  void StartGather(ParamSlot* slot, int unit);
+  absl::Status GatherFull(Buffer& shard, absl::Span<float> full);
+  void Prefetch(int unit);
+  absl::StatusOr<GradSlot*> GradSlotFor(int unit);
+  absl::Status WaitPending();
+  Tensor ShardView(float* base, int unit) const;
+
+  ModelConfig config_;
+  ParameterLayout layout_;
+  collective::Communicator* comm_;
+  FsdpOptions options_;
+  Device device_;
+  std::vector<Unit> units_;
+  int64_t shard_elems_ = 0, max_unit_padded_ = 0;
+  Buffer param_shard_, grad_shard_;
+  std::vector<std::pair<int64_t, int64_t>> decay_runs_;
+
+  Transformer transformer_;
+  ModelParams params_, grads_;  // views the passes read, rebound by Acquire when sharded
+  std::vector<ParamSlot> param_slots_;
+  std::vector<GradSlot> grad_slots_;
+  std::vector<int> param_acquires_;  // per unit: acquires with parameters not yet released
+  std::vector<std::shared_future<absl::Status>> pending_;  // reduce-scatters in flight
+  int64_t clock_ = 0;
+  CommThread comm_thread_;
+};
+
+}  // namespace prl::learner

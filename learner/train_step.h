@@ -1,0 +1,59 @@
+// One learner step: the step's samples are split across ranks (balanced by tokens) and into
+// micro-batches by a token budget; every micro-batch runs forward, the loss (learner/losses.h)
+// and backward on the FSDP model; then one optimizer update.
+//
+// Normalisation is global: the trained-token (and sequence) totals of the whole step, over all
+// ranks, are agreed before the first backward, so the gradient is the same whatever the world
+// size and the micro-batch budget (up to float summation order).
+//
+// decoupled_ppo's proximal log-probs are the policy at the start of the step. prl takes one
+// optimizer update per step, so that policy is the current weights and the forward pass's own
+// log-probs, detached, are exactly the proximal log-probs: no second forward is needed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "learner/fsdp.h"
+#include "learner/losses.h"
+#include "learner/optimizer.h"
+#include "learner/rollouts.h"
+
+namespace prl::learner {
+
+struct StepConfig {
+  LossConfig loss;
+  int64_t micro_batch_tokens = 4096;  // input tokens per micro-batch (a longer sequence alone)
+  float temperature = 1.0f;           // the learner's log-probs use the sampling temperature
+};
+absl::Status ValidateStepConfig(const StepConfig& config);
+
+struct StepStats {
+  LossStats loss;                    // over all ranks
+  int64_t input_tokens = 0;          // tokens run through the model, all ranks
+  int64_t micro_batches = 0;         // per rank (the most any rank ran; the others padded)
+  double lag_mean = 0, lag_max = 0;  // learner_version - token version, where versions given
+  double seconds = 0;
+};
+
+struct StepResult {
+  StepStats stats;
+  OptimizerStepResult optimizer;
+};
+
+// The samples this rank trains on, grouped into micro-batches (indices into samples).
+std::vector<std::vector<int>> PlanMicroBatches(absl::Span<const TrainSample> samples, int rank,
+                                               int world_size, int64_t micro_batch_tokens);
+
+// Collectives: every rank calls them with the same samples. Accumulate adds the step's
+// gradient to the (zeroed by the caller) gradient shard.
+absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
+                                              absl::Span<const TrainSample> samples,
+                                              const StepConfig& config, int64_t learner_version);
+absl::StatusOr<StepResult> TrainStep(FsdpModel& model, ShardedOptimizer& optimizer,
+                                     absl::Span<const TrainSample> samples,
+                                     const StepConfig& config, int64_t learner_version);
+
+}  // namespace prl::learner

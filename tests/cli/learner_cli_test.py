@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Black-box tests of `prl learner step|train`, `prl export` and `prl bench learner`:
+resume after kill -9 is bit-identical, a killed rank makes the others fail with a time-out
+error instead of hanging, input errors name the line and field, the bench JSON format.
+
+usage: learner_cli_test.py PATH_TO_PRL [unittest args]
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+PRL = None
+
+
+def run(*args, check=False, timeout=600):
+    proc = subprocess.run([PRL, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError("prl %s failed (%d):\n%s" % (" ".join(map(str, args)),
+                                                         proc.returncode, proc.stderr))
+    return proc
+
+
+class LearnerCliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="prl_learner_cli_test_")
+        cls.dir = cls.tmp.name
+        cls.model = os.path.join(cls.dir, "model")
+        run("model", "init", "--arch", "qwen2", "--hidden-size", 32, "--layers", 2, "--heads", 4,
+            "--kv-heads", 2, "--intermediate-size", 48, "--vocab-size", 40,
+            "--max-position-embeddings", 64, "--seed", 3, "--out", cls.model, check=True)
+        rng = random.Random(5)
+        cls.rollouts = os.path.join(cls.dir, "rollouts.jsonl")
+        with open(cls.rollouts, "w") as f:
+            for g in range(6):
+                for _ in range(4):
+                    completion = [rng.randrange(40) for _ in range(rng.randint(1, 10))]
+                    f.write(json.dumps({
+                        "prompt": [rng.randrange(40) for _ in range(rng.randint(2, 6))],
+                        "completion": completion,
+                        "behaviour_logprobs": [-rng.uniform(2.5, 4.5) for _ in completion],
+                        "reward": float(rng.randrange(2)), "group": "g%d" % g}) + "\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def write(self, name, lines):
+        with open(self.path(name), "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+        return self.path(name)
+
+    def assert_error(self, proc, *fragments):
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        for fragment in fragments:
+            self.assertIn(fragment, proc.stderr)
+
+    def train_args(self, ckpt, steps, *extra):
+        return ["learner", "train", "--model", self.model, "--rollouts", self.rollouts,
+                "--checkpoint-dir", self.path(ckpt), "--steps", steps, "--samples-per-step", 7,
+                "--lr", "1e-3", "--world-size", 2, *extra]
+
+    def test_every_learner_command_has_help(self):
+        for cmd in [["learner"], ["learner", "step"], ["learner", "train"], ["export"],
+                    ["bench", "learner"]]:
+            proc = run(*cmd, "--help")
+            self.assertEqual(proc.returncode, 0, cmd)
+            self.assertIn("Usage", proc.stdout, cmd)
+
+    def test_resume_after_kill_is_bit_identical(self):
+        uninterrupted = self.path("uninterrupted")
+        run(*self.train_args("ckpt_full", 6), "--out", uninterrupted, check=True)
+        # Start again in a fresh directory; kill -9 the whole process group (launcher and
+        # ranks) once two checkpoints exist, then resume.
+        latest = self.path("ckpt_killed/latest")
+        proc = subprocess.Popen([PRL, *map(str, self.train_args("ckpt_killed", 6))],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if os.path.exists(latest):
+                with open(latest) as f:
+                    if f.read().strip() >= "step-00000002":
+                        break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        resumed = self.path("resumed")
+        out = run(*self.train_args("ckpt_killed", 6), "--out", resumed, check=True).stdout
+        self.assertIn("resumed from", out)
+        with open(os.path.join(uninterrupted, "model.safetensors"), "rb") as a, \
+                open(os.path.join(resumed, "model.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read(), "the resumed run's weights differ")
+        # The export of the last checkpoint is the same model.
+        exported = self.path("exported")
+        run("export", "--checkpoint-dir", self.path("ckpt_killed"), "--out", exported,
+            check=True)
+        with open(os.path.join(exported, "model.safetensors"), "rb") as a, \
+                open(os.path.join(resumed, "model.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_resume_with_another_world_size_is_an_error(self):
+        run(*self.train_args("ckpt_w2", 1), check=True)
+        args = self.train_args("ckpt_w2", 2)
+        args[args.index("--world-size") + 1] = 3
+        self.assert_error(run(*args), "world_size", "'2'", "'3'")
+
+    def test_a_killed_rank_makes_the_others_fail_with_a_timeout_not_hang(self):
+        proc = subprocess.Popen([PRL, *map(str, self.train_args(
+            "ckpt_dead_rank", 100000, "--timeout-s", 3, "--checkpoint-every", 1000))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            proc.stdout.readline()  # the first step finished: the ranks are mid-run
+            ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                   text=True).stdout.split()
+            self.assertEqual(len(ranks), 2, "expected two rank processes")
+            os.kill(int(ranks[1]), signal.SIGKILL)
+            killed_at = time.time()
+            _, err = proc.communicate(timeout=60)
+            elapsed = time.time() - killed_at
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertLess(elapsed, 30, "the surviving rank did not give up in time")
+        self.assertIn("was killed by signal 9", err)
+        self.assertRegex(err, r"collective \w+ on rank 0 of 2")
+
+    def test_a_hung_rank_makes_the_others_fail_with_a_timeout_not_hang(self):
+        proc = subprocess.Popen([PRL, *map(str, self.train_args(
+            "ckpt_hung_rank", 100000, "--timeout-s", 3, "--checkpoint-every", 1000))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            proc.stdout.readline()
+            ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                   text=True).stdout.split()
+            self.assertEqual(len(ranks), 2, "expected two rank processes")
+            os.kill(int(ranks[1]), signal.SIGSTOP)  # alive, connected, silent
+            stopped_at = time.time()
+            _, err = proc.communicate(timeout=60)
+            elapsed = time.time() - stopped_at
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.assertNotEqual(proc.returncode, 0)
+        # Rank 0 gives up after its 3 s time-out; the launcher kills the stopped rank 5 s later.
+        self.assertLess(elapsed, 30)
+        self.assertRegex(err, r"collective \w+ on rank 0 of 2: no answer from a peer within 3 s")
+        self.assertIn("rank 1 was killed by signal 9", err)
+
+    def test_step_errors_name_the_line_and_field(self):
+        good = {"prompt": [1, 2], "completion": [3, 4], "behaviour_logprobs": [-1.0, -2.0],
+                "advantage": 0.5}
+        cases = [
+            (dict(good, completion=[3, 99]), "line 2: completion[1] = 99 is not a token id"),
+            (dict(good, behaviour_logprobs=[-1.0]), "line 2: \"behaviour_logprobs\" has 1"),
+            (dict(good, behaviour_logprobs=[-1.0, 0.5]), "behaviour_logprobs[1] = 0.5"),
+            ({k: v for k, v in good.items() if k != "advantage"}, "line 2: missing"),
+            (dict(good, reward=1.0, group="a"), "not both"),
+            (dict(good, extra=1), "unknown key 'extra'"),
+        ]
+        for bad, message in cases:
+            path = self.write("bad.jsonl", [good, bad])
+            self.assert_error(run("learner", "step", "--model", self.model, "--rollouts", path,
+                                  "--out", self.path("never")), "bad.jsonl", message)
+        ok = self.write("ok.jsonl", [good])
+        self.assert_error(run("learner", "step", "--model", self.model, "--rollouts", ok,
+                              "--out", self.path("never"), "--loss", "nope"),
+                          "reinforce_tis")
+        self.assert_error(run("learner", "step", "--model", self.model, "--rollouts", ok,
+                              "--out", self.path("never"), "--world-size", 0), "--world-size")
+        self.assert_error(run("learner", "step", "--model", self.model, "--rollouts", ok,
+                              "--out", self.path("never"), "--lr", -1), "optimizer.lr")
+        self.assertFalse(os.path.exists(self.path("never")))
+
+    def test_step_report_has_the_documented_fields(self):
+        proc = run("learner", "step", "--model", self.model, "--rollouts", self.rollouts,
+                   "--out", self.path("stepped"), "--world-size", 2, "--json", check=True)
+        report = json.loads(proc.stdout)
+        for key in ["loss", "mean_ratio", "max_ratio", "clipped_fraction",
+                    "effective_sample_size", "kl_behaviour_learner", "entropy", "lag_mean",
+                    "lag_max", "trained_tokens", "grad_norm", "rank0_memory_bytes"]:
+            self.assertIn(key, report)
+        self.assertEqual(report["sequences"], 24)
+        self.assertTrue(os.path.exists(self.path("stepped/model.safetensors")))
+
+    def test_bench_learner_prints_the_documented_json(self):
+        proc = run("bench", "learner", "--config", "tiny", "--tokens", 256, "--seq-len", 64,
+                   "--iters", 1, "--world-sizes", "1,2", "--json", check=True)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "learner")
+        names = [r["name"] for r in report["results"]]
+        self.assertEqual(names, ["w1_tokens_per_s", "w1_gflops", "w1_state_mb_per_rank",
+                                 "w1_unit_buffers_mb_per_rank", "w2_tokens_per_s",
+                                 "w2_gflops", "w2_state_mb_per_rank",
+                                 "w2_unit_buffers_mb_per_rank"])
+        by_name = {r["name"]: r for r in report["results"]}
+        # Sharded state halves (up to padding) at world size 2.
+        self.assertAlmostEqual(by_name["w2_state_mb_per_rank"]["value"],
+                               by_name["w1_state_mb_per_rank"]["value"] / 2, delta=0.01)
+        self.assertEqual(by_name["w1_unit_buffers_mb_per_rank"]["value"], 0)
+
+
+if __name__ == "__main__":
+    PRL = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
