@@ -1,0 +1,448 @@
+#include "coordinator/coordinator.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "core/status_macros.h"
+
+namespace prl::coordinator {
+
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view expected, absl::string_view found) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": expected ", expected, ", found ", found));
+}
+
+std::string RandomHex() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%016x", rng());
+}
+
+// Lease ids name their prompt, so a Complete that arrives after a coordinator restart (when
+// the lease table is gone) still finds it: "<set id>:<prompt index>:<nonce>".
+std::string LeaseId(const std::string& set_id, int64_t index) {
+  return absl::StrCat(set_id, ":", index, ":", RandomHex().substr(0, 8));
+}
+
+bool ParseLeaseId(const std::string& lease_id, std::string* set_id, int64_t* index) {
+  std::vector<std::string> parts = absl::StrSplit(lease_id, ':');
+  return parts.size() == 3 && absl::SimpleAtoi(parts[1], index) && (*set_id = parts[0], true);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorConfig& config) {
+  if (config.log_path.empty()) {
+    return absl::InvalidArgumentError("coordinator: log_path is required (the durable prompt log)");
+  }
+  if (config.lease_ms <= 0 || config.heartbeat_ms <= 0 || config.heartbeat_ms >= config.lease_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator: expected 0 < heartbeat_ms < lease_ms, found heartbeat_ms = ",
+                     config.heartbeat_ms, ", lease_ms = ", config.lease_ms));
+  }
+  std::unique_ptr<Coordinator> c(new Coordinator(config));
+  PRL_ASSIGN_OR_RETURN(PromptLog::Opened opened, PromptLog::Open(config.log_path));
+  c->log_ = std::move(opened.log);
+  c->stats_.torn_log_bytes = opened.torn_bytes;
+  std::lock_guard<std::mutex> lock(c->mu_);
+  for (const prl::v1::LogRecord& record : opened.records) c->Apply(record);
+  return c;
+}
+
+absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
+                                   prl::v1::SubmitPromptSetRequest* out) const {
+  *out = request;
+  if (request.prompts().empty()) return Invalid("prompts", "at least one prompt", "none");
+  const int32_t n = request.samples_per_prompt();
+  if (n < 1 || n > config_.max_samples_per_prompt) {
+    return Invalid("samples_per_prompt", absl::StrCat("1 to ", config_.max_samples_per_prompt),
+                   absl::StrCat(n));
+  }
+  if (!request.has_sampling()) return Invalid("sampling", "the sampling parameters", "none");
+  const prl::v1::RolloutSampling& s = request.sampling();
+  if (!(s.temperature() >= 0) || !std::isfinite(s.temperature())) {
+    return Invalid("sampling.temperature", ">= 0 and finite", absl::StrCat(s.temperature()));
+  }
+  if (!(s.top_p() > 0 && s.top_p() <= 1)) {
+    return Invalid("sampling.top_p", "in (0, 1]", absl::StrCat(s.top_p()));
+  }
+  if (s.top_k() < 0) return Invalid("sampling.top_k", ">= 0", absl::StrCat(s.top_k()));
+  if (s.max_tokens() < 1)
+    return Invalid("sampling.max_tokens", ">= 1", absl::StrCat(s.max_tokens()));
+  for (int i = 0; i < s.stop_token_ids_size(); ++i) {
+    if (s.stop_token_ids(i) < 0 || s.stop_token_ids(i) >= config_.vocab_size) {
+      return Invalid(absl::StrCat("sampling.stop_token_ids[", i, "]"),
+                     absl::StrCat("a token id in [0, ", config_.vocab_size, ")"),
+                     absl::StrCat(s.stop_token_ids(i)));
+    }
+  }
+  if (!config_.validate_reward) {
+    return Invalid("reward.name", "a reward this coordinator knows", request.reward().name());
+  }
+  if (absl::Status r = config_.validate_reward(request.reward()); !r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("reward: ", r.message()));
+  }
+  for (int i = 0; i < request.prompts_size(); ++i) {
+    const prl::v1::Prompt& p = request.prompts(i);
+    const std::string field = absl::StrCat("prompts[", i, "]");
+    std::vector<int32_t> tokens;
+    if (p.has_tokens()) {
+      tokens.assign(p.tokens().ids().begin(), p.tokens().ids().end());
+      for (size_t j = 0; j < tokens.size(); ++j) {
+        if (tokens[j] < 0 || tokens[j] >= config_.vocab_size) {
+          return Invalid(absl::StrCat(field, ".tokens[", j, "]"),
+                         absl::StrCat("a token id in [0, ", config_.vocab_size, ")"),
+                         absl::StrCat(tokens[j]));
+        }
+      }
+    } else if (p.content_case() == prl::v1::Prompt::kText) {
+      if (!config_.tokenize) {
+        return Invalid(absl::StrCat(field, ".text"), "token ids (no tokenizer configured)", "text");
+      }
+      absl::StatusOr<std::vector<int32_t>> t = config_.tokenize(p.text());
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".text: ", t.status().message()));
+      }
+      tokens = std::move(*t);
+    } else {
+      return Invalid(field, "text or tokens", "neither");
+    }
+    if (tokens.empty()) return Invalid(field, "at least one token", "an empty prompt");
+    const int64_t total = static_cast<int64_t>(tokens.size()) + s.max_tokens();
+    if (total > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", tokens.size(), " tokens + sampling.max_tokens ", s.max_tokens(),
+                       " = ", total, " exceeds the model's context (max_position_embeddings = ",
+                       config_.max_position_embeddings, ")"));
+    }
+    prl::v1::Prompt* q = out->mutable_prompts(i);
+    q->mutable_tokens()->mutable_ids()->Assign(tokens.begin(), tokens.end());
+  }
+  return absl::OkStatus();
+}
+
+int64_t Coordinator::PendingOrInFlightLocked() const {
+  int64_t n = 0;
+  for (const auto& [id, set] : sets_) {
+    if (set.state == prl::v1::PROMPT_SET_STATE_RUNNING) n += set.pending + set.in_flight;
+  }
+  return n;
+}
+
+absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
+    const prl::v1::SubmitPromptSetRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prl::v1::SubmitPromptSetResponse response;
+  if (!request.idempotency_key().empty()) {
+    auto it = idempotency_.find(request.idempotency_key());
+    if (it != idempotency_.end()) {
+      response.set_prompt_set_id(it->second);
+      response.set_duplicate(true);
+      return response;
+    }
+  }
+  prl::v1::LogRecord record;
+  prl::v1::SubmittedPromptSet* submitted = record.mutable_submitted();
+  PRL_RETURN_IF_ERROR(Validate(request, submitted->mutable_request()));
+  const int64_t busy = PendingOrInFlightLocked();
+  if (busy + request.prompts_size() > config_.max_pending_prompts) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(busy, " prompts are pending or in flight and this set adds ",
+                     request.prompts_size(), "; the limit is ", config_.max_pending_prompts,
+                     " (max_pending_prompts): retry when some have completed"));
+  }
+  std::string id;
+  do {
+    id = absl::StrCat("ps-", RandomHex().substr(0, 12));
+  } while (sets_.count(id) > 0);
+  submitted->set_prompt_set_id(id);
+  submitted->set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  PRL_RETURN_IF_ERROR(log_->Append(record));
+  Apply(record);
+  response.set_prompt_set_id(id);
+  return response;
+}
+
+void Coordinator::Apply(const prl::v1::LogRecord& record) {
+  if (record.has_submitted()) {
+    const prl::v1::SubmittedPromptSet& s = record.submitted();
+    PromptSet& set = sets_[s.prompt_set_id()];
+    set.submitted = s;
+    set.prompts.assign(s.request().prompts_size(), {});
+    set.pending = s.request().prompts_size();
+    for (int64_t i = 0; i < set.pending; ++i) queue_.emplace_back(s.prompt_set_id(), i);
+    order_.push_back(s.prompt_set_id());
+    if (!s.request().idempotency_key().empty()) {
+      idempotency_[s.request().idempotency_key()] = s.prompt_set_id();
+    }
+    ++stats_.prompt_sets;
+  } else if (record.has_completed()) {
+    auto it = sets_.find(record.completed().prompt_set_id());
+    if (it == sets_.end()) return;
+    PromptSet& set = it->second;
+    const prl::v1::GroupResult& result = record.completed().result();
+    PromptEntry& p = set.prompts[result.prompt_index()];
+    if (p.state == PromptState::kDone) return;
+    if (p.state == PromptState::kLeased) {
+      --set.in_flight;
+      leases_.erase(p.lease_id);
+    } else {
+      --set.pending;
+    }
+    p.state = PromptState::kDone;
+    ++set.done;
+    ++stats_.groups_completed;
+    for (double r : result.rewards()) set.reward_sum += r;
+    set.reward_count += result.rewards_size();
+    if (set.done == static_cast<int64_t>(set.prompts.size())) {
+      set.state = prl::v1::PROMPT_SET_STATE_DONE;
+    }
+    *set.events.emplace_back().mutable_group() = result;
+    *set.events.emplace_back().mutable_status() = StatusOf(set);
+  } else if (record.cancelled().size() > 0) {
+    auto it = sets_.find(record.cancelled());
+    if (it == sets_.end() || it->second.state != prl::v1::PROMPT_SET_STATE_RUNNING) return;
+    it->second.state = prl::v1::PROMPT_SET_STATE_CANCELLED;
+    *it->second.events.emplace_back().mutable_status() = StatusOf(it->second);
+  }
+  changed_.notify_all();
+}
+
+prl::v1::PromptSetStatus Coordinator::StatusOf(const PromptSet& set) const {
+  prl::v1::PromptSetStatus s;
+  s.set_prompt_set_id(set.submitted.prompt_set_id());
+  s.set_name(set.submitted.request().name());
+  s.set_state(set.state);
+  s.set_prompts_total(static_cast<int64_t>(set.prompts.size()));
+  s.set_prompts_pending(set.pending);
+  s.set_prompts_in_flight(set.in_flight);
+  s.set_prompts_done(set.done);
+  s.set_mean_reward(set.reward_count > 0 ? set.reward_sum / set.reward_count : 0.0);
+  s.set_created_unix_ms(set.submitted.created_unix_ms());
+  s.set_samples_per_prompt(set.submitted.request().samples_per_prompt());
+  return s;
+}
+
+absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
+  return StatusOf(it->second);
+}
+
+std::vector<prl::v1::PromptSetStatus> Coordinator::List() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<prl::v1::PromptSetStatus> out;
+  for (const std::string& id : order_) out.push_back(StatusOf(sets_.at(id)));
+  return out;
+}
+
+absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
+  if (it->second.state == prl::v1::PROMPT_SET_STATE_RUNNING) {
+    prl::v1::LogRecord record;
+    record.set_cancelled(id);
+    PRL_RETURN_IF_ERROR(log_->Append(record));
+    Apply(record);
+  }
+  return StatusOf(it->second);
+}
+
+absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
+    const std::string& id, size_t* cursor, absl::Duration timeout, bool* finished) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
+  PromptSet& set = it->second;
+  std::vector<prl::v1::PromptSetEvent> out;
+  if (*cursor == 0) {  // first call: the current status, then only what happens next
+    *out.emplace_back().mutable_status() = StatusOf(set);
+    *cursor = set.events.size() + 1;
+  } else {
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                      [&] { return set.events.size() + 1 > *cursor; });
+    for (size_t i = *cursor - 1; i < set.events.size(); ++i) out.push_back(set.events[i]);
+    *cursor = set.events.size() + 1;
+  }
+  *finished = set.state != prl::v1::PROMPT_SET_STATE_RUNNING;
+  return out;
+}
+
+// ---- Actors -------------------------------------------------------------------------------
+
+prl::v1::RegisterResponse Coordinator::RegisterActor(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string id = absl::StrCat("actor-", RandomHex().substr(0, 10));
+  actors_[id] = Actor{name, 0, absl::Now()};
+  stats_.actors = static_cast<int64_t>(actors_.size());
+  prl::v1::RegisterResponse r;
+  r.set_actor_id(id);
+  r.set_lease_ms(config_.lease_ms);
+  r.set_heartbeat_ms(config_.heartbeat_ms);
+  return r;
+}
+
+absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const prl::v1::HeartbeatRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto actor = actors_.find(request.actor_id());
+  if (actor == actors_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown actor '", request.actor_id(),
+                                            "': register again (the coordinator restarted?)"));
+  }
+  const absl::Time now = absl::Now();
+  actor->second.last_seen = now;
+  actor->second.weight_version = request.weight_version();
+  // A heartbeat renews the actor's leases.
+  for (auto& [lease, where] : leases_) {
+    PromptEntry& p = sets_[where.first].prompts[where.second];
+    if (p.actor_id == request.actor_id()) p.deadline = now + absl::Milliseconds(config_.lease_ms);
+  }
+  prl::v1::HeartbeatResponse r;
+  r.set_learner_version(stats_.learner_version);
+  return r;
+}
+
+void Coordinator::Requeue(PromptSet& set, int64_t index) {
+  PromptEntry& p = set.prompts[index];
+  leases_.erase(p.lease_id);
+  p = PromptEntry{};
+  --set.in_flight;
+  ++set.pending;
+  queue_.emplace_front(set.submitted.prompt_set_id(), index);  // re-run soon
+}
+
+void Coordinator::ExpireLocked(absl::Time now) {
+  std::vector<std::pair<std::string, int64_t>> expired;
+  for (const auto& [lease, where] : leases_) {
+    if (sets_[where.first].prompts[where.second].deadline < now) expired.push_back(where);
+  }
+  for (const auto& [set_id, index] : expired) {
+    Requeue(sets_[set_id], index);
+    ++stats_.leases_expired;
+  }
+  if (!expired.empty()) changed_.notify_all();
+}
+
+void Coordinator::ExpireLeases() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked(absl::Now());
+}
+
+absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto actor = actors_.find(request.actor_id());
+  if (actor == actors_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown actor '", request.actor_id(),
+                                            "': register again (the coordinator restarted?)"));
+  }
+  const absl::Time now = absl::Now();
+  actor->second.last_seen = now;
+  ExpireLocked(now);
+  int64_t allowed = request.max_prompts();
+  if (config_.groups_per_step > 0) {
+    int64_t in_flight = static_cast<int64_t>(leases_.size());
+    const int64_t unconsumed =
+        std::max<int64_t>(0, stats_.groups_completed - stats_.groups_consumed);
+    allowed =
+        std::min(allowed, (config_.max_lag + 1) * config_.groups_per_step - in_flight - unconsumed);
+  }
+  prl::v1::LeaseResponse response;
+  while (allowed > 0 && !queue_.empty()) {
+    const auto [set_id, index] = queue_.front();
+    queue_.pop_front();
+    PromptSet& set = sets_[set_id];
+    PromptEntry& p = set.prompts[index];
+    if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending)
+      continue;
+    p.state = PromptState::kLeased;
+    p.lease_id = LeaseId(set_id, index);
+    p.actor_id = request.actor_id();
+    p.deadline = now + absl::Milliseconds(config_.lease_ms);
+    leases_[p.lease_id] = {set_id, index};
+    --set.pending;
+    ++set.in_flight;
+    const prl::v1::SubmitPromptSetRequest& req = set.submitted.request();
+    prl::v1::LeasedPrompt* out = response.add_prompts();
+    out->set_lease_id(p.lease_id);
+    out->set_prompt_set_id(set_id);
+    out->set_prompt_index(index);
+    *out->mutable_prompt_tokens() = req.prompts(index).tokens().ids();
+    out->set_reference(req.prompts(index).reference());
+    out->set_samples(req.samples_per_prompt());
+    *out->mutable_sampling() = req.sampling();
+    *out->mutable_reward() = req.reward();
+    --allowed;
+  }
+  return response;
+}
+
+absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
+    const prl::v1::CompleteRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string set_id;
+  int64_t index = 0;
+  if (!ParseLeaseId(request.lease_id(), &set_id, &index) || sets_.count(set_id) == 0 || index < 0 ||
+      index >= static_cast<int64_t>(sets_[set_id].prompts.size())) {
+    return absl::NotFoundError(absl::StrCat("unknown lease '", request.lease_id(), "'"));
+  }
+  PromptSet& set = sets_[set_id];
+  prl::v1::CompleteResponse response;
+  if (set.prompts[index].state == PromptState::kDone ||
+      set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
+    ++stats_.duplicate_completions;
+    response.set_accepted(false);
+    return response;
+  }
+  const prl::v1::GroupResult& r = request.result();
+  const int32_t n = set.submitted.request().samples_per_prompt();
+  if (r.prompt_index() != index) {
+    return Invalid("result.prompt_index", absl::StrCat(index, " (the lease's prompt)"),
+                   absl::StrCat(r.prompt_index()));
+  }
+  if (r.rewards_size() != n || r.completion_tokens_size() != n) {
+    return Invalid("result.rewards", absl::StrCat(n, " rewards and lengths (one per sample)"),
+                   absl::StrCat(r.rewards_size(), " and ", r.completion_tokens_size()));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!std::isfinite(r.rewards(i))) {
+      return Invalid(absl::StrCat("result.rewards[", i, "]"), "a finite number",
+                     absl::StrCat(r.rewards(i)));
+    }
+  }
+  prl::v1::LogRecord record;
+  record.mutable_completed()->set_prompt_set_id(set_id);
+  *record.mutable_completed()->mutable_result() = r;
+  PRL_RETURN_IF_ERROR(log_->Append(record));
+  Apply(record);
+  response.set_accepted(true);
+  return response;
+}
+
+void Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.learner_version = std::max(stats_.learner_version, version);
+  stats_.groups_consumed = std::max(stats_.groups_consumed, groups_consumed);
+}
+
+CoordinatorStats Coordinator::Stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CoordinatorStats s = stats_;
+  s.prompts_pending = s.prompts_in_flight = s.prompts_done = 0;
+  for (const auto& [id, set] : sets_) {
+    s.prompts_pending += set.state == prl::v1::PROMPT_SET_STATE_RUNNING ? set.pending : 0;
+    s.prompts_in_flight += set.in_flight;
+    s.prompts_done += set.done;
+  }
+  return s;
+}
+
+}  // namespace prl::coordinator

@@ -1,0 +1,136 @@
+// Coordinator: prompt sets in, leased prompts out, completed groups back.
+//
+// Accepted prompt sets are durable (coordinator/prompt_log.h: appended and fsync'd before
+// Submit returns) and survive a restart: Open replays the log, and every prompt whose group
+// was not completed is pending again (leases are not durable: what was in flight is simply
+// re-generated). A lease that is neither completed nor renewed by its actor's heartbeat within
+// lease_ms is re-queued, so a crashed actor's prompts are re-run; a late Complete of a prompt
+// that another actor already completed is answered accepted = false and changes nothing.
+//
+// max_lag budget: with groups_per_step > 0, prompts in flight plus groups completed but not
+// yet trained on stay within (max_lag + 1) * groups_per_step, so that nothing generated can
+// be older than max_lag learner versions when it is trained on.
+//
+// Thread-safety: every method may be called from any thread (one mutex).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "coordinator/prompt_log.h"
+#include "prl/v1/prompt.pb.h"
+
+namespace prl::coordinator {
+
+struct CoordinatorConfig {
+  std::string log_path;  // the durable prompt log
+  int64_t lease_ms = 120'000;
+  int64_t heartbeat_ms = 5'000;
+  // Prompts pending or in flight, all sets together; a submit beyond is RESOURCE_EXHAUSTED.
+  int64_t max_pending_prompts = 100'000;
+  int32_t max_samples_per_prompt = 1024;
+  int64_t max_lag = 4;
+  int64_t groups_per_step = 0;  // 0: no max_lag budget
+  // The model's limits, for validating submissions.
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  // Tokenises text prompts; null: text prompts are refused.
+  std::function<absl::StatusOr<std::vector<int32_t>>(absl::string_view)> tokenize;
+  // Checks a reward spec (known name, parameters); null: every name is refused.
+  std::function<absl::Status(const prl::v1::RewardSpec&)> validate_reward;
+};
+
+struct CoordinatorStats {
+  int64_t prompt_sets = 0;
+  int64_t prompts_pending = 0, prompts_in_flight = 0, prompts_done = 0;
+  int64_t groups_completed = 0, leases_expired = 0, duplicate_completions = 0;
+  int64_t learner_version = 0, groups_consumed = 0;
+  int64_t actors = 0;
+  int64_t torn_log_bytes = 0;  // cut off the log's end at open
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorConfig& config);
+
+  // PromptService. Submit validates everything first (errors name the field and prompt), then
+  // makes the set durable.
+  absl::StatusOr<prl::v1::SubmitPromptSetResponse> Submit(
+      const prl::v1::SubmitPromptSetRequest& request);
+  absl::StatusOr<prl::v1::PromptSetStatus> Get(const std::string& prompt_set_id);
+  std::vector<prl::v1::PromptSetStatus> List();
+  absl::StatusOr<prl::v1::PromptSetStatus> Cancel(const std::string& prompt_set_id);
+  // Events of a set from `*cursor` on (the status first); waits up to timeout for one.
+  // `finished` becomes true once the set is done or cancelled and every event was returned.
+  absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> WatchEvents(const std::string& prompt_set_id,
+                                                                   size_t* cursor,
+                                                                   absl::Duration timeout,
+                                                                   bool* finished);
+
+  // ActorControl.
+  prl::v1::RegisterResponse RegisterActor(const std::string& name);
+  absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
+  absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
+  absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);
+  void LearnerProgress(int64_t version, int64_t groups_consumed);
+
+  // Re-queues expired leases (also done on every Lease call).
+  void ExpireLeases();
+  CoordinatorStats Stats();
+
+ private:
+  enum class PromptState { kPending, kLeased, kDone };
+  struct PromptEntry {
+    PromptState state = PromptState::kPending;
+    std::string lease_id, actor_id;
+    absl::Time deadline;
+  };
+  struct PromptSet {
+    prl::v1::SubmittedPromptSet submitted;  // prompts as token ids
+    prl::v1::PromptSetState state = prl::v1::PROMPT_SET_STATE_RUNNING;
+    std::vector<PromptEntry> prompts;
+    int64_t pending = 0, in_flight = 0, done = 0;
+    double reward_sum = 0;
+    int64_t reward_count = 0;
+    std::vector<prl::v1::PromptSetEvent> events;  // groups, each followed by a status
+  };
+  struct Actor {
+    std::string name;
+    int64_t weight_version = 0;
+    absl::Time last_seen;
+  };
+
+  explicit Coordinator(const CoordinatorConfig& config) : config_(config) {}
+  absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
+                        prl::v1::SubmitPromptSetRequest* tokenised) const;
+  void Apply(const prl::v1::LogRecord& record);  // replay and live updates, mutex held
+  prl::v1::PromptSetStatus StatusOf(const PromptSet& set) const;
+  void Requeue(PromptSet& set, int64_t index);
+  void ExpireLocked(absl::Time now);
+  int64_t PendingOrInFlightLocked() const;
+
+  CoordinatorConfig config_;
+  std::unique_ptr<PromptLog> log_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, PromptSet> sets_;
+  std::vector<std::string> order_;                                 // set ids in submission order
+  std::map<std::string, std::string> idempotency_;                 // key -> set id
+  std::deque<std::pair<std::string, int64_t>> queue_;              // pending (set id, prompt index)
+  std::map<std::string, std::pair<std::string, int64_t>> leases_;  // lease id -> prompt
+  std::map<std::string, Actor> actors_;
+  CoordinatorStats stats_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace prl::coordinator

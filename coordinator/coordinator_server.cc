@@ -1,0 +1,131 @@
+#include "coordinator/coordinator_server.h"
+
+#include "core/status_macros.h"
+#include "prl/v1/prompt.grpc.pb.h"
+#include "rpc/grpc_util.h"
+
+namespace prl::coordinator {
+
+namespace v1 = prl::v1;
+using grpc::ServerContext;
+using rpc::ToGrpcStatus;
+
+class CoordinatorServer::Prompts final : public v1::PromptService::Service {
+ public:
+  explicit Prompts(Coordinator* c) : c_(c) {}
+
+  grpc::Status SubmitPromptSet(ServerContext*, const v1::SubmitPromptSetRequest* request,
+                               v1::SubmitPromptSetResponse* response) override {
+    absl::StatusOr<v1::SubmitPromptSetResponse> r = c_->Submit(*request);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *response = *r;
+    return grpc::Status::OK;
+  }
+  grpc::Status GetPromptSet(ServerContext*, const v1::GetPromptSetRequest* request,
+                            v1::PromptSetStatus* response) override {
+    absl::StatusOr<v1::PromptSetStatus> r = c_->Get(request->prompt_set_id());
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *response = *r;
+    return grpc::Status::OK;
+  }
+  grpc::Status ListPromptSets(ServerContext*, const v1::ListPromptSetsRequest*,
+                              v1::ListPromptSetsResponse* response) override {
+    for (v1::PromptSetStatus& s : c_->List()) *response->add_prompt_sets() = std::move(s);
+    return grpc::Status::OK;
+  }
+  grpc::Status CancelPromptSet(ServerContext*, const v1::CancelPromptSetRequest* request,
+                               v1::PromptSetStatus* response) override {
+    absl::StatusOr<v1::PromptSetStatus> r = c_->Cancel(request->prompt_set_id());
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *response = *r;
+    return grpc::Status::OK;
+  }
+  grpc::Status WatchPromptSet(ServerContext* context, const v1::WatchPromptSetRequest* request,
+                              grpc::ServerWriter<v1::PromptSetEvent>* writer) override {
+    size_t cursor = 0;
+    bool finished = false;
+    while (!context->IsCancelled()) {
+      absl::StatusOr<std::vector<v1::PromptSetEvent>> events =
+          c_->WatchEvents(request->prompt_set_id(), &cursor, absl::Milliseconds(500), &finished);
+      if (!events.ok()) return ToGrpcStatus(events.status());
+      for (const v1::PromptSetEvent& e : *events) {
+        if (!writer->Write(e)) return grpc::Status::OK;  // the client went away
+      }
+      if (finished) return grpc::Status::OK;
+    }
+    return grpc::Status::CANCELLED;
+  }
+
+ private:
+  Coordinator* c_;
+};
+
+class CoordinatorServer::Actors final : public v1::ActorControl::Service {
+ public:
+  explicit Actors(Coordinator* c) : c_(c) {}
+
+  grpc::Status Register(ServerContext*, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* response) override {
+    *response = c_->RegisterActor(request->actor_name());
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override {
+    return Reply(c_->Heartbeat(*request), response);
+  }
+  grpc::Status LeasePrompts(ServerContext*, const v1::LeaseRequest* request,
+                            v1::LeaseResponse* response) override {
+    return Reply(c_->Lease(*request), response);
+  }
+  grpc::Status Complete(ServerContext*, const v1::CompleteRequest* request,
+                        v1::CompleteResponse* response) override {
+    return Reply(c_->Complete(*request), response);
+  }
+  grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
+                                     v1::LearnerProgressResponse*) override {
+    c_->LearnerProgress(request->version(), request->groups_consumed());
+    return grpc::Status::OK;
+  }
+
+ private:
+  template <typename T>
+  static grpc::Status Reply(absl::StatusOr<T> r, T* response) {
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *response = std::move(*r);
+    return grpc::Status::OK;
+  }
+  Coordinator* c_;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    Coordinator* coordinator, const std::string& address) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->coordinator_ = coordinator;
+  s->prompts_ = std::make_unique<Prompts>(coordinator);
+  s->actors_ = std::make_unique<Actors>(coordinator);
+  grpc::ServerBuilder builder;
+  rpc::ConfigureServerBuilder(builder, int64_t{256} << 20);
+  builder.RegisterService(s->prompts_.get());
+  builder.RegisterService(s->actors_.get());
+  PRL_ASSIGN_OR_RETURN(s->server_, rpc::StartServer(builder, address, &s->port_));
+  CoordinatorServer* raw = s.get();
+  s->expirer_ = std::thread([raw] {
+    while (!raw->stopping_.load()) {
+      raw->coordinator_->ExpireLeases();
+      for (int i = 0; i < 10 && !raw->stopping_.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+  });
+  return s;
+}
+
+void CoordinatorServer::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (expirer_.joinable()) expirer_.join();
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+}  // namespace prl::coordinator

@@ -1,0 +1,42 @@
+// CoordinatorServer: the coordinator's gRPC face — prl.v1.PromptService for clients and
+// prl.v1.ActorControl for actors — with gRPC health checking and reflection, and a thread
+// that re-queues expired leases once a second.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator.h"
+
+namespace prl::coordinator {
+
+class CoordinatorServer {
+ public:
+  // Serves `coordinator` (which must outlive the server) on `address` (port 0: any free port).
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
+                                                                  const std::string& address);
+  ~CoordinatorServer();
+
+  int port() const { return port_; }
+  void Shutdown();
+
+ private:
+  class Prompts;
+  class Actors;
+  CoordinatorServer() = default;
+
+  Coordinator* coordinator_ = nullptr;
+  std::unique_ptr<Prompts> prompts_;
+  std::unique_ptr<Actors> actors_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> stopping_{false};
+  std::thread expirer_;
+  int port_ = 0;
+};
+
+}  // namespace prl::coordinator
