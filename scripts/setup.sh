@@ -15,6 +15,8 @@ PACKAGES=(
   libboost-dev                     # Boost.Interprocess (shared-memory segments)
   libxxhash-dev                    # record checksums (XXH3)
   libgloo-dev                      # CPU collectives (learner FSDP over TCP)
+  prometheus-cpp-dev               # /metrics endpoints (prometheus-cpp pull)
+  prometheus                       # promtool: the metrics tests lint what /metrics serves
   libgtest-dev libgmock-dev        # unit tests
   python3 python3-numpy python3-torch  # independent float64 reference for the model tests
 )

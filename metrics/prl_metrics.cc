@@ -1,0 +1,257 @@
+#include "metrics/prl_metrics.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+#ifndef PRL_VERSION_STRING
+#error "PRL_VERSION_STRING is set by metrics/CMakeLists.txt"
+#endif
+
+namespace prl::metrics {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+using prometheus::Registry;
+
+// Bucket upper bounds (see the header for why each set). Literals, not computed, so that the
+// `le` labels print exactly.
+const Histogram::BucketBoundaries& RolloutLengthBuckets() {  // 16 .. 65536 tokens, x2
+  static const auto* b = new Histogram::BucketBoundaries{16,   32,   64,   128,   256,   512,  1024,
+                                                         2048, 4096, 8192, 16384, 32768, 65536};
+  return *b;
+}
+const Histogram::BucketBoundaries& RewardBuckets() {  // -1 .. 1, step 0.25
+  static const auto* b =
+      new Histogram::BucketBoundaries{-1, -0.75, -0.5, -0.25, 0, 0.25, 0.5, 0.75, 1};
+  return *b;
+}
+const Histogram::BucketBoundaries& LagBuckets() {  // versions
+  static const auto* b = new Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+  return *b;
+}
+const Histogram::BucketBoundaries& TransferSecondsBuckets() {  // 10 ms .. 100 s
+  static const auto* b = new Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                         2.5,  5,     10,   25,  50,   100};
+  return *b;
+}
+const Histogram::BucketBoundaries& SwapStallBuckets() {  // 0.5 ms .. 10 s
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  return *b;
+}
+const Histogram::BucketBoundaries& StepSecondsBuckets() {  // 50 ms .. 1000 s
+  static const auto* b = new Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5, 1,   2.5, 5,
+                                                         10,   25,  50,   100, 250, 500, 1000};
+  return *b;
+}
+
+Family<Counter>& CounterFamily(Registry& registry, const char* name, const char* help) {
+  return BuildCounter().Name(name).Help(help).Register(registry);
+}
+Counter& AddCounter(Registry& registry, const char* name, const char* help,
+                    const Labels& labels = {}) {
+  return CounterFamily(registry, name, help).Add(labels);
+}
+Gauge& AddGauge(Registry& registry, const char* name, const char* help, const Labels& labels = {}) {
+  return BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
+}
+Histogram& AddHistogram(Registry& registry, const char* name, const char* help,
+                        const Histogram::BucketBoundaries& buckets) {
+  return BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+}
+
+Counter& DroppedGroups(Registry& registry, const char* reason) {
+  return AddCounter(registry, "prl_replay_groups_dropped_total",
+                    "Groups dropped, by reason (stale: older than max_lag; full: drop-oldest "
+                    "policy).",
+                    {{"reason", reason}});
+}
+
+}  // namespace
+
+absl::string_view Version() { return PRL_VERSION_STRING; }
+
+void AdvanceCounterTo(Counter& counter, double total) {
+  const double delta = total - counter.Value();
+  if (delta > 0) counter.Increment(delta);
+}
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kActor:
+      return "actor";
+    case Role::kLearner:
+      return "learner";
+  }
+  return "unknown";
+}
+
+ProcessMetrics::ProcessMetrics(Registry& registry, Role role)
+    : build_info(
+          AddGauge(registry, "prl_build_info",
+                   "Always 1; labels carry the prl version and the process role.",
+                   {{"version", std::string(Version())}, {"role", std::string(RoleName(role))}})),
+      start_time_seconds(AddGauge(registry, "prl_process_start_time_seconds",
+                                  "Unix time at which the process started, in seconds.")),
+      weight_version(AddGauge(registry, "prl_weight_version",
+                              "Weight version this process holds (actor: samples from; "
+                              "learner: last published).",
+                              {{"role", std::string(RoleName(role))}})) {
+  build_info.Set(1);
+  // Set once: a second ProcessMetrics on the same registry must not move the start time.
+  if (start_time_seconds.Value() == 0) {
+    start_time_seconds.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  }
+}
+
+CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
+    : prompt_sets_active(
+          AddGauge(registry, "prl_prompt_sets_active", "Accepted prompt sets not yet fully done.")),
+      prompts_pending(
+          AddGauge(registry, "prl_prompts_pending", "Accepted prompts waiting for a lease.")),
+      prompts_in_flight(AddGauge(registry, "prl_prompts_in_flight",
+                                 "Prompts leased to an actor and not yet done.")),
+      prompts_done(AddCounter(registry, "prl_prompts_done_total",
+                              "Prompts whose group reached the replay buffer.")),
+      leases_expired(AddCounter(registry, "prl_prompt_leases_expired_total",
+                                "Prompt leases that expired; the prompt went back to pending.")),
+      leases_throttled(AddCounter(registry, "prl_lease_requests_throttled_total",
+                                  "Lease requests refused by the staleness budget.")),
+      prompts_leased_(CounterFamily(registry, "prl_prompts_leased_total",
+                                    "Prompt leases granted, by actor index.")) {}
+
+Counter& CoordinatorMetrics::PromptsLeased(int actor_index) {
+  return prompts_leased_.Add({{"actor", absl::StrCat(actor_index)}});
+}
+
+ActorMetrics::ActorMetrics(Registry& registry)
+    : tokens_generated(AddCounter(registry, "prl_tokens_generated_total",
+                                  "Completion tokens sampled; rate() is decode tokens/s.")),
+      prefill_tokens(AddCounter(registry, "prl_prefill_tokens_total",
+                                "Prompt tokens prefilled (prefix-cache hits excluded).")),
+      rollout_length_tokens(AddHistogram(registry, "prl_rollout_length_tokens",
+                                         "Completion tokens per finished sample.",
+                                         RolloutLengthBuckets())),
+      reward(
+          AddHistogram(registry, "prl_reward", "Reward of each finished sample.", RewardBuckets())),
+      groups_pending(AddGauge(registry, "prl_groups_pending",
+                              "Groups leased to this actor and not yet started.")),
+      groups_in_flight(
+          AddGauge(registry, "prl_groups_in_flight", "Groups being generated or scored.")),
+      groups_done(
+          AddCounter(registry, "prl_groups_done_total", "Groups written to the replay buffer.")),
+      sequences_running(AddGauge(registry, "prl_engine_sequences_running",
+                                 "Sequences in the engine's running batch.")),
+      sequences_waiting(AddGauge(registry, "prl_engine_sequences_waiting",
+                                 "Sequences queued in the engine, not yet running.")),
+      preemptions(AddCounter(registry, "prl_engine_preemptions_total",
+                             "Running sequences preempted for want of KV-cache blocks.")),
+      kv_cache_used_bytes(AddGauge(registry, "prl_kv_cache_used_bytes",
+                                   "KV-cache bytes in blocks that hold tokens.")),
+      kv_cache_capacity_bytes(
+          AddGauge(registry, "prl_kv_cache_capacity_bytes", "KV-cache bytes allocated.")),
+      rollouts_finished_(CounterFamily(registry, "prl_rollouts_finished_total",
+                                       "Finished samples, by finish reason.")),
+      reward_failures_(CounterFamily(registry, "prl_reward_failures_total",
+                                     "Samples whose reward could not be computed, by reason.")) {
+  for (const char* reason : {"stop", "length", "abort"}) RolloutsFinished(reason);
+  for (const char* reason : {"timeout", "error", "unavailable"}) RewardFailures(reason);
+}
+
+Counter& ActorMetrics::RolloutsFinished(absl::string_view reason) {
+  return rollouts_finished_.Add({{"reason", std::string(reason)}});
+}
+
+Counter& ActorMetrics::RewardFailures(absl::string_view reason) {
+  return reward_failures_.Add({{"reason", std::string(reason)}});
+}
+
+WeightSyncMetrics::WeightSyncMetrics(Registry& registry)
+    : publish_seconds(AddHistogram(registry, "prl_weight_publish_seconds",
+                                   "From the end of an optimizer step until its weights are "
+                                   "available to subscribers, in seconds.",
+                                   TransferSecondsBuckets())),
+      transfer_bytes(AddCounter(registry, "prl_weight_transfer_bytes_total",
+                                "Weight bytes sent (publisher) or received (subscriber).")),
+      transfer_seconds(AddHistogram(registry, "prl_weight_transfer_seconds",
+                                    "From the first byte of a weight version to having it all, "
+                                    "in seconds.",
+                                    TransferSecondsBuckets())),
+      swap_stall_seconds(AddHistogram(registry, "prl_weight_swap_stall_seconds",
+                                      "Time decoding was paused to swap weights in, in seconds.",
+                                      SwapStallBuckets())) {}
+
+ReplayMetrics::ReplayMetrics(Registry& registry)
+    : used_bytes(
+          AddGauge(registry, "prl_replay_used_bytes", "Replay ring bytes holding live groups.")),
+      capacity_bytes(
+          AddGauge(registry, "prl_replay_capacity_bytes", "Replay ring capacity in bytes.")),
+      groups_ready(
+          AddGauge(registry, "prl_replay_groups_ready", "Committed groups waiting for a reader.")),
+      groups_leased(AddGauge(registry, "prl_replay_groups_leased",
+                             "Groups taken by a reader and not yet acknowledged.")),
+      groups_written(AddCounter(registry, "prl_replay_groups_written_total",
+                                "Groups committed to the replay buffer.")),
+      bytes_written(AddCounter(registry, "prl_replay_bytes_written_total",
+                               "Bytes committed to the replay buffer.")),
+      groups_redelivered(AddCounter(registry, "prl_replay_groups_redelivered_total",
+                                    "Leases that expired or whose reader died.")),
+      dropped_stale(DroppedGroups(registry, "stale")),
+      dropped_full(DroppedGroups(registry, "full")) {}
+
+LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
+    : step_seconds(AddHistogram(registry, "prl_learner_step_seconds",
+                                "Wall time of one learner step, from taking the batch to the "
+                                "end of the optimizer update, in seconds.",
+                                StepSecondsBuckets())),
+      steps(AddCounter(registry, "prl_learner_steps_total", "Optimizer steps taken.")),
+      tokens(AddCounter(registry, "prl_learner_tokens_total",
+                        "Tokens trained on; rate() is training tokens/s.")),
+      samples(AddCounter(registry, "prl_learner_samples_total", "Samples trained on.")),
+      sample_max_lag_versions(AddHistogram(registry, "prl_sample_max_lag_versions",
+                                           "Per trained sample: learner version minus its "
+                                           "oldest token version.",
+                                           LagBuckets())),
+      sample_mean_lag_versions(AddHistogram(registry, "prl_sample_mean_lag_versions",
+                                            "Per trained sample: mean over its tokens of "
+                                            "learner version minus token version.",
+                                            LagBuckets())),
+      step_max_lag_versions(AddGauge(registry, "prl_learner_step_max_lag_versions",
+                                     "Largest sample max lag in the last step, in versions.")),
+      loss(AddGauge(registry, "prl_learner_loss", "Normalised loss of the last step.",
+                    {{"loss", std::string(loss_name)}})),
+      importance_ratio_mean(AddGauge(registry, "prl_importance_ratio_mean",
+                                     "Mean over the last step's tokens of pi / mu.")),
+      importance_ratio_max(AddGauge(registry, "prl_importance_ratio_max",
+                                    "Max over the last step's tokens of pi / mu.")),
+      clipped_tokens_ratio(AddGauge(registry, "prl_importance_clipped_tokens_ratio",
+                                    "Fraction of the last step's tokens whose gradient the loss "
+                                    "clipped, truncated or masked.",
+                                    {{"loss", std::string(loss_name)}})),
+      importance_weight_ess_ratio(AddGauge(registry, "prl_importance_weight_ess_ratio",
+                                           "Effective sample size of the applied importance "
+                                           "weights over the token count.",
+                                           {{"loss", std::string(loss_name)}})),
+      logprob_mismatch_kl(AddGauge(registry, "prl_logprob_mismatch_kl",
+                                   "Train/inference mismatch: mean k3 estimate of "
+                                   "KL(mu || pi) over the last step's tokens, in nats.")),
+      entropy(AddGauge(registry, "prl_learner_entropy",
+                       "Mean -log pi of the last step's sampled tokens, in nats.")),
+      grad_norm(AddGauge(registry, "prl_learner_grad_norm",
+                         "Global gradient norm of the last step, before clipping.")),
+      learning_rate(
+          AddGauge(registry, "prl_learner_learning_rate", "Learning rate of the last step.")) {}
+
+}  // namespace prl::metrics

@@ -1,0 +1,216 @@
+// The catalog of prl's Prometheus metrics: one accessor struct per role, each registering its
+// metrics on the process's registry (metrics/metrics_server.h) and handing out plain
+// prometheus-cpp objects to set, increment and observe.
+//
+// Naming: every name starts with prl_, values are in base units (seconds, bytes; token and
+// version counts are plain numbers named by what they count), counters end in _total, 0..1
+// fractions end in _ratio. Labels have bounded cardinality only: role, reason, loss, actor index;
+// never prompt, group or sample ids.
+//
+// Histogram buckets are upper bounds (Prometheus `le`), each set documented where its metric
+// is declared. Lag buckets are integers because a sample's max lag is an integer, so `le`
+// counts are exact.
+//
+// Lifetime: the structs hold references into the registry, which must outlive them. Creating
+// the same struct twice on one registry returns the same metrics (prometheus-cpp merges
+// families of the same name and labels).
+//
+// Thread-safety: every metric object is safe to update from any thread. AdvanceCounterTo is
+// the exception: one thread at a time may mirror a given counter.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/strings/string_view.h"
+
+namespace prl::metrics {
+
+// The prl version that prl_build_info reports (the CMake project version).
+absl::string_view Version();
+
+// For a counter mirrored from a cumulative source (e.g. ReplayStats::dropped_stale): increments
+// it by `total - counter.Value()`. A total below the counter's value (the source restarted) is
+// ignored, so the counter stays monotonic and rate() stays right.
+void AdvanceCounterTo(prometheus::Counter& counter, double total);
+
+enum class Role { kCoordinator, kActor, kLearner };
+absl::string_view RoleName(Role role);  // "coordinator", "actor", "learner"
+
+// Every prl process.
+struct ProcessMetrics {
+  // Also sets prl_build_info to 1 and prl_process_start_time_seconds to now.
+  ProcessMetrics(prometheus::Registry& registry, Role role);
+
+  // prl_build_info{version, role}: always 1; joins a process's series with its version and role.
+  prometheus::Gauge& build_info;
+  // prl_process_start_time_seconds: unix time at which the process built its metrics.
+  prometheus::Gauge& start_time_seconds;
+  // prl_weight_version{role}: the weight version this process holds (actor: the version it
+  // samples from; learner: the last version it published; coordinator: the last version it was
+  // told of). Lag across the fleet: max(learner) - min(actor).
+  prometheus::Gauge& weight_version;
+};
+
+// The coordinator's prompt bookkeeping. A prompt yields exactly one group.
+struct CoordinatorMetrics {
+  explicit CoordinatorMetrics(prometheus::Registry& registry);
+
+  // prl_prompt_sets_active: accepted prompt sets not yet fully done.
+  prometheus::Gauge& prompt_sets_active;
+  // prl_prompts_pending: accepted prompts waiting for a lease.
+  prometheus::Gauge& prompts_pending;
+  // prl_prompts_in_flight: prompts leased to an actor and not yet done.
+  prometheus::Gauge& prompts_in_flight;
+  // prl_prompts_done_total: prompts whose group reached the replay buffer.
+  prometheus::Counter& prompts_done;
+  // prl_prompt_leases_expired_total: leases that expired (actor dead or slow); the prompt went
+  // back to pending.
+  prometheus::Counter& leases_expired;
+  // prl_lease_requests_throttled_total: lease requests refused by the staleness budget (the
+  // learner could not consume more within max_lag versions).
+  prometheus::Counter& leases_throttled;
+
+  // prl_prompts_leased_total{actor}: leases granted to actor `actor_index` (0..A-1).
+  prometheus::Counter& PromptsLeased(int actor_index);
+
+ private:
+  prometheus::Family<prometheus::Counter>& prompts_leased_;
+};
+
+// An actor: its generation, engine and reward.
+struct ActorMetrics {
+  explicit ActorMetrics(prometheus::Registry& registry);
+
+  // prl_tokens_generated_total: completion tokens sampled; rate() is decode tokens/s.
+  prometheus::Counter& tokens_generated;
+  // prl_prefill_tokens_total: prompt tokens prefilled (prefix-cache hits excluded).
+  prometheus::Counter& prefill_tokens;
+  // prl_rollout_length_tokens: completion tokens per finished sample.
+  // Buckets 16, 32, ..., 65536 (x2): responses from a few tokens to long reasoning traces.
+  prometheus::Histogram& rollout_length_tokens;
+  // prl_reward: reward of each finished sample (the total, before advantage normalisation).
+  // Buckets -1, -0.75, ..., 1 (step 0.25): verifier rewards in {0, 1} or {-1, 1} and partial
+  // credit between; _sum / _count give the mean at any scale.
+  prometheus::Histogram& reward;
+  // prl_groups_pending: groups leased to this actor and not yet started.
+  prometheus::Gauge& groups_pending;
+  // prl_groups_in_flight: groups being generated or scored.
+  prometheus::Gauge& groups_in_flight;
+  // prl_groups_done_total: groups written to the replay buffer.
+  prometheus::Counter& groups_done;
+  // prl_engine_sequences_running / _waiting: sequences in the engine's running batch / queue.
+  prometheus::Gauge& sequences_running;
+  prometheus::Gauge& sequences_waiting;
+  // prl_engine_preemptions_total: running sequences preempted for want of KV-cache blocks.
+  prometheus::Counter& preemptions;
+  // prl_kv_cache_used_bytes / prl_kv_cache_capacity_bytes: KV-cache blocks in use / allocated.
+  prometheus::Gauge& kv_cache_used_bytes;
+  prometheus::Gauge& kv_cache_capacity_bytes;
+
+  // prl_rollouts_finished_total{reason}: finished samples by finish reason ("stop", "length",
+  // "abort": inference_engine/sequence.h FinishReasonName; these three are exported from 0).
+  prometheus::Counter& RolloutsFinished(absl::string_view reason);
+  // prl_reward_failures_total{reason}: samples whose reward could not be computed ("timeout",
+  // "error", "unavailable"; exported from 0).
+  prometheus::Counter& RewardFailures(absl::string_view reason);
+
+ private:
+  prometheus::Family<prometheus::Counter>& rollouts_finished_;
+  prometheus::Family<prometheus::Counter>& reward_failures_;
+};
+
+// Weight synchronisation: the learner publishes, actors receive and swap. A process fills the
+// side it plays; the other side stays at zero.
+struct WeightSyncMetrics {
+  explicit WeightSyncMetrics(prometheus::Registry& registry);
+
+  // prl_weight_publish_seconds (publisher): from the end of an optimizer step until its version
+  // is available to subscribers.
+  // Buckets 0.01 .. 100 s (1-2.5-5 steps): shared memory takes milliseconds, gRPC to a remote
+  // node seconds to a minute for large models.
+  prometheus::Histogram& publish_seconds;
+  // prl_weight_transfer_bytes_total: weight bytes sent (publisher) or received (subscriber).
+  prometheus::Counter& transfer_bytes;
+  // prl_weight_transfer_seconds (subscriber): from the first byte of a version to having it
+  // all. Buckets as publish_seconds.
+  prometheus::Histogram& transfer_seconds;
+  // prl_weight_swap_stall_seconds (actor): time decoding was paused to swap weights in.
+  // Buckets 0.0005 .. 10 s (1-2.5-5 steps): a swap of resident weights takes about a
+  // millisecond; seconds mean the engine waited on a transfer.
+  prometheus::Histogram& swap_stall_seconds;
+};
+
+// The replay buffer's occupancy and flow, exported by the process that owns the segment
+// (mirror ReplayStats with Set and AdvanceCounterTo).
+struct ReplayMetrics {
+  explicit ReplayMetrics(prometheus::Registry& registry);
+
+  // prl_replay_used_bytes / prl_replay_capacity_bytes: ring bytes holding live groups / total.
+  prometheus::Gauge& used_bytes;
+  prometheus::Gauge& capacity_bytes;
+  // prl_replay_groups_ready: committed groups waiting for a reader.
+  prometheus::Gauge& groups_ready;
+  // prl_replay_groups_leased: groups taken by a reader and not yet acknowledged.
+  prometheus::Gauge& groups_leased;
+  // prl_replay_groups_written_total / prl_replay_bytes_written_total: groups and bytes committed.
+  prometheus::Counter& groups_written;
+  prometheus::Counter& bytes_written;
+  // prl_replay_groups_redelivered_total: leases that expired or whose reader died.
+  prometheus::Counter& groups_redelivered;
+  // prl_replay_groups_dropped_total{reason="stale"}: groups older than a reader's max_lag.
+  prometheus::Counter& dropped_stale;
+  // prl_replay_groups_dropped_total{reason="full"}: groups dropped by the drop-oldest policy.
+  prometheus::Counter& dropped_full;
+};
+
+// A learner rank (rank 0 exports the step's global statistics; all ranks may export timing).
+struct LearnerMetrics {
+  // `loss_name` (learner/losses.h, e.g. "ppo_clip") is the value of the {loss} labels below.
+  LearnerMetrics(prometheus::Registry& registry, absl::string_view loss_name);
+
+  // prl_learner_step_seconds: wall time of one step, from taking the batch to the end of the
+  // optimizer update (publishing is prl_weight_publish_seconds).
+  // Buckets 0.05 .. 1000 s (1-2.5-5 steps): tiny CPU models to large GPU steps.
+  prometheus::Histogram& step_seconds;
+  // prl_learner_steps_total: optimizer steps taken.
+  prometheus::Counter& steps;
+  // prl_learner_tokens_total: tokens trained on (the loss's token count); rate() is tokens/s.
+  prometheus::Counter& tokens;
+  // prl_learner_samples_total: samples (sequences) trained on.
+  prometheus::Counter& samples;
+  // prl_sample_max_lag_versions: per trained sample, learner version minus its oldest token
+  // version. Buckets 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64.
+  prometheus::Histogram& sample_max_lag_versions;
+  // prl_sample_mean_lag_versions: per trained sample, the mean over its tokens of learner
+  // version minus token version. Buckets as sample_max_lag_versions.
+  prometheus::Histogram& sample_mean_lag_versions;
+  // prl_learner_step_max_lag_versions: the largest sample max lag in the last step.
+  prometheus::Gauge& step_max_lag_versions;
+  // prl_learner_loss{loss}: the last step's normalised loss.
+  prometheus::Gauge& loss;
+  // prl_importance_ratio_mean / _max: mean and max over the last step's tokens of
+  // r = pi / mu (learner over behaviour probability).
+  prometheus::Gauge& importance_ratio_mean;
+  prometheus::Gauge& importance_ratio_max;
+  // prl_importance_clipped_tokens_ratio{loss}: fraction of the last step's tokens whose
+  // gradient the loss clipped, truncated or masked.
+  prometheus::Gauge& clipped_tokens_ratio;
+  // prl_importance_weight_ess_ratio{loss}: effective sample size of the applied importance
+  // weights over the token count, in (0, 1].
+  prometheus::Gauge& importance_weight_ess_ratio;
+  // prl_logprob_mismatch_kl: mean k3 estimate of KL(mu || pi) in nats, the train/inference
+  // log-prob mismatch; near 0 when actor and learner agree.
+  prometheus::Gauge& logprob_mismatch_kl;
+  // prl_learner_entropy: mean -log pi of the sampled tokens, in nats.
+  prometheus::Gauge& entropy;
+  // prl_learner_grad_norm: global gradient norm before clipping.
+  prometheus::Gauge& grad_norm;
+  // prl_learner_learning_rate: learning rate of the last step.
+  prometheus::Gauge& learning_rate;
+};
+
+}  // namespace prl::metrics
