@@ -33,6 +33,7 @@ void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
+void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 // The ranks of `prl learner step` re-execute the command line they were given.
 void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);

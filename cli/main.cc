@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
   CLI::App app{
       "prl: asynchronous Pipeline-RL for language models.\n"
-      "Today: model init/info, score, generate (CPU backend), replay, learner step, bench."};
+      "Today: model init/info, score, generate (CPU backend), replay, learner step|train, export, coordinator, submit, status, bench."};
   app.set_version_flag("--version", "prl 0.1.0");
   app.require_subcommand(1);
   int threads = 0;
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterScoreCommand(app, registry);
   prl::cli::RegisterGenerateCommand(app, registry);
   prl::cli::RegisterReplayCommands(app, registry);
+  prl::cli::RegisterServiceCommands(app, registry);
   prl::cli::RegisterLearnerCommands(app, registry, argc, argv);
   prl::cli::RegisterBenchCommands(app, registry, argc, argv);
 
