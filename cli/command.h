@@ -34,6 +34,8 @@ void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry);
+// After RegisterLearnerCommands (adds `learner serve`).
+void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 // The ranks of `prl learner step` re-execute the command line they were given.
 void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterReplayCommands(app, registry);
   prl::cli::RegisterServiceCommands(app, registry);
   prl::cli::RegisterLearnerCommands(app, registry, argc, argv);
+  prl::cli::RegisterRoleCommands(app, registry, argc, argv);
   prl::cli::RegisterBenchCommands(app, registry, argc, argv);
 
   CLI11_PARSE(app, argc, argv);

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
   const int threads = options.threads_per_rank > 0 ? options.threads_per_rank
                                                    : std::max(1, cores / options.world_size);
   std::vector<pid_t> children;
+  const pid_t parent = getpid();
   for (int rank = 0; rank < options.world_size; ++rank) {
     const pid_t pid = fork();
     if (pid < 0) {
@@ -38,6 +40,10 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
       return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
     }
     if (pid == 0) {
+      // A rank dies with its launcher (kill -9 of the launcher must not leave ranks behind
+      // holding the group's segments and ports).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(options.world_size).c_str(), 1);
       setenv(kStoreDirEnv, store_dir.c_str(), 1);

@@ -1,7 +1,7 @@
 // LocalLauncher: runs W ranks of a learner group as separate processes on this machine (what
 // torchrun --standalone does): each child is `argv` re-executed with RANK, WORLD_SIZE and a
 // FileStore directory for the rendezvous in its environment, and OMP_NUM_THREADS set so that
-// the ranks share the cores instead of oversubscribing them.
+// the ranks share the cores instead of oversubscribing them. A rank dies with its launcher.
 #pragma once
 
 #include <string>

@@ -1,0 +1,321 @@
+#include "actor/actor.h"
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/status_macros.h"
+#include "replay/xxhash_inline.h"
+#include "rpc/grpc_util.h"
+
+namespace prl::actor {
+
+namespace v1 = prl::v1;
+
+namespace {
+
+int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
+
+bool Transient(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsAborted(s);
+}
+
+RolloutFinishReason ToRollout(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return RolloutFinishReason::kStop;
+    case FinishReason::kAbort:
+      return RolloutFinishReason::kAbort;
+    default:
+      return RolloutFinishReason::kLength;
+  }
+}
+
+}  // namespace
+
+GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout) {
+  return [buffer, timeout](absl::Span<const RolloutRecord> group) {
+    return buffer->WriteGroup(group, timeout);
+  };
+}
+
+absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout) {
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<ReplayPushClient> client,
+                       ReplayPushClient::Connect(address));
+  std::shared_ptr<ReplayPushClient> shared = std::move(client);
+  return GroupWriter([shared, timeout](absl::Span<const RolloutRecord> group) {
+    PushResult result;
+    return shared->Push({std::vector<RolloutRecord>(group.begin(), group.end())}, &result, timeout);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(
+    std::shared_ptr<const ParameterSet> initial_weights, int64_t initial_version,
+    GroupWriter write_group, WeightSubscriber* weights, const ActorOptions& options) {
+  if (options.max_prompts_in_flight < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "actor max_prompts_in_flight: expected >= 1, found ", options.max_prompts_in_flight));
+  }
+  if (!write_group) return absl::InvalidArgumentError("actor: no replay writer");
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                       Engine::Create(std::move(initial_weights), initial_version, options.engine));
+  std::unique_ptr<Actor> actor(
+      new Actor(std::move(engine), std::move(write_group), weights, options));
+  actor->stats_.weight_version = initial_version;
+  return actor;
+}
+
+Actor::Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubscriber* weights,
+             const ActorOptions& options)
+    : engine_(std::move(engine)),
+      write_group_(std::move(write_group)),
+      weights_(weights),
+      options_(options),
+      control_(v1::ActorControl::NewStub(
+          grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
+                                    rpc::ChannelArgs(int64_t{64} << 20)))) {}
+
+ActorStats Actor::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+absl::Status Actor::Register(const std::atomic<bool>* stop) {
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!stop->load()) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::RegisterRequest request;
+    request.set_actor_name(options_.name);
+    v1::RegisterResponse response;
+    const absl::Status s = rpc::FromGrpcStatus(control_->Register(&ctx, request, &response));
+    if (s.ok()) {
+      actor_id_ = response.actor_id();
+      heartbeat_ms_ = response.heartbeat_ms();
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.registrations;
+      return absl::OkStatus();
+    }
+    if (!Transient(s)) return s;
+    absl::SleepFor(backoff);  // the coordinator may start after us, or be restarting
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+  return absl::CancelledError("actor stopped before it could register");
+}
+
+absl::Status Actor::Heartbeat() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::HeartbeatRequest request;
+  request.set_actor_id(actor_id_);
+  request.set_weight_version(engine_->Stats().weight_version);
+  v1::HeartbeatResponse response;
+  return rpc::FromGrpcStatus(control_->Heartbeat(&ctx, request, &response));
+}
+
+absl::Status Actor::LeaseMore() {
+  const int32_t room = options_.max_prompts_in_flight - static_cast<int32_t>(in_flight_.size());
+  if (room <= 0) return absl::OkStatus();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::LeaseRequest request;
+  request.set_actor_id(actor_id_);
+  request.set_max_prompts(room);
+  v1::LeaseResponse response;
+  PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(control_->LeasePrompts(&ctx, request, &response)));
+  for (const v1::LeasedPrompt& lease : response.prompts()) {
+    SamplingParams params;
+    params.n = lease.samples();
+    params.temperature = lease.sampling().temperature();
+    params.top_p = lease.sampling().top_p();
+    params.top_k = lease.sampling().top_k();
+    params.max_tokens = lease.sampling().max_tokens();
+    params.seed =
+        lease.sampling().seed() ^ XXH3_64bits(lease.lease_id().data(), lease.lease_id().size());
+    params.stop_token_ids.assign(lease.sampling().stop_token_ids().begin(),
+                                 lease.sampling().stop_token_ids().end());
+    std::vector<int32_t> prompt(lease.prompt_tokens().begin(), lease.prompt_tokens().end());
+    absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(prompt), params);
+    if (!id.ok()) {
+      // The coordinator validated the prompt against the model; this actor's engine cannot
+      // run it (e.g. its KV pool is too small). The lease expires and another actor tries.
+      std::fprintf(stderr, "actor %s: cannot generate %s: %s\n", options_.name.c_str(),
+                   lease.lease_id().c_str(), std::string(id.status().message()).c_str());
+      continue;
+    }
+    in_flight_[*id] = InFlight{lease, NowNanos()};
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Actor::Text(absl::Span<const int32_t> ids) const {
+  if (options_.decode) return options_.decode(ids);
+  return absl::StrJoin(ids, " ");
+}
+
+absl::StatusOr<reward::RewardFunction*> Actor::RewardFor(const v1::RewardSpec& spec) {
+  const std::string key = spec.SerializeAsString();
+  auto it = rewards_.find(key);
+  if (it != rewards_.end()) return it->second.get();
+  reward::RewardSpec parsed;
+  parsed.name = spec.name();
+  for (const auto& [k, v] : spec.params()) parsed.params[k] = v;
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<reward::RewardFunction> fn,
+                       reward::MakeRewardFunction(parsed));
+  return (rewards_[key] = std::move(fn)).get();
+}
+
+absl::Status Actor::Finish(const RequestOutput& output) {
+  auto it = in_flight_.find(output.request_id);
+  if (it == in_flight_.end()) return absl::OkStatus();
+  const InFlight job = std::move(it->second);
+  in_flight_.erase(it);
+  const v1::LeasedPrompt& lease = job.lease;
+  const int64_t finished = NowNanos();
+
+  // Rewards for the whole group, or the group fails visibly.
+  std::vector<reward::RewardInput> inputs(output.samples.size());
+  absl::StatusOr<std::string> prompt_text = Text(output.prompt);
+  absl::Status failure = prompt_text.status();
+  const uint64_t group_id = XXH3_64bits(lease.lease_id().data(), lease.lease_id().size());
+  for (size_t i = 0; i < output.samples.size() && failure.ok(); ++i) {
+    const SampleOutput& s = output.samples[i];
+    // The text a verifier sees ends before the stop token.
+    std::vector<int32_t> visible = s.tokens;
+    if (s.finish_reason == FinishReason::kStop && !visible.empty()) visible.pop_back();
+    absl::StatusOr<std::string> completion = Text(visible);
+    if (!completion.ok()) {
+      failure = completion.status();
+      break;
+    }
+    inputs[i] = {*prompt_text, *completion, lease.reference(), output.prompt, s.tokens, group_id};
+  }
+  absl::StatusOr<std::vector<reward::RewardResult>> rewards = absl::UnknownError("unscored");
+  if (failure.ok()) {
+    absl::StatusOr<reward::RewardFunction*> fn = RewardFor(lease.reward());
+    if (fn.ok()) {
+      rewards = (*fn)->ScoreBatch(inputs);
+    } else {
+      rewards = fn.status();
+    }
+  } else {
+    rewards = failure;
+  }
+  if (!rewards.ok()) {
+    std::fprintf(stderr, "actor %s: group %s failed, not written (it will be re-run): %s\n",
+                 options_.name.c_str(), lease.lease_id().c_str(),
+                 std::string(rewards.status().message()).c_str());
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.reward_failures;
+    return absl::OkStatus();
+  }
+
+  std::vector<RolloutRecord> group(output.samples.size());
+  v1::CompleteRequest complete;
+  complete.set_actor_id(actor_id_);
+  complete.set_lease_id(lease.lease_id());
+  v1::GroupResult* result = complete.mutable_result();
+  result->set_prompt_index(lease.prompt_index());
+  int64_t min_version = std::numeric_limits<int64_t>::max(), max_version = 0, tokens = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const SampleOutput& s = output.samples[i];
+    RolloutRecord& r = group[i];
+    r.run_id = options_.run_id;
+    r.prompt_set_id = lease.prompt_set_id();
+    r.actor_id = options_.name;
+    r.prompt_index = static_cast<uint64_t>(lease.prompt_index());
+    r.group_id = group_id;
+    r.sample_index = static_cast<uint32_t>(s.sample_index);
+    r.group_size = static_cast<uint32_t>(group.size());
+    r.prompt_tokens = output.prompt;
+    r.completion_tokens = s.tokens;
+    r.behaviour_logprobs = s.logprobs;
+    r.token_versions = s.versions;
+    r.reward = (*rewards)[i].reward;
+    for (const auto& [name, value] : (*rewards)[i].components) {
+      r.reward_components.emplace_back(name, value);
+    }
+    r.finish_reason = ToRollout(s.finish_reason);
+    r.sampling.temperature = lease.sampling().temperature();
+    r.sampling.top_p = lease.sampling().top_p();
+    r.sampling.top_k = lease.sampling().top_k();
+    r.sampling.max_tokens = lease.sampling().max_tokens();
+    r.sampling.seed = lease.sampling().seed();
+    r.sampling.stop_token_ids.assign(lease.sampling().stop_token_ids().begin(),
+                                     lease.sampling().stop_token_ids().end());
+    r.created_unix_nanos = job.created_unix_nanos;
+    r.finished_unix_nanos = finished;
+    for (int64_t v : s.versions) {
+      min_version = std::min(min_version, v);
+      max_version = std::max(max_version, v);
+    }
+    tokens += static_cast<int64_t>(s.tokens.size());
+    result->add_rewards(r.reward);
+    result->add_completion_tokens(static_cast<int32_t>(s.tokens.size()));
+  }
+  result->set_min_version(min_version == std::numeric_limits<int64_t>::max() ? 0 : min_version);
+  result->set_max_version(max_version);
+  // Into the replay buffer first, then done: a crash in between re-runs the prompt.
+  PRL_RETURN_IF_ERROR(write_group_(group));
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.groups_written;
+    stats_.samples_written += static_cast<int64_t>(group.size());
+    stats_.tokens_generated += tokens;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::CompleteResponse response;
+  const absl::Status done = rpc::FromGrpcStatus(control_->Complete(&ctx, complete, &response));
+  if (!done.ok() && !absl::IsNotFound(done) && !Transient(done)) return done;
+  if (done.ok() && !response.accepted()) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.duplicate_completions;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Actor::Run(const std::atomic<bool>* stop) {
+  PRL_RETURN_IF_ERROR(Register(stop));
+  absl::Time next_heartbeat = absl::Now();
+  while (!stop->load()) {
+    if (weights_ != nullptr) {
+      PRL_ASSIGN_OR_RETURN(std::optional<VersionedWeights> next,
+                           weights_->TakeNewer(engine_->Stats().weight_version));
+      if (next.has_value()) {
+        PRL_RETURN_IF_ERROR(engine_->SwapWeights(next->weights, next->version));
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.weight_swaps;
+        stats_.weight_version = next->version;
+      }
+    }
+    absl::Status control = absl::OkStatus();
+    if (absl::Now() >= next_heartbeat) {
+      control = Heartbeat();
+      next_heartbeat = absl::Now() + absl::Milliseconds(heartbeat_ms_);
+    }
+    if (control.ok()) control = LeaseMore();
+    if (absl::IsNotFound(control)) {
+      // The coordinator restarted and forgot us: register again. What we generate for the
+      // old leases is still accepted (lease ids name their prompt).
+      PRL_RETURN_IF_ERROR(Register(stop));
+    } else if (!control.ok() && !Transient(control)) {
+      return control;
+    }
+    if (!engine_->HasUnfinishedRequests()) {
+      absl::SleepFor(absl::Milliseconds(20));
+      continue;
+    }
+    PRL_RETURN_IF_ERROR(engine_->Step());
+    for (const RequestOutput& output : engine_->TakeFinished()) {
+      PRL_RETURN_IF_ERROR(Finish(output));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace prl::actor

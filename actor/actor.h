@@ -1,0 +1,104 @@
+// Actor: one actor server's loop. It registers with the coordinator, leases prompts, generates
+// each prompt's group with the paged KV-cache engine, scores the samples, writes the group to
+// the replay buffer, and reports it done; between two engine steps it swaps in the newest
+// weights the broadcaster delivered (generation never waits for them).
+//
+// Delivery: a group is written to the replay buffer before it is reported complete. An actor
+// killed in between leaves a group in the buffer whose lease expires, so the prompt is
+// generated again (at-least-once, like the replay buffer itself); an actor killed earlier
+// loses nothing that was accepted, since the coordinator re-queues its expired leases.
+//
+// Rewards: a group whose reward call fails (after the reward's own retries) is failed
+// visibly — logged, counted in stats().reward_failures, not written and not completed, so the
+// coordinator re-runs the prompt when the lease expires — never written with a sample
+// missing.
+//
+// Thread-safety: Run on one thread; stats() from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "inference_engine/engine.h"
+#include "prl/v1/prompt.grpc.pb.h"
+#include "replay/ingest_server.h"
+#include "replay/replay_buffer.h"
+#include "reward/reward_function.h"
+#include "reward/verifiers.h"
+#include "weight_broadcast/weight_transport.h"
+
+namespace prl::actor {
+
+// Where finished groups go: the local shared-memory buffer (LocalReplayWriter) or the remote
+// gRPC ingest (RemoteReplayWriter). Blocks while the buffer is full (backpressure), up to a
+// time-out.
+using GroupWriter = std::function<absl::Status(absl::Span<const RolloutRecord> group)>;
+GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout);
+absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout);
+
+struct ActorOptions {
+  std::string coordinator = "localhost:50051";
+  std::string name = "actor";
+  std::string run_id = "run";
+  EngineOptions engine;
+  int32_t max_prompts_in_flight = 8;  // leased and generating at once
+  // Token ids -> text for the rewards; null: the ids written as decimal numbers separated by
+  // spaces (so that exact_match can compare with a reference written the same way).
+  std::function<absl::StatusOr<std::string>(absl::Span<const int32_t>)> decode;
+};
+
+struct ActorStats {
+  int64_t groups_written = 0, samples_written = 0, tokens_generated = 0;
+  int64_t reward_failures = 0, duplicate_completions = 0;
+  int64_t weight_version = 0, weight_swaps = 0;
+  int64_t registrations = 0;
+};
+
+class Actor {
+ public:
+  // `weights` (null: fixed weights) must outlive the actor.
+  static absl::StatusOr<std::unique_ptr<Actor>> Create(
+      std::shared_ptr<const ParameterSet> initial_weights, int64_t initial_version,
+      GroupWriter write_group, WeightSubscriber* weights, const ActorOptions& options);
+
+  // Works until *stop becomes true (or a permanent error: returned). Transient coordinator
+  // errors are retried.
+  absl::Status Run(const std::atomic<bool>* stop);
+
+  ActorStats stats() const;
+
+ private:
+  struct InFlight {
+    prl::v1::LeasedPrompt lease;
+    int64_t created_unix_nanos = 0;
+  };
+
+  Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubscriber* weights,
+        const ActorOptions& options);
+  absl::Status Register(const std::atomic<bool>* stop);
+  absl::Status Heartbeat();
+  absl::Status LeaseMore();
+  absl::Status Finish(const RequestOutput& output);
+  absl::StatusOr<reward::RewardFunction*> RewardFor(const prl::v1::RewardSpec& spec);
+  absl::StatusOr<std::string> Text(absl::Span<const int32_t> ids) const;
+
+  std::unique_ptr<Engine> engine_;
+  GroupWriter write_group_;
+  WeightSubscriber* weights_;
+  ActorOptions options_;
+  std::unique_ptr<prl::v1::ActorControl::Stub> control_;
+  std::string actor_id_;
+  int64_t heartbeat_ms_ = 5000;
+  std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease
+  std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec
+  mutable std::mutex stats_mu_;
+  ActorStats stats_;
+};
+
+}  // namespace prl::actor

@@ -1,0 +1,88 @@
+// LearnerService: the learner role of a running pipeline. Every step it takes complete groups
+// from the replay buffer (dropping, and counting, those older than max_lag versions), turns
+// their rewards into group-normalised advantages, runs one FSDP training step
+// (learner/train_step.h) over its ranks, acknowledges the groups, publishes the new weights
+// to the actors, reports its progress to the coordinator, and checkpoints every K steps. A
+// restarted learner resumes from its latest checkpoint and publishes those weights first.
+//
+// Rank 0 reads the replay buffer and broadcasts the step's samples to the other ranks; every
+// rank trains on its share. Groups are acknowledged after the step that trained on them, so a
+// learner killed mid-step gets them again (at-least-once, like the buffer).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "learner/advantages.h"
+#include "learner/fsdp.h"
+#include "learner/optimizer.h"
+#include "learner/train_step.h"
+#include "replay/replay_buffer.h"
+#include "weight_broadcast/weight_transport.h"
+
+namespace prl::learner {
+
+struct LearnerServiceOptions {
+  int64_t groups_per_step = 8;
+  int64_t max_lag = 4;                             // groups whose oldest token is older are dropped
+  int64_t max_steps = 0;                           // 0: until stopped
+  absl::Duration take_timeout = absl::Seconds(1);  // per wait for groups (then re-checks stop)
+  std::string checkpoint_dir;                      // empty: no checkpoints
+  int64_t checkpoint_every = 10;
+  StepConfig step;
+  AdvantageConfig advantages;
+  // The newest version already in the weight transport (-1: none), e.g. published by a
+  // learner that died after publishing and before checkpointing. Versions only increase, so
+  // a resumed learner that is behind it publishes its weights as published_version + 1.
+  int64_t published_version = -1;
+};
+
+struct LearnerStepReport {
+  StepResult result;
+  int64_t step = 0;     // optimizer steps taken, this one included
+  int64_t version = 0;  // the weights' version after this step
+  int64_t groups = 0, samples = 0;
+  double mean_reward = 0;
+  double lag_mean = 0, lag_max = 0;
+  int64_t dropped_stale = 0;  // groups the buffer dropped for staleness so far
+  double publish_seconds = 0;
+};
+
+class LearnerService {
+ public:
+  // Rank 0 passes the replay buffer and the publisher (both must outlive the service); other
+  // ranks pass null for both. `model` and `optimizer` hold the starting weights.
+  LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, ReplayBuffer* replay,
+                 WeightPublisher* publisher, const LearnerServiceOptions& options);
+
+  // Resumes from the checkpoint if any, publishes the current weights, then steps until *stop
+  // or max_steps. on_step runs on rank 0 after each step (progress lines, metrics, reporting
+  // to the coordinator). A collective: every rank calls it.
+  absl::Status Run(const std::atomic<bool>* stop,
+                   const std::function<void(const LearnerStepReport&)>& on_step);
+
+  int64_t version() const { return state_.weight_version; }
+  int64_t groups_consumed() const { return state_.data_position; }
+
+ private:
+  absl::Status Publish();
+  // Rank 0: the step's groups as samples (empty when stopping). Broadcast to every rank.
+  absl::StatusOr<std::vector<TrainSample>> NextSamples(const std::atomic<bool>* stop,
+                                                       std::vector<LeasedGroup>* leased,
+                                                       LearnerStepReport* report);
+
+  FsdpModel* model_;
+  ShardedOptimizer* optimizer_;
+  ReplayBuffer* replay_;
+  WeightPublisher* publisher_;
+  LearnerServiceOptions options_;
+  struct State {
+    int64_t step = 0, weight_version = 0, data_position = 0;
+  } state_;
+};
+
+}  // namespace prl::learner

@@ -1,0 +1,247 @@
+// The actor against a real coordinator (gRPC on loopback), a real shared-memory replay buffer
+// and a real shared-memory weight broadcaster, in one process.
+#include "actor/actor.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_server.h"
+#include "reward/verifiers.h"
+#include "task/arithmetic_task.h"
+#include "task/char_tokenizer.h"
+#include "weight_broadcast/shm_transport.h"
+
+namespace prl::actor {
+namespace {
+
+namespace v1 = prl::v1;
+
+ModelConfig TinyCharModel() {
+  ModelConfig c;
+  c.arch = Architecture::kQwen2;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = task::CharTokenizer().vocab_size();
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = true;
+  c.qkv_bias = true;
+  return c;
+}
+
+class ActorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tag_ = absl::StrCat("prl-actor-test-", getpid(), "-", n_++);
+    dir_ = std::filesystem::temp_directory_path() / tag_;
+    std::filesystem::remove_all(dir_);
+    config_ = TinyCharModel();
+    auto weights = ParameterSet::Allocate(config_, Device::Cpu(), false);
+    ASSERT_TRUE(weights.ok());
+    InitializeParameters(*weights, 7, 0.5f);
+    weights_ = std::make_shared<const ParameterSet>(std::move(*weights));
+
+    coordinator::CoordinatorConfig cc;
+    cc.log_path = (dir_ / "prompts.log").string();
+    cc.vocab_size = config_.vocab_size;
+    cc.max_position_embeddings = config_.max_position_embeddings;
+    cc.lease_ms = 5'000;
+    cc.heartbeat_ms = 200;
+    cc.tokenize = [](absl::string_view text) { return task::CharTokenizer().Encode(text); };
+    cc.validate_reward = [](const v1::RewardSpec& spec) {
+      reward::RewardSpec parsed{spec.name(), {spec.params().begin(), spec.params().end()}};
+      return reward::MakeRewardFunction(parsed).status();
+    };
+    coordinator_ = *coordinator::Coordinator::Open(cc);
+    server_ = *coordinator::CoordinatorServer::Start(coordinator_.get(), "127.0.0.1:0");
+
+    ReplayConfig rc;
+    rc.capacity_bytes = 16 << 20;
+    ReplayBuffer::Remove(tag_, true).IgnoreError();
+    replay_ = *ReplayBuffer::Create(tag_, rc);
+    publisher_ = *ShmWeightPublisher::Create(tag_ + "-weights", config_);
+    subscriber_ = *ShmWeightSubscriber::Open(tag_ + "-weights", config_);
+
+    options_.coordinator = absl::StrCat("127.0.0.1:", server_->port());
+    options_.name = "test-actor";
+    options_.run_id = "run-1";
+    options_.engine.kv_cache_bytes = 4 << 20;
+    options_.decode = [](absl::Span<const int32_t> ids) {
+      return task::CharTokenizer().Decode(ids);
+    };
+  }
+
+  void TearDown() override {
+    StopActor();
+    server_.reset();
+    replay_.reset();
+    ReplayBuffer::Remove(tag_, true).IgnoreError();
+    subscriber_.reset();
+    publisher_.reset();
+    std::filesystem::remove(std::filesystem::path("/dev/shm") / (tag_ + "-weights"));
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartActor() {
+    auto a = Actor::Create(weights_, 0, LocalReplayWriter(replay_.get(), absl::Seconds(10)),
+                           subscriber_.get(), options_);
+    ASSERT_TRUE(a.ok()) << a.status();
+    actor_ = std::move(*a);
+    thread_ = std::thread([this] { result_ = actor_->Run(&stop_); });
+  }
+  void StopActor() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::string Submit(int prompts, int samples, const std::string& reward = "arithmetic",
+                     std::map<std::string, std::string> params = {}) {
+    task::ArithmeticConfig tc;
+    auto problems = task::GenerateProblems(tc, task::Split::kTrain, 3, prompts);
+    EXPECT_TRUE(problems.ok());
+    v1::SubmitPromptSetRequest r;
+    for (const auto& p : *problems) {
+      v1::Prompt* q = r.add_prompts();
+      q->set_text(p.prompt);
+      q->set_reference(p.answer);
+    }
+    r.set_samples_per_prompt(samples);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_top_p(1.0f);
+    r.mutable_sampling()->set_max_tokens(5);
+    r.mutable_sampling()->add_stop_token_ids(task::CharTokenizer().eos_id());
+    r.mutable_reward()->set_name(reward);
+    for (const auto& [k, v] : params) (*r.mutable_reward()->mutable_params())[k] = v;
+    auto submitted = coordinator_->Submit(r);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    return submitted->prompt_set_id();
+  }
+
+  bool WaitDone(const std::string& id, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (coordinator_->Get(id)->state() == v1::PROMPT_SET_STATE_DONE) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  std::vector<std::vector<RolloutRecord>> TakeAll() {
+    std::vector<std::vector<RolloutRecord>> groups;
+    TakeOptions take;
+    take.max_groups = 64;
+    for (;;) {
+      auto taken = replay_->Take(take);
+      EXPECT_TRUE(taken.ok());
+      if (taken->empty()) break;
+      for (const LeasedGroup& g : *taken) {
+        auto records = g.Decode();
+        EXPECT_TRUE(records.ok()) << records.status();
+        groups.push_back(*records);
+        EXPECT_TRUE(replay_->Ack(g).ok());
+      }
+    }
+    return groups;
+  }
+
+  std::string tag_;
+  std::filesystem::path dir_;
+  ModelConfig config_;
+  std::shared_ptr<const ParameterSet> weights_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::CoordinatorServer> server_;
+  std::unique_ptr<ReplayBuffer> replay_;
+  std::unique_ptr<ShmWeightPublisher> publisher_;
+  std::unique_ptr<ShmWeightSubscriber> subscriber_;
+  ActorOptions options_;
+  std::unique_ptr<Actor> actor_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  absl::Status result_;
+  static inline int n_ = 0;
+};
+
+TEST_F(ActorTest, EveryLeasedPromptBecomesOneScoredGroupInTheReplayBuffer) {
+  const std::string id = Submit(6, 3);
+  StartActor();
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(120)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const auto groups = TakeAll();
+  ASSERT_EQ(groups.size(), 6u);
+  std::set<uint64_t> prompts;
+  const task::CharTokenizer tok;
+  for (const auto& g : groups) {
+    ASSERT_EQ(g.size(), 3u);
+    prompts.insert(g[0].prompt_index);
+    for (const RolloutRecord& r : g) {
+      EXPECT_EQ(r.run_id, "run-1");
+      EXPECT_EQ(r.prompt_set_id, id);
+      EXPECT_EQ(r.group_size, 3u);
+      EXPECT_EQ(r.completion_tokens.size(), r.behaviour_logprobs.size());
+      for (int64_t v : r.token_versions) EXPECT_EQ(v, 0);
+      // The reward is the arithmetic verifier's on the decoded completion.
+      std::vector<int32_t> visible = r.completion_tokens;
+      if (r.finish_reason == RolloutFinishReason::kStop) visible.pop_back();
+      const std::string prompt = *tok.Decode(r.prompt_tokens);
+      const std::string answer = std::to_string(
+          std::stoi(prompt.substr(0, prompt.find('+'))) +
+          std::stoi(prompt.substr(prompt.find('+') + 1, prompt.find('=') - prompt.find('+') - 1)));
+      EXPECT_EQ(r.reward, *tok.Decode(visible) == answer ? 1.0 : 0.0);
+    }
+  }
+  EXPECT_EQ(prompts.size(), 6u);
+  const auto status = coordinator_->Get(id);
+  EXPECT_EQ(status->prompts_done(), 6);
+  EXPECT_EQ(actor_->stats().groups_written, 6);
+}
+
+TEST_F(ActorTest, TokensAfterAWeightSwapCarryTheNewVersion) {
+  StartActor();
+  const std::string first = Submit(2, 2);
+  ASSERT_TRUE(WaitDone(first, absl::Seconds(120)));
+  ASSERT_TRUE(publisher_->Publish(1, *weights_).ok());
+  // The actor swaps between two engine steps; wait until it reports version 1.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (actor_->stats().weight_version != 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(actor_->stats().weight_version, 1);
+  const std::string second = Submit(2, 2);
+  ASSERT_TRUE(WaitDone(second, absl::Seconds(120)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  for (const auto& g : TakeAll()) {
+    const int64_t expected = g[0].prompt_set_id == first ? 0 : 1;
+    for (const RolloutRecord& r : g) {
+      for (int64_t v : r.token_versions) EXPECT_EQ(v, expected) << r.prompt_set_id;
+    }
+  }
+}
+
+TEST_F(ActorTest, AFailingRewardFailsTheWholeGroupVisiblyAndWritesNothing) {
+  // A remote reward nobody serves: every attempt fails.
+  const std::string id = Submit(
+      1, 2, "remote", {{"address", "127.0.0.1:1"}, {"attempts", "1"}, {"timeout_ms", "200"}});
+  StartActor();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (actor_->stats().reward_failures == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  StopActor();
+  EXPECT_GE(actor_->stats().reward_failures, 1);
+  EXPECT_EQ(actor_->stats().groups_written, 0);
+  EXPECT_TRUE(TakeAll().empty());
+  EXPECT_EQ(coordinator_->Get(id)->prompts_done(), 0);
+}
+
+}  // namespace
+}  // namespace prl::actor

@@ -1,0 +1,54 @@
+// The model fingerprint that publishers and subscribers compare: it survives config.json (the
+// gRPC transport sends the publisher's config as JSON) and a mismatch names the field.
+#include "weight_broadcast/weight_transport.h"
+
+#include <gtest/gtest.h>
+
+#include "model/presets.h"
+#include "tests/status_testing.h"
+
+namespace prl::testing {
+namespace {
+
+TEST(ModelFingerprint, SurvivesConfigJson) {
+  for (const std::string& name : PresetNames()) {
+    const ModelConfig config = *PresetConfig(name);
+    auto parsed = ParseModelConfig(ModelConfigToJson(config), name);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(ModelFingerprint(*parsed), ModelFingerprint(config)) << name;
+  }
+}
+
+TEST(ModelFingerprint, CoversEveryFieldOfTheMath) {
+  const ModelConfig base = *PresetConfig("tiny");
+  std::vector<std::pair<std::string, ModelConfig>> changed;
+  auto change = [&](const std::string& field, auto mutate) {
+    ModelConfig c = base;
+    mutate(c);
+    changed.push_back({field, c});
+  };
+  change("architecture", [](ModelConfig& c) { c.arch = Architecture::kLlama; });
+  change("hidden_size", [](ModelConfig& c) { c.hidden_size *= 2; });
+  change("intermediate_size", [](ModelConfig& c) { c.intermediate_size += 1; });
+  change("num_hidden_layers", [](ModelConfig& c) { c.num_hidden_layers += 1; });
+  change("num_attention_heads", [](ModelConfig& c) { c.num_attention_heads *= 2; });
+  change("num_key_value_heads", [](ModelConfig& c) { c.num_key_value_heads = 1; });
+  change("head_dim", [](ModelConfig& c) { c.head_dim *= 2; });
+  change("vocab_size", [](ModelConfig& c) { c.vocab_size += 1; });
+  change("max_position_embeddings", [](ModelConfig& c) { c.max_position_embeddings += 1; });
+  change("rms_norm_eps", [](ModelConfig& c) { c.rms_norm_eps = 1e-5; });
+  change("rope_theta", [](ModelConfig& c) { c.rope_theta += 1e-9; });
+  change("rope_scaling", [](ModelConfig& c) { c.rope_scaling.type = RopeScaling::Type::kLinear; });
+  change("tie_word_embeddings", [](ModelConfig& c) { c.tie_word_embeddings ^= true; });
+  change("qkv_bias", [](ModelConfig& c) { c.qkv_bias ^= true; });
+  for (const auto& [field, config] : changed) {
+    EXPECT_TRUE(IsError(CheckSameModel(ModelFingerprint(base), ModelFingerprint(config), "here"),
+                        absl::StatusCode::kFailedPrecondition,
+                        {"here: model config mismatch: ", field + " is "}))
+        << field;
+  }
+  EXPECT_TRUE(CheckSameModel(ModelFingerprint(base), ModelFingerprint(base), "here").ok());
+}
+
+}  // namespace
+}  // namespace prl::testing

@@ -1,0 +1,113 @@
+// The cross-node weight transport: the learner serves WeightService (proto/prl/v1/weights.proto)
+// and each actor holds one Subscribe stream open to it.
+//
+// Publisher: Publish copies the weights into an immutable snapshot and checksums it (XXH3-64),
+// then returns; one server thread per subscriber streams the newest snapshot newer than what
+// its subscriber has, as chunks of chunk_bytes, and then waits for the next. A stream finishes
+// the version it is sending before it looks again, so a subscriber slower than the learner
+// skips the versions published meanwhile instead of queueing them (and snapshots are shared,
+// never copied per stream).
+//
+// Subscriber: a receiver thread reads the stream into a fresh ParameterSet
+// (weight_broadcast/mailbox.h), verifies the checksum and only then exposes the version. A
+// broken stream (server restart, network) or a bad chunk is retried with exponential backoff,
+// asking for versions newer than the one it has; a model mismatch is permanent (the server's
+// FAILED_PRECONDITION names the differing config.json field).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "prl/v1/weights.grpc.pb.h"
+#include "weight_broadcast/weight_transport.h"
+
+namespace prl {
+
+namespace weight_broadcast_internal {
+class WeightMailbox;
+}
+
+struct GrpcPublisherOptions {
+  std::string address = "0.0.0.0:50062";  // host:port; port 0 picks a free one
+  // Bytes of weights per WeightChunk: large enough that per-message overhead vanishes, small
+  // enough that gRPC's default buffers and flow-control windows are not the bottleneck.
+  int64_t chunk_bytes = int64_t{4} << 20;
+};
+
+class GrpcWeightPublisher final : public WeightPublisher {
+ public:
+  static absl::StatusOr<std::unique_ptr<GrpcWeightPublisher>> Start(
+      const ModelConfig& config, const GrpcPublisherOptions& options);
+  ~GrpcWeightPublisher() override;  // Shutdown()
+
+  absl::Status Publish(int64_t version, const ParameterSet& weights) override;
+  PublisherStats stats() const override;
+
+  int port() const { return port_; }
+  // Ends every stream (subscribers see UNAVAILABLE and reconnect) and stops the server.
+  void Shutdown();
+  // Test hook: flips one byte of the next chunk sent, after the checksum was computed.
+  void CorruptNextChunkForTesting();
+
+ private:
+  struct Snapshot;
+  class Service;
+  GrpcWeightPublisher() = default;
+
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+struct GrpcSubscriberOptions {
+  Device device = Device::Cpu();  // where received ParameterSets live
+  // Largest message accepted: above the publisher's chunk_bytes plus the config.json.
+  int64_t max_message_bytes = int64_t{64} << 20;
+  // Reconnect backoff: doubles from initial to max after each failed attempt; a received
+  // version resets it.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+};
+
+class GrpcWeightSubscriber final : public WeightSubscriber {
+ public:
+  // Starts the receiver thread for `target` (host:port). Does not wait for the server: an
+  // unreachable one is retried and shows in stats().last_error and WaitNewer's message.
+  static absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> Connect(
+      const std::string& target, const ModelConfig& config,
+      const GrpcSubscriberOptions& options = {});
+  ~GrpcWeightSubscriber() override;  // cancels the stream and joins the receiver
+
+  absl::StatusOr<std::optional<VersionedWeights>> TakeNewer(int64_t have) override;
+  absl::StatusOr<VersionedWeights> WaitNewer(int64_t have, absl::Duration timeout) override;
+  SubscriberStats stats() const override;
+
+ private:
+  struct Receiving;
+  GrpcWeightSubscriber(const std::string& target, const ModelConfig& config,
+                       const GrpcSubscriberOptions& options);
+  void ReceiveLoop();
+  // One stream, until it ends; the status says why it ended.
+  absl::Status ReceiveStream();
+  absl::Status Accept(const v1::WeightChunk& chunk, Receiving* r);
+
+  const std::string target_;
+  const std::string fingerprint_;
+  const uint64_t weight_bytes_;  // one version
+  const GrpcSubscriberOptions options_;
+  std::unique_ptr<v1::WeightService::Stub> stub_;
+  std::unique_ptr<weight_broadcast_internal::WeightMailbox> mailbox_;
+  std::mutex context_mu_;
+  grpc::ClientContext* context_ = nullptr;  // the open stream's, for cancellation
+  std::thread receiver_;
+};
+
+}  // namespace prl

@@ -1,0 +1,110 @@
+// The in-flight weight broadcaster: the learner publishes (version, weights) after each
+// optimizer step; every actor subscribes, receives newer versions in the background and hands
+// them to its engine (Engine::SwapWeights), so that generation never waits for a transfer.
+//
+//   learner:  PRL_RETURN_IF_ERROR(publisher->Publish(version, params));
+//   actor:    PRL_ASSIGN_OR_RETURN(auto next, subscriber->TakeNewer(engine->version()));
+//             if (next) engine->SwapWeights(next->weights, next->version);
+//
+// One publisher/subscriber interface, one transport per medium:
+//   - shm_transport.h:  same node, a shared-memory segment with two seqlocked slots;
+//   - grpc_transport.h: across nodes, a gRPC server stream of checksummed chunks.
+// GPU transports (CUDA IPC on one node, an NCCL broadcast group across nodes) are meant to be
+// further implementations of these two classes: the interface speaks only of versions and
+// ParameterSets (whose Buffer knows its device), never of bytes on the wire.
+//
+// Semantics shared by every transport:
+//   - Versions are int64 >= 0 and strictly increase per publisher.
+//   - Latest wins: a subscriber gets the newest complete version, never a queue. A subscriber
+//     slower than the learner skips intermediate versions (counted in versions_skipped).
+//   - A subscriber never exposes a torn or corrupted version; every ParameterSet it returns is
+//     fresh (or recycled only once nobody else holds it) and never written again, so an engine
+//     may keep running on an older shared_ptr while the next version is being received.
+//   - The subscriber's model config must match the publisher's: a mismatch is a
+//     FailedPrecondition naming the first differing config.json field (ModelFingerprint).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "model/parameters.h"
+
+namespace prl {
+
+struct VersionedWeights {
+  int64_t version = -1;
+  std::shared_ptr<const ParameterSet> weights;
+};
+
+struct PublisherStats {
+  int64_t versions_published = 0;
+  int64_t last_version = -1;        // -1: nothing published yet
+  int64_t version_bytes = 0;        // bytes of one version (the fp32 buffer)
+  double last_publish_seconds = 0;  // time the learner spent in the last Publish
+  double total_publish_seconds = 0;
+  // Streaming transports (gRPC): subscribers connected now, what their streams sent, and the
+  // versions those streams jumped over because their subscriber was still busy.
+  int64_t subscribers = 0;
+  int64_t versions_sent = 0;
+  int64_t bytes_sent = 0;
+  int64_t versions_skipped = 0;
+};
+
+struct SubscriberStats {
+  int64_t versions_received = 0;
+  int64_t last_version = -1;  // newest version received; -1: none yet
+  // Gaps in the version numbers received: v then w counts w - v - 1 (versions published while
+  // this subscriber was busy, which it will never see).
+  int64_t versions_skipped = 0;
+  int64_t bytes_received = 0;
+  double last_transfer_seconds = 0;  // one version, from its first byte to exposable
+  double total_transfer_seconds = 0;
+  int64_t retries = 0;            // shm: copies redone because the publisher lapped them
+  int64_t reconnects = 0;         // gRPC: streams re-opened after a break
+  int64_t checksum_failures = 0;  // gRPC: versions rejected (and fetched again)
+  std::string last_error;         // the last transient error (e.g. the server went away)
+};
+
+// Publishes versions of one model's weights. Thread-safety: Publish from one thread at a time;
+// stats() from any thread.
+class WeightPublisher {
+ public:
+  virtual ~WeightPublisher() = default;
+  // Makes `weights` (its config must be the publisher's) visible as `version`, which must be
+  // greater than every version published before. Copies the weights: the caller may change
+  // them as soon as Publish returns. Never waits for a subscriber.
+  virtual absl::Status Publish(int64_t version, const ParameterSet& weights) = 0;
+  virtual PublisherStats stats() const = 0;
+};
+
+// Receives versions in the background. Thread-safety: every method from any thread.
+class WeightSubscriber {
+ public:
+  virtual ~WeightSubscriber() = default;
+  // The newest complete version newer than `have`, or nullopt. Never blocks on a transfer in
+  // progress (the background receiver is never waited for). Errors are permanent ones (a model
+  // mismatch); transient ones (a broken stream) are retried and show in stats().last_error.
+  virtual absl::StatusOr<std::optional<VersionedWeights>> TakeNewer(int64_t have) = 0;
+  // Same, waiting up to `timeout` for one: DeadlineExceeded if none arrived in time.
+  virtual absl::StatusOr<VersionedWeights> WaitNewer(int64_t have, absl::Duration timeout) = 0;
+  virtual SubscriberStats stats() const = 0;
+};
+
+// What must be equal between a publisher's and a subscriber's model: every config.json field
+// that shapes the weights or the math, as "key=value" words separated by spaces, e.g.
+// "architecture=Qwen2ForCausalLM hidden_size=512 ... qkv_bias=true". Floats are exact.
+std::string ModelFingerprint(const ModelConfig& config);
+
+// OK if the fingerprints are equal; otherwise FailedPrecondition naming the first differing
+// field with both values, e.g. "hidden_size is 512 in the published model but 256 in this
+// process's model config". `where` prefixes the message (the segment or server).
+absl::Status CheckSameModel(absl::string_view published, absl::string_view local,
+                            absl::string_view where);
+
+}  // namespace prl
