@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
-#include "replay/xxhash_inline.h"
+#include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
 
 namespace prl::actor {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "replay/xxhash_inline.h"
+#include "core/xxhash_inline.h"
 
 namespace prl::coordinator {
 

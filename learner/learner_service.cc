@@ -89,13 +89,14 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
       options_(options) {}
 
 absl::Status LearnerService::Publish() {
-  // Every rank takes part in the gather; rank 0 publishes.
-  PRL_ASSIGN_OR_RETURN(ParameterSet full,
-                       ParameterSet::Allocate(model_->config(), Device::Cpu(), false));
+  // Every rank takes part in the gather; rank 0 publishes. The full copy is allocated once.
+  if (!full_.has_value()) {
+    PRL_ASSIGN_OR_RETURN(full_, ParameterSet::Allocate(model_->config(), Device::Cpu(), false));
+  }
   PRL_RETURN_IF_ERROR(
-      model_->GatherFullParams({full.data(), static_cast<size_t>(full.layout.num_elements())}));
+      model_->GatherFullParams({full_->data(), static_cast<size_t>(full_->layout.num_elements())}));
   if (publisher_ == nullptr) return absl::OkStatus();
-  return publisher_->Publish(state_.weight_version, full);
+  return publisher_->Publish(state_.weight_version, *full_);
 }
 
 absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -80,6 +81,7 @@ class LearnerService {
   ReplayBuffer* replay_;
   WeightPublisher* publisher_;
   LearnerServiceOptions options_;
+  std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
   struct State {
     int64_t step = 0, weight_version = 0, data_position = 0;
   } state_;

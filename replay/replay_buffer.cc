@@ -1,12 +1,10 @@
 #include "replay/replay_buffer.h"
 
-#include "replay/xxhash_inline.h"
-
-#include <algorithm>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <boost/interprocess/shared_memory_object.hpp>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -15,9 +13,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/futex.h"
 #include "core/process_identity.h"
+#include "core/shared_mapping.h"
 #include "core/status_macros.h"
-#include "replay/futex.h"
+#include "core/xxhash_inline.h"
 #include "replay/segment.h"
 
 namespace prl {
@@ -25,8 +25,6 @@ namespace prl {
 namespace bip = boost::interprocess;
 using replay_internal::FixedHeader;
 using replay_internal::FrameHeader;
-using replay_internal::FutexBumpAndWake;
-using replay_internal::FutexWait;
 using replay_internal::Header;
 using replay_internal::kFrameAlign;
 using replay_internal::Segment;
@@ -47,21 +45,11 @@ struct Mapping {
     bip::offset_t bytes = 0;
     shm.get_size(bytes);
     size = static_cast<size_t>(bytes);
-    address = mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                   shm.get_mapping_handle().handle, 0);
-    if (address == MAP_FAILED) {
-      address = nullptr;
-      return absl::InternalError(absl::StrCat("cannot map replay segment '", shm.get_name(),
-                                              "' (", size, " bytes): ", std::strerror(errno)));
-    }
-    if (writable && madvise(address, size, MADV_POPULATE_WRITE) != 0) {
-      // Kernels before 5.14: fall back to touching every page once.
-      const long page = sysconf(_SC_PAGESIZE);
-      for (size_t at = 0; at < size; at += static_cast<size_t>(page)) {
-        auto* p = static_cast<volatile uint8_t*>(address) + at;
-        *p = *p;
-      }
-    }
+    absl::StatusOr<void*> mapped =
+        MapShared(shm.get_mapping_handle().handle, size, writable, /*prefault=*/writable,
+                  absl::StrCat("replay segment '", shm.get_name(), "'"));
+    if (!mapped.ok()) return mapped.status();
+    address = *mapped;
     return absl::OkStatus();
   }
   ~Mapping() {
@@ -166,9 +154,9 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapExisting(const std::string& name, bo
                                             name, "`"));
   }
   if (f.segment_bytes != m->size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("replay segment '", name, "' is ", m->size,
-                     " bytes but its header says ", f.segment_bytes, ": reset it"));
+    return absl::FailedPreconditionError(absl::StrCat("replay segment '", name, "' is ", m->size,
+                                                      " bytes but its header says ",
+                                                      f.segment_bytes, ": reset it"));
   }
   if (h.initialized.load(std::memory_order_acquire) != replay_internal::kMagic) {
     return absl::UnavailableError(absl::StrCat("replay segment '", name,

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "replay/xxhash_inline.h"
+#include "core/xxhash_inline.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

@@ -8,7 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "replay/xxhash_inline.h"
+#include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
 #include "weight_broadcast/mailbox.h"
 

@@ -13,10 +13,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/futex.h"
 #include "core/process_identity.h"
+#include "core/shared_mapping.h"
 #include "core/status_macros.h"
-#include "replay/futex.h"
-#include "replay/xxhash_inline.h"
+#include "core/xxhash_inline.h"
 #include "weight_broadcast/mailbox.h"
 #include "weight_broadcast/shm_layout.h"
 
@@ -49,26 +50,11 @@ struct ShmMapping {
     bip::offset_t bytes = 0;
     shm.get_size(bytes);
     size = static_cast<size_t>(bytes);
-    address = mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                   shm.get_mapping_handle().handle, 0);
-    if (address == MAP_FAILED) {
-      address = nullptr;
-      return absl::InternalError(absl::StrCat("cannot map weight segment '", shm.get_name(), "' (",
-                                              size, " bytes): ", std::strerror(errno)));
-    }
-    if (populate &&
-        madvise(address, size, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0) {
-      // Kernels before 5.14: touch every page once.
-      const long page = sysconf(_SC_PAGESIZE);
-      for (size_t at = 0; at < size; at += static_cast<size_t>(page)) {
-        auto* p = static_cast<volatile uint8_t*>(address) + at;
-        if (writable) {
-          *p = *p;
-        } else {
-          (void)*p;
-        }
-      }
-    }
+    absl::StatusOr<void*> mapped =
+        MapShared(shm.get_mapping_handle().handle, size, writable, populate,
+                  absl::StrCat("weight segment '", shm.get_name(), "'"));
+    if (!mapped.ok()) return mapped.status();
+    address = *mapped;
     return absl::OkStatus();
   }
   ~ShmMapping() {
@@ -312,7 +298,7 @@ absl::Status ShmWeightPublisher::Publish(int64_t version, const ParameterSet& we
   slot.sequence.store(writing + 1, std::memory_order_release);
   h.published.store(weight_broadcast_internal::PackPublished(version, s),
                     std::memory_order_release);
-  replay_internal::FutexBumpAndWake(&h.futex);
+  FutexBumpAndWake(&h.futex);
 
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.versions_published += 1;
@@ -369,7 +355,7 @@ void ShmWeightSubscriber::ReceiveLoop() {
     const uint64_t newest = h.published.load(std::memory_order_acquire);
     if (newest == kNothingPublished ||
         weight_broadcast_internal::PublishedVersion(newest) <= have) {
-      replay_internal::FutexWait(futex, seen, kWaitSliceNs);
+      FutexWait(futex, seen, kWaitSliceNs);
       continue;
     }
     absl::StatusOr<std::shared_ptr<ParameterSet>> dest = mailbox_->AcquireBuffer();

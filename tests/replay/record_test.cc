@@ -16,7 +16,7 @@
 #include "prl/v1/replay.pb.h"
 #include "replay/record_proto.h"
 #include "replay/rollout_record.h"
-#include "replay/xxhash_inline.h"
+#include "core/xxhash_inline.h"
 #include "tests/status_testing.h"
 
 namespace prl {

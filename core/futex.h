@@ -1,4 +1,4 @@
-// Futex waits on 32-bit words in shared memory (Linux), used for the replay buffer's "data
+// Futex waits on 32-bit words in shared memory (Linux), used for shared-memory "data
 // ready" and "space free" notifications across processes. A dead process cannot block a futex,
 // and every wait has a time limit.
 #pragma once
@@ -12,7 +12,7 @@
 #include <climits>
 #include <cstdint>
 
-namespace prl::replay_internal {
+namespace prl {
 
 // Sleeps while *word == expected, at most timeout_ns (spurious wake-ups are fine).
 inline void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
@@ -28,4 +28,4 @@ inline void FutexBumpAndWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-}  // namespace prl::replay_internal
+}  // namespace prl
