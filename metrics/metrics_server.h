@@ -1,26 +1,29 @@
 // MetricsServer: the /metrics HTTP endpoint of a prl process. Prometheus scrapes it (text
-// exposition format 0.0.4); prometheus-cpp's Exposer serves it on civetweb worker threads.
+// exposition format 0.0.4, serialised by prometheus-cpp's TextSerializer).
+//
+// The HTTP side is a small server of our own on one thread (GET and HEAD of /metrics, one
+// request per connection, `Connection: close`), not prometheus-cpp's civetweb Exposer:
+// Debian's civetweb runs handlers on 100 KB thread stacks, and glibc carves every library's
+// static TLS out of each thread's stack — libopenblas alone takes 61 KB, so in any prl process
+// that links the kernels a scrape overflowed the stack and crashed the process.
 //
 // One registry per process holds every metric of that process: the process creates a
 // std::shared_ptr<prometheus::Registry>, builds the catalog on it (metrics/prl_metrics.h), and
 // starts a MetricsServer on it when metrics are enabled. Metrics work the same without a server
 // (updates are cheap and nobody reads them).
 //
-// Besides the registry's metrics, the endpoint serves prometheus-cpp's own three exposer_*
-// metrics (scrapes, bytes transferred, scrape latency); they carry no prl_ prefix because the
-// library registers them itself.
-//
 // Thread-safety: metrics may be updated from any thread while the endpoint serves scrapes.
 // Start and destruction must not race with each other.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -31,9 +34,9 @@ struct MetricsServerOptions {
   // free port, which port() reports: several prl processes share a node, so only deployments
   // that give each process its own scrape port should fix one.
   std::string address = "0.0.0.0:0";
-  // HTTP worker threads. Prometheus scrapes every few seconds; two threads let a slow scrape
-  // (or a second scraper) not queue behind another.
-  int num_threads = 2;
+  // A client that has not sent its request within this is disconnected (so that a stuck
+  // client cannot hold up the next scrape).
+  int request_timeout_ms = 5000;
 };
 
 class MetricsServer {
@@ -43,8 +46,7 @@ class MetricsServer {
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const MetricsServerOptions& options, std::shared_ptr<prometheus::Registry> registry);
 
-  // Stops serving; the registry lives on with its other owners. Takes up to 2 s: civetweb's
-  // listener notices the stop only when its poll period ends.
+  // Stops serving (within ~0.2 s); the registry lives on with its other owners.
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -53,12 +55,17 @@ class MetricsServer {
   prometheus::Registry& registry() const { return *registry_; }
 
  private:
-  MetricsServer(std::shared_ptr<prometheus::Registry> registry,
-                std::unique_ptr<prometheus::Exposer> exposer, int port);
+  MetricsServer(std::shared_ptr<prometheus::Registry> registry, int listen_fd, int port,
+                int request_timeout_ms);
+  void Serve();
+  void Answer(int fd);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // holds only a weak_ptr to the registry
+  int listen_fd_ = -1;
   int port_ = 0;
+  int request_timeout_ms_ = 5000;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace prl::metrics
