@@ -1,5 +1,6 @@
 #include "actor/actor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -117,7 +118,65 @@ absl::Status Actor::Heartbeat() {
   return rpc::FromGrpcStatus(control_->Heartbeat(&ctx, request, &response));
 }
 
-absl::Status Actor::LeaseMore() {
+absl::Status Actor::SwapIfNewer() {
+  if (weights_ == nullptr) return absl::OkStatus();
+  // The engine applies staged weights at its next Step: ask only for versions newer than the
+  // one staged, or an idle engine would re-take (and re-copy) the same version every loop.
+  staged_version_ = std::max(staged_version_, engine_->Stats().weight_version);
+  PRL_ASSIGN_OR_RETURN(std::optional<VersionedWeights> next, weights_->TakeNewer(staged_version_));
+  if (!next.has_value()) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  PRL_RETURN_IF_ERROR(engine_->SwapWeights(next->weights, next->version));
+  staged_version_ = next->version;
+  if (options_.weight_metrics != nullptr) {
+    options_.weight_metrics->swap_stall_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  if (options_.process_metrics != nullptr) {
+    options_.process_metrics->weight_version.Set(static_cast<double>(next->version));
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.weight_swaps;
+  stats_.weight_version = next->version;
+  return absl::OkStatus();
+}
+
+absl::Status Actor::AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop) {
+  if (weights_ == nullptr) return absl::OkStatus();  // fixed weights: nothing to wait for
+  const absl::Time deadline = absl::Now() + options_.weight_wait_timeout;
+  // Staged is enough: the engine flips to it before its next decode step, so every token of
+  // these prompts is sampled from `version` or newer.
+  while (std::max(staged_version_, engine_->Stats().weight_version) < version) {
+    if (stop->load()) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "actor ", options_.name, ": the coordinator requires weight version ", version,
+          " but the newest delivered is ", staged_version_, " after ",
+          absl::FormatDuration(options_.weight_wait_timeout), " (is the learner publishing?)"));
+    }
+    PRL_RETURN_IF_ERROR(SwapIfNewer());
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return absl::OkStatus();
+}
+
+void Actor::UpdateEngineGauges() {
+  if (options_.metrics == nullptr) return;
+  const EngineStats s = engine_->Stats();
+  options_.metrics->sequences_running.Set(static_cast<double>(s.num_running));
+  options_.metrics->sequences_waiting.Set(static_cast<double>(s.num_waiting));
+  options_.metrics->groups_in_flight.Set(static_cast<double>(in_flight_.size()));
+  metrics::AdvanceCounterTo(options_.metrics->preemptions, static_cast<double>(s.preemptions));
+  metrics::AdvanceCounterTo(options_.metrics->prefill_tokens,
+                            static_cast<double>(s.prefill_tokens));
+  // The pool is allocated whole (EngineOptions::kv_cache_bytes) and used by blocks.
+  const double capacity = static_cast<double>(options_.engine.kv_cache_bytes);
+  const double used_fraction =
+      s.total_blocks > 0 ? static_cast<double>(s.total_blocks - s.free_blocks) / s.total_blocks : 0;
+  options_.metrics->kv_cache_used_bytes.Set(capacity * used_fraction);
+  options_.metrics->kv_cache_capacity_bytes.Set(capacity);
+}
+
+absl::Status Actor::LeaseMore(const std::atomic<bool>* stop) {
   const int32_t room = options_.max_prompts_in_flight - static_cast<int32_t>(in_flight_.size());
   if (room <= 0) return absl::OkStatus();
   grpc::ClientContext ctx;
@@ -127,6 +186,9 @@ absl::Status Actor::LeaseMore() {
   request.set_max_prompts(room);
   v1::LeaseResponse response;
   PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(control_->LeasePrompts(&ctx, request, &response)));
+  if (!response.prompts().empty() && response.min_weight_version() > 0) {
+    PRL_RETURN_IF_ERROR(AwaitWeightVersion(response.min_weight_version(), stop));
+  }
   for (const v1::LeasedPrompt& lease : response.prompts()) {
     SamplingParams params;
     params.n = lease.samples();
@@ -209,6 +271,14 @@ absl::Status Actor::Finish(const RequestOutput& output) {
     std::fprintf(stderr, "actor %s: group %s failed, not written (it will be re-run): %s\n",
                  options_.name.c_str(), lease.lease_id().c_str(),
                  std::string(rewards.status().message()).c_str());
+    if (options_.metrics != nullptr) {
+      const absl::StatusCode code = rewards.status().code();
+      options_.metrics
+          ->RewardFailures(code == absl::StatusCode::kDeadlineExceeded ? "timeout"
+                           : code == absl::StatusCode::kUnavailable    ? "unavailable"
+                                                                       : "error")
+          .Increment();
+    }
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.reward_failures;
     return absl::OkStatus();
@@ -261,6 +331,16 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   result->set_max_version(max_version);
   // Into the replay buffer first, then done: a crash in between re-runs the prompt.
   PRL_RETURN_IF_ERROR(write_group_(group));
+  if (options_.metrics != nullptr) {
+    metrics::ActorMetrics& m = *options_.metrics;
+    for (size_t i = 0; i < output.samples.size(); ++i) {
+      m.rollout_length_tokens.Observe(static_cast<double>(output.samples[i].tokens.size()));
+      m.reward.Observe((*rewards)[i].reward);
+      m.RolloutsFinished(FinishReasonName(output.samples[i].finish_reason)).Increment();
+    }
+    m.tokens_generated.Increment(static_cast<double>(tokens));
+    m.groups_done.Increment();
+  }
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.groups_written;
@@ -283,22 +363,14 @@ absl::Status Actor::Run(const std::atomic<bool>* stop) {
   PRL_RETURN_IF_ERROR(Register(stop));
   absl::Time next_heartbeat = absl::Now();
   while (!stop->load()) {
-    if (weights_ != nullptr) {
-      PRL_ASSIGN_OR_RETURN(std::optional<VersionedWeights> next,
-                           weights_->TakeNewer(engine_->Stats().weight_version));
-      if (next.has_value()) {
-        PRL_RETURN_IF_ERROR(engine_->SwapWeights(next->weights, next->version));
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        ++stats_.weight_swaps;
-        stats_.weight_version = next->version;
-      }
-    }
+    PRL_RETURN_IF_ERROR(SwapIfNewer());
+    UpdateEngineGauges();
     absl::Status control = absl::OkStatus();
     if (absl::Now() >= next_heartbeat) {
       control = Heartbeat();
       next_heartbeat = absl::Now() + absl::Milliseconds(heartbeat_ms_);
     }
-    if (control.ok()) control = LeaseMore();
+    if (control.ok()) control = LeaseMore(stop);
     if (absl::IsNotFound(control)) {
       // The coordinator restarted and forgot us: register again. What we generate for the
       // old leases is still accepted (lease ids name their prompt).

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "inference_engine/engine.h"
+#include "metrics/prl_metrics.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
@@ -51,6 +52,12 @@ struct ActorOptions {
   // Token ids -> text for the rewards; null: the ids written as decimal numbers separated by
   // spaces (so that exact_match can compare with a reference written the same way).
   std::function<absl::StatusOr<std::string>(absl::Span<const int32_t>)> decode;
+  // Prometheus metrics to update (null: none); they must outlive the actor.
+  metrics::ActorMetrics* metrics = nullptr;
+  metrics::WeightSyncMetrics* weight_metrics = nullptr;
+  metrics::ProcessMetrics* process_metrics = nullptr;
+  // Sync mode: how long a lease may wait for the weight version it requires.
+  absl::Duration weight_wait_timeout = absl::Seconds(600);
 };
 
 struct ActorStats {
@@ -83,7 +90,12 @@ class Actor {
         const ActorOptions& options);
   absl::Status Register(const std::atomic<bool>* stop);
   absl::Status Heartbeat();
-  absl::Status LeaseMore();
+  absl::Status LeaseMore(const std::atomic<bool>* stop);
+  // Swaps in the newest delivered weights, if newer than the engine's (between engine steps).
+  absl::Status SwapIfNewer();
+  // Sync mode: blocks until the engine holds `version` (or stop / time-out).
+  absl::Status AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop);
+  void UpdateEngineGauges();
   absl::Status Finish(const RequestOutput& output);
   absl::StatusOr<reward::RewardFunction*> RewardFor(const prl::v1::RewardSpec& spec);
   absl::StatusOr<std::string> Text(absl::Span<const int32_t> ids) const;
@@ -95,6 +107,7 @@ class Actor {
   std::unique_ptr<prl::v1::ActorControl::Stub> control_;
   std::string actor_id_;
   int64_t heartbeat_ms_ = 5000;
+  int64_t staged_version_ = 0;              // newest weights handed to the engine
   std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease
   std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec
   mutable std::mutex stats_mu_;

@@ -37,6 +37,8 @@ void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry);
 // After RegisterLearnerCommands (adds `learner serve`).
 void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
+// After RegisterBenchCommands (adds `bench e2e`).
+void RegisterRunCommands(CLI::App& app, CommandRegistry& registry);
 // The ranks of `prl learner step` re-execute the command line they were given.
 void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
   CLI::App app{
       "prl: asynchronous Pipeline-RL for language models.\n"
-      "Today: model init/info, score, generate (CPU backend), replay, learner step|train, export, coordinator, submit, status, bench."};
+      "Roles: run (everything on this machine), coordinator, actor, learner serve; clients: "
+      "submit, status; tools: model, score, generate, replay, learner step|train, export, bench."};
   app.set_version_flag("--version", "prl 0.1.0");
   app.require_subcommand(1);
   int threads = 0;
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterLearnerCommands(app, registry, argc, argv);
   prl::cli::RegisterRoleCommands(app, registry, argc, argv);
   prl::cli::RegisterBenchCommands(app, registry, argc, argv);
+  prl::cli::RegisterRunCommands(app, registry);
 
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) omp_set_num_threads(threads);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
+#include "cli/config_flags.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
 #include "core/status_macros.h"
@@ -38,11 +39,43 @@ std::atomic<bool> stop_requested{false};
 struct CoordinatorFlags {
   std::string log = "runs/coordinator/prompts.log", model, address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:0";
+  std::string config_file;
   coordinator::CoordinatorConfig config;
   bool char_tokenizer = false;
+  CLI::App* command = nullptr;
 };
 
+absl::Status ApplyConfig(CoordinatorFlags& f) {
+  if (f.config_file.empty()) return absl::OkStatus();
+  PRL_ASSIGN_OR_RETURN(const config::RunConfig c, config::LoadRunConfig(f.config_file));
+  CLI::App* cmd = f.command;
+  FromConfig(cmd, "--model", &f.model, c.model.path);
+  FromConfig(cmd, "--log", &f.log, c.run_dir() + "/coordinator/prompts.log");
+  FromConfig(cmd, "--address", &f.address, c.coordinator.address);
+  FromConfig(cmd, "--lease-ms", &f.config.lease_ms, c.coordinator.lease_ms);
+  FromConfig(cmd, "--heartbeat-ms", &f.config.heartbeat_ms, c.coordinator.heartbeat_ms);
+  FromConfig(cmd, "--max-pending-prompts", &f.config.max_pending_prompts,
+             c.coordinator.max_pending_prompts);
+  FromConfig(cmd, "--max-lag", &f.config.max_lag, c.learner.max_lag);
+  FromConfig(cmd, "--groups-per-step", &f.config.groups_per_step, c.learner.groups_per_step);
+  FromConfig(cmd, "--char-tokenizer", &f.char_tokenizer, c.task.name == "arithmetic");
+  FromConfig(cmd, "--sync", &f.config.sync, c.run.mode == "sync");
+  if (f.model.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.config_file,
+                     ": model.path is empty; give --model (prl run creates the "
+                     "model and passes it)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunCoordinator(CoordinatorFlags f) {
+  PRL_RETURN_IF_ERROR(ApplyConfig(f));
+  if (f.model.empty()) {
+    return absl::InvalidArgumentError(
+        "coordinator: --model is required (or --config with "
+        "model.path)");
+  }
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(f.model));
   f.config.log_path = f.log;
   f.config.vocab_size = model.vocab_size;
@@ -280,11 +313,13 @@ void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry) {
   auto c = std::make_shared<CoordinatorFlags>();
   CLI::App* coord = app.add_subcommand(
       "coordinator", "The prompt-set service: durable prompt sets, leases to actors, progress");
-  coord
-      ->add_option("--model", c->model,
-                   "Model directory (its vocabulary and context bound "
-                   "the prompts)")
-      ->required();
+  coord->add_option("--model", c->model,
+                    "Model directory (its vocabulary and context bound "
+                    "the prompts; required unless --config gives model.path)");
+  coord->add_option("--config", c->config_file,
+                    "The run's config file (flags given here override it)");
+  coord->add_flag("--sync", c->config.sync,
+                  "Sync mode: lease one step's prompts at a time, with the newest weights");
   coord->add_option("--log", c->log, "The durable prompt log")->capture_default_str();
   coord->add_option("--address", c->address, "Listening address (port 0: any free port)")
       ->capture_default_str();
@@ -312,6 +347,7 @@ void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry) {
       ->capture_default_str();
   coord->add_flag("--char-tokenizer", c->char_tokenizer,
                   "Accept text prompts, tokenised with the built-in task's character tokenizer");
+  c->command = coord;
   registry.Add(coord, [c] { return RunCoordinator(*c); });
 
   auto s = std::make_shared<SubmitFlags>();

@@ -352,10 +352,12 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     int64_t in_flight = static_cast<int64_t>(leases_.size());
     const int64_t unconsumed =
         std::max<int64_t>(0, stats_.groups_completed - stats_.groups_consumed);
+    const int64_t lag_budget = config_.sync ? 0 : config_.max_lag;
     allowed =
-        std::min(allowed, (config_.max_lag + 1) * config_.groups_per_step - in_flight - unconsumed);
+        std::min(allowed, (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed);
   }
   prl::v1::LeaseResponse response;
+  if (config_.sync) response.set_min_weight_version(stats_.learner_version);
   while (allowed > 0 && !queue_.empty()) {
     const auto [set_id, index] = queue_.front();
     queue_.pop_front();

@@ -41,6 +41,11 @@ struct CoordinatorConfig {
   int32_t max_samples_per_prompt = 1024;
   int64_t max_lag = 4;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
+  // Sync mode: the conventional loop on the same processes. At most groups_per_step prompts
+  // are leased or waiting for the learner at a time (a budget of max_lag 0), and leases
+  // require the learner's newest version (LeaseResponse.min_weight_version), so a step's
+  // batch is generated entirely with the weights of the step before.
+  bool sync = false;
   // The model's limits, for validating submissions.
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;

@@ -1,5 +1,6 @@
 #include "learner/learner_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -185,6 +186,21 @@ absl::Status LearnerService::Run(const std::atomic<bool>* stop,
       PRL_ASSIGN_OR_RETURN(report.result, TrainStep(*model_, *optimizer_, *samples, options_.step,
                                                     state_.weight_version));
     }
+    if (rank0) {
+      for (const TrainSample& sample : *samples) {
+        report.completion_tokens += static_cast<int64_t>(sample.completion.size());
+        if (sample.versions.empty()) continue;
+        int64_t oldest = sample.versions[0];
+        double sum = 0;
+        for (int64_t v : sample.versions) {
+          oldest = std::min(oldest, v);
+          sum += static_cast<double>(v);
+        }
+        const double version = static_cast<double>(state_.weight_version);
+        report.sample_max_lags.push_back(version - static_cast<double>(oldest));
+        report.sample_mean_lags.push_back(version - sum / sample.versions.size());
+      }
+    }
     ++state_.step;
     ++state_.weight_version;
     state_.data_position += report.groups;
@@ -198,7 +214,9 @@ absl::Status LearnerService::Run(const std::atomic<bool>* stop,
     PRL_RETURN_IF_ERROR(Publish());
     report.publish_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
-    if (!options_.checkpoint_dir.empty() && state_.step % options_.checkpoint_every == 0) {
+    const bool last_step = options_.max_steps > 0 && state_.step >= options_.max_steps;
+    if (!options_.checkpoint_dir.empty() &&
+        (state_.step % options_.checkpoint_every == 0 || last_step)) {
       TrainingState t;
       t.step = state_.step;
       t.weight_version = state_.weight_version;

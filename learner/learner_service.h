@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "learner/advantages.h"
@@ -33,7 +34,7 @@ struct LearnerServiceOptions {
   int64_t max_steps = 0;                           // 0: until stopped
   absl::Duration take_timeout = absl::Seconds(1);  // per wait for groups (then re-checks stop)
   std::string checkpoint_dir;                      // empty: no checkpoints
-  int64_t checkpoint_every = 10;
+  int64_t checkpoint_every = 10;                   // and after the last step when max_steps is set
   StepConfig step;
   AdvantageConfig advantages;
   // The newest version already in the weight transport (-1: none), e.g. published by a
@@ -51,6 +52,10 @@ struct LearnerStepReport {
   double lag_mean = 0, lag_max = 0;
   int64_t dropped_stale = 0;  // groups the buffer dropped for staleness so far
   double publish_seconds = 0;
+  // Per trained sample (where the actor recorded token versions): learner version minus the
+  // oldest token version, and minus the mean token version. For the lag histograms.
+  std::vector<double> sample_max_lags, sample_mean_lags;
+  int64_t completion_tokens = 0;  // tokens the actors generated in this step's samples
 };
 
 class LearnerService {

@@ -1,0 +1,129 @@
+#include "runner/child_process.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace prl::runner {
+
+absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildSpec& spec) {
+  if (spec.argv.empty()) return absl::InvalidArgumentError("child process: empty argv");
+  const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot open log ", spec.log_path, ": ", std::strerror(errno)));
+  }
+  std::vector<char*> argv;
+  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log);
+    return absl::InternalError(absl::StrCat("fork for ", spec.name, ": ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    // Child: die with the supervisor; a parent that died before prctl means we are orphaned.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    // Its own process group: a terminal's Ctrl-C reaches prl run only, which stops the roles
+    // in order (actors, learner, coordinator).
+    ::setpgid(0, 0);
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    const std::string message = absl::StrCat("exec ", argv[0], ": ", std::strerror(errno), "\n");
+    [[maybe_unused]] ssize_t ignored = ::write(STDERR_FILENO, message.data(), message.size());
+    ::_exit(127);
+  }
+  ::close(log);
+  return ChildProcess(spec, pid);
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : spec_(std::move(other.spec_)), pid_(other.pid_), status_(other.status_) {
+  other.pid_ = -1;
+}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    if (pid_ > 0 && !status_.has_value()) Stop(absl::ZeroDuration());
+    spec_ = std::move(other.spec_);
+    pid_ = other.pid_;
+    status_ = other.status_;
+    other.pid_ = -1;
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !status_.has_value()) Stop(absl::ZeroDuration());
+}
+
+std::optional<int> ChildProcess::Poll() {
+  if (status_.has_value() || pid_ <= 0) return status_;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) status_ = status;
+  return status_;
+}
+
+void ChildProcess::Signal(int signal_number) {
+  if (pid_ > 0 && !Poll().has_value()) ::kill(pid_, signal_number);
+}
+
+int ChildProcess::Stop(absl::Duration grace) {
+  if (pid_ <= 0) return 0;
+  if (!Poll().has_value()) {
+    if (grace > absl::ZeroDuration()) {
+      ::kill(pid_, SIGTERM);
+      const absl::Time deadline = absl::Now() + grace;
+      while (!Poll().has_value() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (!Poll().has_value()) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      status_ = status;
+    }
+  }
+  return *status_;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", ::strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+absl::StatusOr<int> PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("picking a free port: ", std::strerror(err)));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+}  // namespace prl::runner

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""`prl run` as a user runs it: one config file, every role a separate supervised process.
+
+A short run completes and writes summary.json with the promised fields; sync mode trains on
+samples of lag 0 only; an actor killed with kill -9 is restarted and nothing is lost; Ctrl-C
+stops every role and removes the run's shared memory; every process serves /metrics that
+promtool accepts; a bad config is refused naming the field.
+
+usage: run_test.py PATH_TO_PRL [unittest args]
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+PRL = None
+
+# Small and quick: a short warm-start, few RL steps, small groups.
+BASE = {
+    "sft": {"steps": 60, "examples_per_step": 64},
+    "learner": {"steps": 6, "groups_per_step": 4, "lr": 3e-4, "checkpoint_every": 2},
+    "task": {"eval_prompts": 40, "samples_per_prompt": 4},
+    "actors": {"count": 2, "max_prompts_in_flight": 4},
+    "coordinator": {"lease_ms": 3000, "heartbeat_ms": 300},
+}
+
+
+class RunTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="prl_run_test_")
+        self.name = "t%d-%s" % (os.getpid(), self.id().split(".")[-1][-12:])
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for path in glob.glob("/dev/shm/prl-%s-*" % self.name):
+            os.remove(path)
+
+    def config(self, **sections):
+        cfg = json.loads(json.dumps(BASE))
+        cfg["run"] = {"name": self.name, "dir": os.path.join(self.tmp, "run")}
+        for section, values in sections.items():
+            cfg.setdefault(section, {}).update(values)
+        path = os.path.join(self.tmp, "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        return path
+
+    def start(self, config, *extra):
+        log = open(os.path.join(self.tmp, "run.out"), "w")
+        proc = subprocess.Popen([PRL, "run", "--config", config, *extra], stdout=log,
+                                stderr=subprocess.STDOUT, text=True)
+        log.close()
+        return proc
+
+    def output(self):
+        with open(os.path.join(self.tmp, "run.out")) as f:
+            return f.read()
+
+    def wait_for(self, pattern, timeout=240):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            match = re.search(pattern, self.output())
+            if match:
+                return match
+            time.sleep(0.1)
+        self.fail("never saw %r:\n%s" % (pattern, self.output()))
+
+    def finish(self, proc, timeout=600):
+        self.assertEqual(proc.wait(timeout=timeout), 0, self.output())
+        last = self.output().strip().splitlines()[-1]
+        self.assertTrue(last.startswith("summary: "), last)
+        with open(last[len("summary: "):]) as f:
+            return json.load(f)
+
+    def test_a_run_completes_and_writes_its_summary(self):
+        proc = self.start(self.config())
+        summary = self.finish(proc)
+        for key in ("eval_before", "eval_after", "steps", "samples", "tokens_per_second",
+                    "mean_lag", "max_lag"):
+            self.assertIn(key, summary)
+        self.assertEqual(summary["steps"], 6)
+        self.assertEqual(summary["samples"], 6 * 4 * 4)
+        self.assertGreater(summary["tokens_per_second"], 0)
+        self.assertTrue(0 <= summary["eval_before"] <= 1 and 0 <= summary["eval_after"] <= 1)
+        self.assertEqual(len(summary["reward_curve"]), 6)
+        out = self.output()
+        # One progress line per learner step.
+        self.assertEqual(len(re.findall(r"^step +\d+/6 \| version", out, re.M)), 6, out)
+        self.assertTrue(os.path.exists(os.path.join(summary["model_final"], "config.json")))
+        self.assertEqual(glob.glob("/dev/shm/prl-%s-*" % self.name), [])
+
+    def test_sync_mode_trains_only_on_samples_of_the_current_weights(self):
+        proc = self.start(self.config(), "--mode", "sync")
+        summary = self.finish(proc)
+        self.assertEqual(summary["mode"], "sync")
+        self.assertEqual(summary["steps"], 6)
+        self.assertEqual(summary["max_lag"], 0)
+        self.assertEqual(summary["mean_lag"], 0)
+
+    def test_a_killed_actor_is_restarted_and_the_run_completes(self):
+        proc = self.start(self.config(learner={"steps": 10}))
+        self.wait_for(r"step +2/10")
+        pids = subprocess.run(["pgrep", "-f", "actor --config .*--name actor-0"],
+                              capture_output=True, text=True).stdout.split()
+        self.assertTrue(pids, self.output())
+        os.kill(int(pids[0]), signal.SIGKILL)
+        summary = self.finish(proc)
+        self.assertIn("supervisor: actor-0 killed by signal 9", self.output())
+        self.assertGreaterEqual(summary["restarts"]["actor"], 1)
+        self.assertEqual(summary["steps"], 10)
+
+    def test_ctrl_c_stops_every_role_and_removes_shared_memory(self):
+        proc = self.start(self.config(learner={"steps": 1000}))
+        self.wait_for(r"step +1/1000")
+        self.assertTrue(glob.glob("/dev/shm/prl-%s-*" % self.name))
+        proc.send_signal(signal.SIGINT)
+        self.assertEqual(proc.wait(timeout=120), 130, self.output())
+        self.assertIn("interrupted", self.output())
+        self.assertEqual(glob.glob("/dev/shm/prl-%s-*" % self.name), [])
+        left = subprocess.run(["pgrep", "-f", "--config %s" % re.escape(
+            os.path.join(self.tmp, "run", "config.json"))], capture_output=True, text=True)
+        self.assertEqual(left.stdout.strip(), "", "roles outlived prl run")
+
+    def test_every_role_serves_metrics_that_promtool_accepts(self):
+        proc = self.start(self.config(learner={"steps": 1000}))
+        self.wait_for(r"step +2/1000")
+        endpoints = re.findall(r"metrics: (\S+) (http://\S+)", self.output())
+        self.assertEqual([e[0] for e in endpoints],
+                         ["coordinator", "learner", "actor-0", "actor-1"])
+        bodies = {}
+        for role, url in endpoints:
+            bodies[role] = urllib.request.urlopen(url, timeout=10).read().decode()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        self.assertRegex(bodies["actor-0"], r"prl_rollout_length_tokens_count \d+")
+        self.assertRegex(bodies["actor-0"], r"prl_tokens_generated_total [1-9]")
+        self.assertRegex(bodies["learner"], r"prl_sample_max_lag_versions_count [1-9]")
+        self.assertRegex(bodies["learner"], r"prl_importance_ratio_mean")
+        self.assertRegex(bodies["learner"], r"prl_logprob_mismatch_kl")
+        self.assertRegex(bodies["coordinator"], r"prl_prompts_in_flight")
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            self.skipTest("promtool not installed (scripts/setup.sh installs it)")
+        for role, body in bodies.items():
+            check = subprocess.run([promtool, "check", "metrics"], input=body,
+                                   capture_output=True, text=True)
+            self.assertEqual(check.returncode, 0, "%s: %s%s" % (role, check.stdout, check.stderr))
+            self.assertEqual(check.stdout.strip(), "", "%s: %s" % (role, check.stdout))
+
+    def test_a_bad_config_is_refused_naming_the_field(self):
+        proc = subprocess.run([PRL, "run", "--config", self.config(learner={"lr": -1})],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("learner.lr: expected a number > 0, found -1", proc.stderr)
+        proc = subprocess.run([PRL, "run", "--set", "actors.cuont=2"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("unknown key 'actors.cuont'", proc.stderr)
+
+
+if __name__ == "__main__":
+    PRL = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
