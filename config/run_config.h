@@ -39,7 +39,7 @@ struct TaskSection {
   std::string name = "arithmetic";  // the built-in task (prompts, held-out split, verifier)
   int min_digits = 1, max_digits = 3;
   std::string operations = "+";
-  int64_t eval_prompts = 200;  // held-out prompts for eval_before / eval_after
+  int64_t eval_prompts = 1000;  // held-out prompts for eval_before / eval_after
   int32_t samples_per_prompt = 8;
   int32_t max_tokens = 6;
   double temperature = 1.0;
@@ -50,8 +50,11 @@ struct TaskSection {
   std::string credit = "exact";
 };
 
-struct SftSection {  // the supervised warm-start before RL (steps 0: none)
-  int64_t steps = 600;
+// The supervised warm-start before RL (steps 0: none). The defaults take the tiny model to
+// about 57% greedy held-out accuracy in ~30 s on 2 cores: room for RL, and groups of samples
+// that disagree often enough for GRPO to have a signal.
+struct SftSection {
+  int64_t steps = 2000;
   double lr = 3e-3;
   int64_t examples_per_step = 128;
 };
@@ -66,15 +69,17 @@ struct ActorsSection {
 
 struct LearnerSection {
   int world_size = 1;
-  int64_t steps = 40;  // RL optimizer steps
+  int64_t steps = 2000;  // RL optimizer steps
   int64_t groups_per_step = 16;
   std::string loss = "reinforce_tis";
   std::string optimizer = "adamw";
   std::string advantage = "grpo";
-  double lr = 1e-3;
+  // Measured on the quickstart (300 steps from the same warm start): 1e-4 gains the most
+  // held-out accuracy, 3e-4 half as much, 1e-3 collapses the policy.
+  double lr = 1e-4;
   double max_grad_norm = 1.0;
   int64_t max_lag = 4;
-  int64_t checkpoint_every = 10;
+  int64_t checkpoint_every = 100;
   int64_t micro_batch_tokens = 4096;
   int max_restarts = 3;
 };

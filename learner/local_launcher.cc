@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -28,7 +29,12 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
         absl::StrCat("cannot create a rendezvous directory in /tmp: ", std::strerror(errno)));
   }
   const std::string store_dir = dir_template;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The launcher's thread budget: OMP_NUM_THREADS when set (e.g. by prl run, which shares the
+  // cores between roles), else every core.
+  const char* budget = std::getenv("OMP_NUM_THREADS");
+  const int cores = budget != nullptr && std::atoi(budget) > 0
+                        ? std::atoi(budget)
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads_per_rank > 0 ? options.threads_per_rank
                                                    : std::max(1, cores / options.world_size);
   std::vector<pid_t> children;

@@ -19,7 +19,7 @@ inline constexpr char kStoreDirEnv[] = "PRL_RENDEZVOUS_DIR";
 
 struct LaunchOptions {
   int world_size = 1;
-  int threads_per_rank = 0;  // 0: max(1, cores / world_size)
+  int threads_per_rank = 0;  // 0: max(1, budget / world_size), budget = OMP_NUM_THREADS or cores
   // After the first rank fails, how long the others may take to notice and report before
   // they are killed (set it above the collectives' time-out).
   absl::Duration grace_after_failure = absl::Seconds(60);

@@ -38,6 +38,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildSpec& spec) {
     // Its own process group: a terminal's Ctrl-C reaches prl run only, which stops the roles
     // in order (actors, learner, coordinator).
     ::setpgid(0, 0);
+    for (const auto& [name, value] : spec.env) ::setenv(name.c_str(), value.c_str(), 1);
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     ::execv(argv[0], argv.data());

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,8 @@ struct ChildSpec {
   std::string name;               // "actor-0": for messages
   std::vector<std::string> argv;  // argv[0] is the executable's path
   std::string log_path;           // stdout and stderr, appended
+  // Set in the child's environment (on top of the parent's).
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 class ChildProcess {

@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +57,21 @@ struct StepLine {
   int64_t step = 0, version = 0, samples = 0, completion_tokens = 0, trained_tokens = 0;
   double unix_time = 0, reward = 0, lag_mean = 0, lag_max = 0, kl = 0, ratio = 0;
 };
+
+// The roles share this machine's cores: each gets an OpenMP thread budget so that together
+// they do not oversubscribe the cores, and OpenMP threads sleep rather than spin while they
+// wait (a spinning team on a shared core starves the other processes). Variables the user
+// set win.
+std::vector<std::pair<std::string, std::string>> ThreadEnv(int threads) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    env.push_back({"OMP_NUM_THREADS", absl::StrCat(std::max(1, threads))});
+  }
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) env.push_back({"OMP_WAIT_POLICY", "PASSIVE"});
+  return env;
+}
+
+int Cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
 class Run {
  public:
@@ -178,7 +195,8 @@ class Run {
                                                "1",
                                                "--out",
                                                out},
-                                              log}));
+                                              log,
+                                              ThreadEnv(Cores())}));
     while (sft.running()) {
       if (Interrupted()) return absl::CancelledError("interrupted during the warm-start");
       absl::SleepFor(absl::Milliseconds(100));
@@ -251,21 +269,26 @@ class Run {
         std::vector<std::string> coord,
         with_metrics({o_.prl_path, "coordinator", "--config", role_config_, "--address", address},
                      0, "coordinator"));
-    coordinator_spec_ = {"coordinator", coord, dir_ + "/logs/coordinator.log"};
+    // Actors and learner ranks run at once: they split the cores.
+    const int role_threads = Cores() / (c_.actors.count + c_.learner.world_size);
+    coordinator_spec_ = {"coordinator", coord, dir_ + "/logs/coordinator.log", ThreadEnv(1)};
     std::vector<std::string> learner = {
         o_.prl_path, "learner",       "serve",
         "--config",  role_config_,    "--coordinator",
         address,     "--report-file", dir_ + "/learner_steps.jsonl"};
     if (!weights_port.empty()) learner.insert(learner.end(), {"--weights-listen", weights_port});
     PRL_ASSIGN_OR_RETURN(learner, with_metrics(learner, 1, "learner"));
-    learner_spec_ = {"learner", learner, dir_ + "/logs/learner.log"};
+    // The learner's launcher splits its OMP_NUM_THREADS between its ranks.
+    learner_spec_ = {"learner", learner, dir_ + "/logs/learner.log",
+                     ThreadEnv(role_threads * c_.learner.world_size)};
     for (int i = 0; i < c_.actors.count; ++i) {
       const std::string name = absl::StrCat("actor-", i);
       std::vector<std::string> actor = {o_.prl_path,     "actor", "--config", role_config_,
                                         "--coordinator", address, "--name",   name};
       if (!weights_port.empty()) actor.insert(actor.end(), {"--weights-address", weights_port});
       PRL_ASSIGN_OR_RETURN(actor, with_metrics(actor, 2 + i, name));
-      actor_specs_.push_back({name, actor, dir_ + "/logs/" + name + ".log"});
+      actor_specs_.push_back(
+          {name, actor, dir_ + "/logs/" + name + ".log", ThreadEnv(role_threads)});
     }
 
     PRL_ASSIGN_OR_RETURN(ChildProcess started, ChildProcess::Start(coordinator_spec_));
@@ -329,8 +352,10 @@ class Run {
       pending += s.prompts_pending();
       in_flight_ += s.prompts_in_flight();
     }
-    if (pending >= 2 * g) return absl::OkStatus();
-    const int64_t chunk = 4 * g;
+    // Enough pending that the actors never wait for prompts within the staleness budget (the
+    // coordinator leases at most (max_lag + 1) steps' worth), submitted a few steps at a time.
+    if (pending >= (c_.learner.max_lag + 2) * g) return absl::OkStatus();
+    const int64_t chunk = 8 * g;
     PRL_ASSIGN_OR_RETURN(const std::vector<task::ArithmeticProblem> problems,
                          task::GenerateProblems(TaskConfig(c_), task::Split::kTrain,
                                                 c_.run.seed * 104729 + 17 + chunks_, chunk));
@@ -409,7 +434,7 @@ class Run {
       if (Interrupted()) return absl::CancelledError("interrupted");
       if (absl::Now() >= next_feed) {
         PRL_RETURN_IF_ERROR(FeedPrompts());
-        next_feed = absl::Now() + absl::Milliseconds(500);
+        next_feed = absl::Now() + absl::Milliseconds(100);
       }
       ReadSteps();
       if (!coordinator_->running()) {

@@ -97,6 +97,17 @@ class RunTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(summary["model_final"], "config.json")))
         self.assertEqual(glob.glob("/dev/shm/prl-%s-*" % self.name), [])
 
+    def test_weights_reach_the_actors_over_grpc_too(self):
+        proc = self.start(self.config(broadcast={"transport": "grpc"}))
+        summary = self.finish(proc)
+        self.assertEqual(summary["steps"], 6)
+        with open(os.path.join(self.tmp, "run", "logs", "learner.log")) as f:
+            self.assertIn("publishing weights over gRPC", f.read())
+        for actor in ("actor-0", "actor-1"):
+            with open(os.path.join(self.tmp, "run", "logs", actor + ".log")) as f:
+                versions = [int(v) for v in re.findall(r"weight version (\d+)", f.read())]
+            self.assertTrue(versions and versions[-1] >= 1, "%s never swapped" % actor)
+
     def test_sync_mode_trains_only_on_samples_of_the_current_weights(self):
         proc = self.start(self.config(), "--mode", "sync")
         summary = self.finish(proc)
