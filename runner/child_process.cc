@@ -82,6 +82,17 @@ void ChildProcess::Signal(int signal_number) {
   if (pid_ > 0 && !Poll().has_value()) ::kill(pid_, signal_number);
 }
 
+int ChildProcess::Wait() {
+  if (pid_ <= 0) return 0;
+  if (!Poll().has_value()) {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    status_ = status;
+  }
+  return *status_;
+}
+
 int ChildProcess::Stop(absl::Duration grace) {
   if (pid_ <= 0) return 0;
   if (!Poll().has_value()) {

@@ -39,6 +39,8 @@ class ChildProcess {
   std::optional<int> Poll();
   bool running() { return !Poll().has_value(); }
   void Signal(int signal_number);
+  // Waits for the child to exit by itself; returns the wait status.
+  int Wait();
   // SIGTERM, then SIGKILL after `grace`; returns the wait status.
   int Stop(absl::Duration grace);
 

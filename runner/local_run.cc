@@ -471,8 +471,9 @@ class Run {
         ChildProcess::Start({"export",
                              {o_.prl_path, "export", "--checkpoint-dir", dir_ + "/checkpoints",
                               "--out", dir_ + "/model-final"},
-                             log}));
-    const int status = exp.Stop(absl::InfiniteDuration());
+                             log,
+                             {}}));
+    const int status = exp.Wait();
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       return absl::InternalError(
           absl::StrCat("prl export ", DescribeWaitStatus(status), "; ", log, ":\n", Tail(log)));
