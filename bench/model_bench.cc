@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
+#include "kernels/matmul.h"
 #include "model/flops.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
@@ -38,8 +40,14 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
                                                    " exceeds max_position_embeddings ",
                                                    config.max_position_embeddings));
   }
-  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, o.device, false));
-  InitializeParameters(params, /*seed=*/1);
+  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), false));
+  InitializeParameters(params, /*seed=*/1);  // on the host, then to the device
+  if (o.device.is_cuda()) {
+    PRL_ASSIGN_OR_RETURN(ParameterSet on_device, ParameterSet::Allocate(config, o.device, false));
+    PRL_RETURN_IF_ERROR(
+        CopyBytes(on_device.data(), o.device, params.data(), Device::Cpu(), params.buffer.bytes()));
+    params = std::move(on_device);
+  }
   PRL_ASSIGN_OR_RETURN(ParameterSet grads, ParameterSet::Allocate(config, o.device, true));
 
   PackedBatch batch;
@@ -57,13 +65,31 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
   const double fwd_flops = ForwardFlops(config, seq_lens, o.tokens);
   const double train_flops = TrainingFlops(config, seq_lens, o.tokens);
 
-  // SGEMM baseline on the model's gate|up projection shape.
+  // SGEMM baseline on the model's gate|up projection shape: OpenBLAS on the CPU, the CUDA
+  // backend's fp32 GEMM (cuBLASLt, no TF32) on a GPU.
   const int64_t M = o.tokens, N = 2 * config.intermediate_size, K = config.hidden_size;
+  const bool gpu = o.device.is_cuda();
+  auto sync = [&]() -> absl::Status {
+    return gpu ? cuda::Synchronize(o.device.index) : absl::OkStatus();
+  };
   std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), c(M * N);
+  OwnedTensor ga, gb, gc;
+  if (gpu) {
+    PRL_ASSIGN_OR_RETURN(ga, AllocateTensor(DType::kF32, o.device, {M, K}));
+    PRL_ASSIGN_OR_RETURN(gb, AllocateTensor(DType::kF32, o.device, {N, K}));
+    PRL_ASSIGN_OR_RETURN(gc, AllocateTensor(DType::kF32, o.device, {M, N}));
+    PRL_RETURN_IF_ERROR(CopyBytes(ga.view.data, o.device, a.data(), Device::Cpu(), a.size() * 4));
+    PRL_RETURN_IF_ERROR(CopyBytes(gb.view.data, o.device, b.data(), Device::Cpu(), b.size() * 4));
+  }
   auto time_sgemm = [&] {
     const auto start = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
-                0.0f, c.data(), N);
+    if (gpu) {
+      kernels::MatmulForward(gc.view, ga.view, gb.view);
+      sync().IgnoreError();
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                  0.0f, c.data(), N);
+    }
     return 2.0 * M * N * K / Seconds(start) / 1e9;
   };
 
@@ -79,6 +105,7 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
     const auto start = std::chrono::steady_clock::now();
     PRL_RETURN_IF_ERROR(model.Forward(params.params, batch, 1.0f, absl::MakeSpan(logprobs), true));
     PRL_RETURN_IF_ERROR(model.Backward(params.params, dlogprobs, grads.params));
+    PRL_RETURN_IF_ERROR(sync());
     return Seconds(start);
   };
 
@@ -103,7 +130,8 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
   }
   const double sgemm = Median(sgemm_gflops);
   const double fwd = Median(fwd_s), train = Median(train_s);
-  const std::string sgemm_name = absl::StrFormat("sgemm_%dx%dx%d", M, N, K);
+  const std::string sgemm_name =
+      absl::StrFormat(gpu ? "cublaslt_sgemm_%dx%dx%d" : "sgemm_%dx%dx%d", M, N, K);
 
   Report report;
   report.bench = "model";

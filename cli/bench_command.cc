@@ -68,7 +68,7 @@ struct EngineBenchFlags {
 };
 
 absl::Status RunEngineBench(EngineBenchFlags f) {
-  PRL_ASSIGN_OR_RETURN(f.options.engine.device, ResolveDeviceFlag(f.device));
+  PRL_ASSIGN_OR_RETURN(f.options.engine.device, ResolveEngineDeviceFlag(f.device));
   f.options.engine.kv_cache_bytes = f.kv_cache_mb << 20;
   std::shared_ptr<const ParameterSet> weights;
   if (!f.model.empty()) {

@@ -45,5 +45,8 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
 // Shared by commands that read a model: a --device flag value resolved with a note on stderr
 // when "auto" falls back to the CPU.
 absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);
+// The same for the inference engine, whose paged-attention and sampling kernels are CPU-only
+// for now: "auto" stays on the CPU, an explicit CUDA device is an error saying so.
+absl::StatusOr<Device> ResolveEngineDeviceFlag(const std::string& flag);
 
 }  // namespace prl::cli

@@ -92,7 +92,7 @@ absl::StatusOr<std::vector<Prompt>> ReadPrompts(const std::string& path, const M
 }
 
 absl::Status RunGenerate(GenerateFlags f) {
-  PRL_ASSIGN_OR_RETURN(f.engine.device, ResolveDeviceFlag(f.device));
+  PRL_ASSIGN_OR_RETURN(f.engine.device, ResolveEngineDeviceFlag(f.device));
   f.engine.kv_cache_bytes = f.kv_cache_mb << 20;
   f.engine.enable_prefix_caching = !f.no_prefix_caching;
   PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(f.model, f.engine.device));

@@ -3,8 +3,10 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "cli/command.h"
 #include "core/device.h"
+#include "core/status_macros.h"
 #include "kernels/cpu/blas_tuning.h"
 
 namespace prl::cli {
@@ -28,6 +30,16 @@ absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag) {
                  DescribeBackends().c_str());
   }
   return device;
+}
+
+absl::StatusOr<Device> ResolveEngineDeviceFlag(const std::string& flag) {
+  PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(flag));
+  if (device.is_cpu()) return device;
+  if (flag == "auto") return Device::Cpu();
+  return absl::UnimplementedError(absl::StrCat(
+      "--device ", flag,
+      ": the engine's CUDA kernels (paged attention, KV writes, sampling) are "
+      "not built yet; the training path (score, bench model) runs on CUDA. Use --device cpu"));
 }
 
 }  // namespace prl::cli

@@ -169,6 +169,13 @@ absl::Status RunScore(const ScoreFlags& f) {
     }
   }
   PRL_RETURN_IF_ERROR(WriteFileAtomically(f.output, output));
+  if (want_grads && device.is_cuda()) {  // the writer reads host memory
+    PRL_ASSIGN_OR_RETURN(ParameterSet host,
+                         ParameterSet::Allocate(params.config, Device::Cpu(), false));
+    PRL_RETURN_IF_ERROR(
+        CopyBytes(host.data(), Device::Cpu(), grads->data(), device, grads->buffer.bytes()));
+    grads = std::move(host);
+  }
   if (want_grads) PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *grads));
   return absl::OkStatus();
 }

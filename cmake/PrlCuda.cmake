@@ -16,6 +16,8 @@ if(NOT PRL_CUDA STREQUAL "OFF")
       # Ampere and Hopper: the GPUs prl targets. Override with -DCMAKE_CUDA_ARCHITECTURES.
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
+    # One CUDA runtime per process: the shared one, which the C++ code links too.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(CMAKE_CUDA_STANDARD 17)

@@ -14,7 +14,9 @@ namespace prl::cuda {
 
 // Built with the CUDA runtime.
 bool Compiled();
-// Built with the CUDA model kernels (the CUDA backend of kernels/); false until they exist.
+// Built with the CUDA backend of the training kernels (kernels/cuda/: GEMMs, norms, RoPE,
+// SwiGLU, embedding, attention, LM head, optimizer). The engine's paged-attention and
+// sampling kernels are CPU-only for now (the engine refuses a CUDA device).
 bool KernelsCompiled();
 // Usable GPUs; 0 without CUDA, without a driver, or without a GPU. Never fails.
 int DeviceCount();
@@ -23,6 +25,8 @@ absl::StatusOr<void*> Malloc(int device, size_t bytes);
 void Free(int device, void* ptr);
 // Copies between host and device or device and device (cudaMemcpyDefault), synchronously.
 absl::Status Memcpy(void* dst, const void* src, size_t bytes);
+// Waits until every kernel and copy on `device` has finished (for timing).
+absl::Status Synchronize(int device);
 // Fills `n` fp32 values at `dst` on `device` with `value` (used to poison outputs in tests).
 absl::Status FillF32(int device, float* dst, size_t n, float value);
 

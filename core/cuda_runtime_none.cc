@@ -16,6 +16,7 @@ int DeviceCount() { return 0; }
 absl::StatusOr<void*> Malloc(int, size_t) { return NotBuilt(); }
 void Free(int, void*) {}
 absl::Status Memcpy(void*, const void*, size_t) { return NotBuilt(); }
+absl::Status Synchronize(int) { return NotBuilt(); }
 absl::Status FillF32(int, float*, size_t, float) { return NotBuilt(); }
 
 }  // namespace prl::cuda

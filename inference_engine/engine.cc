@@ -43,6 +43,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
                                                        const EngineOptions& options) {
   PRL_RETURN_IF_ERROR(ValidateEngineOptions(options));
   if (weights == nullptr) return absl::InvalidArgumentError("engine: no weights");
+  if (!options.device.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "engine: no CUDA kernels for paged attention and sampling yet; run the engine on the CPU "
+        "(requested ",
+        options.device.ToString(), ")"));
+  }
   if (weights->buffer.device() != options.device) {
     return absl::InvalidArgumentError(absl::StrCat("engine: weights on ",
                                                    weights->buffer.device().ToString(),

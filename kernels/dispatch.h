@@ -20,4 +20,15 @@ void ExpectTensor(const char* op, const char* name, const Tensor& t, DType dtype
 
 [[noreturn]] void NoBackend(const char* op, Device device);
 
+// The storage dtype of a call's activations, taken from `reference`: F32 on the CPU (the only
+// one it has); F32 (exact mode) or BF16 on CUDA. Other dtypes give F32, so that ExpectTensor
+// reports the mismatch.
+inline DType ActivationDType(const Tensor& reference) {
+  if (reference.device.is_cuda() &&
+      (reference.dtype == DType::kF32 || reference.dtype == DType::kBF16)) {
+    return reference.dtype;
+  }
+  return DType::kF32;
+}
+
 }  // namespace prl::kernels::internal

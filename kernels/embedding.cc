@@ -2,6 +2,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#if PRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace prl::kernels {
 
@@ -11,11 +14,16 @@ void EmbeddingForward(const Tensor& out, const Tensor& table, const Tensor& toke
   const char* op = "EmbeddingForward";
   const int64_t T = tokens.size(0), C = table.size(1);
   ExpectTensor(op, "tokens", tokens, DType::kI32, {T});
-  ExpectTensor(op, "table", table, DType::kF32, {table.size(0), C});
-  ExpectTensor(op, "out", out, DType::kF32, {T, C});
+  const DType dt = internal::ActivationDType(table);
+  ExpectTensor(op, "table", table, dt, {table.size(0), C});
+  ExpectTensor(op, "out", out, dt, {T, C});
   const Device device = internal::CommonDevice(op, {&out, &table, &tokens});
   if (device.is_cpu()) return cpu::EmbeddingForward(out.f32(), table.f32(), tokens.i32(), T, C);
+#if PRL_WITH_CUDA
+  return cuda::EmbeddingForward(device.index, dt, out.data, table.data, tokens.i32(), T, C);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 void EmbeddingBackward(const Tensor& dtable, const Tensor& dout, const Tensor& tokens) {
@@ -23,10 +31,15 @@ void EmbeddingBackward(const Tensor& dtable, const Tensor& dout, const Tensor& t
   const int64_t T = tokens.size(0), C = dtable.size(1);
   ExpectTensor(op, "tokens", tokens, DType::kI32, {T});
   ExpectTensor(op, "dtable", dtable, DType::kF32, {dtable.size(0), C});
-  ExpectTensor(op, "dout", dout, DType::kF32, {T, C});
+  ExpectTensor(op, "dout", dout, internal::ActivationDType(dout), {T, C});
   const Device device = internal::CommonDevice(op, {&dtable, &dout, &tokens});
   if (device.is_cpu()) return cpu::EmbeddingBackward(dtable.f32(), dout.f32(), tokens.i32(), T, C);
+#if PRL_WITH_CUDA
+  return cuda::EmbeddingBackward(device.index, dout.dtype, dtable.f32(), dout.data, tokens.i32(), T,
+                                 C);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 }  // namespace prl::kernels

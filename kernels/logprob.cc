@@ -4,6 +4,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#if PRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace prl::kernels {
 
@@ -19,8 +22,9 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
   const char* op = "LogprobForward";
   const int64_t R = h.size(0), C = h.size(1), V = W.size(0);
   PRL_CHECK(temperature > 0.0f, op, ": temperature ", temperature, " must be > 0");
-  ExpectTensor(op, "h", h, DType::kF32, {R, C});
-  ExpectTensor(op, "W", W, DType::kF32, {V, C});
+  const DType dt = internal::ActivationDType(h);
+  ExpectTensor(op, "h", h, dt, {R, C});
+  ExpectTensor(op, "W", W, dt, {V, C});
   ExpectTensor(op, "logprob", logprob, DType::kF32, {R});
   ExpectTensor(op, "lse", lse, DType::kF32, {R});
   ExpectTensor(op, "targets", targets, DType::kI32, {R});
@@ -31,7 +35,14 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
                                temperature, scratch.f32(), scratch.size(0),
                                order == ReductionOrder::kBatchInvariant);
   }
+#if PRL_WITH_CUDA
+  PRL_CHECK(order == ReductionOrder::kFast, op,
+            ": the batch-invariant order is not available on CUDA yet");
+  return cuda::LogprobForward(device.index, dt, logprob.f32(), lse.f32(), h.data, W.data,
+                              targets.i32(), R, V, C, temperature, scratch.f32(), scratch.size(0));
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
@@ -40,11 +51,13 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
   const char* op = "LogprobBackward";
   const int64_t R = h.size(0), C = h.size(1), V = W.size(0);
   PRL_CHECK(temperature > 0.0f, op, ": temperature ", temperature, " must be > 0");
-  ExpectTensor(op, "dh", dh, DType::kF32, {R, C});
-  ExpectTensor(op, "dW", dW, DType::kF32, {V, C});
+  const DType dt = internal::ActivationDType(h);
+  const DType dw_dt = dW.device.is_cuda() && dW.dtype == DType::kF32 ? DType::kF32 : dt;
+  ExpectTensor(op, "dh", dh, dt, {R, C});
+  ExpectTensor(op, "dW", dW, dw_dt, {V, C});
   ExpectTensor(op, "dlogprob", dlogprob, DType::kF32, {R});
-  ExpectTensor(op, "h", h, DType::kF32, {R, C});
-  ExpectTensor(op, "W", W, DType::kF32, {V, C});
+  ExpectTensor(op, "h", h, dt, {R, C});
+  ExpectTensor(op, "W", W, dt, {V, C});
   ExpectTensor(op, "targets", targets, DType::kI32, {R});
   ExpectTensor(op, "lse", lse, DType::kF32, {R});
   ExpectTensor(op, "scratch", scratch, DType::kF32, {scratch.size(0), V});
@@ -55,7 +68,23 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
                                 lse.f32(), R, V, C, temperature, scratch.f32(), scratch.size(0),
                                 order == ReductionOrder::kBatchInvariant);
   }
+#if PRL_WITH_CUDA
+  PRL_CHECK(order == ReductionOrder::kFast, op,
+            ": the batch-invariant order is not available on CUDA yet");
+  const int64_t chunk = scratch.size(0);
+  // F32 mode turns the logits into dlogits in place; BF16 mode writes them as BF16 for the
+  // tensor-core GEMMs.
+  void* dlogits = dt == DType::kF32
+                      ? static_cast<void*>(scratch.f32())
+                      : cuda::ScratchAlloc(device.index, static_cast<size_t>(chunk * V) * 2);
+  cuda::LogprobBackward(device.index, dt, dh.data, dW.data, dw_dt, dlogprob.f32(), h.data, W.data,
+                        targets.i32(), lse.f32(), R, V, C, temperature, scratch.f32(), dlogits,
+                        chunk);
+  if (dt != DType::kF32) cuda::ScratchFree(device.index, dlogits);
+  return;
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 }  // namespace prl::kernels

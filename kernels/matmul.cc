@@ -2,6 +2,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#if PRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace prl::kernels {
 
@@ -11,10 +14,11 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
                    bool accumulate, ReductionOrder order) {
   const char* op = "MatmulForward";
   const int64_t M = a.size(0), K = a.size(1), N = w.size(0);
-  ExpectTensor(op, "out", out, DType::kF32, {M, N});
-  ExpectTensor(op, "a", a, DType::kF32, {M, K});
-  ExpectTensor(op, "w", w, DType::kF32, {N, K});
-  if (bias.defined()) ExpectTensor(op, "bias", bias, DType::kF32, {N});
+  const DType dt = internal::ActivationDType(a);
+  ExpectTensor(op, "out", out, dt, {M, N});
+  ExpectTensor(op, "a", a, dt, {M, K});
+  ExpectTensor(op, "w", w, dt, {N, K});
+  if (bias.defined()) ExpectTensor(op, "bias", bias, dt, {N});
   const Device device = internal::CommonDevice(op, {&out, &a, &w, &bias});
   if (device.is_cpu()) {
     const float* b = bias.defined() ? bias.f32() : nullptr;
@@ -23,25 +27,88 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
     }
     return cpu::MatmulForward(out.f32(), a.f32(), w.f32(), b, M, N, K, accumulate);
   }
+#if PRL_WITH_CUDA
+  // cuBLASLt's reduction order does not depend on M for a given shape class, but that is not
+  // guaranteed across heuristics: the batch-invariant mode is a CPU-backend mode for now.
+  PRL_CHECK(order == ReductionOrder::kFast, op,
+            ": the batch-invariant order is not available "
+            "on CUDA yet");
+  cuda::GemmArgs g;
+  g.trans_b = true;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.a = a.data;
+  g.lda = K;
+  g.b = w.data;
+  g.ldb = K;
+  g.d = out.data;
+  g.ldd = N;
+  g.ab_dtype = g.d_dtype = dt;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.bias = bias.defined() ? bias.data : nullptr;
+  return cuda::Gemm(device.index, g);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                     const Tensor& a, const Tensor& w) {
   const char* op = "MatmulBackward";
   const int64_t M = a.size(0), K = a.size(1), N = w.size(0);
-  if (da.defined()) ExpectTensor(op, "da", da, DType::kF32, {M, K});
-  ExpectTensor(op, "dw", dw, DType::kF32, {N, K});
+  const DType dt = internal::ActivationDType(a);
+  // Weight gradients accumulate in F32 (or the activations' dtype) on CUDA.
+  const DType dw_dt = dw.device.is_cuda() && dw.dtype == DType::kF32 ? DType::kF32 : dt;
+  if (da.defined()) ExpectTensor(op, "da", da, dt, {M, K});
+  ExpectTensor(op, "dw", dw, dw_dt, {N, K});
   if (dbias.defined()) ExpectTensor(op, "dbias", dbias, DType::kF32, {N});
-  ExpectTensor(op, "dout", dout, DType::kF32, {M, N});
-  ExpectTensor(op, "w", w, DType::kF32, {N, K});
+  ExpectTensor(op, "dout", dout, dt, {M, N});
+  ExpectTensor(op, "a", a, dt, {M, K});
+  ExpectTensor(op, "w", w, dt, {N, K});
   const Device device = internal::CommonDevice(op, {&da, &dw, &dbias, &dout, &a, &w});
   if (device.is_cpu()) {
     return cpu::MatmulBackward(da.defined() ? da.f32() : nullptr, dw.f32(),
                                dbias.defined() ? dbias.f32() : nullptr, dout.f32(), a.f32(),
                                w.f32(), M, N, K);
   }
+#if PRL_WITH_CUDA
+  if (da.defined()) {  // da (M, K) = dout (M, N) . w (N, K)
+    cuda::GemmArgs g;
+    g.M = M;
+    g.N = K;
+    g.K = N;
+    g.a = dout.data;
+    g.lda = N;
+    g.b = w.data;
+    g.ldb = K;
+    g.d = da.data;
+    g.ldd = K;
+    g.ab_dtype = g.d_dtype = dt;
+    cuda::Gemm(device.index, g);
+  }
+  {  // dw (N, K) += dout^T (N, M) . a (M, K)
+    cuda::GemmArgs g;
+    g.trans_a = true;
+    g.M = N;
+    g.N = K;
+    g.K = M;
+    g.a = dout.data;
+    g.lda = N;
+    g.b = a.data;
+    g.ldb = K;
+    g.d = dw.data;
+    g.ldd = K;
+    g.ab_dtype = dt;
+    g.d_dtype = dw_dt;
+    g.beta = 1;
+    cuda::Gemm(device.index, g);
+  }
+  if (dbias.defined()) cuda::ColumnSums(device.index, dt, dbias.f32(), dout.data, M, N);
+  return;
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 }  // namespace prl::kernels

@@ -2,6 +2,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#if PRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace prl::kernels {
 
@@ -29,7 +32,13 @@ void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& m, const
     return cpu::AdamWUpdate(param.f32() + begin, grad.f32() + begin, m.f32() + begin,
                             v.f32() + begin, end - begin, decay, step);
   }
+#if PRL_WITH_CUDA
+  return cuda::AdamWUpdate(device.index, param.f32() + begin, grad.f32() + begin, m.f32() + begin,
+                           v.f32() + begin, end - begin, decay, step.lr, step.beta1, step.beta2,
+                           step.eps, step.weight_decay, step.step, step.grad_scale, nullptr);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 void SgdUpdate(const Tensor& param, const Tensor& grad, int64_t begin, int64_t end, bool decay,
@@ -44,25 +53,39 @@ void SgdUpdate(const Tensor& param, const Tensor& grad, int64_t begin, int64_t e
     return cpu::SgdUpdate(param.f32() + begin, grad.f32() + begin, end - begin,
                           decay ? weight_decay : 0.0f, lr, grad_scale);
   }
+#if PRL_WITH_CUDA
+  return cuda::SgdUpdate(device.index, param.f32() + begin, grad.f32() + begin, end - begin,
+                         decay ? weight_decay : 0.0f, lr, grad_scale);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 void AddInPlace(const Tensor& dst, const Tensor& src) {
   const char* op = "AddInPlace";
   const int64_t n = dst.numel();
-  ExpectTensor(op, "dst", dst, DType::kF32, {n});
-  ExpectTensor(op, "src", src, DType::kF32, {n});
+  const DType dt = internal::ActivationDType(dst);
+  ExpectTensor(op, "dst", dst, dt, {n});
+  ExpectTensor(op, "src", src, dt, {n});
   const Device device = internal::CommonDevice(op, {&dst, &src});
   if (device.is_cpu()) return cpu::AddInPlace(dst.f32(), src.f32(), n);
+#if PRL_WITH_CUDA
+  return cuda::AddInPlace(device.index, dt, dst.data, src.data, n);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 double SumOfSquares(const Tensor& x) {
   const char* op = "SumOfSquares";
-  ExpectTensor(op, "x", x, DType::kF32, {x.numel()});
+  ExpectTensor(op, "x", x, internal::ActivationDType(x), {x.numel()});
   const Device device = internal::CommonDevice(op, {&x});
   if (device.is_cpu()) return cpu::SumOfSquares(x.f32(), x.numel());
+#if PRL_WITH_CUDA
+  return cuda::SumOfSquares(device.index, x.dtype, x.data, x.numel());
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 }  // namespace prl::kernels

@@ -2,6 +2,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#if PRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace prl::kernels {
 
@@ -19,7 +22,12 @@ void RopeTables(const Tensor& cos, const Tensor& sin, const Tensor& positions,
   if (device.is_cpu()) {
     return cpu::RopeTables(cos.f32(), sin.f32(), positions.i32(), inv_freq.f32(), T, half);
   }
+#if PRL_WITH_CUDA
+  return cuda::RopeTables(device.index, cos.f32(), sin.f32(), positions.i32(), inv_freq.f32(), T,
+                          half);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 void RopeApply(const Tensor& x, int64_t num_heads, int64_t head_dim, const Tensor& cos,
@@ -29,14 +37,20 @@ void RopeApply(const Tensor& x, int64_t num_heads, int64_t head_dim, const Tenso
   PRL_CHECK(head_dim % 2 == 0, op, ": head_dim ", head_dim, " must be even");
   PRL_CHECK(num_heads * head_dim <= W, op, ": ", num_heads, " heads of ", head_dim,
             " exceed row width ", W);
-  ExpectTensor(op, "x", x, DType::kF32, {T, W});
+  const DType dt = internal::ActivationDType(x);
+  ExpectTensor(op, "x", x, dt, {T, W});
   ExpectTensor(op, "cos", cos, DType::kF32, {T, head_dim / 2});
   ExpectTensor(op, "sin", sin, DType::kF32, {T, head_dim / 2});
   const Device device = internal::CommonDevice(op, {&x, &cos, &sin});
   if (device.is_cpu()) {
     return cpu::RopeApply(x.f32(), T, num_heads, head_dim, W, cos.f32(), sin.f32(), inverse);
   }
+#if PRL_WITH_CUDA
+  return cuda::RopeApply(device.index, dt, x.data, T, num_heads, head_dim, W, cos.f32(), sin.f32(),
+                         inverse);
+#else
   internal::NoBackend(op, device);
+#endif
 }
 
 }  // namespace prl::kernels

@@ -74,6 +74,9 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
       ws_(std::make_unique<Workspace>()) {
   PRL_CHECK(ValidateModelConfig(config).ok(), "Transformer needs a valid config");
   PRL_CHECK(KernelBackendAvailable(device.type), "no kernel backend for ", device.ToString());
+  if (options_.logits_chunk_bytes <= 0) {
+    options_.logits_chunk_bytes = device.is_cuda() ? int64_t{1} << 30 : int64_t{64} << 20;
+  }
 }
 
 Transformer::~Transformer() = default;

@@ -25,7 +25,9 @@ namespace prl {
 struct TransformerOptions {
   // Upper bound on the logits chunk of the LM head. 64 MiB keeps a chunk in the last-level
   // cache's neighbourhood while leaving GEMMs of >= 128 rows for vocabularies up to 128k.
-  int64_t logits_chunk_bytes = int64_t{64} << 20;
+  // On a GPU (where a chunk of 64 MiB is ~100 rows of a 152k vocabulary, too few for the
+  // GEMM) 0 means 1 GiB.
+  int64_t logits_chunk_bytes = 0;  // 0: 64 MiB on the CPU, 1 GiB on a GPU
   // kBatchInvariant makes Forward's log-probs bit-identical to the engine's behaviour
   // log-probs in the same mode (kernels/reduction_order.h); Backward is unaffected.
   kernels::ReductionOrder reduction_order = kernels::ReductionOrder::kFast;

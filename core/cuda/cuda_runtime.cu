@@ -48,6 +48,12 @@ absl::Status Memcpy(void* dst, const void* src, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status Synchronize(int device) {
+  PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  PRL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
 namespace {
 __global__ void FillF32Kernel(float* dst, size_t n, float value) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;

@@ -1,0 +1,111 @@
+// The CUDA backend of the kernel library (kernels/*.h dispatch here for cuda:N tensors):
+// raw-pointer kernels with fp32 accumulation over F32 or BF16 storage.
+//
+// Storage: "activation" operands of one call share a dtype `dt` (F32: the exact mode, for
+// comparison with the CPU backend; BF16: the production mode). Statistics (rstd, lse,
+// log-probs), optimizer state and master weights are always F32; index tensors are I32.
+// Every kernel runs on the calling thread's current stream for the device (CurrentStream)
+// and is asynchronous; errors abort with the CUDA call, file and line (PRL_CUDA_CHECK).
+//
+// What these are and are not: correct, fully-writing kernels with coalesced access, one block
+// per row for the row-wise ops, cuBLASLt for every GEMM. Attention is a two-level kernel
+// (a warp per query row and head, keys streamed with an online softmax; the backward a warp
+// per key row and KV head, which sums over the group's query heads without atomics, so it is
+// deterministic) — not yet a tensor-core FlashAttention; the CUDA issue's benchmarks measure
+// what that costs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace prl::kernels::cuda {
+
+// The stream kernels for `device` run on: the per-thread default stream (cudaStreamPerThread),
+// so that threads do not serialise on the legacy stream.
+cudaStream_t CurrentStream(int device);
+// Aborts with the failing call, CUDA's message, file and line.
+void CheckCuda(cudaError_t err, const char* call, const char* file, int line);
+#define PRL_CUDA_CHECK(call) ::prl::kernels::cuda::CheckCuda((call), #call, __FILE__, __LINE__)
+
+// --- GEMM (cuBLASLt, fp32 compute, never TF32) ---------------------------------------------
+// Row-major D (M, N) = alpha * op(A) . op(B) + beta * D (+ bias (N), of D's dtype, on every
+// row). op(A) is (M, K): A stored (M, K), or (K, M) when trans_a; op(B) is (K, N): B stored
+// (K, N), or (N, K) when trans_b (nn.Linear's weight). A and B share ab_dtype (F32 or BF16);
+// D is F32 or BF16. Leading dimensions are the row strides of the stored matrices.
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  DType ab_dtype = DType::kF32, d_dtype = DType::kF32;
+  float alpha = 1, beta = 0;
+  const void* bias = nullptr;
+};
+void Gemm(int device, const GemmArgs& args);
+
+// --- Row-wise and element-wise ops (shapes as in the kernels/*.h dispatchers) --------------
+void RmsNormForward(int device, DType dt, void* y, float* rstd, const void* x, const void* w,
+                    int64_t T, int64_t C, float eps);
+// dx (dt) += ; dw (F32, C) += (accumulated per column in fp32, deterministic).
+void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, const void* x,
+                     const void* w, const float* rstd, int64_t T, int64_t C);
+void RopeTables(int device, float* cos, float* sin, const int32_t* positions, const float* inv_freq,
+                int64_t T, int64_t half);
+void RopeApply(int device, DType dt, void* x, int64_t T, int64_t num_heads, int64_t D,
+               int64_t row_stride, const float* cos, const float* sin, bool inverse);
+void SwiGluForward(int device, DType dt, void* act, const void* gate_up, int64_t T, int64_t I);
+void SwiGluBackward(int device, DType dt, void* dgate_up, const void* dact, const void* gate_up,
+                    int64_t T, int64_t I);
+// dbias (F32, N) += column sums of x (dt, M x N), rows in order (deterministic).
+void ColumnSums(int device, DType dt, float* dbias, const void* x, int64_t M, int64_t N);
+void EmbeddingForward(int device, DType dt, void* out, const void* table, const int32_t* tokens,
+                      int64_t T, int64_t C);
+// dtable (F32, V x C) += (fp32 atomics: not bit-deterministic in the order of additions).
+void EmbeddingBackward(int device, DType dt, float* dtable, const void* dout, const int32_t* tokens,
+                       int64_t T, int64_t C);
+
+// --- Attention over packed sequences (qkv rows: H query heads, KV key heads, KV value heads)
+void AttentionForward(int device, DType dt, void* out, float* lse, const void* qkv,
+                      const int32_t* cu_seqlens, int64_t num_seqs, int64_t T, int64_t H, int64_t KV,
+                      int64_t D);
+// dqkv (dt) fully written. `scratch` holds T * H floats (delta = rowsum(dout * out)).
+void AttentionBackward(int device, DType dt, void* dqkv, const void* dout, const void* qkv,
+                       const void* out, const float* lse, const int32_t* cu_seqlens,
+                       int64_t num_seqs, int64_t T, int64_t H, int64_t KV, int64_t D,
+                       float* scratch);
+
+// --- LM head log-prob (logits chunk in an F32 scratch of chunk_rows x V) -------------------
+void LogprobForward(int device, DType dt, float* logprob, float* lse, const void* h, const void* W,
+                    const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
+                    float* scratch, int64_t chunk_rows);
+// dh (dt) =, dW (dW_dtype: F32 or dt) += . `dlogits_scratch` holds chunk_rows x V elements of
+// dt (BF16 mode converts dlogits for the tensor-core GEMMs; F32 mode may alias `scratch`).
+void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
+                     const float* dlogprob, const void* h, const void* W, const int32_t* targets,
+                     const float* lse, int64_t R, int64_t V, int64_t C, float temperature,
+                     float* scratch, void* dlogits_scratch, int64_t chunk_rows);
+
+// --- Optimizer and bookkeeping on flat F32 shards ------------------------------------------
+void AdamWUpdate(int device, float* p, const float* g, float* m, float* v, int64_t n, bool decay,
+                 float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                 float grad_scale, uint16_t* p_bf16);
+void SgdUpdate(int device, float* p, const float* g, int64_t n, float weight_decay, float lr,
+               float grad_scale);
+void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n);
+// Deterministic (fixed-shape tree) sum of squares in float64; synchronises the stream.
+double SumOfSquares(int device, DType dt, const void* x, int64_t n);
+// Stream-ordered scratch memory from the device's memory pool (cached: no cudaMalloc in steady
+// state); freed in stream order.
+void* ScratchAlloc(int device, size_t bytes);
+void ScratchFree(int device, void* p);
+// Fills n elements of dtype dt with `value` (tests poison outputs with NaN).
+void Fill(int device, DType dt, void* x, int64_t n, float value);
+
+}  // namespace prl::kernels::cuda

@@ -1,0 +1,283 @@
+// Row-wise and element-wise kernels of the CUDA backend: RMSNorm, RoPE, SwiGLU, embedding,
+// add, fill (kernels/cuda/cuda_ops.h). fp32 arithmetic over F32 or BF16 storage.
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace prl::kernels::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <typename T>
+__global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const T* w, int64_t C,
+                                     float eps) {
+  const int64_t t = blockIdx.x;
+  const T* xr = x + t * C;
+  float ss = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = ToF32(xr[c]);
+    ss += v * v;
+  }
+  ss = BlockSum(ss);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+  if (threadIdx.x == 0) rstd[t] = r;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    y[t * C + c] = FromF32<T>(ToF32(xr[c]) * r * ToF32(w[c]));
+  }
+}
+
+template <typename T>
+__global__ void RmsNormBackwardDxKernel(T* dx, const T* dy, const T* x, const T* w,
+                                        const float* rstd, int64_t C) {
+  const int64_t t = blockIdx.x;
+  const float r = rstd[t];
+  float dot = 0;  // sum_j w_j dy_j x_j
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    dot += ToF32(w[c]) * ToF32(dy[t * C + c]) * ToF32(x[t * C + c]);
+  }
+  dot = BlockSum(dot);
+  const float k = r * r * r * dot / static_cast<float>(C);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const int64_t i = t * C + c;
+    const float g = r * ToF32(w[c]) * ToF32(dy[i]) - ToF32(x[i]) * k;
+    dx[i] = FromF32<T>(ToF32(dx[i]) + g);
+  }
+}
+
+// dw_c += sum_t dy_tc x_tc rstd_t: one thread per column, rows in order (deterministic).
+template <typename T>
+__global__ void RmsNormBackwardDwKernel(float* dw, const T* dy, const T* x, const float* rstd,
+                                        int64_t T_, int64_t C) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float s = 0;
+  for (int64_t t = 0; t < T_; ++t) s += ToF32(dy[t * C + c]) * ToF32(x[t * C + c]) * rstd[t];
+  dw[c] += s;
+}
+
+__global__ void RopeTablesKernel(float* cos_t, float* sin_t, const int32_t* positions,
+                                 const float* inv_freq, int64_t T, int64_t half) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T * half) return;
+  const int64_t t = i / half, k = i % half;
+  // The angle is an fp32 product (as transformers computes it); cos/sin in double like the
+  // CPU backend, so that large angles agree.
+  const float angle = static_cast<float>(positions[t]) * inv_freq[k];
+  cos_t[i] = static_cast<float>(cos(static_cast<double>(angle)));
+  sin_t[i] = static_cast<float>(sin(static_cast<double>(angle)));
+}
+
+template <typename T>
+__global__ void RopeApplyKernel(T* x, int64_t T_, int64_t num_heads, int64_t D, int64_t row_stride,
+                                const float* cos_t, const float* sin_t, float sign) {
+  const int64_t half = D / 2;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T_ * num_heads * half) return;
+  const int64_t k = i % half, h = (i / half) % num_heads, t = i / (half * num_heads);
+  T* head = x + t * row_stride + h * D;
+  const float c = cos_t[t * half + k], s = sign * sin_t[t * half + k];
+  const float x1 = ToF32(head[k]), x2 = ToF32(head[k + half]);
+  head[k] = FromF32<T>(x1 * c - x2 * s);
+  head[k + half] = FromF32<T>(x2 * c + x1 * s);
+}
+
+__device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+template <typename T>
+__global__ void SwiGluForwardKernel(T* act, const T* gate_up, int64_t T_, int64_t I) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T_ * I) return;
+  const int64_t t = i / I, j = i % I;
+  const float g = ToF32(gate_up[t * 2 * I + j]), u = ToF32(gate_up[t * 2 * I + I + j]);
+  act[i] = FromF32<T>(g * Sigmoid(g) * u);
+}
+
+template <typename T>
+__global__ void SwiGluBackwardKernel(T* dgate_up, const T* dact, const T* gate_up, int64_t T_,
+                                     int64_t I) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T_ * I) return;
+  const int64_t t = i / I, j = i % I;
+  const float g = ToF32(gate_up[t * 2 * I + j]), u = ToF32(gate_up[t * 2 * I + I + j]);
+  const float d = ToF32(dact[i]), sg = Sigmoid(g);
+  dgate_up[t * 2 * I + j] = FromF32<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+  dgate_up[t * 2 * I + I + j] = FromF32<T>(d * g * sg);
+}
+
+template <typename T>
+__global__ void EmbeddingForwardKernel(T* out, const T* table, const int32_t* tokens, int64_t T_,
+                                       int64_t C) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T_ * C) return;
+  const int64_t t = i / C, c = i % C;
+  out[i] = table[static_cast<int64_t>(tokens[t]) * C + c];
+}
+
+template <typename T>
+__global__ void EmbeddingBackwardKernel(float* dtable, const T* dout, const int32_t* tokens,
+                                        int64_t T_, int64_t C) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T_ * C) return;
+  const int64_t t = i / C, c = i % C;
+  atomicAdd(dtable + static_cast<int64_t>(tokens[t]) * C + c, ToF32(dout[i]));
+}
+
+template <typename T>
+__global__ void ColumnSumsKernel(float* dbias, const T* x, int64_t M, int64_t N) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= N) return;
+  float s = 0;
+  for (int64_t r = 0; r < M; ++r) s += ToF32(x[r * N + c]);
+  dbias[c] += s;
+}
+
+template <typename T>
+__global__ void AddKernel(T* dst, const T* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = FromF32<T>(ToF32(dst[i]) + ToF32(src[i]));
+  }
+}
+
+template <typename T>
+__global__ void FillKernel(T* x, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = FromF32<T>(value);
+  }
+}
+
+}  // namespace
+
+void RmsNormForward(int device, DType dt, void* y, float* rstd, const void* x, const void* w,
+                    int64_t T, int64_t C, float eps) {
+  if (T == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    RmsNormForwardKernel<V><<<T, kRowThreads, 0, CurrentStream(device)>>>(
+        static_cast<V*>(y), rstd, static_cast<const V*>(x), static_cast<const V*>(w), C, eps);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, const void* x,
+                     const void* w, const float* rstd, int64_t T, int64_t C) {
+  if (T == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    RmsNormBackwardDxKernel<V><<<T, kRowThreads, 0, CurrentStream(device)>>>(
+        static_cast<V*>(dx), static_cast<const V*>(dy), static_cast<const V*>(x),
+        static_cast<const V*>(w), rstd, C);
+    RmsNormBackwardDwKernel<V><<<Blocks(C, 128), 128, 0, CurrentStream(device)>>>(
+        dw, static_cast<const V*>(dy), static_cast<const V*>(x), rstd, T, C);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void RopeTables(int device, float* cos, float* sin, const int32_t* positions, const float* inv_freq,
+                int64_t T, int64_t half) {
+  if (T * half == 0) return;
+  SetDevice(device);
+  RopeTablesKernel<<<Blocks(T * half, 256), 256, 0, CurrentStream(device)>>>(cos, sin, positions,
+                                                                             inv_freq, T, half);
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void RopeApply(int device, DType dt, void* x, int64_t T, int64_t num_heads, int64_t D,
+               int64_t row_stride, const float* cos, const float* sin, bool inverse) {
+  const int64_t n = T * num_heads * (D / 2);
+  if (n == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    RopeApplyKernel<V><<<Blocks(n, 256), 256, 0, CurrentStream(device)>>>(
+        static_cast<V*>(x), T, num_heads, D, row_stride, cos, sin, inverse ? -1.0f : 1.0f);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void SwiGluForward(int device, DType dt, void* act, const void* gate_up, int64_t T, int64_t I) {
+  if (T * I == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    SwiGluForwardKernel<V><<<Blocks(T * I, 256), 256, 0, CurrentStream(device)>>>(
+        static_cast<V*>(act), static_cast<const V*>(gate_up), T, I);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void SwiGluBackward(int device, DType dt, void* dgate_up, const void* dact, const void* gate_up,
+                    int64_t T, int64_t I) {
+  if (T * I == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    SwiGluBackwardKernel<V><<<Blocks(T * I, 256), 256, 0, CurrentStream(device)>>>(
+        static_cast<V*>(dgate_up), static_cast<const V*>(dact), static_cast<const V*>(gate_up), T,
+        I);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void EmbeddingForward(int device, DType dt, void* out, const void* table, const int32_t* tokens,
+                      int64_t T, int64_t C) {
+  if (T * C == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    EmbeddingForwardKernel<V><<<Blocks(T * C, 256), 256, 0, CurrentStream(device)>>>(
+        static_cast<V*>(out), static_cast<const V*>(table), tokens, T, C);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void EmbeddingBackward(int device, DType dt, float* dtable, const void* dout, const int32_t* tokens,
+                       int64_t T, int64_t C) {
+  if (T * C == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    EmbeddingBackwardKernel<V><<<Blocks(T * C, 256), 256, 0, CurrentStream(device)>>>(
+        dtable, static_cast<const V*>(dout), tokens, T, C);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void ColumnSums(int device, DType dt, float* dbias, const void* x, int64_t M, int64_t N) {
+  if (N == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    ColumnSumsKernel<V>
+        <<<Blocks(N, 128), 128, 0, CurrentStream(device)>>>(dbias, static_cast<const V*>(x), M, N);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n) {
+  if (n == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    AddKernel<V><<<Blocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
+        static_cast<V*>(dst), static_cast<const V*>(src), n);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void Fill(int device, DType dt, void* x, int64_t n, float value) {
+  if (n == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    FillKernel<V>
+        <<<Blocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(static_cast<V*>(x), n, value);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace prl::kernels::cuda

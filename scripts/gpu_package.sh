@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the GPU test and benchmark binaries HERE and bundles them, with the shared libraries
+# they need, for the GPU machine (scripts/gpu_check.sh runs them there).
+#
+# Why build here: the GPU machine has the CUDA 13 toolkit, CMake, ninja and PyTorch but no
+# Debian development packages (abseil, OpenBLAS, GoogleTest, gRPC) and no network, while this
+# machine (Debian 12, glibc 2.36, the same CUDA 13.0) has them all; its binaries run on the GPU
+# machine's newer glibc (2.39) and libstdc++. The bundle carries every non-system library the
+# binaries load except the CUDA, cuBLAS and NCCL libraries and the C/C++ runtime, which the
+# GPU machine has. It must stay well under the 64 MiB a device command may carry.
+#
+# usage: scripts/gpu_package.sh [BUILD_DIR=build-gpu]
+#   -> BUILD_DIR/bundle.tar.gz (bin/, lib/; gzip keeps OpenBLAS's 36 MB DYNAMIC_ARCH build and
+#      gRPC small enough to carry), also unpacked as BUILD_DIR/bundle
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build-gpu}
+TARGETS=(prl cuda_kernels_test cuda_transformer_test)
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRL_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+ninja -C "$BUILD_DIR" "${TARGETS[@]}"
+BUNDLE="$BUILD_DIR/bundle"
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+for t in "${TARGETS[@]}"; do
+  bin=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head -1)
+  [ -n "$bin" ] || { echo "gpu_package: $t was not built" >&2; exit 1; }
+  strip -o "$BUNDLE/bin/$t" "$bin"
+  ldd "$bin" | awk '/=> \//{print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libstdc++.so*|libgcc_s.so*|\
+      ld-linux*|libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*) ;;
+      *) cp -L -n "$lib" "$BUNDLE/lib/" ;;
+    esac
+  done
+done
+tar -C "$BUILD_DIR" -czf "$BUILD_DIR/bundle.tar.gz" bundle
+size=$(du -m "$BUILD_DIR/bundle.tar.gz" | cut -f1)
+echo "gpu_package: $BUILD_DIR/bundle.tar.gz is ${size} MiB ($(ls "$BUNDLE/bin" | tr '\n' ' '))"
+if [ "$size" -ge 48 ]; then
+  echo "gpu_package: the bundle must stay well under 64 MiB" >&2
+  exit 1
+fi
