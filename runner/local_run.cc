@@ -419,11 +419,11 @@ class Run {
       const double elapsed = absl::ToDoubleSeconds(absl::Now() - rl_start_);
       std::printf(
           "step %3lld/%lld | version %3lld | reward %.3f | lag mean %.2f max %.0f | %6.0f tok/s | "
-          "%lld prompts in flight | %.0f s\n",
+          "%4lld samples in flight | %.0f s\n",
           static_cast<long long>(s.step), static_cast<long long>(c_.learner.steps),
           static_cast<long long>(s.version), s.reward, s.lag_mean, s.lag_max,
           elapsed > 0 ? static_cast<double>(total_tokens_) / elapsed : 0.0,
-          static_cast<long long>(in_flight_), elapsed);
+          static_cast<long long>(in_flight_ * c_.task.samples_per_prompt), elapsed);
       std::fflush(stdout);
     }
   }
