@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -93,18 +94,25 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
     return 2.0 * M * N * K / Seconds(start) / 1e9;
   };
 
-  Transformer model(config, o.device);
+  TransformerOptions model_options;
+  model_options.compute_dtype = o.dtype;
+  Transformer model(config, o.device, model_options);
+  std::optional<ComputeParams> compute;  // the bf16 copy of the weights in bf16 mode
+  if (o.dtype != DType::kF32) {
+    PRL_ASSIGN_OR_RETURN(compute, ToComputeDType(params, o.dtype));
+  }
+  const ModelParams& weights = compute.has_value() ? compute->params : params.params;
   std::vector<float> logprobs(o.tokens);
   std::vector<float> dlogprobs(o.tokens, -1.0f);
   auto time_forward = [&]() -> absl::StatusOr<double> {
     const auto start = std::chrono::steady_clock::now();
-    PRL_RETURN_IF_ERROR(model.Forward(params.params, batch, 1.0f, absl::MakeSpan(logprobs), false));
+    PRL_RETURN_IF_ERROR(model.Forward(weights, batch, 1.0f, absl::MakeSpan(logprobs), false));
     return Seconds(start);
   };
   auto time_train = [&]() -> absl::StatusOr<double> {
     const auto start = std::chrono::steady_clock::now();
-    PRL_RETURN_IF_ERROR(model.Forward(params.params, batch, 1.0f, absl::MakeSpan(logprobs), true));
-    PRL_RETURN_IF_ERROR(model.Backward(params.params, dlogprobs, grads.params));
+    PRL_RETURN_IF_ERROR(model.Forward(weights, batch, 1.0f, absl::MakeSpan(logprobs), true));
+    PRL_RETURN_IF_ERROR(model.Backward(weights, dlogprobs, grads.params));
     PRL_RETURN_IF_ERROR(sync());
     return Seconds(start);
   };

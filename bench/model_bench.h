@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "bench/report.h"
 #include "core/device.h"
+#include "core/dtype.h"
 #include "model/config.h"
 
 namespace prl::bench {
@@ -17,7 +18,8 @@ struct ModelBenchOptions {
   int64_t seq_len = 512;  // sequences of this length (the last one may be shorter)
   int iterations = 5;     // timed repetitions of each measurement; the median is reported
   Device device = Device::Cpu();
-  bool progress = true;  // progress lines on stderr
+  DType dtype = DType::kF32;  // BF16: the CUDA bf16 mode (compute weights and activations)
+  bool progress = true;       // progress lines on stderr
 };
 
 absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBenchOptions& options);

@@ -22,7 +22,7 @@ namespace {
 struct ModelBenchFlags {
   std::string config = "40m";
   bench::ModelBenchOptions options;
-  std::string device = "auto";
+  std::string device = "auto", dtype = "f32";
   bool json = false;
 };
 
@@ -38,6 +38,7 @@ absl::StatusOr<ModelConfig> ConfigFromFlag(const std::string& flag) {
 absl::Status RunModelBench(ModelBenchFlags f) {
   PRL_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromFlag(f.config));
   PRL_ASSIGN_OR_RETURN(f.options.device, ResolveDeviceFlag(f.device));
+  PRL_ASSIGN_OR_RETURN(f.options.dtype, ResolveComputeDType(f.dtype, f.options.device));
   PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunModelBench(config, f.options));
   std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
   return absl::OkStatus();
@@ -106,6 +107,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   model->add_option("--iters", f->options.iterations, "Timed iterations (median reported)")
       ->capture_default_str();
   model->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  model->add_option("--dtype", f->dtype, "f32 (exact mode) | bf16 (CUDA)")->capture_default_str();
   model->add_flag("--json", f->json, "Print one JSON object instead of the table");
   registry.Add(model, [f] { return RunModelBench(*f); });
 

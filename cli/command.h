@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace prl::cli {
 
@@ -45,6 +46,9 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
 // Shared by commands that read a model: a --device flag value resolved with a note on stderr
 // when "auto" falls back to the CPU.
 absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);
+// --dtype of the training path: "f32" (exact mode, every backend) or "bf16" (CUDA only).
+absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device);
+
 // The same for the inference engine, whose paged-attention and sampling kernels are CPU-only
 // for now: "auto" stays on the CPU, an explicit CUDA device is an error saying so.
 absl::StatusOr<Device> ResolveEngineDeviceFlag(const std::string& flag);

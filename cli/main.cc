@@ -32,6 +32,19 @@ absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag) {
   return device;
 }
 
+absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device) {
+  if (flag == "f32") return DType::kF32;
+  if (flag != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: expected f32 or bf16, found '", flag, "'"));
+  }
+  if (!device.is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype bf16 runs on CUDA only; the ",
+                                                   device.ToString(), " backend is fp32"));
+  }
+  return DType::kBF16;
+}
+
 absl::StatusOr<Device> ResolveEngineDeviceFlag(const std::string& flag) {
   PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(flag));
   if (device.is_cpu()) return device;

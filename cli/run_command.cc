@@ -93,7 +93,8 @@ absl::StatusOr<nlohmann::json> RunMode(const E2eFlags& f, const std::string& mod
   for (const std::string& o : extra) argv.insert(argv.end(), {"--set", o});
   const std::string log = f.run_dir + "/" + mode + ".log";
   std::fprintf(stderr, "bench e2e: running %s mode (output in %s)\n", mode.c_str(), log.c_str());
-  PRL_ASSIGN_OR_RETURN(runner::ChildProcess child, runner::ChildProcess::Start({mode, argv, log, {}}));
+  PRL_ASSIGN_OR_RETURN(runner::ChildProcess child,
+                       runner::ChildProcess::Start({mode, argv, log, {}}));
   while (child.running()) {
     if (interrupted) {
       child.Stop(absl::Seconds(60));

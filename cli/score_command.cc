@@ -28,6 +28,7 @@ struct ScoreFlags {
   float temperature = 1.0f;
   int64_t max_batch_tokens = 16384;
   bool batch_invariant = false;
+  std::string dtype = "f32";
 };
 
 struct ScoreLine {
@@ -123,7 +124,13 @@ absl::Status RunScore(const ScoreFlags& f) {
 
   TransformerOptions options;
   if (f.batch_invariant) options.reduction_order = kernels::ReductionOrder::kBatchInvariant;
+  PRL_ASSIGN_OR_RETURN(options.compute_dtype, ResolveComputeDType(f.dtype, device));
   Transformer model(params.config, device, options);
+  std::optional<ComputeParams> compute;  // bf16 mode: the bf16 copy of the weights
+  if (options.compute_dtype != DType::kF32) {
+    PRL_ASSIGN_OR_RETURN(compute, ToComputeDType(params, options.compute_dtype));
+  }
+  const ModelParams& weights = compute.has_value() ? compute->params : params.params;
   std::string output;
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
@@ -140,14 +147,14 @@ absl::Status RunScore(const ScoreFlags& f) {
     }
     std::vector<float> logprobs(batch.num_tokens());
     PRL_RETURN_IF_ERROR(
-        model.Forward(params.params, batch, f.temperature, absl::MakeSpan(logprobs), want_grads));
+        model.Forward(weights, batch, f.temperature, absl::MakeSpan(logprobs), want_grads));
     if (want_grads) {
       // d(-sum logprob) / d logprob = -1 at every scored position.
       std::vector<float> dlogprobs(batch.num_tokens());
       for (int64_t t = 0; t < batch.num_tokens(); ++t) {
         dlogprobs[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f;
       }
-      PRL_RETURN_IF_ERROR(model.Backward(params.params, dlogprobs, grads->params));
+      PRL_RETURN_IF_ERROR(model.Backward(weights, dlogprobs, grads->params));
     }
     for (size_t i = first; i < next; ++i) {
       const int64_t s = static_cast<int64_t>(i - first);
@@ -199,6 +206,11 @@ void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry) {
                    "Score under softmax(logits / T), the sampler's transform")
       ->capture_default_str();
   score->add_option("--max-batch-tokens", f->max_batch_tokens, "Tokens per packed batch")
+      ->capture_default_str();
+  score
+      ->add_option("--dtype", f->dtype,
+                   "f32 (exact mode, every backend) | bf16 (CUDA: bf16 weights and activations, "
+                   "fp32 accumulation)")
       ->capture_default_str();
   score->add_flag("--batch-invariant", f->batch_invariant,
                   "Fixed reduction order: log-probs equal `prl generate --batch-invariant`'s "

@@ -30,13 +30,17 @@ void EmbeddingBackward(const Tensor& dtable, const Tensor& dout, const Tensor& t
   const char* op = "EmbeddingBackward";
   const int64_t T = tokens.size(0), C = dtable.size(1);
   ExpectTensor(op, "tokens", tokens, DType::kI32, {T});
-  ExpectTensor(op, "dtable", dtable, DType::kF32, {dtable.size(0), C});
+  // dtable is F32 (weight gradients); on CUDA it may also be BF16 (the bf16 mode's row
+  // scatter-add of activation gradients).
+  const DType dtable_dt =
+      dtable.device.is_cuda() && dtable.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  ExpectTensor(op, "dtable", dtable, dtable_dt, {dtable.size(0), C});
   ExpectTensor(op, "dout", dout, internal::ActivationDType(dout), {T, C});
   const Device device = internal::CommonDevice(op, {&dtable, &dout, &tokens});
   if (device.is_cpu()) return cpu::EmbeddingBackward(dtable.f32(), dout.f32(), tokens.i32(), T, C);
 #if PRL_WITH_CUDA
-  return cuda::EmbeddingBackward(device.index, dout.dtype, dtable.f32(), dout.data, tokens.i32(), T,
-                                 C);
+  return cuda::EmbeddingBackward(device.index, dout.dtype, dtable_dt, dtable.data, dout.data,
+                                 tokens.i32(), T, C);
 #else
   internal::NoBackend(op, device);
 #endif

@@ -10,20 +10,20 @@ namespace prl {
 namespace k = kernels;
 
 LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& c, int64_t T,
-                                      bool with_attention_lse) {
+                                      bool with_attention_lse, DType dt) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   LayerActivations l;
-  l.input = arena.Take(DType::kF32, {T, C});
-  l.ln1 = arena.Take(DType::kF32, {T, C});
+  l.input = arena.Take(dt, {T, C});
+  l.ln1 = arena.Take(dt, {T, C});
   l.ln1_rstd = arena.Take(DType::kF32, {T});
-  l.qkv = arena.Take(DType::kF32, {T, c.qkv_dim()});
-  l.attn = arena.Take(DType::kF32, {T, c.q_dim()});
+  l.qkv = arena.Take(dt, {T, c.qkv_dim()});
+  l.attn = arena.Take(dt, {T, c.q_dim()});
   if (with_attention_lse) l.attn_lse = arena.Take(DType::kF32, {T, c.num_attention_heads});
-  l.mid = arena.Take(DType::kF32, {T, C});
-  l.ln2 = arena.Take(DType::kF32, {T, C});
+  l.mid = arena.Take(dt, {T, C});
+  l.ln2 = arena.Take(dt, {T, C});
   l.ln2_rstd = arena.Take(DType::kF32, {T});
-  l.gate_up = arena.Take(DType::kF32, {T, 2 * I});
-  l.act = arena.Take(DType::kF32, {T, I});
+  l.gate_up = arena.Take(dt, {T, 2 * I});
+  l.act = arena.Take(dt, {T, I});
   return l;
 }
 

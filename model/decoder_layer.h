@@ -28,8 +28,10 @@ struct LayerActivations {
 };
 
 // Lays out one layer's activations for T tokens in an arena (Arena::Build's layout function).
+// Activations are stored in `dtype` (F32, or BF16 in the CUDA bf16 mode); the norms' rstd and
+// the attention lse are F32.
 LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& config, int64_t T,
-                                      bool with_attention_lse);
+                                      bool with_attention_lse, DType dtype = DType::kF32);
 
 struct LayerContext {
   const ModelConfig* config;

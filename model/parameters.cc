@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "kernels/convert.h"
 
 namespace prl {
 
@@ -154,6 +155,40 @@ void InitializeParameters(const ParameterSet& set, uint64_t seed, float std) {
       if (i + 1 < e.numel) dst[i + 1] = static_cast<float>(std * radius * std::sin(angle));
     }
   }
+}
+
+namespace {
+void RetypeView(Tensor* t, const char* f32_base, char* base, DType dtype) {
+  if (!t->defined()) return;
+  const int64_t element = (static_cast<const char*>(t->data) - f32_base) / 4;
+  t->data = base + element * static_cast<int64_t>(DTypeSize(dtype));
+  t->dtype = dtype;
+}
+}  // namespace
+
+absl::StatusOr<ComputeParams> ToComputeDType(const ParameterSet& source, DType dtype) {
+  const int64_t n = source.layout.num_elements();
+  const Device device = source.buffer.device();
+  ComputeParams out;
+  PRL_ASSIGN_OR_RETURN(out.buffer,
+                       Buffer::Allocate(device, static_cast<size_t>(n) * DTypeSize(dtype)));
+  const Tensor src(const_cast<float*>(source.data()), DType::kF32, device, {n});
+  const Tensor dst(out.buffer.data(), dtype, device, {n});
+  kernels::ConvertDType(dst, src);
+  out.params = source.params;
+  const char* f32_base = reinterpret_cast<const char*>(source.data());
+  char* base = static_cast<char*>(out.buffer.data());
+  ModelParams& p = out.params;
+  RetypeView(&p.embed, f32_base, base, dtype);
+  RetypeView(&p.final_norm, f32_base, base, dtype);
+  RetypeView(&p.lm_head, f32_base, base, dtype);
+  for (LayerParams& l : p.layers) {
+    for (Tensor* t : {&l.input_norm, &l.qkv_weight, &l.qkv_bias, &l.o_weight, &l.post_norm,
+                      &l.gate_up_weight, &l.down_weight}) {
+      RetypeView(t, f32_base, base, dtype);
+    }
+  }
+  return out;
 }
 
 }  // namespace prl

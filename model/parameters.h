@@ -39,6 +39,14 @@ struct ModelParams {
   Tensor lm_head;     // (V, C); the same memory as embed when embeddings are tied
 };
 
+// A copy of a parameter set's weights in `dtype` (BF16: the compute weights of the bf16 mode,
+// beside the fp32 master weights), with views in the same layout. On the device of `source`.
+struct ComputeParams {
+  Buffer buffer;
+  ModelParams params;
+};
+absl::StatusOr<ComputeParams> ToComputeDType(const struct ParameterSet& source, DType dtype);
+
 // A Hugging Face tensor inside the parameter buffer.
 struct ParamEntry {
   std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"

@@ -74,6 +74,10 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
       ws_(std::make_unique<Workspace>()) {
   PRL_CHECK(ValidateModelConfig(config).ok(), "Transformer needs a valid config");
   PRL_CHECK(KernelBackendAvailable(device.type), "no kernel backend for ", device.ToString());
+  PRL_CHECK(options_.compute_dtype == DType::kF32 ||
+                (options_.compute_dtype == DType::kBF16 && device.is_cuda()),
+            "Transformer: compute dtype ", DTypeName(options_.compute_dtype),
+            " is not available on ", device.ToString(), " (F32 everywhere, BF16 on CUDA)");
   if (options_.logits_chunk_bytes <= 0) {
     options_.logits_chunk_bytes = device.is_cuda() ? int64_t{1} << 30 : int64_t{64} << 20;
   }
@@ -115,6 +119,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   const int64_t chunk = std::min<int64_t>(
       std::max<int64_t>(R, 1), k::LogprobChunkRows(c.vocab_size, options_.logits_chunk_bytes));
   const int64_t num_slots = for_backward ? c.num_hidden_layers : 2;
+  const DType dt = options_.compute_dtype;
   PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) {
     ws.tokens = a.Take(DType::kI32, {T});
     ws.cu_seqlens = a.Take(DType::kI32, {ws.B + 1});
@@ -123,22 +128,22 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     ws.rope_cos = a.Take(DType::kF32, {T, c.head_dim / 2});
     ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
     ws.layers.assign(num_slots, {});
-    for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true);
-    ws.final_input = a.Take(DType::kF32, {T, C});
-    ws.lnf = a.Take(DType::kF32, {T, C});
+    for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true, dt);
+    ws.final_input = a.Take(dt, {T, C});
+    ws.lnf = a.Take(dt, {T, C});
     ws.lnf_rstd = a.Take(DType::kF32, {T});
     ws.head_rows_dev = a.Take(DType::kI32, {R});
     ws.head_targets = a.Take(DType::kI32, {R});
-    ws.head_in = R == T ? ws.lnf : a.Take(DType::kF32, {R, C});
+    ws.head_in = R == T ? ws.lnf : a.Take(dt, {R, C});
     ws.head_lse = a.Take(DType::kF32, {R});
     ws.head_logprob = a.Take(DType::kF32, {R});
     ws.logits = a.Take(DType::kF32, {chunk, c.vocab_size});
     if (for_backward) {
-      ws.dresid = a.Take(DType::kF32, {T, C});
-      ws.dln = a.Take(DType::kF32, {T, C});
-      ws.wide_a = a.Take(DType::kF32, {T * std::max(2 * I, c.qkv_dim())});
-      ws.wide_b = a.Take(DType::kF32, {T * std::max(I, c.q_dim())});
-      ws.dhead_in = R == T ? ws.dln : a.Take(DType::kF32, {R, C});
+      ws.dresid = a.Take(dt, {T, C});
+      ws.dln = a.Take(dt, {T, C});
+      ws.wide_a = a.Take(dt, {T * std::max(2 * I, c.qkv_dim())});
+      ws.wide_b = a.Take(dt, {T * std::max(I, c.q_dim())});
+      ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
       ws.dlogprob = a.Take(DType::kF32, {R});
     }
   }));

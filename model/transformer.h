@@ -31,6 +31,10 @@ struct TransformerOptions {
   // kBatchInvariant makes Forward's log-probs bit-identical to the engine's behaviour
   // log-probs in the same mode (kernels/reduction_order.h); Backward is unaffected.
   kernels::ReductionOrder reduction_order = kernels::ReductionOrder::kFast;
+  // Storage of the activations and of the parameters Forward/Backward are given: F32, or BF16
+  // on CUDA (the bf16 mode: parameters from ToComputeDType, fp32 accumulation in every kernel;
+  // gradients are always F32).
+  DType compute_dtype = DType::kF32;
 };
 
 // How FSDP (learner/fsdp.h) takes part in the passes. A pass announces every parameter unit

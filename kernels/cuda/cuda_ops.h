@@ -67,9 +67,9 @@ void SwiGluBackward(int device, DType dt, void* dgate_up, const void* dact, cons
 void ColumnSums(int device, DType dt, float* dbias, const void* x, int64_t M, int64_t N);
 void EmbeddingForward(int device, DType dt, void* out, const void* table, const int32_t* tokens,
                       int64_t T, int64_t C);
-// dtable (F32, V x C) += (fp32 atomics: not bit-deterministic in the order of additions).
-void EmbeddingBackward(int device, DType dt, float* dtable, const void* dout, const int32_t* tokens,
-                       int64_t T, int64_t C);
+// dtable (F32 or BF16, V x C) += (atomics: not bit-deterministic in the order of additions).
+void EmbeddingBackward(int device, DType dt, DType dtable_dt, void* dtable, const void* dout,
+                       const int32_t* tokens, int64_t T, int64_t C);
 
 // --- Attention over packed sequences (qkv rows: H query heads, KV key heads, KV value heads)
 void AttentionForward(int device, DType dt, void* out, float* lse, const void* qkv,
@@ -105,6 +105,8 @@ double SumOfSquares(int device, DType dt, const void* x, int64_t n);
 // state); freed in stream order.
 void* ScratchAlloc(int device, size_t bytes);
 void ScratchFree(int device, void* p);
+// dst (to) = src (from), n elements, round to nearest even.
+void Convert(int device, DType to, void* dst, DType from, const void* src, int64_t n);
 // Fills n elements of dtype dt with `value` (tests poison outputs with NaN).
 void Fill(int device, DType dt, void* x, int64_t n, float value);
 

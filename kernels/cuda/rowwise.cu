@@ -114,13 +114,18 @@ __global__ void EmbeddingForwardKernel(T* out, const T* table, const int32_t* to
   out[i] = table[static_cast<int64_t>(tokens[t]) * C + c];
 }
 
-template <typename T>
-__global__ void EmbeddingBackwardKernel(float* dtable, const T* dout, const int32_t* tokens,
-                                        int64_t T_, int64_t C) {
+__device__ __forceinline__ void AtomicAddF32(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void AtomicAddF32(bf16* p, float v) {
+  atomicAdd(p, __float2bfloat16_rn(v));
+}
+
+template <typename D, typename T>
+__global__ void EmbeddingBackwardKernel(D* dtable, const T* dout, const int32_t* tokens, int64_t T_,
+                                        int64_t C) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T_ * C) return;
   const int64_t t = i / C, c = i % C;
-  atomicAdd(dtable + static_cast<int64_t>(tokens[t]) * C + c, ToF32(dout[i]));
+  AtomicAddF32(dtable + static_cast<int64_t>(tokens[t]) * C + c, ToF32(dout[i]));
 }
 
 template <typename T>
@@ -137,6 +142,14 @@ __global__ void AddKernel(T* dst, const T* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     dst[i] = FromF32<T>(ToF32(dst[i]) + ToF32(src[i]));
+  }
+}
+
+template <typename To, typename From>
+__global__ void ConvertKernel(To* dst, const From* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = FromF32<To>(ToF32(src[i]));
   }
 }
 
@@ -235,14 +248,17 @@ void EmbeddingForward(int device, DType dt, void* out, const void* table, const 
   PRL_CUDA_CHECK(cudaGetLastError());
 }
 
-void EmbeddingBackward(int device, DType dt, float* dtable, const void* dout, const int32_t* tokens,
-                       int64_t T, int64_t C) {
+void EmbeddingBackward(int device, DType dt, DType dtable_dt, void* dtable, const void* dout,
+                       const int32_t* tokens, int64_t T, int64_t C) {
   if (T * C == 0) return;
   SetDevice(device);
   DispatchDType(dt, [&](auto tag) {
     using V = decltype(tag);
-    EmbeddingBackwardKernel<V><<<Blocks(T * C, 256), 256, 0, CurrentStream(device)>>>(
-        dtable, static_cast<const V*>(dout), tokens, T, C);
+    DispatchDType(dtable_dt, [&](auto dtable_tag) {
+      using D = decltype(dtable_tag);
+      EmbeddingBackwardKernel<D, V><<<Blocks(T * C, 256), 256, 0, CurrentStream(device)>>>(
+          static_cast<D*>(dtable), static_cast<const V*>(dout), tokens, T, C);
+    });
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }
@@ -265,6 +281,20 @@ void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n) {
     using V = decltype(tag);
     AddKernel<V><<<Blocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
         static_cast<V*>(dst), static_cast<const V*>(src), n);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void Convert(int device, DType to, void* dst, DType from, const void* src, int64_t n) {
+  if (n == 0) return;
+  SetDevice(device);
+  DispatchDType(to, [&](auto to_tag) {
+    using To = decltype(to_tag);
+    DispatchDType(from, [&](auto from_tag) {
+      using From = decltype(from_tag);
+      ConvertKernel<To, From><<<Blocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(
+          static_cast<To*>(dst), static_cast<const From*>(src), n);
+    });
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }
