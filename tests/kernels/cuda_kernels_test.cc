@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "kernels/attention.h"
+#include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/logprob.h"
 #include "kernels/matmul.h"
@@ -351,6 +352,29 @@ TEST_P(CudaKernelTest, AdamWSgdAndSumOfSquaresMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Modes, CudaKernelTest, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 #endif  // PRL_WITH_CUDA
+
+// The conversion that makes the bf16 mode's compute weights: round to nearest even, on every
+// backend (the GPU's result must equal the CPU's bit for bit).
+TEST(ConvertDTypeTest, F32ToBf16RoundsToNearestEvenAndBackIsExact) {
+  std::vector<float> x = Random(1001, 31, 3.0f);
+  x[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even (1.0)
+  std::vector<uint16_t> half(x.size());
+  std::vector<float> back(x.size());
+  ConvertDType(Tensor(half.data(), DType::kBF16, Device::Cpu(), {1001}), View(x, {1001}));
+  ConvertDType(View(back, {1001}), Tensor(half.data(), DType::kBF16, Device::Cpu(), {1001}));
+  EXPECT_EQ(back[0], 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(half[i], F32ToBf16(x[i])) << i;
+    ASSERT_EQ(back[i], Bf16ToF32(half[i])) << i;
+  }
+#if PRL_WITH_CUDA
+  if (CudaDeviceCount() == 0) return;
+  DeviceTensor gx(DType::kF32, {1001}), gh(DType::kBF16, {1001});
+  gx.Upload(x);
+  ConvertDType(gh.t, gx.t);
+  EXPECT_EQ(gh.Download(), back);
+#endif
+}
 
 // Runs everywhere: the dispatcher's device check fires before any backend is touched.
 TEST(CudaDispatchDeathTest, TensorsOnDifferentDevicesAreRefusedNamingBoth) {
