@@ -16,13 +16,4 @@ void FromConfig(CLI::App* command, const char* flag, T* target, const U& value) 
   if (command->get_option(flag)->count() == 0) *target = static_cast<T>(value);
 }
 
-// The shared-memory segment names of a run (one replay segment and one weight segment per
-// run and node).
-inline std::string ReplaySegmentName(const config::RunConfig& c) {
-  return "prl-" + c.run.name + "-replay";
-}
-inline std::string WeightSegmentName(const config::RunConfig& c) {
-  return "prl-" + c.run.name + "-weights";
-}
-
 }  // namespace prl::cli

@@ -55,10 +55,10 @@ absl::Status ApplyConfig(ActorFlags& f) {
   FromConfig(cmd, "--model", &f.model, c.model.path);
   FromConfig(cmd, "--coordinator", &f.coordinator, c.coordinator.address);
   if (cmd->get_option("--replay-address")->count() == 0) {
-    FromConfig(cmd, "--replay", &f.replay, ReplaySegmentName(c));
+    FromConfig(cmd, "--replay", &f.replay, c.replay_segment());
   }
   if (c.broadcast.transport == "shm" && cmd->get_option("--weights-address")->count() == 0) {
-    FromConfig(cmd, "--weights", &f.weights, WeightSegmentName(c));
+    FromConfig(cmd, "--weights", &f.weights, c.weight_segment());
   }
   FromConfig(cmd, "--run-id", &f.options.run_id, c.run.name);
   FromConfig(cmd, "--max-prompts-in-flight", &f.options.max_prompts_in_flight,
@@ -166,17 +166,17 @@ absl::Status ApplyConfig(ServeFlags& f) {
   PRL_ASSIGN_OR_RETURN(const config::RunConfig c, config::LoadRunConfig(f.config_file));
   CLI::App* cmd = f.command;
   FromConfig(cmd, "--model", &f.model, c.model.path);
-  FromConfig(cmd, "--replay", &f.replay, ReplaySegmentName(c));
+  FromConfig(cmd, "--replay", &f.replay, c.replay_segment());
   FromConfig(cmd, "--replay-mb", &f.replay_mb, c.replay.capacity_mb);
   if (c.broadcast.transport == "shm" && cmd->get_option("--weights-listen")->count() == 0) {
-    FromConfig(cmd, "--weights", &f.weights, WeightSegmentName(c));
+    FromConfig(cmd, "--weights", &f.weights, c.weight_segment());
   }
   FromConfig(cmd, "--coordinator", &f.coordinator, c.coordinator.address);
   FromConfig(cmd, "--world-size", &f.world_size, c.learner.world_size);
   FromConfig(cmd, "--groups-per-step", &f.options.groups_per_step, c.learner.groups_per_step);
   FromConfig(cmd, "--max-lag", &f.options.max_lag, c.learner.max_lag);
   FromConfig(cmd, "--max-steps", &f.options.max_steps, c.learner.steps);
-  FromConfig(cmd, "--checkpoint-dir", &f.options.checkpoint_dir, c.run_dir() + "/checkpoints");
+  FromConfig(cmd, "--checkpoint-dir", &f.options.checkpoint_dir, c.checkpoint_dir());
   FromConfig(cmd, "--checkpoint-every", &f.options.checkpoint_every, c.learner.checkpoint_every);
   FromConfig(cmd, "--loss", &f.loss, c.learner.loss);
   FromConfig(cmd, "--optimizer", &f.optimizer, c.learner.optimizer);

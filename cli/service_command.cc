@@ -50,7 +50,7 @@ absl::Status ApplyConfig(CoordinatorFlags& f) {
   PRL_ASSIGN_OR_RETURN(const config::RunConfig c, config::LoadRunConfig(f.config_file));
   CLI::App* cmd = f.command;
   FromConfig(cmd, "--model", &f.model, c.model.path);
-  FromConfig(cmd, "--log", &f.log, c.run_dir() + "/coordinator/prompts.log");
+  FromConfig(cmd, "--log", &f.log, c.prompt_log());
   FromConfig(cmd, "--address", &f.address, c.coordinator.address);
   FromConfig(cmd, "--lease-ms", &f.config.lease_ms, c.coordinator.lease_ms);
   FromConfig(cmd, "--heartbeat-ms", &f.config.heartbeat_ms, c.coordinator.heartbeat_ms);

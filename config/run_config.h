@@ -116,7 +116,14 @@ struct RunConfig {
   CoordinatorSection coordinator;
   MetricsSection metrics;
 
+  // Names and paths every process of a run derives from the file, so that the roles and
+  // prl run (which cleans them up) always agree.
   std::string run_dir() const { return run.dir.empty() ? "runs/" + run.name : run.dir; }
+  std::string checkpoint_dir() const { return run_dir() + "/checkpoints"; }
+  std::string prompt_log() const { return run_dir() + "/coordinator/prompts.log"; }
+  // The run's shared-memory segments (one replay and one weight segment per run and node).
+  std::string replay_segment() const { return "prl-" + run.name + "-replay"; }
+  std::string weight_segment() const { return "prl-" + run.name + "-weights"; }
 };
 
 // Parses and validates JSON text; `origin` (a file name) prefixes every error.

@@ -35,9 +35,6 @@ namespace fs = std::filesystem;
 namespace v1 = prl::v1;
 using Json = nlohmann::ordered_json;
 
-std::string ReplayName(const config::RunConfig& c) { return "prl-" + c.run.name + "-replay"; }
-std::string WeightsName(const config::RunConfig& c) { return "prl-" + c.run.name + "-weights"; }
-
 std::string Tail(const std::string& path, size_t max_bytes = 2000) {
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -81,8 +78,8 @@ class Run {
     absl::StatusOr<std::string> result = ExecuteSteps();
     StopRoles();
     // Shared memory outlives processes: remove the run's segments on every exit path.
-    ReplayBuffer::Remove(ReplayName(c_), /*force=*/true).IgnoreError();
-    RemoveShmWeightSegment(WeightsName(c_)).IgnoreError();
+    ReplayBuffer::Remove(c_.replay_segment(), /*force=*/true).IgnoreError();
+    RemoveShmWeightSegment(c_.weight_segment()).IgnoreError();
     return result;
   }
 
@@ -111,11 +108,10 @@ class Run {
             "coordinator", "logs", "learner_steps.jsonl", "summary.json", "config.json"}) {
         fs::remove_all(fs::path(dir_) / name, ec);
       }
-      ReplayBuffer::Remove(ReplayName(c_), true).IgnoreError();
-      RemoveShmWeightSegment(WeightsName(c_)).IgnoreError();
+      ReplayBuffer::Remove(c_.replay_segment(), true).IgnoreError();
+      RemoveShmWeightSegment(c_.weight_segment()).IgnoreError();
     }
     fs::create_directories(fs::path(dir_) / "logs", ec);
-    fs::create_directories(fs::path(dir_) / "coordinator", ec);
     if (ec) return absl::InternalError(absl::StrCat("creating ", dir_, ": ", ec.message()));
     if (!c_.model.path.empty()) {
       start_model_ = c_.model.path;
@@ -466,13 +462,12 @@ class Run {
 
   absl::Status Export() {
     const std::string log = dir_ + "/logs/export.log";
-    PRL_ASSIGN_OR_RETURN(
-        ChildProcess exp,
-        ChildProcess::Start({"export",
-                             {o_.prl_path, "export", "--checkpoint-dir", dir_ + "/checkpoints",
-                              "--out", dir_ + "/model-final"},
-                             log,
-                             {}}));
+    PRL_ASSIGN_OR_RETURN(ChildProcess exp,
+                         ChildProcess::Start({"export",
+                                              {o_.prl_path, "export", "--checkpoint-dir",
+                                               c_.checkpoint_dir(), "--out", dir_ + "/model-final"},
+                                              log,
+                                              {}}));
     const int status = exp.Wait();
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       return absl::InternalError(

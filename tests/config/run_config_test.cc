@@ -79,6 +79,18 @@ TEST(RunConfigTest, OverridesSetSingleFieldsAndAreValidatedLikeTheFile) {
               HasSubstr("unknown key 'learner.rate'"));
 }
 
+TEST(RunConfigTest, EveryProcessDerivesTheSameNamesAndPathsFromTheRun) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(R"({"run": {"name": "exp7", "dir": "/d"}})", "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->checkpoint_dir(), "/d/checkpoints");
+  EXPECT_EQ(c->prompt_log(), "/d/coordinator/prompts.log");
+  EXPECT_EQ(c->replay_segment(), "prl-exp7-replay");
+  EXPECT_EQ(c->weight_segment(), "prl-exp7-weights");
+  // Two runs on one node never share shared memory.
+  absl::StatusOr<RunConfig> other = ParseRunConfig(R"({"run": {"name": "exp8"}})", "f");
+  EXPECT_NE(other->replay_segment(), c->replay_segment());
+}
+
 TEST(RunConfigTest, AMissingFileIsNotFoundNamingThePath) {
   absl::StatusOr<RunConfig> c = LoadRunConfig("/nonexistent/run.json");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
