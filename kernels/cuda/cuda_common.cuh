@@ -62,7 +62,18 @@ __device__ __forceinline__ float BlockSum(float v) {
   return total;
 }
 
-inline int Blocks(int64_t n, int threads, int64_t cap = 65535LL * 8) {
+// Blocks for one thread per element (kernels without a grid-stride loop): every element gets
+// its thread, or the launch is refused — never silently capped.
+inline int Blocks(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  PRL_CHECK(b <= 2147483647LL, "CUDA launch of ", n, " elements needs ", b,
+            " blocks, above the grid limit");
+  return static_cast<int>(b < 1 ? 1 : b);
+}
+
+// Blocks for a grid-stride loop: enough to fill the GPU, at most `cap` (the loop covers the
+// rest).
+inline int GridStrideBlocks(int64_t n, int threads, int64_t cap) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b < 1 ? 1 : (b > cap ? cap : b));
 }

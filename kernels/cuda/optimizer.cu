@@ -74,7 +74,7 @@ void AdamWUpdate(int device, float* p, const float* g, float* m, float* v, int64
   const float step_size = static_cast<float>(lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float decay_factor = decay ? 1.0f - lr * weight_decay : 1.0f;
-  AdamWKernel<<<Blocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(
+  AdamWKernel<<<GridStrideBlocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(
       p, g, m, v, n, decay_factor, beta1, beta2, eps, step_size, inv_sqrt_bc2, grad_scale,
       reinterpret_cast<bf16*>(p_bf16));
   PRL_CUDA_CHECK(cudaGetLastError());
@@ -84,8 +84,8 @@ void SgdUpdate(int device, float* p, const float* g, int64_t n, float weight_dec
                float grad_scale) {
   if (n == 0) return;
   SetDevice(device);
-  SgdKernel<<<Blocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(p, g, n, weight_decay, lr,
-                                                                     grad_scale);
+  SgdKernel<<<GridStrideBlocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(
+      p, g, n, weight_decay, lr, grad_scale);
   PRL_CUDA_CHECK(cudaGetLastError());
 }
 

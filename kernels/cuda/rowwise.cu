@@ -279,7 +279,7 @@ void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n) {
   SetDevice(device);
   DispatchDType(dt, [&](auto tag) {
     using V = decltype(tag);
-    AddKernel<V><<<Blocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
+    AddKernel<V><<<GridStrideBlocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
         static_cast<V*>(dst), static_cast<const V*>(src), n);
   });
   PRL_CUDA_CHECK(cudaGetLastError());
@@ -292,7 +292,7 @@ void Convert(int device, DType to, void* dst, DType from, const void* src, int64
     using To = decltype(to_tag);
     DispatchDType(from, [&](auto from_tag) {
       using From = decltype(from_tag);
-      ConvertKernel<To, From><<<Blocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(
+      ConvertKernel<To, From><<<GridStrideBlocks(n, 256, 8192), 256, 0, CurrentStream(device)>>>(
           static_cast<To*>(dst), static_cast<const From*>(src), n);
     });
   });
@@ -304,8 +304,8 @@ void Fill(int device, DType dt, void* x, int64_t n, float value) {
   SetDevice(device);
   DispatchDType(dt, [&](auto tag) {
     using V = decltype(tag);
-    FillKernel<V>
-        <<<Blocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(static_cast<V*>(x), n, value);
+    FillKernel<V><<<GridStrideBlocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
+        static_cast<V*>(x), n, value);
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }

@@ -252,6 +252,23 @@ TEST_P(CudaKernelTest, SwiGluAndEmbeddingMatchCpu) {
   ExpectClose("embedding_dtable", gdtab.Download(), dtable);
 }
 
+// Regression: element-per-thread kernels were launched with a capped grid, leaving every
+// element past 524,280 x 256 (~134M) unwritten, e.g. SwiGLU at 15,000 tokens x I 9,000.
+TEST_P(CudaKernelTest, ElementPerThreadKernelsWriteEveryElementOfHugeTensors) {
+  const int64_t T = 15000, I = 9000;  // T * I = 135M > 134,215,680
+  DeviceTensor gate_up(dt(), {T, 2 * I}), act(dt(), {T, I});
+  cuda::Fill(0, dt(), gate_up.t.data, gate_up.t.numel(), 0.5f);
+  SwiGluForward(act.t, gate_up.t);
+  const std::vector<float> got = act.Download();
+  const float want = AsStored({0.5f / (1.0f + std::exp(-0.5f)) * 0.5f}, dt())[0];
+  for (const int64_t i : {int64_t{0}, T * I / 2, T * I - 1}) {
+    EXPECT_NEAR(got[i], want, 1e-2 * want) << "element " << i;
+  }
+  int64_t unwritten = 0;
+  for (float x : got) unwritten += std::isnan(x) ? 1 : 0;
+  EXPECT_EQ(unwritten, 0);
+}
+
 struct AttentionCase {
   std::vector<int32_t> lengths;
   int64_t H, KV, D;
