@@ -62,7 +62,9 @@ __device__ __forceinline__ float BlockSum(float v) {
   return total;
 }
 
-inline int Blocks(int64_t n, int threads, int64_t cap = 65535LL * 8) {
+// Blocks of `threads` covering n elements, at most `cap` (grid-stride kernels pass a cap; the
+// others rely on the default, gridDim.x's limit, to cover every element).
+inline int Blocks(int64_t n, int threads, int64_t cap = 2147483647LL) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b < 1 ? 1 : (b > cap ? cap : b));
 }
