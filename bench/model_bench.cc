@@ -10,8 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "bench/gpu_peak.h"
+#include "bench/torch_baseline.h"
 #include "core/cuda_runtime.h"
 #include "core/status_macros.h"
+#include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "model/flops.h"
 #include "model/parameters.h"
@@ -41,6 +46,39 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
                                                    " exceeds max_position_embeddings ",
                                                    config.max_position_embeddings));
   }
+  const bool gpu = o.device.is_cuda();
+  std::string gpu_name;
+  if (gpu) {
+    PRL_ASSIGN_OR_RETURN(gpu_name, cuda::DeviceName(o.device.index));
+  }
+  std::optional<GpuPeak> peak;
+  if (o.peak_tflops > 0) {
+    peak = GpuPeak{"--peak-tflops", o.peak_tflops};
+  } else if (gpu) {
+    peak = LookupGpuPeak(gpu_name, o.dtype);
+  }
+
+  // The PyTorch baseline first, while this process holds no device memory (both models at
+  // once would not fit beside each other for the larger shapes).
+  std::optional<TorchBaseline> torch;
+  if (!o.torch_python.empty()) {
+    TorchBaselineOptions t;
+    t.python = o.torch_python;
+    t.script = o.torch_script;
+    t.modes = o.torch_modes;
+    t.tokens = o.tokens;
+    t.seq_len = o.seq_len;
+    t.iterations = o.iterations;
+    t.device = o.device;
+    t.dtype = o.dtype;
+    t.peak_tflops = peak.has_value() ? peak->tflops : 0.0;
+    if (o.progress) {
+      std::fprintf(stderr, "bench model: PyTorch baseline: %s\n",
+                   absl::StrJoin(TorchBaselineArgv(config, t), " ").c_str());
+    }
+    PRL_ASSIGN_OR_RETURN(torch, RunTorchBaseline(config, t));
+  }
+
   PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), false));
   InitializeParameters(params, /*seed=*/1);  // on the host, then to the device
   if (o.device.is_cuda()) {
@@ -66,10 +104,9 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
   const double fwd_flops = ForwardFlops(config, seq_lens, o.tokens);
   const double train_flops = TrainingFlops(config, seq_lens, o.tokens);
 
-  // SGEMM baseline on the model's gate|up projection shape: OpenBLAS on the CPU, the CUDA
-  // backend's fp32 GEMM (cuBLASLt, no TF32) on a GPU.
+  // GEMM baseline on the model's gate|up projection shape: OpenBLAS SGEMM on the CPU, the CUDA
+  // backend's GEMM (cuBLASLt; fp32 without TF32, or bf16 in the bf16 mode) on a GPU.
   const int64_t M = o.tokens, N = 2 * config.intermediate_size, K = config.hidden_size;
-  const bool gpu = o.device.is_cuda();
   auto sync = [&]() -> absl::Status {
     return gpu ? cuda::Synchronize(o.device.index) : absl::OkStatus();
   };
@@ -81,6 +118,18 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
     PRL_ASSIGN_OR_RETURN(gc, AllocateTensor(DType::kF32, o.device, {M, N}));
     PRL_RETURN_IF_ERROR(CopyBytes(ga.view.data, o.device, a.data(), Device::Cpu(), a.size() * 4));
     PRL_RETURN_IF_ERROR(CopyBytes(gb.view.data, o.device, b.data(), Device::Cpu(), b.size() * 4));
+    if (o.dtype != DType::kF32) {  // the same GEMM in the compute dtype
+      OwnedTensor a16, b16, c16;
+      PRL_ASSIGN_OR_RETURN(a16, AllocateTensor(o.dtype, o.device, {M, K}));
+      PRL_ASSIGN_OR_RETURN(b16, AllocateTensor(o.dtype, o.device, {N, K}));
+      PRL_ASSIGN_OR_RETURN(c16, AllocateTensor(o.dtype, o.device, {M, N}));
+      kernels::ConvertDType(a16.view, ga.view);
+      kernels::ConvertDType(b16.view, gb.view);
+      PRL_RETURN_IF_ERROR(cuda::Synchronize(o.device.index));  // before the fp32 copies go
+      ga = std::move(a16);
+      gb = std::move(b16);
+      gc = std::move(c16);
+    }
   }
   auto time_sgemm = [&] {
     const auto start = std::chrono::steady_clock::now();
@@ -139,11 +188,14 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
   const double sgemm = Median(sgemm_gflops);
   const double fwd = Median(fwd_s), train = Median(train_s);
   const std::string sgemm_name =
-      absl::StrFormat(gpu ? "cublaslt_sgemm_%dx%dx%d" : "sgemm_%dx%dx%d", M, N, K);
+      gpu ? absl::StrFormat("cublaslt_%s_gemm_%dx%dx%d", o.dtype == DType::kBF16 ? "bf16" : "f32",
+                            M, N, K)
+          : absl::StrFormat("sgemm_%dx%dx%d", M, N, K);
 
   Report report;
   report.bench = "model";
   report.machine = MachineInfo();
+  if (gpu) report.machine.emplace_back("gpu", gpu_name);
   report.setup = {
       {"model",
        absl::StrFormat("%s hidden=%d layers=%d heads=%d kv_heads=%d intermediate=%d "
@@ -154,6 +206,8 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
       {"parameters", absl::StrCat(ParameterCount(config))},
       {"tokens", absl::StrFormat("%d in sequences of %d", o.tokens, o.seq_len)},
       {"device", o.device.ToString()},
+      {"dtype",
+       o.dtype == DType::kBF16 ? "bf16 (bf16 weights and activations, fp32 accumulation)" : "f32"},
       {"iterations", absl::StrCat(o.iterations, " (median reported)")},
       {"flops_per_step", absl::StrFormat("forward %.1f GFLOP, forward+backward %.1f GFLOP",
                                          fwd_flops / 1e9, train_flops / 1e9)}};
@@ -164,6 +218,46 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
                     {"train_tokens_per_s", o.tokens / train, "tok/s", "at_sgemm_speed",
                      sgemm * 1e9 / (train_flops / o.tokens)},
                     {"train_gflops", train_flops / train / 1e9, "GFLOP/s", sgemm_name, sgemm}};
+  // MFU: the ratio of these two rows.
+  const std::string peak_name =
+      o.peak_tflops > 0  ? std::string("peak_from_flag")
+      : peak.has_value() ? absl::StrCat("peak_", absl::StrReplaceAll(peak->label, {{" ", "_"}}))
+                         : std::string();
+  if (peak.has_value()) {
+    const double mfu = train_flops / train / 1e12 / peak->tflops;
+    report.setup.emplace_back("mfu", absl::StrFormat("forward+backward %.1f%% of %.0f TFLOP/s (%s)",
+                                                     100 * mfu, peak->tflops, peak->label));
+    report.results.push_back(
+        {"forward_tflops", fwd_flops / fwd / 1e12, "TFLOP/s", peak_name, peak->tflops});
+    report.results.push_back(
+        {"train_tflops", train_flops / train / 1e12, "TFLOP/s", peak_name, peak->tflops});
+  } else if (gpu) {
+    report.setup.emplace_back(
+        "mfu", absl::StrCat("unknown peak for '", gpu_name, "': pass --peak-tflops for an MFU"));
+  }
+  if (torch.has_value()) {
+    report.setup.emplace_back("torch_attention", torch->attention);
+    const char* dtype_name = o.dtype == DType::kBF16 ? "bf16" : "f32";
+    for (const TorchModeResult& m : torch->modes) {
+      const std::string key = absl::StrCat("torch_", m.mode);
+      if (!m.error.empty()) {
+        report.setup.emplace_back(key, absl::StrCat(torch->framework, " failed: ", m.error));
+        continue;
+      }
+      std::string line =
+          absl::StrFormat("%s %s %s: forward+backward %.0f tok/s, %.1f TFLOP/s", torch->framework,
+                          m.mode, dtype_name, m.train_tokens_per_s, m.train_tflops);
+      if (peak.has_value()) {
+        absl::StrAppendFormat(&line, ", MFU %.1f%%", 100 * m.train_tflops / peak->tflops);
+      }
+      report.setup.emplace_back(key, line);
+      const std::string baseline = absl::StrCat("pytorch_", m.mode, "_", dtype_name);
+      report.results.push_back(
+          {"forward_tokens_per_s", o.tokens / fwd, "tok/s", baseline, m.forward_tokens_per_s});
+      report.results.push_back(
+          {"train_tokens_per_s", o.tokens / train, "tok/s", baseline, m.train_tokens_per_s});
+    }
+  }
   return report;
 }
 

@@ -1,9 +1,18 @@
 // `prl bench model`: training-path throughput of the transformer (forward, and forward +
-// backward) on random weights and tokens, beside OpenBLAS SGEMM measured in the same run on
-// the shape of the model's MLP projection (T x C times C x 2I).
+// backward) on random weights and tokens, beside a GEMM measured in the same run on the shape
+// of the model's MLP projection (T x C times C x 2I: OpenBLAS SGEMM on the CPU, the CUDA
+// backend's cuBLASLt GEMM in the compute dtype on a GPU). On a GPU also the MFU (model FLOPs
+// per second, model/flops.h, over the GPU's peak for the dtype, bench/gpu_peak.h), and with a
+// PyTorch interpreter the same model in PyTorch (bench/torch_baseline.h, eager and
+// torch.compile), run first in the same process's run so that both see the same GPU.
+//
+// Timing: each step ends with a device synchronise (the forward's log-probs are copied to the
+// host, the backward is followed by one), timed on the host's steady clock after one warm-up
+// step; the median of `iterations` steps is reported.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "bench/report.h"
@@ -20,6 +29,13 @@ struct ModelBenchOptions {
   Device device = Device::Cpu();
   DType dtype = DType::kF32;  // BF16: the CUDA bf16 mode (compute weights and activations)
   bool progress = true;       // progress lines on stderr
+  // The denominator of MFU, in 1e12 FLOP/s; 0: looked up from the GPU's name (none on the CPU
+  // or for a GPU the table lacks: then no MFU is reported).
+  double peak_tflops = 0;
+  // Non-empty: run the PyTorch baseline with this interpreter first (bench/torch_baseline.h).
+  std::string torch_python;
+  std::string torch_script = "bench/torch_model_bench.py";
+  std::string torch_modes = "eager,compile";
 };
 
 absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBenchOptions& options);

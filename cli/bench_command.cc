@@ -95,7 +95,9 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
 
   auto f = std::make_shared<ModelBenchFlags>();
   CLI::App* model = bench->add_subcommand(
-      "model", "Transformer forward and forward+backward throughput vs OpenBLAS SGEMM");
+      "model",
+      "Transformer forward and forward+backward throughput vs a same-shape GEMM (OpenBLAS "
+      "SGEMM, cuBLASLt on CUDA), MFU on a GPU, optionally vs PyTorch");
   model
       ->add_option("--config", f->config,
                    "Preset (tiny, 40m, qwen2.5-0.5b, qwen2.5-1.5b), model directory or "
@@ -108,6 +110,18 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
       ->capture_default_str();
   model->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   model->add_option("--dtype", f->dtype, "f32 (exact mode) | bf16 (CUDA)")->capture_default_str();
+  model
+      ->add_option("--peak-tflops", f->options.peak_tflops,
+                   "Peak TFLOP/s for the MFU (default: from the GPU's name; bf16 dense for bf16, "
+                   "fp32 non-tensor for f32)")
+      ->capture_default_str();
+  model->add_option("--torch-baseline", f->options.torch_python,
+                    "Python with torch: also run the same model in PyTorch (eager and "
+                    "torch.compile) in this run and print prl's ratio to it");
+  model->add_option("--torch-script", f->options.torch_script, "The PyTorch baseline's script")
+      ->capture_default_str();
+  model->add_option("--torch-modes", f->options.torch_modes, "PyTorch modes: eager,compile")
+      ->capture_default_str();
   model->add_flag("--json", f->json, "Print one JSON object instead of the table");
   registry.Add(model, [f] { return RunModelBench(*f); });
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,7 +21,13 @@ bool Compiled();
 bool KernelsCompiled();
 // Usable GPUs; 0 without CUDA, without a driver, or without a GPU. Never fails.
 int DeviceCount();
+// The GPU's product name as the driver reports it (cudaGetDeviceProperties), e.g.
+// "NVIDIA H100 80GB HBM3"; for benchmark reports and their peak-FLOP/s table.
+absl::StatusOr<std::string> DeviceName(int device);
 
+// Device memory through the caching allocator (core/cuda/caching_allocator.h: blocks are
+// reused, not returned to the driver; Free first synchronises the calling thread's current
+// stream for `device`; out of memory is RESOURCE_EXHAUSTED naming the size).
 absl::StatusOr<void*> Malloc(int device, size_t bytes);
 void Free(int device, void* ptr);
 // Copies between host and device or device and device (cudaMemcpyDefault), synchronously.

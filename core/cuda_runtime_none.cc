@@ -13,6 +13,7 @@ absl::Status NotBuilt() {
 bool Compiled() { return false; }
 bool KernelsCompiled() { return false; }
 int DeviceCount() { return 0; }
+absl::StatusOr<std::string> DeviceName(int) { return NotBuilt(); }
 absl::StatusOr<void*> Malloc(int, size_t) { return NotBuilt(); }
 void Free(int, void*) {}
 absl::Status Memcpy(void*, const void*, size_t) { return NotBuilt(); }

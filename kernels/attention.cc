@@ -3,6 +3,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
 #if PRL_WITH_CUDA
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_ops.h"
 #endif
 
@@ -46,6 +47,11 @@ void AttentionForward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
   // cu_seqlens lives on the device: its span is validated where it is built (PackedBatch).
   // Every row's result depends only on its own sequence, so both orders are the same here.
   (void)order;
+  if (cuda::FlashAttentionSupported(dt, D, {out.data, qkv.data})) {
+    return cuda::FlashAttentionForward(device.index, out.data, lse.f32(), qkv.data,
+                                       cu_seqlens.i32(), cu_seqlens.size(0) - 1, T, H,
+                                       shape.num_kv_heads, D);
+  }
   return cuda::AttentionForward(device.index, dt, out.data, lse.f32(), qkv.data, cu_seqlens.i32(),
                                 cu_seqlens.size(0) - 1, T, H, shape.num_kv_heads, D);
 #else
@@ -74,9 +80,15 @@ void AttentionBackward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv
 #if PRL_WITH_CUDA
   float* delta = static_cast<float*>(
       cuda::ScratchAlloc(device.index, static_cast<size_t>(T * H) * sizeof(float)));
-  cuda::AttentionBackward(device.index, dt, dqkv.data, dout.data, qkv.data, out.data, lse.f32(),
-                          cu_seqlens.i32(), cu_seqlens.size(0) - 1, T, H, shape.num_kv_heads, D,
-                          delta);
+  if (cuda::FlashAttentionSupported(dt, D, {dqkv.data, dout.data, qkv.data, out.data})) {
+    cuda::FlashAttentionBackward(device.index, dqkv.data, dout.data, qkv.data, out.data, lse.f32(),
+                                 cu_seqlens.i32(), cu_seqlens.size(0) - 1, T, H, shape.num_kv_heads,
+                                 D, delta);
+  } else {
+    cuda::AttentionBackward(device.index, dt, dqkv.data, dout.data, qkv.data, out.data, lse.f32(),
+                            cu_seqlens.i32(), cu_seqlens.size(0) - 1, T, H, shape.num_kv_heads, D,
+                            delta);
+  }
   return cuda::ScratchFree(device.index, delta);
 #else
   internal::NoBackend(op, device);

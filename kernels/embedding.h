@@ -1,4 +1,9 @@
 // Token embedding lookup.
+//
+// Dtypes: tokens are I32. The CPU takes F32. On CUDA out and table share F32 or BF16; dtable
+// is F32 (weight gradients) or BF16 (the bf16 mode's row scatter-add) and dout F32 or BF16.
+// The CUDA backward adds with atomics, so repeated tokens' rows are summed in no fixed order:
+// not bit-deterministic (within fp32 rounding of the CPU's result).
 #pragma once
 
 #include "core/tensor.h"

@@ -47,7 +47,7 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
   g.ab_dtype = g.d_dtype = dt;
   g.beta = accumulate ? 1.0f : 0.0f;
   g.bias = bias.defined() ? bias.data : nullptr;
-  return cuda::Gemm(device.index, g);
+  return cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
 #else
   internal::NoBackend(op, device);
 #endif
@@ -85,7 +85,7 @@ void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, con
     g.d = da.data;
     g.ldd = K;
     g.ab_dtype = g.d_dtype = dt;
-    cuda::Gemm(device.index, g);
+    cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
   }
   {  // dw (N, K) += dout^T (N, M) . a (M, K)
     cuda::GemmArgs g;
@@ -102,7 +102,7 @@ void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, con
     g.ab_dtype = dt;
     g.d_dtype = dw_dt;
     g.beta = 1;
-    cuda::Gemm(device.index, g);
+    cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
   }
   if (dbias.defined()) cuda::ColumnSums(device.index, dt, dbias.f32(), dout.data, M, N);
   return;

@@ -1,4 +1,10 @@
 // Linear layers: y = x W^T (+ b), with W in Hugging Face's (out_features, in_features) layout.
+//
+// Dtypes: the CPU takes F32. On CUDA out, a, w, bias, da and dout share one dtype, F32 (the
+// exact mode) or BF16, through cuBLASLt with fp32 compute (never TF32); dw is F32 or that
+// dtype, dbias F32. BF16 operands reach the tensor cores when rows are multiples of 8 elements
+// and pointers 16-byte aligned (kernels/cuda/gemm.h); other shapes work, more slowly. The
+// batch-invariant order is CPU-only (CUDA refuses it).
 #pragma once
 
 #include "core/tensor.h"

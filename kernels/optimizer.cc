@@ -1,5 +1,6 @@
 #include "kernels/optimizer.h"
 
+#include "core/dtype.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
 #if PRL_WITH_CUDA
@@ -17,28 +18,49 @@ void ExpectRange(const char* op, const Tensor& t, int64_t begin, int64_t end) {
 }
 }  // namespace
 
-void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 int64_t begin, int64_t end, bool decay, const AdamWStep& step) {
-  const char* op = "AdamWUpdate";
+namespace {
+// AdamWUpdate and AdamWUpdateWithBf16Copy (param_bf16 undefined: no copy).
+void AdamW(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m,
+           const Tensor& v, const Tensor& param_bf16, int64_t begin, int64_t end, bool decay,
+           const AdamWStep& step) {
   const int64_t n = param.numel();
   ExpectTensor(op, "param", param, DType::kF32, {n});
   ExpectTensor(op, "grad", grad, DType::kF32, {n});
   ExpectTensor(op, "m", m, DType::kF32, {n});
   ExpectTensor(op, "v", v, DType::kF32, {n});
+  const bool copy = param_bf16.defined();
+  if (copy) ExpectTensor(op, "param_bf16", param_bf16, DType::kBF16, {n});
   ExpectRange(op, param, begin, end);
   PRL_CHECK(step.step >= 1, op, ": step is 1-based, found ", step.step);
-  const Device device = internal::CommonDevice(op, {&param, &grad, &m, &v});
+  const Device device = internal::CommonDevice(op, {&param, &grad, &m, &v, &param_bf16});
+  uint16_t* bf16 = copy ? static_cast<uint16_t*>(param_bf16.data) + begin : nullptr;
   if (device.is_cpu()) {
-    return cpu::AdamWUpdate(param.f32() + begin, grad.f32() + begin, m.f32() + begin,
-                            v.f32() + begin, end - begin, decay, step);
+    cpu::AdamWUpdate(param.f32() + begin, grad.f32() + begin, m.f32() + begin, v.f32() + begin,
+                     end - begin, decay, step);
+    if (copy) {
+      ConvertFromF32(bf16, DType::kBF16, param.f32() + begin, static_cast<size_t>(end - begin));
+    }
+    return;
   }
 #if PRL_WITH_CUDA
   return cuda::AdamWUpdate(device.index, param.f32() + begin, grad.f32() + begin, m.f32() + begin,
                            v.f32() + begin, end - begin, decay, step.lr, step.beta1, step.beta2,
-                           step.eps, step.weight_decay, step.step, step.grad_scale, nullptr);
+                           step.eps, step.weight_decay, step.step, step.grad_scale, bf16);
 #else
   internal::NoBackend(op, device);
 #endif
+}
+}  // namespace
+
+void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 int64_t begin, int64_t end, bool decay, const AdamWStep& step) {
+  AdamW("AdamWUpdate", param, grad, m, v, Tensor(), begin, end, decay, step);
+}
+
+void AdamWUpdateWithBf16Copy(const Tensor& param, const Tensor& grad, const Tensor& m,
+                             const Tensor& v, const Tensor& param_bf16, int64_t begin, int64_t end,
+                             bool decay, const AdamWStep& step) {
+  AdamW("AdamWUpdateWithBf16Copy", param, grad, m, v, param_bf16, begin, end, decay, step);
 }
 
 void SgdUpdate(const Tensor& param, const Tensor& grad, int64_t begin, int64_t end, bool decay,

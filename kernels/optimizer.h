@@ -1,5 +1,9 @@
 // Optimizer and gradient-bookkeeping kernels on flat fp32 shards (the learner's FSDP shards):
 // AdamW and SGD updates, in-place accumulation, sum of squares for the global grad norm.
+//
+// Dtypes: parameters, gradients and optimizer state are F32 on every backend (the fp32
+// master weights); AdamWUpdateWithBf16Copy also writes a BF16 copy (the bf16 mode's compute
+// weights). AddInPlace and SumOfSquares take F32 on the CPU and F32 or BF16 on CUDA.
 #pragma once
 
 #include "core/tensor.h"
@@ -20,6 +24,12 @@ struct AdamWStep {
 void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  int64_t begin, int64_t end, bool decay, const AdamWStep& step);
 
+// AdamWUpdate, then param_bf16 (N, BF16) = the updated param rounded to nearest even, for
+// [begin, end): on CUDA in the same pass over memory.
+void AdamWUpdateWithBf16Copy(const Tensor& param, const Tensor& grad, const Tensor& m,
+                             const Tensor& v, const Tensor& param_bf16, int64_t begin, int64_t end,
+                             bool decay, const AdamWStep& step);
+
 // p -= lr * (grad_scale * grad + (decay ? wd * p : 0)) for elements [begin, end).
 void SgdUpdate(const Tensor& param, const Tensor& grad, int64_t begin, int64_t end, bool decay,
                float lr, float weight_decay, float grad_scale);
@@ -27,7 +37,8 @@ void SgdUpdate(const Tensor& param, const Tensor& grad, int64_t begin, int64_t e
 // dst += src, same shape.
 void AddInPlace(const Tensor& dst, const Tensor& src);
 
-// sum of x^2 over all elements, accumulated in float64.
+// sum of x^2 over all elements, accumulated in float64. On CUDA a fixed-shape two-pass tree:
+// the same value on every run (it synchronises the calling thread's stream).
 double SumOfSquares(const Tensor& x);
 
 }  // namespace prl::kernels

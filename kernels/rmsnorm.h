@@ -1,4 +1,7 @@
 // RMSNorm as in Llama and Qwen2: y = x / sqrt(mean(x^2) + eps) * w, in fp32.
+//
+// Dtypes: the CPU takes F32. On CUDA y, x, w, dx and dy share F32 or BF16 (fp32 arithmetic);
+// rstd and dw are F32. dw is summed over rows in a fixed order on both (deterministic).
 #pragma once
 
 #include "core/tensor.h"

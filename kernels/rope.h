@@ -1,5 +1,8 @@
 // Rotary position embedding (RoPE), Hugging Face rotate_half convention: within each head of
 // size D, element i pairs with element i + D/2 and the pair is rotated by position * inv_freq[i].
+//
+// Dtypes: cos, sin and inv_freq are F32 and positions I32 on every backend; x is F32 on the
+// CPU and F32 or BF16 on CUDA (rotated in fp32).
 #pragma once
 
 #include "core/tensor.h"

@@ -1,4 +1,6 @@
 // SwiGLU, the Llama/Qwen2 MLP activation: act = silu(gate) * up, silu(x) = x * sigmoid(x).
+//
+// Dtypes: the CPU takes F32; on CUDA all tensors of a call share F32 or BF16 (fp32 arithmetic).
 #pragma once
 
 #include "core/tensor.h"

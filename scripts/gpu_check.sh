@@ -1,141 +1,80 @@
 #!/usr/bin/env bash
-# The one command for a machine with a GPU: runs every GPU test and the GPU benchmarks that
-# exist, and prints a short table.
+# The one command for a machine with a GPU (run from the repository root; no network, no sudo):
+# nvidia-smi, every GPU test binary (gtest), `prl score --device cuda` against `--device cpu`
+# on a small generated model (log-probs: fp32 mode within 1e-5 absolute per token, bf16 mode
+# within 2e-2; fp32 gradients within 1e-4 relative per tensor), and the GPU benchmarks
+# (`prl bench model` for the Qwen2.5-0.5B and -1.5B shapes at 8192 tokens per step, bf16 and
+# fp32 modes, each beside PyTorch eager and torch.compile in the same run), ending with tables.
 #
-# Build choice (see scripts/gpu_package.sh): the binaries are built on a Debian machine with
-# the development packages and the same CUDA 13.0, and travel as build-gpu/bundle (binaries
-# plus the non-system shared libraries they load; the GPU machine supplies CUDA, cuBLAS(Lt),
-# NCCL and the C/C++ runtime). Run scripts/gpu_package.sh first where the build works, then
-# this script on the GPU machine from the repository root. Outputs (gtest XML, logs) also go
-# to $OUT when that is set.
+# Build choice: binaries built elsewhere travel here. The GPU machine (Ubuntu 24.04, glibc
+# 2.39) has the CUDA 13.0 toolkit, CMake, ninja and PyTorch but no Debian development packages
+# (abseil, gRPC, OpenBLAS, GoogleTest) and no network, so prl cannot be built on it. The build
+# machine (Debian 12, glibc 2.36, the same CUDA 13.0) builds them with scripts/gpu_package.sh
+# into build-gpu/bundle: stripped binaries in bin/, and in lib/ every shared library they load
+# except the C/C++ runtime and the CUDA, cuBLAS(Lt), NCCL and driver libraries, which this
+# machine supplies (binaries linked against the older glibc run on the newer one). That bundle
+# (or its .tar.gz, unpacked here) is all this script needs besides python3 with torch.
 #
-# usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]   (or BUNDLE.tar.gz, unpacked here)
+# Every step runs even after an earlier one failed (hence no `set -e`); the exit status is 1 if
+# any test, comparison or prl benchmark failed (a PyTorch baseline that fails is reported, not
+# counted). Outputs (gtest XML and logs, the benchmarks' JSON and logs, the tables) go to $OUT
+# when that is set, else /tmp/prl-gpu-check.
+#
+# usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
+#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score bench": a
+#   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
+PYTHON=${PYTHON:-python3}
+PARTS=${PARTS:-tests score bench}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
-  tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz"
+  tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
 fi
 if [ ! -d "$BUNDLE/bin" ]; then
   echo "gpu_check: no $BUNDLE/bin: run scripts/gpu_package.sh on the build machine first" >&2
   exit 1
 fi
-export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
-status=0
-for test in "$BUNDLE"/bin/*_test; do
-  name=$(basename "$test")
-  echo "== $name"
-  "$test" --gtest_output="xml:$OUT_DIR/$name.xml" 2>&1 | tee "$OUT_DIR/$name.log" | \
-    grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error" || true
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-done
+BUNDLE=$(cd "$BUNDLE" && pwd)
 PRL="$BUNDLE/bin/prl"
-if [ -x "$PRL" ]; then
-  echo "== prl score: --device cuda against --device cpu (fp32 mode)"
-  work="$OUT_DIR/score"
-  mkdir -p "$work"
-  "$PRL" model init --arch qwen2 --hidden-size 256 --layers 3 --heads 4 --kv-heads 2 \
-    --intermediate-size 640 --vocab-size 1000 --tie-embeddings --seed 3 --out "$work/model" >/dev/null
-  python3 - "$work/in.jsonl" <<'PY'
-import json, random, sys
-rng = random.Random(5)
-with open(sys.argv[1], "w") as f:
-    for n in (2, 17, 130, 64, 300):
-        f.write(json.dumps({"tokens": [rng.randrange(1000) for _ in range(n)], "score_from": 1}) + "\n")
-PY
-  for d in cpu cuda; do
-    "$PRL" score --model "$work/model" --input "$work/in.jsonl" --output "$work/$d.jsonl" \
-      --device "$d" --dump-grads "$work/$d.safetensors" || status=1
-  done
-  "$PRL" score --model "$work/model" --input "$work/in.jsonl" --output "$work/bf16.jsonl" \
-    --device cuda --dtype bf16 || status=1
-  python3 - "$work" <<'PY' || status=1
-import json, sys
-w = sys.argv[1]
-cpu = [json.loads(l)["logprobs"] for l in open(w + "/cpu.jsonl")]
-gpu = [json.loads(l)["logprobs"] for l in open(w + "/cuda.jsonl")]
-worst = max(abs(a - b) for x, y in zip(cpu, gpu) for a, b in zip(x, y))
-bf16 = [json.loads(l)["logprobs"] for l in open(w + "/bf16.jsonl")]
-worst16 = max(abs(a - b) for x, y in zip(cpu, bf16) for a, b in zip(x, y))
-print("prl score cuda vs cpu: max |log-prob difference| %.3e over %d tokens (bound 1e-5); "
-      "--dtype bf16: %.3e (bound 2e-2)" % (worst, sum(map(len, cpu)), worst16))
-sys.exit(0 if worst <= 1e-5 and worst16 <= 2e-2 else 1)
-PY
-  # A baseline that fails (PyTorch eager fp32 runs out of memory on the 1.5B shape at 8192
-  # tokens) is reported, not counted as a prl failure.
-  echo "== benchmarks: model forward+backward, prl (fp32 mode) beside PyTorch on this GPU"
-  for shape in "qwen2.5-0.5b 896 24 14 2 4864 --tied" "qwen2.5-1.5b 1536 28 12 2 8960 --tied"; do
-    set -- $shape
-    "$PRL" bench model --config "$1" --device cuda --tokens 8192 --seq-len 2048 --iters 3 \
-      --json > "$OUT_DIR/bench_$1.json" || status=1
-    "$PRL" bench model --config "$1" --device cuda --dtype bf16 --tokens 8192 --seq-len 2048 \
-      --iters 3 --json > "$OUT_DIR/bench16_$1.json" || status=1
-    python3 bench/torch_model_bench.py --hidden "$2" --layers "$3" --heads "$4" --kv-heads "$5" \
-      --intermediate "$6" --vocab 151936 $7 --tokens 8192 --seq-len 2048 --iters 3 \
-      > "$OUT_DIR/torch_f32_$1.json" 2> "$OUT_DIR/torch_f32_$1.log" || true
-    python3 bench/torch_model_bench.py --hidden "$2" --layers "$3" --heads "$4" --kv-heads "$5" \
-      --intermediate "$6" --vocab 151936 $7 --tokens 8192 --seq-len 2048 --iters 3 \
-      --dtype bf16 > "$OUT_DIR/torch_bf16_$1.json" 2> "$OUT_DIR/torch_bf16_$1.log" || true
-    python3 - "$OUT_DIR" "$1" <<'PY'
-import json, sys
-d, name = sys.argv[1], sys.argv[2]
-def load(path):
-    try:
-        return json.load(open(path))
-    except (OSError, ValueError):
-        return None  # the run failed (e.g. out of memory): its log says why
-prl = load("%s/bench_%s.json" % (d, name))
-t32 = load("%s/torch_f32_%s.json" % (d, name))
-t16 = load("%s/torch_bf16_%s.json" % (d, name))
-p16 = load("%s/bench16_%s.json" % (d, name))
-line = name + " forward+backward tokens/s:"
-if prl:
-    r = {x["name"]: x for x in prl["results"]}
-    tok = r["train_tokens_per_s"]["value"]
-    line += " prl fp32 %.0f (%.1f TFLOP/s, %.2f of cuBLASLt SGEMM)" % (
-        tok, r["train_gflops"]["value"] / 1e3, r["train_gflops"]["ratio"])
-else:
-    tok, line = None, line + " prl failed"
-if t32:
-    line += " | PyTorch eager fp32 %.0f" % t32["train_tokens_per_s"]
-    if tok:
-        line += " (prl/PyTorch %.2f)" % (tok / t32["train_tokens_per_s"])
-else:
-    line += " | PyTorch eager fp32 failed (out of memory?)"
-if p16:
-    r16 = {x["name"]: x for x in p16["results"]}
-    tf = r16["train_gflops"]["value"] / 1e3
-    line += " | prl bf16 %.0f (%.1f TFLOP/s, MFU %.1f%% of 989)" % (
-        r16["train_tokens_per_s"]["value"], tf, 100 * tf / 989)
-else:
-    line += " | prl bf16 failed"
-line += " | PyTorch eager bf16 %s" % ("%.0f" % t16["train_tokens_per_s"] if t16 else "failed")
-if p16 and t16:
-    line += " (prl/PyTorch bf16 %.2f)" % (r16["train_tokens_per_s"]["value"] / t16["train_tokens_per_s"])
-print(line)
-PY
-  done
-  # Where the time goes: the same tokens in sequences of 256 instead of 2048 (8x less
-  # attention work, the same GEMMs).
-  "$PRL" bench model --config qwen2.5-0.5b --device cuda --tokens 8192 --seq-len 256 --iters 3 \
-    --json > "$OUT_DIR/bench_short.json" || status=1
-  python3 - "$OUT_DIR" <<'PY'
-import json, sys
-r = {x["name"]: x for x in json.load(open(sys.argv[1] + "/bench_short.json"))["results"]}
-print("qwen2.5-0.5b in sequences of 256: forward+backward %.0f tok/s (%.2f of cuBLASLt SGEMM)"
-      % (r["train_tokens_per_s"]["value"], r["train_gflops"]["ratio"]))
-PY
+if ! command -v nvidia-smi >/dev/null; then
+  echo "gpu_check: no nvidia-smi: this is not the GPU machine" >&2
+  exit 1
 fi
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 
-# The relative errors each test recorded (gtest properties), as a table.
-python3 - "$OUT_DIR" <<'PY'
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
+  tee "$OUT_DIR/gpu.txt"
+nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1
+
+# --- GPU tests ----------------------------------------------------------------------------
+run_tests() {
+  local test name rc
+  for test in "$BUNDLE"/bin/*_test; do
+    name=$(basename "$test")
+    echo "== $name"
+    "$test" --gtest_output="xml:$OUT_DIR/$name.xml" 2>&1 | tee "$OUT_DIR/$name.log" |
+      grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error"
+    rc=("${PIPESTATUS[@]}")
+    if [ "${rc[0]}" -ne 0 ]; then
+      echo "gpu_check: $name exited with ${rc[0]} (log: $OUT_DIR/$name.log)" >&2
+      status=1
+    elif grep -q "no CUDA GPU" "$OUT_DIR/$name.log"; then
+      # The tests' skip message: here it means the binary saw no usable GPU (driver, runtime).
+      echo "gpu_check: $name found no GPU on a machine with one: see $OUT_DIR/$name.log" >&2
+      status=1
+    fi
+  done
+  # The relative errors the tests recorded (gtest properties), as a table.
+  python3 - "$OUT_DIR" <<'PY'
 import glob, sys, xml.etree.ElementTree as ET
 rows = []
-for path in sorted(glob.glob(sys.argv[1] + "/*.xml")):
+for path in sorted(glob.glob(sys.argv[1] + "/*_test.xml")):
     for case in ET.parse(path).getroot().iter("testcase"):
         failed = case.find("failure") is not None
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
@@ -147,9 +86,176 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.xml")):
             except ValueError:
                 pass
 if rows:
-    print("\n%-28s %12s %6s" % ("kernel output (mode)", "rel. error", "test"))
+    print("\n%-40s %12s %6s" % ("recorded error (test property)", "value", "test"))
     for name, value, state in rows:
-        print("%-28s %12.3e %6s" % (name, value, state))
+        print("%-40s %12.3e %6s" % (name, value, state))
 PY
-echo "gpu_check: $([ $status -eq 0 ] && echo 'all GPU tests passed' || echo 'FAILURES (see above)')"
+}
+
+# --- prl score on cuda against cpu ----------------------------------------------------------
+run_score() {
+  echo "== prl score: --device cuda (fp32 and bf16 modes) against --device cpu"
+  local work="$OUT_DIR/score" d
+  mkdir -p "$work"
+  "$PRL" model init --arch qwen2 --hidden-size 256 --layers 3 --heads 4 --kv-heads 2 \
+    --intermediate-size 640 --vocab-size 1000 --tie-embeddings --seed 3 \
+    --out "$work/model" >/dev/null || { status=1; return; }
+  python3 - "$work/in.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    for n in (2, 17, 130, 64, 300):
+        f.write(json.dumps({"tokens": [rng.randrange(1000) for _ in range(n)],
+                            "score_from": 1}) + "\n")
+PY
+  for d in cpu cuda; do
+    "$PRL" score --model "$work/model" --input "$work/in.jsonl" --output "$work/$d.jsonl" \
+      --device "$d" --dump-grads "$work/$d.safetensors" || status=1
+  done
+  "$PRL" score --model "$work/model" --input "$work/in.jsonl" --output "$work/bf16.jsonl" \
+    --device cuda --dtype bf16 || status=1
+  python3 - "$work" <<'PY' | tee "$OUT_DIR/score_summary.txt" || status=1
+import array, json, math, struct, sys
+w = sys.argv[1]
+
+def logprobs(name):
+    try:
+        return [json.loads(l)["logprobs"] for l in open("%s/%s.jsonl" % (w, name))]
+    except OSError:
+        return None
+
+def tensors(name):  # safetensors, F32 only (what --dump-grads writes)
+    with open("%s/%s.safetensors" % (w, name), "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for key, t in header.items():
+        if key == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t
+        begin, end = t["data_offsets"]
+        out[key] = array.array("f", data[begin:end])
+    return out
+
+ok = True
+cpu = logprobs("cpu")
+for name, bound in (("cuda", 1e-5), ("bf16", 2e-2)):
+    got = logprobs(name)
+    if cpu is None or got is None:
+        print("prl score %s: no output" % name)
+        ok = False
+        continue
+    worst = max(abs(a - b) for x, y in zip(cpu, got) for a, b in zip(x, y))
+    print("prl score --device cuda %s vs cpu: max |log-prob difference| %.3e over %d tokens "
+          "(bound %.0e)" % ("fp32" if name == "cuda" else "--dtype bf16", worst,
+                            sum(map(len, cpu)), bound))
+    ok = ok and worst <= bound
+try:
+    gc, gg = tensors("cpu"), tensors("cuda")
+    worst, where = 0.0, ""
+    for key, ref in gc.items():
+        diff = math.sqrt(sum((a - b) ** 2 for a, b in zip(gg[key], ref)))
+        rel = diff / max(math.sqrt(sum(a * a for a in ref)), 1e-30)
+        if rel > worst:
+            worst, where = rel, key
+    print("prl score --dump-grads cuda vs cpu: worst relative L2 error %.3e (%s) over %d "
+          "tensors (bound 1e-4)" % (worst, where, len(gc)))
+    ok = ok and worst <= 1e-4
+except (OSError, KeyError, ValueError, AssertionError) as e:
+    print("prl score --dump-grads: cannot compare: %r" % (e,))
+    ok = False
+sys.exit(0 if ok else 1)
+PY
+}
+
+# --- benchmarks ---------------------------------------------------------------------------
+# Forward+backward of the two issue shapes at 8192 tokens per step (4 sequences of 2048), each
+# `prl bench model` running the same model in PyTorch first (eager with SDPA, and
+# torch.compile) on this GPU in the same run. bf16 mode: MFU against the dense bf16 peak; fp32
+# mode (the exact mode) beside PyTorch eager fp32 only (TF32 off; compile skipped for time;
+# PyTorch eager fp32 may run out of memory on the 1.5B shape). A baseline that cannot run at
+# all (no torch) makes the row run again without it.
+bench() {  # bench NAME ARGS...: prl bench model ARGS --json > $OUT_DIR/NAME.json
+  local name=$1
+  shift
+  echo "-- prl bench model $*"
+  if ! "$PRL" bench model "$@" --torch-baseline "$PYTHON" --json >"$OUT_DIR/$name.json" \
+    2>"$OUT_DIR/$name.log"; then
+    tail -5 "$OUT_DIR/$name.log" >&2
+    echo "gpu_check: $name: again without the PyTorch baseline" >&2
+    "$PRL" bench model "$@" --json >"$OUT_DIR/$name.json" 2>>"$OUT_DIR/$name.log" || {
+      tail -5 "$OUT_DIR/$name.log" >&2
+      rm -f "$OUT_DIR/$name.json"
+      status=1
+    }
+  fi
+}
+
+run_bench() {
+  echo "== benchmarks: model forward+backward, prl beside PyTorch on this GPU"
+  local preset
+  for preset in qwen2.5-0.5b qwen2.5-1.5b; do
+    bench "bench_bf16_$preset" --config "$preset" --device cuda --dtype bf16 --tokens 8192 \
+      --seq-len 2048 --iters 5
+  done
+  # Where the time goes: the same tokens in sequences of 256 instead of 2048 (8x less
+  # attention work, the same GEMMs).
+  echo "-- prl bench model --config qwen2.5-0.5b --dtype bf16 --seq-len 256"
+  "$PRL" bench model --config qwen2.5-0.5b --device cuda --dtype bf16 --tokens 8192 \
+    --seq-len 256 --iters 5 --json >"$OUT_DIR/bench_bf16_short.json" \
+    2>"$OUT_DIR/bench_bf16_short.log" || status=1
+  for preset in qwen2.5-0.5b qwen2.5-1.5b; do
+    bench "bench_f32_$preset" --config "$preset" --device cuda --dtype f32 --tokens 8192 \
+      --seq-len 2048 --iters 3 --torch-modes eager
+  done
+  python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/bench_summary.txt"
+import json, os, sys
+d = sys.argv[1]
+print("\n%-20s %-4s %8s %7s %6s %5s | %-20s | %-20s" % (
+    "model/seq_len", "mode", "tok/s", "TFLOP/s", "MFU", "/GEMM", "PyTorch eager, ratio",
+    "torch.compile, ratio"))
+runs = [("qwen2.5-0.5b/2048", "bf16", "bench_bf16_qwen2.5-0.5b"),
+        ("qwen2.5-1.5b/2048", "bf16", "bench_bf16_qwen2.5-1.5b"),
+        ("qwen2.5-0.5b/256", "bf16", "bench_bf16_short"),
+        ("qwen2.5-0.5b/2048", "f32", "bench_f32_qwen2.5-0.5b"),
+        ("qwen2.5-1.5b/2048", "f32", "bench_f32_qwen2.5-1.5b")]
+for label, mode, name in runs:
+    path = os.path.join(d, name + ".json")
+    if not os.path.exists(path):
+        print("%-20s %-4s   not run or failed: see %s.log" % (label, mode, name))
+        continue
+    r = json.load(open(path))
+    rows = {(x["name"], x["baseline_name"]): x for x in r["results"]}
+    first = lambda n: next((x for (m, _), x in rows.items() if m == n), None)
+    tok = first("train_tokens_per_s")["value"]
+    gemm = first("train_gflops")
+    mfu = first("train_tflops")
+
+    def torch_cell(torch_mode):
+        x = rows.get(("train_tokens_per_s", "pytorch_%s_%s" % (torch_mode, mode)))
+        if x:
+            return "%8.0f tok/s %5.2f" % (x["baseline_value"], x["ratio"])
+        return "failed" if "failed" in r["setup"].get("torch_" + torch_mode, "") else "-"
+
+    print("%-20s %-4s %8.0f %7.1f %6s %5.2f | %-20s | %-20s" % (
+        label, mode, tok, gemm["value"] / 1e3, "%.1f%%" % (100 * mfu["ratio"]) if mfu else "-",
+        gemm["ratio"], torch_cell("eager"), torch_cell("compile")))
+print("MFU: model FLOPs/s (model/flops.h) over the GPU's peak for the mode; /GEMM: over "
+      "cuBLASLt on the MLP shape in the same dtype, same run; ratio: prl tokens/s over "
+      "PyTorch's (> 1: prl faster). Failures: the JSON's setup and the .log files in " + d)
+PY
+}
+
+part tests && run_tests
+if part score || part bench; then
+  if [ ! -x "$PRL" ]; then
+    echo "gpu_check: no $PRL in the bundle" >&2
+    status=1
+  else
+    part score && run_score
+    part bench && run_bench
+  fi
+fi
+echo "gpu_check ($PARTS): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES (see above)')"
 exit $status

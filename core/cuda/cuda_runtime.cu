@@ -1,4 +1,5 @@
 // CUDA runtime layer (see core/cuda_runtime.h).
+#include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda_runtime.h"
 
@@ -24,24 +25,17 @@ int DeviceCount() {
   return count;
 }
 
-absl::StatusOr<void*> Malloc(int device, size_t bytes) {
-  PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cudaMalloc of ", bytes, " bytes on cuda:", device, " failed: out of memory"));
-  }
-  PRL_CUDA_RETURN_IF_ERROR(err);
-  return ptr;
+absl::StatusOr<std::string> DeviceName(int device) {
+  cudaDeviceProp prop;
+  PRL_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  return std::string(prop.name);
 }
 
-void Free(int device, void* ptr) {
-  if (ptr == nullptr) return;
-  cudaSetDevice(device);
-  cudaFree(ptr);
+absl::StatusOr<void*> Malloc(int device, size_t bytes) {
+  return CachingMalloc(device, bytes == 0 ? 1 : bytes);
 }
+
+void Free(int device, void* ptr) { CachingFree(device, ptr); }
 
 absl::Status Memcpy(void* dst, const void* src, size_t bytes) {
   PRL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));

@@ -1,12 +1,7 @@
-// Streams and error checks of the CUDA backend (kernels/cuda/cuda_ops.h).
-#include <cstdio>
-#include <cstdlib>
-
+// Stream-ordered scratch memory of the CUDA backend (kernels/cuda/cuda_ops.h).
 #include "kernels/cuda/cuda_ops.h"
 
 namespace prl::kernels::cuda {
-
-cudaStream_t CurrentStream(int /*device*/) { return cudaStreamPerThread; }
 
 void* ScratchAlloc(int device, size_t bytes) {
   static thread_local bool configured[64] = {};
@@ -27,13 +22,6 @@ void* ScratchAlloc(int device, size_t bytes) {
 void ScratchFree(int device, void* p) {
   PRL_CUDA_CHECK(cudaSetDevice(device));
   PRL_CUDA_CHECK(cudaFreeAsync(p, CurrentStream(device)));
-}
-
-void CheckCuda(cudaError_t err, const char* call, const char* file, int line) {
-  if (err == cudaSuccess) return;
-  std::fprintf(stderr, "prl: CUDA error: %s failed: %s (%s:%d)\n", call, cudaGetErrorString(err),
-               file, line);
-  std::abort();
 }
 
 }  // namespace prl::kernels::cuda

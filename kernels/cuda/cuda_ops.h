@@ -19,36 +19,16 @@
 
 #include <cstdint>
 
+#include "core/cuda/stream.h"
 #include "core/dtype.h"
+#include "kernels/cuda/gemm.h"
 
 namespace prl::kernels::cuda {
 
-// The stream kernels for `device` run on: the per-thread default stream (cudaStreamPerThread),
-// so that threads do not serialise on the legacy stream.
-cudaStream_t CurrentStream(int device);
-// Aborts with the failing call, CUDA's message, file and line.
-void CheckCuda(cudaError_t err, const char* call, const char* file, int line);
-#define PRL_CUDA_CHECK(call) ::prl::kernels::cuda::CheckCuda((call), #call, __FILE__, __LINE__)
+// The calling thread's current stream for a device (core/cuda/stream.h; StreamGuard sets it).
+using ::prl::cuda::CurrentStream;
 
-// --- GEMM (cuBLASLt, fp32 compute, never TF32) ---------------------------------------------
-// Row-major D (M, N) = alpha * op(A) . op(B) + beta * D (+ bias (N), of D's dtype, on every
-// row). op(A) is (M, K): A stored (M, K), or (K, M) when trans_a; op(B) is (K, N): B stored
-// (K, N), or (N, K) when trans_b (nn.Linear's weight). A and B share ab_dtype (F32 or BF16);
-// D is F32 or BF16. Leading dimensions are the row strides of the stored matrices.
-struct GemmArgs {
-  bool trans_a = false, trans_b = false;
-  int64_t M = 0, N = 0, K = 0;
-  const void* a = nullptr;
-  int64_t lda = 0;
-  const void* b = nullptr;
-  int64_t ldb = 0;
-  void* d = nullptr;
-  int64_t ldd = 0;
-  DType ab_dtype = DType::kF32, d_dtype = DType::kF32;
-  float alpha = 1, beta = 0;
-  const void* bias = nullptr;
-};
-void Gemm(int device, const GemmArgs& args);
+// GEMM: kernels/cuda/gemm.h (Gemm, GemmArgs).
 
 // --- Row-wise and element-wise ops (shapes as in the kernels/*.h dispatchers) --------------
 void RmsNormForward(int device, DType dt, void* y, float* rstd, const void* x, const void* w,

@@ -1,25 +1,34 @@
-// GEMMs through cuBLASLt (kernels/cuda/cuda_ops.h): row-major operands mapped onto cuBLAS's
-// column-major convention by computing D^T = op(B)^T op(A)^T; fp32 compute (no TF32), bias
-// through the BIAS epilogue. The heuristic's choice is cached per shape, dtype, transposes and
-// pointer alignment; one 32 MiB workspace per device.
+// GEMMs through cuBLASLt (kernels/cuda/gemm.h): row-major operands mapped onto cuBLAS's
+// column-major convention by computing D^T = op(B)^T op(A)^T (a row-major (R, C) matrix with
+// row stride ld is a column-major (C, R) one with leading dimension ld); fp32 compute (never
+// TF32); bias through the BIAS epilogue where cuBLASLt offers it, else a small row kernel.
+//
+// State: one cuBLASLt handle per device (shared; cublasLtMatmul carries no stream in the
+// handle). Per thread: the plans (descriptors, layouts and the heuristic's algorithm) keyed by
+// shape, strides, dtypes, transposes, bias and pointer alignment, and one 32 MiB workspace per
+// (device, stream) from the caching allocator — a workspace is never shared by two streams
+// that could run at once (two threads' cudaStreamPerThread are different streams with the same
+// handle value, hence per thread).
 #include <cublasLt.h>
 
-#include <cstdio>
-#include <cstdlib>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
+#include "core/cuda/caching_allocator.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemm.h"
 
 namespace prl::kernels::cuda {
 namespace {
 
 void CheckCublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "prl: cuBLASLt error: %s failed: %s (%s:%d)\n", call,
-               cublasLtGetStatusString(status), file, line);
-  std::abort();
+  if (status == CUBLAS_STATUS_SUCCESS) [[likely]]
+    return;
+  ::prl::internal::CheckFailed(file, line, call,
+                               absl::StrCat("failed: ", cublasLtGetStatusString(status)));
 }
 #define PRL_CUBLAS_CHECK(call) CheckCublas((call), #call, __FILE__, __LINE__)
 
@@ -38,112 +47,162 @@ int Alignment(const void* p) {
   return align;
 }
 
-using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                       int, bool, int, int, int, float>;
+cublasLtHandle_t Handle(int device) {
+  static std::mutex mu;
+  static cublasLtHandle_t handles[prl::cuda::kMaxDevices] = {};
+  PRL_CHECK(device >= 0 && device < prl::cuda::kMaxDevices, "Gemm: device index ", device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (handles[device] == nullptr) PRL_CUBLAS_CHECK(cublasLtCreate(&handles[device]));
+  return handles[device];
+}
 
-struct DeviceState {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  std::map<Key, cublasLtMatmulAlgo_t> algos;
+// Everything that decides the algorithm (the pointers only through their alignment).
+using PlanKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           DType, DType, bool, int, bool>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lx = nullptr, ly = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool bias_epilogue = false;  // false with a bias: AddBiasKernel adds it after the GEMM
 };
 
-std::mutex mu;
-std::map<int, DeviceState> states;
+struct ThreadState {
+  std::map<PlanKey, Plan> plans;
+  std::map<std::pair<int, cudaStream_t>, void*> workspaces;
+  ~ThreadState() {
+    for (auto& [key, p] : plans) {
+      cublasLtMatrixLayoutDestroy(p.lx);
+      cublasLtMatrixLayoutDestroy(p.ly);
+      cublasLtMatrixLayoutDestroy(p.ld);
+      cublasLtMatmulDescDestroy(p.desc);
+    }
+    for (auto& [where, ws] : workspaces) prl::cuda::CachingFree(where.first, ws);
+  }
+};
+thread_local ThreadState tls;
 
-}  // namespace
+void* Workspace(int device, cudaStream_t stream) {
+  void*& ws = tls.workspaces[{device, stream}];
+  if (ws == nullptr) {
+    absl::StatusOr<void*> got = prl::cuda::CachingMalloc(device, kWorkspaceBytes);
+    PRL_CHECK(got.ok(), "Gemm: cuBLASLt workspace: ", got.status().ToString());
+    ws = *got;
+  }
+  return ws;
+}
 
-void Gemm(int device, const GemmArgs& g) {
-  if (g.M == 0 || g.N == 0) return;
-  PRL_CHECK(g.K > 0, "Gemm: K must be positive, found ", g.K);
-  SetDevice(device);
+// Asks the heuristic for the best algorithm into p.algo; `found` says whether there is one.
+cublasStatus_t FindAlgo(cublasLtHandle_t handle, Plan& p, int align, bool* found) {
+  cublasLtMatmulPreference_t pref;
+  PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = kWorkspaceBytes;
+  PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t a32 = static_cast<uint32_t>(align);
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a32, sizeof(a32)));
+  }
+  cublasLtMatmulHeuristicResult_t result;
+  int count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lx, p.ly, p.ld,
+                                                               p.ld, pref, 1, &result, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  *found = status == CUBLAS_STATUS_SUCCESS && count > 0;
+  if (*found) p.algo = result.algo;
+  return status;
+}
+
+Plan MakePlan(cublasLtHandle_t handle, const GemmArgs& g, int align) {
   const cudaDataType_t ab = CudaType(g.ab_dtype), d = CudaType(g.d_dtype);
   const cublasOperation_t op_x = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // X = op(B)^T
   const cublasOperation_t op_y = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // Y = op(A)^T
-  const int align = std::min({Alignment(g.a), Alignment(g.b), Alignment(g.d),
-                              g.bias != nullptr ? Alignment(g.bias) : 256});
-  const Key key{device,
-                g.trans_a,
-                g.trans_b,
-                g.M,
-                g.N,
-                g.K,
-                g.lda,
-                g.ldb,
-                g.ldd,
-                static_cast<int>(g.ab_dtype),
-                static_cast<int>(g.d_dtype),
-                g.bias != nullptr,
-                align,
-                0,
-                0,
-                g.beta};
-
-  cublasLtMatmulDesc_t desc;
-  PRL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  Plan p;
+  PRL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   PRL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_x, sizeof(op_x)));
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_x, sizeof(op_x)));
   PRL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_y, sizeof(op_y)));
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_y, sizeof(op_y)));
+  // Column-major views: X (N, K) [stored (K, N) when transposed], Y (K, M) [stored (M, K)
+  // when transposed], D (N, M).
+  PRL_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.lx, ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb));
+  PRL_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.ly, ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda));
+  PRL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.ld, d, g.N, g.M, g.ldd));
   if (g.bias != nullptr) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                    sizeof(epilogue)));
-    PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &g.bias, sizeof(g.bias)));
+    PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                    &epilogue, sizeof(epilogue)));
     PRL_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d, sizeof(d)));
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d, sizeof(d)));
+    // Any refusal of the epilogue (no algorithm, or a status saying the combination is not
+    // supported) falls back to the bias kernel.
+    bool found = false;
+    FindAlgo(handle, p, align, &found);
+    if (found) {
+      p.bias_epilogue = true;
+      return p;
+    }
+    const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;  // bias by AddBiasKernel
+    PRL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof(none)));
   }
-  // Column-major views: X (N, K) [stored (K, N) when transposed], Y (K, M) [stored (M, K)],
-  // D (N, M).
-  cublasLtMatrixLayout_t lx, ly, ld;
-  PRL_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&lx, ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb));
-  PRL_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&ly, ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda));
-  PRL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d, g.N, g.M, g.ldd));
+  bool found = false;
+  PRL_CUBLAS_CHECK(FindAlgo(handle, p, align, &found));
+  PRL_CHECK(found, "Gemm: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K, " (",
+            DTypeName(g.ab_dtype), " -> ", DTypeName(g.d_dtype), ", alignment ", align,
+            " bytes, lda ", g.lda, " ldb ", g.ldb, " ldd ", g.ldd, ")");
+  return p;
+}
 
-  DeviceState* state;
-  cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    state = &states[device];
-    if (state->handle == nullptr) {
-      PRL_CUBLAS_CHECK(cublasLtCreate(&state->handle));
-      PRL_CUDA_CHECK(cudaMalloc(&state->workspace, kWorkspaceBytes));
-    }
-    auto it = state->algos.find(key);
-    if (it == state->algos.end()) {
-      cublasLtMatmulPreference_t pref;
-      PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      const size_t ws = kWorkspaceBytes;
-      PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-      const uint32_t a32 = static_cast<uint32_t>(align);
-      for (auto attr :
-           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-        PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a32, sizeof(a32)));
-      }
-      cublasLtMatmulHeuristicResult_t result;
-      int found = 0;
-      PRL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(state->handle, desc, lx, ly, ld, ld, pref, 1,
-                                                      &result, &found));
-      cublasLtMatmulPreferenceDestroy(pref);
-      PRL_CHECK(found > 0, "Gemm: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
-                " (", DTypeName(g.ab_dtype), " -> ", DTypeName(g.d_dtype), ", alignment ", align,
-                " bytes)");
-      it = state->algos.emplace(key, result.algo).first;
-    }
-    algo = it->second;
+// d (M rows, stride ldd) += bias (N) on every row.
+template <typename T>
+__global__ void AddBiasKernel(T* d, const T* bias, int64_t M, int64_t N, int64_t ldd) {
+  const int64_t total = M * N;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / N, n = i % N;
+    d[m * ldd + n] = FromF32<T>(ToF32(d[m * ldd + n]) + ToF32(bias[n]));
   }
-  PRL_CUBLAS_CHECK(cublasLtMatmul(state->handle, desc, &g.alpha, g.b, lx, g.a, ly, &g.beta, g.d, ld,
-                                  g.d, ld, &algo, state->workspace, kWorkspaceBytes,
-                                  CurrentStream(device)));
-  cublasLtMatrixLayoutDestroy(lx);
-  cublasLtMatrixLayoutDestroy(ly);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(desc);
+}
+
+}  // namespace
+
+void Gemm(int device, cudaStream_t stream, const GemmArgs& g) {
+  if (g.M == 0 || g.N == 0) return;
+  PRL_CHECK(g.M > 0 && g.N > 0 && g.K > 0, "Gemm: M, N, K must be positive, found M=", g.M,
+            " N=", g.N, " K=", g.K);
+  PRL_CHECK(g.lda >= (g.trans_a ? g.M : g.K) && g.ldb >= (g.trans_b ? g.K : g.N) && g.ldd >= g.N,
+            "Gemm: a row stride is shorter than its row (lda ", g.lda, " ldb ", g.ldb, " ldd ",
+            g.ldd, " for M=", g.M, " N=", g.N, " K=", g.K, ")");
+  SetDevice(device);
+  const cublasLtHandle_t handle = Handle(device);
+  const int align = std::min({Alignment(g.a), Alignment(g.b), Alignment(g.d),
+                              g.bias != nullptr ? Alignment(g.bias) : 256});
+  const PlanKey key{device, g.trans_a,  g.trans_b, g.M,        g.N,       g.K,
+                    g.lda,  g.ldb,      g.ldd,     g.ab_dtype, g.d_dtype, g.bias != nullptr,
+                    align,  g.beta != 0};
+  auto it = tls.plans.find(key);
+  if (it == tls.plans.end()) it = tls.plans.emplace(key, MakePlan(handle, g, align)).first;
+  Plan& p = it->second;
+  if (p.bias_epilogue) {
+    PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &g.bias, sizeof(g.bias)));
+  }
+  PRL_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.lx, g.a, p.ly, &g.beta, g.d,
+                                  p.ld, g.d, p.ld, &p.algo, Workspace(device, stream),
+                                  kWorkspaceBytes, stream));
+  if (g.bias != nullptr && !p.bias_epilogue) {
+    DispatchDType(g.d_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      AddBiasKernel<T><<<Blocks(g.M * g.N, 256), 256, 0, stream>>>(
+          static_cast<T*>(g.d), static_cast<const T*>(g.bias), g.M, g.N, g.ldd);
+    });
+    PRL_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace prl::kernels::cuda

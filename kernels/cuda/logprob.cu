@@ -71,7 +71,7 @@ void LogitsChunk(int device, DType dt, float* scratch, const void* h, const void
   g.ldd = V;
   g.ab_dtype = dt;
   g.d_dtype = DType::kF32;
-  Gemm(device, g);
+  Gemm(device, CurrentStream(device), g);
 }
 
 const char* Offset(const void* p, int64_t elements, DType dt) {
@@ -122,7 +122,7 @@ void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
     dh_args.ldd = C;
     dh_args.ab_dtype = dt;
     dh_args.d_dtype = dt;
-    Gemm(device, dh_args);
+    Gemm(device, CurrentStream(device), dh_args);
     GemmArgs dw_args;  // dW (V, C) += dlogits^T (V, n) . h (n, C)
     dw_args.trans_a = true;
     dw_args.M = V;
@@ -137,7 +137,7 @@ void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
     dw_args.ab_dtype = dt;
     dw_args.d_dtype = dW_dtype;
     dw_args.beta = 1;
-    Gemm(device, dw_args);
+    Gemm(device, CurrentStream(device), dw_args);
   }
 }
 

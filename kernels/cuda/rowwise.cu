@@ -1,5 +1,6 @@
 // Row-wise and element-wise kernels of the CUDA backend: RMSNorm, RoPE, SwiGLU, embedding,
 // add, fill (kernels/cuda/cuda_ops.h). fp32 arithmetic over F32 or BF16 storage.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -45,15 +46,48 @@ __global__ void RmsNormBackwardDxKernel(T* dx, const T* dy, const T* x, const T*
   }
 }
 
-// dw_c += sum_t dy_tc x_tc rstd_t: one thread per column, rows in order (deterministic).
-template <typename T>
-__global__ void RmsNormBackwardDwKernel(float* dw, const T* dy, const T* x, const float* rstd,
-                                        int64_t T_, int64_t C) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+// Column sums over rows, deterministic and parallel over rows, in two passes. Pass 1: a block
+// of 32 columns x 8 row lanes sums one chunk of `chunk_rows` rows (lane l takes rows l, l + 8,
+// ... of the chunk; the 8 lane sums are added in lane order) into partial (chunks, N). Pass 2
+// adds a column's partials in chunk order to out. The summed value is x[r, c] (bias
+// gradients) or dy[r, c] * x[r, c] * rstd[r] (RMSNorm's weight gradient).
+constexpr int kColumnTile = 32, kColumnLanes = 8;
+constexpr int64_t kColumnChunkRows = 128;
+
+template <typename T, bool kNormWeight>
+__global__ void ColumnPartialKernel(float* partial, const T* x, const T* dy, const float* rstd,
+                                    int64_t M, int64_t N, int64_t chunk_rows) {
+  __shared__ float lanes[kColumnLanes][kColumnTile];
+  const int tx = threadIdx.x % kColumnTile, ty = threadIdx.x / kColumnTile;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kColumnTile) + tx;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r_begin = chunk * chunk_rows;
+  const int64_t r_end = r_begin + chunk_rows < M ? r_begin + chunk_rows : M;
   float s = 0;
-  for (int64_t t = 0; t < T_; ++t) s += ToF32(dy[t * C + c]) * ToF32(x[t * C + c]) * rstd[t];
-  dw[c] += s;
+  if (c < N) {
+    for (int64_t r = r_begin + ty; r < r_end; r += kColumnLanes) {
+      if constexpr (kNormWeight) {
+        s += ToF32(dy[r * N + c]) * ToF32(x[r * N + c]) * rstd[r];
+      } else {
+        s += ToF32(x[r * N + c]);
+      }
+    }
+  }
+  lanes[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && c < N) {
+    float total = 0;
+    for (int l = 0; l < kColumnLanes; ++l) total += lanes[l][tx];
+    partial[chunk * N + c] = total;
+  }
+}
+
+__global__ void ColumnFinalKernel(float* out, const float* partial, int64_t chunks, int64_t N) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= N) return;
+  float s = 0;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * N + c];
+  out[c] += s;
 }
 
 __global__ void RopeTablesKernel(float* cos_t, float* sin_t, const int32_t* positions,
@@ -129,15 +163,6 @@ __global__ void EmbeddingBackwardKernel(D* dtable, const T* dout, const int32_t*
 }
 
 template <typename T>
-__global__ void ColumnSumsKernel(float* dbias, const T* x, int64_t M, int64_t N) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= N) return;
-  float s = 0;
-  for (int64_t r = 0; r < M; ++r) s += ToF32(x[r * N + c]);
-  dbias[c] += s;
-}
-
-template <typename T>
 __global__ void AddKernel(T* dst, const T* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -159,6 +184,28 @@ __global__ void FillKernel(T* x, int64_t n, float value) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] = FromF32<T>(value);
   }
+}
+
+// out (N, F32) += the column sums of (M, N) rows (see ColumnPartialKernel).
+template <bool kNormWeight>
+void AddColumnSums(int device, DType dt, float* out, const void* x, const void* dy,
+                   const float* rstd, int64_t M, int64_t N) {
+  if (M == 0 || N == 0) return;
+  cudaStream_t stream = CurrentStream(device);
+  // At most 65535 chunks (gridDim.y); 128 rows each up to 8.4 M rows.
+  const int64_t chunk_rows = std::max<int64_t>(kColumnChunkRows, (M + 65534) / 65535);
+  const int64_t chunks = (M + chunk_rows - 1) / chunk_rows;
+  float* partial = static_cast<float*>(ScratchAlloc(device, sizeof(float) * chunks * N));
+  const dim3 grid(static_cast<unsigned>((N + kColumnTile - 1) / kColumnTile),
+                  static_cast<unsigned>(chunks));
+  DispatchDType(dt, [&](auto tag) {
+    using V = decltype(tag);
+    ColumnPartialKernel<V, kNormWeight><<<grid, kColumnTile * kColumnLanes, 0, stream>>>(
+        partial, static_cast<const V*>(x), static_cast<const V*>(dy), rstd, M, N, chunk_rows);
+  });
+  ColumnFinalKernel<<<Blocks(N, 128), 128, 0, stream>>>(out, partial, chunks, N);
+  PRL_CUDA_CHECK(cudaGetLastError());
+  ScratchFree(device, partial);
 }
 
 }  // namespace
@@ -184,10 +231,9 @@ void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, 
     RmsNormBackwardDxKernel<V><<<T, kRowThreads, 0, CurrentStream(device)>>>(
         static_cast<V*>(dx), static_cast<const V*>(dy), static_cast<const V*>(x),
         static_cast<const V*>(w), rstd, C);
-    RmsNormBackwardDwKernel<V><<<Blocks(C, 128), 128, 0, CurrentStream(device)>>>(
-        dw, static_cast<const V*>(dy), static_cast<const V*>(x), rstd, T, C);
   });
   PRL_CUDA_CHECK(cudaGetLastError());
+  AddColumnSums<true>(device, dt, dw, x, dy, rstd, T, C);
 }
 
 void RopeTables(int device, float* cos, float* sin, const int32_t* positions, const float* inv_freq,
@@ -264,14 +310,8 @@ void EmbeddingBackward(int device, DType dt, DType dtable_dt, void* dtable, cons
 }
 
 void ColumnSums(int device, DType dt, float* dbias, const void* x, int64_t M, int64_t N) {
-  if (N == 0) return;
   SetDevice(device);
-  DispatchDType(dt, [&](auto tag) {
-    using V = decltype(tag);
-    ColumnSumsKernel<V>
-        <<<Blocks(N, 128), 128, 0, CurrentStream(device)>>>(dbias, static_cast<const V*>(x), M, N);
-  });
-  PRL_CUDA_CHECK(cudaGetLastError());
+  AddColumnSums<false>(device, dt, dbias, x, nullptr, nullptr, M, N);
 }
 
 void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n) {

@@ -12,6 +12,7 @@ import tempfile
 import unittest
 
 PRL = None
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(*args, check=False):
@@ -238,6 +239,53 @@ class CliTest(unittest.TestCase):
                                       "ratio"})
             self.assertGreater(r["value"], 0)
             self.assertAlmostEqual(r["ratio"], r["value"] / r["baseline_value"], places=6)
+
+    def test_bench_model_mfu_and_torch_baseline_rows(self):
+        # A stand-in interpreter that ignores the script and answers like it: one mode ran,
+        # one failed (as torch.compile without a compiler would).
+        fake = self.write("fake_python.sh", "#!/bin/sh\necho 'a library line on stdout'\necho '"
+                          + json.dumps({"framework": "pytorch 9.9", "attention": "sdpa",
+                                        "modes": {"eager": {"forward_tokens_per_s": 1000.0,
+                                                            "train_tokens_per_s": 250.0,
+                                                            "train_tflops": 0.5},
+                                                  "compile": {"error": "no compiler"}}})
+                          + "'\n")
+        os.chmod(fake, 0o755)
+        script = os.path.join(REPO, "bench", "torch_model_bench.py")
+        proc = run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len", 32,
+                   "--iters", 1, "--device", "cpu", "--peak-tflops", 2, "--torch-baseline", fake,
+                   "--torch-script", script, "--json", check=True)
+        report = json.loads(proc.stdout)
+        rows = {(r["name"], r["baseline_name"]): r for r in report["results"]}
+        mfu = rows[("train_tflops", "peak_from_flag")]
+        self.assertEqual(mfu["baseline_value"], 2)
+        self.assertAlmostEqual(mfu["ratio"], mfu["value"] / 2, places=6)
+        torch_row = rows[("train_tokens_per_s", "pytorch_eager_f32")]
+        self.assertEqual(torch_row["baseline_value"], 250.0)
+        self.assertNotIn(("train_tokens_per_s", "pytorch_compile_f32"), rows)
+        self.assertIn("no compiler", report["setup"]["torch_compile"])
+        self.assertIn("--torch-baseline", " ".join(run("bench", "model", "--help").stdout.split()))
+        # tokens that do not split into equal sequences, and a missing script, are errors
+        self.assert_error(run("bench", "model", "--config", "tiny", "--tokens", 60, "--seq-len",
+                              32, "--device", "cpu", "--torch-baseline", fake, "--torch-script",
+                              script), "multiple of --seq-len")
+        self.assert_error(run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len",
+                              32, "--device", "cpu", "--torch-baseline", fake, "--torch-script",
+                              self.path("missing.py")), "no script at")
+
+    def test_bench_model_torch_baseline_runs_the_real_script(self):
+        try:
+            import torch  # noqa: F401  (python3-torch, scripts/setup.sh)
+        except ImportError:
+            self.skipTest("no torch for %s" % sys.executable)
+        script = os.path.join(REPO, "bench", "torch_model_bench.py")
+        proc = run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len", 32,
+                   "--iters", 1, "--device", "cpu", "--torch-baseline", sys.executable,
+                   "--torch-script", script, "--torch-modes", "eager", "--json", check=True)
+        report = json.loads(proc.stdout)
+        rows = {(r["name"], r["baseline_name"]): r for r in report["results"]}
+        self.assertGreater(rows[("train_tokens_per_s", "pytorch_eager_f32")]["baseline_value"], 0)
+        self.assertIn("eager f32", report["setup"]["torch_eager"])
 
     def test_replay_segment_lifecycle_from_the_cli(self):
         name = "prl-cli-test-%d" % os.getpid()

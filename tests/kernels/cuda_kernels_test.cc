@@ -24,98 +24,26 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/tensor_util.h"
-
-#if PRL_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "kernels/cuda/cuda_ops.h"
-#endif
 
 namespace prl::kernels {
 namespace {
 
+using testing::AsStored;
+using testing::Random;
+using testing::RelativeError;
+using testing::Tolerance;
 using testing::View;
 
-#define PRL_SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0)  \
-  GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)"
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// Rounds to bf16 and back when the mode is BF16 (what the GPU will see).
-std::vector<float> AsStored(std::vector<float> v, DType dt) {
-  if (dt == DType::kBF16) {
-    for (float& x : v) x = Bf16ToF32(F32ToBf16(x));
-  }
-  return v;
-}
-
-double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
+#if PRL_WITH_CUDA
+using testing::DeviceTensor;
 
 std::string Sci(double x) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3e", x);
   return buf;
 }
-
-double Tolerance(DType dt) { return dt == DType::kF32 ? 1e-5 : 1e-2; }
-
-#if PRL_WITH_CUDA
-// A tensor on cuda:0 holding F32, BF16 or I32 data.
-struct DeviceTensor {
-  Buffer buffer;
-  Tensor t;
-  DeviceTensor(DType dtype, std::initializer_list<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    buffer = *Buffer::Allocate(Device::Cuda(0), static_cast<size_t>(n) * DTypeSize(dtype));
-    t = Tensor(buffer.data(), dtype, Device::Cuda(0), shape);
-    Poison();
-  }
-  void Poison() {
-    if (t.dtype == DType::kI32) return;
-    cuda::Fill(0, t.dtype, t.data, t.numel(), std::numeric_limits<float>::quiet_NaN());
-  }
-  void Upload(const std::vector<float>& v) {
-    std::vector<uint16_t> half;
-    const void* src = v.data();
-    if (t.dtype == DType::kBF16) {
-      for (float x : v) half.push_back(F32ToBf16(x));
-      src = half.data();
-    }
-    EXPECT_TRUE(CopyBytes(t.data, t.device, src, Device::Cpu(), t.bytes()).ok());
-  }
-  void Upload(const std::vector<int32_t>& v) {
-    EXPECT_TRUE(CopyBytes(t.data, t.device, v.data(), Device::Cpu(), t.bytes()).ok());
-  }
-  std::vector<float> Download() const {
-    cudaDeviceSynchronize();
-    std::vector<float> out(static_cast<size_t>(t.numel()));
-    if (t.dtype == DType::kBF16) {
-      std::vector<uint16_t> half(out.size());
-      EXPECT_TRUE(CopyBytes(half.data(), Device::Cpu(), t.data, t.device, t.bytes()).ok());
-      for (size_t i = 0; i < out.size(); ++i) out[i] = Bf16ToF32(half[i]);
-    } else {
-      EXPECT_TRUE(CopyBytes(out.data(), Device::Cpu(), t.data, t.device, t.bytes()).ok());
-    }
-    return out;
-  }
-};
 
 class CudaKernelTest : public ::testing::TestWithParam<DType> {
  protected:
@@ -366,6 +294,87 @@ TEST_P(CudaKernelTest, AdamWSgdAndSumOfSquaresMatchCpu) {
   EXPECT_EQ(SumOfSquares(gg.t), got) << "the GPU sum of squares is deterministic";
 }
 
+// The bf16 mode's optimizer step: the fp32 master update as in AdamWUpdate, plus the BF16
+// compute copy, which must be exactly the updated master weights rounded to nearest even.
+TEST_P(CudaKernelTest, AdamWWithBf16CopyWritesTheRoundedUpdateInItsRange) {
+  if (dt() != DType::kF32) GTEST_SKIP() << "one run covers it: the master weights are F32";
+  const int64_t n = 50'001, begin = 7, end = n - 3;
+  auto p = Random(n, 32), g = Random(n, 33), m = Random(n, 34, 0.1f), v = Random(n, 35, 0.1f);
+  for (float& x : v) x = std::fabs(x);
+  AdamWStep step;
+  step.lr = 2e-3f;
+  step.weight_decay = 0.05f;
+  step.step = 3;
+  std::vector<float> p1 = p, m1 = m, v1 = v;
+  AdamWUpdate(View(p1, {n}), View(g, {n}), View(m1, {n}), View(v1, {n}), begin, end, true, step);
+  DeviceTensor gp(DType::kF32, {n}), gg(DType::kF32, {n}), gm(DType::kF32, {n}),
+      gv(DType::kF32, {n}), gcopy(DType::kBF16, {n});
+  gp.Upload(p);
+  gg.Upload(g);
+  gm.Upload(m);
+  gv.Upload(v);
+  AdamWUpdateWithBf16Copy(gp.t, gg.t, gm.t, gv.t, gcopy.t, begin, end, true, step);
+  const std::vector<float> got_p = gp.Download(), got_copy = gcopy.Download();
+  ExpectClose("adamw_bf16copy_p", got_p, p1);
+  ExpectClose("adamw_bf16copy_m", gm.Download(), m1);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i < begin || i >= end) {
+      ASSERT_TRUE(std::isnan(got_copy[i])) << "outside the range, element " << i;
+    } else {
+      ASSERT_EQ(got_copy[i], Bf16ToF32(F32ToBf16(got_p[i]))) << "element " << i;
+    }
+  }
+}
+
+// Bias and RMSNorm weight gradients are column sums over row chunks: many chunks, a ragged
+// last chunk and a column count that is not a multiple of the 32-column tile.
+TEST_P(CudaKernelTest, ColumnReductionsOverManyRowChunksMatchCpu) {
+  const int64_t M = 1000, N = 77, K = 24;
+  auto a = AsStored(Random(M * K, 36), dt()), w = AsStored(Random(N * K, 37), dt()),
+       dout = AsStored(Random(M * N, 38), dt());
+  auto db0 = Random(N, 39), dw0 = Random(N * K, 40);
+  std::vector<float> dw = dw0, db = db0;
+  MatmulBackward(Tensor(), View(dw, {N, K}), View(db, {N}), View(dout, {M, N}), View(a, {M, K}),
+                 View(w, {N, K}));
+  DeviceTensor ga(dt(), {M, K}), gw(dt(), {N, K}), gdout(dt(), {M, N}), gdw(DType::kF32, {N, K}),
+      gdb(DType::kF32, {N});
+  ga.Upload(a);
+  gw.Upload(w);
+  gdout.Upload(dout);
+  gdw.Upload(dw0);
+  gdb.Upload(db0);
+  MatmulBackward(Tensor(), gdw.t, gdb.t, gdout.t, ga.t, gw.t);
+  ExpectClose("colsum_dbias", gdb.Download(), db);
+  ExpectClose("colsum_dw", gdw.Download(), dw);
+
+  const int64_t T = 301, C = 77;
+  auto x = AsStored(Random(T * C, 41), dt()), nw = AsStored(Random(C, 42, 0.5f), dt()),
+       dy = AsStored(Random(T * C, 43), dt()), dx0 = AsStored(Random(T * C, 44), dt());
+  auto ndw0 = Random(C, 45);
+  std::vector<float> y(T * C), rstd(T), dx = dx0, ndw = ndw0;
+  RmsNormForward(View(y, {T, C}), View(rstd, {T}), View(x, {T, C}), View(nw, {C}), 1e-5f);
+  RmsNormBackward(View(dx, {T, C}), View(ndw, {C}), View(dy, {T, C}), View(x, {T, C}),
+                  View(nw, {C}), View(rstd, {T}));
+  DeviceTensor gx(dt(), {T, C}), gnw(dt(), {C}), gy(dt(), {T, C}), grstd(DType::kF32, {T}),
+      gdy(dt(), {T, C}), gdx(dt(), {T, C}), gndw(DType::kF32, {C});
+  gx.Upload(x);
+  gnw.Upload(nw);
+  gdy.Upload(dy);
+  gdx.Upload(dx0);
+  gndw.Upload(ndw0);
+  RmsNormForward(gy.t, grstd.t, gx.t, gnw.t, 1e-5f);
+  RmsNormBackward(gdx.t, gndw.t, gdy.t, gx.t, gnw.t, grstd.t);
+  ExpectClose("colsum_rmsnorm_y", gy.Download(), y);
+  ExpectClose("colsum_rmsnorm_dx", gdx.Download(), dx);
+  ExpectClose("colsum_rmsnorm_dw", gndw.Download(), ndw);
+  // Deterministic: a second backward from the same state adds exactly the same dw.
+  const std::vector<float> once = gndw.Download();
+  gndw.Upload(ndw0);
+  gdx.Upload(dx0);
+  RmsNormBackward(gdx.t, gndw.t, gdy.t, gx.t, gnw.t, grstd.t);
+  EXPECT_EQ(gndw.Download(), once);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CudaKernelTest, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 #endif  // PRL_WITH_CUDA
@@ -401,6 +410,16 @@ TEST(CudaDispatchDeathTest, TensorsOnDifferentDevicesAreRefusedNamingBoth) {
   const Tensor gpu_a(fake_device, DType::kF32, Device::Cuda(0), {2, 2});
   const Tensor gpu_w(fake_device, DType::kF32, Device::Cuda(0), {2, 2});
   EXPECT_DEATH(MatmulForward(cpu_out, gpu_a, gpu_w), "tensors on cpu and cuda:0");
+}
+
+// The dispatchers keep the CPU backend F32-only: BF16 on the CPU is refused with its name.
+TEST(CudaDispatchDeathTest, Bf16OnTheCpuIsRefusedNamingTheTensorAndDtype) {
+  uint16_t x[4] = {}, y[4] = {};
+  const Tensor in(x, DType::kBF16, Device::Cpu(), {2, 2});
+  const Tensor out(y, DType::kBF16, Device::Cpu(), {2, 2});
+  EXPECT_DEATH(SwiGluForward(Tensor(y, DType::kBF16, Device::Cpu(), {2, 1}), in),
+               "gate_up has dtype BF16, expected F32");
+  EXPECT_DEATH(AddInPlace(out, in), "dst has dtype BF16, expected F32");
 }
 
 }  // namespace

@@ -73,6 +73,29 @@ TEST(OptimizerKernelTest, AdamWOutsideTheRangeLeavesEverythingUntouched) {
   }
 }
 
+TEST(OptimizerKernelTest, AdamWWithBf16CopyEqualsAdamWThenRoundingInItsRangeOnly) {
+  const size_t n = 1000;
+  const std::vector<float> p0 = Random(n, 7, 0.5f), g = Random(n, 8, 1.0f);
+  AdamWStep s;
+  s.lr = 1e-2f;
+  s.weight_decay = 0.1f;
+  s.step = 3;
+  std::vector<float> p1 = p0, m1(n, 0.1f), v1(n, 0.2f), g1 = g;
+  AdamWUpdate(View(p1), View(g1), View(m1), View(v1), 100, 900, true, s);
+  std::vector<float> p2 = p0, m2(n, 0.1f), v2(n, 0.2f), g2 = g;
+  std::vector<uint16_t> copy(n, 0x7fc0);  // NaN outside the range stays NaN
+  AdamWUpdateWithBf16Copy(View(p2), View(g2), View(m2), View(v2),
+                          Tensor(copy.data(), DType::kBF16, Device::Cpu(), {1000}), 100, 900, true,
+                          s);
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+  for (size_t i = 0; i < n; ++i) {
+    const bool in_range = i >= 100 && i < 900;
+    ASSERT_EQ(copy[i], in_range ? F32ToBf16(p2[i]) : uint16_t{0x7fc0}) << i;
+  }
+}
+
 TEST(OptimizerKernelTest, SgdIsPMinusLrTimesScaledGradientPlusDecay) {
   std::vector<float> p = Random(1000, 3, 1.0f), g = Random(1000, 4, 1.0f);
   const std::vector<float> p0 = p;

@@ -1,0 +1,47 @@
+// GEMMs through cuBLASLt, row-major, fp32 compute (CUBLAS_COMPUTE_32F, never TF32, so the
+// fp32 mode matches the CPU backend).
+//
+// Row-major D (M, N) = alpha * op(A) . op(B) + beta * D (+ bias (N) broadcast over rows when
+// bias != nullptr; bias has D's dtype). op(A) is (M, K): A is stored (M, K) with row stride
+// lda, or (K, M) when trans_a. op(B) is (K, N): B is stored (K, N) with row stride ldb, or
+// (N, K) when trans_b (the nn.Linear weight case). A and B share a dtype (F32 or BF16); D is
+// F32 or BF16 (BF16 inputs may write an F32 D, e.g. weight gradients). beta = 1 accumulates.
+//
+// Alignment: any pointer and row stride work (the heuristic is asked for an algorithm that
+// accepts the operands' actual alignment), but BF16 tensor-core kernels want every pointer
+// 16-byte aligned and every row stride a multiple of 8 elements; odd strides fall back to
+// slower kernels. M, N, K may be anything >= 1 (M == 0 or N == 0 is a no-op).
+//
+// Implementation: one cuBLASLt handle per device; per calling thread, the plans (descriptors
+// and the heuristic's choice, cached per shape, dtypes, transposes, strides, bias and
+// alignment) and one 32 MiB workspace per (device, stream), from the caching allocator and
+// kept until the thread exits (so two streams never share a workspace). Runs asynchronously
+// on `stream`; failures abort naming the cuBLASLt call, its status string, file and line.
+// Thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace prl::kernels::cuda {
+
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  DType ab_dtype = DType::kF32, d_dtype = DType::kF32;
+  float alpha = 1, beta = 0;
+  const void* bias = nullptr;
+};
+
+void Gemm(int device, cudaStream_t stream, const GemmArgs& args);
+
+}  // namespace prl::kernels::cuda
