@@ -14,7 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collective/rendezvous.h"
+#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
+#include "kernels/convert.h"
+#include "kernels/matmul.h"
 #include "learner/fsdp.h"
 #include "learner/local_launcher.h"
 #include "learner/optimizer.h"
@@ -81,6 +85,31 @@ double SgemmGflops(const ModelConfig& config, int64_t tokens) {
   return Median(runs);
 }
 
+// cuBLASLt on the MLP shape in `dtype` on `device` (best of 5 after a warm-up).
+absl::StatusOr<double> GpuGemmGflops(const ModelConfig& config, int64_t tokens, Device device,
+                                     DType dtype) {
+  const int64_t M = tokens, N = 2 * config.intermediate_size, K = config.hidden_size;
+  OwnedTensor a32, b32, a, b, c;
+  PRL_ASSIGN_OR_RETURN(a32, AllocateTensor(DType::kF32, device, {M, K}));
+  PRL_ASSIGN_OR_RETURN(b32, AllocateTensor(DType::kF32, device, {N, K}));
+  PRL_RETURN_IF_ERROR(cuda::FillF32(device.index, a32.view.f32(), M * K, 0.5f));
+  PRL_RETURN_IF_ERROR(cuda::FillF32(device.index, b32.view.f32(), N * K, 0.25f));
+  PRL_ASSIGN_OR_RETURN(a, AllocateTensor(dtype, device, {M, K}));
+  PRL_ASSIGN_OR_RETURN(b, AllocateTensor(dtype, device, {N, K}));
+  PRL_ASSIGN_OR_RETURN(c, AllocateTensor(dtype, device, {M, N}));
+  kernels::ConvertDType(a.view, a32.view);
+  kernels::ConvertDType(b.view, b32.view);
+  double best = 0;
+  for (int r = 0; r < 6; ++r) {
+    PRL_RETURN_IF_ERROR(cuda::Synchronize(device.index));
+    const auto start = std::chrono::steady_clock::now();
+    kernels::MatmulForward(c.view, a.view, b.view);
+    PRL_RETURN_IF_ERROR(cuda::Synchronize(device.index));
+    if (r > 0) best = std::max(best, 2.0 * M * N * K / Seconds(start) / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
 
 absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOptions& o) {
@@ -89,8 +118,16 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
   if (out_path == nullptr || !rendezvous.ok()) {
     return absl::NotFoundError("not a bench learner rank");
   }
-  PRL_ASSIGN_OR_RETURN(auto comm, collective::ConnectGloo(*rendezvous, {}));
-  PRL_ASSIGN_OR_RETURN(auto model, learner::FsdpModel::Create(config, comm.get(), {}));
+  PRL_ASSIGN_OR_RETURN(const Device device, learner::LocalRankDevice(o.device, rendezvous->rank));
+  std::unique_ptr<collective::Communicator> comm;
+  if (device.is_cuda()) {
+    PRL_ASSIGN_OR_RETURN(comm, collective::ConnectNccl(*rendezvous, device, {}));
+  } else {
+    PRL_ASSIGN_OR_RETURN(comm, collective::ConnectGloo(*rendezvous, {}));
+  }
+  learner::FsdpOptions fsdp;
+  fsdp.transformer.compute_dtype = o.dtype;
+  PRL_ASSIGN_OR_RETURN(auto model, learner::FsdpModel::Create(config, comm.get(), fsdp));
   {
     PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
     InitializeParameters(init, /*seed=*/1);
@@ -122,6 +159,10 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
     j["grad_bytes"] = m.grad_shard_bytes;
     j["optimizer_bytes"] = optimizer->state_bytes();
     j["unit_buffer_bytes"] = m.unit_buffer_bytes;
+    j["compute_copy_bytes"] = m.compute_copy_bytes;
+    if (device.is_cuda()) {
+      PRL_ASSIGN_OR_RETURN(j["gemm_gflops"], GpuGemmGflops(config, o.tokens, device, o.dtype));
+    }
     std::ofstream(out_path) << j.dump();
   }
   return comm->Barrier();
@@ -164,18 +205,24 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
                        config.intermediate_size, config.vocab_size, config.tie_word_embeddings,
                        ParameterCount(config))},
       {"step", absl::StrFormat("%d input tokens in rollouts of %d (%d prompt), reinforce_tis, "
-                               "AdamW, FSDP over Gloo; %.1f GFLOP per step",
-                               o.tokens, o.seq_len, kPromptTokens, step_flops / 1e9)},
+                               "AdamW, FSDP over %s on %s, %s; %.1f GFLOP per step",
+                               o.tokens, o.seq_len, kPromptTokens,
+                               o.device == "cpu" ? "Gloo" : "NCCL", o.device,
+                               o.dtype == DType::kBF16 ? "bf16 mixed precision" : "fp32",
+                               step_flops / 1e9)},
       {"iterations", absl::StrCat(o.iterations, " timed steps after one warm-up (median)")},
       {"baseline",
-       "SGEMM on the MLP shape (tokens x hidden times hidden x 2 intermediate), "
-       "best of the runs just before and just after each world size"}};
+       o.device == "cpu"
+           ? "SGEMM on the MLP shape (tokens x hidden times hidden x 2 intermediate), "
+             "best of the runs just before and just after each world size"
+           : "cuBLASLt GEMM in the compute dtype on the MLP shape (tokens x hidden times "
+             "hidden x 2 intermediate) on rank 0's GPU, best of 5, after the steps"}};
   for (int world : o.world_sizes) {
     const double before = SgemmGflops(config, o.tokens);
     learner::LaunchOptions launch;
     launch.world_size = world;
     const absl::Status ran = learner::RunLocalRanks(argv, launch);
-    const double sgemm = std::max(before, SgemmGflops(config, o.tokens));
+    double sgemm = std::max(before, SgemmGflops(config, o.tokens));
     if (!ran.ok()) {
       unlink(path);
       return ran;
@@ -191,12 +238,16 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
       return absl::InternalError(absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
     }
     const double s = j["step_seconds"].get<double>();
+    if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's GEMM
     const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
                           j["optimizer_bytes"].get<int64_t>();
     const std::string w = absl::StrCat("w", world);
-    report.results.push_back({w + "_tokens_per_s", o.tokens / s, "tok/s", "at_sgemm_speed",
+    const bool gpu = j.contains("gemm_gflops");
+    report.results.push_back({w + "_tokens_per_s", o.tokens / s, "tok/s",
+                              gpu ? "at_gemm_speed" : "at_sgemm_speed",
                               sgemm * 1e9 / (step_flops / o.tokens)});
-    report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s", "sgemm", sgemm});
+    report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
+                              gpu ? "cublaslt_gemm" : "sgemm", sgemm});
     report.results.push_back(
         {w + "_state_mb_per_rank", state / 1e6, "MB", "unsharded_state_mb", full_state / 1e6});
     report.results.push_back({w + "_unit_buffers_mb_per_rank",

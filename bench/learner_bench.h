@@ -1,7 +1,9 @@
 // `prl bench learner`: tokens/s and achieved GFLOP/s of full learner steps (forward, loss,
 // backward, FSDP collectives, AdamW) on random weights and rollouts, for each world size (local
-// ranks as separate processes over Gloo), beside OpenBLAS SGEMM measured in the same run on the
-// model's MLP shape; plus each rank's memory for parameters, gradients and optimizer state.
+// ranks as separate processes over Gloo, or over NCCL on GPUs), beside the GEMM measured in the
+// same run on the model's MLP shape (OpenBLAS SGEMM on the CPU; on a GPU cuBLASLt in the
+// compute dtype, measured by rank 0 on its GPU); plus each rank's memory for parameters,
+// gradients, optimizer state, unit buffers and (mixed precision) the bf16 compute copies.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/report.h"
+#include "core/dtype.h"
 #include "model/config.h"
 
 namespace prl::bench {
@@ -19,6 +22,10 @@ struct LearnerBenchOptions {
   int64_t seq_len = 512;  // each rollout: 32 prompt tokens + the rest completion
   int iterations = 3;     // timed steps per world size (median reported), after one warm-up
   std::vector<int> world_sizes = {1, 2};
+  // Where the ranks run (learner::LocalRankDevice: "cpu", or "cuda[:N]", rank r on GPU N + r,
+  // over NCCL) and the compute dtype (BF16: the mixed-precision mode, CUDA only).
+  std::string device = "cpu";
+  DType dtype = DType::kF32;
   bool progress = true;
 };
 

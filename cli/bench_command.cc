@@ -45,7 +45,7 @@ absl::Status RunModelBench(ModelBenchFlags f) {
 }
 
 struct LearnerBenchFlags {
-  std::string config = "40m";
+  std::string config = "40m", dtype = "f32";
   bench::LearnerBenchOptions options;
   bool json = false;
   std::vector<std::string> argv;
@@ -53,10 +53,12 @@ struct LearnerBenchFlags {
 
 absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
   PRL_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromFlag(f.config));
-  const absl::Status rank = bench::RunLearnerBenchRank(config, f.options);
+  bench::LearnerBenchOptions options = f.options;
+  PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(options.device));
+  PRL_ASSIGN_OR_RETURN(options.dtype, ResolveComputeDType(f.dtype, device));
+  const absl::Status rank = bench::RunLearnerBenchRank(config, options);
   if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
-  PRL_ASSIGN_OR_RETURN(const bench::Report report,
-                       bench::RunLearnerBench(config, f.options, f.argv));
+  PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunLearnerBench(config, options, f.argv));
   std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
   return absl::OkStatus();
 }
@@ -160,7 +162,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   CLI::App* learner = bench->add_subcommand(
       "learner",
       "Full learner steps (forward, loss, backward, FSDP collectives, AdamW) per world size "
-      "vs SGEMM, and per-rank memory");
+      "vs the GEMM on the same device, and per-rank memory");
   learner->add_option("--config", l->config, "Preset, model directory or config.json")
       ->capture_default_str();
   learner->add_option("--tokens", l->options.tokens, "Input tokens per step (all ranks)")
@@ -171,6 +173,11 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
       ->capture_default_str();
   learner->add_option("--world-sizes", l->options.world_sizes, "Local ranks per measurement")
       ->delimiter(',')
+      ->capture_default_str();
+  learner->add_option("--device", l->options.device,
+                      "cpu (ranks over Gloo), cuda or cuda:N (rank r on GPU N + r, over NCCL)")
+      ->capture_default_str();
+  learner->add_option("--dtype", l->dtype, "f32 | bf16 (CUDA: mixed precision)")
       ->capture_default_str();
   learner->add_flag("--json", l->json, "Print one JSON object instead of the table");
   registry.Add(learner, [l] { return RunLearnerBench(*l); });

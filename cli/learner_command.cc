@@ -1,5 +1,9 @@
 // `prl learner step`: one FSDP optimizer step on a file of rollouts, with W local ranks as
-// separate processes over Gloo, writing the updated Hugging Face model directory.
+// separate processes, writing the updated Hugging Face model directory; `prl learner train`:
+// many steps with sharded checkpoints. On the CPU the ranks meet over Gloo; with --device cuda
+// rank r runs on GPU (N + r) for --device cuda:N and the ranks meet over NCCL (rendezvous
+// through the same store, which carries NCCL's unique id); --dtype bf16 is the mixed-precision
+// mode there (bf16 weights and activations, fp32 master weights, gradients and AdamW state).
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,6 +15,7 @@
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
 #include "collective/rendezvous.h"
+#include "core/device.h"
 #include "core/status_macros.h"
 #include "learner/checkpoint.h"
 #include "learner/fsdp.h"
@@ -32,6 +37,7 @@ struct StepFlags {
   int64_t micro_batch_tokens = 4096;
   std::string loss = "reinforce_tis", optimizer = "adamw", normalization = "tokens";
   std::string advantage = "grpo";
+  std::string device = "cpu", dtype = "f32";
   bool drop_uniform_groups = false;
   double lr = 1e-5, weight_decay = 0.0, max_grad_norm = 1.0, beta1 = 0.9, beta2 = 0.95;
   double temperature = 1.0;
@@ -174,8 +180,15 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f,
   }
   collective::CommunicatorOptions comm_options;
   comm_options.timeout = absl::Seconds(f.timeout_s);
-  PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectGloo(rendezvous, comm_options));
+  PRL_ASSIGN_OR_RETURN(const Device device, learner::LocalRankDevice(f.device, rendezvous.rank));
   learner::FsdpOptions fsdp_options;
+  PRL_ASSIGN_OR_RETURN(fsdp_options.transformer.compute_dtype,
+                       ResolveComputeDType(f.dtype, device));
+  if (device.is_cuda()) {
+    PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectNccl(rendezvous, device, comm_options));
+  } else {
+    PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectGloo(rendezvous, comm_options));
+  }
   fsdp_options.reshard_after_forward = !f.keep_gathered;
   PRL_ASSIGN_OR_RETURN(r->model,
                        learner::FsdpModel::Create(r->full->config, r->comm.get(), fsdp_options));
@@ -272,6 +285,10 @@ absl::Status Launch(const StepFlags& f, bool train) {
   PRL_RETURN_IF_ERROR(StepConfigFrom(f).status());
   PRL_RETURN_IF_ERROR(OptimizerConfigFrom(f).status());
   PRL_RETURN_IF_ERROR(AdvantageConfigFrom(f).status());
+  {
+    PRL_ASSIGN_OR_RETURN(const Device device, ResolveDeviceFlag(f.device));
+    PRL_RETURN_IF_ERROR(ResolveComputeDType(f.dtype, device).status());
+  }
   if (train && (f.steps < 1 || f.checkpoint_every < 1 || f.samples_per_step < 0 ||
                 f.keep_checkpoints < 1 || f.checkpoint_dir.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -297,6 +314,14 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
                   "JSONL: {prompt, completion, behaviour_logprobs, advantage | reward + group}")
       ->required();
   cmd->add_option("--world-size", f->world_size, "Local ranks (processes)")->capture_default_str();
+  cmd->add_option("--device", f->device,
+                  "cpu (ranks over Gloo), cuda or cuda:N (rank r on GPU N + r, ranks over NCCL), "
+                  "or auto")
+      ->capture_default_str();
+  cmd->add_option("--dtype", f->dtype,
+                  "f32 (exact mode, every backend) | bf16 (CUDA: bf16 weights and activations, "
+                  "fp32 master weights, gradients and optimizer state)")
+      ->capture_default_str();
   cmd->add_option("--micro-batch-tokens", f->micro_batch_tokens,
                   "Input tokens per micro-batch (a longer sequence gets one of its own)")
       ->capture_default_str();
@@ -363,7 +388,8 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
   f->argv.assign(argv, argv + argc);
   CLI::App* step = learner->add_subcommand(
       "step",
-      "One optimizer step on a rollouts file with W local ranks (separate processes, Gloo); "
+      "One optimizer step on a rollouts file with W local ranks (separate processes; Gloo on "
+      "the CPU, NCCL on GPUs); "
       "writes the updated model directory");
   AddStepFlags(step, f.get());
   step->add_option("--out", f->out, "Where to write the updated model directory")->required();

@@ -37,4 +37,28 @@ absl::Status Synchronize(int device);
 // Fills `n` fp32 values at `dst` on `device` with `value` (used to poison outputs in tests).
 absl::Status FillF32(int device, float* dst, size_t n, float value);
 
+// Blocks the calling thread until the work it queued on its current stream for `device`
+// (core/cuda/stream.h) has finished: the other thread that reads its results may go on.
+absl::Status SynchronizeCurrentStream(int device);
+
+// The work queued so far on the calling thread's current stream for `device`, as an event
+// another thread can wait for (FSDP's communication thread waits, before an all-gather
+// overwrites a unit buffer or a reduce-scatter reads a gradient, for the compute kernels that
+// were queued on them). Move-only; an empty marker (default) is already done.
+class StreamMarker {
+ public:
+  StreamMarker() = default;
+  static absl::StatusOr<StreamMarker> Record(int device);
+  StreamMarker(StreamMarker&& other) noexcept : event_(other.event_) { other.event_ = nullptr; }
+  StreamMarker& operator=(StreamMarker&& other) noexcept;
+  StreamMarker(const StreamMarker&) = delete;
+  StreamMarker& operator=(const StreamMarker&) = delete;
+  ~StreamMarker();
+  // Blocks the calling host thread until the marked work is done.
+  absl::Status Wait() const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+};
+
 }  // namespace prl::cuda

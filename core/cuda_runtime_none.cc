@@ -2,6 +2,8 @@
 // allocation and copy entry points (unreachable, since no CUDA Device resolves) say so.
 #include "core/cuda_runtime.h"
 
+#include <utility>
+
 namespace prl::cuda {
 
 namespace {
@@ -19,5 +21,14 @@ void Free(int, void*) {}
 absl::Status Memcpy(void*, const void*, size_t) { return NotBuilt(); }
 absl::Status Synchronize(int) { return NotBuilt(); }
 absl::Status FillF32(int, float*, size_t, float) { return NotBuilt(); }
+absl::Status SynchronizeCurrentStream(int) { return NotBuilt(); }
+
+absl::StatusOr<StreamMarker> StreamMarker::Record(int) { return NotBuilt(); }
+StreamMarker& StreamMarker::operator=(StreamMarker&& other) noexcept {
+  std::swap(event_, other.event_);
+  return *this;
+}
+StreamMarker::~StreamMarker() = default;
+absl::Status StreamMarker::Wait() const { return absl::OkStatus(); }
 
 }  // namespace prl::cuda

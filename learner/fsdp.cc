@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "kernels/convert.h"
 #include "kernels/optimizer.h"
 
 namespace prl::learner {
@@ -38,6 +39,12 @@ absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::Create(const ModelConfig& 
   if (options.prefetch_units < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("fsdp prefetch_units: expected >= 0, found ", options.prefetch_units));
+  }
+  const DType compute = options.transformer.compute_dtype;
+  if (compute != DType::kF32 && !(compute == DType::kBF16 && comm->device().is_cuda())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fsdp compute dtype: expected f32, or bf16 on a CUDA device; found ", DTypeName(compute),
+        " on ", comm->device().ToString()));
   }
   std::unique_ptr<FsdpModel> model(new FsdpModel(config, comm, options));
   PRL_RETURN_IF_ERROR(model->Init());
@@ -83,6 +90,12 @@ absl::Status FsdpModel::Init() {
   if (!sharded()) {  // the shard is the whole model, laid out as ParameterLayout
     params_ = layout_.Bind(static_cast<float*>(param_shard_.data()), device_);
     grads_ = layout_.Bind(static_cast<float*>(grad_shard_.data()), device_);
+    if (mixed()) {
+      const DType dt = options_.transformer.compute_dtype;
+      PRL_ASSIGN_OR_RETURN(compute_, Buffer::Allocate(device_, static_cast<size_t>(shard_elems_) *
+                                                                   DTypeSize(dt)));
+      compute_params_ = layout_.Bind(compute_.data(), dt, device_);
+    }
     return absl::OkStatus();
   }
   params_.layers.resize(config_.num_hidden_layers);
@@ -94,6 +107,12 @@ absl::Status FsdpModel::Init() {
   param_slots_.resize(num_param_slots);
   for (ParamSlot& s : param_slots_) {
     PRL_ASSIGN_OR_RETURN(s.buffer, Buffer::AllocateZeroed(device_, unit_bytes));
+    if (mixed()) {
+      PRL_ASSIGN_OR_RETURN(
+          s.compute,
+          Buffer::Allocate(device_, static_cast<size_t>(max_unit_padded_) *
+                                        DTypeSize(options_.transformer.compute_dtype)));
+    }
   }
   grad_slots_.resize(kGradSlots);
   for (GradSlot& s : grad_slots_) {
@@ -145,6 +164,8 @@ absl::Status FsdpModel::GatherFull(Buffer& shard, absl::Span<float> full) {
                                                    full.size()));
   }
   PRL_RETURN_IF_ERROR(WaitPending());
+  // The shard's last writes (optimizer, gradient accumulation) come before the gathers.
+  if (device_.is_cuda()) PRL_RETURN_IF_ERROR(cuda::SynchronizeCurrentStream(device_.index));
   const int64_t W = comm_->world_size();
   PRL_ASSIGN_OR_RETURN(
       Buffer gathered,
@@ -174,8 +195,29 @@ absl::Status FsdpModel::ParametersChanged() {
     s.unit = -1;
     s.users = 0;
     s.ready = {};
+    s.converted = false;
   }
+  compute_stale_ = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<const ModelParams*> FsdpModel::PassParams() {
+  if (sharded() || !mixed()) return &params_;
+  if (compute_stale_) {
+    kernels::ConvertDType(
+        Tensor(compute_.data(), options_.transformer.compute_dtype, device_, {shard_elems_}),
+        Tensor(param_shard_.data(), DType::kF32, device_, {shard_elems_}));
+    compute_stale_ = false;
+  }
+  return &compute_params_;
+}
+
+absl::StatusOr<std::shared_ptr<cuda::StreamMarker>> FsdpModel::Mark() {
+  auto marker = std::make_shared<cuda::StreamMarker>();
+  if (device_.is_cuda()) {
+    PRL_ASSIGN_OR_RETURN(*marker, cuda::StreamMarker::Record(device_.index));
+  }
+  return marker;
 }
 
 absl::Status FsdpModel::ZeroGrad() {
@@ -185,13 +227,15 @@ absl::Status FsdpModel::ZeroGrad() {
 
 absl::Status FsdpModel::Forward(const PackedBatch& batch, float temperature,
                                 absl::Span<float> logprobs, bool for_backward) {
-  return transformer_.Forward(params_, batch, temperature, logprobs, for_backward,
+  PRL_ASSIGN_OR_RETURN(const ModelParams* params, PassParams());
+  return transformer_.Forward(*params, batch, temperature, logprobs, for_backward,
                               sharded() ? this : nullptr);
 }
 
 absl::Status FsdpModel::Backward(absl::Span<const float> dlogprobs) {
+  PRL_ASSIGN_OR_RETURN(const ModelParams* params, PassParams());
   const absl::Status pass =
-      transformer_.Backward(params_, dlogprobs, grads_, sharded() ? this : nullptr);
+      transformer_.Backward(*params, dlogprobs, grads_, sharded() ? this : nullptr);
   const absl::Status pending = WaitPending();
   PRL_RETURN_IF_ERROR(pass);
   return pending;
@@ -216,9 +260,17 @@ void FsdpModel::StartGather(ParamSlot* slot, int unit) {
   const Unit& u = units_[unit];
   slot->unit = unit;
   slot->last_use = ++clock_;
+  slot->converted = false;
   const Tensor in = ShardView(static_cast<float*>(param_shard_.data()), unit);
   const Tensor out(slot->buffer.data(), DType::kF32, device_, {u.shard * comm_->world_size()});
-  slot->ready = comm_thread_.Submit([this, in, out] { return comm_->AllGather(in, out); });
+  // The compute work queued so far (the buffer's last readers, the shard's last writer) must
+  // be done before the gather overwrites the buffer.
+  absl::StatusOr<std::shared_ptr<cuda::StreamMarker>> marker = Mark();
+  slot->ready = comm_thread_.Submit([this, in, out, marker] {
+    PRL_RETURN_IF_ERROR(marker.status());
+    PRL_RETURN_IF_ERROR((*marker)->Wait());
+    return comm_->AllGather(in, out);
+  });
 }
 
 void FsdpModel::Prefetch(int unit) {
@@ -249,7 +301,18 @@ absl::Status FsdpModel::Acquire(int unit, Pass pass, bool need_params) {
     ++slot->users;
     ++param_acquires_[unit];
     slot->last_use = ++clock_;
-    layout_.BindUnit(unit, static_cast<float*>(slot->buffer.data()), device_, &params_);
+    if (mixed()) {
+      const DType dt = options_.transformer.compute_dtype;
+      const int64_t n = units_[unit].numel;
+      if (!slot->converted) {
+        kernels::ConvertDType(Tensor(slot->compute.data(), dt, device_, {n}),
+                              Tensor(slot->buffer.data(), DType::kF32, device_, {n}));
+        slot->converted = true;
+      }
+      layout_.BindUnit(unit, slot->compute.data(), dt, device_, &params_);
+    } else {
+      layout_.BindUnit(unit, static_cast<float*>(slot->buffer.data()), device_, &params_);
+    }
     const int last = layout_.num_units() - 1;
     for (int k = 1; k <= options_.prefetch_units; ++k) {
       const int next = pass == Pass::kForward ? unit + k : unit - k;
@@ -310,9 +373,15 @@ absl::Status FsdpModel::Release(int unit, Pass pass, bool gradient_done) {
   const Tensor full(slot->buffer.data(), DType::kF32, device_, {u.shard * comm_->world_size()});
   const Tensor mine(slot->scratch.data(), DType::kF32, device_, {u.shard});
   const Tensor accumulated = ShardView(static_cast<float*>(grad_shard_.data()), unit);
-  slot->done = comm_thread_.Submit([this, full, mine, accumulated] {
+  // The unit's gradient kernels queued so far must be done before the reduce-scatter reads it.
+  absl::StatusOr<std::shared_ptr<cuda::StreamMarker>> marker = Mark();
+  slot->done = comm_thread_.Submit([this, full, mine, accumulated, marker] {
+    PRL_RETURN_IF_ERROR(marker.status());
+    PRL_RETURN_IF_ERROR((*marker)->Wait());
     PRL_RETURN_IF_ERROR(comm_->ReduceScatter(full, mine));
     kernels::AddInPlace(accumulated, mine);
+    // Done means done: the accumulation runs on this thread's stream.
+    if (device_.is_cuda()) PRL_RETURN_IF_ERROR(cuda::SynchronizeCurrentStream(device_.index));
     return absl::OkStatus();
   });
   pending_.push_back(slot->done);
@@ -339,6 +408,8 @@ FsdpMemory FsdpModel::memory() const {
   m.grad_shard_bytes = m.param_shard_bytes;
   for (const ParamSlot& s : param_slots_) m.unit_buffer_bytes += s.buffer.bytes();
   for (const GradSlot& s : grad_slots_) m.unit_buffer_bytes += s.buffer.bytes() + s.scratch.bytes();
+  m.compute_copy_bytes = compute_.bytes();
+  for (const ParamSlot& s : param_slots_) m.compute_copy_bytes += s.compute.bytes();
   m.full_model_bytes = layout_.num_elements() * static_cast<int64_t>(sizeof(float));
   return m;
 }

@@ -16,6 +16,17 @@
 //
 // Every collective runs on one communication thread, in the order the passes issue them; all
 // ranks must make the same calls in the same order.
+//
+// On a GPU (NCCL) the communication thread's collectives run on the communicator's own stream
+// while the compute kernels run on the pass's stream, so the next unit's all-gather overlaps
+// the current unit's compute. Ordering across the two is by events (cuda::StreamMarker): a
+// gather into a unit buffer, or a reduce-scatter of a unit gradient, first waits for the
+// compute work queued before it was issued (the last reads of the buffer, the writes of the
+// gradient); a collective's result is complete when its future is ready.
+//
+// Mixed precision (options.transformer.compute_dtype BF16, CUDA): the master weights, the
+// gradients and the optimizer state stay fp32; the passes read a BF16 copy of each gathered
+// unit (of the whole model at world size 1), made once per gather (per optimizer step).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +39,7 @@
 #include "absl/types/span.h"
 #include "collective/communicator.h"
 #include "core/buffer.h"
+#include "core/cuda_runtime.h"
 #include "learner/comm_thread.h"
 #include "model/config.h"
 #include "model/packed_batch.h"
@@ -51,6 +63,9 @@ int64_t ShardElements(const std::vector<UnitShard>& plan);
 struct FsdpOptions {
   bool reshard_after_forward = true;
   int prefetch_units = 1;  // units gathered ahead of the pass (0: gather on demand)
+  // Gather and reduce-scatter every unit even at world size 1 (where the shard is otherwise
+  // the whole model, bound directly): runs the sharded path on one device, for tests.
+  bool always_gather = false;
   TransformerOptions transformer;
 };
 
@@ -59,6 +74,7 @@ struct FsdpMemory {
   int64_t param_shard_bytes = 0;  // fp32 master weights
   int64_t grad_shard_bytes = 0;   // fp32 gradient accumulator
   int64_t unit_buffer_bytes = 0;  // gathered parameter units and unit gradients (transient)
+  int64_t compute_copy_bytes = 0;  // the BF16 copies the passes read (mixed precision)
   int64_t full_model_bytes = 0;   // one fp32 copy of the whole model, for comparison
 };
 
@@ -113,6 +129,8 @@ class FsdpModel : public UnitHooks {
   using Unit = UnitShard;
   struct ParamSlot {
     Buffer buffer;
+    Buffer compute;          // the BF16 copy of buffer (mixed precision)
+    bool converted = false;  // compute holds this gather's values
     int unit = -1;  // the unit it holds, -1: none
     int users = 0;  // acquires not yet released
     int64_t last_use = 0;
@@ -128,7 +146,14 @@ class FsdpModel : public UnitHooks {
 
   FsdpModel(const ModelConfig& config, collective::Communicator* comm, const FsdpOptions& options);
   absl::Status Init();
-  bool sharded() const { return comm_->world_size() > 1; }
+  bool sharded() const { return comm_->world_size() > 1 || options_.always_gather; }
+  bool mixed() const { return options_.transformer.compute_dtype != DType::kF32; }
+  // The parameters the passes read: params_, or at world size 1 in mixed precision the
+  // (refreshed) compute copy of the whole model.
+  absl::StatusOr<const ModelParams*> PassParams();
+  // Work queued so far on this thread's stream for the device, for the communication thread
+  // to wait for (an empty marker on the CPU, whose kernels are done when they return).
+  absl::StatusOr<std::shared_ptr<cuda::StreamMarker>> Mark();
   ParamSlot* FreeSlot();
   void StartGather(ParamSlot* slot, int unit);
   absl::Status GatherFull(Buffer& shard, absl::Span<float> full);
@@ -145,6 +170,9 @@ class FsdpModel : public UnitHooks {
   std::vector<Unit> units_;
   int64_t shard_elems_ = 0, max_unit_padded_ = 0;
   Buffer param_shard_, grad_shard_;
+  Buffer compute_;  // world size 1, mixed precision: the BF16 copy of param_shard_
+  ModelParams compute_params_;
+  bool compute_stale_ = true;
   std::vector<std::pair<int64_t, int64_t>> decay_runs_;
 
   Transformer transformer_;

@@ -118,4 +118,16 @@ absl::StatusOr<collective::RendezvousConfig> RendezvousForThisRank() {
   return collective::RendezvousFromEnv();
 }
 
+absl::StatusOr<Device> LocalRankDevice(const std::string& flag, int rank) {
+  PRL_ASSIGN_OR_RETURN(const Device base, ResolveDevice(flag));
+  if (base.is_cpu()) return base;
+  const int index = base.index + rank;
+  if (index >= CudaDeviceCount()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device ", flag, ": rank ", rank, " needs GPU ", index, " but this machine has ",
+        CudaDeviceCount(), " (NCCL runs one rank per GPU: lower the world size)"));
+  }
+  return Device::Cuda(index);
+}
+
 }  // namespace prl::learner

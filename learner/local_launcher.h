@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collective/rendezvous.h"
+#include "core/device.h"
 
 namespace prl::learner {
 
@@ -35,5 +36,10 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
 // In a rank started by RunLocalRanks (or by an external launcher setting RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): the rendezvous to use. NotFound when this process is not a rank.
 absl::StatusOr<collective::RendezvousConfig> RendezvousForThisRank();
+
+// The device of local rank `rank` for a --device flag: the CPU for "cpu", or GPU (N + rank)
+// for "cuda:N" ("cuda": N = 0; "auto": cuda:0 where a GPU is usable, else the CPU). NCCL runs
+// one rank per GPU: a rank beyond the machine's GPUs is FailedPrecondition naming both.
+absl::StatusOr<Device> LocalRankDevice(const std::string& flag, int rank);
 
 }  // namespace prl::learner

@@ -52,13 +52,25 @@ const ParamEntry* ParameterLayout::Find(absl::string_view name) const {
 }
 
 ModelParams ParameterLayout::Bind(float* base, Device device) const {
+  return Bind(base, DType::kF32, device);
+}
+
+ModelParams ParameterLayout::Bind(void* base, DType dtype, Device device) const {
   ModelParams p;
   p.layers.resize(config_.num_hidden_layers);
-  for (int u = 0; u < num_units(); ++u) BindUnit(u, base + unit_ranges_[u].first, device, &p);
+  const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
+  for (int u = 0; u < num_units(); ++u) {
+    BindUnit(u, static_cast<char*>(base) + unit_ranges_[u].first * element, dtype, device, &p);
+  }
   return p;
 }
 
 void ParameterLayout::BindUnit(int unit, float* unit_base, Device device, ModelParams* p) const {
+  BindUnit(unit, static_cast<void*>(unit_base), DType::kF32, device, p);
+}
+
+void ParameterLayout::BindUnit(int unit, void* unit_base, DType dtype, Device device,
+                               ModelParams* p) const {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t L = c.num_hidden_layers;
@@ -71,28 +83,29 @@ void ParameterLayout::BindUnit(int unit, float* unit_base, Device device, ModelP
     PRL_CHECK(e != nullptr, "parameter ", name, " missing from the layout");
     PRL_CHECK(e->offset >= unit_begin && e->offset + e->numel <= unit_ranges_[unit].second, name,
               " is not in unit ", unit);
-    return unit_base + (e->offset - unit_begin);
+    return static_cast<char*>(unit_base) +
+           (e->offset - unit_begin) * static_cast<int64_t>(DTypeSize(dtype));
   };
   if (unit == 0) {
-    p->embed = Tensor(at("model.embed_tokens.weight"), DType::kF32, device, {V, C});
+    p->embed = Tensor(at("model.embed_tokens.weight"), dtype, device, {V, C});
     if (c.tie_word_embeddings) p->lm_head = p->embed;
   } else if (unit <= L) {
     const std::string pre = absl::StrCat("model.layers.", unit - 1, ".");
     LayerParams& lp = p->layers[unit - 1];
-    lp.input_norm = Tensor(at(pre + "input_layernorm.weight"), DType::kF32, device, {C});
+    lp.input_norm = Tensor(at(pre + "input_layernorm.weight"), dtype, device, {C});
     lp.qkv_weight =
-        Tensor(at(pre + "self_attn.q_proj.weight"), DType::kF32, device, {c.qkv_dim(), C});
+        Tensor(at(pre + "self_attn.q_proj.weight"), dtype, device, {c.qkv_dim(), C});
     if (c.qkv_bias) {
-      lp.qkv_bias = Tensor(at(pre + "self_attn.q_proj.bias"), DType::kF32, device, {c.qkv_dim()});
+      lp.qkv_bias = Tensor(at(pre + "self_attn.q_proj.bias"), dtype, device, {c.qkv_dim()});
     }
-    lp.o_weight = Tensor(at(pre + "self_attn.o_proj.weight"), DType::kF32, device, {C, c.q_dim()});
-    lp.post_norm = Tensor(at(pre + "post_attention_layernorm.weight"), DType::kF32, device, {C});
-    lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), DType::kF32, device, {2 * I, C});
-    lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), DType::kF32, device, {C, I});
+    lp.o_weight = Tensor(at(pre + "self_attn.o_proj.weight"), dtype, device, {C, c.q_dim()});
+    lp.post_norm = Tensor(at(pre + "post_attention_layernorm.weight"), dtype, device, {C});
+    lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), dtype, device, {2 * I, C});
+    lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), dtype, device, {C, I});
   } else {
-    p->final_norm = Tensor(at("model.norm.weight"), DType::kF32, device, {C});
+    p->final_norm = Tensor(at("model.norm.weight"), dtype, device, {C});
     if (!c.tie_word_embeddings) {
-      p->lm_head = Tensor(at("lm_head.weight"), DType::kF32, device, {V, C});
+      p->lm_head = Tensor(at("lm_head.weight"), dtype, device, {V, C});
     }
   }
 }

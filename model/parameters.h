@@ -71,6 +71,9 @@ class ParameterLayout {
   // Rebinds only unit `unit`'s views in *params to a buffer holding just that unit
   // (unit_base = its first element); for a tied embedding, lm_head too.
   void BindUnit(int unit, float* unit_base, Device device, ModelParams* params) const;
+  // The same for a buffer of `dtype` elements (the BF16 compute copy of a unit or a model).
+  void BindUnit(int unit, void* unit_base, DType dtype, Device device, ModelParams* params) const;
+  ModelParams Bind(void* base, DType dtype, Device device) const;
   int num_units() const { return static_cast<int>(unit_ranges_.size()); }
 
  private:

@@ -2,7 +2,9 @@
 # The one command for a machine with a GPU (run from the repository root; no network, no sudo):
 # nvidia-smi, every GPU test binary (gtest), `prl score --device cuda` against `--device cpu`
 # on a small generated model (log-probs: fp32 mode within 1e-5 absolute per token, bf16 mode
-# within 2e-2; fp32 gradients within 1e-4 relative per tensor), and the GPU benchmarks
+# within 2e-2; fp32 gradients within 1e-4 relative per tensor), `prl learner step --device
+# cuda` against `--device cpu` (the update: fp32 within 1e-4 relative, bf16 within 5e-2), and
+# the GPU benchmarks
 # (`prl bench model` for the Qwen2.5-0.5B and -1.5B shapes at 8192 tokens per step, bf16 and
 # fp32 modes, each beside PyTorch eager and torch.compile in the same run), ending with tables.
 #
@@ -21,14 +23,14 @@
 # when that is set, else /tmp/prl-gpu-check.
 #
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
-#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score bench": a
+#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner bench": a
 #   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-tests score bench}
+PARTS=${PARTS:-tests score learner bench}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
   tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
@@ -169,6 +171,70 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# --- prl learner step on cuda against cpu --------------------------------------------------
+# One step (SGD, so the update is the clipped gradient times the learning rate) on a small
+# generated model and rollouts: the update of `--device cuda` (NCCL, world size 1) against the
+# CPU learner's (Gloo): fp32 mode within 1e-4 relative L2, bf16 mode within 5e-2.
+run_learner() {
+  echo "== prl learner step: --device cuda (fp32 and bf16 modes) against --device cpu"
+  local work="$OUT_DIR/learner" d
+  mkdir -p "$work"
+  "$PRL" model init --arch qwen2 --hidden-size 256 --layers 3 --heads 4 --kv-heads 2 \
+    --intermediate-size 640 --vocab-size 1000 --tie-embeddings --seed 4 \
+    --out "$work/model" >/dev/null || { status=1; return; }
+  python3 - "$work/rollouts.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(9)
+with open(sys.argv[1], "w") as f:
+    for i in range(12):
+        n = rng.randrange(1, 120)
+        f.write(json.dumps({"prompt": [rng.randrange(1000) for _ in range(rng.randrange(1, 40))],
+                            "completion": [rng.randrange(1000) for _ in range(n)],
+                            "behaviour_logprobs": [-rng.uniform(3, 9) for _ in range(n)],
+                            "advantage": rng.choice([1.0, -0.5, 0.25])}) + "\n")
+PY
+  local args=(--model "$work/model" --rollouts "$work/rollouts.jsonl" --optimizer sgd --lr 1e-2
+    --micro-batch-tokens 256)
+  "$PRL" learner step "${args[@]}" --device cpu --out "$work/cpu" >"$work/cpu.log" 2>&1 ||
+    { cat "$work/cpu.log"; status=1; }
+  "$PRL" learner step "${args[@]}" --device cuda --out "$work/cuda" >"$work/cuda.log" 2>&1 ||
+    { cat "$work/cuda.log"; status=1; }
+  "$PRL" learner step "${args[@]}" --device cuda --dtype bf16 --out "$work/bf16" \
+    >"$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; status=1; }
+  python3 - "$work" <<'PY' | tee "$OUT_DIR/learner_summary.txt" || status=1
+import array, json, math, struct, sys
+w = sys.argv[1]
+
+def flat(name):  # every F32 tensor of a model directory, concatenated in name order
+    with open("%s/%s/model.safetensors" % (w, name), "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = array.array("f")
+    for key in sorted(k for k in header if k != "__metadata__"):
+        begin, end = header[key]["data_offsets"]
+        out.extend(array.array("f", data[begin:end]))
+    return out
+
+ok = True
+try:
+    init, cpu = flat("model"), flat("cpu")
+    ref = [b - a for a, b in zip(init, cpu)]
+    norm = math.sqrt(sum(x * x for x in ref))
+    for name, bound in (("cuda", 1e-4), ("bf16", 5e-2)):
+        got = [b - a for a, b in zip(init, flat(name))]
+        err = math.sqrt(sum((g - r) ** 2 for g, r in zip(got, ref))) / max(norm, 1e-30)
+        print("prl learner step --device cuda %s vs cpu: update relative L2 error %.3e "
+              "(bound %.0e; update norm %.3e)" % ("fp32" if name == "cuda" else "--dtype bf16",
+                                                   err, bound, norm))
+        ok = ok and err <= bound
+except (OSError, KeyError, ValueError) as e:
+    print("prl learner step: cannot compare: %r" % (e,))
+    ok = False
+sys.exit(0 if ok else 1)
+PY
+}
+
 # --- benchmarks ---------------------------------------------------------------------------
 # Forward+backward of the two issue shapes at 8192 tokens per step (4 sequences of 2048), each
 # `prl bench model` running the same model in PyTorch first (eager with SDPA, and
@@ -209,6 +275,15 @@ run_bench() {
     bench "bench_f32_$preset" --config "$preset" --device cuda --dtype f32 --tokens 8192 \
       --seq-len 2048 --iters 3 --torch-modes eager
   done
+  # Full learner steps (loss, FSDP over NCCL at world size 1, clipping, AdamW) beside the model
+  # pass alone above: what the learner adds.
+  local dtype
+  for dtype in bf16 f32; do
+    echo "-- prl bench learner --config qwen2.5-0.5b --device cuda --dtype $dtype"
+    "$PRL" bench learner --config qwen2.5-0.5b --device cuda --dtype "$dtype" --tokens 8192 \
+      --seq-len 2048 --iters 3 --world-sizes 1 --json >"$OUT_DIR/bench_learner_$dtype.json" \
+      2>"$OUT_DIR/bench_learner_$dtype.log" || { tail -5 "$OUT_DIR/bench_learner_$dtype.log"; status=1; }
+  done
   python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/bench_summary.txt"
 import json, os, sys
 d = sys.argv[1]
@@ -241,6 +316,17 @@ for label, mode, name in runs:
     print("%-20s %-4s %8.0f %7.1f %6s %5.2f | %-20s | %-20s" % (
         label, mode, tok, gemm["value"] / 1e3, "%.1f%%" % (100 * mfu["ratio"]) if mfu else "-",
         gemm["ratio"], torch_cell("eager"), torch_cell("compile")))
+for mode in ("bf16", "f32"):
+    path = os.path.join(d, "bench_learner_%s.json" % mode)
+    if not os.path.exists(path):
+        print("learner 0.5b/2048    %-4s   not run or failed: see bench_learner_%s.log" % (mode, mode))
+        continue
+    r = json.load(open(path))
+    rows = {x["name"]: x for x in r["results"]}
+    tok, gf = rows["w1_tokens_per_s"], rows["w1_gflops"]
+    print("%-20s %-4s %8.0f %7.1f %6s %5.2f | learner step: loss, FSDP/NCCL, AdamW" % (
+        "learner 0.5b/2048", mode, tok["value"], gf["value"] / 1e3, "-",
+        gf["value"] / gf["baseline_value"]))
 print("MFU: model FLOPs/s (model/flops.h) over the GPU's peak for the mode; /GEMM: over "
       "cuBLASLt on the MLP shape in the same dtype, same run; ratio: prl tokens/s over "
       "PyTorch's (> 1: prl faster). Failures: the JSON's setup and the .log files in " + d)
@@ -248,12 +334,13 @@ PY
 }
 
 part tests && run_tests
-if part score || part bench; then
+if part score || part learner || part bench; then
   if [ ! -x "$PRL" ]; then
     echo "gpu_check: no $PRL in the bundle" >&2
     status=1
   else
     part score && run_score
+    part learner && run_learner
     part bench && run_bench
   fi
 fi

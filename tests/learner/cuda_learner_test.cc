@@ -1,0 +1,226 @@
+// The learner on a GPU (FSDP over NCCL, world size 1) against the CPU learner (FSDP over Gloo,
+// world size 1) on the same model and samples: the step's gradient, and the update of one
+// optimizer step, in the fp32 mode and the bf16 mixed-precision mode, through the direct path
+// (the shard is the whole model) and the sharded path (every unit all-gathered and its
+// gradient reduce-scattered on NCCL's stream, with the next unit prefetched while the current
+// one computes: FsdpOptions::always_gather).
+//
+// Bounds. Gradients: fp32 1e-4 relative per step (as the model test: two fp32 backends with
+// different summation orders through every layer), bf16 5e-2 (weights of std 0.02, as the
+// model test). SGD's update is -lr * clip * grad, so it inherits the gradient's bound. AdamW's
+// first update is lr * g / (|g| + eps) per element, about lr * sign(g): an element whose
+// gradient is below the backends' absolute difference can flip sign, so its relative error
+// is not bounded by the gradient's; it is recorded, and bounded loosely (fp32 1e-2, bf16 0.3)
+// against gross errors. The sharded path equals the direct path on the GPU to 1e-6 (its
+// collectives at world size 1 are copies; the accumulation order differs only in where the
+// unit's gradient is added). Skips without a GPU and NCCL (scripts/gpu_check.sh runs it).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collective/rendezvous.h"
+#include "core/device.h"
+#include "learner/fsdp.h"
+#include "learner/optimizer.h"
+#include "learner/train_step.h"
+#include "model/parameters.h"
+
+namespace prl::learner {
+namespace {
+
+ModelConfig TinyConfig() {
+  ModelConfig c;
+  c.arch = Architecture::kQwen2;
+  c.hidden_size = 128;
+  c.intermediate_size = 384;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;
+  c.vocab_size = 300;
+  c.max_position_embeddings = 512;
+  c.tie_word_embeddings = true;
+  c.qkv_bias = true;
+  return c;
+}
+
+std::vector<TrainSample> Samples(const ModelConfig& c) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
+  std::uniform_real_distribution<float> lp(-8.0f, -3.0f);
+  std::vector<TrainSample> samples;
+  const int prompt_lens[] = {5, 17, 3, 40, 9, 12};
+  const int completion_lens[] = {30, 8, 60, 25, 1, 44};
+  for (int i = 0; i < 6; ++i) {
+    TrainSample s;
+    for (int t = 0; t < prompt_lens[i]; ++t) s.prompt.push_back(tok(rng));
+    for (int t = 0; t < completion_lens[i]; ++t) {
+      s.completion.push_back(tok(rng));
+      s.behaviour_logprobs.push_back(lp(rng));
+    }
+    s.has_advantage = true;
+    s.advantage = i % 2 == 0 ? 1.0 : -0.7;
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+double Relative(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    norm += double{want[i]} * want[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+struct Outcome {
+  std::vector<float> grads;   // the step's full gradient (before clipping)
+  std::vector<float> update;  // parameters after the step minus before
+  double loss = 0;
+};
+
+struct Setting {
+  Device device = Device::Cpu();
+  DType dtype = DType::kF32;
+  bool always_gather = false;
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+};
+
+class CudaLearnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!collective::NcclCompiled() || CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA GPU (or no NCCL): this test runs on a GPU machine "
+                      "(scripts/gpu_check.sh)";
+    }
+    dir_ = absl::StrCat(::testing::TempDir(), "/prl_cuda_learner_test_", getpid());
+    std::filesystem::create_directories(dir_);
+    full_.resize(static_cast<size_t>(ParameterLayout(config_).num_elements()));
+    ParameterSet init = *ParameterSet::Allocate(config_, Device::Cpu(), false);
+    InitializeParameters(init, 5, 0.02f);
+    std::copy(init.data(), init.data() + full_.size(), full_.begin());
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // One step of the learner in `setting` from full_, on samples_.
+  Outcome Step(const Setting& setting) {
+    Outcome out;
+    collective::RendezvousConfig rendezvous;
+    rendezvous.file_store_dir = dir_;
+    rendezvous.group_name = absl::StrCat("g", next_group_++);
+    absl::StatusOr<std::unique_ptr<collective::Communicator>> comm =
+        setting.device.is_cuda() ? collective::ConnectNccl(rendezvous, setting.device, {})
+                                 : collective::ConnectGloo(rendezvous, {});
+    EXPECT_TRUE(comm.ok()) << comm.status();
+    if (!comm.ok()) return out;
+    FsdpOptions options;
+    options.transformer.compute_dtype = setting.dtype;
+    options.always_gather = setting.always_gather;
+    absl::StatusOr<std::unique_ptr<FsdpModel>> model =
+        FsdpModel::Create(config_, comm->get(), options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return out;
+    EXPECT_TRUE((*model)->LoadFull(full_).ok());
+    OptimizerConfig opt;
+    opt.kind = setting.optimizer;
+    opt.lr = 1e-3;
+    opt.max_grad_norm = 1.0;
+    absl::StatusOr<std::unique_ptr<ShardedOptimizer>> optimizer =
+        ShardedOptimizer::Create(opt, model->get());
+    EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+    if (!optimizer.ok()) return out;
+    StepConfig step;
+    step.micro_batch_tokens = 96;  // several micro-batches: accumulation across them
+    step.temperature = 0.9f;
+    EXPECT_TRUE((*model)->ZeroGrad().ok());
+    absl::StatusOr<StepStats> stats = AccumulateGradients(**model, samples_, step, 3);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (!stats.ok()) return out;
+    EXPECT_GT(stats->micro_batches, 1);
+    out.loss = stats->loss.loss;
+    out.grads.resize(full_.size());
+    EXPECT_TRUE((*model)->GatherFullGrads(absl::MakeSpan(out.grads)).ok());
+    EXPECT_TRUE((*optimizer)->Step().ok());
+    out.update.resize(full_.size());
+    EXPECT_TRUE((*model)->GatherFullParams(absl::MakeSpan(out.update)).ok());
+    for (size_t i = 0; i < full_.size(); ++i) out.update[i] -= full_[i];
+    return out;
+  }
+
+  void Record(const std::string& name, double value) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3e", value);
+    RecordProperty(name, buf);
+    std::printf("%s %s\n", name.c_str(), buf);
+  }
+
+  ModelConfig config_ = TinyConfig();
+  std::vector<TrainSample> samples_ = Samples(config_);
+  std::vector<float> full_;
+  std::string dir_;
+  int next_group_ = 0;
+};
+
+TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
+  const Device gpu = Device::Cuda(0);
+  for (const OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW}) {
+    const bool sgd = kind == OptimizerKind::kSgd;
+    const Outcome cpu = Step({Device::Cpu(), DType::kF32, false, kind});
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      const bool f32 = dtype == DType::kF32;
+      const Outcome direct = Step({gpu, dtype, false, kind});
+      const Outcome gathered = Step({gpu, dtype, true, kind});
+      const std::string tag = absl::StrCat("learner_", sgd ? "sgd_" : "adamw_",
+                                           std::string(DTypeName(dtype)));
+      const double grad_error = Relative(direct.grads, cpu.grads);
+      const double update_error = Relative(direct.update, cpu.update);
+      Record(tag + "_grad", grad_error);
+      Record(tag + "_update", update_error);
+      Record(tag + "_loss_abs", std::fabs(direct.loss - cpu.loss));
+      EXPECT_LE(grad_error, f32 ? 1e-4 : 5e-2) << tag;
+      EXPECT_LE(update_error, sgd ? (f32 ? 1e-4 : 5e-2) : (f32 ? 1e-2 : 0.3)) << tag;
+      EXPECT_NEAR(direct.loss, cpu.loss, f32 ? 1e-4 : 2e-2) << tag;
+      // The sharded path (NCCL all-gathers and reduce-scatters, prefetching) is the direct
+      // path's arithmetic.
+      const double path_grad = Relative(gathered.grads, direct.grads);
+      const double path_update = Relative(gathered.update, direct.update);
+      Record(tag + "_sharded_vs_direct_grad", path_grad);
+      Record(tag + "_sharded_vs_direct_update", path_update);
+      EXPECT_LE(path_grad, 1e-6) << tag;
+      EXPECT_LE(path_update, sgd ? 1e-6 : 1e-3) << tag;
+    }
+  }
+}
+
+// Runs everywhere (CI included): the mixed-precision mode is a CUDA mode.
+TEST(FsdpComputeDTypeTest, Bf16ModeIsRefusedOnTheCpuNamingTheDeviceAndTheDType) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/prl_fsdp_dtype_test_", getpid());
+  collective::RendezvousConfig rendezvous;
+  rendezvous.file_store_dir = dir;
+  absl::StatusOr<std::unique_ptr<collective::Communicator>> comm =
+      collective::ConnectGloo(rendezvous, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  FsdpOptions options;
+  options.transformer.compute_dtype = DType::kBF16;
+  const absl::Status s = FsdpModel::Create(TinyConfig(), comm->get(), options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("bf16 on a CUDA device; found BF16 on cpu"),
+            std::string::npos)
+      << s;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace prl::learner
