@@ -94,14 +94,18 @@ if rows:
 PY
 }
 
+# A small random Qwen2-shaped model (vocabulary 1000) for the cuda-vs-cpu comparisons.
+small_model() {  # small_model DIR SEED
+  "$PRL" model init --arch qwen2 --hidden-size 256 --layers 3 --heads 4 --kv-heads 2 \
+    --intermediate-size 640 --vocab-size 1000 --tie-embeddings --seed "$2" --out "$1" >/dev/null
+}
+
 # --- prl score on cuda against cpu ----------------------------------------------------------
 run_score() {
   echo "== prl score: --device cuda (fp32 and bf16 modes) against --device cpu"
   local work="$OUT_DIR/score" d
   mkdir -p "$work"
-  "$PRL" model init --arch qwen2 --hidden-size 256 --layers 3 --heads 4 --kv-heads 2 \
-    --intermediate-size 640 --vocab-size 1000 --tie-embeddings --seed 3 \
-    --out "$work/model" >/dev/null || { status=1; return; }
+  small_model "$work/model" 3 || { status=1; return; }
   python3 - "$work/in.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(5)
@@ -177,11 +181,9 @@ PY
 # CPU learner's (Gloo): fp32 mode within 1e-4 relative L2, bf16 mode within 5e-2.
 run_learner() {
   echo "== prl learner step: --device cuda (fp32 and bf16 modes) against --device cpu"
-  local work="$OUT_DIR/learner" d
+  local work="$OUT_DIR/learner"
   mkdir -p "$work"
-  "$PRL" model init --arch qwen2 --hidden-size 256 --layers 3 --heads 4 --kv-heads 2 \
-    --intermediate-size 640 --vocab-size 1000 --tie-embeddings --seed 4 \
-    --out "$work/model" >/dev/null || { status=1; return; }
+  small_model "$work/model" 4 || { status=1; return; }
   python3 - "$work/rollouts.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(9)

@@ -32,6 +32,7 @@
 #include "learner/optimizer.h"
 #include "learner/train_step.h"
 #include "model/parameters.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace prl::learner {
 namespace {
@@ -71,16 +72,6 @@ std::vector<TrainSample> Samples(const ModelConfig& c) {
     samples.push_back(std::move(s));
   }
   return samples;
-}
-
-double Relative(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    norm += double{want[i]} * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
 struct Outcome {
@@ -184,8 +175,8 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
       const Outcome gathered = Step({gpu, dtype, true, kind});
       const std::string tag = absl::StrCat("learner_", sgd ? "sgd_" : "adamw_",
                                            std::string(DTypeName(dtype)));
-      const double grad_error = Relative(direct.grads, cpu.grads);
-      const double update_error = Relative(direct.update, cpu.update);
+      const double grad_error = ::prl::testing::RelativeError(direct.grads, cpu.grads);
+      const double update_error = ::prl::testing::RelativeError(direct.update, cpu.update);
       Record(tag + "_grad", grad_error);
       Record(tag + "_update", update_error);
       Record(tag + "_loss_abs", std::fabs(direct.loss - cpu.loss));
@@ -194,8 +185,8 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
       EXPECT_NEAR(direct.loss, cpu.loss, f32 ? 1e-4 : 2e-2) << tag;
       // The sharded path (NCCL all-gathers and reduce-scatters, prefetching) is the direct
       // path's arithmetic.
-      const double path_grad = Relative(gathered.grads, direct.grads);
-      const double path_update = Relative(gathered.update, direct.update);
+      const double path_grad = ::prl::testing::RelativeError(gathered.grads, direct.grads);
+      const double path_update = ::prl::testing::RelativeError(gathered.update, direct.update);
       Record(tag + "_sharded_vs_direct_grad", path_grad);
       Record(tag + "_sharded_vs_direct_update", path_update);
       EXPECT_LE(path_grad, 1e-6) << tag;

@@ -19,6 +19,7 @@
 #include "core/buffer.h"
 #include "core/device.h"
 #include "model/parameters.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "model/transformer.h"
 
 namespace prl {
@@ -39,16 +40,6 @@ ModelConfig Config(Architecture arch, bool tied, int64_t heads, int64_t kv_heads
   c.tie_word_embeddings = tied;
   c.qkv_bias = arch == Architecture::kQwen2;
   return c;
-}
-
-double Relative(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    norm += double{want[i]} * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
 std::string Sci(double x) {
@@ -135,7 +126,7 @@ TEST_P(CudaTransformerTest, LogprobsAndGradientsMatchTheCpuBackend) {
     const ParameterSet cpu_grads = run(cpu, Device::Cpu(), DType::kF32, &cpu_logprobs);
     std::vector<float> gpu_logprobs;
     const ParameterSet gpu_grads = run(gpu, gpu_device, dtype, &gpu_logprobs);
-    const double logprob_error = Relative(gpu_logprobs, cpu_logprobs);
+    const double logprob_error = ::prl::testing::RelativeError(gpu_logprobs, cpu_logprobs);
     double max_abs = 0;
     for (int64_t t = 0; t < T; ++t) {
       max_abs = std::max(max_abs, std::fabs(double{gpu_logprobs[t]} - cpu_logprobs[t]));
@@ -148,7 +139,7 @@ TEST_P(CudaTransformerTest, LogprobsAndGradientsMatchTheCpuBackend) {
     double worst = 0;
     std::string worst_name;
     for (const ParamEntry& e : cpu.layout.entries()) {
-      const double err = Relative(ToHost(gpu_grads, e), ToHost(cpu_grads, e));
+      const double err = ::prl::testing::RelativeError(ToHost(gpu_grads, e), ToHost(cpu_grads, e));
       EXPECT_LE(err, f32 ? 1e-4 : 5e-2) << e.name << " (" << DTypeName(dtype) << ")";
       if (err > worst) {
         worst = err;
