@@ -8,12 +8,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/decode_roofline.h"
+#include "bench/torch_baseline.h"
 #include "core/status_macros.h"
 #include "model/transformer.h"
 
@@ -31,6 +34,7 @@ struct Phases {
   double prefill_s = 0.0;  // the step that prefills every prompt
   double decode_s = 0.0;   // every step after it
   int64_t swaps = 0;
+  EngineStats stats;  // at the end of the run
 };
 
 // Copies `source` into spare buffers and swaps them into the engine every interval, never
@@ -98,6 +102,12 @@ absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int
   eo.max_num_seqs = static_cast<int32_t>(std::max<int64_t>(batch, 1));
   eo.max_num_batched_tokens = static_cast<int32_t>(batch * o.prompt_len);  // one prefill step
   eo.enable_prefix_caching = false;
+  // Room for every sequence's prompt and output: the decode figures never include preemption.
+  const int64_t blocks_per_seq = (o.prompt_len + o.output_len + eo.block_size - 1) / eo.block_size;
+  eo.kv_cache_bytes = std::max<int64_t>(
+      eo.kv_cache_bytes,
+      batch * blocks_per_seq * KvCache::BytesPerBlock(weights->config, eo.block_size, eo.dtype));
+  eo.max_model_len = o.prompt_len + o.output_len;
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(weights, 0, eo));
   std::mt19937 rng(static_cast<uint32_t>(batch));
   std::uniform_int_distribution<int32_t> token(
@@ -123,11 +133,12 @@ absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int
   while (engine->HasUnfinishedRequests()) PRL_RETURN_IF_ERROR(engine->Step());
   phases.decode_s = Since(start);
   if (swaps) phases.swaps = stream.Stop();
+  phases.stats = engine->Stats();
   return phases;
 }
 
 absl::StatusOr<double> TrainingForwardTokensPerSecond(const ParameterSet& weights, int64_t seq_len,
-                                                      Device device) {
+                                                      Device device, DType dtype) {
   const int64_t tokens = 2048;
   PackedBatch batch;
   std::mt19937 rng(3);
@@ -140,16 +151,93 @@ absl::StatusOr<double> TrainingForwardTokensPerSecond(const ParameterSet& weight
     for (auto& x : targets) x = token(rng);
     batch.Add(t, targets);
   }
-  Transformer model(weights.config, device);
+  TransformerOptions options;
+  options.compute_dtype = dtype;
+  Transformer model(weights.config, device, options);
+  std::optional<ComputeParams> compute;
+  if (dtype != DType::kF32) {
+    PRL_ASSIGN_OR_RETURN(compute, ToComputeDType(weights, dtype));
+  }
+  const ModelParams& params = compute.has_value() ? compute->params : weights.params;
   std::vector<float> lp(tokens);
   std::vector<double> seconds;
   for (int i = 0; i < 4; ++i) {
     const auto start = Clock::now();
-    PRL_RETURN_IF_ERROR(model.Forward(weights.params, batch, 1.0f, absl::MakeSpan(lp), false));
+    PRL_RETURN_IF_ERROR(model.Forward(params, batch, 1.0f, absl::MakeSpan(lp), false));
     if (i > 0) seconds.push_back(Since(start));  // the first run is warm-up
   }
   std::sort(seconds.begin(), seconds.end());
   return tokens / seconds[seconds.size() / 2];
+}
+
+absl::StatusOr<Phases> BestOf(std::shared_ptr<const ParameterSet> weights, int64_t batch,
+                              const EngineBenchOptions& o) {
+  Phases best;
+  best.decode_s = best.prefill_s = 1e30;
+  for (int i = 0; i < o.iterations; ++i) {
+    PRL_ASSIGN_OR_RETURN(const Phases p, RunBatch(weights, batch, o, false));
+    if (p.decode_s < best.decode_s) best = p;
+  }
+  return best;
+}
+
+// The CUDA rows of one batch: decode beside the HBM roofline, beside PyTorch, without CUDA
+// graphs (batch 1) and in the batch-invariant mode (--invariant-cost).
+absl::Status AddCudaDecodeRows(std::shared_ptr<const ParameterSet> weights, int64_t batch,
+                               double decode, const EngineBenchOptions& o, Report* report) {
+  const ModelConfig& c = weights->config;
+  static double bandwidth = 0.0;  // bytes/s, measured once per run
+  if (bandwidth == 0.0) {
+    PRL_ASSIGN_OR_RETURN(bandwidth, MeasureDeviceBandwidth(o.engine.device));
+    report->setup.push_back(
+        {"hbm_bandwidth", absl::StrFormat("%.0f GB/s (device-to-device copy, this run)",
+                                          bandwidth / 1e9)});
+  }
+  const double step_bytes =
+      MeanDecodeStepBytes(c, o.engine.dtype, batch, o.prompt_len, o.output_len);
+  const double roofline = batch * bandwidth / step_bytes;
+  const std::string name = absl::StrCat("decode_b", batch);
+  report->results.push_back({name + "_vs_roofline", decode, "tok/s", "hbm_roofline", roofline});
+  if (!o.torch_python.empty()) {
+    TorchDecodeOptions t;
+    t.python = o.torch_python;
+    t.script = o.torch_script;
+    t.modes = o.torch_modes;
+    t.batch = batch;
+    t.prompt = o.prompt_len;
+    t.output = o.output_len;
+    t.device = o.engine.device;
+    t.dtype = o.engine.dtype;
+    PRL_ASSIGN_OR_RETURN(const TorchDecodeResult torch, RunTorchDecodeBaseline(c, t));
+    for (const TorchDecodeMode& m : torch.modes) {
+      if (!m.error.empty()) {
+        report->setup.push_back({absl::StrCat("pytorch_", m.mode, "_b", batch), m.error});
+        continue;
+      }
+      report->results.push_back({absl::StrCat(name, "_vs_pytorch_", m.mode), decode, "tok/s",
+                                 absl::StrCat("pytorch_", m.mode), m.decode_tokens_per_s});
+    }
+    if (batch == o.batches.front()) {
+      report->setup.push_back({"pytorch", absl::StrCat(torch.framework, ", ", torch.attention,
+                                                       ", ", torch.sampling)});
+    }
+  }
+  const double tokens = static_cast<double>(batch * (o.output_len - 1));
+  if (batch == 1 && o.engine.cuda_graphs) {
+    EngineBenchOptions eager = o;
+    eager.engine.cuda_graphs = false;
+    PRL_ASSIGN_OR_RETURN(const Phases p, BestOf(weights, batch, eager));
+    report->results.push_back({name + "_graphs_vs_eager", decode, "tok/s", "no_cuda_graphs",
+                               tokens / p.decode_s});
+  }
+  if (o.invariant_cost && !o.engine.batch_invariant) {
+    EngineBenchOptions inv = o;
+    inv.engine.batch_invariant = true;
+    PRL_ASSIGN_OR_RETURN(const Phases p, BestOf(weights, batch, inv));
+    report->results.push_back(
+        {name + "_batch_invariant", tokens / p.decode_s, "tok/s", name + "_fast", decode});
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -167,7 +255,8 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
   }
   PRL_ASSIGN_OR_RETURN(
       const double train_fwd,
-      TrainingForwardTokensPerSecond(*weights, o.prompt_len + o.output_len, o.engine.device));
+      TrainingForwardTokensPerSecond(*weights, o.prompt_len + o.output_len, o.engine.device,
+                                     o.engine.dtype));
   // Warm-up: thread pools, page faults of the KV pool and workspaces.
   PRL_RETURN_IF_ERROR(RunBatch(weights, o.batches.front(), o, false).status());
 
@@ -182,8 +271,12 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
       {"requests", absl::StrFormat("prompt %d, output %d, temperature 1, batches %s", o.prompt_len,
                                    o.output_len, absl::StrJoin(o.batches, ","))},
       {"engine",
-       absl::StrFormat("block_size %d, %s, prefill in one step per batch", o.engine.block_size,
-                       o.engine.batch_invariant ? "batch-invariant" : "fast")},
+       absl::StrFormat("block_size %d, %s, %s, %s%s, prefill in one step per batch",
+                       o.engine.block_size, o.engine.device.ToString(), DTypeName(o.engine.dtype),
+                       o.engine.batch_invariant ? "batch-invariant" : "fast",
+                       o.engine.device.is_cuda()
+                           ? (o.engine.cuda_graphs ? ", CUDA graphs" : ", no CUDA graphs")
+                           : "")},
       {"baseline", absl::StrFormat("training forward (Transformer::Forward, 2048 tokens in "
                                    "sequences of %d): %.1f tok/s",
                                    o.prompt_len + o.output_len, train_fwd)}};
@@ -204,6 +297,9 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
         {absl::StrCat("prefill_b", batch), prefill, "tok/s", "train_forward", train_fwd});
     report.results.push_back(
         {absl::StrCat("decode_b", batch), decode, "tok/s", "train_forward", train_fwd});
+    if (o.engine.device.is_cuda()) {
+      PRL_RETURN_IF_ERROR(AddCudaDecodeRows(weights, batch, decode, o, &report));
+    }
   }
   if (o.swap_interval_ms > 0) {
     // Runs with and without swaps alternate, so that both see the same machine conditions.
@@ -225,6 +321,17 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
                               batch * (o.output_len - 1) / swapped_s, "tok/s",
                               absl::StrCat("decode_b", batch, "_without"),
                               batch * (o.output_len - 1) / plain_s});
+    if (o.engine.device.is_cuda()) {
+      // A swap copies the new weights into the buffers the graphs captured; the alternative,
+      // re-capturing every bucket's graph, costs what the first captures cost.
+      PRL_ASSIGN_OR_RETURN(const Phases swapped, RunBatch(weights, batch, o, true));
+      const EngineStats& s = swapped.stats;
+      if (s.weight_swaps > 0 && s.graph_captures > 0) {
+        report.results.push_back({"weight_swap_ms", 1e3 * s.weight_swap_seconds / s.weight_swaps,
+                                  "ms", "graph_capture_ms",
+                                  1e3 * s.graph_capture_seconds / s.graph_captures});
+      }
+    }
   }
   return report;
 }

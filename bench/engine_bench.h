@@ -2,10 +2,18 @@
 // (prompt 128, output 128 by default), each beside the same model's training-forward
 // throughput measured in the same run, and decode throughput under a stream of in-flight
 // weight swaps beside decode without swaps.
+//
+// On CUDA, each decode figure also stands beside the HBM roofline (bench/decode_roofline.h:
+// the weight and KV bytes a step must read over the bandwidth measured in this run) and, with
+// a Python that has torch, beside a PyTorch KV-cache generation loop of the same model
+// (bench/torch_decode_bench.py, eager and CUDA-graph modes); batch 1 is also run without CUDA
+// graphs, a weight swap's cost (a copy into the captured weights) stands beside a graph
+// capture's, and --invariant-cost adds the batch-invariant mode beside the fast one.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,8 +33,13 @@ struct EngineBenchOptions {
   // already a denser stream than training produces here.
   int64_t swap_interval_ms = 1000;
   int iterations = 3;    // runs per batch size; the best phase times are kept
-  EngineOptions engine;  // block size, KV pool, batch-invariant mode, device
+  EngineOptions engine;  // block size, KV pool, batch-invariant mode, device, dtype, graphs
   bool progress = true;
+  // CUDA only:
+  std::string torch_python;  // non-empty: run the PyTorch decode baseline with it
+  std::string torch_script = "bench/torch_decode_bench.py";
+  std::string torch_modes = "eager,graph";
+  bool invariant_cost = false;  // also decode in the batch-invariant mode
 };
 
 absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weights,

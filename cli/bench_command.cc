@@ -64,14 +64,17 @@ absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
 }
 
 struct EngineBenchFlags {
-  std::string model, config = "40m", device = "auto";
+  std::string model, config = "40m", device = "auto", dtype = "f32";
+  bool no_cuda_graphs = false;
   bench::EngineBenchOptions options;
   int64_t kv_cache_mb = 1024;
   bool json = false;
 };
 
 absl::Status RunEngineBench(EngineBenchFlags f) {
-  PRL_ASSIGN_OR_RETURN(f.options.engine.device, ResolveEngineDeviceFlag(f.device));
+  PRL_ASSIGN_OR_RETURN(f.options.engine.device, ResolveDevice(f.device));
+  PRL_ASSIGN_OR_RETURN(f.options.engine.dtype, ResolveComputeDType(f.dtype, f.options.engine.device));
+  f.options.engine.cuda_graphs = !f.no_cuda_graphs;
   f.options.engine.kv_cache_bytes = f.kv_cache_mb << 20;
   std::shared_ptr<const ParameterSet> weights;
   if (!f.model.empty()) {
@@ -130,8 +133,9 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   auto e = std::make_shared<EngineBenchFlags>();
   CLI::App* engine = bench->add_subcommand(
       "engine",
-      "Engine prefill/decode tokens/s at several batch sizes vs the training forward, and "
-      "decode under in-flight weight swaps vs without");
+      "Engine prefill/decode tokens/s at several batch sizes vs the training forward (on CUDA "
+      "also vs the HBM roofline and optionally PyTorch), and decode under in-flight weight "
+      "swaps vs without");
   engine->add_option("--model", e->model, "Model directory (default: random weights of --config)");
   engine->add_option("--config", e->config, "Preset, model directory or config.json")
       ->capture_default_str();
@@ -154,6 +158,17 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   engine->add_flag("--batch-invariant", e->options.engine.batch_invariant,
                    "Measure the batch-invariant mode");
   engine->add_option("--device", e->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  engine->add_option("--dtype", e->dtype, "f32 (exact mode) | bf16 (CUDA)")->capture_default_str();
+  engine->add_flag("--no-cuda-graphs", e->no_cuda_graphs, "CUDA: run decode steps eagerly");
+  engine->add_option("--torch-baseline", e->options.torch_python,
+                     "CUDA: Python with torch: also run a PyTorch KV-cache generation loop of the "
+                     "same model (eager and CUDA graph) in this run");
+  engine->add_option("--torch-script", e->options.torch_script, "The PyTorch baseline's script")
+      ->capture_default_str();
+  engine->add_option("--torch-modes", e->options.torch_modes, "PyTorch modes: eager,graph")
+      ->capture_default_str();
+  engine->add_flag("--invariant-cost", e->options.invariant_cost,
+                   "CUDA: also decode in the batch-invariant mode, beside the fast mode");
   engine->add_flag("--json", e->json, "Print one JSON object instead of the table");
   registry.Add(engine, [e] { return RunEngineBench(*e); });
 

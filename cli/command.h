@@ -49,8 +49,5 @@ absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);
 // --dtype of the training path: "f32" (exact mode, every backend) or "bf16" (CUDA only).
 absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device);
 
-// The same for the inference engine, whose paged-attention and sampling kernels are CPU-only
-// for now: "auto" stays on the CPU, an explicit CUDA device is an error saying so.
-absl::StatusOr<Device> ResolveEngineDeviceFlag(const std::string& flag);
 
 }  // namespace prl::cli

@@ -24,7 +24,8 @@ namespace prl::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string model, input, output, device = "auto";
+  std::string model, input, output, device = "auto", dtype = "f32";
+  bool no_cuda_graphs = false;
   SamplingParams params;
   EngineOptions engine;
   int64_t kv_cache_mb = 512;
@@ -92,7 +93,9 @@ absl::StatusOr<std::vector<Prompt>> ReadPrompts(const std::string& path, const M
 }
 
 absl::Status RunGenerate(GenerateFlags f) {
-  PRL_ASSIGN_OR_RETURN(f.engine.device, ResolveEngineDeviceFlag(f.device));
+  PRL_ASSIGN_OR_RETURN(f.engine.device, ResolveDevice(f.device));
+  PRL_ASSIGN_OR_RETURN(f.engine.dtype, ResolveComputeDType(f.dtype, f.engine.device));
+  f.engine.cuda_graphs = !f.no_cuda_graphs;
   f.engine.kv_cache_bytes = f.kv_cache_mb << 20;
   f.engine.enable_prefix_caching = !f.no_prefix_caching;
   PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(f.model, f.engine.device));
@@ -189,6 +192,16 @@ void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry) {
                 "Bit-exact results whatever the batch; log-probs equal `prl score`'s in the "
                 "same mode (slower)");
   cmd->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", f->dtype,
+                  "f32 (exact mode, every backend) | bf16 (CUDA: bf16 weights, activations and "
+                  "KV cache, fp32 accumulation)")
+      ->capture_default_str();
+  cmd->add_flag("--no-cuda-graphs", f->no_cuda_graphs,
+                "CUDA: run decode steps eagerly instead of replaying captured graphs");
+  cmd->add_option("--max-model-len", f->engine.max_model_len,
+                  "Prompt + completion limit (0: the model's context); on CUDA it sizes the "
+                  "decode graphs' block tables")
+      ->capture_default_str();
   registry.Add(cmd, [f] { return RunGenerate(*f); });
 }
 

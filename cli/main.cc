@@ -45,16 +45,6 @@ absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device
   return DType::kBF16;
 }
 
-absl::StatusOr<Device> ResolveEngineDeviceFlag(const std::string& flag) {
-  PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(flag));
-  if (device.is_cpu()) return device;
-  if (flag == "auto") return Device::Cpu();
-  return absl::UnimplementedError(absl::StrCat(
-      "--device ", flag,
-      ": the engine's CUDA kernels (paged attention, KV writes, sampling) are "
-      "not built yet; the training path (score, bench model) runs on CUDA. Use --device cpu"));
-}
-
 }  // namespace prl::cli
 
 int main(int argc, char** argv) {

@@ -123,12 +123,6 @@ absl::Status RunScore(const ScoreFlags& f) {
   }
 
   TransformerOptions options;
-  if (f.batch_invariant && device.is_cuda()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--batch-invariant on ", device.ToString(),
-        ": the CUDA kernels' batch-invariant reduction order is not built yet (it comes with "
-        "the engine's CUDA kernels); use --device cpu for it"));
-  }
   if (f.batch_invariant) options.reduction_order = kernels::ReductionOrder::kBatchInvariant;
   PRL_ASSIGN_OR_RETURN(options.compute_dtype, ResolveComputeDType(f.dtype, device));
   Transformer model(params.config, device, options);

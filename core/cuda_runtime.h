@@ -15,9 +15,8 @@ namespace prl::cuda {
 
 // Built with the CUDA runtime.
 bool Compiled();
-// Built with the CUDA backend of the training kernels (kernels/cuda/: GEMMs, norms, RoPE,
-// SwiGLU, embedding, attention, LM head, optimizer). The engine's paged-attention and
-// sampling kernels are CPU-only for now (the engine refuses a CUDA device).
+// Built with the CUDA backend of the kernels (kernels/cuda/: GEMMs, norms, RoPE, SwiGLU,
+// embedding, attention, LM head, optimizer, and the engine's paged KV cache and sampler).
 bool KernelsCompiled();
 // Usable GPUs; 0 without CUDA, without a driver, or without a GPU. Never fails.
 int DeviceCount();

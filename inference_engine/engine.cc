@@ -1,10 +1,17 @@
 #include "inference_engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/cuda_runtime.h"
+#include "kernels/convert.h"
+#include "kernels/embedding.h"
 #include "kernels/sampling.h"
+#if PRL_WITH_CUDA
+#include "core/cuda/stream.h"
+#endif
 
 namespace prl {
 
@@ -35,30 +42,84 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
     return bad("max_num_batched_tokens", absl::StrCat(">= max_num_seqs = ", o.max_num_seqs),
                o.max_num_batched_tokens);
   }
+  if (o.max_graph_batch < 0) return bad("max_graph_batch", ">= 0", o.max_graph_batch);
+  if (o.max_model_len < 0) return bad("max_model_len", ">= 0", o.max_model_len);
+  if (o.dtype != DType::kF32 && !(o.dtype == DType::kBF16 && o.device.is_cuda())) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: dtype ", DTypeName(o.dtype), " on ",
+                                                   o.device.ToString(),
+                                                   " (expected f32, or bf16 on CUDA)"));
+  }
   return absl::OkStatus();
 }
+
+#if PRL_WITH_CUDA
+struct Engine::DeviceState {
+  cuda::Stream stream;
+};
+#else
+struct Engine::DeviceState {};
+#endif
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const ParameterSet> weights,
                                                        int64_t version,
                                                        const EngineOptions& options) {
   PRL_RETURN_IF_ERROR(ValidateEngineOptions(options));
   if (weights == nullptr) return absl::InvalidArgumentError("engine: no weights");
-  if (!options.device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "engine: no CUDA kernels for paged attention and sampling yet; run the engine on the CPU "
-        "(requested ",
-        options.device.ToString(), ")"));
+  if (options.device.is_cuda() && !cuda::KernelsCompiled()) {
+    return absl::UnimplementedError(absl::StrCat("engine on ", options.device.ToString(),
+                                                 ": prl was built without the CUDA kernels"));
   }
   if (weights->buffer.device() != options.device) {
     return absl::InvalidArgumentError(absl::StrCat("engine: weights on ",
                                                    weights->buffer.device().ToString(),
                                                    ", engine on ", options.device.ToString()));
   }
-  PRL_ASSIGN_OR_RETURN(KvCache cache, KvCache::Allocate(weights->config, options.kv_cache_bytes,
-                                                        options.block_size, options.device));
-  return std::unique_ptr<Engine>(
+  const int64_t context = weights->config.max_position_embeddings;
+  if (options.max_model_len > context) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: max_model_len ", options.max_model_len,
+                                                   " exceeds the model's context of ", context));
+  }
+  PRL_ASSIGN_OR_RETURN(KvCache cache,
+                       KvCache::Allocate(weights->config, options.kv_cache_bytes,
+                                         options.block_size, options.device, options.dtype));
+  auto engine = std::unique_ptr<Engine>(
       new Engine(std::move(weights), version, options, std::move(cache)));
+  if (options.device.is_cuda()) {
+#if PRL_WITH_CUDA
+    PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device.index));
+    engine->device_state_ = std::make_unique<DeviceState>(DeviceState{std::move(stream)});
+#endif
+    // The engine's own weights in the compute dtype: the CUDA graphs capture these buffers,
+    // and a swap copies the new weights into them.
+    PRL_ASSIGN_OR_RETURN(engine->compute_, ToComputeDType(*engine->weights_, options.dtype));
+    PRL_RETURN_IF_ERROR(cuda::Synchronize(options.device.index));
+  }
+  return engine;
 }
+
+Engine::~Engine() = default;
+
+const ModelParams& Engine::ActiveParams() const {
+  return compute_.has_value() ? compute_->params : weights_->params;
+}
+
+namespace {
+int64_t MaxModelLen(const ModelConfig& config, const EngineOptions& o) {
+  return o.max_model_len > 0 ? o.max_model_len : config.max_position_embeddings;
+}
+
+ModelRunnerOptions RunnerOptions(const ModelConfig& config, const EngineOptions& o) {
+  ModelRunnerOptions r;
+  r.device = o.device;
+  r.dtype = o.dtype;
+  r.order = o.batch_invariant ? kernels::ReductionOrder::kBatchInvariant
+                              : kernels::ReductionOrder::kFast;
+  r.cuda_graphs = o.cuda_graphs;
+  r.max_graph_batch = o.max_graph_batch > 0 ? o.max_graph_batch : o.max_num_seqs;
+  r.max_blocks_per_seq = (MaxModelLen(config, o) + o.block_size - 1) / o.block_size;
+  return r;
+}
+}  // namespace
 
 Engine::Engine(std::shared_ptr<const ParameterSet> weights, int64_t version,
                const EngineOptions& options, KvCache cache)
@@ -70,9 +131,8 @@ Engine::Engine(std::shared_ptr<const ParameterSet> weights, int64_t version,
       blocks_(static_cast<int32_t>(cache_.num_blocks), options.block_size,
               options.enable_prefix_caching),
       scheduler_({options.max_num_seqs, options.max_num_batched_tokens}, &blocks_),
-      runner_(config_, options.device, &cache_,
-              options.batch_invariant ? kernels::ReductionOrder::kBatchInvariant
-                                      : kernels::ReductionOrder::kFast) {}
+      runner_(config_, &cache_, RunnerOptions(config_, options)),
+      sample_arena_(options.device) {}
 
 absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
                                             const SamplingParams& params) {
@@ -85,10 +145,11 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
   }
   PRL_RETURN_IF_ERROR(ValidateSamplingParams(params, config_.vocab_size));
   const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
-  if (total > config_.max_position_embeddings) {
+  if (total > MaxModelLen(config_, options_)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt.size(), " tokens) + max_tokens (", params.max_tokens,
-        ") exceeds the model's context of ", config_.max_position_embeddings, " tokens"));
+        "prompt (", prompt.size(), " tokens) + max_tokens (", params.max_tokens, ") exceeds ",
+        options_.max_model_len > 0 ? "the engine's max_model_len of " : "the model's context of ",
+        MaxModelLen(config_, options_), " tokens"));
   }
   const int64_t blocks_needed = (total + options_.block_size - 1) / options_.block_size;
   if (blocks_needed > blocks_.num_blocks()) {
@@ -146,25 +207,49 @@ absl::Status Engine::SwapWeights(std::shared_ptr<const ParameterSet> weights, in
   return absl::OkStatus();
 }
 
-void Engine::ApplyPendingSwap() {
+absl::Status Engine::ApplyPendingSwap() {
   {
     std::lock_guard<std::mutex> lock(swap_mutex_);
-    if (!pending_version_) return;
+    if (!pending_version_) return absl::OkStatus();
     weights_ = std::move(pending_weights_);  // the pointer flip
     version_ = *pending_version_;
     pending_version_.reset();
   }
+  const auto start = std::chrono::steady_clock::now();
+  if (compute_.has_value()) {
+    // Into the buffers the captured graphs read: a device copy (and conversion), no recapture.
+    const int64_t n = weights_->layout.num_elements();
+    kernels::ConvertDType(Tensor(compute_->buffer.data(), options_.dtype, options_.device, {n}),
+                          Tensor(const_cast<float*>(weights_->data()), DType::kF32,
+                                 options_.device, {n}));
+    PRL_RETURN_IF_ERROR(runner_.transfer().Finish());  // measured: wait for the copy
+  }
+  stats_.weight_swap_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.weight_swaps;
   blocks_.ClearPrefixCache();  // cached K/V belong to the old weights
   if (options_.recompute_kv_on_swap) scheduler_.PreemptAll();
+  return absl::OkStatus();
 }
 
 absl::Status Engine::Step() {
-  ApplyPendingSwap();
+#if PRL_WITH_CUDA
+  if (device_state_ != nullptr) {
+    // Every kernel and copy of the step on the engine's stream (graphs cannot be captured on
+    // the default stream).
+    cuda::StreamGuard guard(options_.device.index, device_state_->stream.get());
+    return StepOnStream();
+  }
+#endif
+  return StepOnStream();
+}
+
+absl::Status Engine::StepOnStream() {
+  PRL_RETURN_IF_ERROR(ApplyPendingSwap());
   const SchedulerOutput step = scheduler_.Schedule();
   if (step.empty()) return absl::OkStatus();
   Tensor logits;
-  PRL_RETURN_IF_ERROR(runner_.Execute(weights_->params, step, &logits));
+  PRL_RETURN_IF_ERROR(runner_.Execute(ActiveParams(), step, &logits));
   ++stats_.steps;
   for (const ScheduledChunk& c : step.chunks) {
     const bool decode =
@@ -179,7 +264,7 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
   // One sampling row per drawn token; an unforked leader draws the first token of all n samples
   // from its single logits row.
   std::vector<kernels::SamplingRow> rows;
-  std::vector<int64_t> source_row;
+  std::vector<int32_t> source_row;
   int64_t r = 0;
   for (const ScheduledChunk& c : step.chunks) {
     if (!c.samples) continue;
@@ -187,35 +272,44 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
     const bool fork = !req.forked;
     for (int32_t j = 0; j < (fork ? req.params.n : 1); ++j) {
       const Sequence& s = *req.samples[fork ? j : c.seq->sample_index];
-      rows.push_back({req.params.temperature, req.params.top_p, req.params.top_k, req.params.seed,
-                      static_cast<uint64_t>(s.sample_index),
-                      static_cast<uint64_t>(s.num_completion_tokens())});
-      source_row.push_back(r);
+      kernels::SamplingRow row;
+      row.temperature = req.params.temperature;
+      row.top_p = req.params.top_p;
+      row.top_k = req.params.top_k;
+      row.seed = req.params.seed;
+      row.stream = static_cast<uint64_t>(s.sample_index);
+      row.index = static_cast<uint64_t>(s.num_completion_tokens());
+      rows.push_back(row);
+      source_row.push_back(static_cast<int32_t>(r));
     }
     ++r;
   }
   const int64_t n = static_cast<int64_t>(rows.size()), V = config_.vocab_size;
   std::vector<int32_t> tokens(n);
   std::vector<float> logprobs(n);
+  StepTransfer& io = runner_.transfer();
   if (n > 0) {
+    // Sampled on the logits' device; only the tokens and their log-probs come back.
+    Tensor d_rows, d_source, d_tokens, d_logprobs, expanded;
+    PRL_RETURN_IF_ERROR(sample_arena_.Build([&](Arena& a) {
+      d_rows = a.Take(DType::kI32, {n, kernels::kSamplingRowWords});
+      d_source = a.Take(DType::kI32, {n});
+      d_tokens = a.Take(DType::kI32, {n});
+      d_logprobs = a.Take(DType::kF32, {n});
+      if (n != r) expanded = a.Take(DType::kF32, {n, V});
+    }));
+    PRL_RETURN_IF_ERROR(io.ToDevice(d_rows, rows.data(), rows.size() * sizeof(rows[0])));
     Tensor sample_logits = logits;
-    OwnedTensor expanded;
-    if (n != r) {
-      PRL_ASSIGN_OR_RETURN(expanded, AllocateTensor(DType::kF32, options_.device, {n, V}));
-      for (int64_t i = 0; i < n; ++i) {
-        PRL_RETURN_IF_ERROR(CopyTensor(expanded.view.Rows(i, i + 1),
-                                       logits.Rows(source_row[i], source_row[i] + 1)));
-      }
-      sample_logits = expanded.view;
+    if (n != r) {  // an unforked leader's row, once per sample: a row gather
+      PRL_RETURN_IF_ERROR(io.ToDevice(d_source, source_row.data(), n * sizeof(int32_t)));
+      kernels::EmbeddingForward(expanded, logits, d_source);
+      sample_logits = expanded;
     }
-    PRL_ASSIGN_OR_RETURN(OwnedTensor d_tokens, AllocateTensor(DType::kI32, options_.device, {n}));
-    PRL_ASSIGN_OR_RETURN(OwnedTensor d_logprobs, AllocateTensor(DType::kF32, options_.device, {n}));
-    kernels::SampleTokens(d_tokens.view, d_logprobs.view, sample_logits, rows);
-    PRL_RETURN_IF_ERROR(CopyBytes(tokens.data(), Device::Cpu(), d_tokens.view.data, options_.device,
-                                  n * sizeof(int32_t)));
-    PRL_RETURN_IF_ERROR(CopyBytes(logprobs.data(), Device::Cpu(), d_logprobs.view.data,
-                                  options_.device, n * sizeof(float)));
+    kernels::SampleTokens(d_tokens, d_logprobs, sample_logits, d_rows);
+    PRL_RETURN_IF_ERROR(io.ToHost(tokens.data(), d_tokens, n * sizeof(int32_t)));
+    PRL_RETURN_IF_ERROR(io.ToHost(logprobs.data(), d_logprobs, n * sizeof(float)));
   }
+  PRL_RETURN_IF_ERROR(io.Finish());
 
   scheduler_.OnStepComputed(step);
   std::vector<uint64_t> done;
@@ -296,6 +390,11 @@ EngineStats Engine::Stats() const {
   s.prefix_cache_hit_tokens = scheduler_.prefix_cache_hit_tokens();
   s.weight_version = version_;
   s.unfinished_requests = static_cast<int64_t>(requests_.size());
+  const GraphStats& g = runner_.graph_stats();
+  s.graph_captures = g.captures;
+  s.graph_capture_seconds = g.capture_seconds;
+  s.graph_replays = g.replays;
+  s.eager_steps = g.eager_steps;
   return s;
 }
 

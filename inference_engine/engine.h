@@ -47,6 +47,12 @@ struct EngineOptions {
   // log-probs in the same mode (kernels/reduction_order.h); slower.
   bool batch_invariant = false;
   Device device = Device::Cpu();
+  // Compute dtype of the weights' copy, the activations and the KV cache: F32 (every device,
+  // the exact mode) or BF16 (CUDA). The engine keeps its own copy of the weights in it on CUDA.
+  DType dtype = DType::kF32;
+  bool cuda_graphs = true;     // CUDA: replay captured decode steps (ModelRunner)
+  int32_t max_graph_batch = 0;  // the largest decode batch with a graph (0: max_num_seqs)
+  int64_t max_model_len = 0;   // prompt + completion limit (0: the model's context)
 };
 
 absl::Status ValidateEngineOptions(const EngineOptions& options);
@@ -77,6 +83,11 @@ struct EngineStats {
   int64_t prefix_cache_hit_tokens = 0;
   int64_t weight_version = 0;
   int64_t weight_swaps = 0;
+  double weight_swap_seconds = 0.0;  // applying swaps (CUDA: the copy into the engine's weights)
+  int64_t graph_captures = 0;
+  double graph_capture_seconds = 0.0;
+  int64_t graph_replays = 0;  // decode steps run as a CUDA graph
+  int64_t eager_steps = 0;
   int64_t unfinished_requests = 0;
 };
 
@@ -85,6 +96,7 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const ParameterSet> weights,
                                                         int64_t version,
                                                         const EngineOptions& options);
+  ~Engine();
 
   // Validates and queues a request; errors name the field (prompt token ids, sampling params,
   // context length, a request that could never fit in the KV pool).
@@ -109,7 +121,10 @@ class Engine {
  private:
   Engine(std::shared_ptr<const ParameterSet> weights, int64_t version, const EngineOptions& options,
          KvCache cache);
-  void ApplyPendingSwap();
+  absl::Status StepOnStream();
+  absl::Status ApplyPendingSwap();
+  // The weights the model runs on: the ParameterSet's on the CPU, the engine's copy on CUDA.
+  const ModelParams& ActiveParams() const;
   absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
   void Append(Sequence& seq, int32_t token, float logprob);
   void FinishRequestIfDone(Request& request);
@@ -121,10 +136,14 @@ class Engine {
   std::mutex swap_mutex_;
   std::shared_ptr<const ParameterSet> pending_weights_;  // guarded by swap_mutex_
   std::optional<int64_t> pending_version_;               // guarded by swap_mutex_
+  struct DeviceState;                                    // CUDA: the engine's stream
+  std::unique_ptr<DeviceState> device_state_;
+  std::optional<ComputeParams> compute_;  // CUDA: the weights in options_.dtype (graphs use them)
   KvCache cache_;
   BlockManager blocks_;
   Scheduler scheduler_;
   ModelRunner runner_;
+  Arena sample_arena_;
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> finished_;

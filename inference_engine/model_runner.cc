@@ -1,9 +1,10 @@
 #include "inference_engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/paged_attention.h"
@@ -14,36 +15,41 @@ namespace prl {
 
 namespace k = kernels;
 
-namespace {
-absl::Status Upload(const Tensor& dst, const void* src) {
-  return CopyBytes(dst.data, dst.device, src, Device::Cpu(), dst.bytes());
-}
-}  // namespace
-
-ModelRunner::ModelRunner(const ModelConfig& config, Device device, KvCache* cache,
-                         kernels::ReductionOrder order)
+ModelRunner::ModelRunner(const ModelConfig& config, KvCache* cache,
+                         const ModelRunnerOptions& options)
     : config_(config),
-      device_(device),
       cache_(cache),
-      order_(order),
+      options_(options),
       inv_freq_(RopeInverseFrequencies(config)),
-      arena_(device) {}
+      arena_(options.device),
+      copy_arena_(options.device),
+      transfer_(options.device) {}
 
-absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutput& step,
-                                  Tensor* logits) {
-  const ModelConfig& c = config_;
-  const int64_t B = static_cast<int64_t>(step.chunks.size());
-  const int64_t T = step.num_tokens, C = c.hidden_size, bs = cache_->block_size;
-  int64_t max_blocks = 1, R = 0;
-  for (const ScheduledChunk& ch : step.chunks) {
-    max_blocks = std::max<int64_t>(max_blocks, ch.seq->block_table.size());
-    R += ch.samples;
+ModelRunner::~ModelRunner() = default;
+
+std::vector<int64_t> ModelRunner::GraphBuckets(int64_t max_batch) {
+  std::vector<int64_t> buckets;
+  for (int64_t b : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256}) {
+    if (b < max_batch) buckets.push_back(b);
   }
+  for (int64_t b = 384; b < max_batch; b *= 2) buckets.push_back(b);
+  buckets.push_back(max_batch);
+  return buckets;
+}
 
-  // Host-side step description.
+void ModelRunner::ResetGraphs() { graphs_.clear(); }
+
+ModelRunner::HostStep ModelRunner::BuildHostStep(const SchedulerOutput& step,
+                                                 int64_t pad_to) const {
+  const int64_t bs = cache_->block_size;
+  HostStep h;
+  h.B = static_cast<int64_t>(step.chunks.size());
+  for (const ScheduledChunk& ch : step.chunks) {
+    h.used_width = std::max<int64_t>(h.used_width, ch.seq->block_table.size());
+  }
   std::vector<int32_t> tokens, positions, slots, q_start = {0}, context_lens, sample_rows;
-  std::vector<int32_t> tables(B * max_blocks, 0);
-  for (int64_t b = 0; b < B; ++b) {
+  h.tables.assign(h.B * h.used_width, 0);
+  for (int64_t b = 0; b < h.B; ++b) {
     const Sequence& seq = *step.chunks[b].seq;
     const int64_t first = seq.num_computed_tokens, n = step.chunks[b].num_tokens;
     for (int64_t p = first; p < first + n; ++p) {
@@ -53,71 +59,179 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
     }
     q_start.push_back(static_cast<int32_t>(tokens.size()));
     context_lens.push_back(static_cast<int32_t>(first + n));
-    std::copy(seq.block_table.begin(), seq.block_table.end(), tables.begin() + b * max_blocks);
+    std::copy(seq.block_table.begin(), seq.block_table.end(), h.tables.begin() + b * h.used_width);
     if (step.chunks[b].samples) sample_rows.push_back(q_start.back() - 1);
   }
-
-  LayerActivations slot[2];
-  Tensor d_tokens, d_positions, d_slots, d_q_start, d_context, d_tables, d_rows, d_inv_freq;
-  Tensor cos, sin, final_input, gathered, lnf_rstd, head_in, out_logits, pairs;
-  PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) {
-    d_tokens = a.Take(DType::kI32, {T});
-    d_positions = a.Take(DType::kI32, {T});
-    d_slots = a.Take(DType::kI32, {T});
-    d_q_start = a.Take(DType::kI32, {B + 1});
-    d_context = a.Take(DType::kI32, {B});
-    d_tables = a.Take(DType::kI32, {B, max_blocks});
-    d_rows = a.Take(DType::kI32, {R});
-    d_inv_freq = a.Take(DType::kF32, {c.head_dim / 2});
-    pairs = a.Take(DType::kI32, {static_cast<int64_t>(step.block_copies.size()), 2});
-    cos = a.Take(DType::kF32, {T, c.head_dim / 2});
-    sin = a.Take(DType::kF32, {T, c.head_dim / 2});
-    for (LayerActivations& l : slot) l = TakeLayerActivations(a, c, T, /*lse=*/false);
-    final_input = a.Take(DType::kF32, {T, C});
-    gathered = a.Take(DType::kF32, {R, C});
-    lnf_rstd = a.Take(DType::kF32, {R});
-    head_in = a.Take(DType::kF32, {R, C});
-    out_logits = a.Take(DType::kF32, {R, c.vocab_size});
-  }));
-  PRL_RETURN_IF_ERROR(Upload(d_tokens, tokens.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_positions, positions.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_slots, slots.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_q_start, q_start.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_context, context_lens.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_tables, tables.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_rows, sample_rows.data()));
-  PRL_RETURN_IF_ERROR(Upload(d_inv_freq, inv_freq_.data()));
-
-  if (!step.block_copies.empty()) {
-    std::vector<int32_t> flat;
-    for (const auto& [src, dst] : step.block_copies) flat.insert(flat.end(), {src, dst});
-    PRL_RETURN_IF_ERROR(Upload(pairs, flat.data()));
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      k::KvCacheCopyBlocks(cache_->k[l], cache_->v[l], pairs);
-    }
+  // Padding sequences of a graph bucket: one token at position 0 that writes no K/V and
+  // attends to one key of block 0 (the table rows are zero or a past step's valid blocks).
+  for (int64_t b = h.B; b < pad_to; ++b) {
+    sample_rows.push_back(static_cast<int32_t>(tokens.size()));
+    tokens.push_back(0);
+    positions.push_back(0);
+    slots.push_back(-1);
+    q_start.push_back(static_cast<int32_t>(tokens.size()));
+    context_lens.push_back(1);
   }
+  h.T = static_cast<int64_t>(tokens.size());
+  h.R = static_cast<int64_t>(sample_rows.size());
+  h.B = static_cast<int64_t>(context_lens.size());
+  for (const auto* part : {&tokens, &positions, &slots, &q_start, &context_lens, &sample_rows}) {
+    h.meta.insert(h.meta.end(), part->begin(), part->end());
+  }
+  return h;
+}
 
+absl::Status ModelRunner::Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
+                                 StepTensors* t) {
+  const ModelConfig& c = config_;
+  const DType dt = options_.dtype;
+  const int64_t meta_len = 3 * T + (B + 1) + B + R;
+  PRL_RETURN_IF_ERROR(arena.Build([&](Arena& a) {
+    t->meta = a.Take(DType::kI32, {meta_len});
+    t->tables = a.Take(DType::kI32, {B, width});
+    t->inv_freq = a.Take(DType::kF32, {c.head_dim / 2});
+    t->cos = a.Take(DType::kF32, {T, c.head_dim / 2});
+    t->sin = a.Take(DType::kF32, {T, c.head_dim / 2});
+    for (LayerActivations& l : t->slot) l = TakeLayerActivations(a, c, T, /*lse=*/false, dt);
+    t->final_input = a.Take(dt, {T, c.hidden_size});
+    t->gathered = a.Take(dt, {R, c.hidden_size});
+    t->lnf_rstd = a.Take(DType::kF32, {R});
+    t->head_in = a.Take(dt, {R, c.hidden_size});
+    t->logits = a.Take(DType::kF32, {R, c.vocab_size});
+  }));
+  t->T = T;
+  t->B = B;
+  t->R = R;
+  t->width = width;
+  int32_t* base = t->meta.i32();
+  auto slice = [&](int64_t n) {
+    Tensor v(base, DType::kI32, options_.device, {n});
+    base += n;
+    return v;
+  };
+  t->tokens = slice(T);
+  t->positions = slice(T);
+  t->slots = slice(T);
+  t->q_start = slice(B + 1);
+  t->context = slice(B);
+  t->rows = slice(R);
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Upload(const HostStep& h, const StepTensors& t) {
+  PRL_RETURN_IF_ERROR(transfer_.ToDevice(t.meta, h.meta.data(), h.meta.size() * sizeof(int32_t)));
+  PRL_RETURN_IF_ERROR(transfer_.ToDevice(t.inv_freq, inv_freq_.data(),
+                                         inv_freq_.size() * sizeof(float)));
+  const int64_t rows = static_cast<int64_t>(h.tables.size()) / h.used_width;
+  return transfer_.ToDevice2D(t.tables, t.width * sizeof(int32_t), h.tables.data(),
+                              h.used_width * sizeof(int32_t), rows);
+}
+
+void ModelRunner::Forward(const ModelParams& params, const StepTensors& t) {
+  const ModelConfig& c = config_;
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-  k::RopeTables(cos, sin, d_positions, d_inv_freq);
-  k::EmbeddingForward(slot[0].input, params.embed, d_tokens);
-  const LayerContext ctx{&config_, cos, sin, order_};
+  k::RopeTables(t.cos, t.sin, t.positions, t.inv_freq);
+  k::EmbeddingForward(t.slot[0].input, params.embed, t.tokens);
+  const LayerContext ctx{&config_, t.cos, t.sin, options_.order};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerActivations& a = slot[l % 2];
-    const Tensor& next = l + 1 < c.num_hidden_layers ? slot[(l + 1) % 2].input : final_input;
+    const LayerActivations& a = t.slot[l % 2];
+    const Tensor& next = l + 1 < c.num_hidden_layers ? t.slot[(l + 1) % 2].input : t.final_input;
     DecoderLayerForward(ctx, params.layers[l], a, next, [&](const LayerActivations& act) {
-      k::KvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, d_slots, shape);
-      k::PagedAttentionForward(act.attn, act.qkv, cache_->k[l], cache_->v[l], d_tables, d_q_start,
-                               d_context, shape, order_);
+      k::KvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, t.slots, shape);
+      k::PagedAttentionForward(act.attn, act.qkv, cache_->k[l], cache_->v[l], t.tables, t.q_start,
+                               t.context, shape, options_.order);
     });
   }
-  if (R > 0) {
+  if (t.R > 0) {
     // Only the sampled rows need the final norm and the head (RMSNorm is per row).
-    k::EmbeddingForward(gathered, final_input, d_rows);  // row gather
-    k::RmsNormForward(head_in, lnf_rstd, gathered, params.final_norm,
+    k::EmbeddingForward(t.gathered, t.final_input, t.rows);  // row gather
+    k::RmsNormForward(t.head_in, t.lnf_rstd, t.gathered, params.final_norm,
                       static_cast<float>(c.rms_norm_eps));
-    k::MatmulForward(out_logits, head_in, params.lm_head, {}, /*accumulate=*/false, order_);
+    k::MatmulForward(t.logits, t.head_in, params.lm_head, {}, /*accumulate=*/false,
+                     options_.order);
   }
-  *logits = out_logits;
+}
+
+absl::Status ModelRunner::CopyBlocks(const SchedulerOutput& step) {
+  const int64_t P = static_cast<int64_t>(step.block_copies.size());
+  Tensor pairs;
+  PRL_RETURN_IF_ERROR(copy_arena_.Build([&](Arena& a) { pairs = a.Take(DType::kI32, {P, 2}); }));
+  std::vector<int32_t> flat;
+  for (const auto& [src, dst] : step.block_copies) flat.insert(flat.end(), {src, dst});
+  PRL_RETURN_IF_ERROR(transfer_.ToDevice(pairs, flat.data(), flat.size() * sizeof(int32_t)));
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    k::KvCacheCopyBlocks(cache_->k[l], cache_->v[l], pairs);
+  }
+  return absl::OkStatus();
+}
+
+bool ModelRunner::IsGraphDecode(const SchedulerOutput& step) const {
+  if (!options_.device.is_cuda() || !options_.cuda_graphs || step.chunks.empty() ||
+      static_cast<int64_t>(step.chunks.size()) > options_.max_graph_batch) {
+    return false;
+  }
+  for (const ScheduledChunk& ch : step.chunks) {
+    if (ch.num_tokens != 1 || !ch.samples ||
+        static_cast<int64_t>(ch.seq->block_table.size()) > options_.max_blocks_per_seq) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<ModelRunner::Graph*> ModelRunner::GraphFor(const ModelParams& params, int64_t B) {
+  int64_t bucket = 0;
+  for (int64_t b : GraphBuckets(options_.max_graph_batch)) {
+    if (b >= B) {
+      bucket = b;
+      break;
+    }
+  }
+  std::unique_ptr<Graph>& slot = graphs_[bucket];
+  if (slot != nullptr && slot->graph.valid() && slot->params == &params) return slot.get();
+  const auto start = std::chrono::steady_clock::now();
+  slot = std::make_unique<Graph>(options_.device);
+  Graph& g = *slot;
+  const int64_t width = options_.max_blocks_per_seq;
+  PRL_RETURN_IF_ERROR(Layout(g.arena, bucket, bucket, bucket, width, &g.tensors));
+  // A warm-up run of an all-padding step (zeroed tables: every key read is block 0): it sizes
+  // the scratch pools and initialises cuBLASLt, so the capture allocates nothing new.
+  const std::vector<int32_t> zeros(bucket * width, 0);
+  PRL_RETURN_IF_ERROR(transfer_.ToDevice(g.tensors.tables, zeros.data(),
+                                         zeros.size() * sizeof(int32_t)));
+  const HostStep padding = BuildHostStep(SchedulerOutput{}, bucket);
+  PRL_RETURN_IF_ERROR(Upload(padding, g.tensors));
+  Forward(params, g.tensors);
+  PRL_RETURN_IF_ERROR(transfer_.Finish());
+  PRL_ASSIGN_OR_RETURN(g.graph, CudaGraph::Capture(options_.device,
+                                                   [&] { Forward(params, g.tensors); }));
+  g.params = &params;
+  ++graph_stats_.captures;
+  graph_stats_.capture_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return &g;
+}
+
+absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutput& step,
+                                  Tensor* logits) {
+  if (!step.block_copies.empty()) PRL_RETURN_IF_ERROR(CopyBlocks(step));
+  if (IsGraphDecode(step)) {
+    const int64_t B = static_cast<int64_t>(step.chunks.size());
+    PRL_ASSIGN_OR_RETURN(Graph * g, GraphFor(params, B));
+    const HostStep host = BuildHostStep(step, g->tensors.B);
+    PRL_RETURN_IF_ERROR(Upload(host, g->tensors));
+    PRL_RETURN_IF_ERROR(g->graph.Launch());
+    ++graph_stats_.replays;
+    *logits = g->tensors.logits.Rows(0, B);
+    return absl::OkStatus();
+  }
+  const HostStep host = BuildHostStep(step, 0);
+  StepTensors t;
+  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t));
+  PRL_RETURN_IF_ERROR(Upload(host, t));
+  Forward(params, t);
+  ++graph_stats_.eager_steps;
+  *logits = t.logits;
   return absl::OkStatus();
 }
 

@@ -3,16 +3,32 @@
 // It packs the step's chunks into one token batch, runs the shared decoder layers
 // (model/decoder_layer.h) with paged attention — each layer first writes the step's K/V into
 // the cache slots of its block tables, then attends over the cached context — and returns the
-// logits of the rows that are sampled. Activations live in an arena that only grows.
+// logits (F32) of the rows that are sampled. Activations live in an arena that only grows, in
+// the compute dtype (F32, or BF16 on CUDA). The step's metadata (tokens, positions, slots, block
+// tables, ...) reaches the device in two asynchronous copies (StepTransfer); nothing is read
+// back, so Execute only queues work on the current stream.
+//
+// CUDA graphs (vLLM's "cudagraph" decode): a step in which every sequence decodes one token and
+// is sampled runs as a replay of a graph captured for the smallest batch bucket (1, 2, 4, 8,
+// 16, 24, 32, ... up to max_graph_batch) that holds it; the rows beyond the batch are padding
+// (no KV write, one key of attention, logits ignored). Each bucket has its own arena, captured
+// once on its first use (a warm-up run first, so nothing is allocated during capture). The
+// graphs bake in the weight pointers: the engine swaps weights by copying into the buffers it
+// passed (Engine::ApplyPendingSwap), and must pass the same ModelParams views every step.
 // Not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/arena.h"
+#include "inference_engine/cuda_graph.h"
 #include "inference_engine/kv_cache.h"
 #include "inference_engine/scheduler.h"
+#include "inference_engine/step_transfer.h"
 #include "kernels/reduction_order.h"
 #include "model/config.h"
 #include "model/decoder_layer.h"
@@ -20,22 +36,84 @@
 
 namespace prl {
 
+struct ModelRunnerOptions {
+  Device device = Device::Cpu();
+  DType dtype = DType::kF32;  // activations (and the KV cache): F32, or BF16 on CUDA
+  kernels::ReductionOrder order = kernels::ReductionOrder::kFast;
+  bool cuda_graphs = true;        // CUDA only: replay captured decode steps
+  int32_t max_graph_batch = 256;  // the largest decode batch with a graph
+  int64_t max_blocks_per_seq = 1;  // block-table width of the graphs (max model length / block)
+};
+
+struct GraphStats {
+  int64_t captures = 0;
+  double capture_seconds = 0.0;  // warm-up + capture + instantiate, all buckets
+  int64_t replays = 0;
+  int64_t eager_steps = 0;
+};
+
 class ModelRunner {
  public:
-  ModelRunner(const ModelConfig& config, Device device, KvCache* cache,
-              kernels::ReductionOrder order);
+  ModelRunner(const ModelConfig& config, KvCache* cache, const ModelRunnerOptions& options);
+  ~ModelRunner();
 
-  // Runs `step` with `params`. On success *logits is (R, V): the logits of the last row of
-  // every chunk with samples = true, in chunk order (valid until the next Execute).
+  // Queues `step` with `params` on the current stream. On success *logits is (R, V) F32: the
+  // logits of the last row of every chunk with samples = true, in chunk order (valid until the
+  // next Execute).
   absl::Status Execute(const ModelParams& params, const SchedulerOutput& step, Tensor* logits);
 
+  // Forgets the captured graphs (they are recaptured on their next use).
+  void ResetGraphs();
+  const GraphStats& graph_stats() const { return graph_stats_; }
+  // The step's host <-> device copies; the engine queues its sampling I/O here too and ends
+  // every step with transfer().Finish().
+  StepTransfer& transfer() { return transfer_; }
+  // Bucket sizes of the decode graphs.
+  static std::vector<int64_t> GraphBuckets(int64_t max_batch);
+
  private:
+  // Device views of one step's inputs and activations.
+  struct StepTensors {
+    int64_t T = 0, B = 0, R = 0, width = 0;  // tokens, sequences, sampled rows, table width
+    Tensor meta;  // I32: tokens (T) | positions (T) | slots (T) | q_start (B+1) | context (B) | rows (R)
+    Tensor tokens, positions, slots, q_start, context, rows;
+    Tensor tables, inv_freq, cos, sin;
+    LayerActivations slot[2];
+    Tensor final_input, gathered, lnf_rstd, head_in, logits;
+  };
+  // The step's metadata on the host, padded to `pad_to` single-token sequences if larger.
+  struct HostStep {
+    std::vector<int32_t> meta;    // in StepTensors::meta's order
+    std::vector<int32_t> tables;  // B x used_width, packed
+    int64_t T = 0, B = 0, R = 0, used_width = 1;
+  };
+  struct Graph {
+    Arena arena;
+    StepTensors tensors;
+    CudaGraph graph;
+    const ModelParams* params = nullptr;  // the views captured
+    explicit Graph(Device device) : arena(device) {}
+  };
+
+  HostStep BuildHostStep(const SchedulerOutput& step, int64_t pad_to) const;
+  absl::Status Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
+                      StepTensors* out);
+  absl::Status Upload(const HostStep& host, const StepTensors& t);
+  void Forward(const ModelParams& params, const StepTensors& t);
+  absl::Status CopyBlocks(const SchedulerOutput& step);
+  // The graph of the bucket that holds a decode step of B sequences (captured on first use).
+  absl::StatusOr<Graph*> GraphFor(const ModelParams& params, int64_t B);
+  bool IsGraphDecode(const SchedulerOutput& step) const;
+
   ModelConfig config_;
-  Device device_;
   KvCache* cache_;
-  kernels::ReductionOrder order_;
+  ModelRunnerOptions options_;
   std::vector<float> inv_freq_;
   Arena arena_;
+  Arena copy_arena_;  // block-copy pairs
+  StepTransfer transfer_;
+  std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by bucket
+  GraphStats graph_stats_;
 };
 
 }  // namespace prl

@@ -45,8 +45,13 @@ void AttentionForward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
   }
 #if PRL_WITH_CUDA
   // cu_seqlens lives on the device: its span is validated where it is built (PackedBatch).
-  // Every row's result depends only on its own sequence, so both orders are the same here.
-  (void)order;
+  // Every row's result depends only on its own sequence in both orders; the batch-invariant
+  // order is the engine's paged-attention row order, so the two agree bit for bit.
+  if (order == ReductionOrder::kBatchInvariant) {
+    return cuda::AttentionForwardInvariant(device.index, dt, out.data, lse.f32(), qkv.data,
+                                           cu_seqlens.i32(), cu_seqlens.size(0) - 1, T, H,
+                                           shape.num_kv_heads, D);
+  }
   if (cuda::FlashAttentionSupported(dt, D, {out.data, qkv.data})) {
     return cuda::FlashAttentionForward(device.index, out.data, lse.f32(), qkv.data,
                                        cu_seqlens.i32(), cu_seqlens.size(0) - 1, T, H,

@@ -15,7 +15,10 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
   const char* op = "MatmulForward";
   const int64_t M = a.size(0), K = a.size(1), N = w.size(0);
   const DType dt = internal::ActivationDType(a);
-  ExpectTensor(op, "out", out, dt, {M, N});
+  // On CUDA a BF16 product may be written as F32 (the LM head's logits).
+  const DType out_dt =
+      a.device.is_cuda() && dt == DType::kBF16 && out.dtype == DType::kF32 ? DType::kF32 : dt;
+  ExpectTensor(op, "out", out, out_dt, {M, N});
   ExpectTensor(op, "a", a, dt, {M, K});
   ExpectTensor(op, "w", w, dt, {N, K});
   if (bias.defined()) ExpectTensor(op, "bias", bias, dt, {N});
@@ -28,11 +31,12 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
     return cpu::MatmulForward(out.f32(), a.f32(), w.f32(), b, M, N, K, accumulate);
   }
 #if PRL_WITH_CUDA
-  // cuBLASLt's reduction order does not depend on M for a given shape class, but that is not
-  // guaranteed across heuristics: the batch-invariant mode is a CPU-backend mode for now.
-  PRL_CHECK(order == ReductionOrder::kFast, op,
-            ": the batch-invariant order is not available "
-            "on CUDA yet");
+  // cuBLASLt picks algorithms (and split-K) by shape: the batch-invariant order has its own
+  // kernel (kernels/cuda/gemm_invariant.cu).
+  if (order == ReductionOrder::kBatchInvariant) {
+    return cuda::InvariantGemm(device.index, dt, out_dt, out.data, a.data, w.data,
+                               bias.defined() ? bias.data : nullptr, M, N, K, accumulate);
+  }
   cuda::GemmArgs g;
   g.trans_b = true;
   g.M = M;
@@ -44,7 +48,8 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
   g.ldb = K;
   g.d = out.data;
   g.ldd = N;
-  g.ab_dtype = g.d_dtype = dt;
+  g.ab_dtype = dt;
+  g.d_dtype = out_dt;
   g.beta = accumulate ? 1.0f : 0.0f;
   g.bias = bias.defined() ? bias.data : nullptr;
   return cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);

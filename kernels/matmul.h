@@ -2,9 +2,10 @@
 //
 // Dtypes: the CPU takes F32. On CUDA out, a, w, bias, da and dout share one dtype, F32 (the
 // exact mode) or BF16, through cuBLASLt with fp32 compute (never TF32); dw is F32 or that
-// dtype, dbias F32. BF16 operands reach the tensor cores when rows are multiples of 8 elements
-// and pointers 16-byte aligned (kernels/cuda/gemm.h); other shapes work, more slowly. The
-// batch-invariant order is CPU-only (CUDA refuses it).
+// dtype, dbias F32; a BF16 forward may write an F32 out (the LM head's logits). BF16 operands
+// reach the tensor cores when rows are multiples of 8 elements and pointers 16-byte aligned
+// (kernels/cuda/gemm.h); other shapes work, more slowly. The batch-invariant order has its own
+// kernels on both backends; on CUDA it runs on the CUDA cores (kernels/cuda/gemm_invariant.cu).
 #pragma once
 
 #include "core/tensor.h"

@@ -1,9 +1,15 @@
 // The engine's paged KV cache operations (vLLM's PagedAttention on the CPU backend).
 //
-// A layer's cache is two tensors: k_cache (num_blocks, KV, D, block_size) — keys transposed
-// within a block, so a decode row scores eight keys per vector op — and v_cache (num_blocks, KV,
-// block_size, D). A block holds block_size consecutive positions of one sequence; position p
-// lives in slot block_table[p / block_size] * block_size + p % block_size.
+// A layer's cache is two tensors. On the CPU (F32): k_cache (num_blocks, KV, D, block_size) —
+// keys transposed within a block, so a decode row scores eight keys per vector op — and v_cache
+// (num_blocks, KV, block_size, D). On CUDA both are (num_blocks, KV, block_size, D) in the
+// activations' dtype (BF16, or F32 in the exact mode): a key row is D contiguous elements
+// (kernels/cuda/paged_attention.cu). A block holds block_size consecutive positions of one
+// sequence; position p lives in slot block_table[p / block_size] * block_size + p % block_size.
+//
+// The engine's metadata tensors (slots, block tables, q_start, context lengths) live on the
+// cache's device; on CUDA nothing is read back to the host, so the calls are asynchronous and
+// capturable in a CUDA graph.
 #pragma once
 
 #include "core/tensor.h"
@@ -11,6 +17,9 @@
 #include "kernels/reduction_order.h"
 
 namespace prl::kernels {
+
+// The cache's block size (tokens per block) from k_cache's shape on its device.
+int64_t KvCacheBlockSize(const Tensor& k_cache);
 
 // Writes the k and v heads of every row of qkv (T, (H + 2 KV) D) to slots (T, I32); a
 // negative slot skips the row.
@@ -24,7 +33,7 @@ void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tenso
 // k/v must already be written). Sequence b owns rows [q_start[b], q_start[b+1]) of qkv, which
 // are the last positions of its context_lens[b] tokens; block_tables (B, max_blocks) I32.
 // out (T, H D) =. In kBatchInvariant order a row's output equals, bit for bit, that of
-// AttentionForward(kBatchInvariant) on the full sequence.
+// AttentionForward(kBatchInvariant) on the full sequence on the same device.
 void PagedAttentionForward(const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
                            const Tensor& v_cache, const Tensor& block_tables, const Tensor& q_start,
                            const Tensor& context_lens, const AttentionShape& shape,

@@ -2,23 +2,43 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#if PRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace prl::kernels {
 
+Tensor SamplingRowsTensor(absl::Span<const SamplingRow> rows) {
+  return Tensor(const_cast<SamplingRow*>(rows.data()), DType::kI32, Device::Cpu(),
+                {static_cast<int64_t>(rows.size()), kSamplingRowWords});
+}
+
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
-                  absl::Span<const SamplingRow> rows) {
+                  const Tensor& rows) {
   const char* op = "SampleTokens";
   const int64_t R = logits.size(0), V = logits.size(1);
   internal::ExpectTensor(op, "tokens", tokens, DType::kI32, {R});
   internal::ExpectTensor(op, "logprobs", logprobs, DType::kF32, {R});
   internal::ExpectTensor(op, "logits", logits, DType::kF32, {R, V});
-  PRL_CHECK(static_cast<int64_t>(rows.size()) == R, op, ": ", rows.size(), " rows for ", R,
-            " logit rows");
-  const Device device = internal::CommonDevice(op, {&tokens, &logprobs, &logits});
+  internal::ExpectTensor(op, "rows", rows, DType::kI32, {R, kSamplingRowWords});
+  const Device device = internal::CommonDevice(op, {&tokens, &logprobs, &logits, &rows});
+  const auto* row_data = static_cast<const SamplingRow*>(rows.data);
   if (device.is_cpu()) {
-    return cpu::SampleTokens(tokens.i32(), logprobs.f32(), logits.f32(), rows.data(), R, V);
+    return cpu::SampleTokens(tokens.i32(), logprobs.f32(), logits.f32(), row_data, R, V);
   }
+#if PRL_WITH_CUDA
+  return cuda::SampleTokens(device.index, tokens.i32(), logprobs.f32(), logits.f32(), row_data, R,
+                            V);
+#else
   internal::NoBackend(op, device);
+#endif
+}
+
+void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
+                  absl::Span<const SamplingRow> rows) {
+  PRL_CHECK(static_cast<int64_t>(rows.size()) == logits.size(0), "SampleTokens: ", rows.size(),
+            " rows for ", logits.size(0), " logit rows");
+  SampleTokens(tokens, logprobs, logits, SamplingRowsTensor(rows));
 }
 
 }  // namespace prl::kernels

@@ -15,20 +15,21 @@
 
 #include "absl/types/span.h"
 #include "core/tensor.h"
+#include "kernels/sampling_row.h"
 
 namespace prl::kernels {
 
-struct SamplingRow {
-  float temperature = 1.0f;  // >= 0
-  float top_p = 1.0f;        // (0, 1]
-  int32_t top_k = 0;         // 0 = no limit
-  uint64_t seed = 0;         // the request's seed
-  uint64_t stream = 0;       // which sample of the request
-  uint64_t index = 0;        // which token of that sample
-};
+// tokens (R, I32) =, logprobs (R) =, from logits (R, V) and one SamplingRow per row: rows is
+// (R, kSamplingRowWords) I32 holding SamplingRow structs, on the logits' device. Asynchronous
+// on CUDA (no host round-trip: the rows come from device memory).
+void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
+                  const Tensor& rows);
 
-// tokens (R, I32) =, logprobs (R) =, from logits (R, V) and one SamplingRow per row.
+// The same with the rows in host memory (CPU tensors only).
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
                   absl::Span<const SamplingRow> rows);
+
+// Host SamplingRows viewed as the (R, kSamplingRowWords) I32 rows tensor.
+Tensor SamplingRowsTensor(absl::Span<const SamplingRow> rows);
 
 }  // namespace prl::kernels

@@ -23,14 +23,14 @@
 # when that is set, else /tmp/prl-gpu-check.
 #
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
-#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner bench": a
+#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine bench": a
 #   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-tests score learner bench}
+PARTS=${PARTS:-tests score learner engine bench}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
   tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
@@ -237,6 +237,88 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# --- the engine on cuda: behaviour log-probs against the learner's ---------------------------
+# prl generate --device cuda (temperature 1, no top-k/top-p) then prl score --device cuda of the
+# same sequences, per mode: mean |log pi - log mu|, the fraction of tokens with pi/mu outside
+# [0.99, 1.01], KL(mu || pi) per token (mean of log mu - log pi over tokens drawn from mu).
+# The batch-invariant mode must give zero difference; fp32 fast within 1e-5; bf16 reported.
+run_engine() {
+  echo "== prl generate --device cuda against prl score --device cuda (agreement)"
+  local work="$OUT_DIR/engine" dtype inv tag
+  mkdir -p "$work"
+  small_model "$work/model" 5 || { status=1; return; }
+  python3 - "$work/prompts.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(4)
+with open(sys.argv[1], "w") as f:
+    for i in range(48):
+        f.write(json.dumps({"tokens": [rng.randrange(1000) for _ in range(rng.randrange(1, 200))],
+                            "seed": i}) + "\n")
+PY
+  for dtype in f32 bf16; do
+    for inv in "" --batch-invariant; do
+      tag="${dtype}${inv:+_invariant}"
+      "$PRL" generate --model "$work/model" --input "$work/prompts.jsonl" --device cuda \
+        --dtype "$dtype" $inv --n 2 --max-tokens 128 --temperature 1 \
+        --output "$work/gen_$tag.jsonl" >"$work/gen_$tag.log" 2>&1 ||
+        { cat "$work/gen_$tag.log"; status=1; continue; }
+      python3 - "$work/prompts.jsonl" "$work/gen_$tag.jsonl" "$work/score_in_$tag.jsonl" <<'PY'
+import json, sys
+prompts = [json.loads(l)["tokens"] for l in open(sys.argv[1])]
+with open(sys.argv[3], "w") as f:
+    for l in open(sys.argv[2]):
+        g = json.loads(l)
+        p = prompts[g["prompt_index"]]
+        if g["tokens"]:
+            f.write(json.dumps({"tokens": p + g["tokens"], "score_from": len(p)}) + "\n")
+PY
+      "$PRL" score --model "$work/model" --input "$work/score_in_$tag.jsonl" --device cuda \
+        --dtype "$dtype" $inv --output "$work/score_$tag.jsonl" >"$work/score_$tag.log" 2>&1 ||
+        { cat "$work/score_$tag.log"; status=1; }
+    done
+  done
+  python3 - "$work" <<'PY' | tee "$OUT_DIR/engine_agreement.txt" || status=1
+import json, math, sys
+w = sys.argv[1]
+ok = True
+for tag, bound in (("f32", 1e-5), ("f32_invariant", 0.0), ("bf16", None), ("bf16_invariant", 0.0)):
+    try:
+        mu = [g["logprobs"] for g in map(json.loads, open("%s/gen_%s.jsonl" % (w, tag))) if g["tokens"]]
+        pi = [s["logprobs"] for s in map(json.loads, open("%s/score_%s.jsonl" % (w, tag)))]
+    except OSError as e:
+        print("%-15s not run: %s" % (tag, e))
+        ok = False
+        continue
+    d = [p - m for a, b in zip(pi, mu) for p, m in zip(a, b)]
+    n = max(len(d), 1)
+    mean_abs = sum(abs(x) for x in d) / n
+    worst = max((abs(x) for x in d), default=0.0)
+    outside = sum(1 for x in d if not 0.99 <= math.exp(x) <= 1.01) / n
+    kl = sum(-x for x in d) / n
+    print("%-15s %7d tokens: mean |diff| %.3e, max %.3e, ratio outside [0.99, 1.01] %.5f, "
+          "KL/token %.3e%s" % (tag, len(d), mean_abs, worst, outside, kl,
+                               "" if bound is None else " (bound %.0e)" % bound))
+    if bound is not None:
+        ok = ok and worst <= bound
+sys.exit(0 if ok else 1)
+PY
+  echo "-- prl bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 (prompt 512, output 512)"
+  "$PRL" bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 --prompt-len 512 \
+    --output-len 512 --batches 1,16,64,256 --iters 1 --swap-interval-ms 2000 --invariant-cost \
+    --torch-baseline "${PYTHON:-python3}" --json \
+    >"$OUT_DIR/bench_engine_bf16.json" 2>"$OUT_DIR/bench_engine_bf16.log" ||
+    { tail -20 "$OUT_DIR/bench_engine_bf16.log"; status=1; }
+  python3 - "$OUT_DIR/bench_engine_bf16.json" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k, v in r.get("setup", {}).items() if isinstance(r.get("setup"), dict) else r.get("setup", []):
+    print("  %s: %s" % (k, v))
+for x in r["results"]:
+    print("  %-36s %12.1f %-5s | %-26s %12.1f | ratio %.3f" % (
+        x["name"], x["value"], x["unit"], x["baseline_name"], x["baseline_value"], x["ratio"]))
+PY
+}
+
 # --- benchmarks ---------------------------------------------------------------------------
 # Forward+backward of the two issue shapes at 8192 tokens per step (4 sequences of 2048), each
 # `prl bench model` running the same model in PyTorch first (eager with SDPA, and
@@ -343,6 +425,7 @@ if part score || part learner || part bench; then
   else
     part score && run_score
     part learner && run_learner
+    part engine && run_engine
     part bench && run_bench
   fi
 fi

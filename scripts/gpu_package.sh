@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build-gpu}
 # prl and every GPU test binary (ctest label gpu).
 TARGETS=(prl cuda_kernels_test cuda_attention_logprob_test cuda_transformer_test cuda_learner_test
-  collective_nccl_test)
+  cuda_engine_test collective_nccl_test)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRL_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 ninja -C "$BUILD_DIR" -j"${JOBS:-$(nproc)}" "${TARGETS[@]}"

@@ -22,6 +22,7 @@
 #include "core/cuda/stream.h"
 #include "core/dtype.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/sampling_row.h"
 
 namespace prl::kernels::cuda {
 
@@ -29,6 +30,11 @@ namespace prl::kernels::cuda {
 using ::prl::cuda::CurrentStream;
 
 // GEMM: kernels/cuda/gemm.h (Gemm, GemmArgs).
+
+// Batch-invariant GEMM (kernels/cuda/gemm_invariant.cu): out (M, N) (out_dt: dt or F32)
+// = [out +] a (M, K) . w (N, K)^T [+ bias (N, dt)], each element in a fixed order of K only.
+void InvariantGemm(int device, DType dt, DType out_dt, void* out, const void* a, const void* w,
+                   const void* bias, int64_t M, int64_t N, int64_t K, bool accumulate);
 
 // --- Row-wise and element-wise ops (shapes as in the kernels/*.h dispatchers) --------------
 void RmsNormForward(int device, DType dt, void* y, float* rstd, const void* x, const void* w,
@@ -61,16 +67,45 @@ void AttentionBackward(int device, DType dt, void* dqkv, const void* dout, const
                        int64_t num_seqs, int64_t T, int64_t H, int64_t KV, int64_t D,
                        float* scratch);
 
+// Batch-invariant attention over packed sequences: each row in the fixed order of the paged
+// kernel (kernels/cuda/paged_attention.cu), so it equals the engine's paged attention bit for
+// bit. out (T, H D) =, lse (T, H) =.
+void AttentionForwardInvariant(int device, DType dt, void* out, float* lse, const void* qkv,
+                               const int32_t* cu_seqlens, int64_t num_seqs, int64_t T, int64_t H,
+                               int64_t KV, int64_t D);
+
+// --- Paged KV cache (kernels/paged_attention.h): caches (num_blocks, KV, block_size, D) in dt
+void KvCacheWrite(int device, DType dt, void* k_cache, void* v_cache, const void* qkv,
+                  const int32_t* slots, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  int64_t block_size);
+// Copies whole blocks of block_bytes (a multiple of 16) in both caches: pairs (P, 2) I32.
+void KvCacheCopyBlocks(int device, void* k_cache, void* v_cache, const int32_t* pairs,
+                       int64_t num_pairs, int64_t block_bytes);
+// Tables, q_start and context_lens on the device; max_blocks = block_tables' width. invariant:
+// the fixed row order of AttentionForwardInvariant (one split); otherwise a row's keys may be
+// split over CTAs at small batch (flash decoding) and merged.
+void PagedAttentionForward(int device, DType dt, void* out, const void* qkv, const void* k_cache,
+                           const void* v_cache, const int32_t* block_tables, int64_t max_blocks,
+                           const int32_t* q_start, const int32_t* context_lens, int64_t num_seqs,
+                           int64_t T, int64_t H, int64_t KV, int64_t D, int64_t block_size,
+                           bool invariant);
+
 // --- LM head log-prob (logits chunk in an F32 scratch of chunk_rows x V) -------------------
+// invariant: the logits come from InvariantGemm (then the same row kernel as the sampler's
+// log-prob, row_softmax.cuh), so a row's log-prob is independent of R and equals the engine's.
 void LogprobForward(int device, DType dt, float* logprob, float* lse, const void* h, const void* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows);
+                    float* scratch, int64_t chunk_rows, bool invariant = false);
 // dh (dt) =, dW (dW_dtype: F32 or dt) += . `dlogits_scratch` holds chunk_rows x V elements of
 // dt (BF16 mode converts dlogits for the tensor-core GEMMs; F32 mode may alias `scratch`).
 void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
                      const float* dlogprob, const void* h, const void* W, const int32_t* targets,
                      const float* lse, int64_t R, int64_t V, int64_t C, float temperature,
                      float* scratch, void* dlogits_scratch, int64_t chunk_rows);
+
+// --- Sampling (kernels/sampling.h): one block of kRowThreads per row; rows on the device --
+void SampleTokens(int device, int32_t* tokens, float* logprobs, const float* logits,
+                  const SamplingRow* rows, int64_t R, int64_t V);
 
 // --- Optimizer and bookkeeping on flat F32 shards ------------------------------------------
 void AdamWUpdate(int device, float* p, const float* g, float* m, float* v, int64_t n, bool decay,

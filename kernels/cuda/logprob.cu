@@ -7,38 +7,21 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/row_softmax.cuh"
 
 namespace prl::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-__device__ __forceinline__ float BlockMax(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = WarpMax(v);
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) m = fmaxf(m, partial[i]);
-  return m;
-}
+constexpr int kThreads = kRowThreads;  // the row log-softmax order depends on it
 
 __global__ void RowLogprobKernel(float* logprob, float* lse, const float* logits,
                                  const int32_t* targets, int64_t V, float inv_temperature) {
   const int64_t r = blockIdx.x;
   const float* row = logits + r * V;
-  float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, row[v] * inv_temperature);
-  m = BlockMax(m);
-  float s = 0;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(row[v] * inv_temperature - m);
-  s = BlockSum(s);
+  const RowLse stats = RowLogSumExp(row, V, inv_temperature);
   if (threadIdx.x == 0) {
-    const float l = m + logf(s);
-    lse[r] = l;
-    logprob[r] = row[targets[r]] * inv_temperature - l;
+    lse[r] = stats.lse;
+    logprob[r] = TokenLogprob(row, targets[r], inv_temperature, stats);
   }
 }
 
@@ -82,11 +65,16 @@ const char* Offset(const void* p, int64_t elements, DType dt) {
 
 void LogprobForward(int device, DType dt, float* logprob, float* lse, const void* h, const void* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows) {
+                    float* scratch, int64_t chunk_rows, bool invariant) {
   SetDevice(device);
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, R - r0);
-    LogitsChunk(device, dt, scratch, Offset(h, r0 * C, dt), W, n, V, C);
+    if (invariant) {
+      InvariantGemm(device, dt, DType::kF32, scratch, Offset(h, r0 * C, dt), W, nullptr, n, V, C,
+                    /*accumulate=*/false);
+    } else {
+      LogitsChunk(device, dt, scratch, Offset(h, r0 * C, dt), W, n, V, C);
+    }
     RowLogprobKernel<<<n, kThreads, 0, CurrentStream(device)>>>(
         logprob + r0, lse + r0, scratch, targets + r0, V, 1.0f / temperature);
     PRL_CUDA_CHECK(cudaGetLastError());

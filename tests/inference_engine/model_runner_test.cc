@@ -45,7 +45,7 @@ void ExpectPagedMatchesLearner(int32_t block_size, const std::vector<int64_t>& c
   KvCache cache =
       *KvCache::Allocate(c, 128 * KvCache::BytesPerBlock(c, block_size), block_size, Device::Cpu());
   BlockManager blocks(static_cast<int32_t>(cache.num_blocks), block_size, false);
-  ModelRunner runner(c, Device::Cpu(), &cache, kernels::ReductionOrder::kFast);
+  ModelRunner runner(c, &cache, ModelRunnerOptions{});
   Request request;
   Sequence seq;
   seq.request = &request;

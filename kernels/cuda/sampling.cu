@@ -1,0 +1,220 @@
+// The token sampler on the GPU (kernels/sampling.h, cuda_ops.h): one block of kRowThreads per
+// row, the row's SamplingRow read from device memory, nothing copied to the host, no
+// allocation (capturable in a CUDA graph).
+//
+// Semantics as on the CPU (kernels/cpu/sampling.cc): z = logits / T; greedy for T = 0 (lowest
+// id on ties, log-prob under softmax(logits)); otherwise the kept set — the top_k largest z
+// (ties by lower id), then the smallest prefix in canonical order (z descending, id ascending)
+// whose mass reaches top_p times the kept mass — and a draw by inverse CDF with u =
+// Philox(seed, stream, index) (kernels/cuda/philox.cuh, the same function as core/philox.h).
+//
+// Determinism and agreement: without a filter the log-prob is RowLogSumExp / TokenLogprob
+// (row_softmax.cuh), the learner's own log-softmax, so it equals the learner's log-prob bit for
+// bit for equal logits. Every sum is in a fixed order (per-thread segments, then thread order),
+// so a row's token depends only on its logits and its SamplingRow. The CDF runs in token-id
+// order over the kept set: the same distribution as the CPU (whose CDF runs in canonical order
+// when a filter is on), so with top-k/top-p the drawn token can differ from the CPU's for the
+// same u; without a filter both run in id order. Thresholds are found by bisection on the
+// order-preserving integer key of z (counts and masses per probe): exact, a few dozen passes
+// over an L2-resident row; a radix select is the known faster form.
+#include <cfloat>
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/philox.cuh"
+#include "kernels/cuda/row_softmax.cuh"
+
+namespace prl::kernels::cuda {
+namespace {
+
+// Order-preserving map of a float to uint32 (larger float, larger key).
+__device__ __forceinline__ uint32_t Key(float z) {
+  const uint32_t b = __float_as_uint(z);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Fixed-order block sums (thread order), every thread gets the result.
+__device__ double BlockSumDouble(double v) {
+  __shared__ double partial[kRowThreads];
+  __shared__ double total;
+  __syncthreads();
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int i = 0; i < kRowThreads; ++i) s += partial[i];
+    total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+struct RowView {
+  const float* row;
+  int64_t V;
+  float inv_t, max;
+  __device__ float Z(int64_t v) const { return ScaledLogit(row[v], inv_t); }
+  __device__ float E(int64_t v) const { return expf(__fsub_rn(Z(v), max)); }
+};
+
+// Kept-set membership: key > tau, or key == tau and id <= id_cut (all ids when id_cut = V).
+struct Cut {
+  uint32_t tau = 0;
+  int64_t id_cut = 0;
+  __device__ bool In(uint32_t key, int64_t v) const {
+    return key > tau || (key == tau && v <= id_cut);
+  }
+};
+
+// The largest tau with measure(key >= tau among `inner`) >= need, then the id cut among the
+// ties at tau; measure is the count (mass = false) or the mass of e.
+__device__ Cut FindCut(const RowView& r, const Cut& inner, bool mass, double need) {
+  auto measure = [&](auto pred) {
+    double s = 0.0;
+    for (int64_t v = threadIdx.x; v < r.V; v += kRowThreads) {
+      const uint32_t k = Key(r.Z(v));
+      if (inner.In(k, v) && pred(k, v)) s += mass ? static_cast<double>(r.E(v)) : 1.0;
+    }
+    return BlockSumDouble(s);
+  };
+  uint32_t lo = 0, hi = 0xffffffffu;  // measure(>= lo) >= need holds for lo = 0
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (measure([&](uint32_t k, int64_t) { return k >= mid; }) >= need) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  Cut cut{lo, r.V};
+  const double above = measure([&](uint32_t k, int64_t) { return k > lo; });
+  int64_t a = 0, b = r.V - 1;  // the smallest id_cut with above + ties(<= id_cut) >= need
+  while (a < b) {
+    const int64_t mid = (a + b) / 2;
+    if (above + measure([&](uint32_t k, int64_t v) { return k == lo && v <= mid; }) >= need) {
+      b = mid;
+    } else {
+      a = mid + 1;
+    }
+  }
+  cut.id_cut = a;
+  return cut;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    SampleKernel(int32_t* tokens, float* logprobs, const float* logits, const SamplingRow* rows,
+                 int64_t V) {
+  const int64_t r = blockIdx.x;
+  const SamplingRow p = rows[r];
+  const float* row = logits + r * V;
+  __shared__ int64_t chosen;
+  if (p.temperature == 0.0f) {  // greedy
+    float best = -INFINITY;
+    int64_t best_id = V;
+    for (int64_t v = threadIdx.x; v < V; v += kRowThreads) {
+      if (row[v] > best) best = row[v], best_id = v;
+    }
+    __shared__ float values[kRowThreads];
+    __shared__ int64_t ids[kRowThreads];
+    values[threadIdx.x] = best;
+    ids[threadIdx.x] = best_id;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int i = 1; i < kRowThreads; ++i) {
+        if (values[i] > values[0] || (values[i] == values[0] && ids[i] < ids[0])) {
+          values[0] = values[i];
+          ids[0] = ids[i];
+        }
+      }
+      chosen = ids[0] < V ? ids[0] : 0;
+    }
+    __syncthreads();
+    const RowLse lse = RowLogSumExp(row, V, 1.0f);
+    if (threadIdx.x == 0) {
+      tokens[r] = static_cast<int32_t>(chosen);
+      logprobs[r] = TokenLogprob(row, chosen, 1.0f, lse);
+    }
+    return;
+  }
+  const float inv_t = 1.0f / p.temperature;
+  const RowLse lse = RowLogSumExp(row, V, inv_t);
+  const RowView view{row, V, inv_t, lse.max};
+  const bool top_k = p.top_k > 0 && p.top_k < V, top_p = p.top_p < 1.0f;
+  Cut keep_k{0, V};  // everything
+  Cut keep_p{0, V};
+  if (top_k) keep_k = FindCut(view, Cut{0, V}, /*mass=*/false, static_cast<double>(p.top_k));
+  if (top_p) {
+    double kept = 0.0;
+    for (int64_t v = threadIdx.x; v < V; v += kRowThreads) {
+      if (keep_k.In(Key(view.Z(v)), v)) kept += static_cast<double>(view.E(v));
+    }
+    kept = BlockSumDouble(kept);
+    keep_p = FindCut(view, keep_k, /*mass=*/true, static_cast<double>(p.top_p) * kept);
+  }
+  auto kept_weight = [&](int64_t v) -> double {
+    const uint32_t k = Key(view.Z(v));
+    return keep_k.In(k, v) && keep_p.In(k, v) ? static_cast<double>(view.E(v)) : 0.0;
+  };
+  // Inverse CDF in id order: per-thread contiguous segments, scanned in thread order.
+  const int64_t seg = (V + kRowThreads - 1) / kRowThreads;
+  const int64_t first = threadIdx.x * seg, last = min(V, first + seg);
+  double mine = 0.0;
+  for (int64_t v = first; v < last; ++v) mine += kept_weight(v);
+  __shared__ double segment[kRowThreads];
+  segment[threadIdx.x] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int i = 0; i < kRowThreads; ++i) total += segment[i];
+    const double target = PhiloxUniform(p.seed, p.stream, p.index) * total;
+    double cumulative = 0.0;
+    int64_t pick = -1, last_positive = 0;
+    for (int i = 0; i < kRowThreads && pick < 0; ++i) {
+      const int64_t b = i * seg, e = min(V, b + seg);
+      if (segment[i] > 0.0) {
+        if (cumulative + segment[i] > target) {
+          for (int64_t v = b; v < e; ++v) {
+            const double w = kept_weight(v);
+            if (w > 0.0) last_positive = v;
+            cumulative += w;
+            if (cumulative > target) {
+              pick = v;
+              break;
+            }
+          }
+        } else {
+          cumulative += segment[i];
+        }
+      }
+    }
+    if (pick < 0) {  // rounding left the target unreached: the last id with positive weight
+      for (int64_t v = V - 1; v >= 0; --v) {
+        if (kept_weight(v) > 0.0) {
+          last_positive = v;
+          break;
+        }
+      }
+    }
+    chosen = pick >= 0 ? pick : last_positive;
+    tokens[r] = static_cast<int32_t>(chosen);
+    if (!top_k && !top_p) {
+      logprobs[r] = TokenLogprob(row, chosen, inv_t, lse);
+    } else {
+      logprobs[r] = static_cast<float>(log(kept_weight(chosen)) - log(total));
+    }
+  }
+}
+
+}  // namespace
+
+void SampleTokens(int device, int32_t* tokens, float* logprobs, const float* logits,
+                  const SamplingRow* rows, int64_t R, int64_t V) {
+  if (R == 0) return;
+  PRL_CHECK(R <= 2147483647LL, "SampleTokens: ", R, " rows above the grid limit");
+  SetDevice(device);
+  SampleKernel<<<static_cast<unsigned>(R), kRowThreads, 0, CurrentStream(device)>>>(
+      tokens, logprobs, logits, rows, V);
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace prl::kernels::cuda
