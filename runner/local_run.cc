@@ -292,17 +292,16 @@ class Run {
     channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                          rpc::ChannelArgs(int64_t{64} << 20));
     prompts_ = v1::PromptService::NewStub(channel_);
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (!channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                       std::chrono::milliseconds(200))) {
-      if (!coordinator_->running() || absl::Now() > deadline || Interrupted()) {
-        return absl::UnavailableError(absl::StrCat("the coordinator did not come up on ", address,
-                                                   "; ", coordinator_spec_.log_path, ":\n",
-                                                   Tail(coordinator_spec_.log_path)));
-      }
-    }
+    PRL_RETURN_IF_ERROR(WaitForServer(*channel_, *coordinator_, "the coordinator", address));
     PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(learner_spec_));
     learner_.emplace(std::move(started));
+    if (!weights_port.empty()) {
+      // Actors that subscribe before the learner listens back off (up to seconds) and can miss
+      // a short run's versions: start them once the weights endpoint is up.
+      const auto weights = grpc::CreateChannel(weights_port, grpc::InsecureChannelCredentials());
+      PRL_RETURN_IF_ERROR(
+          WaitForServer(*weights, *learner_, "the learner's weights endpoint", weights_port));
+    }
     for (const ChildSpec& spec : actor_specs_) {
       PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(spec));
       actors_.push_back(std::move(started));
@@ -312,6 +311,21 @@ class Run {
     for (const std::string& e : endpoints) std::printf("metrics: %s\n", e.c_str());
     std::fflush(stdout);
     rl_start_ = absl::Now();
+    return absl::OkStatus();
+  }
+
+  // Waits until `channel` connects to the server `child` runs (a minute at most).
+  absl::Status WaitForServer(grpc::Channel& channel, ChildProcess& child, const std::string& what,
+                             const std::string& address) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!channel.WaitForConnected(std::chrono::system_clock::now() +
+                                     std::chrono::milliseconds(200))) {
+      if (!child.running() || absl::Now() > deadline || Interrupted()) {
+        return absl::UnavailableError(absl::StrCat(what, " did not come up on ", address, "; ",
+                                                   child.spec().log_path, ":\n",
+                                                   Tail(child.spec().log_path)));
+      }
+    }
     return absl::OkStatus();
   }
 
