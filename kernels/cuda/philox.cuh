@@ -1,13 +1,15 @@
 // Philox4x32-10 on the device: the same function as core/philox.h (which the CPU sampler
 // uses), written without std::array so that kernels can call it. tests/kernels/
-// cuda_sampling_test.cc pins the two together.
+// sampling_cut_test.cc pins the two together on the host.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cuda/host_device.h"
+
 namespace prl::kernels::cuda {
 
-__host__ __device__ __forceinline__ void Philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4]) {
+PRL_HOST_DEVICE void Philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4]) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -28,8 +30,7 @@ __host__ __device__ __forceinline__ void Philox4x32(uint32_t k0, uint32_t k1, ui
 
 // A uniform double in [0, 1) with 53 random bits, for (seed, stream, index): core/philox.h's
 // PhiloxUniform.
-__host__ __device__ __forceinline__ double PhiloxUniform(uint64_t seed, uint64_t stream,
-                                                         uint64_t index) {
+PRL_HOST_DEVICE double PhiloxUniform(uint64_t seed, uint64_t stream, uint64_t index) {
   uint32_t c[4] = {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
                    static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
   Philox4x32(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), c);

@@ -14,24 +14,20 @@
 // so a row's token depends only on its logits and its SamplingRow. The CDF runs in token-id
 // order over the kept set: the same distribution as the CPU (whose CDF runs in canonical order
 // when a filter is on), so with top-k/top-p the drawn token can differ from the CPU's for the
-// same u; without a filter both run in id order. Thresholds are found by bisection on the
-// order-preserving integer key of z (counts and masses per probe): exact, a few dozen passes
-// over an L2-resident row; a radix select is the known faster form.
+// same u; without a filter both run in id order. The kept set is a cut found by bisection on
+// an order-preserving integer key of z (sampling_cut.cuh, pinned to the CPU's definition by a
+// host test): exact, about 50 passes over the row per filter; a radix select is the known
+// faster form.
 #include <cfloat>
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/philox.cuh"
 #include "kernels/cuda/row_softmax.cuh"
+#include "kernels/cuda/sampling_cut.cuh"
 
 namespace prl::kernels::cuda {
 namespace {
-
-// Order-preserving map of a float to uint32 (larger float, larger key).
-__device__ __forceinline__ uint32_t Key(float z) {
-  const uint32_t b = __float_as_uint(z);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 // Fixed-order block sums (thread order), every thread gets the result.
 __device__ double BlockSumDouble(double v) {
@@ -57,48 +53,18 @@ struct RowView {
   __device__ float E(int64_t v) const { return expf(__fsub_rn(Z(v), max)); }
 };
 
-// Kept-set membership: key > tau, or key == tau and id <= id_cut (all ids when id_cut = V).
-struct Cut {
-  uint32_t tau = 0;
-  int64_t id_cut = 0;
-  __device__ bool In(uint32_t key, int64_t v) const {
-    return key > tau || (key == tau && v <= id_cut);
-  }
-};
-
-// The largest tau with measure(key >= tau among `inner`) >= need, then the id cut among the
-// ties at tau; measure is the count (mass = false) or the mass of e.
-__device__ Cut FindCut(const RowView& r, const Cut& inner, bool mass, double need) {
+// FindCut (sampling_cut.cuh) over the tokens of `inner`, measuring counts or masses of e with
+// block-wide sums: every thread of the block calls it and gets the same cut.
+__device__ Cut FindRowCut(const RowView& r, const Cut& inner, bool mass, double need) {
   auto measure = [&](auto pred) {
     double s = 0.0;
     for (int64_t v = threadIdx.x; v < r.V; v += kRowThreads) {
-      const uint32_t k = Key(r.Z(v));
+      const uint32_t k = OrderKey(r.Z(v));
       if (inner.In(k, v) && pred(k, v)) s += mass ? static_cast<double>(r.E(v)) : 1.0;
     }
     return BlockSumDouble(s);
   };
-  uint32_t lo = 0, hi = 0xffffffffu;  // measure(>= lo) >= need holds for lo = 0
-  while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo + 1) / 2;
-    if (measure([&](uint32_t k, int64_t) { return k >= mid; }) >= need) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  Cut cut{lo, r.V};
-  const double above = measure([&](uint32_t k, int64_t) { return k > lo; });
-  int64_t a = 0, b = r.V - 1;  // the smallest id_cut with above + ties(<= id_cut) >= need
-  while (a < b) {
-    const int64_t mid = (a + b) / 2;
-    if (above + measure([&](uint32_t k, int64_t v) { return k == lo && v <= mid; }) >= need) {
-      b = mid;
-    } else {
-      a = mid + 1;
-    }
-  }
-  cut.id_cut = a;
-  return cut;
+  return FindCut(measure, r.V, need);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
@@ -142,17 +108,17 @@ __global__ void __launch_bounds__(kRowThreads)
   const bool top_k = p.top_k > 0 && p.top_k < V, top_p = p.top_p < 1.0f;
   Cut keep_k{0, V};  // everything
   Cut keep_p{0, V};
-  if (top_k) keep_k = FindCut(view, Cut{0, V}, /*mass=*/false, static_cast<double>(p.top_k));
+  if (top_k) keep_k = FindRowCut(view, Cut{0, V}, /*mass=*/false, static_cast<double>(p.top_k));
   if (top_p) {
     double kept = 0.0;
     for (int64_t v = threadIdx.x; v < V; v += kRowThreads) {
-      if (keep_k.In(Key(view.Z(v)), v)) kept += static_cast<double>(view.E(v));
+      if (keep_k.In(OrderKey(view.Z(v)), v)) kept += static_cast<double>(view.E(v));
     }
     kept = BlockSumDouble(kept);
-    keep_p = FindCut(view, keep_k, /*mass=*/true, static_cast<double>(p.top_p) * kept);
+    keep_p = FindRowCut(view, keep_k, /*mass=*/true, static_cast<double>(p.top_p) * kept);
   }
   auto kept_weight = [&](int64_t v) -> double {
-    const uint32_t k = Key(view.Z(v));
+    const uint32_t k = OrderKey(view.Z(v));
     return keep_k.In(k, v) && keep_p.In(k, v) ? static_cast<double>(view.E(v)) : 0.0;
   };
   // Inverse CDF in id order: per-thread contiguous segments, scanned in thread order.
