@@ -26,7 +26,8 @@ int64_t KvCacheBlockSize(const Tensor& k_cache);
 void KvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
                   const Tensor& slots, const AttentionShape& shape);
 
-// Copies whole blocks: pairs (P, 2) I32 of (source, destination) block ids.
+// Copies whole blocks: pairs (P, 2) I32 of (source, destination) block ids. On CUDA the pairs
+// of one call are copied in parallel: no destination may be another pair's source.
 void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tensor& pairs);
 
 // Causal attention of the step's query rows against each sequence's cached context (their own

@@ -5,7 +5,7 @@
 //
 // Cache layout on CUDA: k_cache and v_cache are both (num_blocks, KV, block_size, D) in the
 // activations' dtype (BF16 in production, F32 in the exact mode), so one key or value row is D
-// contiguous elements read with 16-byte loads. (The CPU keeps keys transposed within a block.)
+// contiguous elements, read by a warp along d. (The CPU keeps keys transposed within a block.)
 //
 // The row kernel. A CTA owns one tile — up to R consecutive query rows of one sequence (R = 1
 // for decode) — and one KV head g; its items are the tile's rows times the G = H / KV query
@@ -25,9 +25,9 @@
 // Tiles are planned on the device from q_start (a one-block scan), so there is no host round
 // trip and the launch is capturable in a CUDA graph; scratch comes from the stream-ordered
 // pool (ScratchAlloc), which graph capture also records.
-#include <cub/block/block_scan.cuh>
-
+#include <atomic>
 #include <cmath>
+#include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -40,6 +40,7 @@ constexpr int kMaxItems = 32;  // (row, head) items per CTA: kWarps x kItemsPerW
 constexpr int kItemsPerWarp = kMaxItems / kWarps;
 constexpr int kThreads = kWarps * 32;
 constexpr int kPlanThreads = 1024;
+constexpr int kMaxDevices = 64;
 
 // --- KV writes and block copies ---------------------------------------------------------
 
@@ -61,7 +62,8 @@ __global__ void KvWriteKernel(T* k_cache, T* v_cache, const T* qkv, const int32_
 
 __global__ void CopyBlocksKernel(uint4* k_cache, uint4* v_cache, const int32_t* pairs,
                                  int64_t block_vecs) {
-  const int64_t src = pairs[2 * blockIdx.y] * block_vecs, dst = pairs[2 * blockIdx.y + 1] * block_vecs;
+  const int64_t src = pairs[2 * blockIdx.y] * block_vecs,
+                dst = pairs[2 * blockIdx.y + 1] * block_vecs;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < block_vecs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     k_cache[dst + i] = k_cache[src + i];
@@ -195,11 +197,17 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t c = c_begin; c < c_end; ++c) {
     __syncthreads();  // the previous chunk is consumed (and q_s is loaded, the first time)
-    for (int64_t e = threadIdx.x; e < kChunk * D; e += kThreads) {
-      const int64_t j = e / D, d = e % D, key = c * kChunk + j;
-      const bool in = key < past + row0 + rows;
-      k_s[j * (D + 1) + d] = in ? ToF32(src.Key(seq, g, key)[d]) : 0.0f;
-      v_s[j * D + d] = in ? ToF32(src.Value(seq, g, key)[d]) : 0.0f;
+    // A warp per key row (its block looked up once), the lanes along d: coalesced reads.
+    for (int j = warp; j < kChunk; j += kWarps) {
+      const int64_t key = c * kChunk + j;
+      float* k_row = k_s + j * (D + 1);
+      float* v_row = v_s + j * D;
+      if (key < past + row0 + rows) {
+        LoadRow(k_row, src.Key(seq, g, key), D, lane, 32);
+        LoadRow(v_row, src.Value(seq, g, key), D, lane, 32);
+      } else {
+        for (int64_t d = lane; d < D; d += 32) k_row[d] = v_row[d] = 0.0f;
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -220,7 +228,11 @@ __global__ void __launch_bounds__(kThreads)
       l[ii] = __fadd_rn(__fmul_rn(l[ii], corr), WarpSum(p));
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e) acc[ii][e] = __fmul_rn(acc[ii][e], corr);
-      for (int j = 0; j < kChunk; ++j) {
+      // Only the row's visible keys touch acc: a masked key's v differs between the paged and
+      // the packed source (0 * inf, or the sign of a -0 sum, would break bit equality).
+      const int visible_here =
+          static_cast<int>(min(static_cast<int64_t>(kChunk), visible - c * kChunk));
+      for (int j = 0; j < visible_here; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
         for (int e = 0; e < kPerLane; ++e) {
@@ -289,11 +301,11 @@ __global__ void MergeSplitsKernel(T* out, const float* partial, int64_t rows, in
 }
 
 int MultiprocessorCount(int device) {
-  static int counts[64] = {};
-  if (device >= 0 && device < 64 && counts[device] > 0) return counts[device];
+  static std::atomic<int> counts[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices && counts[device] > 0) return counts[device];
   int n = 0;
   PRL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < 64) counts[device] = n;
+  if (device >= 0 && device < kMaxDevices) counts[device] = n;
   return n;
 }
 
@@ -304,8 +316,8 @@ size_t RowSmemBytes(int64_t D) {
 // Plans the tiles and launches the row kernel (and the merge for splits > 1).
 template <typename T, class Source>
 void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Source& src,
-                        const int32_t* q_start, int64_t num_seqs, int64_t T_, int64_t H,
-                        int64_t KV, int64_t D, int64_t max_context, bool invariant) {
+                        const int32_t* q_start, int64_t num_seqs, int64_t T_, int64_t H, int64_t KV,
+                        int64_t D, int64_t max_context, bool invariant) {
   PRL_CHECK(H % KV == 0 && H / KV <= kMaxItems, "paged attention: ", H / KV,
             " query heads per kv head, above the supported ", kMaxItems);
   PRL_CHECK(D >= 1 && D <= 256, "paged attention: head_dim ", D, " outside [1, 256]");
@@ -318,7 +330,7 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
       ScratchAlloc(device, static_cast<size_t>(2 * max_tiles + 1) * sizeof(int32_t)));
   int32_t* num_tiles = plan + 2 * max_tiles;
   PlanTilesKernel<<<1, kPlanThreads, 0, stream>>>(plan, num_tiles, q_start, num_seqs,
-                                                   static_cast<int32_t>(R));
+                                                  static_cast<int32_t>(R));
   PRL_CUDA_CHECK(cudaGetLastError());
 
   const int64_t chunks = std::max<int64_t>(1, (max_context + kChunk - 1) / kChunk);
@@ -327,11 +339,16 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
     const int64_t ctas = max_tiles * KV, want = 2 * MultiprocessorCount(device);
     if (ctas < want) splits = std::min<int64_t>(chunks, (want + ctas - 1) / ctas);
   }
-  RowArgs a{plan,  num_tiles, q_start, H, KV, D, R, (chunks + splits - 1) / splits, splits,
-            1.0f / std::sqrt(static_cast<float>(D)), nullptr, lse};
+  PRL_CHECK(lse == nullptr || splits == 1, "paged attention: lse needs a single split");
+  RowArgs a{plan,    num_tiles,
+            q_start, H,
+            KV,      D,
+            R,       (chunks + splits - 1) / splits,
+            splits,  1.0f / std::sqrt(static_cast<float>(D)),
+            nullptr, lse};
   if (splits > 1) {
-    a.partial = static_cast<float*>(ScratchAlloc(
-        device, static_cast<size_t>(T_ * H * splits * (D + 2)) * sizeof(float)));
+    a.partial = static_cast<float*>(
+        ScratchAlloc(device, static_cast<size_t>(T_ * H * splits * (D + 2)) * sizeof(float)));
   }
   const size_t smem = RowSmemBytes(D);
   const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(KV),
@@ -339,11 +356,12 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
   auto launch = [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
     auto kernel = RowAttentionKernel<kPerLane, T, Source>;
-    static bool configured[64] = {};
-    if (!configured[device]) {  // above the default 48 KiB for D = 128
+    static std::atomic<bool> configured[kMaxDevices] = {};
+    PRL_CHECK(device >= 0 && device < kMaxDevices, "paged attention: device ", device);
+    if (!configured[device].load(std::memory_order_acquire)) {  // above 48 KiB for D = 128
       PRL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(RowSmemBytes(256))));
-      configured[device] = true;
+                                          static_cast<int>(RowSmemBytes(32 * kPerLane))));
+      configured[device].store(true, std::memory_order_release);
     }
     kernel<<<grid, kThreads, smem, stream>>>(out, qkv, src, a);
     PRL_CUDA_CHECK(cudaGetLastError());
@@ -404,8 +422,14 @@ void PagedAttentionForward(int device, DType dt, void* out, const void* qkv, con
   if (T_ == 0 || num_seqs == 0) return;
   DispatchDType(dt, [&](auto tag) {
     using T = decltype(tag);
-    const PagedSource<T> src{static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
-                             block_tables, context_lens, max_blocks, block_size, KV, D};
+    const PagedSource<T> src{static_cast<const T*>(k_cache),
+                             static_cast<const T*>(v_cache),
+                             block_tables,
+                             context_lens,
+                             max_blocks,
+                             block_size,
+                             KV,
+                             D};
     LaunchRowAttention<T>(device, static_cast<T*>(out), nullptr, static_cast<const T*>(qkv), src,
                           q_start, num_seqs, T_, H, KV, D, max_blocks * block_size, invariant);
   });
