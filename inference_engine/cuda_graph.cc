@@ -50,8 +50,8 @@ absl::StatusOr<CudaGraph> CudaGraph::Capture(Device device, const std::function<
     return absl::FailedPreconditionError(
         "CUDA graph: capture needs a non-default stream (cuda::StreamGuard)");
   }
-  absl::Status status = CudaStatus(
-      cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  absl::Status status = CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                                   "cudaStreamBeginCapture");
   if (!status.ok()) return status;
   body();
   cudaGraph_t graph = nullptr;
@@ -74,10 +74,11 @@ absl::StatusOr<CudaGraph> CudaGraph::Capture(Device device, const std::function<
 
 absl::Status CudaGraph::Launch() const {
 #if PRL_WITH_CUDA
-  if (exec_ == nullptr) return absl::FailedPreconditionError("CUDA graph: launch of an empty graph");
-  return CudaStatus(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
-                                    cuda::CurrentStream(device_.index)),
-                    "cudaGraphLaunch");
+  if (exec_ == nullptr)
+    return absl::FailedPreconditionError("CUDA graph: launch of an empty graph");
+  return CudaStatus(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::CurrentStream(device_.index)),
+      "cudaGraphLaunch");
 #else
   return absl::UnimplementedError("CUDA graph: prl was built without CUDA");
 #endif

@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
 #include "core/cuda_runtime.h"
+#include "core/status_macros.h"
 #include "kernels/convert.h"
 #include "kernels/embedding.h"
 #include "kernels/sampling.h"
@@ -79,11 +79,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
     return absl::InvalidArgumentError(absl::StrCat("engine: max_model_len ", options.max_model_len,
                                                    " exceeds the model's context of ", context));
   }
-  PRL_ASSIGN_OR_RETURN(KvCache cache,
-                       KvCache::Allocate(weights->config, options.kv_cache_bytes,
-                                         options.block_size, options.device, options.dtype));
-  auto engine = std::unique_ptr<Engine>(
-      new Engine(std::move(weights), version, options, std::move(cache)));
+  PRL_ASSIGN_OR_RETURN(
+      KvCache cache, KvCache::Allocate(weights->config, options.kv_cache_bytes, options.block_size,
+                                       options.device, options.dtype));
+  auto engine =
+      std::unique_ptr<Engine>(new Engine(std::move(weights), version, options, std::move(cache)));
   if (options.device.is_cuda()) {
 #if PRL_WITH_CUDA
     PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device.index));
@@ -97,7 +97,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
   return engine;
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+#if PRL_WITH_CUDA
+  // A failed step may leave work queued that reads the buffers destroyed below.
+  if (device_state_ != nullptr) (void)device_state_->stream.Synchronize();
+#endif
+}
 
 const ModelParams& Engine::ActiveParams() const {
   return compute_.has_value() ? compute_->params : weights_->params;
@@ -112,8 +117,8 @@ ModelRunnerOptions RunnerOptions(const ModelConfig& config, const EngineOptions&
   ModelRunnerOptions r;
   r.device = o.device;
   r.dtype = o.dtype;
-  r.order = o.batch_invariant ? kernels::ReductionOrder::kBatchInvariant
-                              : kernels::ReductionOrder::kFast;
+  r.order =
+      o.batch_invariant ? kernels::ReductionOrder::kBatchInvariant : kernels::ReductionOrder::kFast;
   r.cuda_graphs = o.cuda_graphs;
   r.max_graph_batch = o.max_graph_batch > 0 ? o.max_graph_batch : o.max_num_seqs;
   r.max_blocks_per_seq = (MaxModelLen(config, o) + o.block_size - 1) / o.block_size;
@@ -125,6 +130,7 @@ Engine::Engine(std::shared_ptr<const ParameterSet> weights, int64_t version,
                const EngineOptions& options, KvCache cache)
     : config_(weights->config),
       options_(options),
+      num_weight_elements_(weights->layout.num_elements()),
       weights_(std::move(weights)),
       version_(version),
       cache_(std::move(cache)),
@@ -196,10 +202,15 @@ bool Engine::Abort(uint64_t request_id) {
 }
 
 absl::Status Engine::SwapWeights(std::shared_ptr<const ParameterSet> weights, int64_t version) {
-  if (weights == nullptr || weights->layout.num_elements() != weights_->layout.num_elements() ||
+  // num_weight_elements_, not weights_: the stepping thread may be flipping weights_ right now.
+  if (weights == nullptr || weights->layout.num_elements() != num_weight_elements_ ||
       weights->buffer.device() != options_.device) {
     return absl::InvalidArgumentError(
-        "SwapWeights: the new weights must have the engine's model shape and device");
+        absl::StrCat("SwapWeights: expected ", num_weight_elements_, " weights on ",
+                     options_.device.ToString(), ", found ",
+                     weights == nullptr ? std::string("none")
+                                        : absl::StrCat(weights->layout.num_elements(), " on ",
+                                                       weights->buffer.device().ToString())));
   }
   std::lock_guard<std::mutex> lock(swap_mutex_);
   pending_weights_ = std::move(weights);
@@ -219,9 +230,9 @@ absl::Status Engine::ApplyPendingSwap() {
   if (compute_.has_value()) {
     // Into the buffers the captured graphs read: a device copy (and conversion), no recapture.
     const int64_t n = weights_->layout.num_elements();
-    kernels::ConvertDType(Tensor(compute_->buffer.data(), options_.dtype, options_.device, {n}),
-                          Tensor(const_cast<float*>(weights_->data()), DType::kF32,
-                                 options_.device, {n}));
+    kernels::ConvertDType(
+        Tensor(compute_->buffer.data(), options_.dtype, options_.device, {n}),
+        Tensor(const_cast<float*>(weights_->data()), DType::kF32, options_.device, {n}));
     PRL_RETURN_IF_ERROR(runner_.transfer().Finish());  // measured: wait for the copy
   }
   stats_.weight_swap_seconds +=

@@ -50,9 +50,9 @@ struct EngineOptions {
   // Compute dtype of the weights' copy, the activations and the KV cache: F32 (every device,
   // the exact mode) or BF16 (CUDA). The engine keeps its own copy of the weights in it on CUDA.
   DType dtype = DType::kF32;
-  bool cuda_graphs = true;     // CUDA: replay captured decode steps (ModelRunner)
+  bool cuda_graphs = true;      // CUDA: replay captured decode steps (ModelRunner)
   int32_t max_graph_batch = 0;  // the largest decode batch with a graph (0: max_num_seqs)
-  int64_t max_model_len = 0;   // prompt + completion limit (0: the model's context)
+  int64_t max_model_len = 0;    // prompt + completion limit (0: the model's context)
 };
 
 absl::Status ValidateEngineOptions(const EngineOptions& options);
@@ -131,6 +131,7 @@ class Engine {
 
   ModelConfig config_;
   EngineOptions options_;
+  const int64_t num_weight_elements_;  // every swap brings this many
   std::shared_ptr<const ParameterSet> weights_;
   int64_t version_;
   std::mutex swap_mutex_;

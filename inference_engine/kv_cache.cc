@@ -37,9 +37,11 @@ absl::StatusOr<KvCache> KvCache::Allocate(const ModelConfig& c, int64_t budget_b
   char* base = static_cast<char*>(cache.buffer.data());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     if (device.is_cpu()) {
-      cache.k.push_back(Tensor(base + (2 * l) * layer_bytes, dtype, device, {nb, KV, D, block_size}));
+      cache.k.push_back(
+          Tensor(base + (2 * l) * layer_bytes, dtype, device, {nb, KV, D, block_size}));
     } else {
-      cache.k.push_back(Tensor(base + (2 * l) * layer_bytes, dtype, device, {nb, KV, block_size, D}));
+      cache.k.push_back(
+          Tensor(base + (2 * l) * layer_bytes, dtype, device, {nb, KV, block_size, D}));
     }
     cache.v.push_back(
         Tensor(base + (2 * l + 1) * layer_bytes, dtype, device, {nb, KV, block_size, D}));

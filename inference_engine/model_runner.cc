@@ -23,6 +23,7 @@ ModelRunner::ModelRunner(const ModelConfig& config, KvCache* cache,
       inv_freq_(RopeInverseFrequencies(config)),
       arena_(options.device),
       copy_arena_(options.device),
+      graph_arena_(options.device),
       transfer_(options.device) {}
 
 ModelRunner::~ModelRunner() = default;
@@ -120,8 +121,8 @@ absl::Status ModelRunner::Layout(Arena& arena, int64_t T, int64_t B, int64_t R, 
 
 absl::Status ModelRunner::Upload(const HostStep& h, const StepTensors& t) {
   PRL_RETURN_IF_ERROR(transfer_.ToDevice(t.meta, h.meta.data(), h.meta.size() * sizeof(int32_t)));
-  PRL_RETURN_IF_ERROR(transfer_.ToDevice(t.inv_freq, inv_freq_.data(),
-                                         inv_freq_.size() * sizeof(float)));
+  PRL_RETURN_IF_ERROR(
+      transfer_.ToDevice(t.inv_freq, inv_freq_.data(), inv_freq_.size() * sizeof(float)));
   const int64_t rows = static_cast<int64_t>(h.tables.size()) / h.used_width;
   return transfer_.ToDevice2D(t.tables, t.width * sizeof(int32_t), h.tables.data(),
                               h.used_width * sizeof(int32_t), rows);
@@ -147,8 +148,7 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t) {
     k::EmbeddingForward(t.gathered, t.final_input, t.rows);  // row gather
     k::RmsNormForward(t.head_in, t.lnf_rstd, t.gathered, params.final_norm,
                       static_cast<float>(c.rms_norm_eps));
-    k::MatmulForward(t.logits, t.head_in, params.lm_head, {}, /*accumulate=*/false,
-                     options_.order);
+    k::MatmulForward(t.logits, t.head_in, params.lm_head, {}, /*accumulate=*/false, options_.order);
   }
 }
 
@@ -159,8 +159,21 @@ absl::Status ModelRunner::CopyBlocks(const SchedulerOutput& step) {
   std::vector<int32_t> flat;
   for (const auto& [src, dst] : step.block_copies) flat.insert(flat.end(), {src, dst});
   PRL_RETURN_IF_ERROR(transfer_.ToDevice(pairs, flat.data(), flat.size() * sizeof(int32_t)));
+  // One call copies its pairs in parallel. A destination that is also a source (a block freed
+  // by a preemption and reused as a copy target within the step) must be read first: such a
+  // step copies pair by pair, in the scheduler's order, as the CPU does.
+  bool overlap = false;
+  for (const auto& [src, dst] : step.block_copies) {
+    for (const auto& other : step.block_copies) overlap |= other.first == dst;
+  }
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    k::KvCacheCopyBlocks(cache_->k[l], cache_->v[l], pairs);
+    if (!overlap) {
+      k::KvCacheCopyBlocks(cache_->k[l], cache_->v[l], pairs);
+      continue;
+    }
+    for (int64_t i = 0; i < P; ++i) {
+      k::KvCacheCopyBlocks(cache_->k[l], cache_->v[l], pairs.Rows(i, i + 1));
+    }
   }
   return absl::OkStatus();
 }
@@ -190,21 +203,32 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::GraphFor(const ModelParams& par
   std::unique_ptr<Graph>& slot = graphs_[bucket];
   if (slot != nullptr && slot->graph.valid() && slot->params == &params) return slot.get();
   const auto start = std::chrono::steady_clock::now();
-  slot = std::make_unique<Graph>(options_.device);
+  slot = std::make_unique<Graph>();
   Graph& g = *slot;
   const int64_t width = options_.max_blocks_per_seq;
-  PRL_RETURN_IF_ERROR(Layout(g.arena, bucket, bucket, bucket, width, &g.tensors));
+  if (graph_arena_.capacity_bytes() == 0) {  // sized once, for the largest bucket
+    const int64_t largest = GraphBuckets(options_.max_graph_batch).back();
+    StepTensors sizing;
+    PRL_RETURN_IF_ERROR(Layout(graph_arena_, largest, largest, largest, width, &sizing));
+  }
+  PRL_RETURN_IF_ERROR(Layout(graph_arena_, bucket, bucket, bucket, width, &g.tensors));
   // A warm-up run of an all-padding step (zeroed tables: every key read is block 0): it sizes
   // the scratch pools and initialises cuBLASLt, so the capture allocates nothing new.
   const std::vector<int32_t> zeros(bucket * width, 0);
-  PRL_RETURN_IF_ERROR(transfer_.ToDevice(g.tensors.tables, zeros.data(),
-                                         zeros.size() * sizeof(int32_t)));
+  PRL_RETURN_IF_ERROR(
+      transfer_.ToDevice(g.tensors.tables, zeros.data(), zeros.size() * sizeof(int32_t)));
   const HostStep padding = BuildHostStep(SchedulerOutput{}, bucket);
   PRL_RETURN_IF_ERROR(Upload(padding, g.tensors));
   Forward(params, g.tensors);
   PRL_RETURN_IF_ERROR(transfer_.Finish());
-  PRL_ASSIGN_OR_RETURN(g.graph, CudaGraph::Capture(options_.device,
-                                                   [&] { Forward(params, g.tensors); }));
+  absl::StatusOr<CudaGraph> graph =
+      CudaGraph::Capture(options_.device, [&] { Forward(params, g.tensors); });
+  if (!graph.ok()) {
+    return absl::Status(graph.status().code(),
+                        absl::StrCat("decode batch ", bucket, ": ", graph.status().message(),
+                                     " (--no-cuda-graphs decodes without graphs)"));
+  }
+  g.graph = *std::move(graph);
   g.params = &params;
   ++graph_stats_.captures;
   graph_stats_.capture_seconds +=

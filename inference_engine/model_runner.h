@@ -11,8 +11,9 @@
 // CUDA graphs (vLLM's "cudagraph" decode): a step in which every sequence decodes one token and
 // is sampled runs as a replay of a graph captured for the smallest batch bucket (1, 2, 4, 8,
 // 16, 24, 32, ... up to max_graph_batch) that holds it; the rows beyond the batch are padding
-// (no KV write, one key of attention, logits ignored). Each bucket has its own arena, captured
-// once on its first use (a warm-up run first, so nothing is allocated during capture). The
+// (no KV write, one key of attention, logits ignored). Each bucket is captured once, on its
+// first use, after a warm-up run. The buckets share one arena laid out for the largest (replays
+// are serialised on one stream, as in vLLM), so the graphs cost one bucket's activations. The
 // graphs bake in the weight pointers: the engine swaps weights by copying into the buffers it
 // passed (Engine::ApplyPendingSwap), and must pass the same ModelParams views every step.
 // Not thread-safe.
@@ -40,8 +41,8 @@ struct ModelRunnerOptions {
   Device device = Device::Cpu();
   DType dtype = DType::kF32;  // activations (and the KV cache): F32, or BF16 on CUDA
   kernels::ReductionOrder order = kernels::ReductionOrder::kFast;
-  bool cuda_graphs = true;        // CUDA only: replay captured decode steps
-  int32_t max_graph_batch = 256;  // the largest decode batch with a graph
+  bool cuda_graphs = true;         // CUDA only: replay captured decode steps
+  int32_t max_graph_batch = 256;   // the largest decode batch with a graph
   int64_t max_blocks_per_seq = 1;  // block-table width of the graphs (max model length / block)
 };
 
@@ -75,7 +76,8 @@ class ModelRunner {
   // Device views of one step's inputs and activations.
   struct StepTensors {
     int64_t T = 0, B = 0, R = 0, width = 0;  // tokens, sequences, sampled rows, table width
-    Tensor meta;  // I32: tokens (T) | positions (T) | slots (T) | q_start (B+1) | context (B) | rows (R)
+    Tensor meta;  // I32: tokens (T) | positions (T) | slots (T) | q_start (B+1) | context (B) |
+                  // rows (R)
     Tensor tokens, positions, slots, q_start, context, rows;
     Tensor tables, inv_freq, cos, sin;
     LayerActivations slot[2];
@@ -88,11 +90,9 @@ class ModelRunner {
     int64_t T = 0, B = 0, R = 0, used_width = 1;
   };
   struct Graph {
-    Arena arena;
-    StepTensors tensors;
+    StepTensors tensors;  // views into graph_arena_
     CudaGraph graph;
     const ModelParams* params = nullptr;  // the views captured
-    explicit Graph(Device device) : arena(device) {}
   };
 
   HostStep BuildHostStep(const SchedulerOutput& step, int64_t pad_to) const;
@@ -111,6 +111,8 @@ class ModelRunner {
   std::vector<float> inv_freq_;
   Arena arena_;
   Arena copy_arena_;  // block-copy pairs
+  // Every graph's tensors; first laid out for the largest bucket, so it never moves.
+  Arena graph_arena_;
   StepTransfer transfer_;
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by bucket
   GraphStats graph_stats_;

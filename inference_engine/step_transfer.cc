@@ -86,9 +86,8 @@ absl::Status StepTransfer::ToDevice2D(const Tensor& dst, size_t dst_pitch_bytes,
 #if PRL_WITH_CUDA
   PRL_ASSIGN_OR_RETURN(char* staged, Stage(row_bytes * rows));
   std::memcpy(staged, src, row_bytes * rows);
-  return CudaStatus(cudaMemcpy2DAsync(dst.data, dst_pitch_bytes, staged, row_bytes, row_bytes,
-                                      rows, cudaMemcpyHostToDevice,
-                                      cuda::CurrentStream(device_.index)),
+  return CudaStatus(cudaMemcpy2DAsync(dst.data, dst_pitch_bytes, staged, row_bytes, row_bytes, rows,
+                                      cudaMemcpyHostToDevice, cuda::CurrentStream(device_.index)),
                     "cudaMemcpy2DAsync (host to device)");
 #else
   return absl::InternalError("engine step transfer: built without CUDA");

@@ -6,7 +6,8 @@
 
 namespace prl::kernels {
 
-// dst = src converted; same element count, same device; F32 or BF16 on either side.
+// dst = src converted; same element count, same device; F32 or BF16 on either side. Equal
+// dtypes make it a copy; on CUDA it is queued on the current stream (capturable in a graph).
 void ConvertDType(const Tensor& dst, const Tensor& src);
 
 }  // namespace prl::kernels

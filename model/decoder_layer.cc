@@ -1,5 +1,6 @@
 #include "model/decoder_layer.h"
 
+#include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -37,12 +38,14 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
                ctx.rope_sin, /*inverse=*/false);
   attention(a);
   // mid = input + attn . Wo^T, the residual fused into the projection's accumulate.
-  PRL_CHECK(CopyTensor(a.mid, a.input).ok(), "device copy failed");
+  // (ConvertDType of equal dtypes: a copy on the current stream, so the engine's non-blocking
+  // stream orders it and a CUDA graph captures it; CopyTensor runs on the legacy stream.)
+  k::ConvertDType(a.mid, a.input);
   k::MatmulForward(a.mid, a.attn, p.o_weight, {}, /*accumulate=*/true, ctx.order);
   k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
   k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight, {}, /*accumulate=*/false, ctx.order);
   k::SwiGluForward(a.act, a.gate_up);
-  PRL_CHECK(CopyTensor(next_input, a.mid).ok(), "device copy failed");
+  k::ConvertDType(next_input, a.mid);
   k::MatmulForward(next_input, a.act, p.down_weight, {}, /*accumulate=*/true, ctx.order);
 }
 

@@ -1,10 +1,10 @@
 // CUDA runtime layer (see core/cuda_runtime.h).
+#include <utility>
+
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_runtime.h"
-
-#include <utility>
 
 namespace prl::cuda {
 
@@ -42,6 +42,9 @@ void Free(int device, void* ptr) { CachingFree(device, ptr); }
 
 absl::Status Memcpy(void* dst, const void* src, size_t bytes) {
   PRL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // cudaMemcpy returns before a device-to-device copy (and the last DMA of one from pageable
+  // memory) has landed; the promise here is that it has, so a reader on any stream sees it.
+  PRL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return absl::OkStatus();
 }
 

@@ -328,6 +328,11 @@ void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n) {
 void Convert(int device, DType to, void* dst, DType from, const void* src, int64_t n) {
   if (n == 0) return;
   SetDevice(device);
+  if (to == from) {
+    PRL_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * DTypeSize(to),
+                                   cudaMemcpyDeviceToDevice, CurrentStream(device)));
+    return;
+  }
   DispatchDType(to, [&](auto to_tag) {
     using To = decltype(to_tag);
     DispatchDType(from, [&](auto from_tag) {

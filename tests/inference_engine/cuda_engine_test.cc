@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -30,10 +31,11 @@ using testing::TinyWeights;
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU (scripts/gpu_check.sh runs this)"
 
 std::shared_ptr<const ParameterSet> OnGpu(const ParameterSet& host) {
-  auto set = std::make_shared<ParameterSet>(*ParameterSet::Allocate(host.config, Device::Cuda(0), false));
-  EXPECT_TRUE(CopyBytes(set->data(), Device::Cuda(0), host.data(), Device::Cpu(),
-                        host.buffer.bytes())
-                  .ok());
+  auto set =
+      std::make_shared<ParameterSet>(*ParameterSet::Allocate(host.config, Device::Cuda(0), false));
+  EXPECT_TRUE(
+      CopyBytes(set->data(), Device::Cuda(0), host.data(), Device::Cpu(), host.buffer.bytes())
+          .ok());
   return set;
 }
 
@@ -126,15 +128,15 @@ TEST(CudaEngineTest, BehaviourLogprobsAgreeWithTheLearnerOnTheGpu) {
       auto engine = *Engine::Create(weights, 0, GpuOptions(dtype, invariant, true));
       const std::vector<Job> jobs = UnfilteredJobs(c, 7);
       const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
-      const Agreement a = Compare(
-          LearnerScores(*weights, dtype,
-                        invariant ? ReductionOrder::kBatchInvariant : ReductionOrder::kFast, jobs,
-                        out),
-          out);
+      const Agreement a =
+          Compare(LearnerScores(*weights, dtype,
+                                invariant ? ReductionOrder::kBatchInvariant : ReductionOrder::kFast,
+                                jobs, out),
+                  out);
       std::printf(
           "agreement %s %s: %lld tokens, bit-equal %lld, mean |diff| %.3g, max %.3g, ratio "
           "outside [0.99, 1.01] %.4f, KL/token %.3g\n",
-          DTypeName(dtype), invariant ? "batch-invariant" : "fast",
+          std::string(DTypeName(dtype)).c_str(), invariant ? "batch-invariant" : "fast",
           static_cast<long long>(a.tokens), static_cast<long long>(a.bit_equal), a.mean_abs,
           a.max_abs, a.outside_band, a.kl);
       ASSERT_GT(a.tokens, 0);
@@ -220,7 +222,8 @@ TEST(CudaEngineTest, ASwapReachesTheCapturedGraphs) {
     }
   }
   EXPECT_GT(engine->Stats().graph_replays, 0);
-  const auto scores = LearnerScores(*second, DType::kF32, ReductionOrder::kBatchInvariant, jobs, out);
+  const auto scores =
+      LearnerScores(*second, DType::kF32, ReductionOrder::kBatchInvariant, jobs, out);
   size_t k = 0, checked = 0;
   for (const RequestOutput& r : out) {
     for (const SampleOutput& s : r.samples) {
