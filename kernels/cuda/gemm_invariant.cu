@@ -27,8 +27,8 @@ constexpr int64_t kKChunk = 256;  // the fixed reduction chunk
 constexpr int kBN = 64, kBK = 32, kThreads = 256;
 
 template <typename OutT, typename T>
-__device__ __forceinline__ void Epilogue(OutT* out, const T* bias, int64_t m, int64_t n,
-                                         int64_t N, float total, bool accumulate) {
+__device__ __forceinline__ void Epilogue(OutT* out, const T* bias, int64_t m, int64_t n, int64_t N,
+                                         float total, bool accumulate) {
   float v = total;
   if (bias != nullptr) v = __fadd_rn(v, ToF32(bias[n]));
   if (accumulate) v = __fadd_rn(ToF32(out[m * N + n]), v);
@@ -51,6 +51,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c_begin = blockIdx.z * chunks_per_cta;
   const int64_t c_end = min(num_chunks, c_begin + chunks_per_cta);
   float acc[kTM][4], total[kTM][4];
+#pragma unroll
+  for (int i = 0; i < kTM; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) total[i][j] = 0.0f;  // K = 0: the empty sum
+  }
   for (int64_t c = c_begin; c < c_end; ++c) {
 #pragma unroll
     for (int i = 0; i < kTM; ++i) {
@@ -133,7 +138,8 @@ void Launch(int device, OutT* out, const T* a, const T* w, const T* bias, int64_
   const cudaStream_t stream = CurrentStream(device);
   const int64_t bm = 16 * kTM, num_chunks = (K + kKChunk - 1) / kKChunk;
   const int64_t tiles = ((N + kBN - 1) / kBN) * ((M + bm - 1) / bm);
-  PRL_CHECK((M + bm - 1) / bm <= 65535, "InvariantGemm: M = ", M, " needs more than 65535 row tiles");
+  PRL_CHECK((M + bm - 1) / bm <= 65535, "InvariantGemm: M = ", M,
+            " needs more than 65535 row tiles");
   const dim3 grid_xy(static_cast<unsigned>((N + kBN - 1) / kBN),
                      static_cast<unsigned>((M + bm - 1) / bm));
   const bool split = num_chunks > 1 && num_chunks <= 65535 && tiles < 2 * SmCount(device);
@@ -149,8 +155,8 @@ void Launch(int device, OutT* out, const T* a, const T* w, const T* bias, int64_
       <<<dim3(grid_xy.x, grid_xy.y, static_cast<unsigned>(num_chunks)), kThreads, 0, stream>>>(
           out, a, w, bias, M, N, K, accumulate, 1, partial);
   PRL_CUDA_CHECK(cudaGetLastError());
-  FoldChunksKernel<T, OutT><<<Blocks(M * N, 256), 256, 0, stream>>>(out, partial, bias, M, N,
-                                                                     num_chunks, accumulate);
+  FoldChunksKernel<T, OutT>
+      <<<Blocks(M * N, 256), 256, 0, stream>>>(out, partial, bias, M, N, num_chunks, accumulate);
   PRL_CUDA_CHECK(cudaGetLastError());
   ScratchFree(device, partial);
 }

@@ -19,8 +19,8 @@
 // visible keys only — not of the tile, the batch, the chunking of a prefill, or whether the
 // keys come from the paged cache or from packed qkv rows. That is the batch-invariant order;
 // it runs with one split. The fast order may split a row's chunks over several CTAs (flash
-// decoding: at small batch a decode step has too few rows to fill the GPU) and merges the
-// partial (m, l, acc) with a second kernel.
+// decoding: at small batch a decode step has too few rows to fill the GPU), evenly over the
+// tile's actual context, and merges the partial (m, l, acc) with a second kernel.
 //
 // Tiles are planned on the device from q_start (a one-block scan), so there is no host round
 // trip and the launch is capturable in a CUDA graph; scratch comes from the stream-ordered
@@ -145,7 +145,6 @@ struct RowArgs {
   const int32_t* num_tiles;
   const int32_t* q_start;  // (B + 1) query rows of each sequence in qkv / out
   int64_t H, KV, D, rows_per_tile;
-  int64_t chunks_per_split;  // chunks of 32 keys a split covers
   int64_t splits;
   float scale;
   float* partial;  // splits > 1: (T, H, splits, D + 2) of (acc..., m, l)
@@ -183,8 +182,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Chunks this split covers: up to the last row's visible keys.
   const int64_t chunks = (past + row0 + rows + kChunk - 1) / kChunk;
-  const int64_t c_begin = split * a.chunks_per_split;
-  const int64_t c_end = min(chunks, c_begin + a.chunks_per_split);
+  // Split over the tile's own context (the grid is sized for the longest possible one, so that
+  // a captured graph serves every context length).
+  const int64_t per_split = (chunks + a.splits - 1) / a.splits;
+  const int64_t c_begin = split * per_split;
+  const int64_t c_end = min(chunks, c_begin + per_split);
 
   float m[kItemsPerWarp], l[kItemsPerWarp], acc[kItemsPerWarp][kPerLane];
 #pragma unroll
@@ -340,12 +342,18 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
     if (ctas < want) splits = std::min<int64_t>(chunks, (want + ctas - 1) / ctas);
   }
   PRL_CHECK(lse == nullptr || splits == 1, "paged attention: lse needs a single split");
-  RowArgs a{plan,    num_tiles,
-            q_start, H,
-            KV,      D,
-            R,       (chunks + splits - 1) / splits,
-            splits,  1.0f / std::sqrt(static_cast<float>(D)),
-            nullptr, lse};
+  RowArgs a;
+  a.plan = plan;
+  a.num_tiles = num_tiles;
+  a.q_start = q_start;
+  a.H = H;
+  a.KV = KV;
+  a.D = D;
+  a.rows_per_tile = R;
+  a.splits = splits;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.partial = nullptr;
+  a.lse = lse;
   if (splits > 1) {
     a.partial = static_cast<float*>(
         ScratchAlloc(device, static_cast<size_t>(T_ * H * splits * (D + 2)) * sizeof(float)));

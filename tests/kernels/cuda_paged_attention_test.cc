@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -32,7 +34,11 @@ using testing::View;
 #if PRL_WITH_CUDA
 using testing::DeviceTensor;
 
+// Equal bits and every value finite (two identical NaN poisons are not agreement).
 bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  for (float x : a) {
+    if (!std::isfinite(x)) return false;
+  }
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
@@ -45,6 +51,8 @@ struct PagedCase {
 struct PagedRun {
   std::vector<float> reference;  // CPU attention of the full sequences, the step's rows
   std::vector<float> paged_fast, paged_invariant, packed_invariant;  // GPU, the step's rows
+  std::vector<float> packed_all, reference_all;  // the learner's every row, GPU and CPU
+  std::vector<float> packed_lse, reference_lse;  // (T_full, H): the backward's input
 };
 
 PagedRun RunPaged(const PagedCase& c, DType dt, uint32_t seed) {
@@ -82,8 +90,8 @@ PagedRun RunPaged(const PagedCase& c, DType dt, uint32_t seed) {
   const AttentionShape shape{c.H, c.KV, c.D};
   std::vector<float> out_full(T_full * HD), lse_full(T_full * c.H);
   AttentionForward(View(out_full, {T_full, HD}), View(lse_full, {T_full, c.H}),
-                   View(const_cast<std::vector<float>&>(qkv), {T_full, width}),
-                   View(cu, {B + 1}), shape);
+                   View(const_cast<std::vector<float>&>(qkv), {T_full, width}), View(cu, {B + 1}),
+                   shape);
   PagedRun run;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t first = cu[b] + c.lengths[b] - c.q_lens[b];
@@ -124,6 +132,10 @@ PagedRun RunPaged(const PagedCase& c, DType dt, uint32_t seed) {
   d_cu.Upload(cu);
   AttentionForward(d_full_out.t, d_lse.t, d_full.t, d_cu.t, shape, ReductionOrder::kBatchInvariant);
   const std::vector<float> full = d_full_out.Download();
+  run.packed_all = full;
+  run.reference_all = out_full;
+  run.packed_lse = d_lse.Download();
+  run.reference_lse = lse_full;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t first = cu[b] + c.lengths[b] - c.q_lens[b];
     run.packed_invariant.insert(run.packed_invariant.end(), full.begin() + first * HD,
@@ -139,6 +151,10 @@ const PagedCase kCases[] = {
     {{33, 260, 5}, {20, 1, 5}, 4, 4, 128, 16},
     {{64, 1000}, {1, 70}, 8, 1, 64, 32},
     {{9, 300}, {1, 1}, 6, 2, 16, 8},
+    // head_dim 256 (8 values per lane); blocks of 12 and 48 positions, which do not divide
+    // the 32-key chunks.
+    {{50, 200}, {1, 9}, 2, 1, 256, 12},
+    {{97, 5, 130}, {1, 5, 30}, 8, 2, 64, 48},
 };
 
 TEST(CudaPagedAttentionTest, MatchesFullSequenceAttentionOnTheCpu) {
@@ -146,11 +162,57 @@ TEST(CudaPagedAttentionTest, MatchesFullSequenceAttentionOnTheCpu) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (const PagedCase& c : kCases) {
       const PagedRun run = RunPaged(c, dt, 7);
-      SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " H" << c.H << " KV" << c.KV << " D"
-                                      << c.D);
+      SCOPED_TRACE(::testing::Message()
+                   << DTypeName(dt) << " H" << c.H << " KV" << c.KV << " D" << c.D);
       EXPECT_LE(RelativeError(run.paged_fast, run.reference), testing::Tolerance(dt));
       EXPECT_LE(RelativeError(run.paged_invariant, run.reference), testing::Tolerance(dt));
+      // The learner's invariant attention: every row, and the lse its backward reads (fp32
+      // scores of the same stored inputs: fp32 agreement in both modes).
+      EXPECT_LE(RelativeError(run.packed_all, run.reference_all), testing::Tolerance(dt));
+      EXPECT_LE(RelativeError(run.packed_lse, run.reference_lse), testing::kF32Tolerance);
     }
+  }
+}
+
+// KV writes skip negative slots (the padding rows of a CUDA-graph bucket) and touch nothing
+// else; block copies move whole blocks of both caches.
+TEST(CudaPagedAttentionTest, KvWritesSkipNegativeSlotsAndBlockCopiesMoveWholeBlocks) {
+  PRL_SKIP_WITHOUT_GPU();
+  const int64_t H = 4, KV = 2, D = 32, bs = 16, num_blocks = 6, width = (H + 2 * KV) * D;
+  const AttentionShape shape{H, KV, D};
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const std::vector<float> qkv = AsStored(Random(3 * width, 21), dt);
+    DeviceTensor k_cache(dt, {num_blocks, KV, bs, D}), v_cache(dt, {num_blocks, KV, bs, D});
+    DeviceTensor d_qkv(dt, {3, width}), d_slots(DType::kI32, {3});
+    d_qkv.Upload(qkv);
+    d_slots.Upload(std::vector<int32_t>{5, -1, 2 * bs + 7});  // block 0 slot 5, skip, block 2
+    KvCacheWrite(k_cache.t, v_cache.t, d_qkv.t, d_slots.t, shape);
+    std::vector<float> k = k_cache.Download(), v = v_cache.Download();
+    auto at = [&](int64_t block, int64_t g, int64_t offset, int64_t d) {
+      return ((block * KV + g) * bs + offset) * D + d;
+    };
+    int64_t written = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(k.size()); ++i) written += !std::isnan(k[i]);
+    EXPECT_EQ(written, 2 * KV * D) << "exactly two rows written";
+    for (int64_t g = 0; g < KV; ++g) {
+      for (int64_t d = 0; d < D; ++d) {
+        EXPECT_EQ(k[at(0, g, 5, d)], qkv[(H + g) * D + d]);
+        EXPECT_EQ(v[at(0, g, 5, d)], qkv[(H + KV + g) * D + d]);
+        EXPECT_EQ(k[at(2, g, 7, d)], qkv[2 * width + (H + g) * D + d]);
+        EXPECT_EQ(v[at(2, g, 7, d)], qkv[2 * width + (H + KV + g) * D + d]);
+      }
+    }
+    // Blocks 0 -> 4 and 2 -> 1, in one call.
+    DeviceTensor pairs(DType::kI32, {2, 2});
+    pairs.Upload(std::vector<int32_t>{0, 4, 2, 1});
+    KvCacheCopyBlocks(k_cache.t, v_cache.t, pairs.t);
+    const std::vector<float> k2 = k_cache.Download(), v2 = v_cache.Download();
+    const int64_t block = KV * bs * D;
+    for (auto [src, dst] : {std::pair<int64_t, int64_t>{0, 4}, {2, 1}}) {
+      EXPECT_EQ(std::memcmp(&k2[dst * block], &k[src * block], block * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(&v2[dst * block], &v[src * block], block * sizeof(float)), 0);
+    }
+    EXPECT_EQ(std::memcmp(&k2[3 * block], &k[3 * block], block * sizeof(float)), 0);
   }
 }
 
@@ -167,28 +229,33 @@ TEST(CudaPagedAttentionTest, BatchInvariantOrderEqualsThePackedLearnerAttentionB
 
 TEST(CudaInvariantGemmTest, ARowHasTheSameBitsInEveryBatchAndMatchesTheCpu) {
   PRL_SKIP_WITHOUT_GPU();
-  const int64_t K = 896, N = 1000;  // K over several 256-chunks, N across tiles
+  // K over several 256-chunks, N across tiles. 1100 rows make 18 x 16 = 288 tiles, more than
+  // two per SM on an H100 (132 SMs): the unsplit path; the smaller batches split over K.
+  const int64_t K = 896, N = 1000, M_max = 1100;
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    const std::vector<float> a = AsStored(Random(300 * K, 1), dt), w = AsStored(Random(N * K, 2), dt);
+    const std::vector<float> a = AsStored(Random(M_max * K, 1), dt);
+    const std::vector<float> w = AsStored(Random(N * K, 2), dt);
     const std::vector<float> bias = AsStored(Random(N, 3), dt);
-    std::vector<float> want(300 * N);
-    MatmulForward(View(want, {300, N}), View(const_cast<std::vector<float>&>(a), {300, K}),
+    std::vector<float> want(M_max * N);
+    MatmulForward(View(want, {M_max, N}), View(const_cast<std::vector<float>&>(a), {M_max, K}),
                   View(const_cast<std::vector<float>&>(w), {N, K}),
                   View(const_cast<std::vector<float>&>(bias), {N}));
     DeviceTensor dw(dt, {N, K}), db(dt, {N});
     dw.Upload(w);
     db.Upload(bias);
     std::vector<std::vector<float>> by_m;
-    for (int64_t M : {1, 3, 16, 17, 300}) {  // both tile shapes, split and unsplit
+    for (int64_t M : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{17}, int64_t{300},
+                      M_max}) {  // both tile shapes, split and unsplit
       DeviceTensor da(dt, {M, K}), dout(DType::kF32, {M, N});
       da.Upload(std::vector<float>(a.begin(), a.begin() + M * K));
       MatmulForward(dout.t, da.t, dw.t, db.t, false, ReductionOrder::kBatchInvariant);
       by_m.push_back(dout.Download());
     }
+    // Every row of every batch has the bits of the same row in the largest batch.
     for (const auto& got : by_m) {
-      EXPECT_TRUE(BitEqual(std::vector<float>(got.begin(), got.begin() + N),
-                           std::vector<float>(by_m[0].begin(), by_m[0].begin() + N)))
-          << DTypeName(dt) << ": row 0 differs between batch sizes";
+      EXPECT_TRUE(
+          BitEqual(got, std::vector<float>(by_m.back().begin(), by_m.back().begin() + got.size())))
+          << DTypeName(dt) << ": a batch of " << got.size() / N << " rows differs";
     }
     EXPECT_LE(RelativeError(by_m.back(), want), testing::kF32Tolerance) << DTypeName(dt);
   }
@@ -196,27 +263,33 @@ TEST(CudaInvariantGemmTest, ARowHasTheSameBitsInEveryBatchAndMatchesTheCpu) {
 
 TEST(CudaInvariantLogprobTest, ARowsLogprobDoesNotDependOnTheBatch) {
   PRL_SKIP_WITHOUT_GPU();
-  const int64_t C = 128, V = 5000, R = 40;
+  // C over three 256-chunks of the invariant GEMM; chunks of 40 rows use its 64-row tiles, a
+  // row alone its 16-row tiles.
+  const int64_t C = 640, V = 5000, R = 40;
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    const std::vector<float> h = AsStored(Random(R * C, 4), dt), W = AsStored(Random(V * C, 5, 0.1f), dt);
+    const std::vector<float> h = AsStored(Random(R * C, 4), dt),
+                             W = AsStored(Random(V * C, 5, 0.1f), dt);
     std::vector<int32_t> targets(R);
     for (int64_t r = 0; r < R; ++r) targets[r] = static_cast<int32_t>((r * 977) % V);
     DeviceTensor dW(dt, {V, C});
     dW.Upload(W);
     std::vector<float> alone;
     for (int64_t r = 0; r < R; r += 13) {
-      DeviceTensor dh(dt, {1, C}), dt_(DType::kI32, {1}), lp(DType::kF32, {1}), lse(DType::kF32, {1});
+      DeviceTensor dh(dt, {1, C}), dt_(DType::kI32, {1}), lp(DType::kF32, {1}),
+          lse(DType::kF32, {1});
       DeviceTensor scratch(DType::kF32, {1, V});
       dh.Upload(std::vector<float>(h.begin() + r * C, h.begin() + (r + 1) * C));
       dt_.Upload(std::vector<int32_t>{targets[r]});
-      LogprobForward(lp.t, lse.t, dh.t, dW.t, dt_.t, 0.8f, scratch.t, ReductionOrder::kBatchInvariant);
+      LogprobForward(lp.t, lse.t, dh.t, dW.t, dt_.t, 0.8f, scratch.t,
+                     ReductionOrder::kBatchInvariant);
       alone.push_back(lp.Download()[0]);
     }
     DeviceTensor dh(dt, {R, C}), dtg(DType::kI32, {R}), lp(DType::kF32, {R}), lse(DType::kF32, {R});
-    DeviceTensor scratch(DType::kF32, {16, V});  // chunks of 16 rows
+    DeviceTensor scratch(DType::kF32, {R, V});  // one chunk of all rows
     dh.Upload(h);
     dtg.Upload(targets);
-    LogprobForward(lp.t, lse.t, dh.t, dW.t, dtg.t, 0.8f, scratch.t, ReductionOrder::kBatchInvariant);
+    LogprobForward(lp.t, lse.t, dh.t, dW.t, dtg.t, 0.8f, scratch.t,
+                   ReductionOrder::kBatchInvariant);
     const std::vector<float> batch = lp.Download();
     for (int64_t r = 0, i = 0; r < R; r += 13, ++i) {
       EXPECT_EQ(std::memcmp(&batch[r], &alone[i], sizeof(float)), 0)
