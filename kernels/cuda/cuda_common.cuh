@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/check.h"
@@ -79,5 +80,17 @@ inline int GridStrideBlocks(int64_t n, int threads, int64_t cap) {
 }
 
 inline void SetDevice(int device) { PRL_CUDA_CHECK(cudaSetDevice(device)); }
+
+// The device's SM count (asked once per device; kernels size their grids to fill it).
+inline int MultiprocessorCount(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> counts[kMaxDevices] = {};
+  PRL_CHECK(device >= 0 && device < kMaxDevices, "CUDA device ", device, " out of range");
+  if (counts[device] > 0) return counts[device];
+  int n = 0;
+  PRL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  counts[device] = n;
+  return n;
+}
 
 }  // namespace prl::kernels::cuda

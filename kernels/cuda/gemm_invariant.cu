@@ -123,15 +123,6 @@ __global__ void FoldChunksKernel(OutT* out, const float* partial, const T* bias,
   Epilogue(out, bias, e / N, e % N, N, total, accumulate);
 }
 
-int SmCount(int device) {
-  static int counts[64] = {};
-  if (device >= 0 && device < 64 && counts[device] > 0) return counts[device];
-  int n = 0;
-  PRL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < 64) counts[device] = n;
-  return n;
-}
-
 template <int kTM, typename T, typename OutT>
 void Launch(int device, OutT* out, const T* a, const T* w, const T* bias, int64_t M, int64_t N,
             int64_t K, bool accumulate) {
@@ -142,7 +133,8 @@ void Launch(int device, OutT* out, const T* a, const T* w, const T* bias, int64_
             " needs more than 65535 row tiles");
   const dim3 grid_xy(static_cast<unsigned>((N + kBN - 1) / kBN),
                      static_cast<unsigned>((M + bm - 1) / bm));
-  const bool split = num_chunks > 1 && num_chunks <= 65535 && tiles < 2 * SmCount(device);
+  const bool split =
+      num_chunks > 1 && num_chunks <= 65535 && tiles < 2 * MultiprocessorCount(device);
   if (!split) {
     InvariantGemmKernel<kTM, T, OutT><<<dim3(grid_xy.x, grid_xy.y, 1), kThreads, 0, stream>>>(
         out, a, w, bias, M, N, K, accumulate, num_chunks, nullptr);

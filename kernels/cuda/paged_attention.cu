@@ -302,15 +302,6 @@ __global__ void MergeSplitsKernel(T* out, const float* partial, int64_t rows, in
   }
 }
 
-int MultiprocessorCount(int device) {
-  static std::atomic<int> counts[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices && counts[device] > 0) return counts[device];
-  int n = 0;
-  PRL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < kMaxDevices) counts[device] = n;
-  return n;
-}
-
 size_t RowSmemBytes(int64_t D) {
   return static_cast<size_t>(kMaxItems * D + kChunk * (D + 1) + kChunk * D) * sizeof(float);
 }
