@@ -81,9 +81,11 @@ inline int GridStrideBlocks(int64_t n, int threads, int64_t cap) {
 
 inline void SetDevice(int device) { PRL_CUDA_CHECK(cudaSetDevice(device)); }
 
+// Per-device caches of the kernels (attributes set, SM counts) hold this many devices.
+inline constexpr int kMaxDevices = 64;
+
 // The device's SM count (asked once per device; kernels size their grids to fill it).
 inline int MultiprocessorCount(int device) {
-  constexpr int kMaxDevices = 64;
   static std::atomic<int> counts[kMaxDevices] = {};
   PRL_CHECK(device >= 0 && device < kMaxDevices, "CUDA device ", device, " out of range");
   if (counts[device] > 0) return counts[device];

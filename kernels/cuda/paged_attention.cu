@@ -40,7 +40,6 @@ constexpr int kMaxItems = 32;  // (row, head) items per CTA: kWarps x kItemsPerW
 constexpr int kItemsPerWarp = kMaxItems / kWarps;
 constexpr int kThreads = kWarps * 32;
 constexpr int kPlanThreads = 1024;
-constexpr int kMaxDevices = 64;
 
 // --- KV writes and block copies ---------------------------------------------------------
 
@@ -147,8 +146,8 @@ struct RowArgs {
   int64_t H, KV, D, rows_per_tile;
   int64_t splits;
   float scale;
-  float* partial;  // splits > 1: (T, H, splits, D + 2) of (acc..., m, l)
-  float* lse;      // splits == 1 and not null: (T, H)
+  float* partial = nullptr;  // splits > 1: (T, H, splits, D + 2) of (acc..., m, l)
+  float* lse = nullptr;      // splits == 1 and not null: (T, H)
 };
 
 template <typename T>
@@ -333,18 +332,16 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
     if (ctas < want) splits = std::min<int64_t>(chunks, (want + ctas - 1) / ctas);
   }
   PRL_CHECK(lse == nullptr || splits == 1, "paged attention: lse needs a single split");
-  RowArgs a;
-  a.plan = plan;
-  a.num_tiles = num_tiles;
-  a.q_start = q_start;
-  a.H = H;
-  a.KV = KV;
-  a.D = D;
-  a.rows_per_tile = R;
-  a.splits = splits;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  a.partial = nullptr;
-  a.lse = lse;
+  RowArgs a{.plan = plan,
+            .num_tiles = num_tiles,
+            .q_start = q_start,
+            .H = H,
+            .KV = KV,
+            .D = D,
+            .rows_per_tile = R,
+            .splits = splits,
+            .scale = 1.0f / std::sqrt(static_cast<float>(D)),
+            .lse = lse};
   if (splits > 1) {
     a.partial = static_cast<float*>(
         ScratchAlloc(device, static_cast<size_t>(T_ * H * splits * (D + 2)) * sizeof(float)));

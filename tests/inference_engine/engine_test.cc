@@ -9,6 +9,8 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "model/parameters.h"
 #include "tests/inference_engine/engine_testing.h"
 
 namespace prl::testing {
@@ -167,6 +169,21 @@ TEST(EngineTest, ASwapVersionsTheFollowingTokensAndNothingBefore) {
       for (int t = 6; t < 20; ++t) EXPECT_NEAR(s.logprobs[t], score[t], 1e-5) << t;
     }
   }
+}
+
+TEST(EngineTest, ASwapOfAnotherModelShapeIsRefusedNamingBothSizes) {
+  const ModelConfig c = TinyEngineConfig();
+  auto engine = *Engine::Create(TinyWeights(c, 1), 0, Options(16));
+  const int64_t want = ParameterLayout(c).num_elements();
+  const absl::Status none = engine->SwapWeights(nullptr, 1);
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(none.message(),
+            absl::StrCat("SwapWeights: expected ", want, " weights on cpu, found none"));
+  const ModelConfig bigger = TinyEngineConfig(/*vocab=*/80);
+  const absl::Status other = engine->SwapWeights(TinyWeights(bigger, 2), 1);
+  EXPECT_EQ(other.message(), absl::StrCat("SwapWeights: expected ", want, " weights on cpu, found ",
+                                          ParameterLayout(bigger).num_elements(), " on cpu"));
+  EXPECT_EQ(engine->Stats().weight_version, 0);
 }
 
 TEST(EngineTest, SwapsStagedFromAnotherThreadTakeEffectBetweenSteps) {
