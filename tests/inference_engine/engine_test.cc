@@ -1,13 +1,18 @@
 // Engine properties: behaviour log-probs equal the learner's, seeds fix the samples whatever
-// the batching, a group shares its prompt's blocks, swaps version the following tokens, and
+// the batching (bit for bit in batch-invariant mode, up to rare rounding-boundary draws in the
+// default mode), a group shares its prompt's blocks, swaps version the following tokens, and
 // thousands of random requests leave the pool whole.
 #include "inference_engine/engine.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "model/parameters.h"
@@ -55,7 +60,8 @@ TEST(EngineTest, BehaviourLogprobsEqualTheLearnersScore) {
           if (invariant) {
             ASSERT_EQ(s.logprobs[t], score[t]) << "job " << i << " token " << t << ": bit for bit";
           } else {
-            ASSERT_NEAR(s.logprobs[t], score[t], 1e-5) << "job " << i << " token " << t;
+            ASSERT_NEAR(s.logprobs[t], score[t], kFastLogprobTolerance)
+                << "job " << i << " token " << t;
           }
         }
       }
@@ -63,54 +69,106 @@ TEST(EngineTest, BehaviourLogprobsEqualTheLearnersScore) {
   }
 }
 
-// The same requests under different batching give the same samples. In batch-invariant mode
-// the log-probs are the same bits too; in the default mode OpenBLAS may change their last bits
-// with the batch shape, which moves a draw only if its uniform lands within ~1e-7 of a CDF
-// boundary (not the case for these seeds).
-TEST(EngineTest, SameSeedsGiveTheSameSamplesWhateverTheBatching) {
+// The measured jobs run alone (reference) and then, for each variant, interleaved with as many
+// extra jobs under another block size, batch limit or pool size. Outputs of the measured jobs.
+struct BatchingRun {
+  std::string variant;
+  std::vector<RequestOutput> reference;
+  std::vector<RequestOutput> mixed;  // mixed[i]: measured job i under the variant
+  int64_t preemptions = 0;
+};
+
+std::vector<BatchingRun> RunUnderOtherBatchings(std::shared_ptr<const ParameterSet> weights,
+                                                const std::vector<Job>& jobs, bool invariant) {
+  const int64_t vocab = weights->config.vocab_size;
+  auto reference_engine = *Engine::Create(weights, 0, Options(16, 64, 2048, 0, invariant));
+  const std::vector<RequestOutput> reference = RunJobs(*reference_engine, jobs);
+  const std::pair<const char*, EngineOptions> variants[] = {
+      {"block size 1", Options(1, 64, 2048, 0, invariant)},
+      {"block size 64", Options(64, 64, 2048, 0, invariant)},
+      {"max_num_seqs 4, chunked prefill", Options(16, 4, 7, 0, invariant)},
+      {"tiny pool: forced preemption", Options(4, 16, 64, 20, invariant)},
+  };
+  std::vector<BatchingRun> runs;
+  for (const auto& [name, options] : variants) {
+    auto engine = *Engine::Create(weights, 0, options);
+    std::vector<Job> mixed;
+    const std::vector<Job> extra = RandomJobs(static_cast<int>(jobs.size()), vocab, 99);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      mixed.push_back(jobs[i]);
+      mixed.push_back(extra[i]);
+    }
+    std::vector<RequestOutput> out = RunJobs(*engine, mixed);
+    BatchingRun run{name, reference, {}, engine->Stats().preemptions};
+    for (size_t i = 0; i < jobs.size(); ++i) run.mixed.push_back(std::move(out[2 * i]));
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+// In batch-invariant mode the same requests under any batching give the same samples and the
+// same log-prob bits.
+TEST(EngineTest, InvariantModeGivesTheSameSamplesAndBitsWhateverTheBatching) {
   const ModelConfig c = TinyEngineConfig();
   auto weights = TinyWeights(c, 2);
   const std::vector<Job> jobs = RandomJobs(24, c.vocab_size, 11);
-  for (bool invariant : {true, false}) {
-    auto reference_engine = *Engine::Create(weights, 0, Options(16, 64, 2048, 0, invariant));
-    const std::vector<RequestOutput> reference = RunJobs(*reference_engine, jobs);
-    struct Variant {
-      const char* name;
-      EngineOptions options;
-    };
-    const Variant variants[] = {
-        {"block size 1", Options(1, 64, 2048, 0, invariant)},
-        {"block size 64", Options(64, 64, 2048, 0, invariant)},
-        {"max_num_seqs 4, chunked prefill", Options(16, 4, 7, 0, invariant)},
-        {"tiny pool: forced preemption", Options(4, 16, 64, 20, invariant)},
-    };
-    for (const Variant& v : variants) {
-      SCOPED_TRACE(v.name);
-      auto engine = *Engine::Create(weights, 0, v.options);
-      // A different batch composition: extra requests interleaved with the measured ones.
-      std::vector<Job> mixed;
-      const std::vector<Job> extra = RandomJobs(static_cast<int>(jobs.size()), c.vocab_size, 99);
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        mixed.push_back(jobs[i]);
-        mixed.push_back(extra[i]);
-      }
-      const std::vector<RequestOutput> out = RunJobs(*engine, mixed);
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        const RequestOutput& got = out[2 * i];
-        ASSERT_EQ(got.samples.size(), reference[i].samples.size());
-        for (size_t s = 0; s < got.samples.size(); ++s) {
-          ASSERT_EQ(got.samples[s].tokens, reference[i].samples[s].tokens)
-              << "job " << i << " sample " << s << (invariant ? " (invariant)" : " (fast)");
-          if (invariant) {
-            ASSERT_EQ(got.samples[s].logprobs, reference[i].samples[s].logprobs);
-          }
-        }
-      }
-      if (std::string(v.name).find("preemption") != std::string::npos) {
-        EXPECT_GT(engine->Stats().preemptions, 0) << "the tiny pool must force preemption";
+  for (const BatchingRun& run : RunUnderOtherBatchings(weights, jobs, /*invariant=*/true)) {
+    SCOPED_TRACE(run.variant);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ASSERT_EQ(run.mixed[i].samples.size(), run.reference[i].samples.size());
+      for (size_t s = 0; s < run.mixed[i].samples.size(); ++s) {
+        ASSERT_EQ(run.mixed[i].samples[s].tokens, run.reference[i].samples[s].tokens)
+            << "job " << i << " sample " << s;
+        ASSERT_EQ(run.mixed[i].samples[s].logprobs, run.reference[i].samples[s].logprobs)
+            << "job " << i << " sample " << s;
       }
     }
+    if (run.variant.find("preemption") != std::string::npos) {
+      EXPECT_GT(run.preemptions, 0) << "the tiny pool must force preemption";
+    }
   }
+}
+
+// In the default mode a draw depends only on its request's seed and its logits, but OpenBLAS
+// may change the logits' last bits with the batch shape. A draw then moves only when its
+// uniform lies within rounding of a CDF, top-p or top-k boundary: over 116,876 draws (these
+// variants, 40 job seeds), 0 moved with OpenBLAS's SkylakeX kernels and 2 with its Haswell and
+// Zen kernels. So: where the tokens agree the log-probs agree within kFastLogprobTolerance, and
+// at most 1% of the samples may part ways (about 0.05 expected in this test's ~2,900 draws).
+// Seeds that followed the batch (a row index as the Philox stream, say) would part nearly every
+// sampled sequence at its first token.
+TEST(EngineTest, DefaultModeSamplesPartOnlyRarelyUnderOtherBatchings) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 2);
+  const std::vector<Job> jobs = RandomJobs(24, c.vocab_size, 11);
+  int64_t samples = 0;
+  int64_t parted = 0;
+  for (const BatchingRun& run : RunUnderOtherBatchings(weights, jobs, /*invariant=*/false)) {
+    SCOPED_TRACE(run.variant);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ASSERT_EQ(run.mixed[i].samples.size(), run.reference[i].samples.size());
+      for (size_t s = 0; s < run.mixed[i].samples.size(); ++s) {
+        const SampleOutput& got = run.mixed[i].samples[s];
+        const SampleOutput& want = run.reference[i].samples[s];
+        ++samples;
+        size_t t = 0;
+        for (; t < got.tokens.size() && t < want.tokens.size(); ++t) {
+          if (got.tokens[t] != want.tokens[t]) break;
+          ASSERT_NEAR(got.logprobs[t], want.logprobs[t], kFastLogprobTolerance)
+              << "job " << i << " sample " << s << " token " << t;
+        }
+        if (got.tokens != want.tokens) {
+          ++parted;
+          std::printf("%s: job %zu sample %zu parts at token %zu of %zu\n", run.variant.c_str(), i,
+                      s, t, want.tokens.size());
+        }
+      }
+    }
+    if (run.variant.find("preemption") != std::string::npos) {
+      EXPECT_GT(run.preemptions, 0) << "the tiny pool must force preemption";
+    }
+  }
+  EXPECT_LE(parted * 100, samples) << parted << " of " << samples << " samples parted ways";
 }
 
 TEST(EngineTest, AGroupPrefillsItsPromptOnceAndSharesItsBlocks) {
@@ -166,7 +224,7 @@ TEST(EngineTest, ASwapVersionsTheFollowingTokensAndNothingBefore) {
       // With the KV recomputed under v1, every post-swap token is v1's log-prob of it.
       const std::vector<float> score =
           ScoreCompletion(*v1, prompt, s.tokens, 1.0f, ReductionOrder::kFast);
-      for (int t = 6; t < 20; ++t) EXPECT_NEAR(s.logprobs[t], score[t], 1e-5) << t;
+      for (int t = 6; t < 20; ++t) EXPECT_NEAR(s.logprobs[t], score[t], kFastLogprobTolerance) << t;
     }
   }
 }
