@@ -252,27 +252,44 @@ TEST(EngineTest, SwapsStagedFromAnotherThreadTakeEffectBetweenSteps) {
     ASSERT_TRUE(engine->AddRequest(j.prompt, j.params).ok());
   }
   std::atomic<bool> stop{false};
+  std::atomic<int64_t> staged{0};
   std::thread loader([&] {
     for (int64_t v = 1; !stop.load(); ++v) {
       ASSERT_TRUE(engine->SwapWeights(TinyWeights(c, 100 + v), v).ok());
+      staged = v;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
+  // The loader thread may be scheduled late (a loaded machine): wait for a first version before
+  // the first step and for another one mid-generation, so that the steps surely meet swaps.
+  const auto wait_for_staged = [&](int64_t at_least) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (staged.load() < at_least && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return staged.load() >= at_least;
+  };
   std::vector<RequestOutput> out;
-  while (engine->HasUnfinishedRequests()) {
+  bool waited = wait_for_staged(1);
+  for (int step = 0; waited && engine->HasUnfinishedRequests(); ++step) {
+    if (step == 5) waited = wait_for_staged(staged.load() + 1);
     ASSERT_TRUE(engine->Step().ok());
     for (RequestOutput& r : engine->TakeFinished()) out.push_back(std::move(r));
   }
   stop = true;
   loader.join();
+  ASSERT_TRUE(waited) << "the loader thread staged no version within 60 s";
   EXPECT_EQ(out.size(), 16u);
+  bool a_sample_spans_versions = false;
   for (const RequestOutput& r : out) {
     for (const SampleOutput& s : r.samples) {
       EXPECT_TRUE(std::is_sorted(s.versions.begin(), s.versions.end()))
           << "versions never go back within a sample";
+      a_sample_spans_versions |= !s.versions.empty() && s.versions.front() != s.versions.back();
     }
   }
-  EXPECT_GT(engine->Stats().weight_swaps, 0);
+  EXPECT_TRUE(a_sample_spans_versions) << "a swap mid-generation versions the following tokens";
+  EXPECT_GE(engine->Stats().weight_swaps, 2);
 }
 
 TEST(EngineTest, StopTokensEndASampleAndAreKept) {
