@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/optimizer.h"
 #include "kernels/sampling.h"
@@ -85,6 +86,12 @@ void PagedAttentionForward(float* out, const float* qkv, const float* k_cache, c
 // Draws tokens (R) and behaviour log-probs (R) from logits (R, V) (kernels/sampling.h).
 void SampleTokens(int32_t* tokens, float* logprobs, const float* logits, const SamplingRow* rows,
                   int64_t R, int64_t V);
+// The top-k / top-p kept set of one row (top_k 0 or >= V: no top-k; top_p 1: no top-p):
+// ids = the kept token ids in canonical order (z descending, ties by lower id), the order the
+// sampler draws in when a filter is on; returns their mass of e. e (V) = exp(z - max z) and
+// total = its sum. (tests/kernels/sampling_cut_test.cc pins the CUDA sampler's kept set to it.)
+double KeepTopKTopP(std::vector<int32_t>& ids, const float* z, const float* e, int64_t V,
+                    double total, int32_t top_k, float top_p);
 
 // gate_up (T, 2 I): gate in columns [0, I), up in [I, 2 I). act (T, I) = silu(gate) * up.
 void SwiGluForward(float* act, const float* gate_up, int64_t T, int64_t I);
@@ -112,8 +119,7 @@ void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h
 // Optimizer (kernels/optimizer.h), on n contiguous elements.
 void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, bool decay,
                  const AdamWStep& step);
-void SgdUpdate(float* p, const float* g, int64_t n, float weight_decay, float lr,
-               float grad_scale);
+void SgdUpdate(float* p, const float* g, int64_t n, float weight_decay, float lr, float grad_scale);
 void AddInPlace(float* dst, const float* src, int64_t n);
 double SumOfSquares(const float* x, int64_t n);
 

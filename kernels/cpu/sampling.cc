@@ -53,6 +53,49 @@ int64_t InverseCdf(int64_t n, double u, double total, Weight weight) {
   return last_positive;
 }
 
+}  // namespace
+
+double KeepTopKTopP(std::vector<int32_t>& ids, const float* z, const float* e, int64_t V,
+                    double total, int32_t top_k, float top_p) {
+  // Candidates in canonical order: the top-k set, then the top-p prefix of it.
+  ids.resize(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  int64_t kept = V;
+  double kept_total = total;
+  if (top_k > 0 && top_k < V) {
+    kept = top_k;
+    std::nth_element(ids.begin(), ids.begin() + kept, ids.end(), ByLogit{z});
+    ids.resize(kept);
+    kept_total = 0.0;
+    for (int32_t id : ids) kept_total += e[id];
+  }
+  int64_t sorted = std::min<int64_t>(kept, 256);
+  SortPrefix(ids, sorted, z);
+  if (top_p < 1.0f) {
+    const double threshold = static_cast<double>(top_p) * kept_total;
+    double mass = 0.0;
+    int64_t n = 0;
+    while (true) {
+      for (; n < sorted; ++n) {
+        mass += e[ids[n]];
+        if (mass >= threshold) break;
+      }
+      if (n < sorted || sorted == kept) break;
+      sorted = std::min<int64_t>(kept, sorted * 8);  // widen the sorted prefix, continue
+      SortPrefix(ids, sorted, z);
+    }
+    kept = std::min<int64_t>(n + 1, kept);
+  } else {
+    SortPrefix(ids, kept, z);
+  }
+  ids.resize(kept);
+  double kept_mass = 0.0;
+  for (int32_t id : ids) kept_mass += e[id];
+  return kept_mass;
+}
+
+namespace {
+
 void SampleRow(const float* logits, int64_t V, const kernels::SamplingRow& p, int32_t* token,
                float* logprob, std::vector<float>& z, std::vector<float>& e,
                std::vector<int32_t>& ids) {
@@ -76,39 +119,8 @@ void SampleRow(const float* logits, int64_t V, const kernels::SamplingRow& p, in
     *logprob = z[chosen] - LogSumExpFromSum(m, total);
     return;
   }
-  // Candidates in canonical order: the top-k set, then the top-p prefix of it.
-  ids.resize(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  int64_t kept = V;
-  double kept_total = total;
-  if (top_k) {
-    kept = p.top_k;
-    std::nth_element(ids.begin(), ids.begin() + kept, ids.end(), ByLogit{z.data()});
-    ids.resize(kept);
-    kept_total = 0.0;
-    for (int32_t id : ids) kept_total += e[id];
-  }
-  int64_t sorted = std::min<int64_t>(kept, 256);
-  SortPrefix(ids, sorted, z.data());
-  if (p.top_p < 1.0f) {
-    const double threshold = static_cast<double>(p.top_p) * kept_total;
-    double mass = 0.0;
-    int64_t n = 0;
-    while (true) {
-      for (; n < sorted; ++n) {
-        mass += e[ids[n]];
-        if (mass >= threshold) break;
-      }
-      if (n < sorted || sorted == kept) break;
-      sorted = std::min<int64_t>(kept, sorted * 8);  // widen the sorted prefix, continue
-      SortPrefix(ids, sorted, z.data());
-    }
-    kept = std::min<int64_t>(n + 1, kept);
-  } else {
-    SortPrefix(ids, kept, z.data());
-  }
-  double kept_mass = 0.0;
-  for (int64_t i = 0; i < kept; ++i) kept_mass += e[ids[i]];
+  const double kept_mass = KeepTopKTopP(ids, z.data(), e.data(), V, total, p.top_k, p.top_p);
+  const int64_t kept = static_cast<int64_t>(ids.size());
   const int64_t chosen =
       ids[InverseCdf(kept, u, kept_mass, [&](int64_t i) { return double{e[ids[i]]}; })];
   *token = static_cast<int32_t>(chosen);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/philox.cuh"
 
 namespace prl::kernels::cuda {
@@ -44,35 +45,20 @@ TEST(GpuSamplerOnTheHostTest, OrderKeySortsFloatsAsTheCpuComparesThem) {
   }
 }
 
-// The CPU's kept set (kernels/cpu/sampling.cc): ids sorted by z descending, id ascending; the
-// top_k first; then the smallest prefix whose mass reaches top_p times the top-k mass.
-std::vector<bool> CpuKeptSet(const std::vector<float>& z, const std::vector<double>& e, int top_k,
+// The CPU sampler's kept set (kernels/cpu/sampling.cc), as membership.
+std::vector<bool> CpuKeptSet(const std::vector<float>& z, const std::vector<float>& e, int top_k,
                              float top_p) {
   const int64_t V = static_cast<int64_t>(z.size());
-  std::vector<int64_t> ids(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::sort(ids.begin(), ids.end(),
-            [&](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-  int64_t kept = top_k > 0 && top_k < V ? top_k : V;
-  if (top_p < 1.0f) {
-    double kept_mass = 0.0;
-    for (int64_t i = 0; i < kept; ++i) kept_mass += e[ids[i]];
-    const double threshold = static_cast<double>(top_p) * kept_mass;
-    double mass = 0.0;
-    int64_t n = 0;
-    for (; n < kept; ++n) {
-      mass += e[ids[n]];
-      if (mass >= threshold) break;
-    }
-    kept = std::min(n + 1, kept);
-  }
+  const double total = std::accumulate(e.begin(), e.end(), 0.0);
+  std::vector<int32_t> ids;
+  prl::kernels::cpu::KeepTopKTopP(ids, z.data(), e.data(), V, total, top_k, top_p);
   std::vector<bool> in(V, false);
-  for (int64_t i = 0; i < kept; ++i) in[ids[i]] = true;
+  for (int32_t id : ids) in[id] = true;
   return in;
 }
 
 // The GPU's kept set: the sampler's two FindCut calls with a serial measure.
-std::vector<bool> GpuKeptSet(const std::vector<float>& z, const std::vector<double>& e, int top_k,
+std::vector<bool> GpuKeptSet(const std::vector<float>& z, const std::vector<float>& e, int top_k,
                              float top_p) {
   const int64_t V = static_cast<int64_t>(z.size());
   auto measure_in = [&](const Cut& inner, bool mass) {
@@ -80,7 +66,7 @@ std::vector<bool> GpuKeptSet(const std::vector<float>& z, const std::vector<doub
       double s = 0.0;
       for (int64_t v = 0; v < V; ++v) {
         const uint32_t k = OrderKey(z[v]);
-        if (inner.In(k, v) && pred(k, v)) s += mass ? e[v] : 1.0;
+        if (inner.In(k, v) && pred(k, v)) s += mass ? static_cast<double>(e[v]) : 1.0;
       }
       return s;
     };
@@ -126,14 +112,14 @@ TEST(GpuSamplerOnTheHostTest, KeptSetEqualsTheCpuSamplersForTopKAndTopP) {
     }
     const float max = *std::max_element(z.begin(), z.end());
     if (max == -inf) continue;  // no token is possible: the sampler never sees such a row
-    std::vector<double> e(V);
-    for (int64_t v = 0; v < V; ++v) e[v] = static_cast<double>(std::exp(z[v] - max));
+    std::vector<float> e(V);    // as both samplers weigh: exp(z - max) in float, summed in double
+    for (int64_t v = 0; v < V; ++v) e[v] = std::exp(z[v] - max);
     const int top_k = static_cast<int>(rng() % (V + 3));
     float top_p = rng() % 4 == 0 ? 1.0f : std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
     // The two sum the same masses in different orders: keep top_p off a prefix boundary, where
     // the last rounding bit would decide.
     if (top_p < 1.0f) {
-      std::vector<double> sorted(e);
+      std::vector<double> sorted(e.begin(), e.end());
       std::sort(sorted.rbegin(), sorted.rend());
       double total = 0.0, prefix = 0.0;
       for (double x : sorted) total += x;
@@ -154,9 +140,9 @@ TEST(GpuSamplerOnTheHostTest, KeptSetEqualsTheCpuSamplersForTopKAndTopP) {
 TEST(GpuSamplerOnTheHostTest, FindCutTerminatesAtTheExtremes) {
   // All of a one-token row; a top_k of 1 among equal logits keeps the lowest id.
   const std::vector<float> one = {0.5f};
-  EXPECT_EQ(GpuKeptSet(one, {1.0}, 1, 0.01f), std::vector<bool>{true});
+  EXPECT_EQ(GpuKeptSet(one, {1.0f}, 1, 0.01f), std::vector<bool>{true});
   const std::vector<float> equal(50, -2.0f);
-  const std::vector<bool> kept = GpuKeptSet(equal, std::vector<double>(50, 1.0), 1, 1.0f);
+  const std::vector<bool> kept = GpuKeptSet(equal, std::vector<float>(50, 1.0f), 1, 1.0f);
   EXPECT_TRUE(kept[0]);
   EXPECT_EQ(std::count(kept.begin(), kept.end(), true), 1);
 }
