@@ -69,39 +69,43 @@ TEST(EngineTest, BehaviourLogprobsEqualTheLearnersScore) {
   }
 }
 
-// The measured jobs run alone (reference) and then, for each variant, interleaved with as many
-// extra jobs under another block size, batch limit or pool size. Outputs of the measured jobs.
-struct BatchingRun {
-  std::string variant;
-  std::vector<RequestOutput> reference;
-  std::vector<RequestOutput> mixed;  // mixed[i]: measured job i under the variant
-  int64_t preemptions = 0;
+// The measured jobs run alone (the reference) and then, for each variant, interleaved with as
+// many extra jobs under another block size, batch limit or pool size.
+struct BatchingRuns {
+  std::vector<RequestOutput> reference;           // by job
+  std::vector<std::string> variants;              // by variant
+  std::vector<std::vector<RequestOutput>> under;  // [variant][job]: the measured jobs
 };
 
-std::vector<BatchingRun> RunUnderOtherBatchings(std::shared_ptr<const ParameterSet> weights,
-                                                const std::vector<Job>& jobs, bool invariant) {
-  const int64_t vocab = weights->config.vocab_size;
+BatchingRuns RunUnderOtherBatchings(std::shared_ptr<const ParameterSet> weights,
+                                    const std::vector<Job>& jobs, bool invariant) {
+  BatchingRuns runs;
   auto reference_engine = *Engine::Create(weights, 0, Options(16, 64, 2048, 0, invariant));
-  const std::vector<RequestOutput> reference = RunJobs(*reference_engine, jobs);
-  const std::pair<const char*, EngineOptions> variants[] = {
-      {"block size 1", Options(1, 64, 2048, 0, invariant)},
-      {"block size 64", Options(64, 64, 2048, 0, invariant)},
-      {"max_num_seqs 4, chunked prefill", Options(16, 4, 7, 0, invariant)},
-      {"tiny pool: forced preemption", Options(4, 16, 64, 20, invariant)},
+  runs.reference = RunJobs(*reference_engine, jobs);
+  const std::vector<Job> extra =
+      RandomJobs(static_cast<int>(jobs.size()), weights->config.vocab_size, 99);
+  std::vector<Job> mixed;
+  for (size_t i = 0; i < jobs.size(); ++i) mixed.insert(mixed.end(), {jobs[i], extra[i]});
+  struct Variant {
+    const char* name;
+    EngineOptions options;
+    bool preempts;  // the pool is small enough to force preemption
   };
-  std::vector<BatchingRun> runs;
-  for (const auto& [name, options] : variants) {
+  const Variant variants[] = {
+      {"block size 1", Options(1, 64, 2048, 0, invariant), false},
+      {"block size 64", Options(64, 64, 2048, 0, invariant), false},
+      {"max_num_seqs 4, chunked prefill", Options(16, 4, 7, 0, invariant), false},
+      {"tiny pool: forced preemption", Options(4, 16, 64, 20, invariant), true},
+  };
+  for (const auto& [name, options, preempts] : variants) {
     auto engine = *Engine::Create(weights, 0, options);
-    std::vector<Job> mixed;
-    const std::vector<Job> extra = RandomJobs(static_cast<int>(jobs.size()), vocab, 99);
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      mixed.push_back(jobs[i]);
-      mixed.push_back(extra[i]);
-    }
     std::vector<RequestOutput> out = RunJobs(*engine, mixed);
-    BatchingRun run{name, reference, {}, engine->Stats().preemptions};
-    for (size_t i = 0; i < jobs.size(); ++i) run.mixed.push_back(std::move(out[2 * i]));
-    runs.push_back(std::move(run));
+    if (preempts) {
+      EXPECT_GT(engine->Stats().preemptions, 0) << name << ": the tiny pool must force preemption";
+    }
+    runs.variants.push_back(name);
+    runs.under.emplace_back();
+    for (size_t i = 0; i < jobs.size(); ++i) runs.under.back().push_back(std::move(out[2 * i]));
   }
   return runs;
 }
@@ -110,21 +114,19 @@ std::vector<BatchingRun> RunUnderOtherBatchings(std::shared_ptr<const ParameterS
 // same log-prob bits.
 TEST(EngineTest, InvariantModeGivesTheSameSamplesAndBitsWhateverTheBatching) {
   const ModelConfig c = TinyEngineConfig();
-  auto weights = TinyWeights(c, 2);
   const std::vector<Job> jobs = RandomJobs(24, c.vocab_size, 11);
-  for (const BatchingRun& run : RunUnderOtherBatchings(weights, jobs, /*invariant=*/true)) {
-    SCOPED_TRACE(run.variant);
+  const BatchingRuns runs = RunUnderOtherBatchings(TinyWeights(c, 2), jobs, /*invariant=*/true);
+  for (size_t v = 0; v < runs.variants.size(); ++v) {
+    SCOPED_TRACE(runs.variants[v]);
     for (size_t i = 0; i < jobs.size(); ++i) {
-      ASSERT_EQ(run.mixed[i].samples.size(), run.reference[i].samples.size());
-      for (size_t s = 0; s < run.mixed[i].samples.size(); ++s) {
-        ASSERT_EQ(run.mixed[i].samples[s].tokens, run.reference[i].samples[s].tokens)
+      const RequestOutput& got = runs.under[v][i];
+      ASSERT_EQ(got.samples.size(), runs.reference[i].samples.size());
+      for (size_t s = 0; s < got.samples.size(); ++s) {
+        ASSERT_EQ(got.samples[s].tokens, runs.reference[i].samples[s].tokens)
             << "job " << i << " sample " << s;
-        ASSERT_EQ(run.mixed[i].samples[s].logprobs, run.reference[i].samples[s].logprobs)
+        ASSERT_EQ(got.samples[s].logprobs, runs.reference[i].samples[s].logprobs)
             << "job " << i << " sample " << s;
       }
-    }
-    if (run.variant.find("preemption") != std::string::npos) {
-      EXPECT_GT(run.preemptions, 0) << "the tiny pool must force preemption";
     }
   }
 }
@@ -139,17 +141,17 @@ TEST(EngineTest, InvariantModeGivesTheSameSamplesAndBitsWhateverTheBatching) {
 // sampled sequence at its first token.
 TEST(EngineTest, DefaultModeSamplesPartOnlyRarelyUnderOtherBatchings) {
   const ModelConfig c = TinyEngineConfig();
-  auto weights = TinyWeights(c, 2);
   const std::vector<Job> jobs = RandomJobs(24, c.vocab_size, 11);
+  const BatchingRuns runs = RunUnderOtherBatchings(TinyWeights(c, 2), jobs, /*invariant=*/false);
   int64_t samples = 0;
   int64_t parted = 0;
-  for (const BatchingRun& run : RunUnderOtherBatchings(weights, jobs, /*invariant=*/false)) {
-    SCOPED_TRACE(run.variant);
+  for (size_t v = 0; v < runs.variants.size(); ++v) {
+    SCOPED_TRACE(runs.variants[v]);
     for (size_t i = 0; i < jobs.size(); ++i) {
-      ASSERT_EQ(run.mixed[i].samples.size(), run.reference[i].samples.size());
-      for (size_t s = 0; s < run.mixed[i].samples.size(); ++s) {
-        const SampleOutput& got = run.mixed[i].samples[s];
-        const SampleOutput& want = run.reference[i].samples[s];
+      ASSERT_EQ(runs.under[v][i].samples.size(), runs.reference[i].samples.size());
+      for (size_t s = 0; s < runs.reference[i].samples.size(); ++s) {
+        const SampleOutput& got = runs.under[v][i].samples[s];
+        const SampleOutput& want = runs.reference[i].samples[s];
         ++samples;
         size_t t = 0;
         for (; t < got.tokens.size() && t < want.tokens.size(); ++t) {
@@ -159,13 +161,10 @@ TEST(EngineTest, DefaultModeSamplesPartOnlyRarelyUnderOtherBatchings) {
         }
         if (got.tokens != want.tokens) {
           ++parted;
-          std::printf("%s: job %zu sample %zu parts at token %zu of %zu\n", run.variant.c_str(), i,
-                      s, t, want.tokens.size());
+          std::printf("%s: job %zu sample %zu parts at token %zu of %zu\n",
+                      runs.variants[v].c_str(), i, s, t, want.tokens.size());
         }
       }
-    }
-    if (run.variant.find("preemption") != std::string::npos) {
-      EXPECT_GT(run.preemptions, 0) << "the tiny pool must force preemption";
     }
   }
   EXPECT_LE(parted * 100, samples) << parted << " of " << samples << " samples parted ways";
