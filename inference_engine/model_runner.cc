@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -162,10 +163,11 @@ absl::Status ModelRunner::CopyBlocks(const SchedulerOutput& step) {
   // One call copies its pairs in parallel. A destination that is also a source (a block freed
   // by a preemption and reused as a copy target within the step) must be read first: such a
   // step copies pair by pair, in the scheduler's order, as the CPU does.
-  bool overlap = false;
-  for (const auto& [src, dst] : step.block_copies) {
-    for (const auto& other : step.block_copies) overlap |= other.first == dst;
-  }
+  std::unordered_set<int32_t> sources;
+  for (const auto& pair : step.block_copies) sources.insert(pair.first);
+  const bool overlap =
+      std::any_of(step.block_copies.begin(), step.block_copies.end(),
+                  [&](const auto& pair) { return sources.count(pair.second) > 0; });
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     if (!overlap) {
       k::KvCacheCopyBlocks(cache_->k[l], cache_->v[l], pairs);
