@@ -166,9 +166,8 @@ class RunTest(unittest.TestCase):
         for role, url in endpoints:
             while True:
                 bodies[role] = urllib.request.urlopen(url, timeout=10).read().decode()
-                if all(re.search(p, bodies[role]) for p in expected[role]):
-                    break
-                if time.time() > deadline:
+                if all(re.search(p, bodies[role]) for p in expected[role]) \
+                        or time.time() > deadline:
                     break
                 time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
