@@ -256,10 +256,10 @@ class Run {
       }
       return argv;
     };
-    std::string weights_port;
+    std::string weights_address;
     if (c_.broadcast.transport == "grpc") {
       PRL_ASSIGN_OR_RETURN(const int port, PickFreePort());
-      weights_port = absl::StrCat("127.0.0.1:", port);
+      weights_address = absl::StrCat("127.0.0.1:", port);
     }
     PRL_ASSIGN_OR_RETURN(
         std::vector<std::string> coord,
@@ -272,7 +272,8 @@ class Run {
         o_.prl_path, "learner",       "serve",
         "--config",  role_config_,    "--coordinator",
         address,     "--report-file", dir_ + "/learner_steps.jsonl"};
-    if (!weights_port.empty()) learner.insert(learner.end(), {"--weights-listen", weights_port});
+    if (!weights_address.empty())
+      learner.insert(learner.end(), {"--weights-listen", weights_address});
     PRL_ASSIGN_OR_RETURN(learner, with_metrics(learner, 1, "learner"));
     // The learner's launcher splits its OMP_NUM_THREADS between its ranks.
     learner_spec_ = {"learner", learner, dir_ + "/logs/learner.log",
@@ -281,7 +282,8 @@ class Run {
       const std::string name = absl::StrCat("actor-", i);
       std::vector<std::string> actor = {o_.prl_path,     "actor", "--config", role_config_,
                                         "--coordinator", address, "--name",   name};
-      if (!weights_port.empty()) actor.insert(actor.end(), {"--weights-address", weights_port});
+      if (!weights_address.empty())
+        actor.insert(actor.end(), {"--weights-address", weights_address});
       PRL_ASSIGN_OR_RETURN(actor, with_metrics(actor, 2 + i, name));
       actor_specs_.push_back(
           {name, actor, dir_ + "/logs/" + name + ".log", ThreadEnv(role_threads)});
@@ -295,12 +297,12 @@ class Run {
     PRL_RETURN_IF_ERROR(WaitForServer(*channel_, *coordinator_, "the coordinator", address));
     PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(learner_spec_));
     learner_.emplace(std::move(started));
-    if (!weights_port.empty()) {
+    if (!weights_address.empty()) {
       // Actors that subscribe before the learner listens back off (up to seconds) and can miss
       // a short run's versions: start them once the weights endpoint is up.
-      const auto weights = grpc::CreateChannel(weights_port, grpc::InsecureChannelCredentials());
+      const auto weights = grpc::CreateChannel(weights_address, grpc::InsecureChannelCredentials());
       PRL_RETURN_IF_ERROR(
-          WaitForServer(*weights, *learner_, "the learner's weights endpoint", weights_port));
+          WaitForServer(*weights, *learner_, "the learner's weights endpoint", weights_address));
     }
     for (const ChildSpec& spec : actor_specs_) {
       PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(spec));
