@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collective/rendezvous.h"
+#include "config/run_config.h"
 #include "core/cuda_runtime.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
@@ -25,6 +26,7 @@
 #include "learner/train_step.h"
 #include "model/flops.h"
 #include "nlohmann/json.hpp"
+#include "roles/learner_rank.h"
 
 namespace prl::bench {
 
@@ -118,54 +120,45 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
   if (out_path == nullptr || !rendezvous.ok()) {
     return absl::NotFoundError("not a bench learner rank");
   }
-  PRL_ASSIGN_OR_RETURN(const Device device, learner::LocalRankDevice(o.device, rendezvous->rank));
-  std::unique_ptr<collective::Communicator> comm;
-  if (device.is_cuda()) {
-    PRL_ASSIGN_OR_RETURN(comm, collective::ConnectNccl(*rendezvous, device, {}));
-  } else {
-    PRL_ASSIGN_OR_RETURN(comm, collective::ConnectGloo(*rendezvous, {}));
-  }
-  learner::FsdpOptions fsdp;
-  fsdp.transformer.compute_dtype = o.dtype;
-  PRL_ASSIGN_OR_RETURN(auto model, learner::FsdpModel::Create(config, comm.get(), fsdp));
-  {
-    PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
-    InitializeParameters(init, /*seed=*/1);
-    PRL_RETURN_IF_ERROR(
-        model->LoadFull({init.data(), static_cast<size_t>(init.layout.num_elements())}));
-  }
-  learner::OptimizerConfig opt_config;
-  opt_config.lr = 1e-6;
-  PRL_ASSIGN_OR_RETURN(auto optimizer, learner::ShardedOptimizer::Create(opt_config, model.get()));
+  config::LearnerSection section;
+  section.world_size = rendezvous->world_size;
+  section.device = o.device;
+  section.dtype = o.dtype;
+  section.lr = 1e-6;
+  section.micro_batch_tokens = o.tokens;  // one micro-batch per rank
+  PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
+  InitializeParameters(init, /*seed=*/1);
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<roles::LearnerRank> rank,
+                       roles::CreateLearnerRank(section, {}, init, *rendezvous));
   const std::vector<learner::TrainSample> samples = RandomSamples(config, o);
-  learner::StepConfig step;
-  step.micro_batch_tokens = o.tokens;  // one micro-batch per rank
   std::vector<double> seconds;
   for (int i = 0; i <= o.iterations; ++i) {
-    PRL_ASSIGN_OR_RETURN(const learner::StepResult r,
-                         learner::TrainStep(*model, *optimizer, samples, step, 0));
+    PRL_ASSIGN_OR_RETURN(
+        const learner::StepResult r,
+        learner::TrainStep(*rank->model, *rank->optimizer, samples, rank->step, 0));
     if (i > 0) seconds.push_back(r.stats.seconds);  // the first step warms up
-    if (o.progress && comm->rank() == 0) {
+    if (o.progress && rank->rank0()) {
       std::fprintf(stderr, "bench learner: world size %d, step %d/%d: %.3f s%s\n",
-                   comm->world_size(), i, o.iterations, r.stats.seconds,
+                   section.world_size, i, o.iterations, r.stats.seconds,
                    i == 0 ? " (warm-up)" : "");
     }
   }
-  if (comm->rank() == 0) {
-    const learner::FsdpMemory m = model->memory();
+  if (rank->rank0()) {
+    const learner::FsdpMemory m = rank->model->memory();
     nlohmann::json j;
     j["step_seconds"] = Median(seconds);
     j["param_bytes"] = m.param_shard_bytes;
     j["grad_bytes"] = m.grad_shard_bytes;
-    j["optimizer_bytes"] = optimizer->state_bytes();
+    j["optimizer_bytes"] = rank->optimizer->state_bytes();
     j["unit_buffer_bytes"] = m.unit_buffer_bytes;
     j["compute_copy_bytes"] = m.compute_copy_bytes;
-    if (device.is_cuda()) {
-      PRL_ASSIGN_OR_RETURN(j["gemm_gflops"], GpuGemmGflops(config, o.tokens, device, o.dtype));
+    if (rank->device.is_cuda()) {
+      PRL_ASSIGN_OR_RETURN(j["gemm_gflops"],
+                           GpuGemmGflops(config, o.tokens, rank->device, o.dtype));
     }
     std::ofstream(out_path) << j.dump();
   }
-  return comm->Barrier();
+  return rank->comm->Barrier();
 }
 
 absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerBenchOptions& o,
@@ -207,12 +200,13 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
       {"step", absl::StrFormat("%d input tokens in rollouts of %d (%d prompt), reinforce_tis, "
                                "AdamW, FSDP over %s on %s, %s; %.1f GFLOP per step",
                                o.tokens, o.seq_len, kPromptTokens,
-                               o.device == "cpu" ? "Gloo" : "NCCL", o.device,
+                               o.device == DeviceType::kCpu ? "Gloo" : "NCCL",
+                               EnumName(kDeviceTypeNames, o.device),
                                o.dtype == DType::kBF16 ? "bf16 mixed precision" : "fp32",
                                step_flops / 1e9)},
       {"iterations", absl::StrCat(o.iterations, " timed steps after one warm-up (median)")},
       {"baseline",
-       o.device == "cpu"
+       o.device == DeviceType::kCpu
            ? "SGEMM on the MLP shape (tokens x hidden times hidden x 2 intermediate), "
              "best of the runs just before and just after each world size"
            : "cuBLASLt GEMM in the compute dtype on the MLP shape (tokens x hidden times "
@@ -246,8 +240,8 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
     report.results.push_back({w + "_tokens_per_s", o.tokens / s, "tok/s",
                               gpu ? "at_gemm_speed" : "at_sgemm_speed",
                               sgemm * 1e9 / (step_flops / o.tokens)});
-    report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
-                              gpu ? "cublaslt_gemm" : "sgemm", sgemm});
+    report.results.push_back(
+        {w + "_gflops", step_flops / s / 1e9, "GFLOP/s", gpu ? "cublaslt_gemm" : "sgemm", sgemm});
     report.results.push_back(
         {w + "_state_mb_per_rank", state / 1e6, "MB", "unsharded_state_mb", full_state / 1e6});
     report.results.push_back({w + "_unit_buffers_mb_per_rank",

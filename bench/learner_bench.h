@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/report.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
 
@@ -22,9 +23,9 @@ struct LearnerBenchOptions {
   int64_t seq_len = 512;  // each rollout: 32 prompt tokens + the rest completion
   int iterations = 3;     // timed steps per world size (median reported), after one warm-up
   std::vector<int> world_sizes = {1, 2};
-  // Where the ranks run (learner::LocalRankDevice: "cpu", or "cuda[:N]", rank r on GPU N + r,
-  // over NCCL) and the compute dtype (BF16: the mixed-precision mode, CUDA only).
-  std::string device = "cpu";
+  // Where the ranks run (the CPU over Gloo, or rank r on GPU r over NCCL: roles/learner_rank.h)
+  // and the compute dtype (BF16: the mixed-precision mode, CUDA only).
+  DeviceType device = DeviceType::kCpu;
   DType dtype = DType::kF32;
   bool progress = true;
 };

@@ -22,7 +22,7 @@ namespace {
 struct ModelBenchFlags {
   std::string config = "40m";
   bench::ModelBenchOptions options;
-  std::string device = "auto", dtype = "f32";
+  std::string device = "auto", dtype = "fp32";
   bool json = false;
 };
 
@@ -45,7 +45,7 @@ absl::Status RunModelBench(ModelBenchFlags f) {
 }
 
 struct LearnerBenchFlags {
-  std::string config = "40m", dtype = "f32";
+  std::string config = "40m", device = "cpu", dtype = "fp32";
   bench::LearnerBenchOptions options;
   bool json = false;
   std::vector<std::string> argv;
@@ -54,7 +54,8 @@ struct LearnerBenchFlags {
 absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
   PRL_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromFlag(f.config));
   bench::LearnerBenchOptions options = f.options;
-  PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(options.device));
+  PRL_ASSIGN_OR_RETURN(options.device, ParseEnum(kDeviceTypeNames, f.device, "--device"));
+  PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(f.device));
   PRL_ASSIGN_OR_RETURN(options.dtype, ResolveComputeDType(f.dtype, device));
   const absl::Status rank = bench::RunLearnerBenchRank(config, options);
   if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
@@ -64,7 +65,7 @@ absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
 }
 
 struct EngineBenchFlags {
-  std::string model, config = "40m", device = "auto", dtype = "f32";
+  std::string model, config = "40m", device = "auto", dtype = "fp32";
   bool no_cuda_graphs = false;
   bench::EngineBenchOptions options;
   int64_t kv_cache_mb = 1024;
@@ -73,7 +74,8 @@ struct EngineBenchFlags {
 
 absl::Status RunEngineBench(EngineBenchFlags f) {
   PRL_ASSIGN_OR_RETURN(f.options.engine.device, ResolveDevice(f.device));
-  PRL_ASSIGN_OR_RETURN(f.options.engine.dtype, ResolveComputeDType(f.dtype, f.options.engine.device));
+  PRL_ASSIGN_OR_RETURN(f.options.engine.dtype,
+                       ResolveComputeDType(f.dtype, f.options.engine.device));
   f.options.engine.cuda_graphs = !f.no_cuda_graphs;
   f.options.engine.kv_cache_bytes = f.kv_cache_mb << 20;
   std::shared_ptr<const ParameterSet> weights;
@@ -114,7 +116,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   model->add_option("--iters", f->options.iterations, "Timed iterations (median reported)")
       ->capture_default_str();
   model->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  model->add_option("--dtype", f->dtype, "f32 (exact mode) | bf16 (CUDA)")->capture_default_str();
+  model->add_option("--dtype", f->dtype, "fp32 (exact mode) | bf16 (CUDA)")->capture_default_str();
   model
       ->add_option("--peak-tflops", f->options.peak_tflops,
                    "Peak TFLOP/s for the MFU (default: from the GPU's name; bf16 dense for bf16, "
@@ -158,7 +160,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   engine->add_flag("--batch-invariant", e->options.engine.batch_invariant,
                    "Measure the batch-invariant mode");
   engine->add_option("--device", e->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  engine->add_option("--dtype", e->dtype, "f32 (exact mode) | bf16 (CUDA)")->capture_default_str();
+  engine->add_option("--dtype", e->dtype, "fp32 (exact mode) | bf16 (CUDA)")->capture_default_str();
   engine->add_flag("--no-cuda-graphs", e->no_cuda_graphs, "CUDA: run decode steps eagerly");
   engine->add_option("--torch-baseline", e->options.torch_python,
                      "CUDA: Python with torch: also run a PyTorch KV-cache generation loop of the "
@@ -189,10 +191,10 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   learner->add_option("--world-sizes", l->options.world_sizes, "Local ranks per measurement")
       ->delimiter(',')
       ->capture_default_str();
-  learner->add_option("--device", l->options.device,
-                      "cpu (ranks over Gloo), cuda or cuda:N (rank r on GPU N + r, over NCCL)")
+  learner
+      ->add_option("--device", l->device, "cpu (ranks over Gloo) or cuda (rank r on GPU r, NCCL)")
       ->capture_default_str();
-  learner->add_option("--dtype", l->dtype, "f32 | bf16 (CUDA: mixed precision)")
+  learner->add_option("--dtype", l->dtype, "fp32 | bf16 (CUDA: mixed precision)")
       ->capture_default_str();
   learner->add_flag("--json", l->json, "Print one JSON object instead of the table");
   registry.Add(learner, [l] { return RunLearnerBench(*l); });

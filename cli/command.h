@@ -34,8 +34,8 @@ void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
-void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry);
-// After RegisterLearnerCommands (adds `learner serve`).
+void RegisterClientCommands(CLI::App& app, CommandRegistry& registry);
+// After RegisterLearnerCommands and RegisterReplayCommands (adds `learner serve`, `replay serve`).
 void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 // After RegisterBenchCommands (adds `bench e2e`).
@@ -46,8 +46,8 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
 // Shared by commands that read a model: a --device flag value resolved with a note on stderr
 // when "auto" falls back to the CPU.
 absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);
-// --dtype of the training path: "f32" (exact mode, every backend) or "bf16" (CUDA only).
+// --dtype of the tools (core/dtype.h kComputeDTypeNames): fp32 (exact mode, every backend) or
+// bf16 (CUDA only).
 absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device);
-
 
 }  // namespace prl::cli

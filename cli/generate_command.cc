@@ -24,7 +24,7 @@ namespace prl::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string model, input, output, device = "auto", dtype = "f32";
+  std::string model, input, output, device = "auto", dtype = "fp32";
   bool no_cuda_graphs = false;
   SamplingParams params;
   EngineOptions engine;
@@ -193,7 +193,7 @@ void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry) {
                 "same mode (slower)");
   cmd->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", f->dtype,
-                  "f32 (exact mode, every backend) | bf16 (CUDA: bf16 weights, activations and "
+                  "fp32 (exact mode, every backend) | bf16 (CUDA: bf16 weights, activations and "
                   "KV cache, fp32 accumulation)")
       ->capture_default_str();
   cmd->add_flag("--no-cuda-graphs", f->no_cuda_graphs,

@@ -1,9 +1,9 @@
-// `prl learner step`: one FSDP optimizer step on a file of rollouts, with W local ranks as
-// separate processes, writing the updated Hugging Face model directory; `prl learner train`:
-// many steps with sharded checkpoints. On the CPU the ranks meet over Gloo; with --device cuda
-// rank r runs on GPU (N + r) for --device cuda:N and the ranks meet over NCCL (rendezvous
-// through the same store, which carries NCCL's unique id); --dtype bf16 is the mixed-precision
-// mode there (bf16 weights and activations, fp32 master weights, gradients and AdamW state).
+// `prl learner step`: one FSDP optimizer step on a file of rollouts, with learner.world_size
+// local ranks as separate processes, writing the updated Hugging Face model directory; `prl
+// learner train`: many steps with sharded checkpoints; `prl export`. The ranks are built by the
+// one learner-rank factory (roles/learner_rank.h) from the learner section of the run config:
+// Gloo on the CPU; with learner.device = cuda rank r runs on GPU r and the ranks meet over NCCL,
+// and learner.dtype = bf16 is the mixed-precision mode there.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -14,90 +14,29 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
+#include "cli/config_flags.h"
 #include "collective/rendezvous.h"
-#include "core/device.h"
 #include "core/status_macros.h"
-#include "learner/checkpoint.h"
-#include "learner/fsdp.h"
-#include "learner/local_launcher.h"
-#include "learner/optimizer.h"
+#include "learner/checkpointer.h"
 #include "learner/rollouts.h"
 #include "learner/train_step.h"
 #include "nlohmann/json.hpp"
+#include "roles/learner_rank.h"
 
 namespace prl::cli {
 
 namespace {
 
-using learner::LossKind;
-
+// The flags that are not config keys: the data, the outputs and the report.
 struct StepFlags {
-  std::string model, rollouts, out, dump_grads;
-  int world_size = 1;
-  int64_t micro_batch_tokens = 4096;
-  std::string loss = "reinforce_tis", optimizer = "adamw", normalization = "tokens";
-  std::string advantage = "grpo";
-  std::string device = "cpu", dtype = "f32";
-  bool drop_uniform_groups = false;
-  double lr = 1e-5, weight_decay = 0.0, max_grad_norm = 1.0, beta1 = 0.9, beta2 = 0.95;
-  double temperature = 1.0;
-  double tis_cap = 2.0, clip_low = 0.2, clip_high = 0.2;
+  std::string rollouts, out, dump_grads;
   int64_t learner_version = 0;
-  double timeout_s = 300;
   bool keep_gathered = false;
   bool json = false;
-  // learner train
-  std::string checkpoint_dir;
-  int64_t steps = 10, samples_per_step = 0, checkpoint_every = 1;
-  int keep_checkpoints = 2;
+  int64_t samples_per_step = 0;  // learner train
+  std::shared_ptr<ConfigFlags> config;
   std::vector<std::string> argv;  // as given, for the ranks
 };
-
-absl::StatusOr<learner::StepConfig> StepConfigFrom(const StepFlags& f) {
-  learner::StepConfig c;
-  PRL_ASSIGN_OR_RETURN(c.loss.kind, learner::ParseLossKind(f.loss));
-  if (f.normalization == "tokens") {
-    c.loss.normalization = learner::LossNormalization::kGlobalTokens;
-  } else if (f.normalization == "sequence") {
-    c.loss.normalization = learner::LossNormalization::kSequenceMean;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--normalization: expected tokens or sequence, found '", f.normalization, "'"));
-  }
-  c.loss.tis_cap = f.tis_cap;
-  c.loss.clip_low = f.clip_low;
-  c.loss.clip_high = f.clip_high;
-  c.micro_batch_tokens = f.micro_batch_tokens;
-  c.temperature = static_cast<float>(f.temperature);
-  PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(c));
-  return c;
-}
-
-absl::StatusOr<learner::OptimizerConfig> OptimizerConfigFrom(const StepFlags& f) {
-  learner::OptimizerConfig c;
-  PRL_ASSIGN_OR_RETURN(c.kind, learner::ParseOptimizerKind(f.optimizer));
-  c.lr = f.lr;
-  c.weight_decay = f.weight_decay;
-  c.max_grad_norm = f.max_grad_norm;
-  c.beta1 = f.beta1;
-  c.beta2 = f.beta2;
-  PRL_RETURN_IF_ERROR(learner::ValidateOptimizerConfig(c));
-  return c;
-}
-
-absl::StatusOr<learner::AdvantageConfig> AdvantageConfigFrom(const StepFlags& f) {
-  learner::AdvantageConfig c;
-  if (f.advantage == "grpo") {
-    c.scale_by_std = true;
-  } else if (f.advantage == "dr_grpo") {
-    c.scale_by_std = false;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--advantage: expected grpo or dr_grpo, found '", f.advantage, "'"));
-  }
-  c.drop_uniform_groups = f.drop_uniform_groups;
-  return c;
-}
 
 std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memory,
                    int64_t optimizer_bytes, int world_size, bool json) {
@@ -144,99 +83,99 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
       memory.unit_buffer_bytes / 1e6, memory.full_model_bytes / 1e6, world_size);
 }
 
-// What every rank sets up: configs, the full model (read once, then sharded), the samples
-// with their advantages, the communicator, the FSDP model and the optimizer.
+// What every rank sets up: the learner rank (roles/learner_rank.h), the full model (read once,
+// then sharded; kept for export) and the samples with their advantages.
 struct Rank {
-  learner::StepConfig step;
-  std::optional<ParameterSet> full;  // the full model, rank-local (load and export)
+  std::unique_ptr<roles::LearnerRank> learner;
+  std::optional<ParameterSet> full;
   std::vector<learner::TrainSample> samples;
-  std::unique_ptr<collective::Communicator> comm;
-  std::unique_ptr<learner::FsdpModel> model;
-  std::unique_ptr<learner::ShardedOptimizer> optimizer;
 
   absl::Span<float> full_span() {
     return {full->data(), static_cast<size_t>(full->layout.num_elements())};
   }
+  bool rank0() const { return learner->rank0(); }
 };
 
-absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f,
+absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f, const config::RunConfig& c,
                                                 const collective::RendezvousConfig& rendezvous) {
-  if (rendezvous.world_size != f.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--world-size ", f.world_size, " disagrees with WORLD_SIZE=", rendezvous.world_size));
-  }
   auto r = std::make_unique<Rank>();
-  PRL_ASSIGN_OR_RETURN(r->step, StepConfigFrom(f));
-  PRL_ASSIGN_OR_RETURN(const learner::OptimizerConfig opt_config, OptimizerConfigFrom(f));
-  PRL_ASSIGN_OR_RETURN(const learner::AdvantageConfig adv, AdvantageConfigFrom(f));
-  PRL_ASSIGN_OR_RETURN(r->full, LoadModel(f.model, Device::Cpu()));
+  PRL_ASSIGN_OR_RETURN(r->full, LoadModel(c.model.path, Device::Cpu()));
   PRL_ASSIGN_OR_RETURN(r->samples, learner::ReadTrainSamples(f.rollouts, r->full->config));
-  PRL_ASSIGN_OR_RETURN(const learner::Advantages advantages,
-                       learner::ApplyGroupAdvantages(&r->samples, adv));
+  PRL_ASSIGN_OR_RETURN(
+      const learner::Advantages advantages,
+      learner::ApplyGroupAdvantages(&r->samples, roles::AdvantageConfigFrom(c.learner)));
   if (r->samples.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(f.rollouts, ": every group was dropped (",
                                                    advantages.dropped_groups,
                                                    " with uniform rewards); nothing to train on"));
   }
-  collective::CommunicatorOptions comm_options;
-  comm_options.timeout = absl::Seconds(f.timeout_s);
-  PRL_ASSIGN_OR_RETURN(const Device device, learner::LocalRankDevice(f.device, rendezvous.rank));
-  learner::FsdpOptions fsdp_options;
-  PRL_ASSIGN_OR_RETURN(fsdp_options.transformer.compute_dtype,
-                       ResolveComputeDType(f.dtype, device));
-  if (device.is_cuda()) {
-    PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectNccl(rendezvous, device, comm_options));
-  } else {
-    PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectGloo(rendezvous, comm_options));
-  }
-  fsdp_options.reshard_after_forward = !f.keep_gathered;
-  PRL_ASSIGN_OR_RETURN(r->model,
-                       learner::FsdpModel::Create(r->full->config, r->comm.get(), fsdp_options));
-  PRL_RETURN_IF_ERROR(r->model->LoadFull(r->full_span()));
-  PRL_ASSIGN_OR_RETURN(r->optimizer, learner::ShardedOptimizer::Create(opt_config, r->model.get()));
+  roles::LearnerRankOptions options;
+  options.temperature = static_cast<float>(c.task.temperature);
+  options.keep_gathered = f.keep_gathered;
+  PRL_ASSIGN_OR_RETURN(r->learner,
+                       roles::CreateLearnerRank(c.learner, options, *r->full, rendezvous));
   return r;
 }
 
 absl::Status SaveFull(Rank& r, const std::string& out) {
-  PRL_RETURN_IF_ERROR(r.model->GatherFullParams(r.full_span()));
-  if (r.comm->rank() == 0) PRL_RETURN_IF_ERROR(SaveModel(out, *r.full));
+  PRL_RETURN_IF_ERROR(r.learner->model->GatherFullParams(r.full_span()));
+  if (r.rank0()) PRL_RETURN_IF_ERROR(SaveModel(out, *r.full));
   return absl::OkStatus();
 }
 
-absl::Status RunStepRank(const StepFlags& f, const collective::RendezvousConfig& rendezvous) {
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, SetUpRank(f, rendezvous));
-  PRL_RETURN_IF_ERROR(r->model->ZeroGrad());
+absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
+                         const collective::RendezvousConfig& rendezvous) {
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, SetUpRank(f, c, rendezvous));
+  roles::LearnerRank& l = *r->learner;
+  PRL_RETURN_IF_ERROR(l.model->ZeroGrad());
   learner::StepResult result;
-  PRL_ASSIGN_OR_RETURN(result.stats, learner::AccumulateGradients(*r->model, r->samples, r->step,
-                                                                  f.learner_version));
+  PRL_ASSIGN_OR_RETURN(
+      result.stats, learner::AccumulateGradients(*l.model, r->samples, l.step, f.learner_version));
   if (!f.dump_grads.empty()) {
-    PRL_RETURN_IF_ERROR(r->model->GatherFullGrads(r->full_span()));
-    if (r->comm->rank() == 0) PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *r->full));
+    PRL_RETURN_IF_ERROR(l.model->GatherFullGrads(r->full_span()));
+    if (r->rank0()) PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *r->full));
   }
-  PRL_ASSIGN_OR_RETURN(result.optimizer, r->optimizer->Step());
+  PRL_ASSIGN_OR_RETURN(result.optimizer, l.optimizer->Step());
   PRL_RETURN_IF_ERROR(SaveFull(*r, f.out));
-  if (r->comm->rank() == 0) {
-    std::printf("%s\n", Report(result, r->model->memory(), r->optimizer->state_bytes(),
-                               r->comm->world_size(), f.json)
+  if (r->rank0()) {
+    std::printf("%s\n", Report(result, l.model->memory(), l.optimizer->state_bytes(),
+                               l.comm->world_size(), f.json)
                             .c_str());
     if (!f.json) std::printf("wrote %s\n", f.out.c_str());
   }
-  return r->comm->Barrier();
+  return l.comm->Barrier();
 }
 
-// Steps over the rollouts file, samples_per_step at a time (wrapping around), checkpointing
-// every checkpoint_every steps; resumes from the latest checkpoint when there is one.
-absl::Status RunTrainRank(const StepFlags& f, const collective::RendezvousConfig& rendezvous) {
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, SetUpRank(f, rendezvous));
-  const bool rank0 = r->comm->rank() == 0;
+void PrintTrainStep(const learner::StepResult& result, int64_t step, int64_t steps,
+                    bool checkpointed) {
+  const learner::LossStats& l = result.stats.loss;
+  std::printf(
+      "step %lld/%lld: loss %.6g, ratio %.4f, clipped %.2f%%, KL %.3g, grad norm %.4g, "
+      "%.0f tok/s%s\n",
+      static_cast<long long>(step), static_cast<long long>(steps), l.loss, l.mean_ratio(),
+      100 * l.clipped_fraction(), l.kl(), result.optimizer.grad_norm,
+      result.stats.input_tokens / result.stats.seconds, checkpointed ? ", checkpointed" : "");
+  std::fflush(stdout);
+}
+
+// Steps over the rollouts file, samples_per_step at a time (wrapping around), checkpointing as
+// the learner section says (learner/checkpointer.h); resumes from the latest checkpoint.
+absl::Status RunTrainRank(const StepFlags& f, const config::RunConfig& c,
+                          const collective::RendezvousConfig& rendezvous) {
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, SetUpRank(f, c, rendezvous));
+  roles::LearnerRank& l = *r->learner;
+  const learner::Checkpointer checkpointer({.dir = c.checkpoint_dir(),
+                                            .every = c.learner.checkpoint_every,
+                                            .keep_last = c.learner.keep_checkpoints,
+                                            .last_step = c.learner.steps});
   learner::TrainingState state;
   PRL_ASSIGN_OR_RETURN(const std::optional<learner::TrainingState> resumed,
-                       learner::LoadLatestCheckpoint(f.checkpoint_dir, *r->model, *r->optimizer));
+                       checkpointer.Resume(*l.model, *l.optimizer));
   if (resumed.has_value()) {
     state = *resumed;
-    if (rank0) {
+    if (r->rank0()) {
       std::printf("resumed from %s: step %lld, version %lld, %lld samples consumed\n",
-                  f.checkpoint_dir.c_str(), static_cast<long long>(state.step),
+                  c.checkpoint_dir().c_str(), static_cast<long long>(state.step),
                   static_cast<long long>(state.weight_version),
                   static_cast<long long>(state.data_position));
     }
@@ -244,118 +183,76 @@ absl::Status RunTrainRank(const StepFlags& f, const collective::RendezvousConfig
   const int64_t n = static_cast<int64_t>(r->samples.size());
   const int64_t per_step = f.samples_per_step > 0 ? f.samples_per_step : n;
   std::vector<learner::TrainSample> batch;
-  while (state.step < f.steps) {
+  while (state.step < c.learner.steps) {
     batch.clear();
     for (int64_t k = 0; k < per_step; ++k)
       batch.push_back(r->samples[(state.data_position + k) % n]);
     PRL_ASSIGN_OR_RETURN(
         const learner::StepResult result,
-        learner::TrainStep(*r->model, *r->optimizer, batch, r->step, state.weight_version));
+        learner::TrainStep(*l.model, *l.optimizer, batch, l.step, state.weight_version));
     ++state.step;
     ++state.weight_version;
     state.data_position += per_step;
-    const bool checkpoint = state.step % f.checkpoint_every == 0 || state.step == f.steps;
-    if (checkpoint) {
-      PRL_RETURN_IF_ERROR(learner::SaveCheckpoint(f.checkpoint_dir, *r->model, *r->optimizer, state,
-                                                  f.keep_checkpoints));
-    }
-    if (rank0) {
-      const learner::LossStats& l = result.stats.loss;
-      std::printf(
-          "step %lld/%lld: loss %.6g, ratio %.4f, clipped %.2f%%, KL %.3g, grad norm %.4g, "
-          "%.0f tok/s%s\n",
-          static_cast<long long>(state.step), static_cast<long long>(f.steps), l.loss,
-          l.mean_ratio(), 100 * l.clipped_fraction(), l.kl(), result.optimizer.grad_norm,
-          result.stats.input_tokens / result.stats.seconds, checkpoint ? ", checkpointed" : "");
-      std::fflush(stdout);
-    }
+    PRL_ASSIGN_OR_RETURN(const bool saved, checkpointer.AfterStep(state, *l.model, *l.optimizer));
+    if (r->rank0()) PrintTrainStep(result, state.step, c.learner.steps, saved);
   }
   if (!f.out.empty()) {
     PRL_RETURN_IF_ERROR(SaveFull(*r, f.out));
-    if (rank0) std::printf("wrote %s\n", f.out.c_str());
+    if (r->rank0()) std::printf("wrote %s\n", f.out.c_str());
   }
-  return r->comm->Barrier();
+  return l.comm->Barrier();
+}
+
+absl::Status Launch(const StepFlags& f, const config::RunConfig& c, bool train) {
+  if (c.model.path.empty()) {
+    return absl::InvalidArgumentError("learner: --model (model.path) is required");
+  }
+  if (train && c.learner.steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learner train: --steps (learner.steps): expected >= 1, found ", c.learner.steps));
+  }
+  if (train && f.samples_per_step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learner train: --samples-per-step: expected >= 0, found ", f.samples_per_step));
+  }
+  return roles::RunLearnerRanks(
+      c.learner, f.argv, [&](const collective::RendezvousConfig& rendezvous) {
+        return train ? RunTrainRank(f, c, rendezvous) : RunStepRank(f, c, rendezvous);
+      });
 }
 
 absl::Status Launch(const StepFlags& f, bool train) {
-  absl::StatusOr<collective::RendezvousConfig> rendezvous = learner::RendezvousForThisRank();
-  if (rendezvous.ok()) return train ? RunTrainRank(f, *rendezvous) : RunStepRank(f, *rendezvous);
-  if (!absl::IsNotFound(rendezvous.status())) return rendezvous.status();
-  // The launcher: check what can be checked once, then start the ranks.
-  PRL_RETURN_IF_ERROR(StepConfigFrom(f).status());
-  PRL_RETURN_IF_ERROR(OptimizerConfigFrom(f).status());
-  PRL_RETURN_IF_ERROR(AdvantageConfigFrom(f).status());
-  {
-    PRL_ASSIGN_OR_RETURN(const Device device, ResolveDeviceFlag(f.device));
-    PRL_RETURN_IF_ERROR(ResolveComputeDType(f.dtype, device).status());
-  }
-  if (train && (f.steps < 1 || f.checkpoint_every < 1 || f.samples_per_step < 0 ||
-                f.keep_checkpoints < 1 || f.checkpoint_dir.empty())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learner train: expected --steps >= 1 (found ", f.steps, "), --checkpoint-every >= 1 (",
-        f.checkpoint_every, "), --samples-per-step >= 0 (", f.samples_per_step,
-        "), --keep-checkpoints >= 1 (", f.keep_checkpoints, ") and a --checkpoint-dir"));
-  }
-  if (f.world_size < 1 || f.world_size > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--world-size: expected 1 to 64 local ranks, found ", f.world_size));
-  }
-  learner::LaunchOptions launch;
-  launch.world_size = f.world_size;
-  launch.grace_after_failure = absl::Seconds(f.timeout_s + 5);
-  return learner::RunLocalRanks(f.argv, launch);
+  return f.config->Run([&](const config::RunConfig& c) { return Launch(f, c, train); });
 }
 
 // The flags `learner step` and `learner train` share.
 void AddStepFlags(CLI::App* cmd, StepFlags* f) {
-  cmd->add_option("--model", f->model, "Hugging Face model directory (the starting weights)")
-      ->required();
+  f->config = std::make_shared<ConfigFlags>(cmd);
+  f->config->Shorthand("--model", "model.path")
+      .Shorthand("--world-size", "learner.world_size")
+      .Shorthand("--device", "learner.device")
+      .Shorthand("--dtype", "learner.dtype")
+      .Shorthand("--micro-batch-tokens", "learner.micro_batch_tokens")
+      .Shorthand("--loss", "learner.loss")
+      .Shorthand("--normalization", "learner.normalization")
+      .Shorthand("--advantage", "learner.advantage")
+      .Shorthand("--drop-uniform-groups", "learner.drop_uniform_groups")
+      .Shorthand("--optimizer", "learner.optimizer")
+      .Shorthand("--lr", "learner.lr")
+      .Shorthand("--weight-decay", "learner.weight_decay")
+      .Shorthand("--beta1", "learner.beta1")
+      .Shorthand("--beta2", "learner.beta2")
+      .Shorthand("--max-grad-norm", "learner.max_grad_norm")
+      .Shorthand("--temperature", "task.temperature")
+      .Shorthand("--tis-cap", "learner.tis_cap")
+      .Shorthand("--clip-low", "learner.clip_low")
+      .Shorthand("--clip-high", "learner.clip_high")
+      .Shorthand("--timeout-s", "learner.timeout_s");
   cmd->add_option("--rollouts", f->rollouts,
                   "JSONL: {prompt, completion, behaviour_logprobs, advantage | reward + group}")
       ->required();
-  cmd->add_option("--world-size", f->world_size, "Local ranks (processes)")->capture_default_str();
-  cmd->add_option("--device", f->device,
-                  "cpu (ranks over Gloo), cuda or cuda:N (rank r on GPU N + r, ranks over NCCL), "
-                  "or auto")
-      ->capture_default_str();
-  cmd->add_option("--dtype", f->dtype,
-                  "f32 (exact mode, every backend) | bf16 (CUDA: bf16 weights and activations, "
-                  "fp32 master weights, gradients and optimizer state)")
-      ->capture_default_str();
-  cmd->add_option("--micro-batch-tokens", f->micro_batch_tokens,
-                  "Input tokens per micro-batch (a longer sequence gets one of its own)")
-      ->capture_default_str();
-  cmd->add_option("--loss", f->loss,
-                  "reinforce_tis | ppo_clip | decoupled_ppo | icepop | cispo | gspo | sft")
-      ->capture_default_str();
-  cmd->add_option("--normalization", f->normalization,
-                  "tokens (sum / global trained tokens) | sequence (mean per sequence)")
-      ->capture_default_str();
-  cmd->add_option("--advantage", f->advantage,
-                  "For reward + group lines: grpo ((r - mean) / (std + eps)) | dr_grpo (r - mean)")
-      ->capture_default_str();
-  cmd->add_flag("--drop-uniform-groups", f->drop_uniform_groups,
-                "Drop groups whose rewards are all equal");
-  cmd->add_option("--optimizer", f->optimizer, "adamw | sgd")->capture_default_str();
-  cmd->add_option("--lr", f->lr, "Learning rate")->capture_default_str();
-  cmd->add_option("--weight-decay", f->weight_decay, "Decoupled weight decay (matrices only)")
-      ->capture_default_str();
-  cmd->add_option("--beta1", f->beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", f->beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--max-grad-norm", f->max_grad_norm, "Global-norm clipping (0: off)")
-      ->capture_default_str();
-  cmd->add_option("--temperature", f->temperature,
-                  "Temperature of the learner's log-probs (the sampling temperature)")
-      ->capture_default_str();
-  cmd->add_option("--tis-cap", f->tis_cap, "Importance-weight cap c")->capture_default_str();
-  cmd->add_option("--clip-low", f->clip_low, "PPO ratio clip below 1")->capture_default_str();
-  cmd->add_option("--clip-high", f->clip_high, "PPO ratio clip above 1")->capture_default_str();
-  cmd->add_option("--timeout-s", f->timeout_s,
-                  "Per-collective time-out: a dead rank becomes an error after this")
-      ->capture_default_str();
   cmd->add_flag("--keep-gathered", f->keep_gathered,
                 "Keep gathered parameter units from forward to backward (more memory)");
-  cmd->add_flag("--json", f->json, "Print the step report as one JSON object");
 }
 
 absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out,
@@ -388,9 +285,8 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
   f->argv.assign(argv, argv + argc);
   CLI::App* step = learner->add_subcommand(
       "step",
-      "One optimizer step on a rollouts file with W local ranks (separate processes; Gloo on "
-      "the CPU, NCCL on GPUs); "
-      "writes the updated model directory");
+      "One optimizer step on a rollouts file with learner.world_size local ranks (separate "
+      "processes; Gloo on the CPU, NCCL on GPUs); writes the updated model directory");
   AddStepFlags(step, f.get());
   step->add_option("--out", f->out, "Where to write the updated model directory")->required();
   step->add_option("--learner-version", f->learner_version,
@@ -398,6 +294,7 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
       ->capture_default_str();
   step->add_option("--dump-grads", f->dump_grads,
                    "Write the full gradient of the loss (HF names, F32 safetensors)");
+  step->add_flag("--json", f->json, "Print the step report as one JSON object");
   registry.Add(step, [f] { return Launch(*f, /*train=*/false); });
 
   auto t = std::make_shared<StepFlags>();
@@ -405,18 +302,15 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
   CLI::App* train = learner->add_subcommand(
       "train",
       "Several steps over a rollouts file with sharded checkpoints; resumes from the latest "
-      "checkpoint in --checkpoint-dir");
+      "checkpoint in the checkpoint directory");
   AddStepFlags(train, t.get());
-  train->add_option("--checkpoint-dir", t->checkpoint_dir, "Sharded checkpoints (resumed from)")
-      ->required();
-  train->add_option("--steps", t->steps, "Total optimizer steps")->capture_default_str();
+  t->config->Shorthand("--checkpoint-dir", "learner.checkpoint_dir")
+      .Shorthand("--steps", "learner.steps")
+      .Shorthand("--checkpoint-every", "learner.checkpoint_every")
+      .Shorthand("--keep-checkpoints", "learner.keep_checkpoints");
   train
       ->add_option("--samples-per-step", t->samples_per_step,
                    "Rollout lines per step, taken in file order and wrapping (0: all)")
-      ->capture_default_str();
-  train->add_option("--checkpoint-every", t->checkpoint_every, "Steps between checkpoints")
-      ->capture_default_str();
-  train->add_option("--keep-checkpoints", t->keep_checkpoints, "Newest checkpoints kept")
       ->capture_default_str();
   train->add_option("--out", t->out, "Also write the final model directory here");
   registry.Add(train, [t] { return Launch(*t, /*train=*/true); });

@@ -33,11 +33,8 @@ absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag) {
 }
 
 absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device) {
-  if (flag == "f32") return DType::kF32;
-  if (flag != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype: expected f32 or bf16, found '", flag, "'"));
-  }
+  PRL_ASSIGN_OR_RETURN(const DType dtype, ParseEnum(kComputeDTypeNames, flag, "--dtype"));
+  if (dtype == DType::kF32) return dtype;
   if (!device.is_cuda()) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype bf16 runs on CUDA only; the ",
                                                    device.ToString(), " backend is fp32"));
@@ -53,7 +50,8 @@ int main(int argc, char** argv) {
       "prl: asynchronous Pipeline-RL for language models.\n"
       "Roles: run (everything on this machine), coordinator, actor, learner serve; clients: "
       "submit, status; tools: model, score, generate, replay, learner step|train, export, bench."};
-  app.set_version_flag("--version", "prl 0.1.0");
+  app.set_version_flag(
+      "--version", [] { return absl::StrCat("prl 0.1.0, backends: ", prl::DescribeBackends()); });
   app.require_subcommand(1);
   int threads = 0;
   app.add_option("--threads", threads,
@@ -65,7 +63,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterScoreCommand(app, registry);
   prl::cli::RegisterGenerateCommand(app, registry);
   prl::cli::RegisterReplayCommands(app, registry);
-  prl::cli::RegisterServiceCommands(app, registry);
+  prl::cli::RegisterClientCommands(app, registry);
   prl::cli::RegisterLearnerCommands(app, registry, argc, argv);
   prl::cli::RegisterRoleCommands(app, registry, argc, argv);
   prl::cli::RegisterBenchCommands(app, registry, argc, argv);

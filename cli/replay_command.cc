@@ -1,18 +1,16 @@
-// `prl replay create|stat|reset|serve`: the shared-memory replay segment from the shell.
-#include <atomic>
-#include <chrono>
-#include <csignal>
+// `prl replay create|stat|reset`: the shared-memory replay segment from the shell (`prl replay
+// serve`, the ingest role, is in role_command.cc).
 #include <cstdio>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/command.h"
+#include "cli/config_flags.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
+#include "roles/replay_role.h"
 
 namespace prl::cli {
 
@@ -20,24 +18,20 @@ namespace {
 
 struct CreateFlags {
   std::string name, label;
-  int64_t capacity_mb = 1024, max_groups = 0, lease_ms = 60'000;
-  bool drop_oldest = false, reclaim_stale = false;
+  int64_t max_groups = 0;
+  bool reclaim_stale = false;
 };
 
-ReplayConfig ConfigFrom(const CreateFlags& f) {
-  ReplayConfig c;
-  c.capacity_bytes = f.capacity_mb << 20;
+absl::Status RunCreate(const CreateFlags& f, const config::RunConfig& run) {
+  ReplayConfig c = roles::ReplayConfigFrom(run);
   c.max_groups = f.max_groups;
-  c.lease_ms = f.lease_ms;
-  c.backpressure = f.drop_oldest ? BackpressurePolicy::kDropOldest : BackpressurePolicy::kBlock;
-  c.label = f.label;
-  return c;
-}
-
-absl::Status RunCreate(const CreateFlags& f) {
-  PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Create(f.name, ConfigFrom(f), f.reclaim_stale));
-  std::printf("created replay segment %s (/dev/shm/%s): %lld MB\n", f.name.c_str(), f.name.c_str(),
-              static_cast<long long>(f.capacity_mb));
+  if (!f.label.empty()) c.label = f.label;
+  const std::string name = f.name.empty() ? run.replay_segment() : f.name;
+  PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Create(name, c, f.reclaim_stale));
+  std::printf("created replay segment %s (/dev/shm/%s): %lld MiB, lease %lld ms, %s\n",
+              name.c_str(), name.c_str(), static_cast<long long>(run.replay.capacity_mb),
+              static_cast<long long>(c.lease_ms),
+              run.replay.drop_oldest ? "drop-oldest when full" : "writers wait when full");
   return absl::OkStatus();
 }
 
@@ -90,31 +84,6 @@ absl::Status RunStat(const std::string& name, bool json) {
   return absl::OkStatus();
 }
 
-struct ServeFlags {
-  std::string name;
-  int port = 50061;
-  int64_t max_message_mb = 256, write_timeout_ms = 10'000;
-};
-
-std::atomic<bool> stop_requested{false};
-
-absl::Status RunServe(const ServeFlags& f) {
-  PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Open(f.name));
-  IngestOptions options;
-  options.address = absl::StrCat("0.0.0.0:", f.port);
-  options.max_message_bytes = f.max_message_mb << 20;
-  options.write_timeout = absl::Milliseconds(f.write_timeout_ms);
-  PRL_ASSIGN_OR_RETURN(auto server, ReplayIngestServer::Start(buffer.get(), options));
-  std::printf("serving replay segment %s on port %d (ReplayService, health, reflection)\n",
-              f.name.c_str(), server->port());
-  std::fflush(stdout);
-  std::signal(SIGINT, [](int) { stop_requested = true; });
-  std::signal(SIGTERM, [](int) { stop_requested = true; });
-  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  server->Shutdown();
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry) {
@@ -123,18 +92,21 @@ void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry) {
 
   auto c = std::make_shared<CreateFlags>();
   CLI::App* create = replay->add_subcommand("create", "Create a replay segment in /dev/shm");
-  create->add_option("name", c->name, "Segment name ([A-Za-z0-9._-])")->required();
-  create->add_option("--capacity-mb", c->capacity_mb, "Ring size")->capture_default_str();
+  auto flags = std::make_shared<ConfigFlags>(create);
+  create->add_option("name", c->name,
+                     "Segment name ([A-Za-z0-9._-]; default: the run's, prl-<run.name>-replay)");
+  flags->Shorthand("--run-name", "run.name")
+      .Shorthand("--capacity-mb", "replay.capacity_mb")
+      .Shorthand("--lease-ms", "replay.lease_ms")
+      .Shorthand("--drop-oldest", "replay.drop_oldest");
   create->add_option("--max-groups", c->max_groups, "Groups held at once (0: capacity / 4 KB)")
       ->capture_default_str();
-  create->add_option("--lease-ms", c->lease_ms, "Re-deliver a taken group not acked within this")
-      ->capture_default_str();
-  create->add_flag("--drop-oldest", c->drop_oldest,
-                   "When full, drop the oldest ready groups instead of making writers wait");
   create->add_flag("--reclaim-stale", c->reclaim_stale,
                    "Replace an existing segment whose creator is dead");
-  create->add_option("--label", c->label, "Free text kept in the header (e.g. the run id)");
-  registry.Add(create, [c] { return RunCreate(*c); });
+  create->add_option("--label", c->label, "Free text kept in the header (default: the run)");
+  registry.Add(create, [c, flags] {
+    return flags->Run([&](const config::RunConfig& run) { return RunCreate(*c, run); });
+  });
 
   auto stat_name = std::make_shared<std::string>();
   auto stat_json = std::make_shared<bool>(false);
@@ -154,19 +126,6 @@ void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry) {
     std::printf("removed replay segment %s\n", reset_name->c_str());
     return absl::OkStatus();
   });
-
-  auto s = std::make_shared<ServeFlags>();
-  CLI::App* serve = replay->add_subcommand(
-      "serve", "Serve a segment's gRPC ingest (ReplayService.Push) for remote actors");
-  serve->add_option("name", s->name, "Segment name (must exist)")->required();
-  serve->add_option("--port", s->port, "Listening port (0: any free port)")->capture_default_str();
-  serve->add_option("--max-message-mb", s->max_message_mb, "Largest push message")
-      ->capture_default_str();
-  serve
-      ->add_option("--write-timeout-ms", s->write_timeout_ms,
-                   "How long a push waits for space before RESOURCE_EXHAUSTED")
-      ->capture_default_str();
-  registry.Add(serve, [s] { return RunServe(*s); });
 }
 
 }  // namespace prl::cli

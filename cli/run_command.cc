@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/report.h"
 #include "cli/command.h"
+#include "cli/config_flags.h"
 #include "config/run_config.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -35,24 +36,11 @@ std::string SelfPath() {
 }
 
 struct RunFlags {
-  std::string config_file, mode, run_dir;
-  std::vector<std::string> overrides;
-  bool resume = false, print_config = false;
+  std::shared_ptr<ConfigFlags> config;
+  bool resume = false;
 };
 
-absl::StatusOr<config::RunConfig> EffectiveConfig(const RunFlags& f) {
-  std::vector<std::string> overrides = f.overrides;
-  if (!f.mode.empty()) overrides.push_back("run.mode=" + f.mode);
-  if (!f.run_dir.empty()) overrides.push_back("run.dir=\"" + f.run_dir + "\"");
-  return config::LoadRunConfig(f.config_file, overrides);
-}
-
-absl::Status RunRun(const RunFlags& f) {
-  PRL_ASSIGN_OR_RETURN(const config::RunConfig config, EffectiveConfig(f));
-  if (f.print_config) {
-    std::printf("%s\n", config::RunConfigToJson(config).c_str());
-    return absl::OkStatus();
-  }
+absl::Status RunRun(const RunFlags& f, const config::RunConfig& config) {
   struct sigaction action {};
   action.sa_handler = [](int) { interrupted = true; };
   sigaction(SIGINT, &action, nullptr);
@@ -181,15 +169,14 @@ void RegisterRunCommands(CLI::App& app, CommandRegistry& registry) {
       "ranks and actors as supervised processes; warm-start, RL, held-out evaluation before "
       "and after, summary.json. Without --config: the built-in quickstart (arithmetic task, "
       "tiny model)");
-  run->add_option("--config", f->config_file, "The run's config file (JSON; see README)");
-  run->add_option("--set", f->overrides, "Override one field: section.key=value (repeatable)");
-  run->add_option("--mode", f->mode, "pipeline (default) | sync: overrides run.mode");
-  run->add_option("--run-dir", f->run_dir, "Overrides run.dir");
+  f->config = std::make_shared<ConfigFlags>(run);
+  f->config->Shorthand("--mode", "run.mode").Shorthand("--run-dir", "run.dir");
   run->add_flag("--resume", f->resume,
                 "Continue the run in the run directory (checkpoints, prompt log) instead of "
                 "starting over");
-  run->add_flag("--print-config", f->print_config, "Print the effective config and exit");
-  registry.Add(run, [f] { return RunRun(*f); });
+  registry.Add(run, [f] {
+    return f->config->Run([&](const config::RunConfig& c) { return RunRun(*f, c); });
+  });
 
   CLI::App* bench = nullptr;
   for (CLI::App* sub : app.get_subcommands({})) {

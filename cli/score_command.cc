@@ -28,7 +28,7 @@ struct ScoreFlags {
   float temperature = 1.0f;
   int64_t max_batch_tokens = 16384;
   bool batch_invariant = false;
-  std::string dtype = "f32";
+  std::string dtype = "fp32";
 };
 
 struct ScoreLine {
@@ -209,7 +209,7 @@ void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry) {
       ->capture_default_str();
   score
       ->add_option("--dtype", f->dtype,
-                   "f32 (exact mode, every backend) | bf16 (CUDA: bf16 weights and activations, "
+                   "fp32 (exact mode, every backend) | bf16 (CUDA: bf16 weights and activations, "
                    "fp32 accumulation)")
       ->capture_default_str();
   score->add_flag("--batch-invariant", f->batch_invariant,

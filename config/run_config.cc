@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "config/run_config_fields.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -17,59 +18,8 @@ namespace prl::config {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// Every field once, as (section, key, member): the reader, the writer and the list of known
-// keys all walk this, so they cannot disagree.
-template <typename Visitor>
-void VisitFields(RunConfig& c, Visitor& v) {
-  v("run", "name", c.run.name);
-  v("run", "dir", c.run.dir);
-  v("run", "mode", c.run.mode);
-  v("run", "seed", c.run.seed);
-  v("model", "path", c.model.path);
-  v("model", "preset", c.model.preset);
-  v("model", "max_position_embeddings", c.model.max_position_embeddings);
-  v("model", "init_seed", c.model.init_seed);
-  v("task", "name", c.task.name);
-  v("task", "min_digits", c.task.min_digits);
-  v("task", "max_digits", c.task.max_digits);
-  v("task", "operations", c.task.operations);
-  v("task", "eval_prompts", c.task.eval_prompts);
-  v("task", "samples_per_prompt", c.task.samples_per_prompt);
-  v("task", "max_tokens", c.task.max_tokens);
-  v("task", "temperature", c.task.temperature);
-  v("task", "top_p", c.task.top_p);
-  v("task", "reward", c.task.reward);
-  v("task", "credit", c.task.credit);
-  v("sft", "steps", c.sft.steps);
-  v("sft", "lr", c.sft.lr);
-  v("sft", "examples_per_step", c.sft.examples_per_step);
-  v("actors", "count", c.actors.count);
-  v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight);
-  v("actors", "max_num_seqs", c.actors.max_num_seqs);
-  v("actors", "kv_cache_mb", c.actors.kv_cache_mb);
-  v("actors", "max_restarts", c.actors.max_restarts);
-  v("learner", "world_size", c.learner.world_size);
-  v("learner", "steps", c.learner.steps);
-  v("learner", "groups_per_step", c.learner.groups_per_step);
-  v("learner", "loss", c.learner.loss);
-  v("learner", "optimizer", c.learner.optimizer);
-  v("learner", "advantage", c.learner.advantage);
-  v("learner", "lr", c.learner.lr);
-  v("learner", "max_grad_norm", c.learner.max_grad_norm);
-  v("learner", "max_lag", c.learner.max_lag);
-  v("learner", "checkpoint_every", c.learner.checkpoint_every);
-  v("learner", "micro_batch_tokens", c.learner.micro_batch_tokens);
-  v("learner", "max_restarts", c.learner.max_restarts);
-  v("replay", "capacity_mb", c.replay.capacity_mb);
-  v("broadcast", "transport", c.broadcast.transport);
-  v("coordinator", "address", c.coordinator.address);
-  v("coordinator", "lease_ms", c.coordinator.lease_ms);
-  v("coordinator", "heartbeat_ms", c.coordinator.heartbeat_ms);
-  v("coordinator", "max_pending_prompts", c.coordinator.max_pending_prompts);
-  v("metrics", "enabled", c.metrics.enabled);
-  v("metrics", "base_port", c.metrics.base_port);
-}
+using internal::EnumField;
+using internal::VisitFields;
 
 template <typename T>
 const char* TypeName() {
@@ -85,12 +35,37 @@ struct Reader {
   std::string origin;
   absl::Status status;
 
-  template <typename T>
-  void operator()(const char* section, const char* key, T& field) {
-    if (!status.ok() || !root.contains(section)) return;
+  // The value of section.key, or null when absent (or after an error).
+  const Json* Find(const char* section, const char* key) const {
+    if (!status.ok() || !root.contains(section)) return nullptr;
     const Json& s = root.at(section);
-    if (!s.is_object() || !s.contains(key)) return;
-    const Json& value = s.at(key);
+    if (!s.is_object() || !s.contains(key)) return nullptr;
+    return &s.at(key);
+  }
+
+  template <typename E>
+  void operator()(const char* section, const char* key, EnumField<E> field, const char*) {
+    const Json* value = Find(section, key);
+    if (value == nullptr) return;
+    const std::string where = absl::StrCat(origin, ": ", section, ".", key);
+    if (!value->is_string()) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected one of ", EnumNameList<E>(field.names), "; found ", value->dump()));
+      return;
+    }
+    absl::StatusOr<E> parsed = ParseEnum<E>(field.names, value->get<std::string>(), where);
+    if (!parsed.ok()) {
+      status = parsed.status();
+      return;
+    }
+    field.value = *parsed;
+  }
+
+  template <typename T>
+  void operator()(const char* section, const char* key, T& field, const char*) {
+    const Json* found = Find(section, key);
+    if (found == nullptr) return;
+    const Json& value = *found;
     bool ok = false;
     if constexpr (std::is_same_v<T, std::string>) {
       ok = value.is_string();
@@ -116,8 +91,12 @@ struct Reader {
 
 struct Writer {
   Json& root;
+  template <typename E>
+  void operator()(const char* section, const char* key, EnumField<E> field, const char*) {
+    root[section][key] = std::string(EnumName<E>(field.names, field.value));
+  }
   template <typename T>
-  void operator()(const char* section, const char* key, T& field) {
+  void operator()(const char* section, const char* key, T& field, const char*) {
     root[section][key] = field;
   }
 };
@@ -125,8 +104,18 @@ struct Writer {
 struct KeyLister {
   std::map<std::string, std::set<std::string>> keys;
   template <typename T>
-  void operator()(const char* section, const char* key, T&) {
+  void operator()(const char* section, const char* key, T&&, const char*) {
     keys[section].insert(key);
+  }
+};
+
+// Keys in file order, with help and the value as JSON.
+struct Describer {
+  const Json& values;
+  std::vector<ConfigKey>& out;
+  template <typename T>
+  void operator()(const char* section, const char* key, T&&, const char* help) {
+    out.push_back({absl::StrCat(section, ".", key), help, values[section][key].dump()});
   }
 };
 
@@ -162,6 +151,16 @@ absl::Status CheckKnownKeys(const Json& root, absl::string_view origin) {
   return absl::OkStatus();
 }
 
+Json ToJson(const RunConfig& config) {
+  RunConfig copy = config;
+  Json root = Json::object();
+  Writer writer{root};
+  VisitFields(copy, writer);
+  return root;
+}
+
+// The value is parsed as JSON, except for string keys (names, paths, enumerations), where
+// text that is not a JSON string is the string itself: run.name=123, learner.loss=sft.
 absl::Status ApplyOverride(Json& root, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   const size_t dot = assignment.find('.');
@@ -173,8 +172,11 @@ absl::Status ApplyOverride(Json& root, const std::string& assignment) {
   const std::string section = assignment.substr(0, dot);
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string text = assignment.substr(eq + 1);
+  static const Json* defaults = new Json(ToJson(RunConfig()));
+  const bool string_key = defaults->contains(section) && (*defaults)[section].contains(key) &&
+                          (*defaults)[section][key].is_string();
   Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;  // a bare string: mode=sync
+  if (value.is_discarded() || (string_key && !value.is_string())) value = text;
   if (!root.contains(section)) root[section] = Json::object();
   if (!root[section].is_object()) {
     return absl::InvalidArgumentError(
@@ -184,90 +186,7 @@ absl::Status ApplyOverride(Json& root, const std::string& assignment) {
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status Range(bool ok, const char* field, const char* expected, const T& found) {
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": expected ", expected, ", found ", found));
-}
-
 }  // namespace
-
-absl::Status ValidateRunConfig(const RunConfig& c) {
-  PRL_RETURN_IF_ERROR(Range(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
-                            "run.name", "a non-empty name without '/'", "'" + c.run.name + "'"));
-  PRL_RETURN_IF_ERROR(Range(c.run.mode == "pipeline" || c.run.mode == "sync", "run.mode",
-                            "pipeline or sync", "'" + c.run.mode + "'"));
-  PRL_RETURN_IF_ERROR(Range(!c.model.path.empty() || !c.model.preset.empty(), "model.preset",
-                            "a preset name when model.path is empty", "''"));
-  PRL_RETURN_IF_ERROR(Range(c.model.max_position_embeddings >= 8, "model.max_position_embeddings",
-                            ">= 8", c.model.max_position_embeddings));
-  PRL_RETURN_IF_ERROR(Range(c.task.name == "arithmetic", "task.name",
-                            "arithmetic (the built-in task)", "'" + c.task.name + "'"));
-  PRL_RETURN_IF_ERROR(Range(c.task.eval_prompts >= 1 && c.task.eval_prompts <= 100000,
-                            "task.eval_prompts", "1 to 100000", c.task.eval_prompts));
-  PRL_RETURN_IF_ERROR(Range(c.task.samples_per_prompt >= 2 && c.task.samples_per_prompt <= 1024,
-                            "task.samples_per_prompt",
-                            "2 to 1024 (group-normalised advantages need two samples)",
-                            c.task.samples_per_prompt));
-  PRL_RETURN_IF_ERROR(Range(c.task.max_tokens >= 1, "task.max_tokens", ">= 1", c.task.max_tokens));
-  PRL_RETURN_IF_ERROR(Range(c.task.temperature > 0 && c.task.temperature <= 10, "task.temperature",
-                            "a number in (0, 10]", c.task.temperature));
-  PRL_RETURN_IF_ERROR(Range(c.task.top_p > 0 && c.task.top_p <= 1, "task.top_p",
-                            "a number in (0, 1]", c.task.top_p));
-  PRL_RETURN_IF_ERROR(Range(c.task.credit == "exact" || c.task.credit == "digits", "task.credit",
-                            "exact or digits", "'" + c.task.credit + "'"));
-  PRL_RETURN_IF_ERROR(Range(c.sft.steps >= 0, "sft.steps", ">= 0", c.sft.steps));
-  PRL_RETURN_IF_ERROR(Range(c.sft.lr > 0, "sft.lr", "a number > 0", c.sft.lr));
-  PRL_RETURN_IF_ERROR(Range(c.sft.examples_per_step >= 1, "sft.examples_per_step", ">= 1",
-                            c.sft.examples_per_step));
-  PRL_RETURN_IF_ERROR(Range(c.actors.count >= 1 && c.actors.count <= 64, "actors.count", "1 to 64",
-                            c.actors.count));
-  PRL_RETURN_IF_ERROR(Range(c.actors.max_prompts_in_flight >= 1, "actors.max_prompts_in_flight",
-                            ">= 1", c.actors.max_prompts_in_flight));
-  PRL_RETURN_IF_ERROR(
-      Range(c.actors.max_num_seqs >= 1, "actors.max_num_seqs", ">= 1", c.actors.max_num_seqs));
-  PRL_RETURN_IF_ERROR(
-      Range(c.actors.kv_cache_mb >= 1, "actors.kv_cache_mb", ">= 1", c.actors.kv_cache_mb));
-  PRL_RETURN_IF_ERROR(
-      Range(c.actors.max_restarts >= 0, "actors.max_restarts", ">= 0", c.actors.max_restarts));
-  PRL_RETURN_IF_ERROR(Range(c.learner.world_size >= 1 && c.learner.world_size <= 64,
-                            "learner.world_size", "1 to 64", c.learner.world_size));
-  PRL_RETURN_IF_ERROR(Range(c.learner.steps >= 1, "learner.steps", ">= 1", c.learner.steps));
-  PRL_RETURN_IF_ERROR(Range(c.learner.groups_per_step >= 1, "learner.groups_per_step", ">= 1",
-                            c.learner.groups_per_step));
-  PRL_RETURN_IF_ERROR(Range(c.learner.lr > 0, "learner.lr", "a number > 0", c.learner.lr));
-  PRL_RETURN_IF_ERROR(Range(c.learner.max_grad_norm >= 0, "learner.max_grad_norm", ">= 0",
-                            c.learner.max_grad_norm));
-  PRL_RETURN_IF_ERROR(Range(c.learner.max_lag >= 0, "learner.max_lag", ">= 0", c.learner.max_lag));
-  PRL_RETURN_IF_ERROR(Range(c.learner.checkpoint_every >= 1, "learner.checkpoint_every", ">= 1",
-                            c.learner.checkpoint_every));
-  PRL_RETURN_IF_ERROR(Range(c.learner.micro_batch_tokens >= 16, "learner.micro_batch_tokens",
-                            ">= 16", c.learner.micro_batch_tokens));
-  PRL_RETURN_IF_ERROR(
-      Range(c.learner.max_restarts >= 0, "learner.max_restarts", ">= 0", c.learner.max_restarts));
-  PRL_RETURN_IF_ERROR(Range(c.learner.advantage == "grpo" || c.learner.advantage == "dr_grpo",
-                            "learner.advantage", "grpo or dr_grpo",
-                            "'" + c.learner.advantage + "'"));
-  PRL_RETURN_IF_ERROR(
-      Range(c.replay.capacity_mb >= 1, "replay.capacity_mb", ">= 1", c.replay.capacity_mb));
-  PRL_RETURN_IF_ERROR(Range(c.broadcast.transport == "shm" || c.broadcast.transport == "grpc",
-                            "broadcast.transport", "shm or grpc",
-                            "'" + c.broadcast.transport + "'"));
-  PRL_RETURN_IF_ERROR(Range(c.coordinator.lease_ms >= 100, "coordinator.lease_ms", ">= 100",
-                            c.coordinator.lease_ms));
-  PRL_RETURN_IF_ERROR(
-      Range(c.coordinator.heartbeat_ms >= 10 && c.coordinator.heartbeat_ms < c.coordinator.lease_ms,
-            "coordinator.heartbeat_ms", ">= 10 and below coordinator.lease_ms",
-            c.coordinator.heartbeat_ms));
-  PRL_RETURN_IF_ERROR(Range(c.coordinator.max_pending_prompts >= 1,
-                            "coordinator.max_pending_prompts", ">= 1",
-                            c.coordinator.max_pending_prompts));
-  PRL_RETURN_IF_ERROR(Range(c.metrics.base_port >= 0 && c.metrics.base_port < 65000,
-                            "metrics.base_port", "0 (free ports) or a port below 65000",
-                            c.metrics.base_port));
-  return absl::OkStatus();
-}
 
 absl::StatusOr<RunConfig> ParseRunConfig(absl::string_view json_text, absl::string_view origin,
                                          const std::vector<std::string>& overrides) {
@@ -297,12 +216,15 @@ absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
   return ParseRunConfig(text.str(), path, overrides);
 }
 
-std::string RunConfigToJson(const RunConfig& config) {
+std::string RunConfigToJson(const RunConfig& config) { return ToJson(config).dump(2); }
+
+std::vector<ConfigKey> ListConfigKeys(const RunConfig& config) {
+  const Json values = ToJson(config);
+  std::vector<ConfigKey> keys;
+  Describer describer{values, keys};
   RunConfig copy = config;
-  Json root = Json::object();
-  Writer writer{root};
-  VisitFields(copy, writer);
-  return root.dump(2);
+  VisitFields(copy, describer);
+  return keys;
 }
 
 }  // namespace prl::config

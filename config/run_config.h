@@ -1,15 +1,18 @@
-// RunConfig: the one file that describes a run (ARCHITECTURE.md "Config"). `prl run` reads it
-// to start every process, and each role (`prl coordinator`, `prl actor`, `prl learner
-// serve`) reads the same file with --config, taking its settings from it where no flag was
-// given.
+// RunConfig: the one file that describes a run (docs/architecture.md, "Config"). `prl run`
+// reads it to start every process, and every role (`prl coordinator`, `prl actor`, `prl
+// learner serve`, `prl replay serve`) and tool (`prl learner step|train`) reads the same file
+// with --config; their remaining flags are shorthands for keys of this file. Every default is
+// stated here, once; docs/configuration.md lists every key (a test keeps the two equal).
 //
 // Format: JSON, every section and key optional (the defaults are the built-in quickstart: a
 // tiny model created on the fly, a supervised warm-start, then RL on the arithmetic task).
-// Unknown sections or keys and values of the wrong type or out of range are errors naming
-// the field (`learner.lr: expected a number > 0, found -1`). `prl run --print-config` prints
-// the effective configuration, and `--set section.key=value` overrides single fields.
+// Unknown sections or keys, values of the wrong type or out of range, and misspelt
+// enumerations are errors naming the field (`learner.lr: expected a number > 0, found -1`,
+// `learner.advantage: expected one of grpo, dr_grpo; found 'grpoo'`).
 //
-// Units are in the names: _mb (MiB), _ms (milliseconds), _s (seconds).
+// Units are in the names: _mb (MiB), _ms (milliseconds), _s (seconds). Addresses are
+// host:port; `listen` keys are where a server binds (loopback by default; port 0: any free
+// port), `address` keys are where clients reach it (empty: the listen address).
 #pragma once
 
 #include <cstdint>
@@ -18,13 +21,37 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/enum_names.h"
+#include "learner/advantages.h"
+#include "learner/losses.h"
+#include "learner/optimizer.h"
 
 namespace prl::config {
 
+enum class RunMode { kPipeline, kSync };
+inline constexpr NamedValue<RunMode> kRunModeNames[] = {{"pipeline", RunMode::kPipeline},
+                                                        {"sync", RunMode::kSync}};
+
+// How the learner's weights reach the actors (weight_broadcast/).
+enum class WeightTransport { kShm, kGrpc, kCudaIpc, kNccl };
+inline constexpr NamedValue<WeightTransport> kWeightTransportNames[] = {
+    {"shm", WeightTransport::kShm},
+    {"grpc", WeightTransport::kGrpc},
+    {"cuda_ipc", WeightTransport::kCudaIpc},
+    {"nccl", WeightTransport::kNccl}};
+
+// The arithmetic reward's credit: exact (1 iff the answer is right) or digits (partial credit
+// per digit, a denser signal for small models). Evaluation is always exact.
+enum class ArithmeticCredit { kExact, kDigits };
+inline constexpr NamedValue<ArithmeticCredit> kArithmeticCreditNames[] = {
+    {"exact", ArithmeticCredit::kExact}, {"digits", ArithmeticCredit::kDigits}};
+
 struct RunSection {
   std::string name = "quickstart";
-  std::string dir;                // default: runs/<name>
-  std::string mode = "pipeline";  // pipeline | sync
+  std::string dir;  // default: runs/<name>
+  RunMode mode = RunMode::kPipeline;
   uint64_t seed = 1;
 };
 
@@ -45,9 +72,7 @@ struct TaskSection {
   double temperature = 1.0;
   double top_p = 1.0;
   std::string reward = "arithmetic";
-  // The arithmetic reward's credit: "exact" (1 iff the answer is right) or "digits" (partial
-  // credit per digit, a denser signal for small models). Evaluation is always exact.
-  std::string credit = "exact";
+  ArithmeticCredit credit = ArithmeticCredit::kExact;
 };
 
 // The supervised warm-start before RL (steps 0: none). The defaults take the tiny model to
@@ -59,49 +84,85 @@ struct SftSection {
   int64_t examples_per_step = 128;
 };
 
+struct CoordinatorSection {
+  std::string listen = "127.0.0.1:50051";
+  std::string address;  // where actors, the learner and clients reach it; empty: listen
+  std::string log;      // the durable prompt log; empty: <run dir>/coordinator/prompts.log
+  int64_t lease_ms = 30'000;
+  int64_t heartbeat_ms = 1'000;
+  int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
+  int32_t max_samples_per_prompt = 1024;
+};
+
 struct ActorsSection {
-  int count = 2;
-  int32_t max_prompts_in_flight = 8;
+  int count = 2;  // prl run's actor processes
+  DeviceType device = DeviceType::kCpu;
+  DType dtype = DType::kF32;
+  // CUDA: the share of the GPU's memory the KV cache takes (vLLM's gpu_memory_utilization,
+  // for the cache alone). On the CPU the pool is kv_cache_mb.
+  double gpu_memory_fraction = 0.2;
+  int64_t kv_cache_mb = 256;
+  int32_t block_size = 16;  // tokens per KV block (vLLM's default)
   int32_t max_num_seqs = 64;
-  int64_t kv_cache_mb = 32;
-  int max_restarts = 5;  // per actor, by prl run's supervisor
+  int32_t max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+  bool batch_invariant = false;  // bit-exact log-probs whatever the batch; slower
+  bool cuda_graphs = true;
+  int32_t max_prompts_in_flight = 8;
+  double replay_timeout_s = 60;  // how long a write waits while the replay buffer is full
+  int max_restarts = 5;          // per actor, by prl run's supervisor
 };
 
 struct LearnerSection {
   int world_size = 1;
-  int64_t steps = 2000;  // RL optimizer steps
+  DeviceType device = DeviceType::kCpu;
+  DType dtype = DType::kF32;
+  int64_t steps = 2000;  // RL optimizer steps (0: until stopped; prl run needs >= 1)
   int64_t groups_per_step = 16;
-  std::string loss = "reinforce_tis";
-  std::string optimizer = "adamw";
-  std::string advantage = "grpo";
+  learner::LossKind loss = learner::LossKind::kReinforceTis;
+  learner::LossNormalization normalization = learner::LossNormalization::kGlobalTokens;
+  learner::AdvantageEstimator advantage = learner::AdvantageEstimator::kGrpo;
+  bool drop_uniform_groups = false;
+  learner::OptimizerKind optimizer = learner::OptimizerKind::kAdamW;
   // Measured on the quickstart (300 steps from the same warm start): 1e-4 gains the most
   // held-out accuracy, 3e-4 half as much, 1e-3 collapses the policy.
   double lr = 1e-4;
-  double max_grad_norm = 1.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.95;
+  double max_grad_norm = 1.0;  // 0: no clipping
+  double tis_cap = 2.0;
+  double clip_low = 0.2, clip_high = 0.2;
   int64_t max_lag = 4;
-  int64_t checkpoint_every = 100;
   int64_t micro_batch_tokens = 4096;
+  int64_t checkpoint_every = 100;
+  int keep_checkpoints = 2;
+  std::string checkpoint_dir;  // empty: <run dir>/checkpoints
+  double timeout_s = 300;      // per collective: a dead rank becomes an error after this
+  std::string report_file;     // one JSON line per step (learner/step_report.h); empty: none
   int max_restarts = 3;
 };
 
 struct ReplaySection {
-  int64_t capacity_mb = 64;
+  int64_t capacity_mb = 256;
+  int64_t lease_ms = 60'000;  // a taken group not acked within this is delivered again
+  bool drop_oldest = false;   // when full: drop the oldest groups instead of making writers wait
+  std::string listen = "127.0.0.1:50061";  // `prl replay serve`'s gRPC ingest
+  std::string address;  // non-empty: actors push to this remote ingest instead of the segment
+  int64_t max_message_mb = 256;
+  int64_t write_timeout_ms = 10'000;  // a push waits this long for space
 };
 
 struct BroadcastSection {
-  std::string transport = "shm";  // shm (same node) | grpc
-};
-
-struct CoordinatorSection {
-  std::string address = "127.0.0.1:0";  // port 0: any free port
-  int64_t lease_ms = 30'000;
-  int64_t heartbeat_ms = 1'000;
-  int64_t max_pending_prompts = 100'000;
+  WeightTransport transport = WeightTransport::kShm;
+  std::string listen = "127.0.0.1:50062";  // grpc and nccl: the learner's endpoint
+  std::string address;                     // where actors reach it; empty: listen
+  double timeout_s = 30;                   // nccl: a broadcast to a dead actor fails after this
 };
 
 struct MetricsSection {
   bool enabled = true;
-  int base_port = 0;  // 0: free ports; else coordinator base, learner base+1, actors base+2..
+  std::string listen = "127.0.0.1:0";  // this process's /metrics (port 0: any free port)
+  int base_port = 0;  // prl run: 0 free ports; else coordinator base, learner base+1, actors +2..
 };
 
 struct RunConfig {
@@ -109,33 +170,53 @@ struct RunConfig {
   ModelSection model;
   TaskSection task;
   SftSection sft;
+  CoordinatorSection coordinator;
   ActorsSection actors;
   LearnerSection learner;
   ReplaySection replay;
   BroadcastSection broadcast;
-  CoordinatorSection coordinator;
   MetricsSection metrics;
 
   // Names and paths every process of a run derives from the file, so that the roles and
   // prl run (which cleans them up) always agree.
   std::string run_dir() const { return run.dir.empty() ? "runs/" + run.name : run.dir; }
-  std::string checkpoint_dir() const { return run_dir() + "/checkpoints"; }
-  std::string prompt_log() const { return run_dir() + "/coordinator/prompts.log"; }
+  std::string checkpoint_dir() const {
+    return learner.checkpoint_dir.empty() ? run_dir() + "/checkpoints" : learner.checkpoint_dir;
+  }
+  std::string prompt_log() const {
+    return coordinator.log.empty() ? run_dir() + "/coordinator/prompts.log" : coordinator.log;
+  }
+  std::string coordinator_address() const {
+    return coordinator.address.empty() ? coordinator.listen : coordinator.address;
+  }
+  std::string weights_address() const {
+    return broadcast.address.empty() ? broadcast.listen : broadcast.address;
+  }
   // The run's shared-memory segments (one replay and one weight segment per run and node).
   std::string replay_segment() const { return "prl-" + run.name + "-replay"; }
   std::string weight_segment() const { return "prl-" + run.name + "-weights"; }
 };
 
-// Parses and validates JSON text; `origin` (a file name) prefixes every error.
+// One key of the file, for --help texts and docs: "learner.lr", its help line, and its value
+// in `config` as JSON text.
+struct ConfigKey {
+  std::string key;
+  std::string help;
+  std::string value_json;
+};
+std::vector<ConfigKey> ListConfigKeys(const RunConfig& config = RunConfig());
+
+// Parses and validates JSON text; `origin` (a file name) prefixes every error. `overrides`
+// ("section.key=value", the value parsed as JSON when it is valid JSON, else taken as a
+// string) apply in order after the text.
 absl::StatusOr<RunConfig> ParseRunConfig(absl::string_view json_text, absl::string_view origin,
                                          const std::vector<std::string>& overrides = {});
-// Reads the file (empty path: the built-in defaults), applies `overrides` ("section.key=value",
-// the value parsed as JSON when it is valid JSON, else taken as a string), validates.
+// Reads the file (empty path: the built-in defaults), applies `overrides`, validates.
 absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
                                         const std::vector<std::string>& overrides = {});
 // The effective configuration as JSON (every field), for --print-config and run directories.
 std::string RunConfigToJson(const RunConfig& config);
-// Checks ranges and enumerations; errors name the field.
+// Checks ranges and cross-field rules; errors name the field.
 absl::Status ValidateRunConfig(const RunConfig& config);
 
 }  // namespace prl::config

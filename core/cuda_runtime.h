@@ -23,6 +23,11 @@ int DeviceCount();
 // The GPU's product name as the driver reports it (cudaGetDeviceProperties), e.g.
 // "NVIDIA H100 80GB HBM3"; for benchmark reports and their peak-FLOP/s table.
 absl::StatusOr<std::string> DeviceName(int device);
+// The GPU's memory as the driver reports it (cudaMemGetInfo): what is free now and the total.
+struct DeviceMemory {
+  size_t free_bytes = 0, total_bytes = 0;
+};
+absl::StatusOr<DeviceMemory> MemoryInfo(int device);
 
 // Device memory through the caching allocator (core/cuda/caching_allocator.h: blocks are
 // reused, not returned to the driver; Free first synchronises the calling thread's current

@@ -1,8 +1,8 @@
 // CUDA runtime stand-in for builds without PRL_CUDA: CUDA is reported absent, and the
 // allocation and copy entry points (unreachable, since no CUDA Device resolves) say so.
-#include "core/cuda_runtime.h"
-
 #include <utility>
+
+#include "core/cuda_runtime.h"
 
 namespace prl::cuda {
 
@@ -16,6 +16,7 @@ bool Compiled() { return false; }
 bool KernelsCompiled() { return false; }
 int DeviceCount() { return 0; }
 absl::StatusOr<std::string> DeviceName(int) { return NotBuilt(); }
+absl::StatusOr<DeviceMemory> MemoryInfo(int) { return NotBuilt(); }
 absl::StatusOr<void*> Malloc(int, size_t) { return NotBuilt(); }
 void Free(int, void*) {}
 absl::Status Memcpy(void*, const void*, size_t) { return NotBuilt(); }

@@ -19,7 +19,7 @@ bool KernelBackendAvailable(DeviceType type) {
   return cuda::KernelsCompiled() && CudaDeviceCount() > 0;
 }
 
-absl::StatusOr<Device> ResolveDevice(absl::string_view spec) {
+absl::StatusOr<Device> ResolveDevice(absl::string_view spec, absl::string_view field) {
   if (spec == "cpu") return Device::Cpu();
   if (spec == "auto") {
     return KernelBackendAvailable(DeviceType::kCuda) ? Device::Cuda(0) : Device::Cpu();
@@ -31,22 +31,26 @@ absl::StatusOr<Device> ResolveDevice(absl::string_view spec) {
              ordinal >= 0) {
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--device: expected cpu, cuda, cuda:N or auto; found '", spec, "'"));
+        absl::StrCat(field, ": expected cpu, cuda, cuda:N or auto; found '", spec, "'"));
   }
   if (!CudaCompiled()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--device ", spec, ": this binary was built without CUDA (configure with -DPRL_CUDA=ON)"));
+        field, " = ", spec,
+        ": this prl was built without CUDA; rebuild with the CUDA toolkit installed and "
+        "-DPRL_CUDA=ON (cmake -S . -B build -DPRL_CUDA=ON), or set ",
+        field, " = cpu"));
   }
   if (!cuda::KernelsCompiled()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--device ", spec,
-                     ": this build has the CUDA runtime but no CUDA model kernels yet; "
-                     "use --device cpu"));
+        absl::StrCat(field, " = ", spec,
+                     ": this build has the CUDA runtime but no CUDA model kernels; use cpu"));
   }
   const int count = CudaDeviceCount();
   if (ordinal >= count) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--device ", spec, ": found ", count, " usable CUDA GPU(s)"));
+        absl::StrCat(field, " = ", spec, ": found ", count,
+                     " usable CUDA GPU(s) (a driver and a GPU visible through "
+                     "CUDA_VISIBLE_DEVICES are needed)"));
   }
   return Device::Cuda(ordinal);
 }

@@ -10,10 +10,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 
 namespace prl {
 
 enum class DeviceType : uint8_t { kCpu, kCuda };
+// The spellings of a role's device in the run config (`learner.device`, `actors.device`).
+inline constexpr NamedValue<DeviceType> kDeviceTypeNames[] = {{"cpu", DeviceType::kCpu},
+                                                              {"cuda", DeviceType::kCuda}};
 
 struct Device {
   DeviceType type = DeviceType::kCpu;
@@ -34,9 +38,11 @@ int CudaDeviceCount();
 // True when the model kernels have an implementation for `type` in this build.
 bool KernelBackendAvailable(DeviceType type);
 
-// Resolves a --device flag: "cpu", "cuda", "cuda:N" or "auto" (CUDA when usable, else CPU).
-// An explicit CUDA request that cannot be honoured is an error saying why.
-absl::StatusOr<Device> ResolveDevice(absl::string_view spec);
+// Resolves a device setting: "cpu", "cuda", "cuda:N" or "auto" (CUDA when usable, else CPU).
+// An explicit CUDA request that cannot be honoured is FailedPrecondition naming `field` (the
+// flag or config key) and why: a build without CUDA names the build option that enables it
+// (-DPRL_CUDA=ON), a machine without a usable GPU says how many it found.
+absl::StatusOr<Device> ResolveDevice(absl::string_view spec, absl::string_view field = "--device");
 
 // One line describing the backend situation, e.g. for `prl bench` headers.
 std::string DescribeBackends();

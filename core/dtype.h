@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 
 namespace prl {
 
@@ -30,6 +31,12 @@ constexpr size_t DTypeSize(DType t) {
 }
 
 absl::string_view DTypeName(DType t);
+
+// The compute dtypes a user chooses (`learner.dtype`, `actors.dtype`, --dtype): fp32 (exact
+// mode, every backend) or bf16 (CUDA: bf16 compute, fp32 accumulation and master weights).
+// "f32" is accepted for fp32.
+inline constexpr NamedValue<DType> kComputeDTypeNames[] = {
+    {"fp32", DType::kF32}, {"f32", DType::kF32}, {"bf16", DType::kBF16}};
 // Parses a safetensors dtype name among the ones above; nullopt for anything else.
 std::optional<DType> DTypeFromName(absl::string_view name);
 

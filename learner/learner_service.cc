@@ -79,6 +79,29 @@ std::optional<std::vector<TrainSample>> Decode(std::vector<uint8_t> data) {
   return samples;
 }
 
+// Rank 0's per-sample lags (learner version minus the oldest and the mean token version) and
+// the completion tokens of the samples trained on.
+void AddSampleLags(absl::Span<const TrainSample> samples, int64_t learner_version,
+                   LearnerStepReport* out) {
+  const double version = static_cast<double>(learner_version);
+  for (const TrainSample& sample : samples) {
+    out->report.completion_tokens += static_cast<int64_t>(sample.completion.size());
+    if (sample.versions.empty()) continue;
+    int64_t oldest = sample.versions[0];
+    double sum = 0;
+    for (int64_t v : sample.versions) {
+      oldest = std::min(oldest, v);
+      sum += static_cast<double>(v);
+    }
+    out->sample_max_lags.push_back(version - static_cast<double>(oldest));
+    out->sample_mean_lags.push_back(version - sum / static_cast<double>(sample.versions.size()));
+  }
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, ReplayBuffer* replay,
@@ -87,7 +110,12 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
       optimizer_(optimizer),
       replay_(replay),
       publisher_(publisher),
-      options_(options) {}
+      options_(options),
+      checkpointer_([&] {
+        CheckpointPolicy policy = options.checkpoint;
+        policy.last_step = options.max_steps;
+        return policy;
+      }()) {}
 
 absl::Status LearnerService::Publish() {
   // Every rank takes part in the gather; rank 0 publishes. The full copy is allocated once.
@@ -101,7 +129,7 @@ absl::Status LearnerService::Publish() {
 }
 
 absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
-    const std::atomic<bool>* stop, std::vector<LeasedGroup>* leased, LearnerStepReport* report) {
+    const std::atomic<bool>* stop, std::vector<LeasedGroup>* leased, StepReport* report) {
   std::vector<TrainSample> samples;
   double reward_sum = 0;
   while (static_cast<int64_t>(leased->size()) < options_.groups_per_step && !stop->load()) {
@@ -140,97 +168,88 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
   return samples;
 }
 
-absl::Status LearnerService::Run(const std::atomic<bool>* stop,
-                                 const std::function<void(const LearnerStepReport&)>& on_step) {
-  const bool rank0 = model_->rank() == 0;
-  if (!options_.checkpoint_dir.empty()) {
-    PRL_ASSIGN_OR_RETURN(const std::optional<TrainingState> resumed,
-                         LoadLatestCheckpoint(options_.checkpoint_dir, *model_, *optimizer_));
-    if (resumed.has_value()) {
-      state_ = {resumed->step, resumed->weight_version, resumed->data_position};
-      if (rank0) {
-        std::printf("learner: resumed from %s at step %lld (weight version %lld)\n",
-                    options_.checkpoint_dir.c_str(), static_cast<long long>(state_.step),
-                    static_cast<long long>(state_.weight_version));
-        std::fflush(stdout);
-      }
+absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSamples(
+    const std::vector<TrainSample>* samples) {
+  std::vector<uint8_t> bytes;
+  if (model_->rank() == 0) bytes = Encode(samples);
+  int64_t size = static_cast<int64_t>(bytes.size());
+  PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
+    PRL_RETURN_IF_ERROR(c.BroadcastHost({reinterpret_cast<uint8_t*>(&size), sizeof(size)}, 0));
+    bytes.resize(static_cast<size_t>(size));
+    return c.BroadcastHost(absl::MakeSpan(bytes), 0);
+  }));
+  return Decode(std::move(bytes));
+}
+
+absl::Status LearnerService::Resume() {
+  PRL_ASSIGN_OR_RETURN(const std::optional<TrainingState> resumed,
+                       checkpointer_.Resume(*model_, *optimizer_));
+  if (resumed.has_value()) {
+    state_ = *resumed;
+    if (model_->rank() == 0) {
+      std::printf("learner: resumed from %s at step %lld (weight version %lld)\n",
+                  checkpointer_.policy().dir.c_str(), static_cast<long long>(state_.step),
+                  static_cast<long long>(state_.weight_version));
+      std::fflush(stdout);
     }
   }
   if (options_.published_version >= state_.weight_version) {
     state_.weight_version = options_.published_version + 1;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> LearnerService::Step(
+    const std::atomic<bool>* stop, const std::function<void(const LearnerStepReport&)>& on_step) {
+  const bool rank0 = model_->rank() == 0;
+  LearnerStepReport out;
+  std::vector<LeasedGroup> leased;
+  std::vector<TrainSample> taken;
+  bool stopping = false;
+  if (rank0) {
+    PRL_ASSIGN_OR_RETURN(taken, NextSamples(stop, &leased, &out.report));
+    stopping = stop->load() && leased.size() < static_cast<size_t>(options_.groups_per_step);
+    if (stopping) {
+      for (const LeasedGroup& g : leased) replay_->Release(g).IgnoreError();
+      leased.clear();
+    }
+  }
+  PRL_ASSIGN_OR_RETURN(std::optional<std::vector<TrainSample>> samples,
+                       ShareSamples(stopping ? nullptr : &taken));
+  if (!samples.has_value()) return false;  // rank 0 was told to stop
+  StepResult result;
+  if (!samples->empty()) {
+    PRL_ASSIGN_OR_RETURN(
+        result, TrainStep(*model_, *optimizer_, *samples, options_.step, state_.weight_version));
+  }
+  if (rank0) AddSampleLags(*samples, state_.weight_version, &out);
+  ++state_.step;
+  ++state_.weight_version;
+  state_.data_position += out.report.groups;
+  // A lost lease (the step outlived it) means the group will come again: harmless.
+  for (const LeasedGroup& g : leased) replay_->Ack(g).IgnoreError();
+  const auto publish_start = std::chrono::steady_clock::now();
+  PRL_RETURN_IF_ERROR(Publish());
+  out.report.publish_seconds = SecondsSince(publish_start);
+  PRL_RETURN_IF_ERROR(checkpointer_.AfterStep(state_, *model_, *optimizer_).status());
+  if (rank0) {
+    SetStepResult(result, options_.lr, &out.report);
+    out.report.step = state_.step;
+    out.report.version = state_.weight_version;
+    out.report.unix_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    out.report.dropped_stale = replay_->Stats().dropped_stale;
+    if (on_step) on_step(out);
+  }
+  return true;
+}
+
+absl::Status LearnerService::Run(const std::atomic<bool>* stop,
+                                 const std::function<void(const LearnerStepReport&)>& on_step) {
+  PRL_RETURN_IF_ERROR(Resume());
   PRL_RETURN_IF_ERROR(Publish());
   while (options_.max_steps == 0 || state_.step < options_.max_steps) {
-    LearnerStepReport report;
-    std::vector<LeasedGroup> leased;
-    std::vector<uint8_t> bytes;
-    if (rank0) {
-      PRL_ASSIGN_OR_RETURN(std::vector<TrainSample> samples, NextSamples(stop, &leased, &report));
-      const bool stopping =
-          stop->load() && leased.size() < static_cast<size_t>(options_.groups_per_step);
-      bytes = Encode(stopping ? nullptr : &samples);
-      if (stopping) {
-        for (const LeasedGroup& g : leased) replay_->Release(g).IgnoreError();
-        leased.clear();
-      }
-    }
-    int64_t size = static_cast<int64_t>(bytes.size());
-    PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
-      PRL_RETURN_IF_ERROR(c.BroadcastHost({reinterpret_cast<uint8_t*>(&size), sizeof(size)}, 0));
-      bytes.resize(static_cast<size_t>(size));
-      return c.BroadcastHost(absl::MakeSpan(bytes), 0);
-    }));
-    std::optional<std::vector<TrainSample>> samples = Decode(std::move(bytes));
-    if (!samples.has_value()) break;  // rank 0 was told to stop
-    if (!samples->empty()) {
-      PRL_ASSIGN_OR_RETURN(report.result, TrainStep(*model_, *optimizer_, *samples, options_.step,
-                                                    state_.weight_version));
-    }
-    if (rank0) {
-      for (const TrainSample& sample : *samples) {
-        report.completion_tokens += static_cast<int64_t>(sample.completion.size());
-        if (sample.versions.empty()) continue;
-        int64_t oldest = sample.versions[0];
-        double sum = 0;
-        for (int64_t v : sample.versions) {
-          oldest = std::min(oldest, v);
-          sum += static_cast<double>(v);
-        }
-        const double version = static_cast<double>(state_.weight_version);
-        report.sample_max_lags.push_back(version - static_cast<double>(oldest));
-        report.sample_mean_lags.push_back(version - sum / sample.versions.size());
-      }
-    }
-    ++state_.step;
-    ++state_.weight_version;
-    state_.data_position += report.groups;
-    if (rank0) {
-      for (const LeasedGroup& g : leased) {
-        // A lost lease (the step outlived it) means the group will come again: harmless.
-        replay_->Ack(g).IgnoreError();
-      }
-    }
-    const auto publish_start = std::chrono::steady_clock::now();
-    PRL_RETURN_IF_ERROR(Publish());
-    report.publish_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
-    const bool last_step = options_.max_steps > 0 && state_.step >= options_.max_steps;
-    if (!options_.checkpoint_dir.empty() &&
-        (state_.step % options_.checkpoint_every == 0 || last_step)) {
-      TrainingState t;
-      t.step = state_.step;
-      t.weight_version = state_.weight_version;
-      t.data_position = state_.data_position;
-      PRL_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir, *model_, *optimizer_, t));
-    }
-    if (rank0) {
-      report.step = state_.step;
-      report.version = state_.weight_version;
-      report.lag_mean = report.result.stats.lag_mean;
-      report.lag_max = report.result.stats.lag_max;
-      report.dropped_stale = replay_->Stats().dropped_stale;
-      if (on_step) on_step(report);
-    }
+    PRL_ASSIGN_OR_RETURN(const bool stepped, Step(stop, on_step));
+    if (!stepped) break;
   }
   return absl::OkStatus();
 }

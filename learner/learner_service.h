@@ -2,8 +2,8 @@
 // from the replay buffer (dropping, and counting, those older than max_lag versions), turns
 // their rewards into group-normalised advantages, runs one FSDP training step
 // (learner/train_step.h) over its ranks, acknowledges the groups, publishes the new weights
-// to the actors, reports its progress to the coordinator, and checkpoints every K steps. A
-// restarted learner resumes from its latest checkpoint and publishes those weights first.
+// to the actors, reports its progress to the coordinator, and checkpoints (learner/checkpointer.h).
+// A restarted learner resumes from its latest checkpoint and publishes those weights first.
 //
 // Rank 0 reads the replay buffer and broadcasts the step's samples to the other ranks; every
 // rank trains on its share. Groups are acknowledged after the step that trained on them, so a
@@ -20,8 +20,10 @@
 
 #include "absl/status/status.h"
 #include "learner/advantages.h"
+#include "learner/checkpointer.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
+#include "learner/step_report.h"
 #include "learner/train_step.h"
 #include "replay/replay_buffer.h"
 #include "weight_broadcast/weight_transport.h"
@@ -33,29 +35,22 @@ struct LearnerServiceOptions {
   int64_t max_lag = 4;                             // groups whose oldest token is older are dropped
   int64_t max_steps = 0;                           // 0: until stopped
   absl::Duration take_timeout = absl::Seconds(1);  // per wait for groups (then re-checks stop)
-  std::string checkpoint_dir;                      // empty: no checkpoints
-  int64_t checkpoint_every = 10;                   // and after the last step when max_steps is set
+  CheckpointPolicy checkpoint;                     // last_step is set from max_steps
   StepConfig step;
   AdvantageConfig advantages;
+  double lr = 0;  // the optimizer's, for the reports
   // The newest version already in the weight transport (-1: none), e.g. published by a
   // learner that died after publishing and before checkpointing. Versions only increase, so
   // a resumed learner that is behind it publishes its weights as published_version + 1.
   int64_t published_version = -1;
 };
 
+// What rank 0 reports after each step: the StepReport, and per trained sample (where the actor
+// recorded token versions) the learner version minus its oldest token version and minus its
+// mean token version, for the lag histograms.
 struct LearnerStepReport {
-  StepResult result;
-  int64_t step = 0;     // optimizer steps taken, this one included
-  int64_t version = 0;  // the weights' version after this step
-  int64_t groups = 0, samples = 0;
-  double mean_reward = 0;
-  double lag_mean = 0, lag_max = 0;
-  int64_t dropped_stale = 0;  // groups the buffer dropped for staleness so far
-  double publish_seconds = 0;
-  // Per trained sample (where the actor recorded token versions): learner version minus the
-  // oldest token version, and minus the mean token version. For the lag histograms.
+  StepReport report;
   std::vector<double> sample_max_lags, sample_mean_lags;
-  int64_t completion_tokens = 0;  // tokens the actors generated in this step's samples
 };
 
 class LearnerService {
@@ -75,21 +70,27 @@ class LearnerService {
   int64_t groups_consumed() const { return state_.data_position; }
 
  private:
+  absl::Status Resume();
   absl::Status Publish();
+  // One optimizer step on every rank; false when rank 0 was told to stop before a full step.
+  absl::StatusOr<bool> Step(const std::atomic<bool>* stop,
+                            const std::function<void(const LearnerStepReport&)>& on_step);
   // Rank 0: the step's groups as samples (empty when stopping). Broadcast to every rank.
   absl::StatusOr<std::vector<TrainSample>> NextSamples(const std::atomic<bool>* stop,
                                                        std::vector<LeasedGroup>* leased,
-                                                       LearnerStepReport* report);
+                                                       StepReport* report);
+  // Rank 0's samples (or its stop signal: nullopt) on every rank.
+  absl::StatusOr<std::optional<std::vector<TrainSample>>> ShareSamples(
+      const std::vector<TrainSample>* samples);
 
   FsdpModel* model_;
   ShardedOptimizer* optimizer_;
   ReplayBuffer* replay_;
   WeightPublisher* publisher_;
   LearnerServiceOptions options_;
+  Checkpointer checkpointer_;
   std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
-  struct State {
-    int64_t step = 0, weight_version = 0, data_position = 0;
-  } state_;
+  TrainingState state_;
 };
 
 }  // namespace prl::learner

@@ -52,6 +52,7 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
       if (getppid() != parent) _exit(1);
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(options.world_size).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv(kStoreDirEnv, store_dir.c_str(), 1);
       setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
       std::vector<char*> args;
@@ -116,18 +117,6 @@ absl::StatusOr<collective::RendezvousConfig> RendezvousForThisRank() {
     return config;
   }
   return collective::RendezvousFromEnv();
-}
-
-absl::StatusOr<Device> LocalRankDevice(const std::string& flag, int rank) {
-  PRL_ASSIGN_OR_RETURN(const Device base, ResolveDevice(flag));
-  if (base.is_cpu()) return base;
-  const int index = base.index + rank;
-  if (index >= CudaDeviceCount()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device ", flag, ": rank ", rank, " needs GPU ", index, " but this machine has ",
-        CudaDeviceCount(), " (NCCL runs one rank per GPU: lower the world size)"));
-  }
-  return Device::Cuda(index);
 }
 
 }  // namespace prl::learner

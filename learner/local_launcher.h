@@ -1,6 +1,6 @@
 // LocalLauncher: runs W ranks of a learner group as separate processes on this machine (what
-// torchrun --standalone does): each child is `argv` re-executed with RANK, WORLD_SIZE and a
-// FileStore directory for the rendezvous in its environment, and OMP_NUM_THREADS set so that
+// torchrun --standalone does): each child is `argv` re-executed with RANK, WORLD_SIZE, LOCAL_RANK
+// and a FileStore directory for the rendezvous in its environment, and OMP_NUM_THREADS set so that
 // the ranks share the cores instead of oversubscribing them. A rank dies with its launcher.
 #pragma once
 
@@ -36,10 +36,5 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
 // In a rank started by RunLocalRanks (or by an external launcher setting RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): the rendezvous to use. NotFound when this process is not a rank.
 absl::StatusOr<collective::RendezvousConfig> RendezvousForThisRank();
-
-// The device of local rank `rank` for a --device flag: the CPU for "cpu", or GPU (N + rank)
-// for "cuda:N" ("cuda": N = 0; "auto": cuda:0 where a GPU is usable, else the CPU). NCCL runs
-// one rank per GPU: a rank beyond the machine's GPUs is FailedPrecondition naming both.
-absl::StatusOr<Device> LocalRankDevice(const std::string& flag, int rank);
 
 }  // namespace prl::learner

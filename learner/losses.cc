@@ -14,16 +14,6 @@
 namespace prl::learner {
 namespace {
 
-constexpr std::array<std::pair<LossKind, absl::string_view>, 7> kLossNames = {{
-    {LossKind::kReinforceTis, "reinforce_tis"},
-    {LossKind::kPpoClip, "ppo_clip"},
-    {LossKind::kDecoupledPpo, "decoupled_ppo"},
-    {LossKind::kIcepop, "icepop"},
-    {LossKind::kCispo, "cispo"},
-    {LossKind::kGspo, "gspo"},
-    {LossKind::kSft, "sft"},
-}};
-
 // `field` must be finite and within [lo, hi] (or (lo, hi] etc. as the flags say).
 absl::Status CheckRange(absl::string_view field, double value, double lo, bool lo_open, double hi,
                         bool hi_open) {
@@ -177,23 +167,6 @@ absl::Status ValidateInputs(const LossConfig& config, const LossInputs& in,
 }
 
 }  // namespace
-
-absl::StatusOr<LossKind> ParseLossKind(absl::string_view name) {
-  for (const auto& [kind, kind_name] : kLossNames) {
-    if (name == kind_name) return kind;
-  }
-  std::vector<std::string> names;
-  for (const auto& entry : kLossNames) names.emplace_back(entry.second);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown loss \"", name, "\"; expected one of ", absl::StrJoin(names, ", ")));
-}
-
-absl::string_view LossKindName(LossKind kind) {
-  for (const auto& [k, name] : kLossNames) {
-    if (k == kind) return name;
-  }
-  return "unknown";
-}
 
 absl::Status ValidateLossConfig(const LossConfig& c) {
   PRL_RETURN_IF_ERROR(CheckRange("tis_cap", c.tis_cap, 0, true, kInf, false));

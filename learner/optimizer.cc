@@ -8,13 +8,6 @@
 
 namespace prl::learner {
 
-absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
-  if (name == "adamw") return OptimizerKind::kAdamW;
-  if (name == "sgd") return OptimizerKind::kSgd;
-  return absl::InvalidArgumentError(
-      absl::StrCat("optimizer: expected one of adamw, sgd; found '", name, "'"));
-}
-
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   auto bad = [](absl::string_view field, absl::string_view expected, double found) {
     return absl::InvalidArgumentError(

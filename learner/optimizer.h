@@ -12,12 +12,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/buffer.h"
+#include "core/enum_names.h"
 #include "learner/fsdp.h"
 
 namespace prl::learner {
 
 enum class OptimizerKind { kAdamW, kSgd };
-absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);  // "adamw", "sgd"
+inline constexpr NamedValue<OptimizerKind> kOptimizerKindNames[] = {
+    {"adamw", OptimizerKind::kAdamW}, {"sgd", OptimizerKind::kSgd}};
+inline absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
+  return ParseEnum(kOptimizerKindNames, name, "optimizer");
+}
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdamW;

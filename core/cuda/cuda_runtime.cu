@@ -34,6 +34,13 @@ absl::StatusOr<std::string> DeviceName(int device) {
   return std::string(prop.name);
 }
 
+absl::StatusOr<DeviceMemory> MemoryInfo(int device) {
+  PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  DeviceMemory m;
+  PRL_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+  return m;
+}
+
 absl::StatusOr<void*> Malloc(int device, size_t bytes) {
   return CachingMalloc(device, bytes == 0 ? 1 : bytes);
 }

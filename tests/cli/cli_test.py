@@ -319,7 +319,7 @@ class CliTest(unittest.TestCase):
         self.assert_error(run("replay", "create", "bad/name"), "replay segment name 'bad/name'",
                           "[A-Za-z0-9._-]")
         self.assert_error(run("replay", "create", "prl-cli-never", "--capacity-mb", 0),
-                          "capacity_bytes", ">= 65536", "found 0")
+                          "replay.capacity_mb: expected >= 1, found 0")
         self.assertFalse(os.path.exists("/dev/shm/prl-cli-never"))
         self.assert_error(run("replay", "serve", "prl-cli-missing-%d" % os.getpid()),
                           "cannot open replay segment")

@@ -65,6 +65,9 @@ class LearnerCliTest(unittest.TestCase):
         for fragment in fragments:
             self.assertIn(fragment, proc.stderr)
 
+    def cuda_build(self):
+        return "built without CUDA" not in run("--version", check=True).stdout
+
     def train_args(self, ckpt, steps, *extra):
         return ["learner", "train", "--model", self.model, "--rollouts", self.rollouts,
                 "--checkpoint-dir", self.path(ckpt), "--steps", steps, "--samples-per-step", 7,
@@ -180,9 +183,11 @@ class LearnerCliTest(unittest.TestCase):
                               "--out", self.path("never"), "--loss", "nope"),
                           "reinforce_tis")
         self.assert_error(run("learner", "step", "--model", self.model, "--rollouts", ok,
-                              "--out", self.path("never"), "--world-size", 0), "--world-size")
+                              "--out", self.path("never"), "--world-size", 0),
+                          "learner.world_size: expected 1 to 64, found 0")
         self.assert_error(run("learner", "step", "--model", self.model, "--rollouts", ok,
-                              "--out", self.path("never"), "--lr", -1), "optimizer.lr")
+                              "--out", self.path("never"), "--lr", -1),
+                          "learner.lr: expected a number > 0, found -1")
         self.assertFalse(os.path.exists(self.path("never")))
 
     def test_device_and_dtype_errors_say_what_runs_where(self):
@@ -191,14 +196,15 @@ class LearnerCliTest(unittest.TestCase):
         base = ["learner", "step", "--model", self.model, "--rollouts", ok, "--out",
                 self.path("never")]
         self.assert_error(run(*base, "--dtype", "bf16"),
-                          "--dtype bf16 runs on CUDA only; the cpu backend is fp32")
-        self.assert_error(run(*base, "--dtype", "f16"), "--dtype: expected f32 or bf16, found 'f16'")
+                          "learner.dtype: expected fp32 on the CPU (bf16 runs on CUDA only")
+        self.assert_error(run(*base, "--dtype", "f16"),
+                          "learner.dtype: expected one of fp32, f32, bf16; found 'f16'")
         self.assert_error(run(*base, "--device", "tpu"), "tpu")
         self.assert_error(run("bench", "learner", "--config", "tiny", "--dtype", "bf16"),
                           "--dtype bf16 runs on CUDA only")
         if not os.path.exists("/dev/nvidia0"):  # this machine has no GPU: cuda is refused
-            self.assert_error(run(*base, "--device", "cuda"), "--device cuda",
-                              "usable CUDA GPU")
+            self.assert_error(run(*base, "--device", "cuda"), "learner.device = cuda",
+                              "usable CUDA GPU" if self.cuda_build() else "-DPRL_CUDA=ON")
         self.assertFalse(os.path.exists(self.path("never")))
 
     def test_step_report_has_the_documented_fields(self):

@@ -50,8 +50,8 @@ class ServiceCliTest(unittest.TestCase):
 
     def start(self):
         self.coordinator = subprocess.Popen(
-            [PRL, "coordinator", "--model", self.model, "--log", self.log, "--address",
-             "127.0.0.1:0", "--char-tokenizer", "--max-pending-prompts", "50"],
+            [PRL, "coordinator", "--model", self.model, "--log", self.log, "--listen",
+             "127.0.0.1:0", "--max-pending-prompts", "50"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.coordinator.stdout.readline()
         match = re.search(r"on port (\d+)", line)

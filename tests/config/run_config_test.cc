@@ -21,7 +21,7 @@ TEST(RunConfigTest, GivenFieldsOverrideDefaultsAndOthersKeepThem) {
   absl::StatusOr<RunConfig> c = ParseRunConfig(
       R"({"run": {"mode": "sync", "dir": "/tmp/x"}, "learner": {"lr": 0.5, "steps": 7}})", "f");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->run.mode, "sync");
+  EXPECT_EQ(c->run.mode, RunMode::kSync);
   EXPECT_EQ(c->run_dir(), "/tmp/x");
   EXPECT_DOUBLE_EQ(c->learner.lr, 0.5);
   EXPECT_EQ(c->learner.steps, 7);
@@ -45,7 +45,31 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
   } cases[] = {
       {R"({"learner": {"lr": -1}})", "learner.lr: expected a number > 0, found -1"},
       {R"({"learner": {"lr": "fast"}})", "learner.lr: expected a number, found \"fast\""},
-      {R"({"run": {"mode": "async"}})", "run.mode: expected pipeline or sync, found 'async'"},
+      {R"({"run": {"mode": "async"}})", "run.mode: expected one of pipeline, sync; found 'async'"},
+      {R"({"run": {"mode": 1}})", "run.mode: expected one of pipeline, sync; found 1"},
+      {R"({"learner": {"advantage": "grpoo"}})",
+       "learner.advantage: expected one of grpo, dr_grpo; found 'grpoo'"},
+      {R"({"learner": {"loss": "ppo"}})",
+       "learner.loss: expected one of reinforce_tis, ppo_clip, decoupled_ppo, icepop, cispo, "
+       "gspo, sft; found 'ppo'"},
+      {R"({"learner": {"optimizer": "adam"}})",
+       "learner.optimizer: expected one of adamw, sgd; found 'adam'"},
+      {R"({"learner": {"normalization": "token"}})",
+       "learner.normalization: expected one of tokens, sequence; found 'token'"},
+      {R"({"actors": {"device": "gpu"}})", "actors.device: expected one of cpu, cuda; found 'gpu'"},
+      {R"({"learner": {"dtype": "fp16"}})",
+       "learner.dtype: expected one of fp32, f32, bf16; found 'fp16'"},
+      {R"({"learner": {"dtype": "bf16"}})",
+       "learner.dtype: expected fp32 on the CPU (bf16 runs on CUDA only: set learner.device = "
+       "cuda), found 'bf16'"},
+      {R"({"task": {"credit": "partial"}})",
+       "task.credit: expected one of exact, digits; found 'partial'"},
+      {R"({"actors": {"gpu_memory_fraction": 1.5}})",
+       "actors.gpu_memory_fraction: expected a number in (0, 1), found 1.5"},
+      {R"({"coordinator": {"listen": "localhost"}})",
+       "coordinator.listen: expected host:port with a port from 0 to 65535, found 'localhost'"},
+      {R"({"broadcast": {"address": "h:70000"}})",
+       "broadcast.address: expected host:port with a port from 0 to 65535, found 'h:70000'"},
       {R"({"actors": {"count": 0}})", "actors.count: expected 1 to 64, found 0"},
       {R"({"actors": {"count": 2.5}})", "actors.count: expected an integer, found 2.5"},
       {R"({"task": {"samples_per_prompt": 1}})", "task.samples_per_prompt: expected 2 to 1024"},
@@ -54,7 +78,8 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"learner": 3})", "learner: expected an object, found 3"},
       {R"([1, 2])", "expected a JSON object at the top level"},
       {R"({"run": )", "not valid JSON"},
-      {R"({"broadcast": {"transport": "nccl"}})", "broadcast.transport: expected shm or grpc"},
+      {R"({"broadcast": {"transport": "ipc"}})",
+       "broadcast.transport: expected one of shm, grpc, cuda_ipc, nccl; found 'ipc'"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<RunConfig> parsed = ParseRunConfig(c.json, "my.json");
@@ -70,9 +95,9 @@ TEST(RunConfigTest, OverridesSetSingleFieldsAndAreValidatedLikeTheFile) {
       ParseRunConfig(R"({"learner": {"lr": 0.5}})", "f", {"learner.lr=0.25", "run.mode=sync"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->learner.lr, 0.25);
-  EXPECT_EQ(c->run.mode, "sync");
-  EXPECT_THAT(ParseRunConfig("{}", "f", {"learner.steps=0"}).status().message(),
-              HasSubstr("learner.steps: expected >= 1, found 0"));
+  EXPECT_EQ(c->run.mode, RunMode::kSync);
+  EXPECT_THAT(ParseRunConfig("{}", "f", {"learner.steps=-1"}).status().message(),
+              HasSubstr("learner.steps: expected >= 0 (0: until stopped), found -1"));
   EXPECT_THAT(ParseRunConfig("{}", "f", {"lr=1"}).status().message(),
               HasSubstr("--set: expected section.key=value"));
   EXPECT_THAT(ParseRunConfig("{}", "f", {"learner.rate=1"}).status().message(),
@@ -84,11 +109,77 @@ TEST(RunConfigTest, EveryProcessDerivesTheSameNamesAndPathsFromTheRun) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->checkpoint_dir(), "/d/checkpoints");
   EXPECT_EQ(c->prompt_log(), "/d/coordinator/prompts.log");
+  // Explicit paths win over the derived ones.
+  absl::StatusOr<RunConfig> explicit_paths = ParseRunConfig(
+      R"({"learner": {"checkpoint_dir": "/ckpt"}, "coordinator": {"log": "/log/p.log"}})", "f");
+  ASSERT_TRUE(explicit_paths.ok()) << explicit_paths.status();
+  EXPECT_EQ(explicit_paths->checkpoint_dir(), "/ckpt");
+  EXPECT_EQ(explicit_paths->prompt_log(), "/log/p.log");
   EXPECT_EQ(c->replay_segment(), "prl-exp7-replay");
   EXPECT_EQ(c->weight_segment(), "prl-exp7-weights");
   // Two runs on one node never share shared memory.
   absl::StatusOr<RunConfig> other = ParseRunConfig(R"({"run": {"name": "exp8"}})", "f");
   EXPECT_NE(other->replay_segment(), c->replay_segment());
+}
+
+TEST(RunConfigTest, EveryEnumerationReadsAndPrintsByItsNames) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(
+      R"({"run": {"mode": "sync"}, "learner": {"loss": "gspo", "advantage": "dr_grpo",
+          "optimizer": "sgd", "normalization": "sequence", "device": "cuda", "dtype": "bf16"},
+          "actors": {"device": "cuda", "dtype": "bf16"}, "task": {"credit": "digits"},
+          "broadcast": {"transport": "cuda_ipc"}})",
+      "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->learner.loss, learner::LossKind::kGspo);
+  EXPECT_EQ(c->learner.advantage, learner::AdvantageEstimator::kDrGrpo);
+  EXPECT_EQ(c->learner.optimizer, learner::OptimizerKind::kSgd);
+  EXPECT_EQ(c->learner.normalization, learner::LossNormalization::kSequenceMean);
+  EXPECT_EQ(c->learner.device, DeviceType::kCuda);
+  EXPECT_EQ(c->learner.dtype, DType::kBF16);
+  EXPECT_EQ(c->actors.dtype, DType::kBF16);
+  EXPECT_EQ(c->task.credit, ArithmeticCredit::kDigits);
+  EXPECT_EQ(c->broadcast.transport, WeightTransport::kCudaIpc);
+  // Printed back by name, and "f32" (an accepted spelling) prints as the canonical "fp32".
+  const std::string printed = RunConfigToJson(*c);
+  EXPECT_THAT(printed, HasSubstr(R"("loss": "gspo")"));
+  EXPECT_THAT(printed, HasSubstr(R"("transport": "cuda_ipc")"));
+  absl::StatusOr<RunConfig> f32 = ParseRunConfig(R"({"actors": {"dtype": "f32"}})", "f");
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_THAT(RunConfigToJson(*f32), HasSubstr(R"("dtype": "fp32")"));
+}
+
+TEST(RunConfigTest, StringKeysTakeOverridesThatLookLikeNumbersAsText) {
+  absl::StatusOr<RunConfig> c =
+      ParseRunConfig("{}", "f", {"run.name=123", "learner.loss=sft", "model.path=\"/m\""});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->run.name, "123");
+  EXPECT_EQ(c->learner.loss, learner::LossKind::kSft);
+  EXPECT_EQ(c->model.path, "/m");
+  // Numeric keys still need numbers.
+  EXPECT_THAT(ParseRunConfig("{}", "f", {"learner.lr=fast"}).status().message(),
+              HasSubstr("learner.lr: expected a number, found \"fast\""));
+}
+
+TEST(RunConfigTest, ListenAndAddressKeysDeriveWhereClientsConnect) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(
+      R"({"coordinator": {"listen": "0.0.0.0:7000"}, "broadcast": {"listen": "0.0.0.0:7001",
+          "address": "learner-0.learner:7001"}})",
+      "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator_address(), "0.0.0.0:7000");
+  EXPECT_EQ(c->weights_address(), "learner-0.learner:7001");
+  EXPECT_EQ(RunConfig().coordinator_address(), RunConfig().coordinator.listen);
+}
+
+TEST(RunConfigTest, EveryKeyHasHelpAndItsDefault) {
+  const std::vector<ConfigKey> keys = ListConfigKeys();
+  ASSERT_GT(keys.size(), 80u);
+  for (const ConfigKey& k : keys) {
+    EXPECT_FALSE(k.help.empty()) << k.key;
+    EXPECT_FALSE(k.value_json.empty()) << k.key;
+  }
+  EXPECT_EQ(keys.front().key, "run.name");
+  EXPECT_EQ(keys.front().value_json, "\"quickstart\"");
 }
 
 TEST(RunConfigTest, AMissingFileIsNotFoundNamingThePath) {

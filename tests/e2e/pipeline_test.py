@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""The pipeline as separate processes on loopback: `prl coordinator`, `prl learner serve` and
-`prl actor`s, driven by `prl submit`. A submitted prompt set completes; an actor killed with
-kill -9 mid-run loses no prompt; a learner killed and restarted resumes from its checkpoint;
-the learner's lag reflects the weight versions the actors generated with.
+"""The pipeline as separate processes on loopback, each role started from the same config file
+and nothing else (`prl coordinator --config F`, `prl learner serve --config F`, `prl actor
+--config F`), driven by `prl submit`. Every role takes the file's settings and prints the same
+effective config as `prl run`; a submitted prompt set completes; an actor killed with kill -9
+mid-run loses no prompt; a learner killed and restarted resumes from its checkpoint; the
+learner's lag reflects the weight versions the actors generated with.
 
 usage: pipeline_test.py PATH_TO_PRL [unittest args]
 """
@@ -11,6 +13,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +21,12 @@ import time
 import unittest
 
 PRL = None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run(*args, check=False, timeout=300):
@@ -50,23 +59,39 @@ class PipelineTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def setUp(self):
-        self.tag = "prl-e2e-%d-%s" % (os.getpid(), self.id().split(".")[-1][:20])
+        self.tag = "e2e-%d-%s" % (os.getpid(), self.id().split(".")[-1][:20])
         self.work = os.path.join(self.dir, self.tag)
         os.makedirs(self.work)
         self.procs = {}
-        self.port = None
+        self.port = free_port()
 
     def tearDown(self):
         for p in self.procs.values():
             if p.poll() is None:
                 p.kill()
             p.wait()
-            for stream in (p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()
-        run("replay", "reset", self.tag + "-replay", "--force")
-        if os.path.exists("/dev/shm/%s-weights" % self.tag):
-            os.remove("/dev/shm/%s-weights" % self.tag)
+        run("replay", "reset", "prl-%s-replay" % self.tag, "--force")
+        if os.path.exists("/dev/shm/prl-%s-weights" % self.tag):
+            os.remove("/dev/shm/prl-%s-weights" % self.tag)
+
+    def config(self, **sections):
+        """The run's one config file: these tests' settings, all off the defaults."""
+        cfg = {
+            "run": {"name": self.tag, "dir": self.work},
+            "model": {"path": self.model},
+            "coordinator": {"listen": "127.0.0.1:%d" % self.port, "lease_ms": 1500,
+                            "heartbeat_ms": 300},
+            "learner": {"steps": 0, "groups_per_step": 4, "lr": 1e-3, "checkpoint_every": 1,
+                        "max_lag": 8, "report_file": os.path.join(self.work, "steps.jsonl")},
+            "actors": {"max_prompts_in_flight": 2, "kv_cache_mb": 16},
+            "replay": {"capacity_mb": 24},
+        }
+        for section, values in sections.items():
+            cfg.setdefault(section, {}).update(values)
+        path = os.path.join(self.work, "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        return path
 
     def start(self, name, *args):
         log = open(os.path.join(self.work, name + ".log"), "w")
@@ -78,30 +103,12 @@ class PipelineTest(unittest.TestCase):
         with open(os.path.join(self.work, name + ".log")) as f:
             return f.read()
 
-    def start_coordinator(self):
-        p = subprocess.Popen([PRL, "coordinator", "--model", self.model, "--log",
-                              os.path.join(self.work, "prompts.log"), "--address",
-                              "127.0.0.1:0", "--char-tokenizer", "--lease-ms", "1500",
-                              "--heartbeat-ms", "300"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = p.stdout.readline()
-        match = re.search(r"on port (\d+)", line)
-        self.assertIsNotNone(match, line)
-        self.port = int(match.group(1))
-        self.procs["coordinator"] = p
-
-    def start_learner(self, name="learner"):
-        self.start(name, "learner", "serve", "--model", self.model, "--replay",
-                   self.tag + "-replay", "--weights", self.tag + "-weights", "--coordinator",
-                   "127.0.0.1:%d" % self.port, "--groups-per-step", 4, "--lr", "1e-3",
-                   "--checkpoint-dir", os.path.join(self.work, "ckpt"), "--checkpoint-every", 1,
-                   "--max-lag", 8)
-
-    def start_actor(self, name):
-        self.start(name, "actor", "--model", self.model, "--coordinator",
-                   "127.0.0.1:%d" % self.port, "--replay", self.tag + "-replay", "--weights",
-                   self.tag + "-weights", "--char-tokenizer", "--name", name,
-                   "--max-prompts-in-flight", 2)
+    def start_roles(self, config, actors=("a0",)):
+        self.start("coordinator", "coordinator", "--config", config)
+        self.wait_for("coordinator", r"coordinator on port %d" % self.port)
+        self.start("learner", "learner", "serve", "--config", config)
+        for name in actors:
+            self.start(name, "actor", "--config", config, "--name", name)
 
     def submit(self):
         out = run("submit", self.prompts, "--server", "127.0.0.1:%d" % self.port, "--samples", 4,
@@ -131,10 +138,71 @@ class PipelineTest(unittest.TestCase):
             time.sleep(0.1)
         self.fail("%s never printed %r:\n%s" % (name, pattern, self.log(name)))
 
+    def test_every_role_takes_its_settings_from_one_config_file(self):
+        config = self.config(
+            coordinator={"lease_ms": 4321, "heartbeat_ms": 321},
+            learner={"steps": 3, "groups_per_step": 3, "lr": 0.000321, "loss": "ppo_clip",
+                     "advantage": "dr_grpo", "max_lag": 2, "checkpoint_every": 2},
+            actors={"kv_cache_mb": 48, "block_size": 8, "max_num_seqs": 12,
+                    "max_prompts_in_flight": 3},
+            broadcast={"transport": "grpc", "listen": "127.0.0.1:%d" % free_port()},
+            metrics={"listen": "127.0.0.1:0"})
+        self.start("coordinator", "coordinator", "--config", config)
+        self.wait_for("coordinator", r"coordinator on port %d" % self.port)
+        self.start("learner", "learner", "serve", "--config", config)
+        self.start("actor0", "actor", "--config", config)
+        self.start("actor1", "actor", "--config", config)
+        self.submit()
+        self.assertEqual(self.procs["learner"].wait(timeout=300), 0, self.log("learner"))
+        self.assertIn("leases of 4321 ms renewed every 321 ms, budget (2 + 1) x 3 groups",
+                      self.log("coordinator"))
+        learner = self.log("learner")
+        self.assertIn("ppo_clip loss, dr_grpo advantages, adamw lr 0.000321, 3 groups per step, "
+                      "max lag 2; replay prl-%s-replay (24 MiB); weights over gRPC" % self.tag,
+                      learner)
+        for actor in ("actor0", "actor1"):
+            self.wait_for(actor, r"generating for 127.0.0.1:%d .*KV cache 48 MiB in blocks of "
+                                 r"8, 12 sequences, 3 prompts in flight" % self.port)
+        names = {re.search(r"actor (\S+): generating", self.log(a)).group(1)
+                 for a in ("actor0", "actor1")}
+        self.assertEqual(len(names), 2, "actors started without --name get distinct names")
+        # The learner took exactly learner.steps steps of groups_per_step groups each, reported
+        # them to learner.report_file and checkpointed every 2 steps and after the last.
+        with open(os.path.join(self.work, "steps.jsonl")) as f:
+            steps = [json.loads(line) for line in f]
+        self.assertEqual([s["step"] for s in steps], [1, 2, 3])
+        self.assertEqual({s["groups"] for s in steps}, {3})
+        self.assertEqual({s["lr"] for s in steps}, {0.000321})
+        self.assertEqual(sorted(os.listdir(os.path.join(self.work, "checkpoints"))),
+                         ["latest", "step-00000002", "step-00000003"])
+
+    def test_every_role_prints_the_same_effective_config_as_prl_run(self):
+        config = self.config(learner={"lr": 0.125, "loss": "cispo"},
+                             actors={"device": "cpu", "kv_cache_mb": 7})
+        expected = run("run", "--config", config, "--print-config", check=True).stdout
+        self.assertIn('"lr": 0.125', expected)
+        for role in (["coordinator"], ["actor"], ["learner", "serve"], ["replay", "serve"],
+                     ["replay", "create"], ["learner", "train", "--rollouts", "x"],
+                     ["learner", "step", "--rollouts", "x", "--out", "y"]):
+            printed = run(*role, "--config", config, "--print-config", check=True).stdout
+            self.assertEqual(printed, expected, " ".join(role))
+        # A shorthand flag is the key of the same name.
+        printed = run("actor", "--config", config, "--kv-cache-mb", 9, "--print-config",
+                      check=True).stdout
+        self.assertEqual(printed, expected.replace('"kv_cache_mb": 7', '"kv_cache_mb": 9'))
+
+    def test_a_misspelt_setting_names_the_key_and_the_accepted_values(self):
+        config = self.config()
+        for role in (["coordinator"], ["actor"], ["learner", "serve"]):
+            proc = run(*role, "--config", config, "--set", "learner.advantage=grpoo")
+            self.assertEqual(proc.returncode, 1)
+            self.assertIn("learner.advantage: expected one of grpo, dr_grpo; found 'grpoo'",
+                          proc.stderr)
+        proc = run("actor", "--config", config, "--device", "gpu")
+        self.assertIn("actors.device: expected one of cpu, cuda; found 'gpu'", proc.stderr)
+
     def test_a_submitted_set_completes_and_the_learner_trains_on_it(self):
-        self.start_coordinator()
-        self.start_learner()
-        self.start_actor("a0")
+        self.start_roles(self.config())
         set_id = self.submit()
         status = self.wait_done(set_id)
         self.assertEqual(status["prompts_done"], 24)
@@ -146,10 +214,7 @@ class PipelineTest(unittest.TestCase):
         self.assertGreater(max(int(m) for _, m in steps), 0)
 
     def test_a_killed_actor_loses_no_prompt(self):
-        self.start_coordinator()
-        self.start_learner()
-        self.start_actor("a0")
-        self.start_actor("a1")
+        self.start_roles(self.config(), actors=("a0", "a1"))
         set_id = self.submit()
         deadline = time.time() + 120
         while self.status(set_id)["prompts_done"] < 4 and time.time() < deadline:
@@ -160,14 +225,13 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(status["prompts_in_flight"], 0)
 
     def test_a_killed_learner_resumes_from_its_checkpoint(self):
-        self.start_coordinator()
-        self.start_learner()
-        self.start_actor("a0")
+        config = self.config()
+        self.start_roles(config)
         set_id = self.submit()
         self.wait_for("learner", r"step 2: version 2")
         self.procs["learner"].send_signal(signal.SIGKILL)
         self.procs["learner"].wait()
-        self.start_learner("learner2")
+        self.start("learner2", "learner", "serve", "--config", config)
         self.wait_for("learner2", r"learner: resumed from .* at step [2-9]")
         resumed = int(re.search(r"at step (\d+)", self.log("learner2")).group(1))
         self.wait_done(set_id)

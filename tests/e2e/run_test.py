@@ -29,7 +29,9 @@ BASE = {
     "learner": {"steps": 6, "groups_per_step": 4, "lr": 3e-4, "checkpoint_every": 2},
     "task": {"eval_prompts": 40, "samples_per_prompt": 4},
     "actors": {"count": 2, "max_prompts_in_flight": 4},
-    "coordinator": {"lease_ms": 3000, "heartbeat_ms": 300},
+    # Free ports: tests (and other runs) on this machine must not collide on fixed ones.
+    "coordinator": {"listen": "127.0.0.1:0", "lease_ms": 3000, "heartbeat_ms": 300},
+    "broadcast": {"listen": "127.0.0.1:0"},
 }
 
 
@@ -100,11 +102,12 @@ class RunTest(unittest.TestCase):
     def test_weights_reach_the_actors_over_grpc_too(self):
         # More steps than the other runs: each actor must have been sent a version before the
         # learner exits, whenever its process got going.
-        proc = self.start(self.config(broadcast={"transport": "grpc"}, learner={"steps": 16}))
+        proc = self.start(self.config(broadcast={"transport": "grpc", "listen": "127.0.0.1:0"},
+                                      learner={"steps": 16}))
         summary = self.finish(proc)
         self.assertEqual(summary["steps"], 16)
         with open(os.path.join(self.tmp, "run", "logs", "learner.log")) as f:
-            self.assertIn("publishing weights over gRPC", f.read())
+            self.assertRegex(f.read(), r"weights over gRPC on port \d+")
         for actor in ("actor-0", "actor-1"):
             with open(os.path.join(self.tmp, "run", "logs", actor + ".log")) as f:
                 log = f.read()
@@ -183,6 +186,29 @@ class RunTest(unittest.TestCase):
                                    capture_output=True, text=True)
             self.assertEqual(check.returncode, 0, "%s: %s%s" % (role, check.stdout, check.stderr))
             self.assertEqual(check.stdout.strip(), "", "%s: %s" % (role, check.stdout))
+
+    def test_a_cuda_setting_this_machine_cannot_honour_fails_at_once(self):
+        if os.path.exists("/dev/nvidia0"):
+            self.skipTest("this machine has a GPU: learner.device = cuda would run")
+        cuda_build = "built without CUDA" not in subprocess.run(
+            [PRL, "--version"], capture_output=True, text=True).stdout
+        for key in ("learner.device", "actors.device"):
+            start = time.time()
+            proc = subprocess.run([PRL, "run", "--config", self.config(), "--set", key + "=cuda"],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(proc.returncode, 1, proc.stdout)
+            self.assertLess(time.time() - start, 20, "failed at once, not after the warm-start")
+            self.assertIn("%s = cuda" % key, proc.stderr)
+            # A CPU-only build names the build option; a CUDA build says no GPU is visible.
+            self.assertIn("usable CUDA GPU" if cuda_build else "-DPRL_CUDA=ON", proc.stderr)
+            self.assertNotIn("warm-start:", proc.stdout)
+
+    def test_a_misspelt_enumeration_lists_the_accepted_values(self):
+        proc = subprocess.run([PRL, "run", "--set", "learner.advantage=grpoo"],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("learner.advantage: expected one of grpo, dr_grpo; found 'grpoo'",
+                      proc.stderr)
 
     def test_a_bad_config_is_refused_naming_the_field(self):
         proc = subprocess.run([PRL, "run", "--config", self.config(learner={"lr": -1})],

@@ -1,140 +1,26 @@
-// `prl coordinator` (the prompt-set service), and its command-line clients `prl submit` and
-// `prl status`.
+// The coordinator's command-line clients: `prl submit` and `prl status`.
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
-#include "cli/config_flags.h"
-#include "coordinator/coordinator.h"
-#include "coordinator/coordinator_server.h"
 #include "core/status_macros.h"
-#include "metrics/metrics_server.h"
-#include "metrics/prl_metrics.h"
 #include "nlohmann/json.hpp"
 #include "prl/v1/prompt.grpc.pb.h"
-#include "reward/verifiers.h"
 #include "rpc/grpc_util.h"
-#include "task/char_tokenizer.h"
 
 namespace prl::cli {
 
 namespace {
 
 namespace v1 = prl::v1;
-
-std::atomic<bool> stop_requested{false};
-
-struct CoordinatorFlags {
-  std::string log = "runs/coordinator/prompts.log", model, address = "0.0.0.0:50051";
-  std::string metrics_address = "0.0.0.0:0";
-  std::string config_file;
-  coordinator::CoordinatorConfig config;
-  bool char_tokenizer = false;
-  CLI::App* command = nullptr;
-};
-
-absl::Status ApplyConfig(CoordinatorFlags& f) {
-  if (f.config_file.empty()) return absl::OkStatus();
-  PRL_ASSIGN_OR_RETURN(const config::RunConfig c, config::LoadRunConfig(f.config_file));
-  CLI::App* cmd = f.command;
-  FromConfig(cmd, "--model", &f.model, c.model.path);
-  FromConfig(cmd, "--log", &f.log, c.prompt_log());
-  FromConfig(cmd, "--address", &f.address, c.coordinator.address);
-  FromConfig(cmd, "--lease-ms", &f.config.lease_ms, c.coordinator.lease_ms);
-  FromConfig(cmd, "--heartbeat-ms", &f.config.heartbeat_ms, c.coordinator.heartbeat_ms);
-  FromConfig(cmd, "--max-pending-prompts", &f.config.max_pending_prompts,
-             c.coordinator.max_pending_prompts);
-  FromConfig(cmd, "--max-lag", &f.config.max_lag, c.learner.max_lag);
-  FromConfig(cmd, "--groups-per-step", &f.config.groups_per_step, c.learner.groups_per_step);
-  FromConfig(cmd, "--char-tokenizer", &f.char_tokenizer, c.task.name == "arithmetic");
-  FromConfig(cmd, "--sync", &f.config.sync, c.run.mode == "sync");
-  if (f.model.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.config_file,
-                     ": model.path is empty; give --model (prl run creates the "
-                     "model and passes it)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RunCoordinator(CoordinatorFlags f) {
-  PRL_RETURN_IF_ERROR(ApplyConfig(f));
-  if (f.model.empty()) {
-    return absl::InvalidArgumentError(
-        "coordinator: --model is required (or --config with "
-        "model.path)");
-  }
-  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(f.model));
-  f.config.log_path = f.log;
-  f.config.vocab_size = model.vocab_size;
-  f.config.max_position_embeddings = model.max_position_embeddings;
-  if (f.char_tokenizer) {
-    auto tokenizer = std::make_shared<task::CharTokenizer>();
-    if (tokenizer->vocab_size() > model.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--char-tokenizer: the built-in tokenizer has ", tokenizer->vocab_size(),
-                       " tokens but the model's vocab_size is ", model.vocab_size));
-    }
-    f.config.tokenize = [tokenizer](absl::string_view text) { return tokenizer->Encode(text); };
-  }
-  f.config.validate_reward = [](const v1::RewardSpec& spec) {
-    reward::RewardSpec parsed;
-    parsed.name = spec.name();
-    for (const auto& [k, v] : spec.params()) parsed.params[k] = v;
-    return reward::MakeRewardFunction(parsed).status();  // validates; the actor builds its own
-  };
-  PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(f.config));
-  const coordinator::CoordinatorStats stats = coordinator->Stats();
-  PRL_ASSIGN_OR_RETURN(auto server,
-                       coordinator::CoordinatorServer::Start(coordinator.get(), f.address));
-  auto registry = std::make_shared<prometheus::Registry>();
-  metrics::ProcessMetrics process(*registry, metrics::Role::kCoordinator);
-  metrics::CoordinatorMetrics m(*registry);
-  metrics::MetricsServerOptions metrics_options;
-  metrics_options.address = f.metrics_address;
-  PRL_ASSIGN_OR_RETURN(auto metrics_server,
-                       metrics::MetricsServer::Start(metrics_options, registry));
-  std::printf(
-      "coordinator on port %d (metrics on port %d): %lld prompt sets in %s (%lld "
-      "prompts pending)%s\n",
-      server->port(), metrics_server->port(), static_cast<long long>(stats.prompt_sets),
-      f.log.c_str(), static_cast<long long>(stats.prompts_pending),
-      stats.torn_log_bytes > 0
-          ? absl::StrCat(", cut a torn tail of ", stats.torn_log_bytes, " bytes").c_str()
-          : "");
-  std::fflush(stdout);
-  std::signal(SIGINT, [](int) { stop_requested = true; });
-  std::signal(SIGTERM, [](int) { stop_requested = true; });
-  for (int tick = 0; !stop_requested; ++tick) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (tick % 10 != 0) continue;
-    const coordinator::CoordinatorStats s = coordinator->Stats();
-    int64_t active = 0;
-    for (const v1::PromptSetStatus& set : coordinator->List()) {
-      active += set.state() == v1::PROMPT_SET_STATE_RUNNING ? 1 : 0;
-    }
-    m.prompt_sets_active.Set(static_cast<double>(active));
-    m.prompts_pending.Set(static_cast<double>(s.prompts_pending));
-    m.prompts_in_flight.Set(static_cast<double>(s.prompts_in_flight));
-    metrics::AdvanceCounterTo(m.prompts_done, static_cast<double>(s.prompts_done));
-    metrics::AdvanceCounterTo(m.leases_expired, static_cast<double>(s.leases_expired));
-    process.weight_version.Set(static_cast<double>(s.learner_version));
-  }
-  server->Shutdown();
-  return absl::OkStatus();
-}
 
 std::unique_ptr<v1::PromptService::Stub> Connect(const std::string& server) {
   return v1::PromptService::NewStub(grpc::CreateCustomChannel(
@@ -309,47 +195,7 @@ absl::Status RunStatus(const std::string& server, const std::string& id, bool js
 
 }  // namespace
 
-void RegisterServiceCommands(CLI::App& app, CommandRegistry& registry) {
-  auto c = std::make_shared<CoordinatorFlags>();
-  CLI::App* coord = app.add_subcommand(
-      "coordinator", "The prompt-set service: durable prompt sets, leases to actors, progress");
-  coord->add_option("--model", c->model,
-                    "Model directory (its vocabulary and context bound "
-                    "the prompts; required unless --config gives model.path)");
-  coord->add_option("--config", c->config_file,
-                    "The run's config file (flags given here override it)");
-  coord->add_flag("--sync", c->config.sync,
-                  "Sync mode: lease one step's prompts at a time, with the newest weights");
-  coord->add_option("--log", c->log, "The durable prompt log")->capture_default_str();
-  coord->add_option("--address", c->address, "Listening address (port 0: any free port)")
-      ->capture_default_str();
-  coord
-      ->add_option("--metrics-address", c->metrics_address,
-                   "Prometheus /metrics address (port 0: any free port)")
-      ->capture_default_str();
-  coord->add_option("--lease-ms", c->config.lease_ms, "Re-queue a lease not renewed in this")
-      ->capture_default_str();
-  coord->add_option("--heartbeat-ms", c->config.heartbeat_ms, "Actors' heartbeat period")
-      ->capture_default_str();
-  coord
-      ->add_option("--max-pending-prompts", c->config.max_pending_prompts,
-                   "Prompts pending or in flight before submits get RESOURCE_EXHAUSTED")
-      ->capture_default_str();
-  coord
-      ->add_option("--max-samples-per-prompt", c->config.max_samples_per_prompt,
-                   "Largest group a submission may ask for")
-      ->capture_default_str();
-  coord->add_option("--max-lag", c->config.max_lag, "Learner versions a sample may lag")
-      ->capture_default_str();
-  coord
-      ->add_option("--groups-per-step", c->config.groups_per_step,
-                   "Groups per learner step, for the max_lag budget (0: no budget)")
-      ->capture_default_str();
-  coord->add_flag("--char-tokenizer", c->char_tokenizer,
-                  "Accept text prompts, tokenised with the built-in task's character tokenizer");
-  c->command = coord;
-  registry.Add(coord, [c] { return RunCoordinator(*c); });
-
+void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   auto s = std::make_shared<SubmitFlags>();
   CLI::App* submit = app.add_subcommand("submit", "Submit a prompt set to a coordinator");
   submit

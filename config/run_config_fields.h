@@ -1,0 +1,168 @@
+// Every key of the run config once, as (section, key, member, help): the reader, the writer,
+// the list of known keys and the --help texts of flag shorthands all walk VisitFields, so they
+// cannot disagree. Internal to config/.
+#pragma once
+
+#include "absl/types/span.h"
+#include "config/run_config.h"
+#include "core/enum_names.h"
+
+namespace prl::config::internal {
+
+// An enumeration-valued field: written and read as one of its names.
+template <typename E>
+struct EnumField {
+  E& value;
+  absl::Span<const NamedValue<E>> names;
+};
+template <typename E, size_t N>
+EnumField<E> Enum(E& value, const NamedValue<E> (&names)[N]) {
+  return {value, absl::MakeConstSpan(names)};
+}
+
+template <typename Visitor>
+void VisitRunFields(RunConfig& c, Visitor& v) {
+  v("run", "name", c.run.name, "Run name: names the run directory and shared-memory segments");
+  v("run", "dir", c.run.dir, "Run directory (empty: runs/<name>)");
+  v("run", "mode", Enum(c.run.mode, kRunModeNames),
+    "pipeline (in-flight weight swaps) or sync (generate a batch, then train)");
+  v("run", "seed", c.run.seed, "Seed of prompts and sampling");
+  v("model", "path", c.model.path, "Hugging Face model directory (empty: created from preset)");
+  v("model", "preset", c.model.preset, "Shape of a created model (tiny, 40m, qwen2.5-0.5b, ...)");
+  v("model", "max_position_embeddings", c.model.max_position_embeddings,
+    "Context of a created model (tokens)");
+  v("model", "init_seed", c.model.init_seed, "Seed of a created model's random weights");
+}
+
+template <typename Visitor>
+void VisitTaskFields(RunConfig& c, Visitor& v) {
+  v("task", "name", c.task.name, "The built-in task: arithmetic");
+  v("task", "min_digits", c.task.min_digits, "Fewest digits per operand");
+  v("task", "max_digits", c.task.max_digits, "Most digits per operand");
+  v("task", "operations", c.task.operations, "Operations drawn from, e.g. \"+-*\"");
+  v("task", "eval_prompts", c.task.eval_prompts, "Held-out prompts of eval_before/eval_after");
+  v("task", "samples_per_prompt", c.task.samples_per_prompt, "Samples per group");
+  v("task", "max_tokens", c.task.max_tokens, "Completion length limit (tokens)");
+  v("task", "temperature", c.task.temperature, "Sampling temperature");
+  v("task", "top_p", c.task.top_p, "Nucleus sampling mass");
+  v("task", "reward", c.task.reward, "Reward name (arithmetic, exact_match, numeric, regex)");
+  v("task", "credit", Enum(c.task.credit, kArithmeticCreditNames),
+    "Arithmetic reward: exact, or digits (partial credit per digit)");
+  v("sft", "steps", c.sft.steps, "Supervised warm-start steps (0: none)");
+  v("sft", "lr", c.sft.lr, "Warm-start learning rate");
+  v("sft", "examples_per_step", c.sft.examples_per_step, "Warm-start examples per step");
+}
+
+template <typename Visitor>
+void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
+  v("coordinator", "listen", c.coordinator.listen, "Where the coordinator binds (host:port)");
+  v("coordinator", "address", c.coordinator.address,
+    "Where the other roles reach the coordinator (empty: its listen address)");
+  v("coordinator", "log", c.coordinator.log,
+    "The durable prompt log (empty: <run dir>/coordinator/prompts.log)");
+  v("coordinator", "lease_ms", c.coordinator.lease_ms,
+    "Re-queue a lease not renewed within this (ms)");
+  v("coordinator", "heartbeat_ms", c.coordinator.heartbeat_ms, "Actors' heartbeat period (ms)");
+  v("coordinator", "max_pending_prompts", c.coordinator.max_pending_prompts,
+    "Prompts pending or in flight before submits get RESOURCE_EXHAUSTED");
+  v("coordinator", "max_samples_per_prompt", c.coordinator.max_samples_per_prompt,
+    "Largest group a submission may ask for");
+}
+
+template <typename Visitor>
+void VisitActorFields(RunConfig& c, Visitor& v) {
+  v("actors", "count", c.actors.count, "Actor processes prl run starts");
+  v("actors", "device", Enum(c.actors.device, kDeviceTypeNames), "cpu or cuda");
+  v("actors", "dtype", Enum(c.actors.dtype, kComputeDTypeNames),
+    "fp32, or bf16 (CUDA: weights, activations and KV cache)");
+  v("actors", "gpu_memory_fraction", c.actors.gpu_memory_fraction,
+    "CUDA: share of the GPU's memory the KV cache takes");
+  v("actors", "kv_cache_mb", c.actors.kv_cache_mb, "CPU: KV cache pool (MiB)");
+  v("actors", "block_size", c.actors.block_size, "Tokens per KV block");
+  v("actors", "max_num_seqs", c.actors.max_num_seqs, "Engine sequences in flight");
+  v("actors", "max_num_batched_tokens", c.actors.max_num_batched_tokens,
+    "Tokens per engine step (long prompts are chunked)");
+  v("actors", "enable_prefix_caching", c.actors.enable_prefix_caching,
+    "Reuse KV blocks of equal prompt prefixes");
+  v("actors", "batch_invariant", c.actors.batch_invariant,
+    "Bit-exact log-probs whatever the batch (slower)");
+  v("actors", "cuda_graphs", c.actors.cuda_graphs, "CUDA: replay captured decode steps");
+  v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
+    "Prompts leased and generating at once, per actor");
+  v("actors", "replay_timeout_s", c.actors.replay_timeout_s,
+    "How long a write waits while the replay buffer is full (s)");
+  v("actors", "max_restarts", c.actors.max_restarts, "prl run: restarts per actor");
+}
+
+template <typename Visitor>
+void VisitLearnerFields(RunConfig& c, Visitor& v) {
+  LearnerSection& l = c.learner;
+  v("learner", "world_size", l.world_size, "Ranks (processes; one GPU each on CUDA)");
+  v("learner", "device", Enum(l.device, kDeviceTypeNames), "cpu (Gloo) or cuda (NCCL)");
+  v("learner", "dtype", Enum(l.dtype, kComputeDTypeNames),
+    "fp32, or bf16 (CUDA: bf16 compute, fp32 master weights)");
+  v("learner", "steps", l.steps, "Optimizer steps (0: until stopped)");
+  v("learner", "groups_per_step", l.groups_per_step, "Groups per optimizer step");
+  v("learner", "loss", Enum(l.loss, learner::kLossKindNames), "Policy loss");
+  v("learner", "normalization", Enum(l.normalization, learner::kLossNormalizationNames),
+    "Loss denominator: tokens (all trained tokens of the step) or sequence");
+  v("learner", "advantage", Enum(l.advantage, learner::kAdvantageEstimatorNames),
+    "grpo ((r - mean) / (std + eps)) or dr_grpo (r - mean)");
+  v("learner", "drop_uniform_groups", l.drop_uniform_groups,
+    "Drop groups whose rewards are all equal");
+  v("learner", "optimizer", Enum(l.optimizer, learner::kOptimizerKindNames), "adamw or sgd");
+  v("learner", "lr", l.lr, "Learning rate");
+  v("learner", "weight_decay", l.weight_decay, "Decoupled weight decay (matrices only)");
+  v("learner", "beta1", l.beta1, "AdamW beta1");
+  v("learner", "beta2", l.beta2, "AdamW beta2");
+  v("learner", "max_grad_norm", l.max_grad_norm, "Global gradient-norm clipping (0: off)");
+  v("learner", "tis_cap", l.tis_cap, "Importance-weight cap of reinforce_tis / decoupled_ppo");
+  v("learner", "clip_low", l.clip_low, "PPO ratio clip below 1");
+  v("learner", "clip_high", l.clip_high, "PPO ratio clip above 1");
+  v("learner", "max_lag", l.max_lag, "Versions a token may lag when trained on");
+  v("learner", "micro_batch_tokens", l.micro_batch_tokens, "Input tokens per micro-batch");
+  v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");
+  v("learner", "keep_checkpoints", l.keep_checkpoints, "Newest checkpoints kept");
+  v("learner", "checkpoint_dir", l.checkpoint_dir,
+    "Sharded checkpoints (empty: <run dir>/checkpoints)");
+  v("learner", "timeout_s", l.timeout_s, "Per-collective time-out (s)");
+  v("learner", "report_file", l.report_file, "Append one JSON line per step here (empty: none)");
+  v("learner", "max_restarts", l.max_restarts, "prl run: restarts of the learner");
+}
+
+template <typename Visitor>
+void VisitServiceFields(RunConfig& c, Visitor& v) {
+  v("replay", "capacity_mb", c.replay.capacity_mb, "Replay segment size (MiB)");
+  v("replay", "lease_ms", c.replay.lease_ms, "Re-deliver a taken group not acked within this");
+  v("replay", "drop_oldest", c.replay.drop_oldest,
+    "When full, drop the oldest groups instead of making writers wait");
+  v("replay", "listen", c.replay.listen, "prl replay serve: the gRPC ingest's address");
+  v("replay", "address", c.replay.address,
+    "Actors push to this remote ingest instead of the local segment (empty: local)");
+  v("replay", "max_message_mb", c.replay.max_message_mb, "Largest push message (MiB)");
+  v("replay", "write_timeout_ms", c.replay.write_timeout_ms,
+    "How long a push waits for space before RESOURCE_EXHAUSTED (ms)");
+  v("broadcast", "transport", Enum(c.broadcast.transport, kWeightTransportNames),
+    "shm or cuda_ipc (same node), grpc or nccl (across nodes)");
+  v("broadcast", "listen", c.broadcast.listen, "grpc, nccl: where the learner serves weights");
+  v("broadcast", "address", c.broadcast.address,
+    "grpc, nccl: where actors reach the learner (empty: the listen address)");
+  v("broadcast", "timeout_s", c.broadcast.timeout_s,
+    "nccl: a broadcast to a dead actor fails after this (s)");
+  v("metrics", "enabled", c.metrics.enabled, "Serve Prometheus /metrics");
+  v("metrics", "listen", c.metrics.listen, "This process's /metrics address (port 0: any)");
+  v("metrics", "base_port", c.metrics.base_port,
+    "prl run: 0 for free ports, else coordinator base, learner base+1, actors base+2...");
+}
+
+template <typename Visitor>
+void VisitFields(RunConfig& c, Visitor& v) {
+  VisitRunFields(c, v);
+  VisitTaskFields(c, v);
+  VisitCoordinatorFields(c, v);
+  VisitActorFields(c, v);
+  VisitLearnerFields(c, v);
+  VisitServiceFields(c, v);
+}
+
+}  // namespace prl::config::internal

@@ -1,0 +1,166 @@
+// ValidateRunConfig: ranges and cross-field rules of the run config, a function per section.
+// Types and enumeration spellings are checked while reading (run_config.cc); what a role can
+// only know on its machine (is a GPU present?) is checked when the role starts
+// (roles/device_settings.h).
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "config/run_config.h"
+#include "core/status_macros.h"
+
+namespace prl::config {
+
+namespace {
+
+template <typename T>
+absl::Status Range(bool ok, absl::string_view field, absl::string_view expected, const T& found) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": expected ", expected, ", found ", found));
+}
+
+std::string Quoted(const std::string& s) { return "'" + s + "'"; }
+
+// host:port with a port in [0, 65535] (0: any free port) and a non-empty host.
+absl::Status Address(const std::string& value, absl::string_view field, bool may_be_empty) {
+  if (value.empty() && may_be_empty) return absl::OkStatus();
+  const size_t colon = value.rfind(':');
+  int port = -1;
+  const bool ok = colon != std::string::npos && colon > 0 &&
+                  absl::SimpleAtoi(value.substr(colon + 1), &port) && port >= 0 && port <= 65535;
+  return Range(ok, field, "host:port with a port from 0 to 65535", Quoted(value));
+}
+
+// bf16 needs the CUDA backend.
+absl::Status DeviceAndDType(DeviceType device, DType dtype, absl::string_view section) {
+  const bool ok = dtype == DType::kF32 || device == DeviceType::kCuda;
+  return Range(
+      ok, absl::StrCat(section, ".dtype"),
+      absl::StrCat("fp32 on the CPU (bf16 runs on CUDA only: set ", section, ".device = cuda)"),
+      "'bf16'");
+}
+
+absl::Status ValidateRunAndTask(const RunConfig& c) {
+  PRL_RETURN_IF_ERROR(Range(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
+                            "run.name", "a non-empty name without '/'", Quoted(c.run.name)));
+  PRL_RETURN_IF_ERROR(Range(!c.model.path.empty() || !c.model.preset.empty(), "model.preset",
+                            "a preset name when model.path is empty", "''"));
+  PRL_RETURN_IF_ERROR(Range(c.model.max_position_embeddings >= 8, "model.max_position_embeddings",
+                            ">= 8", c.model.max_position_embeddings));
+  PRL_RETURN_IF_ERROR(Range(c.task.name == "arithmetic", "task.name",
+                            "arithmetic (the built-in task)", Quoted(c.task.name)));
+  PRL_RETURN_IF_ERROR(Range(c.task.eval_prompts >= 1 && c.task.eval_prompts <= 100000,
+                            "task.eval_prompts", "1 to 100000", c.task.eval_prompts));
+  PRL_RETURN_IF_ERROR(Range(c.task.samples_per_prompt >= 2 && c.task.samples_per_prompt <= 1024,
+                            "task.samples_per_prompt",
+                            "2 to 1024 (group-normalised advantages need two samples)",
+                            c.task.samples_per_prompt));
+  PRL_RETURN_IF_ERROR(Range(c.task.max_tokens >= 1, "task.max_tokens", ">= 1", c.task.max_tokens));
+  PRL_RETURN_IF_ERROR(Range(c.task.temperature > 0 && c.task.temperature <= 10, "task.temperature",
+                            "a number in (0, 10]", c.task.temperature));
+  PRL_RETURN_IF_ERROR(Range(c.task.top_p > 0 && c.task.top_p <= 1, "task.top_p",
+                            "a number in (0, 1]", c.task.top_p));
+  PRL_RETURN_IF_ERROR(Range(c.sft.steps >= 0, "sft.steps", ">= 0", c.sft.steps));
+  PRL_RETURN_IF_ERROR(Range(c.sft.lr > 0, "sft.lr", "a number > 0", c.sft.lr));
+  return Range(c.sft.examples_per_step >= 1, "sft.examples_per_step", ">= 1",
+               c.sft.examples_per_step);
+}
+
+absl::Status ValidateCoordinator(const CoordinatorSection& c) {
+  PRL_RETURN_IF_ERROR(Address(c.listen, "coordinator.listen", false));
+  PRL_RETURN_IF_ERROR(Address(c.address, "coordinator.address", true));
+  PRL_RETURN_IF_ERROR(Range(c.lease_ms >= 100, "coordinator.lease_ms", ">= 100", c.lease_ms));
+  PRL_RETURN_IF_ERROR(Range(c.heartbeat_ms >= 10 && c.heartbeat_ms < c.lease_ms,
+                            "coordinator.heartbeat_ms", ">= 10 and below coordinator.lease_ms",
+                            c.heartbeat_ms));
+  PRL_RETURN_IF_ERROR(Range(c.max_pending_prompts >= 1, "coordinator.max_pending_prompts", ">= 1",
+                            c.max_pending_prompts));
+  return Range(c.max_samples_per_prompt >= 1 && c.max_samples_per_prompt <= 65536,
+               "coordinator.max_samples_per_prompt", "1 to 65536", c.max_samples_per_prompt);
+}
+
+absl::Status ValidateActors(const ActorsSection& a) {
+  PRL_RETURN_IF_ERROR(Range(a.count >= 1 && a.count <= 64, "actors.count", "1 to 64", a.count));
+  PRL_RETURN_IF_ERROR(DeviceAndDType(a.device, a.dtype, "actors"));
+  PRL_RETURN_IF_ERROR(Range(a.gpu_memory_fraction > 0 && a.gpu_memory_fraction < 1,
+                            "actors.gpu_memory_fraction", "a number in (0, 1)",
+                            a.gpu_memory_fraction));
+  PRL_RETURN_IF_ERROR(Range(a.kv_cache_mb >= 1, "actors.kv_cache_mb", ">= 1", a.kv_cache_mb));
+  PRL_RETURN_IF_ERROR(Range(a.block_size >= 1 && a.block_size <= 1024, "actors.block_size",
+                            "1 to 1024", a.block_size));
+  PRL_RETURN_IF_ERROR(Range(a.max_num_seqs >= 1, "actors.max_num_seqs", ">= 1", a.max_num_seqs));
+  PRL_RETURN_IF_ERROR(Range(a.max_num_batched_tokens >= 1, "actors.max_num_batched_tokens", ">= 1",
+                            a.max_num_batched_tokens));
+  PRL_RETURN_IF_ERROR(Range(a.max_prompts_in_flight >= 1, "actors.max_prompts_in_flight", ">= 1",
+                            a.max_prompts_in_flight));
+  PRL_RETURN_IF_ERROR(
+      Range(a.replay_timeout_s > 0, "actors.replay_timeout_s", "a number > 0", a.replay_timeout_s));
+  return Range(a.max_restarts >= 0, "actors.max_restarts", ">= 0", a.max_restarts);
+}
+
+absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
+  PRL_RETURN_IF_ERROR(Range(l.lr > 0, "learner.lr", "a number > 0", l.lr));
+  PRL_RETURN_IF_ERROR(
+      Range(l.weight_decay >= 0, "learner.weight_decay", "a number >= 0", l.weight_decay));
+  PRL_RETURN_IF_ERROR(
+      Range(l.beta1 >= 0 && l.beta1 < 1, "learner.beta1", "a number in [0, 1)", l.beta1));
+  PRL_RETURN_IF_ERROR(
+      Range(l.beta2 >= 0 && l.beta2 < 1, "learner.beta2", "a number in [0, 1)", l.beta2));
+  PRL_RETURN_IF_ERROR(
+      Range(l.max_grad_norm >= 0, "learner.max_grad_norm", ">= 0", l.max_grad_norm));
+  PRL_RETURN_IF_ERROR(Range(l.tis_cap > 0, "learner.tis_cap", "a number > 0", l.tis_cap));
+  PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
+                            "a number in (0, 1]", l.clip_low));
+  return Range(l.clip_high > 0, "learner.clip_high", "a number > 0", l.clip_high);
+}
+
+absl::Status ValidateLearner(const LearnerSection& l) {
+  PRL_RETURN_IF_ERROR(Range(l.world_size >= 1 && l.world_size <= 64, "learner.world_size",
+                            "1 to 64", l.world_size));
+  PRL_RETURN_IF_ERROR(DeviceAndDType(l.device, l.dtype, "learner"));
+  PRL_RETURN_IF_ERROR(Range(l.steps >= 0, "learner.steps", ">= 0 (0: until stopped)", l.steps));
+  PRL_RETURN_IF_ERROR(
+      Range(l.groups_per_step >= 1, "learner.groups_per_step", ">= 1", l.groups_per_step));
+  PRL_RETURN_IF_ERROR(ValidateLearnerOptimisation(l));
+  PRL_RETURN_IF_ERROR(Range(l.max_lag >= 0, "learner.max_lag", ">= 0", l.max_lag));
+  PRL_RETURN_IF_ERROR(Range(l.micro_batch_tokens >= 16, "learner.micro_batch_tokens", ">= 16",
+                            l.micro_batch_tokens));
+  PRL_RETURN_IF_ERROR(
+      Range(l.checkpoint_every >= 1, "learner.checkpoint_every", ">= 1", l.checkpoint_every));
+  PRL_RETURN_IF_ERROR(
+      Range(l.keep_checkpoints >= 1, "learner.keep_checkpoints", ">= 1", l.keep_checkpoints));
+  PRL_RETURN_IF_ERROR(Range(l.timeout_s > 0, "learner.timeout_s", "a number > 0", l.timeout_s));
+  return Range(l.max_restarts >= 0, "learner.max_restarts", ">= 0", l.max_restarts);
+}
+
+absl::Status ValidateServices(const RunConfig& c) {
+  const ReplaySection& r = c.replay;
+  PRL_RETURN_IF_ERROR(Range(r.capacity_mb >= 1, "replay.capacity_mb", ">= 1", r.capacity_mb));
+  PRL_RETURN_IF_ERROR(Range(r.lease_ms >= 100, "replay.lease_ms", ">= 100", r.lease_ms));
+  PRL_RETURN_IF_ERROR(Address(r.listen, "replay.listen", false));
+  PRL_RETURN_IF_ERROR(Address(r.address, "replay.address", true));
+  PRL_RETURN_IF_ERROR(
+      Range(r.max_message_mb >= 1, "replay.max_message_mb", ">= 1", r.max_message_mb));
+  PRL_RETURN_IF_ERROR(
+      Range(r.write_timeout_ms >= 1, "replay.write_timeout_ms", ">= 1", r.write_timeout_ms));
+  PRL_RETURN_IF_ERROR(Address(c.broadcast.listen, "broadcast.listen", false));
+  PRL_RETURN_IF_ERROR(Address(c.broadcast.address, "broadcast.address", true));
+  PRL_RETURN_IF_ERROR(Range(c.broadcast.timeout_s > 0, "broadcast.timeout_s", "a number > 0",
+                            c.broadcast.timeout_s));
+  PRL_RETURN_IF_ERROR(Address(c.metrics.listen, "metrics.listen", false));
+  return Range(c.metrics.base_port >= 0 && c.metrics.base_port < 65000, "metrics.base_port",
+               "0 (free ports) or a port below 65000", c.metrics.base_port);
+}
+
+}  // namespace
+
+absl::Status ValidateRunConfig(const RunConfig& c) {
+  PRL_RETURN_IF_ERROR(ValidateRunAndTask(c));
+  PRL_RETURN_IF_ERROR(ValidateCoordinator(c.coordinator));
+  PRL_RETURN_IF_ERROR(ValidateActors(c.actors));
+  PRL_RETURN_IF_ERROR(ValidateLearner(c.learner));
+  return ValidateServices(c);
+}
+
+}  // namespace prl::config

@@ -1,0 +1,125 @@
+#include "learner/step_report.h"
+
+#include <set>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace prl::learner {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Every field once: the writer and the reader walk this list.
+template <typename Visitor>
+void VisitFields(StepReport& r, Visitor& v) {
+  v("step", r.step);
+  v("version", r.version);
+  v("unix_time", r.unix_time);
+  v("groups", r.groups);
+  v("samples", r.samples);
+  v("mean_reward", r.mean_reward);
+  v("loss", r.loss);
+  v("mean_ratio", r.mean_ratio);
+  v("max_ratio", r.max_ratio);
+  v("clipped_fraction", r.clipped_fraction);
+  v("effective_sample_size", r.effective_sample_size);
+  v("kl_behaviour_learner", r.kl_behaviour_learner);
+  v("entropy", r.entropy);
+  v("grad_norm", r.grad_norm);
+  v("lr", r.lr);
+  v("lag_mean", r.lag_mean);
+  v("lag_max", r.lag_max);
+  v("trained_tokens", r.trained_tokens);
+  v("input_tokens", r.input_tokens);
+  v("completion_tokens", r.completion_tokens);
+  v("step_seconds", r.step_seconds);
+  v("publish_seconds", r.publish_seconds);
+  v("dropped_stale", r.dropped_stale);
+}
+
+struct Writer {
+  Json& j;
+  template <typename T>
+  void operator()(const char* key, T& value) {
+    j[key] = value;
+  }
+};
+
+struct Reader {
+  const Json& j;
+  absl::Status status;
+  std::set<std::string> seen;
+  template <typename T>
+  void operator()(const char* key, T& value) {
+    if (!status.ok()) return;
+    seen.insert(key);
+    auto it = j.find(key);
+    if (it == j.end()) {
+      status =
+          absl::InvalidArgumentError(absl::StrCat("step report: field '", key, "' is missing"));
+      return;
+    }
+    const bool ok = std::is_integral_v<T> ? it->is_number_integer() : it->is_number();
+    if (!ok) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("step report: field '", key, "': expected ",
+                       std::is_integral_v<T> ? "an integer" : "a number", ", found ", it->dump()));
+      return;
+    }
+    value = it->get<T>();
+  }
+};
+
+}  // namespace
+
+void SetStepResult(const StepResult& result, double lr, StepReport* r) {
+  const LossStats& l = result.stats.loss;
+  r->loss = l.loss;
+  r->mean_ratio = l.mean_ratio();
+  r->max_ratio = l.ratio_max;
+  r->clipped_fraction = l.clipped_fraction();
+  r->effective_sample_size = l.effective_sample_size();
+  r->kl_behaviour_learner = l.kl();
+  r->entropy = l.entropy();
+  r->grad_norm = result.optimizer.grad_norm;
+  r->lr = lr;
+  r->lag_mean = result.stats.lag_mean;
+  r->lag_max = result.stats.lag_max;
+  r->trained_tokens = static_cast<int64_t>(l.tokens);
+  r->input_tokens = result.stats.input_tokens;
+  r->step_seconds = result.stats.seconds;
+}
+
+std::string StepReportToJson(const StepReport& report) {
+  StepReport copy = report;
+  Json j = Json::object();
+  Writer writer{j};
+  VisitFields(copy, writer);
+  return j.dump();
+}
+
+absl::StatusOr<StepReport> ParseStepReport(absl::string_view json_line) {
+  const Json j = Json::parse(json_line.begin(), json_line.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report: expected one JSON object, found '", json_line, "'"));
+  }
+  StepReport report;
+  Reader reader{j, absl::OkStatus(), {}};
+  VisitFields(report, reader);
+  if (!reader.status.ok()) return reader.status;
+  for (const auto& [key, unused] : j.items()) {
+    if (!reader.seen.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat("step report: unknown field '", key,
+                                                     "' (known: ", absl::StrJoin(reader.seen, ", "),
+                                                     ")"));
+    }
+  }
+  return report;
+}
+
+}  // namespace prl::learner

@@ -1,0 +1,47 @@
+// StepReport: what the learner reports after each optimizer step, in one schema. The learner
+// role appends it to its report file as one JSON line per step (`learner.report_file`); prl
+// run reads those lines for its progress and summary, and the learner's Prometheus metrics
+// are set from the same struct. The reader is strict: a missing field, a field of the wrong
+// type or an unknown field is an error naming it, so a renamed field cannot silently turn
+// into a zero in a summary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "learner/train_step.h"
+
+namespace prl::learner {
+
+struct StepReport {
+  int64_t step = 0;        // optimizer steps taken, this one included
+  int64_t version = 0;     // the weights' version after this step
+  double unix_time = 0;    // when the step finished (s since the epoch)
+  int64_t groups = 0;      // groups trained on
+  int64_t samples = 0;     // their samples (including ones without a trainable token)
+  double mean_reward = 0;  // over those samples
+  double loss = 0;
+  double mean_ratio = 0, max_ratio = 0;  // importance ratio pi/mu over trained tokens
+  double clipped_fraction = 0;           // tokens whose gradient was clipped or masked
+  double effective_sample_size = 0;      // of the importance weights, in (0, 1]
+  double kl_behaviour_learner = 0;       // mean k3 estimate of KL(mu || pi)
+  double entropy = 0;                    // mean -log pi of the sampled tokens
+  double grad_norm = 0;                  // global L2 norm before clipping
+  double lr = 0;
+  double lag_mean = 0, lag_max = 0;  // learner version minus token versions (versions)
+  int64_t trained_tokens = 0, input_tokens = 0, completion_tokens = 0;
+  double step_seconds = 0, publish_seconds = 0;
+  int64_t dropped_stale = 0;  // groups the replay buffer dropped for staleness so far
+};
+
+// Fills the loss, ratio, token and timing fields from a training step's result.
+void SetStepResult(const StepResult& result, double lr, StepReport* report);
+
+// One line of JSON, fields in declaration order.
+std::string StepReportToJson(const StepReport& report);
+// The inverse; errors name the field, the expected type and what was found.
+absl::StatusOr<StepReport> ParseStepReport(absl::string_view json_line);
+
+}  // namespace prl::learner

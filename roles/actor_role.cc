@@ -1,0 +1,119 @@
+#include "roles/actor_role.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "actor/actor.h"
+#include "checkpoint/hf_model_dir.h"
+#include "core/status_macros.h"
+#include "roles/device_settings.h"
+#include "roles/role_metrics.h"
+#include "roles/weight_transports.h"
+#include "task/char_tokenizer.h"
+
+namespace prl::roles {
+
+namespace {
+
+std::string DefaultName() {
+  char host[256] = "actor";
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid());
+}
+
+// Where finished groups go: the remote ingest when replay.address is set, else the run's
+// segment on this node (the learner creates it; an actor started first waits for it).
+struct ReplaySink {
+  std::unique_ptr<ReplayBuffer> buffer;  // the local segment, if any
+  actor::GroupWriter writer;
+  std::string description;
+};
+
+absl::StatusOr<ReplaySink> OpenReplaySink(const config::RunConfig& c,
+                                          const std::atomic<bool>& stop) {
+  ReplaySink sink;
+  const absl::Duration timeout = absl::Seconds(c.actors.replay_timeout_s);
+  if (!c.replay.address.empty()) {
+    PRL_ASSIGN_OR_RETURN(sink.writer, actor::RemoteReplayWriter(c.replay.address, timeout));
+    sink.description = absl::StrCat("remote ingest ", c.replay.address);
+    return sink;
+  }
+  absl::StatusOr<std::unique_ptr<ReplayBuffer>> opened = ReplayBuffer::Open(c.replay_segment());
+  for (int i = 0; i < 600 && absl::IsNotFound(opened.status()) && !stop; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    opened = ReplayBuffer::Open(c.replay_segment());
+  }
+  PRL_RETURN_IF_ERROR(opened.status());
+  sink.buffer = std::move(*opened);
+  sink.writer = actor::LocalReplayWriter(sink.buffer.get(), timeout);
+  sink.description = absl::StrCat("segment ", c.replay_segment());
+  return sink;
+}
+
+absl::StatusOr<actor::ActorOptions> ActorOptionsFrom(const config::RunConfig& c,
+                                                     const ActorRoleOptions& role) {
+  actor::ActorOptions o;
+  o.coordinator = c.coordinator_address();
+  o.name = role.name.empty() ? DefaultName() : role.name;
+  o.run_id = c.run.name;
+  o.max_prompts_in_flight = c.actors.max_prompts_in_flight;
+  PRL_ASSIGN_OR_RETURN(o.engine, ActorEngineOptions(c.actors));
+  if (c.task.name == "arithmetic") {  // text rewards read the built-in task's characters
+    o.decode = [](absl::Span<const int32_t> ids) { return task::CharTokenizer().Decode(ids); };
+  }
+  return o;
+}
+
+void PrintStart(const actor::ActorOptions& o, const config::RunConfig& c, const ReplaySink& sink,
+                const RoleMetrics& endpoint) {
+  std::printf(
+      "actor %s: generating for %s%s on %s (%s), KV cache %lld MiB in blocks of %d, %d "
+      "sequences, %d prompts in flight; groups to %s; weights over %s\n",
+      o.name.c_str(), o.coordinator.c_str(), endpoint.Describe().c_str(),
+      o.engine.device.ToString().c_str(),
+      std::string(EnumName(kComputeDTypeNames, o.engine.dtype)).c_str(),
+      static_cast<long long>(o.engine.kv_cache_bytes >> 20), o.engine.block_size,
+      o.engine.max_num_seqs, o.max_prompts_in_flight, sink.description.c_str(),
+      std::string(EnumName(config::kWeightTransportNames, c.broadcast.transport)).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& role,
+                          const std::atomic<bool>& stop) {
+  if (c.model.path.empty()) {
+    return absl::InvalidArgumentError(
+        "model.path is empty: the actor needs the starting "
+        "weights; set model.path or pass --model");
+  }
+  PRL_ASSIGN_OR_RETURN(actor::ActorOptions options, ActorOptionsFrom(c, role));
+  PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(c.model.path, Device::Cpu()));
+  const ModelConfig model = loaded.config;
+  auto initial = std::make_shared<const ParameterSet>(std::move(loaded));
+  PRL_ASSIGN_OR_RETURN(ReplaySink sink, OpenReplaySink(c, stop));
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> weights,
+                       OpenWeightSubscriber(c, model, options.engine.device));
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
+  metrics::ProcessMetrics process_metrics(*endpoint->registry, metrics::Role::kActor);
+  metrics::ActorMetrics actor_metrics(*endpoint->registry);
+  metrics::WeightSyncMetrics weight_metrics(*endpoint->registry);
+  options.metrics = &actor_metrics;
+  options.weight_metrics = &weight_metrics;
+  options.process_metrics = &process_metrics;
+  PRL_ASSIGN_OR_RETURN(
+      auto a, actor::Actor::Create(initial, 0, std::move(sink.writer), weights.get(), options));
+  PrintStart(options, c, sink, *endpoint);
+  const absl::Status run = a->Run(&stop);
+  const actor::ActorStats s = a->stats();
+  std::printf("actor %s: %lld groups, %lld tokens, %lld reward failures, weight version %lld\n",
+              options.name.c_str(), static_cast<long long>(s.groups_written),
+              static_cast<long long>(s.tokens_generated), static_cast<long long>(s.reward_failures),
+              static_cast<long long>(s.weight_version));
+  return run;
+}
+
+}  // namespace prl::roles

@@ -1,0 +1,111 @@
+#include "roles/coordinator_role.h"
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/hf_model_dir.h"
+#include "coordinator/coordinator_server.h"
+#include "core/status_macros.h"
+#include "metrics/prl_metrics.h"
+#include "reward/verifiers.h"
+#include "roles/role_metrics.h"
+#include "task/char_tokenizer.h"
+
+namespace prl::roles {
+
+namespace {
+
+namespace v1 = prl::v1;
+
+// Text prompts of the built-in task are tokenised with its character tokenizer.
+absl::Status SetTokenizer(const config::RunConfig& c, const ModelConfig& model,
+                          coordinator::CoordinatorConfig* out) {
+  if (c.task.name != "arithmetic") return absl::OkStatus();
+  auto tokenizer = std::make_shared<task::CharTokenizer>();
+  if (tokenizer->vocab_size() > model.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task.name = arithmetic: its character tokenizer has ", tokenizer->vocab_size(),
+        " tokens but the model's vocab_size is ", model.vocab_size));
+  }
+  out->tokenize = [tokenizer](absl::string_view text) { return tokenizer->Encode(text); };
+  return absl::OkStatus();
+}
+
+void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMetrics& m,
+                   metrics::ProcessMetrics& process) {
+  const coordinator::CoordinatorStats s = coordinator.Stats();
+  int64_t active = 0;
+  for (const v1::PromptSetStatus& set : coordinator.List()) {
+    active += set.state() == v1::PROMPT_SET_STATE_RUNNING ? 1 : 0;
+  }
+  m.prompt_sets_active.Set(static_cast<double>(active));
+  m.prompts_pending.Set(static_cast<double>(s.prompts_pending));
+  m.prompts_in_flight.Set(static_cast<double>(s.prompts_in_flight));
+  metrics::AdvanceCounterTo(m.prompts_done, static_cast<double>(s.prompts_done));
+  metrics::AdvanceCounterTo(m.leases_expired, static_cast<double>(s.leases_expired));
+  process.weight_version.Set(static_cast<double>(s.learner_version));
+}
+
+}  // namespace
+
+absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const config::RunConfig& c) {
+  if (c.model.path.empty()) {
+    return absl::InvalidArgumentError(
+        "model.path is empty: the coordinator needs the model directory (its vocabulary and "
+        "context bound the prompts); set model.path or pass --model");
+  }
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+  coordinator::CoordinatorConfig out;
+  out.log_path = c.prompt_log();
+  out.lease_ms = c.coordinator.lease_ms;
+  out.heartbeat_ms = c.coordinator.heartbeat_ms;
+  out.max_pending_prompts = c.coordinator.max_pending_prompts;
+  out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
+  out.max_lag = c.learner.max_lag;
+  out.groups_per_step = c.learner.groups_per_step;
+  out.sync = c.run.mode == config::RunMode::kSync;
+  out.vocab_size = model.vocab_size;
+  out.max_position_embeddings = model.max_position_embeddings;
+  PRL_RETURN_IF_ERROR(SetTokenizer(c, model, &out));
+  out.validate_reward = [](const v1::RewardSpec& spec) {
+    reward::RewardSpec parsed;
+    parsed.name = spec.name();
+    for (const auto& [k, v] : spec.params()) parsed.params[k] = v;
+    return reward::MakeRewardFunction(parsed).status();  // validates; the actor builds its own
+  };
+  return out;
+}
+
+absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atomic<bool>& stop) {
+  PRL_ASSIGN_OR_RETURN(const coordinator::CoordinatorConfig settings,
+                       CoordinatorConfigFrom(config));
+  PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(settings));
+  const coordinator::CoordinatorStats stats = coordinator->Stats();
+  PRL_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(
+                                        coordinator.get(), config.coordinator.listen));
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
+  metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kCoordinator);
+  metrics::CoordinatorMetrics m(*endpoint->registry);
+  std::printf(
+      "coordinator on port %d%s: %lld prompt sets in %s (%lld prompts pending)%s; leases of "
+      "%lld ms renewed every %lld ms, budget (%lld + 1) x %lld groups%s\n",
+      server->port(), endpoint->Describe().c_str(), static_cast<long long>(stats.prompt_sets),
+      settings.log_path.c_str(), static_cast<long long>(stats.prompts_pending),
+      stats.torn_log_bytes > 0
+          ? absl::StrCat(", cut a torn tail of ", stats.torn_log_bytes, " bytes").c_str()
+          : "",
+      static_cast<long long>(settings.lease_ms), static_cast<long long>(settings.heartbeat_ms),
+      static_cast<long long>(settings.max_lag), static_cast<long long>(settings.groups_per_step),
+      settings.sync ? ", sync mode" : "");
+  std::fflush(stdout);
+  for (int tick = 0; !stop; ++tick) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (tick % 10 == 0) UpdateMetrics(*coordinator, m, process);
+  }
+  server->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace prl::roles

@@ -1,0 +1,90 @@
+#include "roles/learner_rank.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "learner/local_launcher.h"
+#include "roles/device_settings.h"
+
+namespace prl::roles {
+
+absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection& l,
+                                                   float temperature) {
+  learner::StepConfig c;
+  c.loss.kind = l.loss;
+  c.loss.normalization = l.normalization;
+  c.loss.tis_cap = l.tis_cap;
+  c.loss.clip_low = l.clip_low;
+  c.loss.clip_high = l.clip_high;
+  c.micro_batch_tokens = l.micro_batch_tokens;
+  c.temperature = temperature;
+  PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(c));
+  return c;
+}
+
+absl::StatusOr<learner::OptimizerConfig> OptimizerConfigFrom(const config::LearnerSection& l) {
+  learner::OptimizerConfig c;
+  c.kind = l.optimizer;
+  c.lr = l.lr;
+  c.weight_decay = l.weight_decay;
+  c.max_grad_norm = l.max_grad_norm;
+  c.beta1 = l.beta1;
+  c.beta2 = l.beta2;
+  PRL_RETURN_IF_ERROR(learner::ValidateOptimizerConfig(c));
+  return c;
+}
+
+learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& l) {
+  learner::AdvantageConfig c;
+  c.scale_by_std = l.advantage == learner::AdvantageEstimator::kGrpo;
+  c.drop_uniform_groups = l.drop_uniform_groups;
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
+    const config::LearnerSection& l, const LearnerRankOptions& options, const ParameterSet& weights,
+    const collective::RendezvousConfig& rendezvous) {
+  if (rendezvous.world_size != l.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learner.world_size = ", l.world_size,
+                     " disagrees with WORLD_SIZE=", rendezvous.world_size));
+  }
+  auto r = std::make_unique<LearnerRank>();
+  PRL_ASSIGN_OR_RETURN(r->step, StepConfigFrom(l, options.temperature));
+  PRL_ASSIGN_OR_RETURN(r->optimizer_config, OptimizerConfigFrom(l));
+  r->advantages = AdvantageConfigFrom(l);
+  PRL_ASSIGN_OR_RETURN(r->device, LearnerRankDevice(l, rendezvous.rank));
+  collective::CommunicatorOptions comm_options;
+  comm_options.timeout = absl::Seconds(l.timeout_s);
+  if (r->device.is_cuda()) {
+    PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectNccl(rendezvous, r->device, comm_options));
+  } else {
+    PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectGloo(rendezvous, comm_options));
+  }
+  learner::FsdpOptions fsdp;
+  fsdp.transformer.compute_dtype = l.dtype;
+  fsdp.reshard_after_forward = !options.keep_gathered;
+  PRL_ASSIGN_OR_RETURN(r->model, learner::FsdpModel::Create(weights.config, r->comm.get(), fsdp));
+  PRL_RETURN_IF_ERROR(
+      r->model->LoadFull({weights.data(), static_cast<size_t>(weights.layout.num_elements())}));
+  PRL_ASSIGN_OR_RETURN(r->optimizer,
+                       learner::ShardedOptimizer::Create(r->optimizer_config, r->model.get()));
+  return r;
+}
+
+absl::Status RunLearnerRanks(
+    const config::LearnerSection& l, const std::vector<std::string>& argv,
+    const std::function<absl::Status(const collective::RendezvousConfig&)>& rank_main) {
+  absl::StatusOr<collective::RendezvousConfig> rendezvous = learner::RendezvousForThisRank();
+  if (rendezvous.ok()) return rank_main(*rendezvous);
+  if (!absl::IsNotFound(rendezvous.status())) return rendezvous.status();
+  // The launcher: check what can be checked once, then start the ranks.
+  PRL_RETURN_IF_ERROR(StepConfigFrom(l, 1.0f).status());
+  PRL_RETURN_IF_ERROR(OptimizerConfigFrom(l).status());
+  PRL_RETURN_IF_ERROR(LearnerRankDevice(l, 0).status());
+  learner::LaunchOptions launch;
+  launch.world_size = l.world_size;
+  launch.grace_after_failure = absl::Seconds(l.timeout_s + 5);
+  return learner::RunLocalRanks(argv, launch);
+}
+
+}  // namespace prl::roles

@@ -1,0 +1,67 @@
+// LearnerRank: one rank of a learner group, built in one place for every command that trains
+// (`prl learner serve`, `prl learner step|train`, `prl bench learner`) on either device: the
+// device (the CPU, or one GPU per rank), the communicator (Gloo on the CPU, NCCL on GPUs, both
+// through the rendezvous of collective/rendezvous.h), the FSDP model holding the starting
+// weights in the compute dtype, the sharded optimizer, and the step's loss and advantage
+// settings, all from the learner section of the run config.
+//
+// RunLearnerRanks is the launcher half: a process started as a rank (RANK set, by prl's local
+// launcher or by an external one such as a PyTorchJob or a StatefulSet) runs `rank_main`;
+// otherwise it starts learner.world_size local ranks that re-execute `argv`.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collective/communicator.h"
+#include "collective/rendezvous.h"
+#include "config/run_config.h"
+#include "learner/advantages.h"
+#include "learner/fsdp.h"
+#include "learner/optimizer.h"
+#include "learner/train_step.h"
+#include "model/parameters.h"
+
+namespace prl::roles {
+
+struct LearnerRank {
+  Device device;
+  learner::StepConfig step;
+  learner::OptimizerConfig optimizer_config;
+  learner::AdvantageConfig advantages;
+  std::unique_ptr<collective::Communicator> comm;
+  std::unique_ptr<learner::FsdpModel> model;
+  std::unique_ptr<learner::ShardedOptimizer> optimizer;
+
+  int rank() const { return comm->rank(); }
+  bool rank0() const { return comm->rank() == 0; }
+};
+
+struct LearnerRankOptions {
+  float temperature = 1.0f;    // the actors' sampling temperature (the learner's log-probs use it)
+  bool keep_gathered = false;  // keep gathered units from forward to backward (more memory)
+};
+
+// The step, optimizer and advantage settings of `learner`, validated. Launchers call these
+// before starting ranks so that a bad setting fails once, not once per rank.
+absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection& learner,
+                                                   float temperature);
+absl::StatusOr<learner::OptimizerConfig> OptimizerConfigFrom(const config::LearnerSection& learner);
+learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& learner);
+
+// A collective: every rank of the group calls it. `weights` are the full starting weights
+// (every rank passes the same; they are sharded, not kept).
+absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
+    const config::LearnerSection& learner, const LearnerRankOptions& options,
+    const ParameterSet& weights, const collective::RendezvousConfig& rendezvous);
+
+// Runs `rank_main` in a rank; otherwise validates `learner` and starts world_size local ranks
+// re-executing `argv` (each with RANK, WORLD_SIZE, LOCAL_RANK and a FileStore rendezvous).
+absl::Status RunLearnerRanks(
+    const config::LearnerSection& learner, const std::vector<std::string>& argv,
+    const std::function<absl::Status(const collective::RendezvousConfig&)>& rank_main);
+
+}  // namespace prl::roles

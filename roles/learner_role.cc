@@ -1,0 +1,112 @@
+#include "roles/learner_role.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/hf_model_dir.h"
+#include "core/status_macros.h"
+#include "roles/learner_rank.h"
+#include "roles/learner_step_sink.h"
+#include "roles/replay_role.h"
+#include "roles/role_metrics.h"
+#include "roles/weight_transports.h"
+
+namespace prl::roles {
+
+namespace {
+
+// The run's replay segment: joined when it exists (this learner restarted; the actors still
+// write into it), else created.
+absl::StatusOr<std::unique_ptr<ReplayBuffer>> OpenOrCreateReplay(const config::RunConfig& c) {
+  absl::StatusOr<std::unique_ptr<ReplayBuffer>> opened = ReplayBuffer::Open(c.replay_segment());
+  if (!absl::IsNotFound(opened.status())) return opened;
+  return ReplayBuffer::Create(c.replay_segment(), ReplayConfigFrom(c));
+}
+
+// What only rank 0 holds: the replay segment, the publisher, /metrics and the step sink.
+struct RankZero {
+  std::unique_ptr<ReplayBuffer> replay;
+  WeightEndpoint weights;
+  std::unique_ptr<RoleMetrics> endpoint;
+  std::unique_ptr<StepSink> sink;
+};
+
+absl::StatusOr<RankZero> StartRankZero(const config::RunConfig& c, const ModelConfig& model,
+                                       Device device) {
+  RankZero z;
+  PRL_ASSIGN_OR_RETURN(z.replay, OpenOrCreateReplay(c));
+  PRL_ASSIGN_OR_RETURN(z.weights, StartWeightPublisher(c, model, device));
+  PRL_ASSIGN_OR_RETURN(z.endpoint, StartRoleMetrics(c.metrics));
+  PRL_ASSIGN_OR_RETURN(z.sink, StepSink::Create(c, *z.endpoint->registry, z.replay.get()));
+  return z;
+}
+
+void PrintStart(const config::RunConfig& c, const LearnerRank& rank, const RankZero& z) {
+  const config::LearnerSection& l = c.learner;
+  std::printf(
+      "learner: %d rank(s) on %s (%s), %s loss, %s advantages, %s lr %g, %lld groups per step, "
+      "max lag %lld; replay %s (%lld MiB); weights over %s%s; checkpoints every %lld steps in "
+      "%s\n",
+      l.world_size, rank.device.ToString().c_str(),
+      std::string(EnumName(kComputeDTypeNames, l.dtype)).c_str(),
+      std::string(learner::LossKindName(l.loss)).c_str(),
+      std::string(EnumName(learner::kAdvantageEstimatorNames, l.advantage)).c_str(),
+      std::string(EnumName(learner::kOptimizerKindNames, l.optimizer)).c_str(), l.lr,
+      static_cast<long long>(l.groups_per_step), static_cast<long long>(l.max_lag),
+      c.replay_segment().c_str(), static_cast<long long>(c.replay.capacity_mb),
+      z.weights.description.c_str(), z.endpoint->Describe().c_str(),
+      static_cast<long long>(l.checkpoint_every), c.checkpoint_dir().c_str());
+  std::fflush(stdout);
+}
+
+absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousConfig& rendezvous,
+                       const std::atomic<bool>& stop) {
+  PRL_ASSIGN_OR_RETURN(ParameterSet full, LoadModel(c.model.path, Device::Cpu()));
+  LearnerRankOptions rank_options;
+  rank_options.temperature = static_cast<float>(c.task.temperature);
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<LearnerRank> rank,
+                       CreateLearnerRank(c.learner, rank_options, full, rendezvous));
+  RankZero z;
+  learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
+  options.step = rank->step;
+  if (rank->rank0()) {
+    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device));
+    options.published_version = z.weights.newest_version;
+    PrintStart(c, *rank, z);
+  }
+  learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
+                                  z.weights.publisher.get(), options);
+  return service.Run(&stop, [&](const learner::LearnerStepReport& step) {
+    z.sink->Observe(step, service.groups_consumed());
+  });
+}
+
+}  // namespace
+
+learner::LearnerServiceOptions LearnerServiceOptionsFrom(const config::RunConfig& c) {
+  learner::LearnerServiceOptions o;
+  o.groups_per_step = c.learner.groups_per_step;
+  o.max_lag = c.learner.max_lag;
+  o.max_steps = c.learner.steps;
+  o.checkpoint.dir = c.checkpoint_dir();
+  o.checkpoint.every = c.learner.checkpoint_every;
+  o.checkpoint.keep_last = c.learner.keep_checkpoints;
+  o.advantages = AdvantageConfigFrom(c.learner);
+  o.lr = c.learner.lr;
+  return o;
+}
+
+absl::Status RunLearnerRole(const config::RunConfig& c, const std::vector<std::string>& argv,
+                            const std::atomic<bool>& stop) {
+  if (c.model.path.empty()) {
+    return absl::InvalidArgumentError(
+        "model.path is empty: the learner needs the starting "
+        "weights; set model.path or pass --model");
+  }
+  return RunLearnerRanks(c.learner, argv, [&](const collective::RendezvousConfig& rendezvous) {
+    return ServeRank(c, rendezvous, stop);
+  });
+}
+
+}  // namespace prl::roles

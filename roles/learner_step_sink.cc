@@ -1,0 +1,107 @@
+#include "roles/learner_step_sink.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "learner/step_report.h"
+
+namespace prl::roles {
+
+StepSink::StepSink(const config::RunConfig& config, prometheus::Registry& registry,
+                   ReplayBuffer* replay)
+    : process_(registry, metrics::Role::kLearner),
+      learner_(registry, learner::LossKindName(config.learner.loss)),
+      weights_(registry),
+      replay_metrics_(registry),
+      replay_(replay) {}
+
+StepSink::~StepSink() {
+  if (report_file_ != nullptr) std::fclose(report_file_);
+}
+
+absl::StatusOr<std::unique_ptr<StepSink>> StepSink::Create(const config::RunConfig& config,
+                                                           prometheus::Registry& registry,
+                                                           ReplayBuffer* replay) {
+  std::unique_ptr<StepSink> sink(new StepSink(config, registry, replay));
+  const std::string& path = config.learner.report_file;
+  if (!path.empty()) {
+    sink->report_file_ = std::fopen(path.c_str(), "a");
+    if (sink->report_file_ == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("learner.report_file: cannot append to '", path, "'"));
+    }
+  }
+  const std::string coordinator = config.coordinator_address();
+  if (!coordinator.empty()) {
+    sink->coordinator_ = prl::v1::ActorControl::NewStub(
+        grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+  }
+  return sink;
+}
+
+void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
+  const learner::StepReport& r = step.report;
+  learner_.step_seconds.Observe(r.step_seconds);
+  learner_.steps.Increment();
+  learner_.tokens.Increment(static_cast<double>(r.trained_tokens));
+  learner_.samples.Increment(static_cast<double>(r.samples));
+  for (double lag : step.sample_max_lags) learner_.sample_max_lag_versions.Observe(lag);
+  for (double lag : step.sample_mean_lags) learner_.sample_mean_lag_versions.Observe(lag);
+  learner_.step_max_lag_versions.Set(r.lag_max);
+  learner_.loss.Set(r.loss);
+  learner_.importance_ratio_mean.Set(r.mean_ratio);
+  learner_.importance_ratio_max.Set(r.max_ratio);
+  learner_.clipped_tokens_ratio.Set(r.clipped_fraction);
+  learner_.importance_weight_ess_ratio.Set(r.effective_sample_size);
+  learner_.logprob_mismatch_kl.Set(r.kl_behaviour_learner);
+  learner_.entropy.Set(r.entropy);
+  learner_.grad_norm.Set(r.grad_norm);
+  learner_.learning_rate.Set(r.lr);
+  weights_.publish_seconds.Observe(r.publish_seconds);
+  process_.weight_version.Set(static_cast<double>(r.version));
+  const ReplayStats rs = replay_->Stats();
+  replay_metrics_.used_bytes.Set(static_cast<double>(rs.used_bytes));
+  replay_metrics_.capacity_bytes.Set(static_cast<double>(rs.capacity_bytes));
+  replay_metrics_.groups_ready.Set(static_cast<double>(rs.groups_ready));
+  replay_metrics_.groups_leased.Set(static_cast<double>(rs.groups_leased));
+  metrics::AdvanceCounterTo(replay_metrics_.groups_written, static_cast<double>(rs.groups_in));
+  metrics::AdvanceCounterTo(replay_metrics_.bytes_written, static_cast<double>(rs.bytes_in));
+  metrics::AdvanceCounterTo(replay_metrics_.groups_redelivered,
+                            static_cast<double>(rs.redelivered));
+  metrics::AdvanceCounterTo(replay_metrics_.dropped_stale, static_cast<double>(rs.dropped_stale));
+  metrics::AdvanceCounterTo(replay_metrics_.dropped_full, static_cast<double>(rs.dropped_full));
+}
+
+void StepSink::ReportProgress(int64_t version, int64_t groups_consumed) {
+  if (coordinator_ == nullptr) return;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  prl::v1::LearnerProgressRequest progress;
+  progress.set_version(version);
+  progress.set_groups_consumed(groups_consumed);
+  prl::v1::LearnerProgressResponse ignored;
+  coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
+}
+
+void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed) {
+  const learner::StepReport& r = step.report;
+  std::printf(
+      "step %lld: version %lld, %lld groups (%lld samples), reward %.4f, loss %.4g, ratio "
+      "%.3f, lag mean %.2f max %.0f, %.0f tok/s, dropped stale %lld\n",
+      static_cast<long long>(r.step), static_cast<long long>(r.version),
+      static_cast<long long>(r.groups), static_cast<long long>(r.samples), r.mean_reward, r.loss,
+      r.mean_ratio, r.lag_mean, r.lag_max,
+      r.step_seconds > 0 ? r.input_tokens / r.step_seconds : 0.0,
+      static_cast<long long>(r.dropped_stale));
+  std::fflush(stdout);
+  UpdateMetrics(step);
+  if (report_file_ != nullptr) {
+    std::fprintf(report_file_, "%s\n", learner::StepReportToJson(r).c_str());
+    std::fflush(report_file_);
+  }
+  ReportProgress(r.version, groups_consumed);
+}
+
+}  // namespace prl::roles

@@ -1,0 +1,44 @@
+// StepSink: where rank 0 of the learner role sends each step's report — the progress line on
+// stdout, the Prometheus metrics (learner, weight sync, replay occupancy), one JSON line in
+// learner.report_file (learner/step_report.h), and the learner's progress to the coordinator
+// (its staleness budget counts the groups consumed).
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "config/run_config.h"
+#include "learner/learner_service.h"
+#include "metrics/prl_metrics.h"
+#include "prl/v1/prompt.grpc.pb.h"
+#include "replay/replay_buffer.h"
+
+namespace prl::roles {
+
+class StepSink {
+ public:
+  // `registry` and `replay` must outlive the sink.
+  static absl::StatusOr<std::unique_ptr<StepSink>> Create(const config::RunConfig& config,
+                                                          prometheus::Registry& registry,
+                                                          ReplayBuffer* replay);
+  ~StepSink();
+
+  void Observe(const learner::LearnerStepReport& step, int64_t groups_consumed);
+
+ private:
+  StepSink(const config::RunConfig& config, prometheus::Registry& registry, ReplayBuffer* replay);
+  void UpdateMetrics(const learner::LearnerStepReport& step);
+  void ReportProgress(int64_t version, int64_t groups_consumed);
+
+  metrics::ProcessMetrics process_;
+  metrics::LearnerMetrics learner_;
+  metrics::WeightSyncMetrics weights_;
+  metrics::ReplayMetrics replay_metrics_;
+  ReplayBuffer* replay_;
+  std::FILE* report_file_ = nullptr;
+  std::unique_ptr<prl::v1::ActorControl::Stub> coordinator_;
+};
+
+}  // namespace prl::roles

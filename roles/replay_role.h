@@ -1,0 +1,23 @@
+// The replay ingest role (`prl replay serve`): serves prl.v1.ReplayService.Push on
+// replay.listen into a replay segment on this node (the run's, unless another is named), so
+// that actors on other nodes (replay.address) can write groups, until the stop flag is set.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "absl/status/status.h"
+#include "config/run_config.h"
+#include "replay/replay_buffer.h"
+
+namespace prl::roles {
+
+// The replay segment's settings of a run: replay.capacity_mb, lease_ms, drop_oldest; the label
+// names the run.
+ReplayConfig ReplayConfigFrom(const config::RunConfig& config);
+
+// `segment` empty: the run's segment (config.replay_segment()).
+absl::Status RunReplayRole(const config::RunConfig& config, const std::string& segment,
+                           const std::atomic<bool>& stop);
+
+}  // namespace prl::roles

@@ -1,0 +1,23 @@
+#include "roles/role_metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace prl::roles {
+
+std::string RoleMetrics::Describe() const {
+  return server == nullptr ? std::string()
+                           : absl::StrCat(" (metrics on port ", server->port(), ")");
+}
+
+absl::StatusOr<std::unique_ptr<RoleMetrics>> StartRoleMetrics(
+    const config::MetricsSection& config) {
+  auto m = std::make_unique<RoleMetrics>();
+  if (!config.enabled) return m;
+  metrics::MetricsServerOptions options;
+  options.address = config.listen;
+  PRL_ASSIGN_OR_RETURN(m->server, metrics::MetricsServer::Start(options, m->registry));
+  return m;
+}
+
+}  // namespace prl::roles

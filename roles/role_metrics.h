@@ -1,0 +1,27 @@
+// A role's Prometheus endpoint: one registry per process (metrics/prl_metrics.h builds the
+// catalog on it) and, when `metrics.enabled`, a /metrics server on `metrics.listen`.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "config/run_config.h"
+#include "metrics/metrics_server.h"
+#include "metrics/prl_metrics.h"
+#include "prometheus/registry.h"
+
+namespace prl::roles {
+
+struct RoleMetrics {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<metrics::MetricsServer> server;  // null when metrics are disabled
+
+  // " (metrics on port N)" or "" for log lines.
+  std::string Describe() const;
+};
+
+// Starts the endpoint when enabled (an address in use is Unavailable naming it).
+absl::StatusOr<std::unique_ptr<RoleMetrics>> StartRoleMetrics(const config::MetricsSection& config);
+
+}  // namespace prl::roles

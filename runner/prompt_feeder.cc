@@ -1,0 +1,79 @@
+#include "runner/prompt_feeder.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "runner/warm_start.h"
+#include "task/arithmetic_task.h"
+#include "task/char_tokenizer.h"
+
+namespace prl::runner {
+
+namespace v1 = prl::v1;
+
+PromptFeeder::PromptFeeder(const config::RunConfig& config,
+                           std::shared_ptr<grpc::Channel> coordinator)
+    : config_(config), prompts_(v1::PromptService::NewStub(coordinator)) {}
+
+absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
+  const config::RunConfig& c = config_;
+  const int64_t size = 8 * c.learner.groups_per_step;
+  PRL_ASSIGN_OR_RETURN(const std::vector<task::ArithmeticProblem> problems,
+                       task::GenerateProblems(TaskConfig(c), task::Split::kTrain,
+                                              c.run.seed * 104729 + 17 + chunks_, size));
+  const task::CharTokenizer tokenizer;
+  v1::SubmitPromptSetRequest request;
+  request.set_name(absl::StrCat(c.run.name, " train chunk ", chunks_));
+  request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, "/chunk/", chunks_));
+  request.set_samples_per_prompt(c.task.samples_per_prompt);
+  v1::RolloutSampling* sampling = request.mutable_sampling();
+  sampling->set_temperature(static_cast<float>(c.task.temperature));
+  sampling->set_top_p(static_cast<float>(c.task.top_p));
+  sampling->set_max_tokens(c.task.max_tokens);
+  sampling->set_seed(c.run.seed * 31 + chunks_);
+  sampling->add_stop_token_ids(tokenizer.eos_id());
+  request.mutable_reward()->set_name(c.task.reward);
+  if (c.task.reward == "arithmetic") {
+    (*request.mutable_reward()->mutable_params())["credit"] =
+        std::string(EnumName(config::kArithmeticCreditNames, c.task.credit));
+  }
+  for (const task::ArithmeticProblem& p : problems) {
+    PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, task::PromptTokens(tokenizer, p));
+    v1::Prompt* prompt = request.add_prompts();
+    prompt->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
+    prompt->set_reference(p.answer);
+  }
+  return request;
+}
+
+absl::Status PromptFeeder::Feed() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListPromptSetsResponse list;
+  if (!prompts_->ListPromptSets(&ctx, v1::ListPromptSetsRequest(), &list).ok()) {
+    return absl::OkStatus();  // the coordinator is restarting: try again next time
+  }
+  int64_t pending = 0;
+  in_flight_ = 0;
+  for (const v1::PromptSetStatus& s : list.prompt_sets()) {
+    pending += s.prompts_pending();
+    in_flight_ += s.prompts_in_flight();
+  }
+  // The coordinator leases at most (max_lag + 1) steps' worth at a time.
+  if (pending >= (config_.learner.max_lag + 2) * config_.learner.groups_per_step) {
+    return absl::OkStatus();
+  }
+  PRL_ASSIGN_OR_RETURN(const v1::SubmitPromptSetRequest request, Chunk());
+  grpc::ClientContext submit_ctx;
+  submit_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::SubmitPromptSetResponse response;
+  const grpc::Status s = prompts_->SubmitPromptSet(&submit_ctx, request, &response);
+  if (s.ok()) {
+    ++chunks_;
+  } else if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the coordinator refused the train prompts: ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace prl::runner

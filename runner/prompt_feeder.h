@@ -1,0 +1,37 @@
+// PromptFeeder: `prl run`'s client of the coordinator. It keeps the built-in task's train
+// prompts pending ahead of the learner — enough that the actors never wait for prompts
+// within the staleness budget — submitting a chunk at a time, each with an idempotency key so
+// that a retried submit is not duplicated.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "config/run_config.h"
+#include "prl/v1/prompt.grpc.pb.h"
+
+namespace prl::runner {
+
+class PromptFeeder {
+ public:
+  PromptFeeder(const config::RunConfig& config, std::shared_ptr<grpc::Channel> coordinator);
+
+  // Submits a chunk when fewer than (max_lag + 2) steps' worth of prompts are pending. A
+  // coordinator that is down (restarting) is tried again next time; a refused submission is
+  // an error.
+  absl::Status Feed();
+  // Prompts leased to actors at the last Feed.
+  int64_t in_flight() const { return in_flight_; }
+
+ private:
+  absl::StatusOr<prl::v1::SubmitPromptSetRequest> Chunk() const;
+
+  const config::RunConfig& config_;
+  std::unique_ptr<prl::v1::PromptService::Stub> prompts_;
+  int64_t chunks_ = 0, in_flight_ = 0;
+};
+
+}  // namespace prl::runner

@@ -1,0 +1,90 @@
+#include "runner/run_report.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace prl::runner {
+
+using Json = nlohmann::ordered_json;
+
+absl::Status RunReport::ReadSteps(int64_t in_flight) {
+  std::ifstream in(steps_path_);
+  in.seekg(offset_);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // a partial last line: read it next time
+    offset_ += static_cast<int64_t>(line.size() + 1);
+    absl::StatusOr<learner::StepReport> step = learner::ParseStepReport(line);
+    if (!step.ok()) {
+      return absl::InternalError(
+          absl::StrCat(steps_path_, " step ", steps_.size() + 1, ": ", step.status().message()));
+    }
+    steps_.push_back(*step);
+    completion_tokens_ += step->completion_tokens;
+    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
+    std::printf(
+        "step %3lld/%lld | version %3lld | reward %.3f | lag mean %.2f max %.0f | %6.0f tok/s | "
+        "%4lld samples in flight | %.0f s\n",
+        static_cast<long long>(step->step), static_cast<long long>(config_.learner.steps),
+        static_cast<long long>(step->version), step->mean_reward, step->lag_mean, step->lag_max,
+        elapsed > 0 ? static_cast<double>(completion_tokens_) / elapsed : 0.0,
+        static_cast<long long>(in_flight * config_.task.samples_per_prompt), elapsed);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
+  int64_t samples = 0;
+  double lag_sum = 0, lag_max = 0;
+  Json curve = Json::array();
+  const double start_unix = absl::ToDoubleSeconds(start_ - absl::UnixEpoch());
+  for (const learner::StepReport& s : steps_) {
+    samples += s.samples;
+    lag_sum += s.lag_mean * static_cast<double>(s.samples);
+    lag_max = std::max(lag_max, s.lag_max);
+    curve.push_back({{"step", s.step},
+                     {"seconds", s.unix_time - start_unix},
+                     {"reward", s.mean_reward},
+                     {"lag_mean", s.lag_mean},
+                     {"kl_behaviour_learner", s.kl_behaviour_learner}});
+  }
+  const double seconds = rl_seconds_;
+  Json j;
+  j["run"] = config_.run.name;
+  j["mode"] = std::string(EnumName(config::kRunModeNames, config_.run.mode));
+  j["eval_before"] = o.eval_before;
+  j["eval_after"] = o.eval_after;
+  j["eval_prompts"] = config_.task.eval_prompts;
+  j["steps"] = steps_.empty() ? 0 : steps_.back().step;
+  j["samples"] = samples;
+  j["completion_tokens"] = completion_tokens_;
+  j["rl_seconds"] = seconds;
+  j["tokens_per_second"] = seconds > 0 ? static_cast<double>(completion_tokens_) / seconds : 0;
+  j["samples_per_second"] = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+  j["mean_lag"] = samples > 0 ? lag_sum / static_cast<double>(samples) : 0;
+  j["max_lag"] = lag_max;
+  j["warm_start_seconds"] = o.warm_start_seconds;
+  j["restarts"] = {{"actor", o.actor_restarts},
+                   {"learner", o.learner_restarts},
+                   {"coordinator", o.coordinator_restarts}};
+  j["model_final"] = o.model_final;
+  j["config"] = o.role_config;
+  j["reward_curve"] = curve;
+  const std::string path = config_.run_dir() + "/summary.json";
+  std::ofstream f(path);
+  f << j.dump(2) << "\n";
+  if (!f) return absl::InternalError(absl::StrCat("writing ", path));
+  std::printf(
+      "done: %lld steps, %lld samples in %.0f s (%.0f tok/s), lag mean %.2f max %.0f; "
+      "held-out accuracy %.3f -> %.3f\n",
+      static_cast<long long>(j["steps"].get<int64_t>()), static_cast<long long>(samples), seconds,
+      j["tokens_per_second"].get<double>(), j["mean_lag"].get<double>(), lag_max, o.eval_before,
+      o.eval_after);
+  return path;
+}
+
+}  // namespace prl::runner
