@@ -231,122 +231,125 @@ absl::StatusOr<reward::RewardFunction*> Actor::RewardFor(const v1::RewardSpec& s
   return (rewards_[key] = std::move(fn)).get();
 }
 
-absl::Status Actor::Finish(const RequestOutput& output) {
-  auto it = in_flight_.find(output.request_id);
-  if (it == in_flight_.end()) return absl::OkStatus();
-  const InFlight job = std::move(it->second);
-  in_flight_.erase(it);
-  const v1::LeasedPrompt& lease = job.lease;
-  const int64_t finished = NowNanos();
-
-  // Rewards for the whole group, or the group fails visibly.
+absl::StatusOr<std::vector<reward::RewardInput>> Actor::RewardInputs(const RequestOutput& output,
+                                                                     const v1::LeasedPrompt& lease,
+                                                                     uint64_t group_id) const {
+  PRL_ASSIGN_OR_RETURN(const std::string prompt_text, Text(output.prompt));
   std::vector<reward::RewardInput> inputs(output.samples.size());
-  absl::StatusOr<std::string> prompt_text = Text(output.prompt);
-  absl::Status failure = prompt_text.status();
-  const uint64_t group_id = XXH3_64bits(lease.lease_id().data(), lease.lease_id().size());
-  for (size_t i = 0; i < output.samples.size() && failure.ok(); ++i) {
+  for (size_t i = 0; i < output.samples.size(); ++i) {
     const SampleOutput& s = output.samples[i];
     // The text a verifier sees ends before the stop token.
     std::vector<int32_t> visible = s.tokens;
     if (s.finish_reason == FinishReason::kStop && !visible.empty()) visible.pop_back();
-    absl::StatusOr<std::string> completion = Text(visible);
-    if (!completion.ok()) {
-      failure = completion.status();
-      break;
-    }
-    inputs[i] = {*prompt_text, *completion, lease.reference(), output.prompt, s.tokens, group_id};
+    PRL_ASSIGN_OR_RETURN(std::string completion, Text(visible));
+    inputs[i] = {prompt_text, std::move(completion), lease.reference(), output.prompt, s.tokens,
+                 group_id};
   }
-  absl::StatusOr<std::vector<reward::RewardResult>> rewards = absl::UnknownError("unscored");
-  if (failure.ok()) {
-    absl::StatusOr<reward::RewardFunction*> fn = RewardFor(lease.reward());
-    if (fn.ok()) {
-      rewards = (*fn)->ScoreBatch(inputs);
-    } else {
-      rewards = fn.status();
-    }
-  } else {
-    rewards = failure;
-  }
-  if (!rewards.ok()) {
-    std::fprintf(stderr, "actor %s: group %s failed, not written (it will be re-run): %s\n",
-                 options_.name.c_str(), lease.lease_id().c_str(),
-                 std::string(rewards.status().message()).c_str());
-    if (options_.metrics != nullptr) {
-      const absl::StatusCode code = rewards.status().code();
-      options_.metrics
-          ->RewardFailures(code == absl::StatusCode::kDeadlineExceeded ? "timeout"
-                           : code == absl::StatusCode::kUnavailable    ? "unavailable"
-                                                                       : "error")
-          .Increment();
-    }
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    ++stats_.reward_failures;
-    return absl::OkStatus();
-  }
+  return inputs;
+}
 
-  std::vector<RolloutRecord> group(output.samples.size());
-  v1::CompleteRequest complete;
-  complete.set_actor_id(actor_id_);
-  complete.set_lease_id(lease.lease_id());
-  v1::GroupResult* result = complete.mutable_result();
-  result->set_prompt_index(lease.prompt_index());
-  int64_t min_version = std::numeric_limits<int64_t>::max(), max_version = 0, tokens = 0;
-  for (size_t i = 0; i < group.size(); ++i) {
+absl::StatusOr<std::vector<reward::RewardResult>> Actor::ScoreGroup(const RequestOutput& output,
+                                                                    const v1::LeasedPrompt& lease,
+                                                                    uint64_t group_id) {
+  PRL_ASSIGN_OR_RETURN(const std::vector<reward::RewardInput> inputs,
+                       RewardInputs(output, lease, group_id));
+  PRL_ASSIGN_OR_RETURN(reward::RewardFunction* const fn, RewardFor(lease.reward()));
+  return fn->ScoreBatch(inputs);
+}
+
+void Actor::CountRewardFailure(const v1::LeasedPrompt& lease, const absl::Status& failure) {
+  std::fprintf(stderr, "actor %s: group %s failed, not written (it will be re-run): %s\n",
+               options_.name.c_str(), lease.lease_id().c_str(),
+               std::string(failure.message()).c_str());
+  if (options_.metrics != nullptr) {
+    const absl::StatusCode code = failure.code();
+    options_.metrics
+        ->RewardFailures(code == absl::StatusCode::kDeadlineExceeded ? "timeout"
+                         : code == absl::StatusCode::kUnavailable    ? "unavailable"
+                                                                     : "error")
+        .Increment();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.reward_failures;
+}
+
+RolloutRecord Actor::MakeRecord(const InFlight& job, const RequestOutput& output, size_t sample,
+                                const reward::RewardResult& reward, uint64_t group_id,
+                                int64_t finished_unix_nanos) const {
+  const v1::LeasedPrompt& lease = job.lease;
+  const SampleOutput& s = output.samples[sample];
+  RolloutRecord r;
+  r.run_id = options_.run_id;
+  r.prompt_set_id = lease.prompt_set_id();
+  r.actor_id = options_.name;
+  r.prompt_index = static_cast<uint64_t>(lease.prompt_index());
+  r.group_id = group_id;
+  r.sample_index = static_cast<uint32_t>(s.sample_index);
+  r.group_size = static_cast<uint32_t>(output.samples.size());
+  r.prompt_tokens = output.prompt;
+  r.completion_tokens = s.tokens;
+  r.behaviour_logprobs = s.logprobs;
+  r.token_versions = s.versions;
+  r.reward = reward.reward;
+  for (const auto& [name, value] : reward.components) r.reward_components.emplace_back(name, value);
+  r.finish_reason = ToRollout(s.finish_reason);
+  r.sampling.temperature = lease.sampling().temperature();
+  r.sampling.top_p = lease.sampling().top_p();
+  r.sampling.top_k = lease.sampling().top_k();
+  r.sampling.max_tokens = lease.sampling().max_tokens();
+  r.sampling.seed = lease.sampling().seed();
+  r.sampling.stop_token_ids.assign(lease.sampling().stop_token_ids().begin(),
+                                   lease.sampling().stop_token_ids().end());
+  r.created_unix_nanos = job.created_unix_nanos;
+  r.finished_unix_nanos = finished_unix_nanos;
+  return r;
+}
+
+Actor::ScoredGroup Actor::BuildGroup(const InFlight& job, const RequestOutput& output,
+                                     const std::vector<reward::RewardResult>& rewards,
+                                     uint64_t group_id, int64_t finished_unix_nanos) const {
+  ScoredGroup g;
+  g.records.reserve(output.samples.size());
+  g.complete.set_actor_id(actor_id_);
+  g.complete.set_lease_id(job.lease.lease_id());
+  v1::GroupResult* result = g.complete.mutable_result();
+  result->set_prompt_index(job.lease.prompt_index());
+  int64_t min_version = std::numeric_limits<int64_t>::max(), max_version = 0;
+  for (size_t i = 0; i < output.samples.size(); ++i) {
     const SampleOutput& s = output.samples[i];
-    RolloutRecord& r = group[i];
-    r.run_id = options_.run_id;
-    r.prompt_set_id = lease.prompt_set_id();
-    r.actor_id = options_.name;
-    r.prompt_index = static_cast<uint64_t>(lease.prompt_index());
-    r.group_id = group_id;
-    r.sample_index = static_cast<uint32_t>(s.sample_index);
-    r.group_size = static_cast<uint32_t>(group.size());
-    r.prompt_tokens = output.prompt;
-    r.completion_tokens = s.tokens;
-    r.behaviour_logprobs = s.logprobs;
-    r.token_versions = s.versions;
-    r.reward = (*rewards)[i].reward;
-    for (const auto& [name, value] : (*rewards)[i].components) {
-      r.reward_components.emplace_back(name, value);
-    }
-    r.finish_reason = ToRollout(s.finish_reason);
-    r.sampling.temperature = lease.sampling().temperature();
-    r.sampling.top_p = lease.sampling().top_p();
-    r.sampling.top_k = lease.sampling().top_k();
-    r.sampling.max_tokens = lease.sampling().max_tokens();
-    r.sampling.seed = lease.sampling().seed();
-    r.sampling.stop_token_ids.assign(lease.sampling().stop_token_ids().begin(),
-                                     lease.sampling().stop_token_ids().end());
-    r.created_unix_nanos = job.created_unix_nanos;
-    r.finished_unix_nanos = finished;
+    g.records.push_back(MakeRecord(job, output, i, rewards[i], group_id, finished_unix_nanos));
     for (int64_t v : s.versions) {
       min_version = std::min(min_version, v);
       max_version = std::max(max_version, v);
     }
-    tokens += static_cast<int64_t>(s.tokens.size());
-    result->add_rewards(r.reward);
+    g.tokens += static_cast<int64_t>(s.tokens.size());
+    result->add_rewards(rewards[i].reward);
     result->add_completion_tokens(static_cast<int32_t>(s.tokens.size()));
   }
   result->set_min_version(min_version == std::numeric_limits<int64_t>::max() ? 0 : min_version);
   result->set_max_version(max_version);
-  // Into the replay buffer first, then done: a crash in between re-runs the prompt.
-  PRL_RETURN_IF_ERROR(write_group_(group));
+  return g;
+}
+
+void Actor::CountWritten(const RequestOutput& output,
+                         const std::vector<reward::RewardResult>& rewards, int64_t tokens) {
   if (options_.metrics != nullptr) {
     metrics::ActorMetrics& m = *options_.metrics;
     for (size_t i = 0; i < output.samples.size(); ++i) {
       m.rollout_length_tokens.Observe(static_cast<double>(output.samples[i].tokens.size()));
-      m.reward.Observe((*rewards)[i].reward);
+      m.reward.Observe(rewards[i].reward);
       m.RolloutsFinished(FinishReasonName(output.samples[i].finish_reason)).Increment();
     }
     m.tokens_generated.Increment(static_cast<double>(tokens));
     m.groups_done.Increment();
   }
-  {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    ++stats_.groups_written;
-    stats_.samples_written += static_cast<int64_t>(group.size());
-    stats_.tokens_generated += tokens;
-  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.groups_written;
+  stats_.samples_written += static_cast<int64_t>(output.samples.size());
+  stats_.tokens_generated += tokens;
+}
+
+absl::Status Actor::ReportComplete(const v1::CompleteRequest& complete) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::CompleteResponse response;
@@ -357,6 +360,28 @@ absl::Status Actor::Finish(const RequestOutput& output) {
     ++stats_.duplicate_completions;
   }
   return absl::OkStatus();
+}
+
+absl::Status Actor::Finish(const RequestOutput& output) {
+  auto it = in_flight_.find(output.request_id);
+  if (it == in_flight_.end()) return absl::OkStatus();
+  const InFlight job = std::move(it->second);
+  in_flight_.erase(it);
+  const int64_t finished = NowNanos();
+  const uint64_t group_id = XXH3_64bits(job.lease.lease_id().data(), job.lease.lease_id().size());
+
+  // Rewards for the whole group, or the group fails visibly.
+  const absl::StatusOr<std::vector<reward::RewardResult>> rewards =
+      ScoreGroup(output, job.lease, group_id);
+  if (!rewards.ok()) {
+    CountRewardFailure(job.lease, rewards.status());
+    return absl::OkStatus();
+  }
+  const ScoredGroup group = BuildGroup(job, output, *rewards, group_id, finished);
+  // Into the replay buffer first, then done: a crash in between re-runs the prompt.
+  PRL_RETURN_IF_ERROR(write_group_(group.records));
+  CountWritten(output, *rewards, group.tokens);
+  return ReportComplete(group.complete);
 }
 
 absl::Status Actor::Run(const std::atomic<bool>* stop) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "inference_engine/engine.h"
@@ -96,7 +97,38 @@ class Actor {
   // Sync mode: blocks until the engine holds `version` (or stop / time-out).
   absl::Status AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop);
   void UpdateEngineGauges();
+
+  // A finished request's group: scored, written to the replay buffer, reported complete; a
+  // group whose scoring fails is counted and dropped (the lease expires and it is re-run).
   absl::Status Finish(const RequestOutput& output);
+  // The group's reward inputs (texts by options.decode; a completion's text ends before its
+  // stop token), then their rewards; the first error of either.
+  absl::StatusOr<std::vector<reward::RewardInput>> RewardInputs(const RequestOutput& output,
+                                                                const prl::v1::LeasedPrompt& lease,
+                                                                uint64_t group_id) const;
+  absl::StatusOr<std::vector<reward::RewardResult>> ScoreGroup(const RequestOutput& output,
+                                                               const prl::v1::LeasedPrompt& lease,
+                                                               uint64_t group_id);
+  void CountRewardFailure(const prl::v1::LeasedPrompt& lease, const absl::Status& failure);
+  // The records of a scored group, and the coordinator's report of it.
+  struct ScoredGroup {
+    std::vector<RolloutRecord> records;  // in sample order
+    prl::v1::CompleteRequest complete;
+    int64_t tokens = 0;  // completion tokens of all samples
+  };
+  ScoredGroup BuildGroup(const InFlight& job, const RequestOutput& output,
+                         const std::vector<reward::RewardResult>& rewards, uint64_t group_id,
+                         int64_t finished_unix_nanos) const;
+  RolloutRecord MakeRecord(const InFlight& job, const RequestOutput& output, size_t sample,
+                           const reward::RewardResult& reward, uint64_t group_id,
+                           int64_t finished_unix_nanos) const;
+  // Metrics and stats of a group written to the replay buffer.
+  void CountWritten(const RequestOutput& output, const std::vector<reward::RewardResult>& rewards,
+                    int64_t tokens);
+  // Reports the group to the coordinator. NotFound (it does not know the actor or the lease,
+  // e.g. after a restart) and transient errors are not the actor's: the group is in the buffer
+  // and an unreported lease expires and is re-run (at-least-once, as above).
+  absl::Status ReportComplete(const prl::v1::CompleteRequest& complete);
   absl::StatusOr<reward::RewardFunction*> RewardFor(const prl::v1::RewardSpec& spec);
   absl::StatusOr<std::string> Text(absl::Span<const int32_t> ids) const;
 

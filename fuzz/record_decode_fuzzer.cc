@@ -1,5 +1,5 @@
 // libFuzzer target for the rollout record decoders, which read bytes other processes wrote
-// into the shared-memory replay buffer (replay/rollout_record.h).
+// into the shared-memory replay buffer (replay/record_decoder.h, replay/rollout_group.h).
 //
 // Beyond "no crash, no sanitizer report, no hang", every accepted input must be canonical
 // (re-encoding what was decoded reproduces it byte for byte) and valid: a decoded record
@@ -11,6 +11,9 @@
 #include <cstring>
 #include <vector>
 
+#include "replay/record_decoder.h"
+#include "replay/record_encoder.h"
+#include "replay/rollout_group.h"
 #include "replay/rollout_record.h"
 
 namespace {

@@ -18,6 +18,7 @@
 #include "core/shared_mapping.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
+#include "replay/rollout_group.h"
 #include "replay/segment.h"
 
 namespace prl {

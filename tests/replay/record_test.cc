@@ -13,10 +13,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "prl/v1/replay.pb.h"
-#include "replay/record_proto.h"
-#include "replay/rollout_record.h"
 #include "core/xxhash_inline.h"
+#include "prl/v1/replay.pb.h"
+#include "replay/record_decoder.h"
+#include "replay/record_encoder.h"
+#include "replay/record_proto.h"
+#include "replay/rollout_group.h"
+#include "replay/rollout_record.h"
 #include "tests/status_testing.h"
 
 namespace prl {

@@ -1,0 +1,140 @@
+// The binary layout of rollout records and groups, version 1 (kRecordLayoutVersion): what the
+// shared-memory replay buffer stores (internal to replay/; the encoder, decoder and group
+// framing share these definitions, so they cannot disagree on a byte).
+//
+// Record. Little-endian; every offset below is from the start of the record; reserved and
+// padding bytes are zero. The encoding is canonical: a valid record has exactly one encoding,
+// and Decode∘Encode reproduces the bytes.
+//
+//   offset size  field
+//        0    4  magic "PRLR"
+//        4    2  u16 layout version (1)
+//        6    1  u8  finish_reason (1 length, 2 stop, 3 abort)
+//        7    1  reserved
+//        8    8  u64 total_bytes: the whole record, a multiple of 8
+//       16    8  u64 prompt_index          24  8  u64 group_id
+//       32    4  u32 sample_index          36  4  u32 group_size
+//       40    8  f64 reward                48  8  i64 created_unix_nanos
+//       56    8  i64 finished_unix_nanos
+//       64    4  f32 sampling.temperature  68  4  f32 sampling.top_p
+//       72    4  i32 sampling.top_k        76  4  i32 sampling.max_tokens
+//       80    8  u64 sampling.seed
+//       88    4  u32 P = #prompt_tokens    92  4  u32 C = #completion_tokens
+//       96    4  u32 S = #stop_token_ids  100  4  u32 R = #reward_components
+//      104    3  u8 byte lengths of run_id, prompt_set_id, actor_id
+//      107    5  reserved
+//      112       sections, each starting at a multiple of 8 (zero padding in between):
+//                  i32 prompt_tokens[P]      i32 completion_tokens[C]
+//                  f32 behaviour_logprobs[C] i64 token_versions[C]
+//                  i32 stop_token_ids[S]     f64 reward_component_values[R]
+//                  strings: u8 name_lengths[R], then the bytes of run_id, prompt_set_id,
+//                  actor_id and the R component names, back to back
+//                then zero padding to total_bytes.
+//
+// Group (what the buffer writes and delivers):
+//
+//        0    4  magic "PRLG"
+//        4    2  u16 layout version (1)
+//        6    2  reserved
+//        8    4  u32 n = number of records (>= 1)
+//       12    4  reserved
+//       16  8(n+1) u64 offsets: record i is bytes [offsets[i], offsets[i+1]) of the group;
+//                  offsets[0] = 16 + 8(n+1), records back to back, offsets[n] = group size.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "replay/rollout_record.h"
+
+namespace prl::replay_internal {
+
+// The arrays are memcpy'd between records and the layout; a big-endian host would need swaps.
+static_assert(std::endian::native == std::endian::little, "the record layout is little-endian");
+
+inline constexpr char kRecordMagic[4] = {'P', 'R', 'L', 'R'};
+inline constexpr char kGroupMagic[4] = {'P', 'R', 'L', 'G'};
+
+// The first 112 bytes of a record, exactly as laid out above.
+struct RecordHeader {
+  char magic[4];
+  uint16_t layout_version;
+  uint8_t finish_reason;
+  uint8_t reserved0;
+  uint64_t total_bytes;
+  uint64_t prompt_index;
+  uint64_t group_id;
+  uint32_t sample_index;
+  uint32_t group_size;
+  double reward;
+  int64_t created_unix_nanos;
+  int64_t finished_unix_nanos;
+  float temperature;
+  float top_p;
+  int32_t top_k;
+  int32_t max_tokens;
+  uint64_t seed;
+  uint32_t num_prompt_tokens;
+  uint32_t num_completion_tokens;
+  uint32_t num_stop_token_ids;
+  uint32_t num_reward_components;
+  uint8_t run_id_bytes;
+  uint8_t prompt_set_id_bytes;
+  uint8_t actor_id_bytes;
+  uint8_t reserved1[5];
+};
+static_assert(sizeof(RecordHeader) == 112);
+static_assert(offsetof(RecordHeader, reward) == 40 && offsetof(RecordHeader, temperature) == 64);
+static_assert(offsetof(RecordHeader, num_prompt_tokens) == 88);
+static_assert(offsetof(RecordHeader, run_id_bytes) == 104);
+
+// The first 16 bytes of a group; the offset table follows.
+struct GroupHeader {
+  char magic[4];
+  uint16_t layout_version;
+  uint16_t reserved0;
+  uint32_t num_records;
+  uint32_t reserved1;
+};
+static_assert(sizeof(GroupHeader) == 16);
+
+constexpr uint64_t AlignUp8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+
+// Where the string section of a record starts and where the record ends, from its counts
+// (sections in the order above). Encoder and decoder both size records with this. Counts are
+// below 2^32 and strings below 2^8 (R + 3) bytes, so every value stays below 2^40: no uint64_t
+// overflow.
+struct RecordLayout {
+  uint64_t strings;
+  uint64_t total;
+};
+
+inline RecordLayout ComputeLayout(uint64_t num_prompt, uint64_t num_completion, uint64_t num_stop,
+                                  uint64_t num_components, uint64_t string_bytes) {
+  uint64_t at = sizeof(RecordHeader);
+  for (const uint64_t section_bytes : {4 * num_prompt, 4 * num_completion, 4 * num_completion,
+                                       8 * num_completion, 4 * num_stop, 8 * num_components}) {
+    at = AlignUp8(at + section_bytes);
+  }
+  // The strings: one length byte per component name, then the bytes of the ids and names.
+  return {at, AlignUp8(at + num_components + string_bytes)};
+}
+
+// The bytes of a record's ids and component names (the string section without the lengths).
+inline uint64_t StringBytes(const RolloutRecord& r) {
+  uint64_t n = r.run_id.size() + r.prompt_set_id.size() + r.actor_id.size();
+  for (const auto& [name, value] : r.reward_components) n += name.size();
+  return n;
+}
+
+// How errors show a magic: quoted, non-printable bytes escaped.
+inline std::string MagicString(const char (&magic)[4]) {
+  return absl::StrCat("\"", absl::CHexEscape(absl::string_view(magic, 4)), "\"");
+}
+
+}  // namespace prl::replay_internal
