@@ -101,7 +101,8 @@ TEST(TokenizerRoundTripTest, DecodeOfEncodeIsTheText) {
     for (const std::string& text : TextsFor(PackageModelDir(family))) {
       if (sentencepiece &&
           (text.find("<s>") != std::string::npos || text.find("</s>") != std::string::npos ||
-           text.find("<unk>") != std::string::npos)) {
+           text.find("<unk>") != std::string::npos ||
+           text.find("\xE2\x96\x81") != std::string::npos)) {
         continue;
       }
       auto ids = (*tokenizer)->Encode(text, /*add_special_tokens=*/false);
