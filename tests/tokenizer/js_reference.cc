@@ -46,9 +46,9 @@ std::string MakeTempDir() {
   return pattern;
 }
 
-absl::StatusOr<nlohmann::json> RunReference(const std::string& mode,
-                                            const std::vector<std::string>& args,
-                                            const nlohmann::json& input) {
+absl::StatusOr<nlohmann::ordered_json> RunReference(const std::string& mode,
+                                                    const std::vector<std::string>& args,
+                                                    const nlohmann::ordered_json& input) {
   const std::string dir = MakeTempDir();
   const std::string input_path = dir + "/input.json", error_path = dir + "/stderr.txt";
   std::ofstream(input_path) << input.dump();
@@ -67,7 +67,7 @@ absl::StatusOr<nlohmann::json> RunReference(const std::string& mode,
     return absl::InternalError(absl::StrCat(command, " failed (", rc, "): ", message));
   }
   try {
-    return nlohmann::json::parse(output);
+    return nlohmann::ordered_json::parse(output);
   } catch (const nlohmann::json::exception& e) {
     return absl::InternalError(absl::StrCat(command, " printed malformed JSON: ", e.what()));
   }

@@ -20,9 +20,9 @@ std::string PackageModelDir(const std::string& name);
 
 // `node reference.cjs MODE ARGS... INPUT.json` with `input` written to a temporary file; the
 // parsed JSON it prints.
-absl::StatusOr<nlohmann::json> RunReference(const std::string& mode,
-                                            const std::vector<std::string>& args,
-                                            const nlohmann::json& input);
+absl::StatusOr<nlohmann::ordered_json> RunReference(const std::string& mode,
+                                                    const std::vector<std::string>& args,
+                                                    const nlohmann::ordered_json& input);
 
 // A fresh temporary directory (removed by the OS's tmp cleaning, not by the test).
 std::string MakeTempDir();
