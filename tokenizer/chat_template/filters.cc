@@ -267,6 +267,49 @@ const absl::flat_hash_set<std::string>& TestNames() {
   return *names;
 }
 
+// map(attribute="x") or map("filter", args...).
+absl::StatusOr<Value> Map(const Value& input, const CallArgs& a) {
+  PRL_ASSIGN_OR_RETURN(const Value::List items, Iterate(input));
+  const Value attribute = Arg(a, 99, "attribute");
+  const Value filter = a.positional.empty() ? Value() : a.positional[0];
+  CallArgs rest;
+  for (size_t i = 1; i < a.positional.size(); ++i) rest.positional.push_back(a.positional[i]);
+  Value::List out;
+  for (const Value& item : items) {
+    if (!attribute.is_undefined()) {
+      Value v = Attribute(item, attribute.ToString());
+      out.push_back(v.is_undefined() ? Arg(a, 99, "default") : v);
+    } else if (filter.is_string() && HasFilter(filter.as_string())) {
+      PRL_ASSIGN_OR_RETURN(Value v, ApplyFilter(filter.as_string(), item, rest));
+      out.push_back(std::move(v));
+    } else {
+      return Expected("map", "attribute= or the name of a filter", filter);
+    }
+  }
+  return Value::MakeList(std::move(out));
+}
+
+// float(default) and abs.
+absl::StatusOr<Value> Numeric(const std::string& name, const Value& input, const CallArgs& a) {
+  if (name == "float") {
+    if (input.is_number()) return Value(input.as_double());
+    if (input.is_string()) {
+      char* end = nullptr;
+      const double d = std::strtod(input.as_string().c_str(), &end);
+      if (!input.as_string().empty() && *end == 0) return Value(d);
+    }
+    const Value fallback = Arg(a, 0, "default");
+    return fallback.is_undefined() ? Value(0.0) : fallback;
+  }
+  if (name == "abs") {
+    if (input.kind() == Kind::kInt)
+      return Value(input.as_int() < 0 ? -input.as_int() : input.as_int());
+    if (input.kind() == Kind::kFloat) return Value(std::fabs(input.as_double()));
+    return Expected("abs", "a number", input);
+  }
+  return Expected(name, "a number", input);
+}
+
 }  // namespace
 
 bool HasFilter(const std::string& name) { return FilterNames().contains(name); }
@@ -399,22 +442,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& input, c
     return StringMethod(input, name, CallArgs{});
   }
   if (name == "int") return ToInt(input, Arg(a, 0, "default"));
-  if (name == "float") {
-    if (input.is_number()) return Value(input.as_double());
-    if (input.is_string()) {
-      char* end = nullptr;
-      const double d = std::strtod(input.as_string().c_str(), &end);
-      if (!input.as_string().empty() && *end == 0) return Value(d);
-    }
-    const Value fallback = Arg(a, 0, "default");
-    return fallback.is_undefined() ? Value(0.0) : fallback;
-  }
-  if (name == "abs") {
-    if (input.kind() == Kind::kInt)
-      return Value(input.as_int() < 0 ? -input.as_int() : input.as_int());
-    if (input.kind() == Kind::kFloat) return Value(std::fabs(input.as_double()));
-    return Expected("abs", "a number", input);
-  }
+  if (name == "float" || name == "abs") return Numeric(name, input, a);
   if (name == "reverse") {
     if (input.is_string()) {
       const Value step(int64_t{-1});
@@ -433,26 +461,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& input, c
     if (!input.is_string()) return Expected("replace", "a string", input);
     return Replace(input, Arg(a, 0, "old"), Arg(a, 1, "new"), Arg(a, 2, "count"));
   }
-  if (name == "map") {
-    PRL_ASSIGN_OR_RETURN(const Value::List items, Iterate(input));
-    const Value attribute = Arg(a, 99, "attribute");
-    const Value filter = a.positional.empty() ? Value() : a.positional[0];
-    CallArgs rest;
-    for (size_t i = 1; i < a.positional.size(); ++i) rest.positional.push_back(a.positional[i]);
-    Value::List out;
-    for (const Value& item : items) {
-      if (!attribute.is_undefined()) {
-        Value v = Attribute(item, attribute.ToString());
-        out.push_back(v.is_undefined() ? Arg(a, 99, "default") : v);
-      } else if (filter.is_string() && HasFilter(filter.as_string())) {
-        PRL_ASSIGN_OR_RETURN(Value v, ApplyFilter(filter.as_string(), item, rest));
-        out.push_back(std::move(v));
-      } else {
-        return Expected("map", "attribute= or the name of a filter", filter);
-      }
-    }
-    return Value::MakeList(std::move(out));
-  }
+  if (name == "map") return Map(input, a);
   if (name == "select" || name == "reject") return Select(input, a, false, name == "select");
   if (name == "selectattr" || name == "rejectattr")
     return Select(input, a, true, name == "selectattr");
