@@ -68,10 +68,10 @@ int AddedTokenMatcher::LongestMatch(absl::string_view text, size_t pos) const {
     const int t = trie_[node].token;
     if (t < 0) continue;
     if (tokens_[t].single_word) {
-      char32_t after;
+      char32_t after = 0;
+      if (i + 1 < text.size()) DecodeUtf8(text, i + 1, &after);
       const bool word_before = pos > 0 && IsWordCharacter(CodePointBefore(text, pos));
-      const bool word_after =
-          i + 1 < text.size() && (DecodeUtf8(text, i + 1, &after), true) && IsWordCharacter(after);
+      const bool word_after = i + 1 < text.size() && IsWordCharacter(after);
       if (word_before || word_after) continue;
     }
     best = t;

@@ -398,17 +398,13 @@ absl::StatusOr<Value> Interpreter::EvalSubscript(const Expr& e) {
     return found != nullptr ? *found : Value();
   }
   if ((object.is_list() || object.is_string()) && key.kind() == Kind::kInt) {
-    int64_t i = key.as_int();
+    // x[i] is x[i:i+1] (x[-1] is x[-1:]) taken apart; out of range is undefined.
+    const int64_t i = key.as_int();
     const Value one(int64_t{1});
-    const Value index(i < 0 ? i : i);
-    const Value stop(i == -1 ? Value::None() : Value(i + 1));
-    if (object.is_list()) {
-      const auto n = static_cast<int64_t>(object.list().size());
-      if (i < 0) i += n;
-      return i >= 0 && i < n ? object.list()[i] : Value();
-    }
-    PRL_ASSIGN_OR_RETURN(const Value c, Slice(object, &index, &stop, &one));
-    return c.as_string().empty() ? Value() : c;
+    const Value stop = i == -1 ? Value::None() : Value(i + 1);
+    PRL_ASSIGN_OR_RETURN(const Value picked, Slice(object, &key, &stop, &one));
+    if (object.is_list()) return picked.list().empty() ? Value() : picked.list()[0];
+    return picked.as_string().empty() ? Value() : picked;
   }
   if (object.is_undefined()) {
     return absl::InvalidArgumentError("subscript of an undefined value (expected a list or dict)");
