@@ -9,6 +9,7 @@
 #include "bench/learner_bench.h"
 #include "bench/model_bench.h"
 #include "bench/replay_bench.h"
+#include "bench/tokenizer_bench.h"
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
 #include "core/mapped_file.h"
@@ -220,6 +221,29 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
     r->bytes_per_run = *r_mb << 20;
     PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunReplayBench(*r));
     std::printf("%s\n", *r_json ? report.ToJson().c_str() : report.ToTable().c_str());
+    return absl::OkStatus();
+  });
+
+  auto tk = std::make_shared<bench::TokenizerBenchOptions>();
+  auto tk_json = std::make_shared<bool>(false);
+  CLI::App* tok = bench->add_subcommand(
+      "tokenizer", "Tokenizer encode MB/s on 1 thread and all cores vs transformers.js (node)");
+  tok->add_option("--model", tk->model, "Model directory with tokenizer.json")
+      ->capture_default_str();
+  tok->add_option("--corpus-bytes", tk->corpus_bytes, "Generated corpus size")
+      ->capture_default_str();
+  tok->add_option("--iters", tk->iterations, "Timed passes")->capture_default_str();
+  tok->add_option("--threads", tk->threads, "Threads for all cores (0: every core)")
+      ->capture_default_str();
+  tok->add_option("--node", tk->node, "node binary (\"\": no JavaScript baseline)")
+      ->capture_default_str();
+  tok->add_option("--js-driver", tk->js_driver, "The baseline's driver")->capture_default_str();
+  tok->add_option("--js-modules", tk->js_modules, "node_modules with @lenml/tokenizers")
+      ->capture_default_str();
+  tok->add_flag("--json", *tk_json, "Print one JSON object instead of the table");
+  registry.Add(tok, [tk, tk_json] {
+    PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunTokenizerBench(*tk));
+    std::printf("%s\n", *tk_json ? report.ToJson().c_str() : report.ToTable().c_str());
     return absl::OkStatus();
   });
 }

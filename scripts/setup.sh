@@ -17,6 +17,8 @@ PACKAGES=(
   libgloo-dev                      # CPU collectives (learner FSDP over TCP)
   prometheus-cpp-dev               # /metrics endpoints (prometheus-cpp pull)
   prometheus                       # promtool: the metrics tests lint what /metrics serves
+  libpcre2-dev                     # tokenizer pre-tokenizer regexes (Unicode properties, look-ahead, JIT)
+  libutf8proc-dev                  # tokenizer Unicode normalisation (NFC, NFD, NFKC, NFKD)
   libgtest-dev libgmock-dev        # unit tests
   python3 python3-numpy python3-torch  # independent float64 reference for the model tests
 )
