@@ -85,6 +85,13 @@ void WeightMailbox::NoteChecksumFailure(absl::string_view what) {
   stats_.last_error = std::string(what);
 }
 
+void WeightMailbox::NoteIgnored(int64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.versions_ignored += 1;
+  stats_.last_error = absl::StrCat("dropped version ", version, ": not newer than version ",
+                                   latest_version_, " held here");
+}
+
 bool WeightMailbox::SleepUnlessClosed(absl::Duration duration) {
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait_for(lock, Bounded(duration), [&] { return closed_; });
