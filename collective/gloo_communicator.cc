@@ -107,6 +107,15 @@ absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr) {
   return local;
 }
 
+absl::Status ValidateOptions(const CommunicatorOptions& options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions::timeout ",
+                                                   absl::FormatDuration(options.timeout),
+                                                   ": expected a positive duration"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
@@ -347,16 +356,21 @@ absl::Status GlooCommunicator::BarrierWithin(absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const RendezvousConfig& rendezvous,
                                                           const CommunicatorOptions& options) {
   PRL_RETURN_IF_ERROR(ValidateRendezvous(rendezvous));
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions::timeout ",
-                                                   absl::FormatDuration(options.timeout),
-                                                   ": expected a positive duration"));
-  }
+  PRL_RETURN_IF_ERROR(ValidateOptions(options));
+  PRL_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenRendezvousStore(rendezvous));
+  return ConnectGlooThrough(std::move(store), rendezvous, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGlooThrough(
+    std::shared_ptr<KvStore> store, const RendezvousConfig& rendezvous,
+    const CommunicatorOptions& options) {
+  PRL_RETURN_IF_ERROR(ValidateGroup(rendezvous));
+  PRL_RETURN_IF_ERROR(ValidateOptions(options));
+  if (store == nullptr) return absl::InvalidArgumentError("ConnectGlooThrough: no store");
   IgnoreSigpipe();
   const std::string where =
       absl::StrCat("gloo rendezvous of rank ", rendezvous.rank, " of ", rendezvous.world_size,
                    " (group '", rendezvous.group_name, "')");
-  PRL_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenRendezvousStore(rendezvous));
   PRL_ASSIGN_OR_RETURN(const std::string host, LocalAddressFacing(rendezvous.master_addr));
   GlooStore gloo_store(store, absl::StrCat(rendezvous.group_name, "/gloo/"), rendezvous.timeout);
   std::shared_ptr<gloo::rendezvous::Context> context;

@@ -56,7 +56,7 @@ absl::StatusOr<RendezvousConfig> RendezvousFromEnv() {
   return config;
 }
 
-absl::Status ValidateRendezvous(const RendezvousConfig& config) {
+absl::Status ValidateGroup(const RendezvousConfig& config) {
   if (config.world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("WORLD_SIZE=", config.world_size, ": expected a number of ranks >= 1"));
@@ -66,14 +66,6 @@ absl::Status ValidateRendezvous(const RendezvousConfig& config) {
         absl::StrCat("RANK=", config.rank, " is out of range for WORLD_SIZE=", config.world_size,
                      " (expected 0 <= RANK < WORLD_SIZE)"));
   }
-  if (config.master_addr.empty()) {
-    return absl::InvalidArgumentError(
-        "MASTER_ADDR is empty: expected the host name or IP address of rank 0");
-  }
-  if (config.file_store_dir.empty() && (config.master_port < 1 || config.master_port > 65535)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MASTER_PORT=", config.master_port, ": expected a TCP port in 1..65535"));
-  }
   if (config.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("rendezvous timeout ",
                                                    absl::FormatDuration(config.timeout),
@@ -81,6 +73,19 @@ absl::Status ValidateRendezvous(const RendezvousConfig& config) {
   }
   if (config.group_name.empty()) {
     return absl::InvalidArgumentError("rendezvous group_name is empty: expected a key prefix");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRendezvous(const RendezvousConfig& config) {
+  PRL_RETURN_IF_ERROR(ValidateGroup(config));
+  if (config.master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "MASTER_ADDR is empty: expected the host name or IP address of rank 0");
+  }
+  if (config.file_store_dir.empty() && (config.master_port < 1 || config.master_port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT=", config.master_port, ": expected a TCP port in 1..65535"));
   }
   return absl::OkStatus();
 }
