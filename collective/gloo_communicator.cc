@@ -1,6 +1,5 @@
 #include "collective/gloo_communicator.h"
 
-#include <arpa/inet.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -10,9 +9,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -66,45 +63,6 @@ void IgnoreSigpipe() {
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
-}
-
-// The local address the other ranks can reach this one at: loopback when every rank is on
-// this machine, otherwise the address of the interface that routes to MASTER_ADDR (a UDP
-// connect sends nothing; it only picks the route).
-absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr) {
-  if (IsLoopbackAddress(master_addr)) return std::string("127.0.0.1");
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  const int rv = getaddrinfo(master_addr.c_str(), "9", &hints, &found);
-  if (rv != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve MASTER_ADDR=", master_addr, ": ", gai_strerror(rv)));
-  }
-  std::string local;
-  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) continue;
-    sockaddr_storage self{};
-    socklen_t len = sizeof(self);
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* ip =
-          self.ss_family == AF_INET
-              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&self)->sin_addr)
-              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&self)->sin6_addr);
-      if (inet_ntop(self.ss_family, ip, text, sizeof(text)) != nullptr) local = text;
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  if (local.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("no network interface of this host routes to MASTER_ADDR=", master_addr));
-  }
-  return local;
 }
 
 absl::Status ValidateOptions(const CommunicatorOptions& options) {

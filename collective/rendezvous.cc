@@ -1,7 +1,10 @@
 #include "collective/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <optional>
@@ -101,6 +104,42 @@ bool IsLoopbackAddress(absl::string_view host) {
   in6_addr v6;
   if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   return false;
+}
+
+absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr) {
+  if (IsLoopbackAddress(master_addr)) return std::string("127.0.0.1");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rv = getaddrinfo(master_addr.c_str(), "9", &hints, &found);
+  if (rv != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve MASTER_ADDR=", master_addr, ": ", gai_strerror(rv)));
+  }
+  std::string local;
+  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage self{};
+    socklen_t len = sizeof(self);
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* ip =
+          self.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&self)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&self)->sin6_addr);
+      if (inet_ntop(self.ss_family, ip, text, sizeof(text)) != nullptr) local = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (local.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("no network interface of this host routes to MASTER_ADDR=", master_addr));
+  }
+  return local;
 }
 
 }  // namespace prl::collective

@@ -45,6 +45,11 @@ absl::Status ValidateGroup(const RendezvousConfig& config);
 // communicators listen on loopback only.
 bool IsLoopbackAddress(absl::string_view host);
 
+// The local address the other ranks can reach this one at: 127.0.0.1 when `master_addr` is a
+// loopback address, otherwise the address of the interface that routes to it (a UDP connect
+// sends nothing; it only picks the route). Unavailable if it cannot be resolved or reached.
+absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr);
+
 // A Gloo communicator over TCP (loopback or the host's interface that reaches MASTER_ADDR).
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const RendezvousConfig& rendezvous,
                                                           const CommunicatorOptions& options);

@@ -118,6 +118,13 @@ TEST(ValidateRendezvousTest, AGroupWithAGivenStoreNeedsNoAddressOrPort) {
   EXPECT_TRUE(IsError(ValidateGroup(config), absl::StatusCode::kInvalidArgument, {"group_name"}));
 }
 
+TEST(LocalAddressFacingTest, LoopbackStaysOnLoopbackAndAnUnknownHostIsNamed) {
+  EXPECT_EQ(*LocalAddressFacing("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(*LocalAddressFacing("localhost"), "127.0.0.1");
+  EXPECT_TRUE(IsError(LocalAddressFacing("no-such-host.invalid").status(),
+                      absl::StatusCode::kUnavailable, {"no-such-host.invalid"}));
+}
+
 TEST(IsLoopbackAddressTest, KnowsLoopbackFromTheRest) {
   for (const char* host : {"localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"}) {
     EXPECT_TRUE(IsLoopbackAddress(host)) << host;
