@@ -76,6 +76,11 @@ void WeightMailbox::NoteRetry() {
 void WeightMailbox::NoteReconnect(const absl::Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.reconnects += 1;
+  if (!why.ok()) stats_.last_error = why.ToString();
+}
+
+void WeightMailbox::NoteError(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
   stats_.last_error = why.ToString();
 }
 

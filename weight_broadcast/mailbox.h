@@ -41,7 +41,9 @@ class WeightMailbox {
   void Close();
 
   void NoteRetry();
-  void NoteReconnect(const absl::Status& why);
+  void NoteReconnect(const absl::Status& why);  // an OK `why` leaves last_error as it is
+  // A transient error that is retried (stats().last_error, and WaitNewer's time-out message).
+  void NoteError(const absl::Status& why);
   void NoteChecksumFailure(absl::string_view what);
   // A complete version arrived that is not newer than last_version(): dropped, counted.
   void NoteIgnored(int64_t version);

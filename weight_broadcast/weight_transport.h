@@ -61,6 +61,11 @@ struct PublisherStats {
   int64_t versions_sent = 0;
   int64_t bytes_sent = 0;
   int64_t versions_skipped = 0;
+  // nccl: groups formed (each membership change, or a failed broadcast, forms a new one) and
+  // the last reason a group ended or could not form.
+  int64_t groups_formed = 0;
+  int64_t groups_failed = 0;
+  std::string last_error;
 };
 
 struct SubscriberStats {
