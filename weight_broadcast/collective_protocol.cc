@@ -239,12 +239,19 @@ bool MemberTable::HasNewcomer(const std::vector<std::string>& epoch_members) con
   return false;
 }
 
-bool MemberTable::AllLive(const std::vector<std::string>& members) const {
+bool MemberTable::AnyExpired(const std::vector<std::string>& members) const {
   for (const std::string& id : members) {
     auto it = members_.find(id);
-    if (it == members_.end() || it->second.expired) return false;
+    if (it != members_.end() && it->second.expired) return true;
   }
-  return true;
+  return false;
+}
+
+bool MemberTable::AnyLeft(const std::vector<std::string>& members) const {
+  for (const std::string& id : members) {
+    if (!members_.contains(id)) return true;
+  }
+  return false;
 }
 
 void MemberTable::Assign(const std::vector<std::string>& members, int64_t epoch) {

@@ -110,8 +110,9 @@ class MemberTable {
   std::vector<std::string> Available() const;  // in id order
   // Some available member is not in `epoch_members` (a newcomer, or one that left).
   bool HasNewcomer(const std::vector<std::string>& epoch_members) const;
-  // Every one of `members` is still announcing itself.
-  bool AllLive(const std::vector<std::string>& members) const;
+  // Some of `members` stopped beating (expired), or deleted its key (left for good).
+  bool AnyExpired(const std::vector<std::string>& members) const;
+  bool AnyLeft(const std::vector<std::string>& members) const;
   // `members` are in epoch `epoch` from now on.
   void Assign(const std::vector<std::string>& members, int64_t epoch);
   // The epoch of `members` ended at `now`.

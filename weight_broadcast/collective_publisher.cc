@@ -259,8 +259,12 @@ void CollectiveWeightPublisher::Broadcaster::Serve() {
     EndEpoch(absl::OkStatus(), /*announce=*/true);  // re-formed with the newcomer
     return;
   }
-  if (!table_.AllLive(epoch_->members)) {
+  if (table_.AnyExpired(epoch_->members)) {
     EndEpoch(absl::UnavailableError("a member stopped announcing itself"), /*announce=*/true);
+    return;
+  }
+  if (table_.AnyLeft(epoch_->members)) {
+    EndEpoch(absl::OkStatus(), /*announce=*/true);  // a member said goodbye: re-formed without
     return;
   }
   std::shared_ptr<Snapshot> newest;

@@ -118,7 +118,8 @@ TEST_F(MemberTableTest, AMemberIsAvailableAgainOnlyOnceItFinishedItsEpoch) {
   table_.Refresh({Says("a", 1, 0), Says("b", 1, 0)}, t0_);
   table_.Assign({"a", "b"}, 1);
   EXPECT_TRUE(table_.Available().empty()) << "both are busy with epoch 1";
-  EXPECT_TRUE(table_.AllLive({"a", "b"}));
+  EXPECT_FALSE(table_.AnyExpired({"a", "b"}));
+  EXPECT_FALSE(table_.AnyLeft({"a", "b"}));
   table_.Ended({"a", "b"}, t0_ + absl::Seconds(1));
   // `a` reports it finished epoch 1; `b` has not yet: the next epoch waits for it ...
   table_.Refresh({Says("a", 2, 1), Says("b", 2, 0)}, t0_ + absl::Seconds(1));
@@ -148,13 +149,15 @@ TEST_F(MemberTableTest, AMemberThatStopsBeatingExpiresAndNoLongerHoldsTheNextEpo
   const auto expired =
       table_.Refresh({Says("a", 3, 1, 3), Says("dead", 1, 0, 9)}, t0_ + absl::Seconds(4));
   EXPECT_EQ(expired, std::vector<std::string>{"dead"});
-  EXPECT_FALSE(table_.AllLive({"a", "dead"}));
+  EXPECT_TRUE(table_.AnyExpired({"a", "dead"}));
+  EXPECT_FALSE(table_.AnyLeft({"a", "dead"}));
   EXPECT_TRUE(table_.ReadyToForm(t0_ + absl::Seconds(4), absl::Seconds(60)));
   EXPECT_EQ(table_.Available(), std::vector<std::string>{"a"});
   EXPECT_EQ(table_.NewestReportedVersion(), 3) << "an expired member's version does not count";
   // Its key deleted, it is gone; announcing again makes it a newcomer.
   table_.Refresh({Says("a", 4, 1)}, t0_ + absl::Seconds(5));
-  EXPECT_FALSE(table_.AllLive({"dead"}));
+  EXPECT_TRUE(table_.AnyLeft({"dead"}));
+  EXPECT_FALSE(table_.AnyExpired({"dead"}));
   table_.Refresh({Says("a", 5, 1), Says("dead", 1, 0)}, t0_ + absl::Seconds(6));
   EXPECT_TRUE(table_.HasNewcomer({"a"}));
 }
