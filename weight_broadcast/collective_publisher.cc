@@ -1,5 +1,6 @@
 // CollectiveWeightPublisher (collective_transport.h): the store, the snapshots and the
 // broadcaster thread that forms epochs and sends the newest snapshot to them.
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -67,6 +68,7 @@ class CollectiveWeightPublisher::Broadcaster {
     return stats_;
   }
   int port() const { return server_->port(); }
+  void CorruptNextChecksum() { corrupt_next_ = true; }
 
  private:
   // One published version, on the publisher's device; shared read-only with the broadcaster.
@@ -101,6 +103,7 @@ class CollectiveWeightPublisher::Broadcaster {
   std::shared_ptr<collective::MemoryStore> store_ = std::make_shared<collective::MemoryStore>();
   std::unique_ptr<collective::StoreServer> server_;
   VersionSequence versions_;
+  std::atomic<bool> corrupt_next_{false};
 
   // The broadcaster thread's.
   MemberTable table_;
@@ -303,6 +306,7 @@ absl::Status CollectiveWeightPublisher::Broadcaster::SendSnapshot(Snapshot& snap
   header.version = snapshot.version;
   header.bytes = bytes;
   header.checksum = *snapshot.checksum;
+  if (corrupt_next_.exchange(false)) header.checksum ^= 1;
   PRL_RETURN_IF_ERROR(SendHeader(header));
   const Tensor payload(snapshot.bytes.data(), DType::kF32, options_.device,
                        {static_cast<int64_t>(bytes / 4)});
@@ -373,5 +377,9 @@ int64_t CollectiveWeightPublisher::newest_version() const { return broadcaster_-
 PublisherStats CollectiveWeightPublisher::stats() const { return broadcaster_->stats(); }
 
 int CollectiveWeightPublisher::port() const { return broadcaster_->port(); }
+
+void CollectiveWeightPublisher::CorruptNextChecksumForTesting() {
+  broadcaster_->CorruptNextChecksum();
+}
 
 }  // namespace prl

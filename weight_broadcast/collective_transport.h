@@ -72,6 +72,8 @@ class CollectiveWeightPublisher final : public WeightPublisher {
   int64_t newest_version() const override;
   PublisherStats stats() const override;
   int port() const;
+  // Test hook: the next version goes out with a wrong checksum in its header.
+  void CorruptNextChecksumForTesting();
 
  private:
   class Broadcaster;

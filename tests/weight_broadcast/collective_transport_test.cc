@@ -108,6 +108,22 @@ TEST_F(CollectiveTransportTest, ALateJoinerGetsTheNewestVersion) {
   EXPECT_EQ(publisher_->stats().subscribers, 2);
 }
 
+TEST_F(CollectiveTransportTest, AVersionThatFailsItsChecksumIsNeverExposedAndComesAgain) {
+  auto subscriber = Subscribe();
+  ASSERT_NE(subscriber, nullptr);
+  Publish(0);
+  WaitFor(*subscriber, 0, "subscriber");
+  publisher_->CorruptNextChecksumForTesting();
+  Publish(1);
+  // The subscriber drops version 1 and leaves the group; the next group gets it again.
+  WaitFor(*subscriber, 1, "subscriber");
+  const SubscriberStats s = subscriber->stats();
+  EXPECT_EQ(s.checksum_failures, 1);
+  EXPECT_EQ(s.versions_received, 2);
+  EXPECT_NE(s.last_error.find("failed its checksum"), std::string::npos) << s.last_error;
+  EXPECT_GE(publisher_->stats().groups_formed, 2);
+}
+
 TEST_F(CollectiveTransportTest, AModelOrDataPathMismatchFailsConnectNamingIt) {
   ModelConfig other = config_;
   other.intermediate_size += 8;
