@@ -23,7 +23,9 @@
 // Failures. Every collective has a time-out. A member that dies turns the publisher's next
 // broadcast into an error (at once for a closed connection, at `timeout` for a hung peer): the
 // publisher drops that epoch and forms the next one with the members that are still
-// announcing, so a dead member never blocks the learner. A subscriber whose collective fails
+// announcing, so a dead member never blocks the learner. The survivors are served again once
+// the dead member's heartbeat is older than member_timeout (a hung one that still beats is
+// given `timeout` to come back). A subscriber whose collective fails
 // (the publisher or a peer died), or whose payload fails its checksum, leaves the epoch and
 // waits for the next one; the publisher re-sends the newest version to every new epoch. A
 // restarted publisher (same address) is a new instance: subscribers run the handshake again

@@ -2,9 +2,14 @@
 // optimizer step; every actor subscribes, receives newer versions in the background and hands
 // them to its engine (Engine::SwapWeights), so that generation never waits for a transfer.
 //
-//   learner:  PRL_RETURN_IF_ERROR(publisher->Publish(version, params));
+//   learner:  int64_t version = FirstVersionToPublish(checkpoint_version,
+//                                                     publisher->newest_version());
+//             PRL_RETURN_IF_ERROR(publisher->Publish(version++, params));  // every step
 //   actor:    PRL_ASSIGN_OR_RETURN(auto next, subscriber->TakeNewer(engine->version()));
 //             if (next) engine->SwapWeights(next->weights, next->version);
+// The subscriber's device (its options) must be the engine's: a CUDA engine swaps in a
+// ParameterSet on its GPU (a device-to-device copy into its compute weights), a CPU engine one
+// on the CPU.
 //
 // One publisher/subscriber interface, one transport per medium:
 //   - shm_transport.h:        same node, a shared-memory segment with two seqlocked slots;
