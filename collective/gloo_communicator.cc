@@ -1,6 +1,5 @@
 #include "collective/gloo_communicator.h"
 
-#include <arpa/inet.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -10,9 +9,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -68,43 +65,13 @@ void IgnoreSigpipe() {
   }
 }
 
-// The local address the other ranks can reach this one at: loopback when every rank is on
-// this machine, otherwise the address of the interface that routes to MASTER_ADDR (a UDP
-// connect sends nothing; it only picks the route).
-absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr) {
-  if (IsLoopbackAddress(master_addr)) return std::string("127.0.0.1");
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  const int rv = getaddrinfo(master_addr.c_str(), "9", &hints, &found);
-  if (rv != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve MASTER_ADDR=", master_addr, ": ", gai_strerror(rv)));
+absl::Status ValidateOptions(const CommunicatorOptions& options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions::timeout ",
+                                                   absl::FormatDuration(options.timeout),
+                                                   ": expected a positive duration"));
   }
-  std::string local;
-  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) continue;
-    sockaddr_storage self{};
-    socklen_t len = sizeof(self);
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* ip =
-          self.ss_family == AF_INET
-              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&self)->sin_addr)
-              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&self)->sin6_addr);
-      if (inet_ntop(self.ss_family, ip, text, sizeof(text)) != nullptr) local = text;
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  if (local.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("no network interface of this host routes to MASTER_ADDR=", master_addr));
-  }
-  return local;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -347,16 +314,21 @@ absl::Status GlooCommunicator::BarrierWithin(absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const RendezvousConfig& rendezvous,
                                                           const CommunicatorOptions& options) {
   PRL_RETURN_IF_ERROR(ValidateRendezvous(rendezvous));
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions::timeout ",
-                                                   absl::FormatDuration(options.timeout),
-                                                   ": expected a positive duration"));
-  }
+  PRL_RETURN_IF_ERROR(ValidateOptions(options));
+  PRL_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenRendezvousStore(rendezvous));
+  return ConnectGlooThrough(std::move(store), rendezvous, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGlooThrough(
+    std::shared_ptr<KvStore> store, const RendezvousConfig& rendezvous,
+    const CommunicatorOptions& options) {
+  PRL_RETURN_IF_ERROR(ValidateGroup(rendezvous));
+  PRL_RETURN_IF_ERROR(ValidateOptions(options));
+  if (store == nullptr) return absl::InvalidArgumentError("ConnectGlooThrough: no store");
   IgnoreSigpipe();
   const std::string where =
       absl::StrCat("gloo rendezvous of rank ", rendezvous.rank, " of ", rendezvous.world_size,
                    " (group '", rendezvous.group_name, "')");
-  PRL_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenRendezvousStore(rendezvous));
   PRL_ASSIGN_OR_RETURN(const std::string host, LocalAddressFacing(rendezvous.master_addr));
   GlooStore gloo_store(store, absl::StrCat(rendezvous.group_name, "/gloo/"), rendezvous.timeout);
   std::shared_ptr<gloo::rendezvous::Context> context;

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collective/store_service.h"
@@ -81,6 +82,16 @@ absl::Status MemoryStore::Delete(absl::string_view key) {
   auto it = values_.find(key);
   if (it != values_.end()) values_.erase(it);
   return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, std::string>> MemoryStore::List(absl::string_view prefix) const {
+  std::vector<std::pair<std::string, std::string>> found;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = values_.lower_bound(prefix);
+       it != values_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    found.emplace_back(it->first, it->second);
+  }
+  return found;
 }
 
 // ---- FileStore -----------------------------------------------------------------------------

@@ -18,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,8 +47,12 @@ class MemoryStore final : public KvStore {
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override;
   absl::Status Delete(absl::string_view key) override;
 
+  // Every key that starts with `prefix`, with its value, in key order: for the process that
+  // owns the store (a service that lets clients announce themselves under a prefix).
+  std::vector<std::pair<std::string, std::string>> List(absl::string_view prefix) const;
+
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable set_;  // notified on every Set
   std::map<std::string, std::string, std::less<>> values_;
 };

@@ -55,6 +55,35 @@ std::chrono::steady_clock::time_point DeadlineAfter(absl::Duration d) {
              absl::ToChronoNanoseconds(d));
 }
 
+// NCCL needs one CUDA GPU per rank, and this one must exist here.
+absl::Status CheckNcclDevice(Device device) {
+  if (!device.is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ConnectNccl: device ", device.ToString(),
+        " is not a CUDA device (NCCL needs one GPU per rank; use ConnectGloo for CPU tensors)"));
+  }
+  const int gpus = cuda::DeviceCount();
+  if (gpus == 0) {
+    return absl::FailedPreconditionError(
+        "ConnectNccl: no CUDA GPU is visible (no driver or no device): NCCL needs one GPU per "
+        "rank; use ConnectGloo on machines without GPUs");
+  }
+  if (device.index < 0 || device.index >= gpus) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ConnectNccl: ", device.ToString(), " does not exist: this machine has ", gpus, " GPU(s)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptions(const CommunicatorOptions& options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions::timeout ",
+                                                   absl::FormatDuration(options.timeout),
+                                                   ": expected a positive duration"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool NcclCompiled() { return true; }
@@ -279,31 +308,23 @@ absl::Status NcclCommunicator::Barrier() {
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousConfig& rendezvous,
                                                           Device device,
                                                           const CommunicatorOptions& options) {
-  if (!device.is_cuda()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ConnectNccl: device ", device.ToString(),
-        " is not a CUDA device (NCCL needs one GPU per rank; use ConnectGloo for CPU tensors)"));
-  }
-  const int gpus = cuda::DeviceCount();
-  if (gpus == 0) {
-    return absl::FailedPreconditionError(
-        "ConnectNccl: no CUDA GPU is visible (no driver or no device): NCCL needs one GPU per "
-        "rank; use ConnectGloo on machines without GPUs");
-  }
-  if (device.index < 0 || device.index >= gpus) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ConnectNccl: ", device.ToString(), " does not exist: this machine has ", gpus, " GPU(s)"));
-  }
+  PRL_RETURN_IF_ERROR(CheckNcclDevice(device));
   PRL_RETURN_IF_ERROR(ValidateRendezvous(rendezvous));
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat("CommunicatorOptions::timeout ",
-                                                   absl::FormatDuration(options.timeout),
-                                                   ": expected a positive duration"));
-  }
+  PRL_RETURN_IF_ERROR(CheckOptions(options));
+  PRL_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenRendezvousStore(rendezvous));
+  return ConnectNcclThrough(std::move(store), rendezvous, device, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclThrough(
+    std::shared_ptr<KvStore> store, const RendezvousConfig& rendezvous, Device device,
+    const CommunicatorOptions& options) {
+  PRL_RETURN_IF_ERROR(CheckNcclDevice(device));
+  PRL_RETURN_IF_ERROR(ValidateGroup(rendezvous));
+  PRL_RETURN_IF_ERROR(CheckOptions(options));
+  if (store == nullptr) return absl::InvalidArgumentError("ConnectNcclThrough: no store");
   const std::string where =
       absl::StrCat("nccl rendezvous of rank ", rendezvous.rank, " of ", rendezvous.world_size,
                    " (group '", rendezvous.group_name, "')");
-  PRL_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenRendezvousStore(rendezvous));
   const std::string key = absl::StrCat(rendezvous.group_name, "/nccl/unique_id");
   ncclUniqueId id;
   if (rendezvous.rank == 0) {

@@ -6,8 +6,8 @@ namespace prl::collective {
 
 bool NcclCompiled() { return false; }
 
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousConfig&, Device,
-                                                          const CommunicatorOptions&) {
+namespace {
+absl::Status NcclUnavailable() {
 #ifdef PRL_WITH_CUDA
   return absl::UnimplementedError(
       "prl was built with CUDA but without NCCL (nccl.h or libnccl was not found when "
@@ -16,6 +16,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousConfig
   return absl::UnimplementedError(
       "prl was built without CUDA (PRL_CUDA=OFF or no toolkit): NCCL is unavailable");
 #endif
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousConfig&, Device,
+                                                          const CommunicatorOptions&) {
+  return NcclUnavailable();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclThrough(std::shared_ptr<KvStore>,
+                                                                 const RendezvousConfig&, Device,
+                                                                 const CommunicatorOptions&) {
+  return NcclUnavailable();
 }
 
 }  // namespace prl::collective

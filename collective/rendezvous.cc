@@ -1,7 +1,10 @@
 #include "collective/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <optional>
@@ -56,7 +59,7 @@ absl::StatusOr<RendezvousConfig> RendezvousFromEnv() {
   return config;
 }
 
-absl::Status ValidateRendezvous(const RendezvousConfig& config) {
+absl::Status ValidateGroup(const RendezvousConfig& config) {
   if (config.world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("WORLD_SIZE=", config.world_size, ": expected a number of ranks >= 1"));
@@ -66,14 +69,6 @@ absl::Status ValidateRendezvous(const RendezvousConfig& config) {
         absl::StrCat("RANK=", config.rank, " is out of range for WORLD_SIZE=", config.world_size,
                      " (expected 0 <= RANK < WORLD_SIZE)"));
   }
-  if (config.master_addr.empty()) {
-    return absl::InvalidArgumentError(
-        "MASTER_ADDR is empty: expected the host name or IP address of rank 0");
-  }
-  if (config.file_store_dir.empty() && (config.master_port < 1 || config.master_port > 65535)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MASTER_PORT=", config.master_port, ": expected a TCP port in 1..65535"));
-  }
   if (config.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("rendezvous timeout ",
                                                    absl::FormatDuration(config.timeout),
@@ -81,6 +76,19 @@ absl::Status ValidateRendezvous(const RendezvousConfig& config) {
   }
   if (config.group_name.empty()) {
     return absl::InvalidArgumentError("rendezvous group_name is empty: expected a key prefix");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRendezvous(const RendezvousConfig& config) {
+  PRL_RETURN_IF_ERROR(ValidateGroup(config));
+  if (config.master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "MASTER_ADDR is empty: expected the host name or IP address of rank 0");
+  }
+  if (config.file_store_dir.empty() && (config.master_port < 1 || config.master_port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT=", config.master_port, ": expected a TCP port in 1..65535"));
   }
   return absl::OkStatus();
 }
@@ -96,6 +104,42 @@ bool IsLoopbackAddress(absl::string_view host) {
   in6_addr v6;
   if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   return false;
+}
+
+absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr) {
+  if (IsLoopbackAddress(master_addr)) return std::string("127.0.0.1");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rv = getaddrinfo(master_addr.c_str(), "9", &hints, &found);
+  if (rv != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve MASTER_ADDR=", master_addr, ": ", gai_strerror(rv)));
+  }
+  std::string local;
+  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage self{};
+    socklen_t len = sizeof(self);
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* ip =
+          self.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&self)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&self)->sin6_addr);
+      if (inet_ntop(self.ss_family, ip, text, sizeof(text)) != nullptr) local = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (local.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("no network interface of this host routes to MASTER_ADDR=", master_addr));
+  }
+  return local;
 }
 
 }  // namespace prl::collective

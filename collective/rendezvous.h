@@ -18,6 +18,8 @@
 
 namespace prl::collective {
 
+class KvStore;
+
 struct RendezvousConfig {
   int rank = 0;
   int world_size = 1;
@@ -36,9 +38,17 @@ struct RendezvousConfig {
 absl::StatusOr<RendezvousConfig> RendezvousFromEnv();
 // Checks 0 <= rank < world_size, a usable port, a non-empty address.
 absl::Status ValidateRendezvous(const RendezvousConfig& config);
+// What a group needs whatever its store: 0 <= rank < world_size, a positive timeout, a group
+// name (ValidateRendezvous checks this too).
+absl::Status ValidateGroup(const RendezvousConfig& config);
 // True for "localhost", 127.0.0.0/8 and ::1: then every rank is on this machine and the
 // communicators listen on loopback only.
 bool IsLoopbackAddress(absl::string_view host);
+
+// The local address the other ranks can reach this one at: 127.0.0.1 when `master_addr` is a
+// loopback address, otherwise the address of the interface that routes to it (a UDP connect
+// sends nothing; it only picks the route). Unavailable if it cannot be resolved or reached.
+absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr);
 
 // A Gloo communicator over TCP (loopback or the host's interface that reaches MASTER_ADDR).
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const RendezvousConfig& rendezvous,
@@ -50,5 +60,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousConfig
                                                           const CommunicatorOptions& options);
 // True when this binary has the NCCL backend (a CUDA build that found NCCL).
 bool NcclCompiled();
+
+// The same, meeting the other ranks through `store` (which the caller serves or reaches: a
+// service that runs its own StoreServer forms groups on it, one group_name per group) instead
+// of the store rendezvous.master_port / file_store_dir would open; master_port and
+// file_store_dir are ignored. Gloo still listens on the interface that reaches master_addr
+// (loopback for a loopback address).
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGlooThrough(
+    std::shared_ptr<KvStore> store, const RendezvousConfig& rendezvous,
+    const CommunicatorOptions& options);
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclThrough(
+    std::shared_ptr<KvStore> store, const RendezvousConfig& rendezvous, Device device,
+    const CommunicatorOptions& options);
 
 }  // namespace prl::collective

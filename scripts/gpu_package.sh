@@ -15,9 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build-gpu}
-# prl and every GPU test binary (ctest label gpu).
+# prl and every GPU test binary (ctest label gpu), and the worker process that
+# cuda_weight_transport_test starts (it looks for it beside itself).
 TARGETS=(prl cuda_kernels_test cuda_attention_logprob_test cuda_transformer_test cuda_learner_test
-  cuda_engine_test collective_nccl_test)
+  cuda_engine_test collective_nccl_test cuda_weight_transport_test weight_transport_worker)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRL_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 ninja -C "$BUILD_DIR" -j"${JOBS:-$(nproc)}" "${TARGETS[@]}"

@@ -11,6 +11,7 @@
 #include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
 #include "weight_broadcast/mailbox.h"
+#include "weight_broadcast/versioning.h"
 
 namespace prl {
 
@@ -35,18 +36,22 @@ struct GrpcWeightPublisher::Snapshot {
 class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
  public:
   Service(const ModelConfig& config, int64_t chunk_bytes)
-      : fingerprint_(ModelFingerprint(config)),
+      : handshake_(LocalHandshake("grpc", config)),
         config_json_(ModelConfigToJson(config)),
-        weight_bytes_(ParameterLayout(config).num_elements() * 4),
+        weight_bytes_(handshake_.weight_bytes),
         chunk_bytes_(chunk_bytes) {
     stats_.version_bytes = weight_bytes_;
   }
 
   grpc::Status Subscribe(grpc::ServerContext* context, const v1::SubscribeRequest* request,
                          grpc::ServerWriter<v1::WeightChunk>* writer) override {
-    const absl::Status same =
-        CheckSameModel(fingerprint_, request->model_fingerprint(), "weight server");
+    // The request carries only the subscriber's fingerprint; the rest of its side is checked by
+    // the subscriber against the first chunk.
+    WeightHandshake theirs = handshake_;
+    theirs.model_fingerprint = request->model_fingerprint();
+    const absl::Status same = CheckHandshake(handshake_, theirs, "weight server");
     if (!same.ok()) return rpc::ToGrpcStatus(same);
+    versions_.Reported(request->have_version());
     AddSubscribers(1);
     const absl::Cleanup disconnected = [this] { AddSubscribers(-1); };
     int64_t have = request->have_version();
@@ -65,25 +70,13 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
 
   absl::Status Publish(int64_t version, const ParameterSet& weights) {
     const absl::Time start = absl::Now();
-    if (version < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Publish: version must be >= 0, found ", version));
-    }
-    PRL_RETURN_IF_ERROR(CheckSameModel(fingerprint_, ModelFingerprint(weights.config),
-                                       "Publish to the weight server"));
+    constexpr absl::string_view kWhere = "Publish to the weight server";
+    PRL_RETURN_IF_ERROR(versions_.CheckNext(version, kWhere));
+    PRL_RETURN_IF_ERROR(CheckPublishedWeights(handshake_, weights, kWhere));
     const auto bytes = static_cast<size_t>(weight_bytes_);
-    if (weights.buffer.bytes() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("Publish: weights buffer must be ", bytes,
-                                                     " bytes, found ", weights.buffer.bytes()));
-    }
     std::shared_ptr<Snapshot> snapshot;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (latest_ != nullptr && version <= latest_->version) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Publish: versions must increase: already published ", latest_->version,
-                         ", found ", version));
-      }
       // Reuse the previous snapshot's memory once no stream is sending it any more (only the
       // newest is ever handed to a stream, so nobody can take a new reference).
       if (retired_ != nullptr && retired_.use_count() == 1) {
@@ -100,6 +93,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     snapshot->version = version;
     snapshot->checksum = XXH3_64bits(snapshot->bytes.data(), bytes);
 
+    versions_.Published(version);
     std::lock_guard<std::mutex> lock(mu_);
     snapshot->index = ++published_;
     retired_ = std::move(latest_);
@@ -122,6 +116,8 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
   }
+
+  int64_t newest_version() const { return versions_.newest(); }
 
   void CorruptNextChunk() { corrupt_next_.store(true); }
 
@@ -176,11 +172,12 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     return stopping_;
   }
 
-  const std::string fingerprint_;
+  const WeightHandshake handshake_;
   const std::string config_json_;
   const int64_t weight_bytes_;
   const int64_t chunk_bytes_;
   std::atomic<bool> corrupt_next_{false};
+  VersionSequence versions_;  // published, and reported by subscribers (their have_version)
   mutable std::mutex mu_;
   std::condition_variable changed_;  // a new snapshot, or stopping
   std::shared_ptr<Snapshot> latest_;
@@ -230,6 +227,8 @@ absl::Status GrpcWeightPublisher::Publish(int64_t version, const ParameterSet& w
 
 PublisherStats GrpcWeightPublisher::stats() const { return service_->stats(); }
 
+int64_t GrpcWeightPublisher::newest_version() const { return service_->newest_version(); }
+
 void GrpcWeightPublisher::CorruptNextChunkForTesting() { service_->CorruptNextChunk(); }
 
 // ---- Subscriber ---------------------------------------------------------------------------
@@ -276,8 +275,8 @@ absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Conn
 GrpcWeightSubscriber::GrpcWeightSubscriber(const std::string& target, const ModelConfig& config,
                                            const GrpcSubscriberOptions& options)
     : target_(target),
-      fingerprint_(ModelFingerprint(config)),
-      weight_bytes_(static_cast<uint64_t>(ParameterLayout(config).num_elements()) * 4),
+      handshake_(LocalHandshake("grpc", config)),
+      weight_bytes_(static_cast<uint64_t>(handshake_.weight_bytes)),
       options_(options),
       mailbox_(std::make_unique<WeightMailbox>(config, options.device)) {}
 
@@ -317,7 +316,7 @@ absl::Status GrpcWeightSubscriber::ReceiveStream() {
   }
   v1::SubscribeRequest request;
   request.set_have_version(mailbox_->last_version());
-  request.set_model_fingerprint(fingerprint_);
+  request.set_model_fingerprint(handshake_.model_fingerprint);
   std::unique_ptr<grpc::ClientReader<v1::WeightChunk>> reader = stub_->Subscribe(&context, request);
   Receiving receiving;
   absl::Status broken;
@@ -348,7 +347,9 @@ absl::Status GrpcWeightSubscriber::Accept(const v1::WeightChunk& chunk, Receivin
     }
     PRL_ASSIGN_OR_RETURN(ModelConfig published,
                          ParseModelConfig(chunk.config_json(), "the weight server's config.json"));
-    PRL_RETURN_IF_ERROR(CheckSameModel(ModelFingerprint(published), fingerprint_, "weight server"));
+    WeightHandshake theirs = LocalHandshake("grpc", published);
+    theirs.weight_bytes = static_cast<int64_t>(chunk.total_bytes());
+    PRL_RETURN_IF_ERROR(CheckHandshake(theirs, handshake_, "weight server"));
     PRL_ASSIGN_OR_RETURN(r->dest, mailbox_->AcquireBuffer());
     r->version = chunk.version();
     r->next_offset = 0;

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "prl/v1/weights.grpc.pb.h"
+#include "weight_broadcast/handshake.h"
 #include "weight_broadcast/weight_transport.h"
 
 namespace prl {
@@ -49,6 +50,8 @@ class GrpcWeightPublisher final : public WeightPublisher {
   ~GrpcWeightPublisher() override;  // Shutdown()
 
   absl::Status Publish(int64_t version, const ParameterSet& weights) override;
+  // The newest version published, or held by a subscriber that connected (its have_version).
+  int64_t newest_version() const override;
   PublisherStats stats() const override;
 
   int port() const { return port_; }
@@ -100,7 +103,7 @@ class GrpcWeightSubscriber final : public WeightSubscriber {
   absl::Status Accept(const v1::WeightChunk& chunk, Receiving* r);
 
   const std::string target_;
-  const std::string fingerprint_;
+  const WeightHandshake handshake_;
   const uint64_t weight_bytes_;  // one version
   const GrpcSubscriberOptions options_;
   std::unique_ptr<v1::WeightService::Stub> stub_;

@@ -76,6 +76,11 @@ void WeightMailbox::NoteRetry() {
 void WeightMailbox::NoteReconnect(const absl::Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.reconnects += 1;
+  if (!why.ok()) stats_.last_error = why.ToString();
+}
+
+void WeightMailbox::NoteError(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
   stats_.last_error = why.ToString();
 }
 
@@ -83,6 +88,13 @@ void WeightMailbox::NoteChecksumFailure(absl::string_view what) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.checksum_failures += 1;
   stats_.last_error = std::string(what);
+}
+
+void WeightMailbox::NoteIgnored(int64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.versions_ignored += 1;
+  stats_.last_error = absl::StrCat("dropped version ", version, ": not newer than version ",
+                                   latest_version_, " held here");
 }
 
 bool WeightMailbox::SleepUnlessClosed(absl::Duration duration) {

@@ -32,7 +32,8 @@ class WeightMailbox {
 
   // A ParameterSet to receive the next version into (contents undefined).
   absl::StatusOr<std::shared_ptr<ParameterSet>> AcquireBuffer();
-  // Exposes a completely received version; `version` is greater than every earlier one.
+  // Exposes a completely received version; `version` is greater than every earlier one (a
+  // receiver checks with last_version() first, and drops older ones with NoteIgnored).
   void Deliver(int64_t version, std::shared_ptr<ParameterSet> weights, absl::Duration transfer);
   // Every later TakeNewer / WaitNewer returns `status` (a permanent error, e.g. a mismatch).
   void Fail(absl::Status status);
@@ -40,8 +41,12 @@ class WeightMailbox {
   void Close();
 
   void NoteRetry();
-  void NoteReconnect(const absl::Status& why);
+  void NoteReconnect(const absl::Status& why);  // an OK `why` leaves last_error as it is
+  // A transient error that is retried (stats().last_error, and WaitNewer's time-out message).
+  void NoteError(const absl::Status& why);
   void NoteChecksumFailure(absl::string_view what);
+  // A complete version arrived that is not newer than last_version(): dropped, counted.
+  void NoteIgnored(int64_t version);
 
   // Sleeps up to `duration`; false once closed (the receiver thread should return).
   bool SleepUnlessClosed(absl::Duration duration);

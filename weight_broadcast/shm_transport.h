@@ -24,12 +24,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "weight_broadcast/handshake.h"
+#include "weight_broadcast/versioning.h"
 #include "weight_broadcast/weight_transport.h"
 
 namespace prl {
 
 namespace weight_broadcast_internal {
-struct ShmMapping;
+class SharedSegment;
 class WeightMailbox;
 }  // namespace weight_broadcast_internal
 
@@ -44,14 +46,17 @@ class ShmWeightPublisher final : public WeightPublisher {
 
   absl::Status Publish(int64_t version, const ParameterSet& weights) override;
   PublisherStats stats() const override;
+  // The newest version in the segment (an earlier publisher's, after a restart) or published.
+  int64_t newest_version() const override { return versions_.newest(); }
   const std::string& name() const { return name_; }
 
  private:
-  ShmWeightPublisher(std::string name, std::unique_ptr<weight_broadcast_internal::ShmMapping> m);
+  ShmWeightPublisher(std::string name, std::unique_ptr<weight_broadcast_internal::SharedSegment> m);
 
   std::string name_;
-  std::unique_ptr<weight_broadcast_internal::ShmMapping> mapping_;
-  std::string fingerprint_;
+  std::unique_ptr<weight_broadcast_internal::SharedSegment> mapping_;
+  WeightHandshake handshake_;
+  VersionSequence versions_;
   mutable std::mutex stats_mu_;
   PublisherStats stats_;
 };
@@ -76,11 +81,11 @@ class ShmWeightSubscriber final : public WeightSubscriber {
   SubscriberStats stats() const override;
 
  private:
-  ShmWeightSubscriber(std::unique_ptr<weight_broadcast_internal::ShmMapping> m,
+  ShmWeightSubscriber(std::unique_ptr<weight_broadcast_internal::SharedSegment> m,
                       const ModelConfig& config, Device device);
   void ReceiveLoop();
 
-  std::unique_ptr<weight_broadcast_internal::ShmMapping> mapping_;
+  std::unique_ptr<weight_broadcast_internal::SharedSegment> mapping_;
   std::unique_ptr<weight_broadcast_internal::WeightMailbox> mailbox_;
   std::thread receiver_;
 };

@@ -2,26 +2,38 @@
 // optimizer step; every actor subscribes, receives newer versions in the background and hands
 // them to its engine (Engine::SwapWeights), so that generation never waits for a transfer.
 //
-//   learner:  PRL_RETURN_IF_ERROR(publisher->Publish(version, params));
+//   learner:  int64_t version = FirstVersionToPublish(checkpoint_version,
+//                                                     publisher->newest_version());
+//             PRL_RETURN_IF_ERROR(publisher->Publish(version++, params));  // every step
 //   actor:    PRL_ASSIGN_OR_RETURN(auto next, subscriber->TakeNewer(engine->version()));
 //             if (next) engine->SwapWeights(next->weights, next->version);
+// The subscriber's device (its options) must be the engine's: a CUDA engine swaps in a
+// ParameterSet on its GPU (a device-to-device copy into its compute weights), a CPU engine one
+// on the CPU.
 //
 // One publisher/subscriber interface, one transport per medium:
-//   - shm_transport.h:  same node, a shared-memory segment with two seqlocked slots;
-//   - grpc_transport.h: across nodes, a gRPC server stream of checksummed chunks.
-// GPU transports (CUDA IPC on one node, an NCCL broadcast group across nodes) are meant to be
-// further implementations of these two classes: the interface speaks only of versions and
-// ParameterSets (whose Buffer knows its device), never of bytes on the wire.
+//   - shm_transport.h:        same node, a shared-memory segment with two seqlocked slots;
+//   - cuda_ipc_transport.h:   same node, GPU: two device buffers mapped with CUDA IPC handles,
+//                             described by a seqlocked shared-memory control segment;
+//   - grpc_transport.h:       across nodes, a gRPC server stream of checksummed chunks;
+//   - collective_transport.h: across nodes, a broadcast over a collective group (NCCL on CUDA
+//                             devices, Gloo on the CPU) re-formed as subscribers come and go.
+// The interface speaks only of versions and ParameterSets (whose Buffer knows its device),
+// never of bytes on the wire. What the transports share lives beside it: the handshake
+// (handshake.h), the version rule (versioning.h) and the receiving mailbox (mailbox.h).
 //
 // Semantics shared by every transport:
-//   - Versions are int64 >= 0 and strictly increase per publisher.
+//   - Versions are int64 in [0, 2^62) and strictly increase per publisher; a restarted
+//     publisher learns the newest version its transport still knows of (newest_version) so
+//     that the learner continues above it (versioning.h).
 //   - Latest wins: a subscriber gets the newest complete version, never a queue. A subscriber
 //     slower than the learner skips intermediate versions (counted in versions_skipped).
 //   - A subscriber never exposes a torn or corrupted version; every ParameterSet it returns is
 //     fresh (or recycled only once nobody else holds it) and never written again, so an engine
 //     may keep running on an older shared_ptr while the next version is being received.
 //   - The subscriber's model config must match the publisher's: a mismatch is a
-//     FailedPrecondition naming the first differing config.json field (ModelFingerprint).
+//     FailedPrecondition naming the first differing config.json field (ModelFingerprint),
+//     found by the one handshake check of handshake.h.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +60,17 @@ struct PublisherStats {
   int64_t version_bytes = 0;        // bytes of one version (the fp32 buffer)
   double last_publish_seconds = 0;  // time the learner spent in the last Publish
   double total_publish_seconds = 0;
-  // Streaming transports (gRPC): subscribers connected now, what their streams sent, and the
-  // versions those streams jumped over because their subscriber was still busy.
+  // Streaming transports (gRPC, nccl): subscribers connected now, what was sent to them, and
+  // the versions jumped over because a subscriber (nccl: the group) was still busy.
   int64_t subscribers = 0;
   int64_t versions_sent = 0;
   int64_t bytes_sent = 0;
   int64_t versions_skipped = 0;
+  // nccl: groups formed (each membership change, or a failed broadcast, forms a new one) and
+  // the last reason a group ended or could not form.
+  int64_t groups_formed = 0;
+  int64_t groups_failed = 0;
+  std::string last_error;
 };
 
 struct SubscriberStats {
@@ -65,10 +82,13 @@ struct SubscriberStats {
   int64_t bytes_received = 0;
   double last_transfer_seconds = 0;  // one version, from its first byte to exposable
   double total_transfer_seconds = 0;
-  int64_t retries = 0;            // shm: copies redone because the publisher lapped them
-  int64_t reconnects = 0;         // gRPC: streams re-opened after a break
-  int64_t checksum_failures = 0;  // gRPC: versions rejected (and fetched again)
-  std::string last_error;         // the last transient error (e.g. the server went away)
+  int64_t retries = 0;            // shm, cuda_ipc: copies redone because the publisher lapped them
+  int64_t reconnects = 0;         // gRPC: streams re-opened after a break; nccl: groups re-joined
+  int64_t checksum_failures = 0;  // gRPC, nccl: versions rejected (and fetched again)
+  // nccl: versions received that were not newer than the one held (a publisher that numbered
+  // below what this subscriber has), dropped.
+  int64_t versions_ignored = 0;
+  std::string last_error;  // the last transient error (e.g. the server went away)
 };
 
 // Publishes versions of one model's weights. Thread-safety: Publish from one thread at a time;
@@ -80,6 +100,10 @@ class WeightPublisher {
   // greater than every version published before. Copies the weights: the caller may change
   // them as soon as Publish returns. Never waits for a subscriber.
   virtual absl::Status Publish(int64_t version, const ParameterSet& weights) = 0;
+  // The newest version this publisher knows of: published by it, still held by the transport
+  // from an earlier publisher, or reported by subscribers; -1 if none. A learner that starts
+  // numbers its next version with FirstVersionToPublish(its own, newest_version()).
+  virtual int64_t newest_version() const = 0;
   virtual PublisherStats stats() const = 0;
 };
 

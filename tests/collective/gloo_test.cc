@@ -9,9 +9,11 @@
 
 #include <filesystem>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collective/kv_store.h"
 #include "collective/rendezvous.h"
 #include "tests/status_testing.h"
 
@@ -145,6 +147,42 @@ TEST(GlooConnectTest, WithoutRankZeroTheStoreIsNamed) {
   EXPECT_TRUE(IsError(s, absl::StatusCode::kDeadlineExceeded,
                       {"gloo rendezvous of rank 1 of 2",
                        absl::StrCat("127.0.0.1:", config.master_port), "is rank 0 running"}));
+}
+
+// A service with a store of its own (the weight broadcaster's) forms groups through it: two
+// ranks on threads, one store shared in memory, two groups one after another.
+TEST(GlooConnectTest, ThroughAGivenStoreGroupsFormOneAfterAnother) {
+  auto store = std::make_shared<MemoryStore>();
+  for (const std::string group : {"epoch1", "epoch2"}) {
+    std::unique_ptr<Communicator> comms[2];
+    std::thread ranks[2];
+    absl::Status status[2];
+    for (int r = 0; r < 2; ++r) {
+      ranks[r] = std::thread([&, r] {
+        RendezvousConfig config;
+        config.rank = r;
+        config.world_size = 2;
+        config.master_port = 0;  // ignored: the store is given
+        config.timeout = absl::Seconds(30);
+        config.group_name = group;
+        auto comm = ConnectGlooThrough(store, config, {});
+        status[r] = comm.status();
+        if (comm.ok()) comms[r] = *std::move(comm);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    ASSERT_TRUE(status[0].ok() && status[1].ok()) << status[0] << status[1];
+    std::vector<uint8_t> bytes[2] = {{1, 2, 3}, {0, 0, 0}};
+    std::thread receiver([&] { status[1] = comms[1]->BroadcastHost(absl::MakeSpan(bytes[1]), 0); });
+    status[0] = comms[0]->BroadcastHost(absl::MakeSpan(bytes[0]), 0);
+    receiver.join();
+    ASSERT_TRUE(status[0].ok() && status[1].ok()) << status[0] << status[1];
+    EXPECT_EQ(bytes[1], bytes[0]) << group;
+    EXPECT_TRUE(store->List(group).empty()) << "the group's rendezvous keys were deleted";
+  }
+  RendezvousConfig config;
+  EXPECT_TRUE(IsError(ConnectGlooThrough(nullptr, config, {}).status(),
+                      absl::StatusCode::kInvalidArgument, {"no store"}));
 }
 
 TEST(GlooConnectTest, ABadTimeoutIsRejected) {

@@ -80,6 +80,20 @@ TEST(MemoryStoreTest, GetWaitsForALaterSetAndTimesOutNamingTheKey) {
   EXPECT_TRUE(IsError(store.Set("", "x"), absl::StatusCode::kInvalidArgument, {"key"}));
 }
 
+TEST(MemoryStoreTest, ListsTheKeysUnderAPrefixInOrder) {
+  MemoryStore store;
+  ASSERT_TRUE(store.Set("members/b", "2").ok());
+  ASSERT_TRUE(store.Set("members/a", "1").ok());
+  ASSERT_TRUE(store.Set("membersX", "no").ok());
+  ASSERT_TRUE(store.Set("epoch", "no").ok());
+  using KV = std::pair<std::string, std::string>;
+  EXPECT_EQ(store.List("members/"), (std::vector<KV>{{"members/a", "1"}, {"members/b", "2"}}));
+  ASSERT_TRUE(store.Delete("members/a").ok());
+  EXPECT_EQ(store.List("members/"), (std::vector<KV>{{"members/b", "2"}}));
+  EXPECT_TRUE(store.List("nothing/").empty());
+  EXPECT_EQ(store.List("").size(), 3u);
+}
+
 TEST(FileStoreTest, GetWaitsForALaterSetAndTimesOutNamingTheKey) {
   const std::string dir = TempDir("file");
   auto store = FileStore::Open(dir);

@@ -104,6 +104,27 @@ TEST(ValidateRendezvousTest, ChecksEveryField) {
       IsError(ValidateRendezvous(config), absl::StatusCode::kInvalidArgument, {"group_name"}));
 }
 
+TEST(ValidateRendezvousTest, AGroupWithAGivenStoreNeedsNoAddressOrPort) {
+  RendezvousConfig config;
+  config.master_addr = "";
+  config.master_port = 0;
+  EXPECT_TRUE(ValidateGroup(config).ok());
+  config.world_size = 2;
+  config.rank = 2;
+  EXPECT_TRUE(IsError(ValidateGroup(config), absl::StatusCode::kInvalidArgument,
+                      {"RANK=2 is out of range for WORLD_SIZE=2"}));
+  config.rank = 1;
+  config.group_name = "";
+  EXPECT_TRUE(IsError(ValidateGroup(config), absl::StatusCode::kInvalidArgument, {"group_name"}));
+}
+
+TEST(LocalAddressFacingTest, LoopbackStaysOnLoopbackAndAnUnknownHostIsNamed) {
+  EXPECT_EQ(*LocalAddressFacing("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(*LocalAddressFacing("localhost"), "127.0.0.1");
+  EXPECT_TRUE(IsError(LocalAddressFacing("no-such-host.invalid").status(),
+                      absl::StatusCode::kUnavailable, {"no-such-host.invalid"}));
+}
+
 TEST(IsLoopbackAddressTest, KnowsLoopbackFromTheRest) {
   for (const char* host : {"localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"}) {
     EXPECT_TRUE(IsLoopbackAddress(host)) << host;
