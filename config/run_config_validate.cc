@@ -134,7 +134,28 @@ absl::Status ValidateLearner(const LearnerSection& l) {
   return Range(l.max_restarts >= 0, "learner.max_restarts", ">= 0", l.max_restarts);
 }
 
+// cuda_ipc maps the learner's device memory into the actors; nccl broadcasts from the
+// learner's device into the actors' (NCCL on GPUs, Gloo when both are on the CPU).
+absl::Status ValidateTransport(const RunConfig& c) {
+  const WeightTransport t = c.broadcast.transport;
+  if (t == WeightTransport::kCudaIpc &&
+      (c.learner.device != DeviceType::kCuda || c.actors.device != DeviceType::kCuda)) {
+    return absl::InvalidArgumentError(
+        "broadcast.transport: cuda_ipc needs learner.device = cuda and actors.device = cuda; "
+        "use shm on the CPU");
+  }
+  if (t == WeightTransport::kNccl && c.learner.device != c.actors.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "broadcast.transport: nccl needs the learner and the actors on the same kind of device, "
+        "found learner.device = ",
+        EnumName(kDeviceTypeNames, c.learner.device), " and actors.device = ",
+        EnumName(kDeviceTypeNames, c.actors.device), "; use grpc between a CPU and a GPU"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateServices(const RunConfig& c) {
+  PRL_RETURN_IF_ERROR(ValidateTransport(c));
   const ReplaySection& r = c.replay;
   PRL_RETURN_IF_ERROR(Range(r.capacity_mb >= 1, "replay.capacity_mb", ">= 1", r.capacity_mb));
   PRL_RETURN_IF_ERROR(Range(r.lease_ms >= 100, "replay.lease_ms", ">= 100", r.lease_ms));

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "learner/checkpoint.h"
+#include "weight_broadcast/versioning.h"
 
 namespace prl::learner {
 
@@ -193,9 +194,14 @@ absl::Status LearnerService::Resume() {
       std::fflush(stdout);
     }
   }
-  if (options_.published_version >= state_.weight_version) {
-    state_.weight_version = options_.published_version + 1;
-  }
+  // Rank 0 knows what the transport already holds (an earlier learner of the run may have
+  // published past this checkpoint); every rank numbers on from there.
+  int64_t next = state_.weight_version;
+  if (publisher_ != nullptr) next = FirstVersionToPublish(next, publisher_->newest_version());
+  PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
+    return c.BroadcastHost({reinterpret_cast<uint8_t*>(&next), sizeof(next)}, 0);
+  }));
+  state_.weight_version = next;
   return absl::OkStatus();
 }
 

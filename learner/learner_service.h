@@ -3,7 +3,8 @@
 // their rewards into group-normalised advantages, runs one FSDP training step
 // (learner/train_step.h) over its ranks, acknowledges the groups, publishes the new weights
 // to the actors, reports its progress to the coordinator, and checkpoints (learner/checkpointer.h).
-// A restarted learner resumes from its latest checkpoint and publishes those weights first.
+// A restarted learner resumes from its latest checkpoint and publishes those weights first, as
+// a version above any the weight transport already holds (weight_broadcast/versioning.h).
 //
 // Rank 0 reads the replay buffer and broadcasts the step's samples to the other ranks; every
 // rank trains on its share. Groups are acknowledged after the step that trained on them, so a
@@ -39,10 +40,6 @@ struct LearnerServiceOptions {
   StepConfig step;
   AdvantageConfig advantages;
   double lr = 0;  // the optimizer's, for the reports
-  // The newest version already in the weight transport (-1: none), e.g. published by a
-  // learner that died after publishing and before checkpointing. Versions only increase, so
-  // a resumed learner that is behind it publishes its weights as published_version + 1.
-  int64_t published_version = -1;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor

@@ -72,7 +72,6 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   options.step = rank->step;
   if (rank->rank0()) {
     PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device));
-    options.published_version = z.weights.newest_version;
     PrintStart(c, *rank, z);
   }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),

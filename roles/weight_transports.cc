@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "weight_broadcast/collective_transport.h"
+#include "weight_broadcast/cuda_ipc_transport.h"
 #include "weight_broadcast/grpc_transport.h"
 #include "weight_broadcast/shm_transport.h"
 
@@ -12,14 +14,12 @@ using config::WeightTransport;
 absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& config,
                                                     const ModelConfig& model, Device device) {
   WeightEndpoint e;
+  const std::string segment = config.weight_segment();
   switch (config.broadcast.transport) {
     case WeightTransport::kShm: {
-      const std::string name = config.weight_segment();
-      PRL_ASSIGN_OR_RETURN(e.publisher, ShmWeightPublisher::Create(name, model));
-      PRL_ASSIGN_OR_RETURN(const ShmSegmentInfo info, InspectShmWeightSegment(name));
-      e.newest_version = info.newest_version;
-      e.description = absl::StrCat("shared memory ", name);
-      return e;
+      PRL_ASSIGN_OR_RETURN(e.publisher, ShmWeightPublisher::Create(segment, model));
+      e.description = absl::StrCat("shared memory ", segment);
+      break;
     }
     case WeightTransport::kGrpc: {
       GrpcPublisherOptions options;
@@ -27,43 +27,73 @@ absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& con
       PRL_ASSIGN_OR_RETURN(auto publisher, GrpcWeightPublisher::Start(model, options));
       e.description = absl::StrCat("gRPC on port ", publisher->port());
       e.publisher = std::move(publisher);
-      return e;
-    }
-    default:
       break;
+    }
+    case WeightTransport::kCudaIpc: {
+      CudaIpcPublisherOptions options;
+      options.device = device;
+      PRL_ASSIGN_OR_RETURN(e.publisher, CudaIpcWeightPublisher::Create(segment, model, options));
+      e.description = absl::StrCat("CUDA IPC ", segment, " on ", device.ToString());
+      break;
+    }
+    case WeightTransport::kNccl: {
+      CollectivePublisherOptions options;
+      options.address = config.broadcast.listen;
+      options.device = device;
+      options.timeout = absl::Seconds(config.broadcast.timeout_s);
+      options.keepalive_interval = options.timeout / 6;
+      options.member_timeout = options.timeout / 3;
+      PRL_ASSIGN_OR_RETURN(auto publisher, CollectiveWeightPublisher::Start(model, options));
+      e.description = absl::StrCat(device.is_cuda() ? "an NCCL" : "a Gloo",
+                                   " broadcast group, store on port ", publisher->port());
+      e.publisher = std::move(publisher);
+      break;
+    }
   }
-  (void)device;
-  return absl::UnimplementedError(absl::StrCat(
-      "broadcast.transport = ", EnumName(config::kWeightTransportNames, config.broadcast.transport),
-      ": not available in this build"));
+  return e;
 }
 
 absl::StatusOr<std::unique_ptr<WeightSubscriber>> OpenWeightSubscriber(
     const config::RunConfig& config, const ModelConfig& model, Device device) {
-  (void)device;
+  std::unique_ptr<WeightSubscriber> s;
+  // The learner may start after the actor.
+  const absl::Duration open_timeout = absl::Seconds(60);
   switch (config.broadcast.transport) {
     case WeightTransport::kShm: {
-      ShmSubscriberOptions options;
-      options.open_timeout = absl::Seconds(60);  // the learner may start after the actor
-      PRL_ASSIGN_OR_RETURN(auto s,
-                           ShmWeightSubscriber::Open(config.weight_segment(), model, options));
-      return std::unique_ptr<WeightSubscriber>(std::move(s));
+      ShmSubscriberOptions options;  // on the CPU
+      options.open_timeout = open_timeout;
+      PRL_ASSIGN_OR_RETURN(s, ShmWeightSubscriber::Open(config.weight_segment(), model, options));
+      break;
     }
     case WeightTransport::kGrpc: {
-      PRL_ASSIGN_OR_RETURN(auto s, GrpcWeightSubscriber::Connect(config.weights_address(), model));
-      return std::unique_ptr<WeightSubscriber>(std::move(s));
-    }
-    default:
+      PRL_ASSIGN_OR_RETURN(s, GrpcWeightSubscriber::Connect(config.weights_address(), model));
       break;
+    }
+    case WeightTransport::kCudaIpc: {
+      CudaIpcSubscriberOptions options;
+      options.device = device;
+      options.open_timeout = open_timeout;
+      PRL_ASSIGN_OR_RETURN(s,
+                           CudaIpcWeightSubscriber::Open(config.weight_segment(), model, options));
+      break;
+    }
+    case WeightTransport::kNccl: {
+      CollectiveSubscriberOptions options;
+      options.device = device;  // the publisher's kind of device too (ValidateRunConfig)
+      options.timeout = absl::Seconds(config.broadcast.timeout_s);
+      PRL_ASSIGN_OR_RETURN(
+          s, CollectiveWeightSubscriber::Connect(config.weights_address(), model, options));
+      break;
+    }
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "broadcast.transport = ", EnumName(config::kWeightTransportNames, config.broadcast.transport),
-      ": not available in this build"));
+  return s;
 }
 
 void RemoveWeightTransportState(const config::RunConfig& config) {
   if (config.broadcast.transport == WeightTransport::kShm) {
     RemoveShmWeightSegment(config.weight_segment()).IgnoreError();
+  } else if (config.broadcast.transport == WeightTransport::kCudaIpc) {
+    RemoveCudaIpcWeightSegment(config.weight_segment()).IgnoreError();
   }
 }
 

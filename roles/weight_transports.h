@@ -23,9 +23,6 @@ namespace prl::roles {
 
 struct WeightEndpoint {
   std::unique_ptr<WeightPublisher> publisher;
-  // The newest version the transport already holds from an earlier learner of this run (-1:
-  // none): a restarted learner continues above it (versions only increase).
-  int64_t newest_version = -1;
   std::string description;  // for the learner's start-up line
 };
 
@@ -33,7 +30,9 @@ struct WeightEndpoint {
 absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& config,
                                                     const ModelConfig& model, Device device);
 
-// An actor's subscriber; `device` is its engine's.
+// An actor's subscriber; `device` is its engine's. Received weights live where the engine
+// takes them: on its GPU for cuda_ipc and nccl, else on the CPU (the CUDA engine copies them
+// to its own weights at the swap).
 absl::StatusOr<std::unique_ptr<WeightSubscriber>> OpenWeightSubscriber(
     const config::RunConfig& config, const ModelConfig& model, Device device);
 

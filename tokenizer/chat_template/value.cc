@@ -242,9 +242,17 @@ void AppendJsonString(const std::string& s, std::string* out) {
   out->push_back('"');
 }
 
+// A newline and indent * depth spaces; nothing without an indent.
+std::string Pad(int indent, int depth) {
+  if (indent < 0) return std::string();
+  std::string pad(1 + static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
+  pad[0] = '\n';
+  return pad;
+}
+
 absl::Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
-  const std::string pad = indent >= 0 ? "\n" + std::string(indent * depth, ' ') : "";
-  const std::string child_pad = indent >= 0 ? "\n" + std::string(indent * (depth + 1), ' ') : "";
+  const std::string pad = Pad(indent, depth);
+  const std::string child_pad = Pad(indent, depth + 1);
   const std::string item_separator = indent >= 0 ? "," : ", ";
   switch (v.kind()) {
     case Value::Kind::kUndefined:
