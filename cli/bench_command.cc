@@ -95,12 +95,7 @@ absl::Status RunEngineBench(EngineBenchFlags f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each beside a same-run baseline)");
-  bench->require_subcommand(1);
-
+void RegisterModelBench(CLI::App* bench, CommandRegistry& registry) {
   auto f = std::make_shared<ModelBenchFlags>();
   CLI::App* model = bench->add_subcommand(
       "model",
@@ -132,7 +127,9 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
       ->capture_default_str();
   model->add_flag("--json", f->json, "Print one JSON object instead of the table");
   registry.Add(model, [f] { return RunModelBench(*f); });
+}
 
+void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
   auto e = std::make_shared<EngineBenchFlags>();
   CLI::App* engine = bench->add_subcommand(
       "engine",
@@ -174,7 +171,9 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
                    "CUDA: also decode in the batch-invariant mode, beside the fast mode");
   engine->add_flag("--json", e->json, "Print one JSON object instead of the table");
   registry.Add(engine, [e] { return RunEngineBench(*e); });
+}
 
+void RegisterLearnerBench(CLI::App* bench, CommandRegistry& registry, int argc, char** argv) {
   auto l = std::make_shared<LearnerBenchFlags>();
   l->argv.assign(argv, argv + argc);
   CLI::App* learner = bench->add_subcommand(
@@ -199,7 +198,9 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
       ->capture_default_str();
   learner->add_flag("--json", l->json, "Print one JSON object instead of the table");
   registry.Add(learner, [l] { return RunLearnerBench(*l); });
+}
 
+void RegisterReplayBench(CLI::App* bench, CommandRegistry& registry) {
   auto r = std::make_shared<bench::ReplayBenchOptions>();
   auto r_json = std::make_shared<bool>(false);
   auto r_mb = std::make_shared<int64_t>(2048);
@@ -223,7 +224,9 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
     std::printf("%s\n", *r_json ? report.ToJson().c_str() : report.ToTable().c_str());
     return absl::OkStatus();
   });
+}
 
+void RegisterTokenizerBench(CLI::App* bench, CommandRegistry& registry) {
   auto tk = std::make_shared<bench::TokenizerBenchOptions>();
   auto tk_json = std::make_shared<bool>(false);
   CLI::App* tok = bench->add_subcommand(
@@ -246,6 +249,18 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
     std::printf("%s\n", *tk_json ? report.ToJson().c_str() : report.ToTable().c_str());
     return absl::OkStatus();
   });
+}
+
+}  // namespace
+
+void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each beside a same-run baseline)");
+  bench->require_subcommand(1);
+  RegisterModelBench(bench, registry);
+  RegisterEngineBench(bench, registry);
+  RegisterLearnerBench(bench, registry, argc, argv);
+  RegisterReplayBench(bench, registry);
+  RegisterTokenizerBench(bench, registry);
 }
 
 }  // namespace prl::cli

@@ -42,9 +42,9 @@ absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::Create(const ModelConfig& 
   }
   const DType compute = options.transformer.compute_dtype;
   if (compute != DType::kF32 && !(compute == DType::kBF16 && comm->device().is_cuda())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fsdp compute dtype: expected f32, or bf16 on a CUDA device; found ", DTypeName(compute),
-        " on ", comm->device().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fsdp compute dtype: expected f32, or bf16 on a CUDA device; found ",
+                     DTypeName(compute), " on ", comm->device().ToString()));
   }
   std::unique_ptr<FsdpModel> model(new FsdpModel(config, comm, options));
   PRL_RETURN_IF_ERROR(model->Init());
@@ -92,8 +92,8 @@ absl::Status FsdpModel::Init() {
     grads_ = layout_.Bind(static_cast<float*>(grad_shard_.data()), device_);
     if (mixed()) {
       const DType dt = options_.transformer.compute_dtype;
-      PRL_ASSIGN_OR_RETURN(compute_, Buffer::Allocate(device_, static_cast<size_t>(shard_elems_) *
-                                                                   DTypeSize(dt)));
+      PRL_ASSIGN_OR_RETURN(
+          compute_, Buffer::Allocate(device_, static_cast<size_t>(shard_elems_) * DTypeSize(dt)));
       compute_params_ = layout_.Bind(compute_.data(), dt, device_);
     }
     return absl::OkStatus();
@@ -109,9 +109,8 @@ absl::Status FsdpModel::Init() {
     PRL_ASSIGN_OR_RETURN(s.buffer, Buffer::AllocateZeroed(device_, unit_bytes));
     if (mixed()) {
       PRL_ASSIGN_OR_RETURN(
-          s.compute,
-          Buffer::Allocate(device_, static_cast<size_t>(max_unit_padded_) *
-                                        DTypeSize(options_.transformer.compute_dtype)));
+          s.compute, Buffer::Allocate(device_, static_cast<size_t>(max_unit_padded_) *
+                                                   DTypeSize(options_.transformer.compute_dtype)));
     }
   }
   grad_slots_.resize(kGradSlots);

@@ -18,6 +18,76 @@
 
 namespace prl::learner {
 
+namespace {
+
+// Threads per rank: options.threads_per_rank, else the launcher's budget (OMP_NUM_THREADS when
+// set, e.g. by prl run, which shares the cores between roles; else every core) split evenly.
+int ThreadsPerRank(const LaunchOptions& options) {
+  if (options.threads_per_rank > 0) return options.threads_per_rank;
+  const char* budget = std::getenv("OMP_NUM_THREADS");
+  const int cores = budget != nullptr && std::atoi(budget) > 0
+                        ? std::atoi(budget)
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / options.world_size);
+}
+
+// In the forked child: becomes rank `rank` (never returns).
+[[noreturn]] void ExecRank(const std::vector<std::string>& argv, const LaunchOptions& options,
+                           int rank, const std::string& store_dir, int threads, pid_t parent) {
+  // A rank dies with its launcher (kill -9 of the launcher must not leave ranks behind
+  // holding the group's segments and ports).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(options.world_size).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  setenv(kStoreDirEnv, store_dir.c_str(), 1);
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv("/proc/self/exe", args.data());
+  std::fprintf(stderr, "prl: cannot start rank %d: %s\n", rank, std::strerror(errno));
+  _exit(127);
+}
+
+// Waits for every rank; the failures as one line ("" when all exited 0). Once one has failed,
+// the others get `grace_after_failure` to notice (through their collectives' time-out) and
+// report; then they are killed, so that a rank that hangs (stopped, deadlocked) cannot hang
+// the launcher.
+std::string WaitForRanks(const std::vector<pid_t>& children, const LaunchOptions& options) {
+  std::string failures;
+  std::vector<bool> done(children.size(), false);
+  size_t remaining = children.size();
+  absl::Time kill_at = absl::InfiniteFuture();
+  while (remaining > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      if (absl::Now() >= kill_at) {
+        for (size_t r = 0; r < children.size(); ++r) {
+          if (!done[r]) kill(children[r], SIGKILL);
+        }
+        kill_at = absl::InfiniteFuture();
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+      continue;
+    }
+    const size_t rank = std::find(children.begin(), children.end(), pid) - children.begin();
+    if (rank >= children.size()) continue;  // not one of ours
+    done[rank] = true;
+    --remaining;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    absl::StrAppend(&failures, failures.empty() ? "" : "; ", "rank ", rank,
+                    WIFSIGNALED(status) ? absl::StrCat(" was killed by signal ", WTERMSIG(status))
+                                        : absl::StrCat(" exited with ", WEXITSTATUS(status)));
+    if (kill_at == absl::InfiniteFuture()) kill_at = absl::Now() + options.grace_after_failure;
+  }
+  return failures;
+}
+
+}  // namespace
+
 absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOptions& options) {
   if (options.world_size < 1) {
     return absl::InvalidArgumentError(
@@ -29,14 +99,7 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
         absl::StrCat("cannot create a rendezvous directory in /tmp: ", std::strerror(errno)));
   }
   const std::string store_dir = dir_template;
-  // The launcher's thread budget: OMP_NUM_THREADS when set (e.g. by prl run, which shares the
-  // cores between roles), else every core.
-  const char* budget = std::getenv("OMP_NUM_THREADS");
-  const int cores = budget != nullptr && std::atoi(budget) > 0
-                        ? std::atoi(budget)
-                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = options.threads_per_rank > 0 ? options.threads_per_rank
-                                                   : std::max(1, cores / options.world_size);
+  const int threads = ThreadsPerRank(options);
   std::vector<pid_t> children;
   const pid_t parent = getpid();
   for (int rank = 0; rank < options.world_size; ++rank) {
@@ -45,56 +108,10 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
       for (pid_t c : children) kill(c, SIGKILL);
       return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
     }
-    if (pid == 0) {
-      // A rank dies with its launcher (kill -9 of the launcher must not leave ranks behind
-      // holding the group's segments and ports).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(options.world_size).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv(kStoreDirEnv, store_dir.c_str(), 1);
-      setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv("/proc/self/exe", args.data());
-      std::fprintf(stderr, "prl: cannot start rank %d: %s\n", rank, std::strerror(errno));
-      _exit(127);
-    }
+    if (pid == 0) ExecRank(argv, options, rank, store_dir, threads, parent);
     children.push_back(pid);
   }
-  // Wait for every rank. Once one has failed, the others get `grace_after_failure` to notice
-  // (through their collectives' time-out) and report; then they are killed, so that a rank
-  // that hangs (stopped, deadlocked) cannot hang the launcher.
-  std::string failures;
-  std::vector<bool> done(options.world_size, false);
-  int remaining = options.world_size;
-  absl::Time kill_at = absl::InfiniteFuture();
-  while (remaining > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      if (absl::Now() >= kill_at) {
-        for (int r = 0; r < options.world_size; ++r) {
-          if (!done[r]) kill(children[r], SIGKILL);
-        }
-        kill_at = absl::InfiniteFuture();
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-      continue;
-    }
-    const int rank =
-        static_cast<int>(std::find(children.begin(), children.end(), pid) - children.begin());
-    if (rank >= options.world_size) continue;  // not one of ours
-    done[rank] = true;
-    --remaining;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-    absl::StrAppend(&failures, failures.empty() ? "" : "; ", "rank ", rank,
-                    WIFSIGNALED(status) ? absl::StrCat(" was killed by signal ", WTERMSIG(status))
-                                        : absl::StrCat(" exited with ", WEXITSTATUS(status)));
-    if (kill_at == absl::InfiniteFuture()) kill_at = absl::Now() + options.grace_after_failure;
-  }
+  const std::string failures = WaitForRanks(children, options);
   std::error_code ignored;
   std::filesystem::remove_all(store_dir, ignored);
   if (!failures.empty()) {

@@ -35,15 +35,7 @@ absl::StatusOr<std::vector<int32_t>> Tokens(const nlohmann::json& j, const char*
   return out;
 }
 
-absl::StatusOr<TrainSample> ParseLine(const std::string& text, const std::string& where,
-                                      const ModelConfig& config) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return Bad(where, absl::StrCat("malformed JSON: ", e.what()));
-  }
-  if (!j.is_object()) return Bad(where, "expected a JSON object");
+absl::Status CheckKeys(const nlohmann::json& j, const std::string& where) {
   static const char* kKeys[] = {"prompt", "completion", "behaviour_logprobs", "advantage", "reward",
                                 "group",  "versions"};
   for (const auto& [key, unused] : j.items()) {
@@ -55,23 +47,19 @@ absl::StatusOr<TrainSample> ParseLine(const std::string& text, const std::string
                                      "advantage or reward + group; optional versions)"));
     }
   }
-  TrainSample s;
-  PRL_ASSIGN_OR_RETURN(s.prompt, Tokens(j, "prompt", where, config));
-  PRL_ASSIGN_OR_RETURN(s.completion, Tokens(j, "completion", where, config));
-  const int64_t length = static_cast<int64_t>(s.prompt.size() + s.completion.size());
-  if (length > config.max_position_embeddings) {
-    return Bad(where, absl::StrCat("prompt + completion = ", length,
-                                   " tokens is longer than the model's max_position_embeddings = ",
-                                   config.max_position_embeddings));
-  }
+  return absl::OkStatus();
+}
+
+// One finite log-probability <= 0 per completion token.
+absl::Status ParseLogprobs(const nlohmann::json& j, const std::string& where, TrainSample* s) {
   auto lp = j.find("behaviour_logprobs");
   if (lp == j.end() || !lp->is_array()) {
     return Bad(where, "\"behaviour_logprobs\" must be a list of floats");
   }
-  if (lp->size() != s.completion.size()) {
+  if (lp->size() != s->completion.size()) {
     return Bad(where, absl::StrCat("\"behaviour_logprobs\" has ", lp->size(),
                                    " entries; expected one per completion token (",
-                                   s.completion.size(), ")"));
+                                   s->completion.size(), ")"));
   }
   for (size_t i = 0; i < lp->size(); ++i) {
     const nlohmann::json& v = (*lp)[i];
@@ -80,22 +68,32 @@ absl::StatusOr<TrainSample> ParseLine(const std::string& text, const std::string
       return Bad(where, absl::StrCat("behaviour_logprobs[", i, "] = ", v.dump(),
                                      "; expected a finite log-probability <= 0"));
     }
-    s.behaviour_logprobs.push_back(static_cast<float>(x));
+    s->behaviour_logprobs.push_back(static_cast<float>(x));
   }
-  if (auto v = j.find("versions"); v != j.end()) {
-    if (!v->is_array() || v->size() != s.completion.size()) {
-      return Bad(where, absl::StrCat("\"versions\" must list one weight version per completion "
-                                     "token (",
-                                     s.completion.size(), ")"));
-    }
-    for (size_t i = 0; i < v->size(); ++i) {
-      if (!(*v)[i].is_number_integer() || (*v)[i].get<int64_t>() < 0) {
-        return Bad(where, absl::StrCat("versions[", i, "] = ", (*v)[i].dump(),
-                                       "; expected an integer >= 0"));
-      }
-      s.versions.push_back((*v)[i].get<int64_t>());
-    }
+  return absl::OkStatus();
+}
+
+// Optional: one weight version >= 0 per completion token.
+absl::Status ParseVersions(const nlohmann::json& j, const std::string& where, TrainSample* s) {
+  auto v = j.find("versions");
+  if (v == j.end()) return absl::OkStatus();
+  if (!v->is_array() || v->size() != s->completion.size()) {
+    return Bad(where, absl::StrCat("\"versions\" must list one weight version per completion "
+                                   "token (",
+                                   s->completion.size(), ")"));
   }
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_number_integer() || (*v)[i].get<int64_t>() < 0) {
+      return Bad(where, absl::StrCat("versions[", i, "] = ", (*v)[i].dump(),
+                                     "; expected an integer >= 0"));
+    }
+    s->versions.push_back((*v)[i].get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+// Either "advantage", or "reward" with "group".
+absl::Status ParseAdvantage(const nlohmann::json& j, const std::string& where, TrainSample* s) {
   const bool has_adv = j.contains("advantage");
   const bool has_reward = j.contains("reward") || j.contains("group");
   if (has_adv == has_reward) {
@@ -107,20 +105,45 @@ absl::StatusOr<TrainSample> ParseLine(const std::string& text, const std::string
     if (!a.is_number() || !std::isfinite(a.get<double>())) {
       return Bad(where, absl::StrCat("\"advantage\" = ", a.dump(), "; expected a finite number"));
     }
-    s.has_advantage = true;
-    s.advantage = a.get<double>();
-  } else {
-    auto r = j.find("reward");
-    auto g = j.find("group");
-    if (r == j.end() || !r->is_number() || !std::isfinite(r->get<double>())) {
-      return Bad(where, "\"reward\" must be a finite number (with \"group\")");
-    }
-    if (g == j.end() || !g->is_string() || g->get<std::string>().empty()) {
-      return Bad(where, "\"group\" must be a non-empty string (with \"reward\")");
-    }
-    s.reward = r->get<double>();
-    s.group = g->get<std::string>();
+    s->has_advantage = true;
+    s->advantage = a.get<double>();
+    return absl::OkStatus();
   }
+  auto r = j.find("reward");
+  auto g = j.find("group");
+  if (r == j.end() || !r->is_number() || !std::isfinite(r->get<double>())) {
+    return Bad(where, "\"reward\" must be a finite number (with \"group\")");
+  }
+  if (g == j.end() || !g->is_string() || g->get<std::string>().empty()) {
+    return Bad(where, "\"group\" must be a non-empty string (with \"reward\")");
+  }
+  s->reward = r->get<double>();
+  s->group = g->get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainSample> ParseLine(const std::string& text, const std::string& where,
+                                      const ModelConfig& config) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return Bad(where, absl::StrCat("malformed JSON: ", e.what()));
+  }
+  if (!j.is_object()) return Bad(where, "expected a JSON object");
+  PRL_RETURN_IF_ERROR(CheckKeys(j, where));
+  TrainSample s;
+  PRL_ASSIGN_OR_RETURN(s.prompt, Tokens(j, "prompt", where, config));
+  PRL_ASSIGN_OR_RETURN(s.completion, Tokens(j, "completion", where, config));
+  const int64_t length = static_cast<int64_t>(s.prompt.size() + s.completion.size());
+  if (length > config.max_position_embeddings) {
+    return Bad(where, absl::StrCat("prompt + completion = ", length,
+                                   " tokens is longer than the model's max_position_embeddings = ",
+                                   config.max_position_embeddings));
+  }
+  PRL_RETURN_IF_ERROR(ParseLogprobs(j, where, &s));
+  PRL_RETURN_IF_ERROR(ParseVersions(j, where, &s));
+  PRL_RETURN_IF_ERROR(ParseAdvantage(j, where, &s));
   return s;
 }
 

@@ -82,18 +82,16 @@ MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& 
   return mb;
 }
 
-}  // namespace
+// What every rank must agree on before any backward: the loss's denominators (trained tokens
+// and sequences of the whole step) and the number of micro-batch passes (every rank runs the
+// same number; a rank with fewer micro-batches runs empty ones).
+struct StepTotals {
+  LossNormalizer normalizer;
+  int64_t passes = 0;
+};
 
-absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
-                                              absl::Span<const TrainSample> samples,
-                                              const StepConfig& config, int64_t learner_version) {
-  PRL_RETURN_IF_ERROR(ValidateStepConfig(config));
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<std::vector<int>> plan =
-      PlanMicroBatches(samples, model.rank(), model.world_size(), config.micro_batch_tokens);
-
-  // Step totals, agreed by all ranks before any backward: trained tokens, sequences, the
-  // number of micro-batches (every rank runs the same number of passes).
+absl::StatusOr<StepTotals> AgreeTotals(FsdpModel& model, absl::Span<const TrainSample> samples,
+                                       const std::vector<std::vector<int>>& plan) {
   double totals[3] = {0, 0, static_cast<double>(plan.size())};
   for (const auto& mb : plan) {
     for (int i : mb) {
@@ -105,72 +103,92 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
     PRL_RETURN_IF_ERROR(c.AllReduceHost({totals, 2}, collective::ReduceOp::kSum));
     return c.AllReduceHost({totals + 2, 1}, collective::ReduceOp::kMax);
   }));
-  const LossNormalizer normalizer{totals[0], totals[1]};
-  const int64_t passes = static_cast<int64_t>(totals[2]);
+  return StepTotals{{totals[0], totals[1]}, static_cast<int64_t>(totals[2])};
+}
 
-  StepStats stats;
-  stats.micro_batches = passes;
-  double input_tokens = 0, lag_sum = 0, lag_count = 0, lag_max = 0;
-  std::vector<float> logprobs, dlogprobs, pi, dpi;
-  for (int64_t p = 0; p < passes; ++p) {
-    static const std::vector<int> kNone;
-    const MicroBatch mb = Build(samples, p < static_cast<int64_t>(plan.size()) ? plan[p] : kNone);
-    const int64_t T = mb.batch.num_tokens(), N = static_cast<int64_t>(mb.mu.size());
-    logprobs.assign(T, 0.0f);
-    PRL_RETURN_IF_ERROR(model.Forward(mb.batch, config.temperature, absl::MakeSpan(logprobs),
-                                      /*for_backward=*/true));
-    pi.resize(N);
-    for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
-    dpi.assign(N, 0.0f);
-    if (N > 0) {
-      LossInputs in;
-      in.pi = pi;
-      in.mu = mb.mu;
-      if (config.loss.kind == LossKind::kDecoupledPpo) in.prox = pi;  // see train_step.h
-      in.advantages = mb.advantages;
-      in.seq_offsets = mb.seq_offsets;
-      PRL_RETURN_IF_ERROR(
-          ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &stats.loss));
-      input_tokens += static_cast<double>(T);
-    }
-    dlogprobs.assign(T, 0.0f);
-    for (int64_t t = 0; t < N; ++t) dlogprobs[mb.target_positions[t]] = dpi[t];
-    PRL_RETURN_IF_ERROR(model.Backward(dlogprobs));
-    if (p < static_cast<int64_t>(plan.size())) {
-      for (int i : plan[p]) {
-        for (int64_t v : samples[i].versions) {
-          const double lag = static_cast<double>(learner_version - v);
-          lag_sum += lag;
-          lag_count += 1;
-          lag_max = std::max(lag_max, lag);
-        }
+// This rank's running sums of one step, reduced over the ranks at its end.
+struct RankSums {
+  LossStats loss;
+  double input_tokens = 0;
+  double lag_sum = 0, lag_count = 0, lag_max = 0;  // learner version - token version
+
+  void AddLags(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
+               int64_t learner_version) {
+    for (int i : indices) {
+      for (int64_t v : samples[i].versions) {
+        const double lag = static_cast<double>(learner_version - v);
+        lag_sum += lag;
+        lag_count += 1;
+        lag_max = std::max(lag_max, lag);
       }
     }
   }
+};
 
-  // Statistics over all ranks: sums, then maxima.
-  LossStats& l = stats.loss;
-  double sums[] = {l.loss,       l.tokens,        l.sequences, l.ratio_sum,       l.clipped,
-                   l.weight_sum, l.weight_sq_sum, l.kl_sum,    l.neg_logprob_sum, input_tokens,
-                   lag_sum,      lag_count};
-  double maxima[] = {l.ratio_max, lag_max};
+// One micro-batch: forward, the loss on its completion tokens, backward.
+absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& config,
+                     const LossNormalizer& normalizer, RankSums* sums) {
+  const int64_t T = mb.batch.num_tokens(), N = static_cast<int64_t>(mb.mu.size());
+  std::vector<float> logprobs(T, 0.0f);
+  PRL_RETURN_IF_ERROR(model.Forward(mb.batch, config.temperature, absl::MakeSpan(logprobs),
+                                    /*for_backward=*/true));
+  std::vector<float> pi(N), dpi(N, 0.0f);
+  for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
+  if (N > 0) {
+    LossInputs in;
+    in.pi = pi;
+    in.mu = mb.mu;
+    if (config.loss.kind == LossKind::kDecoupledPpo) in.prox = pi;  // see train_step.h
+    in.advantages = mb.advantages;
+    in.seq_offsets = mb.seq_offsets;
+    PRL_RETURN_IF_ERROR(ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &sums->loss));
+    sums->input_tokens += static_cast<double>(T);
+  }
+  std::vector<float> dlogprobs(T, 0.0f);
+  for (int64_t t = 0; t < N; ++t) dlogprobs[mb.target_positions[t]] = dpi[t];
+  return model.Backward(dlogprobs);
+}
+
+// The step's statistics over all ranks: sums, then maxima.
+absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) {
+  std::vector<double> loss = r.loss.ToVector();  // kNumSums sums, then ratio_max
+  std::vector<double> sums(loss.begin(), loss.begin() + LossStats::kNumSums);
+  sums.insert(sums.end(), {r.input_tokens, r.lag_sum, r.lag_count});
+  double maxima[] = {loss.back(), r.lag_max};
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
-    PRL_RETURN_IF_ERROR(c.AllReduceHost(sums, collective::ReduceOp::kSum));
+    PRL_RETURN_IF_ERROR(c.AllReduceHost(absl::MakeSpan(sums), collective::ReduceOp::kSum));
     return c.AllReduceHost(maxima, collective::ReduceOp::kMax);
   }));
-  l.loss = sums[0];
-  l.tokens = sums[1];
-  l.sequences = sums[2];
-  l.ratio_sum = sums[3];
-  l.clipped = sums[4];
-  l.weight_sum = sums[5];
-  l.weight_sq_sum = sums[6];
-  l.kl_sum = sums[7];
-  l.neg_logprob_sum = sums[8];
-  l.ratio_max = maxima[0];
-  stats.input_tokens = static_cast<int64_t>(sums[9]);
-  stats.lag_mean = sums[11] > 0 ? sums[10] / sums[11] : 0;
-  stats.lag_max = maxima[1];
+  std::copy(sums.begin(), sums.begin() + LossStats::kNumSums, loss.begin());
+  loss.back() = maxima[0];
+  stats->loss = LossStats::FromVector(loss);
+  const double* extra = sums.data() + LossStats::kNumSums;
+  stats->input_tokens = static_cast<int64_t>(extra[0]);
+  stats->lag_mean = extra[2] > 0 ? extra[1] / extra[2] : 0;
+  stats->lag_max = maxima[1];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
+                                              absl::Span<const TrainSample> samples,
+                                              const StepConfig& config, int64_t learner_version) {
+  PRL_RETURN_IF_ERROR(ValidateStepConfig(config));
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::vector<int>> plan =
+      PlanMicroBatches(samples, model.rank(), model.world_size(), config.micro_batch_tokens);
+  PRL_ASSIGN_OR_RETURN(const StepTotals totals, AgreeTotals(model, samples, plan));
+  RankSums sums;
+  static const std::vector<int> kNone;
+  for (int64_t p = 0; p < totals.passes; ++p) {
+    const std::vector<int>& indices = p < static_cast<int64_t>(plan.size()) ? plan[p] : kNone;
+    PRL_RETURN_IF_ERROR(RunPass(model, Build(samples, indices), config, totals.normalizer, &sums));
+    sums.AddLags(samples, indices, learner_version);
+  }
+  StepStats stats;
+  stats.micro_batches = totals.passes;
+  PRL_RETURN_IF_ERROR(ReduceStats(model, sums, &stats));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

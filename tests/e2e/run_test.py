@@ -115,6 +115,22 @@ class RunTest(unittest.TestCase):
             self.assertTrue(versions and versions[-1] >= 1,
                             "%s never swapped:\n%s\n%s" % (actor, log[-3000:], self.output()))
 
+    def test_weights_reach_the_actors_over_the_collective_transport(self):
+        # broadcast.transport = nccl: a broadcast group (Gloo on the CPU, NCCL on GPUs) formed
+        # through the learner's store.
+        proc = self.start(self.config(broadcast={"transport": "nccl", "listen": "127.0.0.1:0"},
+                                      learner={"steps": 16}))
+        summary = self.finish(proc)
+        self.assertEqual(summary["steps"], 16)
+        with open(os.path.join(self.tmp, "run", "logs", "learner.log")) as f:
+            self.assertIn("weights over a Gloo broadcast group", f.read())
+        for actor in ("actor-0", "actor-1"):
+            with open(os.path.join(self.tmp, "run", "logs", actor + ".log")) as f:
+                log = f.read()
+            versions = [int(v) for v in re.findall(r"weight version (\d+)", log)]
+            self.assertTrue(versions and versions[-1] >= 1,
+                            "%s never swapped:\n%s\n%s" % (actor, log[-3000:], self.output()))
+
     def test_sync_mode_trains_only_on_samples_of_the_current_weights(self):
         proc = self.start(self.config(), "--mode", "sync")
         summary = self.finish(proc)
