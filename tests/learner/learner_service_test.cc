@@ -1,0 +1,226 @@
+// LearnerService in one process (its ranks as threads over Gloo): the learner role's loop over
+// a real replay segment and a real shared-memory weight transport. It trains on complete
+// groups, acknowledges them, publishes every version, checkpoints as its policy says, resumes
+// numbering from a checkpoint or above what the transport already holds, drops stale groups
+// and hands back a partial step's groups when stopped.
+#include "learner/learner_service.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "learner/optimizer.h"
+#include "tests/learner/learner_testing.h"
+#include "weight_broadcast/shm_transport.h"
+
+namespace prl::learner {
+namespace {
+
+using testing::AllRanksOk;
+using testing::RandomParameters;
+using testing::RunRanks;
+using testing::ScratchDir;
+using testing::TinyConfig;
+
+constexpr int kGroupSize = 4;
+
+// A group of kGroupSize samples of one prompt whose tokens were generated at `version`, with
+// rewards that differ (so GRPO gives non-zero advantages).
+std::vector<RolloutRecord> Group(uint64_t prompt, int64_t version) {
+  std::vector<RolloutRecord> group;
+  for (uint32_t i = 0; i < kGroupSize; ++i) {
+    RolloutRecord r;
+    r.run_id = "test";
+    r.prompt_set_id = "set";
+    r.actor_id = "actor";
+    r.prompt_index = prompt;
+    r.group_id = prompt;
+    r.sample_index = i;
+    r.group_size = kGroupSize;
+    r.prompt_tokens = {1, 2, static_cast<int32_t>(3 + prompt % 40)};
+    r.completion_tokens = {static_cast<int32_t>(5 + i), 7, static_cast<int32_t>(9 + i)};
+    r.behaviour_logprobs = {-3.9f, -3.9f, -3.9f};
+    r.token_versions = {version, version, version};
+    r.reward = i % 2;
+    group.push_back(std::move(r));
+  }
+  return group;
+}
+
+class LearnerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string tag = absl::StrCat("prl-test-ls-", getpid(), "-", next_++);
+    replay_name_ = tag + "-replay";
+    weights_name_ = tag + "-weights";
+    ReplayConfig rc;
+    rc.capacity_bytes = 8 << 20;
+    auto replay = ReplayBuffer::Create(replay_name_, rc);
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    replay_ = std::move(*replay);
+    auto publisher = ShmWeightPublisher::Create(weights_name_, config_);
+    ASSERT_TRUE(publisher.ok()) << publisher.status();
+    publisher_ = std::move(*publisher);
+  }
+  void TearDown() override {
+    publisher_.reset();
+    replay_.reset();
+    ReplayBuffer::Remove(replay_name_, true).IgnoreError();
+    RemoveShmWeightSegment(weights_name_).IgnoreError();
+  }
+
+  void WriteGroups(int count, int64_t version) {
+    for (int g = 0; g < count; ++g) {
+      ASSERT_TRUE(replay_->WriteGroup(Group(next_prompt_++, version), absl::Seconds(5)).ok());
+    }
+  }
+
+  // Runs a service over `world_size` rank threads from the initial weights; returns rank 0's
+  // step reports.
+  std::vector<StepReport> Run(int world_size, const LearnerServiceOptions& options,
+                              const std::atomic<bool>& stop) {
+    std::vector<StepReport> reports;
+    std::mutex mu;
+    const std::vector<float> weights = RandomParameters(config_, 7);
+    const absl::Status status = AllRanksOk(
+        RunRanks(world_size, [&](int rank, collective::Communicator& comm) -> absl::Status {
+          PRL_ASSIGN_OR_RETURN(auto model, FsdpModel::Create(config_, &comm, {}));
+          PRL_RETURN_IF_ERROR(model->LoadFull(weights));
+          OptimizerConfig opt;
+          opt.lr = 1e-3;
+          PRL_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(opt, model.get()));
+          LearnerService service(model.get(), optimizer.get(), rank == 0 ? replay_.get() : nullptr,
+                                 rank == 0 ? publisher_.get() : nullptr, options);
+          return service.Run(&stop, [&](const LearnerStepReport& r) {
+            std::lock_guard<std::mutex> lock(mu);
+            reports.push_back(r.report);
+          });
+        }));
+    EXPECT_TRUE(status.ok()) << status;
+    return reports;
+  }
+
+  LearnerServiceOptions Options(int64_t steps) const {
+    LearnerServiceOptions o;
+    o.groups_per_step = 2;
+    o.max_steps = steps;
+    o.max_lag = 4;
+    o.lr = 1e-3;
+    return o;
+  }
+
+  int64_t NewestPublished() {
+    auto info = InspectShmWeightSegment(weights_name_);
+    return info.ok() ? info->newest_version : -2;
+  }
+
+  static inline std::atomic<int> next_{0};
+  const ModelConfig config_ = TinyConfig();
+  std::string replay_name_, weights_name_;
+  std::unique_ptr<ReplayBuffer> replay_;
+  std::unique_ptr<ShmWeightPublisher> publisher_;
+  uint64_t next_prompt_ = 0;
+  const std::atomic<bool> never_{false};
+};
+
+class LearnerServiceWorldTest : public LearnerServiceTest,
+                                public ::testing::WithParamInterface<int> {};
+
+TEST_P(LearnerServiceWorldTest, TrainsOnCompleteGroupsAcksThemAndPublishesEveryVersion) {
+  WriteGroups(6, /*version=*/0);
+  auto subscriber = ShmWeightSubscriber::Open(weights_name_, config_);
+  ASSERT_TRUE(subscriber.ok()) << subscriber.status();
+  const std::vector<StepReport> reports = Run(GetParam(), Options(3), never_);
+  ASSERT_EQ(reports.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(reports[i].step, i + 1);
+    EXPECT_EQ(reports[i].version, i + 1);
+    EXPECT_EQ(reports[i].groups, 2);
+    EXPECT_EQ(reports[i].samples, 2 * kGroupSize);
+    EXPECT_DOUBLE_EQ(reports[i].mean_reward, 0.5);
+    EXPECT_EQ(reports[i].completion_tokens, 2 * kGroupSize * 3);
+    EXPECT_GT(reports[i].trained_tokens, 0);
+    EXPECT_NE(reports[i].loss, 0.0);
+    EXPECT_DOUBLE_EQ(reports[i].lr, 1e-3);
+    EXPECT_DOUBLE_EQ(reports[i].lag_max, i);  // versions 0 trained at learner versions 0, 1, 2
+  }
+  const ReplayStats s = replay_->Stats();
+  EXPECT_EQ(s.groups_out, 6) << "every trained group is acknowledged";
+  EXPECT_EQ(s.groups_ready + s.groups_leased, 0);
+  EXPECT_EQ(NewestPublished(), 3);
+  auto received = (*subscriber)->WaitNewer(2, absl::Seconds(10));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->version, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, LearnerServiceWorldTest, ::testing::Values(1, 2));
+
+TEST_F(LearnerServiceTest, CheckpointsFollowThePolicyAndAResumedServiceContinuesItsNumbering) {
+  ScratchDir dir("learner_service_ckpt");
+  LearnerServiceOptions options = Options(3);
+  options.checkpoint = {.dir = dir.path(), .every = 2, .keep_last = 5};
+  WriteGroups(6, 0);
+  ASSERT_EQ(Run(1, options, never_).size(), 3u);
+  std::vector<std::string> saved;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    saved.push_back(e.path().filename().string());
+  }
+  std::sort(saved.begin(), saved.end());
+  // Every 2 steps, and the last step of the bounded run.
+  EXPECT_THAT(saved, ::testing::ElementsAre("latest", "step-00000002", "step-00000003"));
+  // A new service (the process restarted) resumes at step 3 and goes on to 5. The transport
+  // still holds version 3 (the same weights), so versions go on above it: the resumed weights
+  // go out as 4, its steps' as 5 and 6.
+  WriteGroups(4, 3);
+  options.max_steps = 5;
+  const std::vector<StepReport> resumed = Run(1, options, never_);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0].step, 4);
+  EXPECT_EQ(resumed[0].version, 5);
+  EXPECT_EQ(resumed[1].step, 5);
+  EXPECT_EQ(resumed[1].version, 6);
+  EXPECT_EQ(NewestPublished(), 6);
+}
+
+TEST_F(LearnerServiceTest, ANewLearnerNumbersAboveTheVersionTheTransportHolds) {
+  // A learner of this run published version 7 and died before it checkpointed.
+  ParameterSet weights = *ParameterSet::Allocate(config_, Device::Cpu(), true);
+  ASSERT_TRUE(publisher_->Publish(7, weights).ok());
+  WriteGroups(2, 8);
+  const std::vector<StepReport> reports = Run(2, Options(1), never_);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].step, 1);
+  EXPECT_EQ(reports[0].version, 9) << "its weights went out as 8, the step's as 9";
+  EXPECT_EQ(NewestPublished(), 9);
+}
+
+TEST_F(LearnerServiceTest, GroupsOlderThanMaxLagAreDroppedAndCountedNotTrained) {
+  ParameterSet weights = *ParameterSet::Allocate(config_, Device::Cpu(), true);
+  ASSERT_TRUE(publisher_->Publish(9, weights).ok());  // the learner starts at version 10
+  WriteGroups(3, /*version=*/1);                      // lag 9 > max_lag 4
+  WriteGroups(2, /*version=*/8);                      // lag 2
+  const std::vector<StepReport> reports = Run(1, Options(1), never_);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].dropped_stale, 3);
+  EXPECT_EQ(reports[0].groups, 2);
+  EXPECT_DOUBLE_EQ(reports[0].lag_max, 2);
+}
+
+TEST_F(LearnerServiceTest, StoppingBeforeAFullStepHandsTheGroupsBack) {
+  WriteGroups(1, 0);  // half a step
+  const std::atomic<bool> stop{true};
+  EXPECT_TRUE(Run(2, Options(0), stop).empty());
+  const ReplayStats s = replay_->Stats();
+  EXPECT_EQ(s.groups_out, 0);
+  EXPECT_EQ(s.groups_ready, 1) << "the taken group was released, not acknowledged";
+  EXPECT_EQ(NewestPublished(), 0) << "the starting weights were still published";
+}
+
+}  // namespace
+}  // namespace prl::learner

@@ -1,0 +1,227 @@
+// The roles built from a RunConfig (roles/): every setting reaches the object it configures,
+// a CUDA setting this build or machine cannot honour fails naming the key, and the weight
+// transport the learner publishes on is the one its actors subscribe to.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "config/run_config.h"
+#include "core/device.h"
+#include "roles/coordinator_role.h"
+#include "roles/device_settings.h"
+#include "roles/learner_rank.h"
+#include "roles/learner_role.h"
+#include "roles/replay_role.h"
+#include "roles/weight_transports.h"
+#include "weight_broadcast/shm_transport.h"
+
+namespace prl::roles {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The message of a CUDA request on this machine, which has no GPU: a CPU-only build names the
+// build option, a CUDA build says no GPU is visible.
+std::string NoCudaHere() { return CudaCompiled() ? "usable CUDA GPU" : "-DPRL_CUDA=ON"; }
+
+bool HasGpu() { return CudaDeviceCount() > 0; }
+
+TEST(DeviceSettingsTest, TheActorEngineTakesEverySettingOfItsSection) {
+  config::ActorsSection a;
+  a.kv_cache_mb = 48;
+  a.block_size = 8;
+  a.max_num_seqs = 12;
+  a.max_num_batched_tokens = 512;
+  a.enable_prefix_caching = false;
+  a.batch_invariant = true;
+  a.cuda_graphs = false;
+  absl::StatusOr<EngineOptions> o = ActorEngineOptions(a);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->device.is_cpu());
+  EXPECT_EQ(o->dtype, DType::kF32);
+  EXPECT_EQ(o->kv_cache_bytes, int64_t{48} << 20);
+  EXPECT_EQ(o->block_size, 8);
+  EXPECT_EQ(o->max_num_seqs, 12);
+  EXPECT_EQ(o->max_num_batched_tokens, 512);
+  EXPECT_FALSE(o->enable_prefix_caching);
+  EXPECT_TRUE(o->batch_invariant);
+  EXPECT_FALSE(o->cuda_graphs);
+}
+
+TEST(DeviceSettingsTest, ACudaRoleThatCannotRunHereNamesItsKey) {
+  if (HasGpu()) GTEST_SKIP() << "this machine has a GPU";
+  config::ActorsSection a;
+  a.device = DeviceType::kCuda;
+  absl::Status actor = ActorEngineOptions(a).status();
+  EXPECT_EQ(actor.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(actor.message(), HasSubstr("actors.device = cuda:0"));
+  EXPECT_THAT(actor.message(), HasSubstr(NoCudaHere()));
+  config::LearnerSection l;
+  l.device = DeviceType::kCuda;
+  absl::Status learner = LearnerRankDevice(l, 0).status();
+  EXPECT_THAT(learner.message(), HasSubstr("learner.device = cuda"));
+  EXPECT_THAT(learner.message(), HasSubstr(NoCudaHere()));
+  config::RunConfig run;
+  run.learner.device = DeviceType::kCuda;
+  EXPECT_THAT(CheckRoleDevices(run).message(), HasSubstr("learner.device"));
+}
+
+TEST(DeviceSettingsTest, LearnerRanksOnTheCpuIgnoreLocalRankButABadOneIsAnError) {
+  config::LearnerSection l;
+  setenv("LOCAL_RANK", "3", 1);
+  absl::StatusOr<Device> d = LearnerRankDevice(l, 1);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->is_cpu());
+  setenv("LOCAL_RANK", "x", 1);
+  EXPECT_THAT(LearnerRankDevice(l, 1).status().message(),
+              HasSubstr("LOCAL_RANK: expected an integer >= 0, found 'x'"));
+  unsetenv("LOCAL_RANK");
+}
+
+TEST(LearnerRankTest, StepOptimizerAndAdvantageSettingsComeFromTheSection) {
+  config::LearnerSection l;
+  l.loss = learner::LossKind::kPpoClip;
+  l.normalization = learner::LossNormalization::kSequenceMean;
+  l.clip_low = 0.1;
+  l.clip_high = 0.3;
+  l.tis_cap = 3;
+  l.micro_batch_tokens = 1024;
+  l.optimizer = learner::OptimizerKind::kSgd;
+  l.lr = 0.5;
+  l.weight_decay = 0.01;
+  l.beta1 = 0.8;
+  l.beta2 = 0.9;
+  l.max_grad_norm = 2;
+  l.advantage = learner::AdvantageEstimator::kDrGrpo;
+  l.drop_uniform_groups = true;
+  absl::StatusOr<learner::StepConfig> step = StepConfigFrom(l, 0.7f);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->loss.kind, learner::LossKind::kPpoClip);
+  EXPECT_EQ(step->loss.normalization, learner::LossNormalization::kSequenceMean);
+  EXPECT_DOUBLE_EQ(step->loss.clip_low, 0.1);
+  EXPECT_DOUBLE_EQ(step->loss.clip_high, 0.3);
+  EXPECT_DOUBLE_EQ(step->loss.tis_cap, 3);
+  EXPECT_EQ(step->micro_batch_tokens, 1024);
+  EXPECT_FLOAT_EQ(step->temperature, 0.7f);
+  absl::StatusOr<learner::OptimizerConfig> opt = OptimizerConfigFrom(l);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->kind, learner::OptimizerKind::kSgd);
+  EXPECT_DOUBLE_EQ(opt->lr, 0.5);
+  EXPECT_DOUBLE_EQ(opt->weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(opt->beta1, 0.8);
+  EXPECT_DOUBLE_EQ(opt->beta2, 0.9);
+  EXPECT_DOUBLE_EQ(opt->max_grad_norm, 2);
+  const learner::AdvantageConfig adv = AdvantageConfigFrom(l);
+  EXPECT_FALSE(adv.scale_by_std);
+  EXPECT_TRUE(adv.drop_uniform_groups);
+}
+
+TEST(RoleSettingsTest, TheCoordinatorLearnerAndReplayTakeTheirSections) {
+  config::RunConfig c;
+  c.run.dir = "/tmp/run-x";
+  c.run.mode = config::RunMode::kSync;
+  c.coordinator.lease_ms = 4321;
+  c.coordinator.heartbeat_ms = 321;
+  c.coordinator.max_samples_per_prompt = 77;
+  c.learner.max_lag = 2;
+  c.learner.groups_per_step = 3;
+  c.learner.steps = 9;
+  c.learner.checkpoint_every = 4;
+  c.learner.keep_checkpoints = 6;
+  c.replay.capacity_mb = 24;
+  c.replay.lease_ms = 1234;
+  c.replay.drop_oldest = true;
+  EXPECT_THAT(CoordinatorConfigFrom(c).status().message(), HasSubstr("model.path is empty"));
+  const learner::LearnerServiceOptions s = LearnerServiceOptionsFrom(c);
+  EXPECT_EQ(s.groups_per_step, 3);
+  EXPECT_EQ(s.max_lag, 2);
+  EXPECT_EQ(s.max_steps, 9);
+  EXPECT_EQ(s.checkpoint.dir, "/tmp/run-x/checkpoints");
+  EXPECT_EQ(s.checkpoint.every, 4);
+  EXPECT_EQ(s.checkpoint.keep_last, 6);
+  const ReplayConfig r = ReplayConfigFrom(c);
+  EXPECT_EQ(r.capacity_bytes, int64_t{24} << 20);
+  EXPECT_EQ(r.lease_ms, 1234);
+  EXPECT_EQ(r.backpressure, BackpressurePolicy::kDropOldest);
+}
+
+ModelConfig SmallModel() {
+  ModelConfig m;
+  m.arch = Architecture::kQwen2;
+  m.hidden_size = 16;
+  m.intermediate_size = 32;
+  m.num_hidden_layers = 1;
+  m.num_attention_heads = 2;
+  m.num_key_value_heads = 1;
+  m.head_dim = 8;
+  m.vocab_size = 20;
+  m.max_position_embeddings = 32;
+  m.qkv_bias = true;
+  return m;
+}
+
+class WeightTransportFactoryTest : public ::testing::TestWithParam<config::WeightTransport> {};
+
+// The learner's publisher and an actor's subscriber built from one config meet, and a
+// published version arrives bit for bit.
+TEST_P(WeightTransportFactoryTest, ThePublisherAndSubscriberOfOneConfigMeet) {
+  config::RunConfig c;
+  c.run.name = absl::StrCat("roles-test-", getpid(), "-", static_cast<int>(GetParam()));
+  c.broadcast.transport = GetParam();
+  c.broadcast.listen = "127.0.0.1:0";
+  const ModelConfig model = SmallModel();
+  absl::StatusOr<WeightEndpoint> endpoint = StartWeightPublisher(c, model, Device::Cpu());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  if (GetParam() != config::WeightTransport::kShm) {
+    // Actors dial the port the publisher bound.
+    const size_t at = endpoint->description.rfind("port ");
+    ASSERT_NE(at, std::string::npos) << endpoint->description;
+    c.broadcast.address = "127.0.0.1:" + endpoint->description.substr(at + 5);
+  }
+  absl::StatusOr<std::unique_ptr<WeightSubscriber>> subscriber =
+      OpenWeightSubscriber(c, model, Device::Cpu());
+  ASSERT_TRUE(subscriber.ok()) << subscriber.status();
+  ParameterSet weights = *ParameterSet::Allocate(model, Device::Cpu(), false);
+  InitializeParameters(weights, 3);
+  absl::StatusOr<VersionedWeights> got;
+  // The collective group forms once the subscriber has announced itself: publish until a
+  // version arrives (latest wins).
+  for (int v = 0; v < 60; ++v) {
+    ASSERT_TRUE(endpoint->publisher->Publish(v, weights).ok());
+    got = (*subscriber)->WaitNewer(-1, absl::Milliseconds(500));
+    if (got.ok()) break;
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  const int64_t n = weights.layout.num_elements();
+  ASSERT_EQ(got->weights->layout.num_elements(), n);
+  EXPECT_EQ(std::memcmp(got->weights->data(), weights.data(), n * sizeof(float)), 0);
+  subscriber->reset();
+  endpoint->publisher.reset();
+  RemoveWeightTransportState(c);
+  EXPECT_FALSE(InspectShmWeightSegment(c.weight_segment()).ok()) << "nothing left in /dev/shm";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WeightTransportFactoryTest,
+                         ::testing::Values(config::WeightTransport::kShm,
+                                           config::WeightTransport::kGrpc,
+                                           config::WeightTransport::kNccl),
+                         [](const auto& info) {
+                           return std::string(EnumName(config::kWeightTransportNames, info.param));
+                         });
+
+TEST(CudaIpcTransportTest, WithoutAGpuTheFactoryGivesAClearError) {
+  if (HasGpu()) GTEST_SKIP() << "this machine has a GPU";
+  config::RunConfig c;
+  c.run.name = absl::StrCat("roles-test-ipc-", getpid());
+  c.broadcast.transport = config::WeightTransport::kCudaIpc;
+  absl::StatusOr<WeightEndpoint> endpoint = StartWeightPublisher(c, SmallModel(), Device::Cuda(0));
+  ASSERT_FALSE(endpoint.ok());
+  EXPECT_FALSE(endpoint.status().message().empty());
+  RemoveWeightTransportState(c);
+}
+
+}  // namespace
+}  // namespace prl::roles
