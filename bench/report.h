@@ -1,4 +1,4 @@
-// The one output format of every `prl bench ...` (ARCHITECTURE.md, "Benchmarks"): a readable
+// The one output format of every `prl bench ...` (docs/architecture.md, "Benchmarks"): a readable
 // table, or with --json one object {"bench", "machine", "results": [{"name", "value", "unit",
 // "baseline_name", "baseline_value", "ratio"}]}, where each baseline was measured in the same
 // run so that figures from a noisy, shared machine can still be compared.

@@ -1,5 +1,5 @@
 // Hugging Face model directories: config.json plus model.safetensors, or shards listed in
-// model.safetensors.index.json, with transformers' tensor names (ARCHITECTURE.md, "Model
+// model.safetensors.index.json, with transformers' tensor names (docs/architecture.md, "Model
 // format"). A user's checkpoint loads unchanged; what prl writes loads in transformers.
 //
 // Loading converts F32, BF16 and F16 tensors to the fp32 parameter buffer. Every tensor the

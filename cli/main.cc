@@ -1,4 +1,4 @@
-// prl: one binary, one subcommand per role or tool (ARCHITECTURE.md, "CLI").
+// prl: one binary, one subcommand per role or tool (docs/architecture.md, "CLI").
 #include <omp.h>
 
 #include <cstdio>

@@ -1,7 +1,7 @@
 // The language-model head fused with log-softmax and the gather of target tokens.
 //
 // logprob[r] = log softmax(h[r] . W^T / temperature)[targets[r]]. The temperature is the
-// sampling transform of ARCHITECTURE.md, so the learner's log pi matches the actor's log mu.
+// sampling transform of docs/architecture.md, so the learner's log pi matches the actor's log mu.
 // Logits are materialised at most chunk_rows rows at a time (the (R, V) matrix of a long batch
 // with a 152k vocabulary would be tens of GB); the backward recomputes them.
 #pragma once

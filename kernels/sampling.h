@@ -1,4 +1,4 @@
-// Token sampling with behaviour log-probabilities (ARCHITECTURE.md, "behaviour log-prob").
+// Token sampling with behaviour log-probabilities (docs/architecture.md, "behaviour log-prob").
 //
 // For each row of logits: z = logits / temperature; keep the top_k largest (0: all), then the
 // smallest set of the most likely tokens whose probability reaches top_p (1: all); draw from

@@ -1,4 +1,4 @@
-// The rollout record (ARCHITECTURE.md, "rollout record"): one finished sample with everything
+// The rollout record (docs/architecture.md, "rollout record"): one finished sample with everything
 // the learner needs (tokens, behaviour log-probs and token versions for the importance ratio,
 // reward for the group-normalised advantage) and everything needed to trace it (ids, sampling
 // parameters, timestamps). Records travel in groups: all samples of one prompt.

@@ -2,7 +2,7 @@
 // Qwen2/2.5/3 and Llama 3, SentencePiece-style BPE with byte fallback as in Llama 2 / Mistral),
 // tokenizer_config.json (BOS/EOS, special tokens, chat template, decode clean-up) and
 // generation_config.json (stop ids). The coordinator encodes prompts with it, actors decode
-// completions (ARCHITECTURE.md, "Text").
+// completions (docs/architecture.md, "The repository by folder").
 //
 // Encode: the input is cut at added tokens (added_tokens.h); every other stretch is normalised
 // (normalizer.h), pre-tokenised into words (pre_tokenizer.h) and each word BPE-encoded
