@@ -6,7 +6,9 @@
 # cuda` against `--device cpu` (the update: fp32 within 1e-4 relative, bf16 within 5e-2), and
 # the GPU benchmarks
 # (`prl bench model` for the Qwen2.5-0.5B and -1.5B shapes at 8192 tokens per step, bf16 and
-# fp32 modes, each beside PyTorch eager and torch.compile in the same run), ending with tables.
+# fp32 modes, each beside PyTorch eager and torch.compile in the same run), `prl run` with the
+# learner and the actors on the GPU (weights over CUDA IPC; over nccl with two GPUs), ending
+# with tables.
 #
 # Build choice: binaries built elsewhere travel here. The GPU machine (Ubuntu 24.04, glibc
 # 2.39) has the CUDA 13.0 toolkit, CMake, ninja and PyTorch but no Debian development packages
@@ -23,14 +25,14 @@
 # when that is set, else /tmp/prl-gpu-check.
 #
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
-#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine bench": a
+#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles bench": a
 #   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-tests score learner engine bench}
+PARTS=${PARTS:-tests score learner engine roles bench}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
   tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
@@ -417,8 +419,37 @@ print("MFU: model FLOPs/s (model/flops.h) over the GPU's peak for the mode; /GEM
 PY
 }
 
+# --- the service roles on the GPU: prl run with the learner and the actors sharing it --------
+# The built-in task, short: a warm-start, then RL with the learner (NCCL, world size 1) and two
+# actors (CUDA engines) on GPU 0, weights over CUDA IPC; then the same over the collective
+# (nccl) transport when a second GPU exists (NCCL needs one rank per GPU).
+run_roles() {
+  echo "== prl run: learner and actors on CUDA"
+  local work="$OUT_DIR/roles" transport
+  mkdir -p "$work"
+  for transport in cuda_ipc nccl; do
+    if [ "$transport" = nccl ] && [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
+      echo "prl run over nccl: skipped (needs 2 GPUs)"
+      continue
+    fi
+    "$PRL" run --run-dir "$work/$transport" --set run.name="gpu-$transport" \
+      --set coordinator.listen=127.0.0.1:0 --set broadcast.listen=127.0.0.1:0 \
+      --set broadcast.transport="$transport" --set learner.device=cuda --set actors.device=cuda \
+      --set sft.steps=300 --set learner.steps=200 --set task.eval_prompts=200 \
+      >"$work/$transport.log" 2>&1 || { tail -20 "$work/$transport.log"; status=1; continue; }
+    python3 - "$work/$transport/summary.json" "$transport" <<'PY' || status=1
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("prl run over %s: %d steps, %.0f samples/s, lag mean %.2f, held-out %.3f -> %.3f" % (
+    sys.argv[2], s["steps"], s["samples_per_second"], s["mean_lag"], s["eval_before"],
+    s["eval_after"]))
+sys.exit(0 if s["steps"] == 200 else 1)
+PY
+  done
+}
+
 part tests && run_tests
-if part score || part learner || part bench; then
+if part score || part learner || part engine || part roles || part bench; then
   if [ ! -x "$PRL" ]; then
     echo "gpu_check: no $PRL in the bundle" >&2
     status=1
@@ -426,6 +457,7 @@ if part score || part learner || part bench; then
     part score && run_score
     part learner && run_learner
     part engine && run_engine
+    part roles && run_roles
     part bench && run_bench
   fi
 fi
