@@ -1,6 +1,6 @@
-// The service roles as commands: `prl coordinator`, `prl actor`, `prl learner serve` and
-// `prl replay serve`. Each parses its config flags (cli/config_flags.h) and runs the role
-// from roles/; the roles take every setting from the run config.
+// The service roles as commands: `prl coordinator`, `prl actor`, `prl learner serve`, `prl
+// replay serve` and `prl reward serve`. Each parses its config flags (cli/config_flags.h) and runs
+// the role from roles/; the roles take every setting from the run config.
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +11,7 @@
 #include "roles/coordinator_role.h"
 #include "roles/learner_role.h"
 #include "roles/replay_role.h"
+#include "roles/reward_role.h"
 #include "roles/stop_signal.h"
 
 namespace prl::cli {
@@ -135,6 +136,22 @@ void RegisterReplayServe(CLI::App& app, CommandRegistry& registry) {
   });
 }
 
+void RegisterRewardServe(CLI::App& app, CommandRegistry& registry) {
+  CLI::App* reward = app.add_subcommand("reward", "The reward service");
+  reward->require_subcommand(1);
+  CLI::App* cmd = reward->add_subcommand(
+      "serve", "Serve the run's task reward (task.reward) as a gRPC RewardService");
+  auto flags = std::make_shared<ConfigFlags>(cmd);
+  flags->Shorthand("--reward", "task.reward")
+      .Shorthand("--credit", "task.credit")
+      .Shorthand("--listen", "reward.listen")
+      .Shorthand("--max-message-mb", "reward.max_message_mb");
+  registry.Add(cmd, [flags] {
+    return flags->Run(
+        [](const config::RunConfig& c) { return roles::RunRewardRole(c, roles::StopOnSignals()); });
+  });
+}
+
 }  // namespace
 
 void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv) {
@@ -142,6 +159,7 @@ void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, ch
   RegisterActor(app, registry);
   RegisterLearnerServe(app, registry, std::vector<std::string>(argv, argv + argc));
   RegisterReplayServe(app, registry);
+  RegisterRewardServe(app, registry);
 }
 
 }  // namespace prl::cli

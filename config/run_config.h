@@ -159,6 +159,13 @@ struct BroadcastSection {
   double timeout_s = 30;                   // nccl: a broadcast to a dead actor fails after this
 };
 
+// `prl reward serve`: the run's task reward (task.reward, task.credit) as a gRPC RewardService,
+// for prompt sets whose reward is {"name": "remote", "params": {"address": ...}}.
+struct RewardSection {
+  std::string listen = "127.0.0.1:50071";
+  int64_t max_message_mb = 64;
+};
+
 struct MetricsSection {
   bool enabled = true;
   std::string listen = "127.0.0.1:0";  // this process's /metrics (port 0: any free port)
@@ -175,6 +182,7 @@ struct RunConfig {
   LearnerSection learner;
   ReplaySection replay;
   BroadcastSection broadcast;
+  RewardSection reward;
   MetricsSection metrics;
 
   // Names and paths every process of a run derives from the file, so that the roles and

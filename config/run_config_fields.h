@@ -149,6 +149,8 @@ void VisitServiceFields(RunConfig& c, Visitor& v) {
     "grpc, nccl: where actors reach the learner (empty: the listen address)");
   v("broadcast", "timeout_s", c.broadcast.timeout_s,
     "nccl: a broadcast to a dead actor fails after this (s)");
+  v("reward", "listen", c.reward.listen, "prl reward serve: the RewardService's address");
+  v("reward", "max_message_mb", c.reward.max_message_mb, "Largest Score message (MiB)");
   v("metrics", "enabled", c.metrics.enabled, "Serve Prometheus /metrics");
   v("metrics", "listen", c.metrics.listen, "This process's /metrics address (port 0: any)");
   v("metrics", "base_port", c.metrics.base_port,

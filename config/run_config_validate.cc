@@ -169,6 +169,9 @@ absl::Status ValidateServices(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Address(c.broadcast.address, "broadcast.address", true));
   PRL_RETURN_IF_ERROR(Range(c.broadcast.timeout_s > 0, "broadcast.timeout_s", "a number > 0",
                             c.broadcast.timeout_s));
+  PRL_RETURN_IF_ERROR(Address(c.reward.listen, "reward.listen", false));
+  PRL_RETURN_IF_ERROR(Range(c.reward.max_message_mb >= 1, "reward.max_message_mb", ">= 1",
+                            c.reward.max_message_mb));
   PRL_RETURN_IF_ERROR(Address(c.metrics.listen, "metrics.listen", false));
   return Range(c.metrics.base_port >= 0 && c.metrics.base_port < 65000, "metrics.base_port",
                "0 (free ports) or a port below 65000", c.metrics.base_port);

@@ -30,10 +30,11 @@ class Registry;
 namespace prl::metrics {
 
 struct MetricsServerOptions {
-  // "host:port" (an IPv4 address or a host name) or "port" (all interfaces). Port 0 binds any
+  // "host:port" (an IPv4 address or a host name; loopback by default) or "port" (all
+  // interfaces). Port 0 binds any
   // free port, which port() reports: several prl processes share a node, so only deployments
   // that give each process its own scrape port should fix one.
-  std::string address = "0.0.0.0:0";
+  std::string address = "127.0.0.1:0";
   // A client that has not sent its request within this is disconnected (so that a stuck
   // client cannot hold up the next scrape).
   int request_timeout_ms = 5000;

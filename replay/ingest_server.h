@@ -23,7 +23,7 @@
 namespace prl {
 
 struct IngestOptions {
-  std::string address = "0.0.0.0:50061";  // port 0 picks a free one
+  std::string address = "127.0.0.1:50061";  // loopback by default; port 0 picks a free one
   int64_t max_message_bytes = int64_t{256} << 20;
   absl::Duration write_timeout = absl::Seconds(10);  // per group, while the buffer is full
 };

@@ -69,7 +69,7 @@ using RewardCallback =
     std::function<absl::StatusOr<std::vector<RewardResult>>(absl::Span<const RewardInput>)>;
 
 struct RewardServerOptions {
-  std::string address = "0.0.0.0:50071";  // port 0 picks a free one
+  std::string address = "127.0.0.1:50071";  // loopback by default; port 0 picks a free one
   int64_t max_message_bytes = int64_t{64} << 20;
 };
 

@@ -37,7 +37,7 @@ class WeightMailbox;
 }
 
 struct GrpcPublisherOptions {
-  std::string address = "0.0.0.0:50062";  // host:port; port 0 picks a free one
+  std::string address = "127.0.0.1:50062";  // host:port (loopback by default); port 0: any free
   // Bytes of weights per WeightChunk: large enough that per-message overhead vanishes, small
   // enough that gRPC's default buffers and flow-control windows are not the bottleneck.
   int64_t chunk_bytes = int64_t{4} << 20;

@@ -182,6 +182,7 @@ class PipelineTest(unittest.TestCase):
         expected = run("run", "--config", config, "--print-config", check=True).stdout
         self.assertIn('"lr": 0.125', expected)
         for role in (["coordinator"], ["actor"], ["learner", "serve"], ["replay", "serve"],
+                     ["reward", "serve"],
                      ["replay", "create"], ["learner", "train", "--rollouts", "x"],
                      ["learner", "step", "--rollouts", "x", "--out", "y"]):
             printed = run(*role, "--config", config, "--print-config", check=True).stdout

@@ -10,12 +10,15 @@
 #include "absl/strings/str_cat.h"
 #include "config/run_config.h"
 #include "core/device.h"
+#include "reward/reward_service.h"
 #include "roles/coordinator_role.h"
 #include "roles/device_settings.h"
 #include "roles/learner_rank.h"
 #include "roles/learner_role.h"
 #include "roles/replay_role.h"
+#include "roles/reward_role.h"
 #include "roles/weight_transports.h"
+#include "tests/learner/learner_testing.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -148,21 +151,6 @@ TEST(RoleSettingsTest, TheCoordinatorLearnerAndReplayTakeTheirSections) {
   EXPECT_EQ(r.backpressure, BackpressurePolicy::kDropOldest);
 }
 
-ModelConfig SmallModel() {
-  ModelConfig m;
-  m.arch = Architecture::kQwen2;
-  m.hidden_size = 16;
-  m.intermediate_size = 32;
-  m.num_hidden_layers = 1;
-  m.num_attention_heads = 2;
-  m.num_key_value_heads = 1;
-  m.head_dim = 8;
-  m.vocab_size = 20;
-  m.max_position_embeddings = 32;
-  m.qkv_bias = true;
-  return m;
-}
-
 class WeightTransportFactoryTest : public ::testing::TestWithParam<config::WeightTransport> {};
 
 // The learner's publisher and an actor's subscriber built from one config meet, and a
@@ -172,7 +160,7 @@ TEST_P(WeightTransportFactoryTest, ThePublisherAndSubscriberOfOneConfigMeet) {
   c.run.name = absl::StrCat("roles-test-", getpid(), "-", static_cast<int>(GetParam()));
   c.broadcast.transport = GetParam();
   c.broadcast.listen = "127.0.0.1:0";
-  const ModelConfig model = SmallModel();
+  const ModelConfig model = learner::testing::TinyConfig();
   absl::StatusOr<WeightEndpoint> endpoint = StartWeightPublisher(c, model, Device::Cpu());
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   if (GetParam() != config::WeightTransport::kShm) {
@@ -217,10 +205,51 @@ TEST(CudaIpcTransportTest, WithoutAGpuTheFactoryGivesAClearError) {
   config::RunConfig c;
   c.run.name = absl::StrCat("roles-test-ipc-", getpid());
   c.broadcast.transport = config::WeightTransport::kCudaIpc;
-  absl::StatusOr<WeightEndpoint> endpoint = StartWeightPublisher(c, SmallModel(), Device::Cuda(0));
+  absl::StatusOr<WeightEndpoint> endpoint =
+      StartWeightPublisher(c, learner::testing::TinyConfig(), Device::Cuda(0));
   ASSERT_FALSE(endpoint.ok());
   EXPECT_FALSE(endpoint.status().message().empty());
   RemoveWeightTransportState(c);
+}
+
+TEST(RewardRoleTest, ServesTheRunsTaskRewardToRemoteClients) {
+  config::RunConfig c;
+  c.task.reward = "arithmetic";
+  c.task.credit = config::ArithmeticCredit::kDigits;
+  EXPECT_EQ(TaskRewardSpec(c).params.at("credit"), "digits");
+  c.task.reward = "exact_match";
+  EXPECT_TRUE(TaskRewardSpec(c).params.empty());
+  // A free port, then the role on it; a client scores through it.
+  auto probe = reward::RewardServer::Start(
+      [](absl::Span<const reward::RewardInput>) {
+        return absl::StatusOr<std::vector<reward::RewardResult>>(
+            std::vector<reward::RewardResult>{});
+      },
+      {.address = "127.0.0.1:0"});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const int port = (*probe)->port();
+  (*probe)->Shutdown();
+  probe->reset();
+  c.reward.listen = absl::StrCat("127.0.0.1:", port);
+  std::atomic<bool> stop{false};
+  absl::Status served;
+  std::thread role([&] { served = RunRewardRole(c, stop); });
+  auto client = reward::RemoteReward::Connect({.address = c.reward.listen, .max_attempts = 20});
+  ASSERT_TRUE(client.ok()) << client.status();
+  reward::RewardInput right, wrong;
+  right.completion = "42";
+  right.reference = "42";
+  wrong.completion = "41";
+  wrong.reference = "42";
+  const reward::RewardInput inputs[] = {right, wrong};
+  absl::StatusOr<std::vector<reward::RewardResult>> scored = (*client)->ScoreBatch(inputs);
+  stop = true;
+  role.join();
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  ASSERT_EQ(scored->size(), 2u);
+  EXPECT_EQ((*scored)[0].reward, 1.0);
+  EXPECT_EQ((*scored)[1].reward, 0.0);
+  EXPECT_TRUE(served.ok()) << served;
 }
 
 }  // namespace
