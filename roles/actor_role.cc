@@ -91,7 +91,7 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
         "weights; set model.path or pass --model");
   }
   PRL_ASSIGN_OR_RETURN(actor::ActorOptions options, ActorOptionsFrom(c, role));
-  PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(c.model.path, Device::Cpu()));
+  PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(c.model.path, options.engine.device));
   const ModelConfig model = loaded.config;
   auto initial = std::make_shared<const ParameterSet>(std::move(loaded));
   PRL_ASSIGN_OR_RETURN(ReplaySink sink, OpenReplaySink(c, stop));

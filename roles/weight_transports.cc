@@ -60,13 +60,17 @@ absl::StatusOr<std::unique_ptr<WeightSubscriber>> OpenWeightSubscriber(
   const absl::Duration open_timeout = absl::Seconds(60);
   switch (config.broadcast.transport) {
     case WeightTransport::kShm: {
-      ShmSubscriberOptions options;  // on the CPU
+      ShmSubscriberOptions options;
+      options.device = device;
       options.open_timeout = open_timeout;
       PRL_ASSIGN_OR_RETURN(s, ShmWeightSubscriber::Open(config.weight_segment(), model, options));
       break;
     }
     case WeightTransport::kGrpc: {
-      PRL_ASSIGN_OR_RETURN(s, GrpcWeightSubscriber::Connect(config.weights_address(), model));
+      GrpcSubscriberOptions options;
+      options.device = device;
+      PRL_ASSIGN_OR_RETURN(
+          s, GrpcWeightSubscriber::Connect(config.weights_address(), model, options));
       break;
     }
     case WeightTransport::kCudaIpc: {

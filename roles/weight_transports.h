@@ -30,9 +30,8 @@ struct WeightEndpoint {
 absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& config,
                                                     const ModelConfig& model, Device device);
 
-// An actor's subscriber; `device` is its engine's. Received weights live where the engine
-// takes them: on its GPU for cuda_ipc and nccl, else on the CPU (the CUDA engine copies them
-// to its own weights at the swap).
+// An actor's subscriber; `device` is its engine's, where received weights live (the engine
+// swaps in weights on its own device only).
 absl::StatusOr<std::unique_ptr<WeightSubscriber>> OpenWeightSubscriber(
     const config::RunConfig& config, const ModelConfig& model, Device device);
 
