@@ -92,6 +92,7 @@ struct CoordinatorSection {
   int64_t heartbeat_ms = 1'000;
   int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
   int32_t max_samples_per_prompt = 1024;
+  int max_restarts = 3;  // by prl run's supervisor
 };
 
 struct ActorsSection {

@@ -67,6 +67,8 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "Prompts pending or in flight before submits get RESOURCE_EXHAUSTED");
   v("coordinator", "max_samples_per_prompt", c.coordinator.max_samples_per_prompt,
     "Largest group a submission may ask for");
+  v("coordinator", "max_restarts", c.coordinator.max_restarts,
+    "prl run: restarts of the coordinator");
 }
 
 template <typename Visitor>
@@ -91,7 +93,7 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
     "Prompts leased and generating at once, per actor");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,
     "How long a write waits while the replay buffer is full (s)");
-  v("actors", "max_restarts", c.actors.max_restarts, "prl run: restarts per actor");
+  v("actors", "max_restarts", c.actors.max_restarts, "prl run: restarts of each actor");
 }
 
 template <typename Visitor>

@@ -76,6 +76,8 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             c.heartbeat_ms));
   PRL_RETURN_IF_ERROR(Range(c.max_pending_prompts >= 1, "coordinator.max_pending_prompts", ">= 1",
                             c.max_pending_prompts));
+  PRL_RETURN_IF_ERROR(
+      Range(c.max_restarts >= 0, "coordinator.max_restarts", ">= 0", c.max_restarts));
   return Range(c.max_samples_per_prompt >= 1 && c.max_samples_per_prompt <= 65536,
                "coordinator.max_samples_per_prompt", "1 to 65536", c.max_samples_per_prompt);
 }

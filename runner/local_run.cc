@@ -74,7 +74,7 @@ class Run {
     PRL_RETURN_IF_ERROR(Export());
     outcome_.model_final = dir_ + "/model-final";
     PRL_ASSIGN_OR_RETURN(outcome_.eval_after, Evaluate(outcome_.model_final, "eval_after"));
-    outcome_.actor_restarts = actor_restarts_;
+    for (const Supervised& a : actors_) outcome_.actor_restarts += a.restarts;
     outcome_.learner_restarts = learner_.restarts;
     outcome_.coordinator_restarts = coordinator_.restarts;
     return report_.WriteSummary(outcome_);
@@ -133,7 +133,7 @@ class Run {
     }
     for (const ChildSpec& spec : roles_.actors) {
       PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(spec));
-      actors_.push_back(std::move(started));
+      actors_.emplace_back().process.emplace(std::move(started));
     }
     std::printf("roles: coordinator on %s, %d learner rank(s), %d actor(s); logs in %s/logs\n",
                 address.c_str(), rc.learner.world_size, rc.actors.count, dir_.c_str());
@@ -188,10 +188,12 @@ class Run {
       PRL_RETURN_IF_ERROR(report_.ReadSteps(feeder_->in_flight()));
       if (!coordinator_.process->running()) {
         PRL_RETURN_IF_ERROR(
-            Revive(*coordinator_.process, &coordinator_.restarts, c_.learner.max_restarts));
+            Revive(*coordinator_.process, &coordinator_.restarts, c_.coordinator.max_restarts));
       }
-      for (ChildProcess& a : actors_) {
-        if (!a.running()) PRL_RETURN_IF_ERROR(Revive(a, &actor_restarts_, c_.actors.max_restarts));
+      for (Supervised& a : actors_) {  // each actor has its own restart budget
+        if (!a.process->running()) {
+          PRL_RETURN_IF_ERROR(Revive(*a.process, &a.restarts, c_.actors.max_restarts));
+        }
       }
       if (!learner_.process->running()) {
         const int status = *learner_.process->Poll();
@@ -205,8 +207,10 @@ class Run {
   }
 
   void StopRoles() {
-    for (ChildProcess& a : actors_) a.Stop(absl::Seconds(10));
-    actors_.clear();
+    for (Supervised& a : actors_) {
+      if (a.process.has_value()) a.process->Stop(absl::Seconds(10));
+      a.process.reset();
+    }
     if (learner_.process.has_value()) learner_.process->Stop(absl::Seconds(30));
     learner_.process.reset();
     if (coordinator_.process.has_value()) coordinator_.process->Stop(absl::Seconds(10));
@@ -234,8 +238,7 @@ class Run {
   const std::string dir_;
   RoleSpecs roles_;
   Supervised coordinator_, learner_;
-  std::vector<ChildProcess> actors_;
-  int actor_restarts_ = 0;
+  std::vector<Supervised> actors_;
   std::optional<PromptFeeder> feeder_;
   RunReport report_;
   RunReport::Outcome outcome_;
