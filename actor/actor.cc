@@ -215,7 +215,7 @@ absl::Status Actor::LeaseMore(const std::atomic<bool>* stop) {
 }
 
 absl::StatusOr<std::string> Actor::Text(absl::Span<const int32_t> ids) const {
-  if (options_.decode) return options_.decode(ids);
+  if (options_.text != nullptr) return options_.text->DecodeCompletion(ids);
   return absl::StrJoin(ids, " ");
 }
 
@@ -248,11 +248,8 @@ absl::StatusOr<std::vector<reward::RewardInput>> Actor::RewardInputs(const Reque
   return inputs;
 }
 
-absl::StatusOr<std::vector<reward::RewardResult>> Actor::ScoreGroup(const RequestOutput& output,
-                                                                    const v1::LeasedPrompt& lease,
-                                                                    uint64_t group_id) {
-  PRL_ASSIGN_OR_RETURN(const std::vector<reward::RewardInput> inputs,
-                       RewardInputs(output, lease, group_id));
+absl::StatusOr<std::vector<reward::RewardResult>> Actor::ScoreGroup(
+    absl::Span<const reward::RewardInput> inputs, const v1::LeasedPrompt& lease) {
   PRL_ASSIGN_OR_RETURN(reward::RewardFunction* const fn, RewardFor(lease.reward()));
   return fn->ScoreBatch(inputs);
 }
@@ -306,6 +303,7 @@ RolloutRecord Actor::MakeRecord(const InFlight& job, const RequestOutput& output
 }
 
 Actor::ScoredGroup Actor::BuildGroup(const InFlight& job, const RequestOutput& output,
+                                     absl::Span<const reward::RewardInput> inputs,
                                      const std::vector<reward::RewardResult>& rewards,
                                      uint64_t group_id, int64_t finished_unix_nanos) const {
   ScoredGroup g;
@@ -325,6 +323,7 @@ Actor::ScoredGroup Actor::BuildGroup(const InFlight& job, const RequestOutput& o
     g.tokens += static_cast<int64_t>(s.tokens.size());
     result->add_rewards(rewards[i].reward);
     result->add_completion_tokens(static_cast<int32_t>(s.tokens.size()));
+    if (options_.text != nullptr) result->add_texts(inputs[i].completion);
   }
   result->set_min_version(min_version == std::numeric_limits<int64_t>::max() ? 0 : min_version);
   result->set_max_version(max_version);
@@ -371,13 +370,15 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   const uint64_t group_id = XXH3_64bits(job.lease.lease_id().data(), job.lease.lease_id().size());
 
   // Rewards for the whole group, or the group fails visibly.
-  const absl::StatusOr<std::vector<reward::RewardResult>> rewards =
-      ScoreGroup(output, job.lease, group_id);
+  absl::StatusOr<std::vector<reward::RewardInput>> inputs =
+      RewardInputs(output, job.lease, group_id);
+  absl::StatusOr<std::vector<reward::RewardResult>> rewards =
+      inputs.ok() ? ScoreGroup(*inputs, job.lease) : inputs.status();
   if (!rewards.ok()) {
     CountRewardFailure(job.lease, rewards.status());
     return absl::OkStatus();
   }
-  const ScoredGroup group = BuildGroup(job, output, *rewards, group_id, finished);
+  const ScoredGroup group = BuildGroup(job, output, *inputs, *rewards, group_id, finished);
   // Into the replay buffer first, then done: a crash in between re-runs the prompt.
   PRL_RETURN_IF_ERROR(write_group_(group.records));
   CountWritten(output, *rewards, group.tokens);

@@ -33,6 +33,7 @@
 #include "replay/replay_buffer.h"
 #include "reward/reward_function.h"
 #include "reward/verifiers.h"
+#include "tokenizer/text_codec.h"
 #include "weight_broadcast/weight_transport.h"
 
 namespace prl::actor {
@@ -50,9 +51,11 @@ struct ActorOptions {
   std::string run_id = "run";
   EngineOptions engine;
   int32_t max_prompts_in_flight = 8;  // leased and generating at once
-  // Token ids -> text for the rewards; null: the ids written as decimal numbers separated by
-  // spaces (so that exact_match can compare with a reference written the same way).
-  std::function<absl::StatusOr<std::string>(absl::Span<const int32_t>)> decode;
+  // The model's text (tokenizer/text_codec.h): completions decoded for the text rewards and for
+  // clients watching samples (GroupResult.texts). Null: the ids are written as decimal numbers
+  // separated by spaces (so that exact_match can compare with a reference written the same way)
+  // and no texts are reported.
+  std::shared_ptr<const tokenizer::TextCodec> text;
   // Prometheus metrics to update (null: none); they must outlive the actor.
   metrics::ActorMetrics* metrics = nullptr;
   metrics::WeightSyncMetrics* weight_metrics = nullptr;
@@ -101,14 +104,13 @@ class Actor {
   // A finished request's group: scored, written to the replay buffer, reported complete; a
   // group whose scoring fails is counted and dropped (the lease expires and it is re-run).
   absl::Status Finish(const RequestOutput& output);
-  // The group's reward inputs (texts by options.decode; a completion's text ends before its
+  // The group's reward inputs (texts by options.text; a completion's text ends before its
   // stop token), then their rewards; the first error of either.
   absl::StatusOr<std::vector<reward::RewardInput>> RewardInputs(const RequestOutput& output,
                                                                 const prl::v1::LeasedPrompt& lease,
                                                                 uint64_t group_id) const;
-  absl::StatusOr<std::vector<reward::RewardResult>> ScoreGroup(const RequestOutput& output,
-                                                               const prl::v1::LeasedPrompt& lease,
-                                                               uint64_t group_id);
+  absl::StatusOr<std::vector<reward::RewardResult>> ScoreGroup(
+      absl::Span<const reward::RewardInput> inputs, const prl::v1::LeasedPrompt& lease);
   void CountRewardFailure(const prl::v1::LeasedPrompt& lease, const absl::Status& failure);
   // The records of a scored group, and the coordinator's report of it.
   struct ScoredGroup {
@@ -117,6 +119,7 @@ class Actor {
     int64_t tokens = 0;  // completion tokens of all samples
   };
   ScoredGroup BuildGroup(const InFlight& job, const RequestOutput& output,
+                         absl::Span<const reward::RewardInput> inputs,
                          const std::vector<reward::RewardResult>& rewards, uint64_t group_id,
                          int64_t finished_unix_nanos) const;
   RolloutRecord MakeRecord(const InFlight& job, const RequestOutput& output, size_t sample,

@@ -249,4 +249,20 @@ absl::Status SaveParameterSetTensors(const std::string& path, const ParameterSet
   return WriteSafetensors(path, TensorsToWrite(set, base), DType::kF32, kPtMetadata);
 }
 
+absl::Status CopyTokenizerFiles(const std::string& from_dir, const std::string& to_dir) {
+  namespace fs = std::filesystem;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                           "special_tokens_map.json"}) {
+    const fs::path source = fs::path(from_dir) / name;
+    if (!fs::exists(source)) continue;
+    std::error_code ec;
+    fs::copy_file(source, fs::path(to_dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("copying ", source.string(), " to ", to_dir, ": ",
+                                              ec.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace prl

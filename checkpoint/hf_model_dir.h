@@ -38,6 +38,11 @@ absl::Status SaveModel(const std::string& dir, const ParameterSet& params,
 
 // Writes every tensor of `set` under its HF name, as F32, into one safetensors file (used for
 // gradients: `prl score --dump-grads`).
+// Copies a model directory's Hugging Face tokenizer files (tokenizer.json,
+// tokenizer_config.json, generation_config.json, special_tokens_map.json: those present) to
+// another, so that a trained or exported model keeps the text of the one it started from.
+absl::Status CopyTokenizerFiles(const std::string& from_dir, const std::string& to_dir);
+
 absl::Status SaveParameterSetTensors(const std::string& path, const ParameterSet& set);
 
 }  // namespace prl

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
+#include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "prl/v1/prompt.grpc.pb.h"
@@ -69,10 +70,9 @@ struct SubmitFlags {
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
   std::vector<int> stop_token_ids;
-  bool watch = false, json = false;
+  bool watch = false, json = false, show_texts = false;
 };
 
-// Prompt lines: {"text": "..."} or {"tokens": [...]}, optionally "reference": "...".
 absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) {
   v1::SubmitPromptSetRequest r;
   r.set_name(f.name.empty() ? f.file : f.name);
@@ -94,52 +94,46 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
     }
     (*r.mutable_reward()->mutable_params())[parts[0]] = parts[1];
   }
-  std::ifstream in(f.file);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open prompts file ", f.file));
-  std::string text;
-  for (int line = 1; std::getline(in, text); ++line) {
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = absl::StrCat(f.file, " line ", line);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": malformed JSON: ", e.what()));
-    }
-    v1::Prompt* p = r.add_prompts();
-    if (j.contains("text") && j["text"].is_string()) {
-      p->set_text(j["text"].get<std::string>());
-    } else if (j.contains("tokens") && j["tokens"].is_array()) {
-      for (const auto& t : j["tokens"]) {
-        if (!t.is_number_integer()) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": \"tokens\" must be integers"));
-        }
-        p->mutable_tokens()->add_ids(t.get<int32_t>());
-      }
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected {\"text\": ...} or {\"tokens\": [...]}"));
-    }
-    if (j.contains("reference")) {
-      if (!j["reference"].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": \"reference\" must be a string"));
-      }
-      p->set_reference(j["reference"].get<std::string>());
-    }
-  }
+  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
+                       coordinator::ReadPromptFile(f.file));
+  for (const v1::Prompt& p : prompts) *r.add_prompts() = p;
   return r;
 }
 
-absl::Status Watch(v1::PromptService::Stub& stub, const std::string& id, bool json) {
+// A finished group's samples: one line each (JSON: one object per group).
+void PrintGroup(const v1::GroupResult& g, bool json) {
+  if (json) {
+    nlohmann::ordered_json j;
+    j["prompt_index"] = g.prompt_index();
+    j["rewards"] = std::vector<double>(g.rewards().begin(), g.rewards().end());
+    j["texts"] = std::vector<std::string>(g.texts().begin(), g.texts().end());
+    j["completion_tokens"] =
+        std::vector<int32_t>(g.completion_tokens().begin(), g.completion_tokens().end());
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  for (int i = 0; i < g.rewards_size(); ++i) {
+    std::printf("  prompt %lld sample %d: reward %.4g, %d tokens: %s\n",
+                static_cast<long long>(g.prompt_index()), i, g.rewards(i),
+                g.completion_tokens(i),
+                i < g.texts_size() ? nlohmann::json(g.texts(i)).dump().c_str() : "(no text)");
+  }
+}
+
+absl::Status Watch(v1::PromptService::Stub& stub, const std::string& id, bool json,
+                   bool texts) {
   grpc::ClientContext ctx;
   v1::WatchPromptSetRequest request;
   request.set_prompt_set_id(id);
+  request.set_include_texts(texts);
   auto reader = stub.WatchPromptSet(&ctx, request);
   v1::PromptSetEvent event;
   while (reader->Read(&event)) {
-    if (!event.has_status()) continue;
-    std::printf("%s\n", json ? StatusJson(event.status()).dump().c_str()
-                             : StatusLine(event.status()).c_str());
+    if (event.has_group() && texts) PrintGroup(event.group(), json);
+    if (event.has_status()) {
+      std::printf("%s\n", json ? StatusJson(event.status()).dump().c_str()
+                               : StatusLine(event.status()).c_str());
+    }
     std::fflush(stdout);
   }
   return rpc::FromGrpcStatus(reader->Finish());
@@ -164,7 +158,9 @@ absl::Status RunSubmit(const SubmitFlags& f) {
                 response.duplicate() ? " (already submitted with this idempotency key)" : "");
   }
   std::fflush(stdout);
-  return f.watch ? Watch(*stub, response.prompt_set_id(), f.json) : absl::OkStatus();
+  return f.watch || f.show_texts
+             ? Watch(*stub, response.prompt_set_id(), f.json, f.show_texts)
+             : absl::OkStatus();
 }
 
 absl::Status RunStatus(const std::string& server, const std::string& id, bool json) {
@@ -221,6 +217,8 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   submit->add_option("--idempotency-key", s->idempotency_key,
                      "Retrying with the same key does not submit twice");
   submit->add_flag("--watch", s->watch, "Stream progress until the set is done");
+  submit->add_flag("--show-texts", s->show_texts,
+                   "Watch, and print each finished sample's text and reward");
   submit->add_flag("--json", s->json, "JSON output");
   registry.Add(submit, [s] { return RunSubmit(*s); });
 

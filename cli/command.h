@@ -33,6 +33,7 @@ class CommandRegistry {
 void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterTokenizeCommand(CLI::App& app, CommandRegistry& registry);
+void RegisterTaskCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterClientCommands(CLI::App& app, CommandRegistry& registry);

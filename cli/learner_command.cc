@@ -117,10 +117,12 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f, const config
   return r;
 }
 
-absl::Status SaveFull(Rank& r, const std::string& out) {
+// The trained model, with the tokenizer files of the model it started from.
+absl::Status SaveFull(Rank& r, const std::string& start_model, const std::string& out) {
   PRL_RETURN_IF_ERROR(r.learner->model->GatherFullParams(r.full_span()));
-  if (r.rank0()) PRL_RETURN_IF_ERROR(SaveModel(out, *r.full));
-  return absl::OkStatus();
+  if (!r.rank0()) return absl::OkStatus();
+  PRL_RETURN_IF_ERROR(SaveModel(out, *r.full));
+  return CopyTokenizerFiles(start_model, out);
 }
 
 absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
@@ -136,7 +138,7 @@ absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
     if (r->rank0()) PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *r->full));
   }
   PRL_ASSIGN_OR_RETURN(result.optimizer, l.optimizer->Step());
-  PRL_RETURN_IF_ERROR(SaveFull(*r, f.out));
+  PRL_RETURN_IF_ERROR(SaveFull(*r, c.model.path, f.out));
   if (r->rank0()) {
     std::printf("%s\n", Report(result, l.model->memory(), l.optimizer->state_bytes(),
                                l.comm->world_size(), f.json)
@@ -197,7 +199,7 @@ absl::Status RunTrainRank(const StepFlags& f, const config::RunConfig& c,
     if (r->rank0()) PrintTrainStep(result, state.step, c.learner.steps, saved);
   }
   if (!f.out.empty()) {
-    PRL_RETURN_IF_ERROR(SaveFull(*r, f.out));
+    PRL_RETURN_IF_ERROR(SaveFull(*r, c.model.path, f.out));
     if (r->rank0()) std::printf("wrote %s\n", f.out.c_str());
   }
   return l.comm->Barrier();

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterModelCommands(app, registry);
   prl::cli::RegisterScoreCommand(app, registry);
   prl::cli::RegisterTokenizeCommand(app, registry);
+  prl::cli::RegisterTaskCommands(app, registry);
   prl::cli::RegisterGenerateCommand(app, registry);
   prl::cli::RegisterReplayCommands(app, registry);
   prl::cli::RegisterClientCommands(app, registry);

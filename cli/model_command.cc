@@ -1,5 +1,6 @@
 // `prl model init` and `prl model info`.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "cli/command.h"
 #include "core/status_macros.h"
 #include "model/presets.h"
+#include "tokenizer/hf_text_codec.h"
 
 namespace prl::cli {
 
@@ -24,8 +26,24 @@ struct InitFlags {
   float init_std = 0.02f;
   std::string dtype = "f32";
   double max_shard_mb = 0.0;
+  std::string tokenizer;  // a directory with tokenizer.json (and its config files)
   std::string out;
 };
+
+// --tokenizer: the vocabulary size is the tokenizer's (or --vocab-size, which must cover it).
+absl::Status ApplyTokenizer(const InitFlags& f, bool vocab_given, ModelConfig* config) {
+  if (f.tokenizer.empty()) return absl::OkStatus();
+  PRL_ASSIGN_OR_RETURN(auto codec, tokenizer::HfTextCodec::Load(f.tokenizer));
+  const int64_t needed = codec->vocab_size();
+  if (!vocab_given) {
+    config->vocab_size = needed;
+  } else if (config->vocab_size < needed) {
+    return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", config->vocab_size,
+                                                   " is below the tokenizer's ", needed, " (",
+                                                   codec->Describe(), ")"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DType> ParseStorageDType(const std::string& s) {
   if (s == "f32") return DType::kF32;
@@ -85,6 +103,7 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
         absl::StrCat("--hidden-size ", config.hidden_size, " is not a multiple of --heads ",
                      config.num_attention_heads, " (or give --head-dim)"));
   }
+  PRL_RETURN_IF_ERROR(ApplyTokenizer(f, given("--vocab-size"), &config));
   absl::Status valid = ValidateModelConfig(config);
   if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("model init: ", valid.message()));
   PRL_ASSIGN_OR_RETURN(const DType dtype, ParseStorageDType(f.dtype));
@@ -95,9 +114,12 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
   options.dtype = dtype;
   options.max_shard_bytes = static_cast<uint64_t>(f.max_shard_mb * 1024.0 * 1024.0);
   PRL_RETURN_IF_ERROR(SaveModel(f.out, params, options));
-  std::printf("wrote %s: %s, %lld parameters, %s\n", f.out.c_str(),
+  if (!f.tokenizer.empty()) PRL_RETURN_IF_ERROR(CopyTokenizerFiles(f.tokenizer, f.out));
+  std::printf("wrote %s: %s, %lld parameters, %s, vocabulary %lld%s\n", f.out.c_str(),
               std::string(ArchitectureName(config.arch)).c_str(),
-              static_cast<long long>(ParameterCount(config)), f.dtype.c_str());
+              static_cast<long long>(ParameterCount(config)), f.dtype.c_str(),
+              static_cast<long long>(config.vocab_size),
+              f.tokenizer.empty() ? "" : absl::StrCat(" (tokenizer of ", f.tokenizer, ")").c_str());
   return absl::OkStatus();
 }
 
@@ -154,6 +176,9 @@ void RegisterModelCommands(CLI::App& app, CommandRegistry& registry) {
   init->add_option("--max-shard-mb", f->max_shard_mb,
                    "Split weights into shards of at most this size (0: one file)")
       ->capture_default_str();
+  init->add_option("--tokenizer", f->tokenizer,
+                   "Copy this directory's Hugging Face tokenizer files (tokenizer.json, ...) and "
+                   "size the vocabulary for it");
   init->add_option("--out", f->out, "Output directory")->required();
   registry.Add(init, [f, init] { return RunInit(*f, *init); });
 

@@ -18,7 +18,7 @@
 #include "core/mapped_file.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/hf_text_codec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace prl::cli {
@@ -81,8 +81,8 @@ absl::StatusOr<json> DecodeLine(const tokenizer::Tokenizer& t, const json& line,
   return json{{"text", *text}};
 }
 
-absl::StatusOr<json> ChatLine(const tokenizer::Tokenizer& t, const tokenizer::ChatTemplate& tmpl,
-                              const json& line, const TokenizeFlags& f, const std::string& where) {
+absl::StatusOr<json> ChatLine(const tokenizer::HfTextCodec& codec, const json& line,
+                              const TokenizeFlags& f, const std::string& where) {
   PRL_RETURN_IF_ERROR(CheckKeys(line, {"messages", "tools", "chat_template_kwargs"}, where));
   if (!line.contains("messages") || !line["messages"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": \"messages\" must be a list"));
@@ -94,28 +94,26 @@ absl::StatusOr<json> ChatLine(const tokenizer::Tokenizer& t, const tokenizer::Ch
           absl::StrCat(where, ": messages[", i, "] must be an object with a string \"role\""));
     }
   }
-  tokenizer::ChatTemplateInputs inputs;
-  inputs.messages = line["messages"];
+  tokenizer::ChatPrompt chat;
+  chat.messages = line["messages"];
   if (line.contains("tools") && !line["tools"].is_null()) {
     if (!line["tools"].is_array()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": \"tools\" must be a list"));
     }
-    inputs.tools = line["tools"];
+    chat.tools = line["tools"];
   }
   if (line.contains("chat_template_kwargs")) {
     if (!line["chat_template_kwargs"].is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": \"chat_template_kwargs\" must be an object"));
     }
-    inputs.extra = line["chat_template_kwargs"];
+    chat.kwargs = line["chat_template_kwargs"];
   }
-  inputs.add_generation_prompt = f.add_generation_prompt;
-  inputs.bos_token = t.bos_token();
-  inputs.eos_token = t.eos_token();
-  absl::StatusOr<std::string> text = tmpl.Render(inputs);
+  chat.add_generation_prompt = f.add_generation_prompt;
+  absl::StatusOr<std::string> text = codec.RenderChat(chat);
   if (!text.ok())
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", text.status().message()));
-  absl::StatusOr<std::vector<int32_t>> ids = t.Encode(*text, /*add_special_tokens=*/false);
+  absl::StatusOr<std::vector<int32_t>> ids = codec.EncodeContinuation(*text);
   if (!ids.ok())
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.status().message()));
   return json{{"text", *text}, {"tokens", *ids}};
@@ -124,16 +122,9 @@ absl::StatusOr<json> ChatLine(const tokenizer::Tokenizer& t, const tokenizer::Ch
 absl::Status RunTokenize(const TokenizeFlags& f) {
   if (f.decode && f.chat)
     return absl::InvalidArgumentError("--decode and --chat exclude each other");
-  PRL_ASSIGN_OR_RETURN(const std::unique_ptr<tokenizer::Tokenizer> t,
-                       tokenizer::Tokenizer::Load(f.model));
-  std::optional<tokenizer::ChatTemplate> tmpl;
-  if (f.chat) {
-    if (!t->chat_template()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.model, "/tokenizer_config.json has no chat_template (needed by --chat)"));
-    }
-    PRL_ASSIGN_OR_RETURN(tmpl, tokenizer::ChatTemplate::Parse(*t->chat_template()));
-  }
+  PRL_ASSIGN_OR_RETURN(const std::unique_ptr<tokenizer::HfTextCodec> codec,
+                       tokenizer::HfTextCodec::Load(f.model));
+  const tokenizer::Tokenizer* t = &codec->tokenizer();
   std::ifstream in(f.input);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open --input '", f.input, "'"));
   std::string output, text;
@@ -148,7 +139,7 @@ absl::Status RunTokenize(const TokenizeFlags& f) {
     if (!line.is_object())
       return absl::InvalidArgumentError(absl::StrCat(where, ": expected a JSON object"));
     absl::StatusOr<json> result = f.decode ? DecodeLine(*t, line, f, where)
-                                  : f.chat ? ChatLine(*t, *tmpl, line, f, where)
+                                  : f.chat ? ChatLine(*codec, line, f, where)
                                            : EncodeLine(*t, line, f, where);
     if (!result.ok()) return result.status();
     absl::StrAppend(&output, result->dump(), "\n");

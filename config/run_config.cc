@@ -21,8 +21,11 @@ using Json = nlohmann::ordered_json;
 using internal::EnumField;
 using internal::VisitFields;
 
+using StringMap = std::map<std::string, std::string>;
+
 template <typename T>
 const char* TypeName() {
+  if constexpr (std::is_same_v<T, StringMap>) return "an object of strings";
   if constexpr (std::is_same_v<T, std::string>) return "a string";
   if constexpr (std::is_same_v<T, bool>) return "true or false";
   if constexpr (std::is_floating_point_v<T>) return "a number";
@@ -67,7 +70,10 @@ struct Reader {
     if (found == nullptr) return;
     const Json& value = *found;
     bool ok = false;
-    if constexpr (std::is_same_v<T, std::string>) {
+    if constexpr (std::is_same_v<T, StringMap>) {
+      ok = value.is_object();
+      for (const auto& [k, v] : value.items()) ok = ok && v.is_string();
+    } else if constexpr (std::is_same_v<T, std::string>) {
       ok = value.is_string();
     } else if constexpr (std::is_same_v<T, bool>) {
       ok = value.is_boolean();

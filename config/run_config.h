@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ inline constexpr NamedValue<WeightTransport> kWeightTransportNames[] = {
     {"cuda_ipc", WeightTransport::kCudaIpc},
     {"nccl", WeightTransport::kNccl}};
 
+// The run's task: the built-in arithmetic problems, or prompts from the user's files.
+enum class TaskName { kArithmetic, kPrompts };
+inline constexpr NamedValue<TaskName> kTaskNames[] = {{"arithmetic", TaskName::kArithmetic},
+                                                      {"prompts", TaskName::kPrompts}};
+
 // The arithmetic reward's credit: exact (1 iff the answer is right) or digits (partial credit
 // per digit, a denser signal for small models). Evaluation is always exact.
 enum class ArithmeticCredit { kExact, kDigits };
@@ -63,7 +69,10 @@ struct ModelSection {
 };
 
 struct TaskSection {
-  std::string name = "arithmetic";  // the built-in task (prompts, held-out split, verifier)
+  // arithmetic: the built-in task (prompts, held-out split, verifier); prompts: train_file and
+  // eval_file, JSONL lines {"text" | "messages", "reference"}, scored by `reward`.
+  TaskName name = TaskName::kArithmetic;
+  std::string train_file, eval_file;
   int min_digits = 1, max_digits = 3;
   std::string operations = "+";
   int64_t eval_prompts = 1000;  // held-out prompts for eval_before / eval_after
@@ -72,6 +81,7 @@ struct TaskSection {
   double temperature = 1.0;
   double top_p = 1.0;
   std::string reward = "arithmetic";
+  std::map<std::string, std::string> reward_params;  // e.g. {"pattern": ...} for regex
   ArithmeticCredit credit = ArithmeticCredit::kExact;
 };
 

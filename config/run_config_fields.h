@@ -36,7 +36,11 @@ void VisitRunFields(RunConfig& c, Visitor& v) {
 
 template <typename Visitor>
 void VisitTaskFields(RunConfig& c, Visitor& v) {
-  v("task", "name", c.task.name, "The built-in task: arithmetic");
+  v("task", "name", Enum(c.task.name, kTaskNames),
+    "arithmetic (built-in) or prompts (train_file and eval_file)");
+  v("task", "train_file", c.task.train_file,
+    "prompts: JSONL of {\"text\" | \"messages\", \"reference\"} to train on");
+  v("task", "eval_file", c.task.eval_file, "prompts: JSONL of held-out prompts (same format)");
   v("task", "min_digits", c.task.min_digits, "Fewest digits per operand");
   v("task", "max_digits", c.task.max_digits, "Most digits per operand");
   v("task", "operations", c.task.operations, "Operations drawn from, e.g. \"+-*\"");
@@ -45,7 +49,10 @@ void VisitTaskFields(RunConfig& c, Visitor& v) {
   v("task", "max_tokens", c.task.max_tokens, "Completion length limit (tokens)");
   v("task", "temperature", c.task.temperature, "Sampling temperature");
   v("task", "top_p", c.task.top_p, "Nucleus sampling mass");
-  v("task", "reward", c.task.reward, "Reward name (arithmetic, exact_match, numeric, regex)");
+  v("task", "reward", c.task.reward,
+    "Reward name (arithmetic, exact_match, numeric, regex, remote)");
+  v("task", "reward_params", c.task.reward_params,
+    "The reward's parameters, an object of strings (regex: pattern; remote: address)");
   v("task", "credit", Enum(c.task.credit, kArithmeticCreditNames),
     "Arithmetic reward: exact, or digits (partial credit per digit)");
   v("sft", "steps", c.sft.steps, "Supervised warm-start steps (0: none)");

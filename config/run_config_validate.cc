@@ -48,8 +48,6 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
                             "a preset name when model.path is empty", "''"));
   PRL_RETURN_IF_ERROR(Range(c.model.max_position_embeddings >= 8, "model.max_position_embeddings",
                             ">= 8", c.model.max_position_embeddings));
-  PRL_RETURN_IF_ERROR(Range(c.task.name == "arithmetic", "task.name",
-                            "arithmetic (the built-in task)", Quoted(c.task.name)));
   PRL_RETURN_IF_ERROR(Range(c.task.eval_prompts >= 1 && c.task.eval_prompts <= 100000,
                             "task.eval_prompts", "1 to 100000", c.task.eval_prompts));
   PRL_RETURN_IF_ERROR(Range(c.task.samples_per_prompt >= 2 && c.task.samples_per_prompt <= 1024,

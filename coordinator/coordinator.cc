@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
+#include "coordinator/prompt_format.h"
 
 namespace prl::coordinator {
 
@@ -88,32 +90,14 @@ absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& reques
   if (absl::Status r = config_.validate_reward(request.reward()); !r.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("reward: ", r.message()));
   }
+  if (s.stop_token_ids_size() == 0 && config_.text != nullptr) {
+    for (int32_t id : config_.text->stop_ids()) out->mutable_sampling()->add_stop_token_ids(id);
+  }
   for (int i = 0; i < request.prompts_size(); ++i) {
-    const prl::v1::Prompt& p = request.prompts(i);
     const std::string field = absl::StrCat("prompts[", i, "]");
-    std::vector<int32_t> tokens;
-    if (p.has_tokens()) {
-      tokens.assign(p.tokens().ids().begin(), p.tokens().ids().end());
-      for (size_t j = 0; j < tokens.size(); ++j) {
-        if (tokens[j] < 0 || tokens[j] >= config_.vocab_size) {
-          return Invalid(absl::StrCat(field, ".tokens[", j, "]"),
-                         absl::StrCat("a token id in [0, ", config_.vocab_size, ")"),
-                         absl::StrCat(tokens[j]));
-        }
-      }
-    } else if (p.content_case() == prl::v1::Prompt::kText) {
-      if (!config_.tokenize) {
-        return Invalid(absl::StrCat(field, ".text"), "token ids (no tokenizer configured)", "text");
-      }
-      absl::StatusOr<std::vector<int32_t>> t = config_.tokenize(p.text());
-      if (!t.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".text: ", t.status().message()));
-      }
-      tokens = std::move(*t);
-    } else {
-      return Invalid(field, "text or tokens", "neither");
-    }
-    if (tokens.empty()) return Invalid(field, "at least one token", "an empty prompt");
+    PRL_ASSIGN_OR_RETURN(
+        const std::vector<int32_t> tokens,
+        PromptTokens(request.prompts(i), config_.text.get(), config_.vocab_size, field));
     const int64_t total = static_cast<int64_t>(tokens.size()) + s.max_tokens();
     if (total > config_.max_position_embeddings) {
       return absl::InvalidArgumentError(
@@ -257,7 +241,8 @@ absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& 
 }
 
 absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
-    const std::string& id, size_t* cursor, absl::Duration timeout, bool* finished) {
+    const std::string& id, size_t* cursor, absl::Duration timeout, bool* finished,
+    bool include_texts) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = sets_.find(id);
   if (it == sets_.end()) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
@@ -269,7 +254,10 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
   } else {
     changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
                       [&] { return set.events.size() + 1 > *cursor; });
-    for (size_t i = *cursor - 1; i < set.events.size(); ++i) out.push_back(set.events[i]);
+    for (size_t i = *cursor - 1; i < set.events.size(); ++i) {
+      out.push_back(set.events[i]);
+      if (!include_texts && out.back().has_group()) out.back().mutable_group()->clear_texts();
+    }
     *cursor = set.events.size() + 1;
   }
   *finished = set.state != prl::v1::PROMPT_SET_STATE_RUNNING;
@@ -420,13 +408,35 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
                      absl::StrCat(r.rewards(i)));
     }
   }
+  if (r.texts_size() != 0 && r.texts_size() != n) {
+    return Invalid("result.texts", absl::StrCat("none or ", n, " (one per sample)"),
+                   absl::StrCat(r.texts_size()));
+  }
   prl::v1::LogRecord record;
   record.mutable_completed()->set_prompt_set_id(set_id);
   *record.mutable_completed()->mutable_result() = r;
+  record.mutable_completed()->mutable_result()->clear_texts();  // texts are for watchers only
   PRL_RETURN_IF_ERROR(log_->Append(record));
+  *record.mutable_completed()->mutable_result() = r;
   Apply(record);
+  BoundTexts(set);
   response.set_accepted(true);
   return response;
+}
+
+void Coordinator::BoundTexts(PromptSet& set) {
+  // The group Apply just added (followed by its status).
+  auto newest = std::find_if(set.events.rbegin(), set.events.rend(),
+                             [](const prl::v1::PromptSetEvent& e) { return e.has_group(); });
+  if (newest == set.events.rend()) return;
+  for (const std::string& t : newest->group().texts()) set.text_bytes += t.size();
+  while (set.text_bytes > config_.max_text_bytes_per_set && set.oldest_text < set.events.size()) {
+    prl::v1::PromptSetEvent& e = set.events[set.oldest_text++];
+    if (!e.has_group() || e.group().texts().empty()) continue;
+    for (const std::string& t : e.group().texts()) set.text_bytes -= t.size();
+    e.mutable_group()->clear_texts();
+    e.mutable_group()->set_texts_dropped(true);
+  }
 }
 
 void Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed) {

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "coordinator/prompt_log.h"
 #include "prl/v1/prompt.pb.h"
+#include "tokenizer/text_codec.h"
 
 namespace prl::coordinator {
 
@@ -49,8 +50,12 @@ struct CoordinatorConfig {
   // The model's limits, for validating submissions.
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
-  // Tokenises text prompts; null: text prompts are refused.
-  std::function<absl::StatusOr<std::vector<int32_t>>(absl::string_view)> tokenize;
+  // The model's text (tokenizer/text_codec.h): encodes text and chat prompts and gives the
+  // stop ids filled in when a submission names none; null: text and chat prompts are refused.
+  std::shared_ptr<const tokenizer::TextCodec> text;
+  // Completion texts kept per prompt set for watchers (GroupResult.texts); beyond this, the
+  // oldest groups' texts are dropped (and marked so).
+  int64_t max_text_bytes_per_set = int64_t{16} << 20;
   // Checks a reward spec (known name, parameters); null: every name is refused.
   std::function<absl::Status(const prl::v1::RewardSpec&)> validate_reward;
 };
@@ -77,10 +82,12 @@ class Coordinator {
   absl::StatusOr<prl::v1::PromptSetStatus> Cancel(const std::string& prompt_set_id);
   // Events of a set from `*cursor` on (the status first); waits up to timeout for one.
   // `finished` becomes true once the set is done or cancelled and every event was returned.
+  // Groups carry their samples' texts only with `include_texts`.
   absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> WatchEvents(const std::string& prompt_set_id,
                                                                    size_t* cursor,
                                                                    absl::Duration timeout,
-                                                                   bool* finished);
+                                                                   bool* finished,
+                                                                   bool include_texts = false);
 
   // ActorControl.
   prl::v1::RegisterResponse RegisterActor(const std::string& name);
@@ -108,6 +115,8 @@ class Coordinator {
     double reward_sum = 0;
     int64_t reward_count = 0;
     std::vector<prl::v1::PromptSetEvent> events;  // groups, each followed by a status
+    int64_t text_bytes = 0;      // of the texts the events hold
+    size_t oldest_text = 0;      // events before this hold no texts
   };
   struct Actor {
     std::string name;
@@ -118,6 +127,8 @@ class Coordinator {
   explicit Coordinator(const CoordinatorConfig& config) : config_(config) {}
   absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
+  // Keeps the set's texts within max_text_bytes_per_set, dropping the oldest, mutex held.
+  void BoundTexts(PromptSet& set);
   void Apply(const prl::v1::LogRecord& record);  // replay and live updates, mutex held
   prl::v1::PromptSetStatus StatusOf(const PromptSet& set) const;
   void Requeue(PromptSet& set, int64_t index);

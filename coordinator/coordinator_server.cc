@@ -46,7 +46,8 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
     bool finished = false;
     while (!context->IsCancelled()) {
       absl::StatusOr<std::vector<v1::PromptSetEvent>> events =
-          c_->WatchEvents(request->prompt_set_id(), &cursor, absl::Milliseconds(500), &finished);
+          c_->WatchEvents(request->prompt_set_id(), &cursor, absl::Milliseconds(500), &finished,
+                          request->include_texts());
       if (!events.ok()) return ToGrpcStatus(events.status());
       for (const v1::PromptSetEvent& e : *events) {
         if (!writer->Write(e)) return grpc::Status::OK;  // the client went away

@@ -12,7 +12,7 @@
 #include "roles/device_settings.h"
 #include "roles/role_metrics.h"
 #include "roles/weight_transports.h"
-#include "task/char_tokenizer.h"
+#include "roles/model_text.h"
 
 namespace prl::roles {
 
@@ -61,9 +61,6 @@ absl::StatusOr<actor::ActorOptions> ActorOptionsFrom(const config::RunConfig& c,
   o.run_id = c.run.name;
   o.max_prompts_in_flight = c.actors.max_prompts_in_flight;
   PRL_ASSIGN_OR_RETURN(o.engine, ActorEngineOptions(c.actors));
-  if (c.task.name == "arithmetic") {  // text rewards read the built-in task's characters
-    o.decode = [](absl::Span<const int32_t> ids) { return task::CharTokenizer().Decode(ids); };
-  }
   return o;
 }
 
@@ -71,13 +68,14 @@ void PrintStart(const actor::ActorOptions& o, const config::RunConfig& c, const 
                 const RoleMetrics& endpoint) {
   std::printf(
       "actor %s: generating for %s%s on %s (%s), KV cache %lld MiB in blocks of %d, %d "
-      "sequences, %d prompts in flight; groups to %s; weights over %s\n",
+      "sequences, %d prompts in flight; groups to %s; weights over %s; text: %s\n",
       o.name.c_str(), o.coordinator.c_str(), endpoint.Describe().c_str(),
       o.engine.device.ToString().c_str(),
       std::string(EnumName(kComputeDTypeNames, o.engine.dtype)).c_str(),
       static_cast<long long>(o.engine.kv_cache_bytes >> 20), o.engine.block_size,
       o.engine.max_num_seqs, o.max_prompts_in_flight, sink.description.c_str(),
-      std::string(EnumName(config::kWeightTransportNames, c.broadcast.transport)).c_str());
+      std::string(EnumName(config::kWeightTransportNames, c.broadcast.transport)).c_str(),
+      o.text != nullptr ? o.text->Describe().c_str() : "token ids (no tokenizer)");
   std::fflush(stdout);
 }
 
@@ -93,6 +91,13 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
   PRL_ASSIGN_OR_RETURN(actor::ActorOptions options, ActorOptionsFrom(c, role));
   PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(c.model.path, options.engine.device));
   const ModelConfig model = loaded.config;
+  absl::StatusOr<std::shared_ptr<const tokenizer::TextCodec>> text =
+      OpenModelText(c, c.model.path, model.vocab_size);
+  if (text.ok()) {
+    options.text = std::move(*text);
+  } else if (!absl::IsNotFound(text.status())) {
+    return text.status();
+  }
   auto initial = std::make_shared<const ParameterSet>(std::move(loaded));
   PRL_ASSIGN_OR_RETURN(ReplaySink sink, OpenReplaySink(c, stop));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> weights,

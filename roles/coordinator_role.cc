@@ -11,27 +11,13 @@
 #include "metrics/prl_metrics.h"
 #include "reward/verifiers.h"
 #include "roles/role_metrics.h"
-#include "task/char_tokenizer.h"
+#include "roles/model_text.h"
 
 namespace prl::roles {
 
 namespace {
 
 namespace v1 = prl::v1;
-
-// Text prompts of the built-in task are tokenised with its character tokenizer.
-absl::Status SetTokenizer(const config::RunConfig& c, const ModelConfig& model,
-                          coordinator::CoordinatorConfig* out) {
-  if (c.task.name != "arithmetic") return absl::OkStatus();
-  auto tokenizer = std::make_shared<task::CharTokenizer>();
-  if (tokenizer->vocab_size() > model.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.name = arithmetic: its character tokenizer has ", tokenizer->vocab_size(),
-        " tokens but the model's vocab_size is ", model.vocab_size));
-  }
-  out->tokenize = [tokenizer](absl::string_view text) { return tokenizer->Encode(text); };
-  return absl::OkStatus();
-}
 
 void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMetrics& m,
                    metrics::ProcessMetrics& process) {
@@ -68,7 +54,13 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.sync = c.run.mode == config::RunMode::kSync;
   out.vocab_size = model.vocab_size;
   out.max_position_embeddings = model.max_position_embeddings;
-  PRL_RETURN_IF_ERROR(SetTokenizer(c, model, &out));
+  absl::StatusOr<std::shared_ptr<const tokenizer::TextCodec>> text =
+      OpenModelText(c, c.model.path, model.vocab_size);
+  if (text.ok()) {
+    out.text = std::move(*text);
+  } else if (!absl::IsNotFound(text.status())) {
+    return text.status();
+  }
   out.validate_reward = [](const v1::RewardSpec& spec) {
     reward::RewardSpec parsed;
     parsed.name = spec.name();
@@ -90,7 +82,7 @@ absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atom
   metrics::CoordinatorMetrics m(*endpoint->registry);
   std::printf(
       "coordinator on port %d%s: %lld prompt sets in %s (%lld prompts pending)%s; leases of "
-      "%lld ms renewed every %lld ms, budget (%lld + 1) x %lld groups%s\n",
+      "%lld ms renewed every %lld ms, budget (%lld + 1) x %lld groups%s; text: %s\n",
       server->port(), endpoint->Describe().c_str(), static_cast<long long>(stats.prompt_sets),
       settings.log_path.c_str(), static_cast<long long>(stats.prompts_pending),
       stats.torn_log_bytes > 0
@@ -98,7 +90,8 @@ absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atom
           : "",
       static_cast<long long>(settings.lease_ms), static_cast<long long>(settings.heartbeat_ms),
       static_cast<long long>(settings.max_lag), static_cast<long long>(settings.groups_per_step),
-      settings.sync ? ", sync mode" : "");
+      settings.sync ? ", sync mode" : "",
+      settings.text != nullptr ? settings.text->Describe().c_str() : "token prompts only");
   std::fflush(stdout);
   for (int tick = 0; !stop; ++tick) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -13,7 +13,8 @@ namespace prl::roles {
 
 // The coordinator's settings from the run: leases, the staleness budget (learner.max_lag,
 // learner.groups_per_step; sync mode's budget of one step), the model's limits (model.path
-// must name the model directory), the tokenizer of text prompts and the reward check.
+// must name the model directory), its text (roles/model_text.h; none: token prompts only) and
+// the reward check.
 absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const config::RunConfig& c);
 
 absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atomic<bool>& stop);

@@ -10,8 +10,7 @@
 namespace prl::roles {
 
 reward::RewardSpec TaskRewardSpec(const config::RunConfig& c) {
-  reward::RewardSpec spec;
-  spec.name = c.task.reward;
+  reward::RewardSpec spec{c.task.reward, c.task.reward_params};
   if (c.task.reward == "arithmetic") {
     spec.params["credit"] = std::string(EnumName(config::kArithmeticCreditNames, c.task.credit));
   }

@@ -12,7 +12,8 @@
 
 namespace prl::roles {
 
-// The reward of the run's task: its name and parameters.
+// The reward of the run's task: task.reward with task.reward_params (the arithmetic reward's
+// credit is task.credit). prl run trains with it too.
 reward::RewardSpec TaskRewardSpec(const config::RunConfig& config);
 
 absl::Status RunRewardRole(const config::RunConfig& config, const std::atomic<bool>& stop);

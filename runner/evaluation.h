@@ -1,5 +1,6 @@
-// Held-out evaluation of the built-in arithmetic task: greedy decoding with prl's engine on
-// problems of the held-out split (never trained on), scored by the task's exact verifier.
+// Held-out evaluation of the run's task (runner/task_source.h): greedy decoding with prl's
+// engine of the task's held-out prompts (never trained on), each completion decoded with the
+// task's text and scored by its evaluation reward (the arithmetic task: exact match).
 // `prl run` reports it before RL (eval_before) and after (eval_after).
 #pragma once
 
@@ -8,21 +9,19 @@
 
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
-#include "task/arithmetic_task.h"
+#include "runner/task_source.h"
 
 namespace prl::runner {
 
 struct EvalResult {
-  double accuracy = 0;  // mean exact reward in [0, 1]
+  double accuracy = 0;  // mean reward over the prompts (the arithmetic task: exact, in [0, 1])
   int64_t problems = 0;
   double seconds = 0;
 };
 
-// Greedy (temperature 0) completions of the first `num_problems` held-out problems for
-// `seed`, at most `max_tokens` tokens each, stopping at EOS.
-absl::StatusOr<EvalResult> EvaluateArithmetic(std::shared_ptr<const ParameterSet> weights,
-                                              const task::ArithmeticConfig& task,
-                                              int64_t num_problems, uint64_t seed,
-                                              int32_t max_tokens);
+// Greedy (temperature 0) completions of the first `count` held-out prompts, at most
+// `max_tokens` tokens each, stopping at the text's stop ids.
+absl::StatusOr<EvalResult> Evaluate(std::shared_ptr<const ParameterSet> weights,
+                                    const TaskSource& task, int64_t count, int32_t max_tokens);
 
 }  // namespace prl::runner

@@ -62,8 +62,13 @@ class Run {
     }
     PRL_RETURN_IF_ERROR(Prepare());
     PRL_ASSIGN_OR_RETURN(std::string start, PrepareStartModel(c_, o_.resume));
+    PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start));
+    PRL_ASSIGN_OR_RETURN(task_, OpenTask(c_, start, model.vocab_size));
+    std::printf("task: %s, text: %s\n",
+                std::string(EnumName(config::kTaskNames, c_.task.name)).c_str(),
+                task_->text().Describe().c_str());
     PRL_ASSIGN_OR_RETURN(const WarmStartResult warm,
-                         WarmStart(c_, start, o_.prl_path, o_.resume, o_.interrupted));
+                         WarmStart(c_, *task_, start, o_.prl_path, o_.resume, o_.interrupted));
     outcome_.warm_start_seconds = warm.seconds;
     PRL_ASSIGN_OR_RETURN(outcome_.eval_before, Evaluate(warm.model, "eval_before"));
     PRL_ASSIGN_OR_RETURN(roles_, PrepareRoles(c_, warm.model, o_.prl_path));
@@ -73,6 +78,7 @@ class Run {
     StopRoles();
     PRL_RETURN_IF_ERROR(Export());
     outcome_.model_final = dir_ + "/model-final";
+    PRL_RETURN_IF_ERROR(CopyTokenizerFiles(start, outcome_.model_final));
     PRL_ASSIGN_OR_RETURN(outcome_.eval_after, Evaluate(outcome_.model_final, "eval_after"));
     for (const Supervised& a : actors_) outcome_.actor_restarts += a.restarts;
     outcome_.learner_restarts = learner_.restarts;
@@ -101,10 +107,9 @@ class Run {
 
   absl::StatusOr<double> Evaluate(const std::string& model_dir, const char* what) {
     PRL_ASSIGN_OR_RETURN(ParameterSet weights, LoadModel(model_dir, Device::Cpu()));
-    PRL_ASSIGN_OR_RETURN(
-        const EvalResult r,
-        EvaluateArithmetic(std::make_shared<const ParameterSet>(std::move(weights)), TaskConfig(c_),
-                           c_.task.eval_prompts, c_.run.seed, c_.task.max_tokens));
+    PRL_ASSIGN_OR_RETURN(const EvalResult r,
+                         runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)),
+                                          *task_, c_.task.eval_prompts, c_.task.max_tokens));
     std::printf("%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)\n", what, r.accuracy,
                 static_cast<long long>(r.problems), r.seconds);
     std::fflush(stdout);
@@ -119,7 +124,7 @@ class Run {
     auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                              rpc::ChannelArgs(int64_t{64} << 20));
     PRL_RETURN_IF_ERROR(WaitForServer(*channel, *coordinator_.process, "the coordinator", address));
-    feeder_.emplace(rc, channel);
+    feeder_.emplace(rc, *task_, channel);
     PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(roles_.learner));
     learner_.process.emplace(std::move(started));
     if (rc.broadcast.transport == config::WeightTransport::kGrpc ||
@@ -236,6 +241,7 @@ class Run {
   const LocalRunOptions& o_;
   const config::RunConfig c_;
   const std::string dir_;
+  std::unique_ptr<TaskSource> task_;
   RoleSpecs roles_;
   Supervised coordinator_, learner_;
   std::vector<Supervised> actors_;

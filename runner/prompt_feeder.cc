@@ -2,25 +2,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "runner/warm_start.h"
-#include "task/arithmetic_task.h"
-#include "task/char_tokenizer.h"
 
 namespace prl::runner {
 
 namespace v1 = prl::v1;
 
-PromptFeeder::PromptFeeder(const config::RunConfig& config,
+PromptFeeder::PromptFeeder(const config::RunConfig& config, const TaskSource& task,
                            std::shared_ptr<grpc::Channel> coordinator)
-    : config_(config), prompts_(v1::PromptService::NewStub(coordinator)) {}
+    : config_(config), task_(task), prompts_(v1::PromptService::NewStub(coordinator)) {}
 
 absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   const config::RunConfig& c = config_;
-  const int64_t size = 8 * c.learner.groups_per_step;
-  PRL_ASSIGN_OR_RETURN(const std::vector<task::ArithmeticProblem> problems,
-                       task::GenerateProblems(TaskConfig(c), task::Split::kTrain,
-                                              c.run.seed * 104729 + 17 + chunks_, size));
-  const task::CharTokenizer tokenizer;
+  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
+                       task_.TrainPrompts(chunks_, 8 * c.learner.groups_per_step));
   v1::SubmitPromptSetRequest request;
   request.set_name(absl::StrCat(c.run.name, " train chunk ", chunks_));
   request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, "/chunk/", chunks_));
@@ -30,18 +24,11 @@ absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   sampling->set_top_p(static_cast<float>(c.task.top_p));
   sampling->set_max_tokens(c.task.max_tokens);
   sampling->set_seed(c.run.seed * 31 + chunks_);
-  sampling->add_stop_token_ids(tokenizer.eos_id());
-  request.mutable_reward()->set_name(c.task.reward);
-  if (c.task.reward == "arithmetic") {
-    (*request.mutable_reward()->mutable_params())["credit"] =
-        std::string(EnumName(config::kArithmeticCreditNames, c.task.credit));
-  }
-  for (const task::ArithmeticProblem& p : problems) {
-    PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, task::PromptTokens(tokenizer, p));
-    v1::Prompt* prompt = request.add_prompts();
-    prompt->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
-    prompt->set_reference(p.answer);
-  }
+  for (int32_t id : task_.text().stop_ids()) sampling->add_stop_token_ids(id);
+  const reward::RewardSpec reward = task_.TrainReward();
+  request.mutable_reward()->set_name(reward.name);
+  for (const auto& [k, v] : reward.params) (*request.mutable_reward()->mutable_params())[k] = v;
+  for (const v1::Prompt& p : prompts) *request.add_prompts() = p;
   return request;
 }
 

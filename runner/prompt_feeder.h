@@ -1,5 +1,5 @@
-// PromptFeeder: `prl run`'s client of the coordinator. It keeps the built-in task's train
-// prompts pending ahead of the learner — enough that the actors never wait for prompts
+// PromptFeeder: `prl run`'s client of the coordinator. It keeps the task's train prompts
+// (runner/task_source.h) pending ahead of the learner — enough that the actors never wait for prompts
 // within the staleness budget — submitting a chunk at a time, each with an idempotency key so
 // that a retried submit is not duplicated.
 #pragma once
@@ -12,12 +12,15 @@
 #include "absl/status/status.h"
 #include "config/run_config.h"
 #include "prl/v1/prompt.grpc.pb.h"
+#include "runner/task_source.h"
 
 namespace prl::runner {
 
 class PromptFeeder {
  public:
-  PromptFeeder(const config::RunConfig& config, std::shared_ptr<grpc::Channel> coordinator);
+  // `task` must outlive the feeder.
+  PromptFeeder(const config::RunConfig& config, const TaskSource& task,
+               std::shared_ptr<grpc::Channel> coordinator);
 
   // Submits a chunk when fewer than (max_lag + 2) steps' worth of prompts are pending. A
   // coordinator that is down (restarting) is tried again next time; a refused submission is
@@ -30,6 +33,7 @@ class PromptFeeder {
   absl::StatusOr<prl::v1::SubmitPromptSetRequest> Chunk() const;
 
   const config::RunConfig& config_;
+  const TaskSource& task_;
   std::unique_ptr<prl::v1::PromptService::Stub> prompts_;
   int64_t chunks_ = 0, in_flight_ = 0;
 };

@@ -14,23 +14,21 @@
 #include "runner/child_process.h"
 #include "runner/role_specs.h"
 #include "task/char_tokenizer.h"
+#include "runner/task_source.h"
 
 namespace prl::runner {
 
 namespace fs = std::filesystem;
 
-task::ArithmeticConfig TaskConfig(const config::RunConfig& c) {
-  task::ArithmeticConfig t;
-  t.min_digits = c.task.min_digits;
-  t.max_digits = c.task.max_digits;
-  t.operations = c.task.operations;
-  return t;
-}
-
 absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& c, bool resume) {
   if (!c.model.path.empty()) {
     std::printf("model: %s\n", c.model.path.c_str());
     return c.model.path;
+  }
+  if (c.task.name != config::TaskName::kArithmetic) {
+    return absl::InvalidArgumentError(
+        "model.path: task.name = prompts needs a model directory with tokenizer files (prl model "
+        "init --tokenizer DIR creates one with random weights)");
   }
   const std::string path = c.run_dir() + "/model-init";
   if (resume && fs::exists(path + "/config.json")) return path;
@@ -48,16 +46,15 @@ absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& c, bool r
 
 namespace {
 
-// The task's train split as supervised rollout lines (completion = the answer).
-absl::Status WriteSftExamples(const config::RunConfig& c, const std::string& path) {
+// The task's warm-start examples as supervised rollout lines (completion = the reference).
+absl::Status WriteSftExamples(const config::RunConfig& c, const TaskSource& task,
+                              int64_t vocab_size, const std::string& path) {
   const int64_t n = std::min<int64_t>(c.sft.steps * c.sft.examples_per_step, 50'000);
-  PRL_ASSIGN_OR_RETURN(
-      const std::vector<task::ArithmeticProblem> problems,
-      task::GenerateProblems(TaskConfig(c), task::Split::kTrain, c.run.seed * 7919 + 1, n));
-  const task::CharTokenizer tokenizer;
+  PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.SftPrompts(n));
+  PRL_ASSIGN_OR_RETURN(const std::vector<SftExample> examples,
+                       SftExamples(task, prompts, vocab_size));
   std::ofstream f(path);
-  for (const task::ArithmeticProblem& p : problems) {
-    PRL_ASSIGN_OR_RETURN(const task::TokenizedExample e, task::SftExample(tokenizer, p));
+  for (const SftExample& e : examples) {
     nlohmann::ordered_json line;
     line["prompt"] = e.prompt;
     line["completion"] = e.completion;
@@ -99,7 +96,7 @@ std::vector<std::string> SftArgv(const config::RunConfig& c, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c,
+absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c, const TaskSource& task,
                                           const std::string& start_model,
                                           const std::string& prl_path, bool resume,
                                           const std::atomic<bool>* interrupted) {
@@ -110,7 +107,8 @@ absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c,
     return WarmStartResult{out, 0};
   }
   const absl::Time start = absl::Now();
-  PRL_RETURN_IF_ERROR(WriteSftExamples(c, dir + "/sft.jsonl"));
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start_model));
+  PRL_RETURN_IF_ERROR(WriteSftExamples(c, task, model.vocab_size, dir + "/sft.jsonl"));
   std::printf("warm-start: %lld supervised steps of %lld examples (lr %g)\n",
               static_cast<long long>(c.sft.steps), static_cast<long long>(c.sft.examples_per_step),
               c.sft.lr);

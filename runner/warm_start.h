@@ -8,13 +8,12 @@
 
 #include "absl/status/statusor.h"
 #include "config/run_config.h"
-#include "task/arithmetic_task.h"
+#include "runner/task_source.h"
 
 namespace prl::runner {
 
-task::ArithmeticConfig TaskConfig(const config::RunConfig& config);
-
-// model.path when set; else <run dir>/model-init, created (or, with `resume`, reused).
+// model.path when set; else <run dir>/model-init, created from model.preset with the built-in
+// task's character vocabulary (or, with `resume`, reused). The prompts task needs model.path.
 absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& config, bool resume);
 
 struct WarmStartResult {
@@ -22,9 +21,10 @@ struct WarmStartResult {
   double seconds = 0;
 };
 
-// Runs sft.steps supervised steps from `start_model` (none when sft.steps is 0; with `resume`,
-// an earlier run's model-sft is reused). CANCELLED when *interrupted becomes true.
-absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& config,
+// Runs sft.steps supervised steps from `start_model` on the task's warm-start examples (none
+// when sft.steps is 0; with `resume`, an earlier run's model-sft is reused). CANCELLED when
+// *interrupted becomes true.
+absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& config, const TaskSource& task,
                                           const std::string& start_model,
                                           const std::string& prl_path, bool resume,
                                           const std::atomic<bool>* interrupted);

@@ -13,6 +13,7 @@
 #include "coordinator/coordinator_server.h"
 #include "reward/verifiers.h"
 #include "task/arithmetic_task.h"
+#include "task/char_text_codec.h"
 #include "task/char_tokenizer.h"
 #include "weight_broadcast/shm_transport.h"
 
@@ -55,7 +56,7 @@ class ActorTest : public ::testing::Test {
     cc.max_position_embeddings = config_.max_position_embeddings;
     cc.lease_ms = 5'000;
     cc.heartbeat_ms = 200;
-    cc.tokenize = [](absl::string_view text) { return task::CharTokenizer().Encode(text); };
+    cc.text = std::make_shared<task::CharTextCodec>();
     cc.validate_reward = [](const v1::RewardSpec& spec) {
       reward::RewardSpec parsed{spec.name(), {spec.params().begin(), spec.params().end()}};
       return reward::MakeRewardFunction(parsed).status();
@@ -74,9 +75,7 @@ class ActorTest : public ::testing::Test {
     options_.name = "test-actor";
     options_.run_id = "run-1";
     options_.engine.kv_cache_bytes = 4 << 20;
-    options_.decode = [](absl::Span<const int32_t> ids) {
-      return task::CharTokenizer().Decode(ids);
-    };
+    options_.text = std::make_shared<task::CharTextCodec>();
   }
 
   void TearDown() override {

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
+#include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
 #include "tests/status_testing.h"
@@ -19,6 +21,43 @@ namespace {
 namespace v1 = prl::v1;
 using ::prl::testing::IsError;
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+
+// A model text for the tests: one token per lowercase letter ('a' = 0), stop id 25 ('z'); a
+// chat renders as its contents joined by 'x'.
+class LettersCodec final : public tokenizer::TextCodec {
+ public:
+  absl::StatusOr<std::vector<int32_t>> EncodePrompt(absl::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (char ch : text) {
+      if (ch < 'a' || ch > 'z') {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown character '", std::string(1, ch), "'"));
+      }
+      ids.push_back(ch - 'a');
+    }
+    return ids;
+  }
+  absl::StatusOr<std::vector<int32_t>> EncodeContinuation(absl::string_view text) const override {
+    return EncodePrompt(text);
+  }
+  absl::StatusOr<std::string> RenderChat(const tokenizer::ChatPrompt& chat) const override {
+    std::string out;
+    for (const auto& m : chat.messages) out += m["content"].get<std::string>() + "x";
+    return out;
+  }
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(const tokenizer::ChatPrompt& chat) const override {
+    PRL_ASSIGN_OR_RETURN(const std::string text, RenderChat(chat));
+    return EncodePrompt(text);
+  }
+  absl::StatusOr<std::string> DecodeCompletion(absl::Span<const int32_t> ids) const override {
+    std::string out;
+    for (int32_t id : ids) out.push_back(static_cast<char>('a' + id));
+    return out;
+  }
+  std::vector<int32_t> stop_ids() const override { return {25}; }
+  int32_t vocab_size() const override { return 26; }
+  std::string Describe() const override { return "letters"; }
+};
 
 class CoordinatorTest : public ::testing::Test {
  protected:
@@ -31,17 +70,7 @@ class CoordinatorTest : public ::testing::Test {
     config_.max_position_embeddings = 64;
     config_.lease_ms = 60'000;
     config_.heartbeat_ms = 1'000;
-    config_.tokenize = [](absl::string_view text) -> absl::StatusOr<std::vector<int32_t>> {
-      std::vector<int32_t> ids;
-      for (char ch : text) {
-        if (ch < 'a' || ch > 'z') {
-          return absl::InvalidArgumentError(
-              absl::StrCat("unknown character '", std::string(1, ch), "'"));
-        }
-        ids.push_back(ch - 'a');
-      }
-      return ids;
-    };
+    config_.text = std::make_shared<LettersCodec>();
     config_.validate_reward = [](const v1::RewardSpec& r) {
       return r.name() == "exact_match"
                  ? absl::OkStatus()
@@ -164,6 +193,111 @@ TEST_F(CoordinatorTest, MalformedSubmissionsAreInvalidArgumentNamingTheFieldAndC
   EXPECT_EQ(std::vector<int32_t>(leased->prompts(0).prompt_tokens().begin(),
                                  leased->prompts(0).prompt_tokens().end()),
             (std::vector<int32_t>{7, 4, 11, 11, 14}));
+}
+
+TEST_F(CoordinatorTest, ChatPromptsAreRenderedWithTheTemplateAndTokenised) {
+  auto c = Open();
+  v1::SubmitPromptSetRequest r = Request(1);
+  v1::Chat* chat = r.mutable_prompts(0)->mutable_chat();
+  v1::ChatMessage* system = chat->add_messages();
+  system->set_role("system");
+  system->set_content("be");
+  v1::ChatMessage* user = chat->add_messages();
+  user->set_role("user");
+  user->set_content("hi");
+  ASSERT_TRUE(c->Submit(r).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 1));
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(leased->prompts_size(), 1);
+  // "be" + "x" + "hi" + "x" in LettersCodec's template.
+  EXPECT_EQ(std::vector<int32_t>(leased->prompts(0).prompt_tokens().begin(),
+                                 leased->prompts(0).prompt_tokens().end()),
+            (std::vector<int32_t>{1, 4, 23, 7, 8, 23}));
+  // Malformed chats name the field.
+  v1::SubmitPromptSetRequest bad = Request(1);
+  bad.mutable_prompts(0)->mutable_chat();
+  EXPECT_NE(c->Submit(bad).status().message().find("prompts[0].chat.messages"),
+            absl::string_view::npos);
+  *bad.mutable_prompts(0)->mutable_chat()->add_messages() = *user;
+  bad.mutable_prompts(0)->mutable_chat()->set_tools_json("{\"not\": \"a list\"}");
+  EXPECT_NE(c->Submit(bad).status().message().find("prompts[0].chat.tools_json: expected a JSON "
+                                                    "array"),
+            absl::string_view::npos);
+}
+
+TEST_F(CoordinatorTest, WithoutModelTextOnlyTokenPromptsAreAccepted) {
+  config_.text = nullptr;
+  auto c = Open();
+  v1::SubmitPromptSetRequest r = Request(1);
+  r.mutable_prompts(0)->set_text("hello");
+  EXPECT_NE(c->Submit(r).status().message().find(
+                "prompts[0].text: expected token ids (this model has no tokenizer), found text"),
+            absl::string_view::npos);
+  EXPECT_TRUE(c->Submit(Request(1)).ok());
+}
+
+TEST_F(CoordinatorTest, AbsentStopIdsAreTheModelsAndGivenOnesAreKept) {
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(Request(1)).ok());
+  v1::SubmitPromptSetRequest own = Request(1);
+  own.mutable_sampling()->add_stop_token_ids(3);
+  ASSERT_TRUE(c->Submit(own).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 2));
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(leased->prompts_size(), 2);
+  EXPECT_EQ(std::vector<int32_t>(leased->prompts(0).sampling().stop_token_ids().begin(),
+                                 leased->prompts(0).sampling().stop_token_ids().end()),
+            std::vector<int32_t>{25});
+  EXPECT_EQ(std::vector<int32_t>(leased->prompts(1).sampling().stop_token_ids().begin(),
+                                 leased->prompts(1).sampling().stop_token_ids().end()),
+            std::vector<int32_t>{3});
+}
+
+TEST_F(CoordinatorTest, SampleTextsReachWatchersThatAskButNotTheLog) {
+  config_.max_text_bytes_per_set = 10;
+  auto c = Open();
+  auto submitted = c->Submit(Request(2));
+  ASSERT_TRUE(submitted.ok());
+  const std::string id = submitted->prompt_set_id();
+  size_t with = 0, without = 0;
+  bool finished = false;
+  ASSERT_TRUE(c->WatchEvents(id, &with, absl::ZeroDuration(), &finished, true).ok());
+  ASSERT_TRUE(c->WatchEvents(id, &without, absl::ZeroDuration(), &finished, false).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 2));
+  ASSERT_TRUE(leased.ok());
+  for (const auto& p : leased->prompts()) {
+    v1::CompleteRequest done = Done(actor, p);
+    done.mutable_result()->add_texts("abcd");
+    done.mutable_result()->add_texts("efgh");
+    ASSERT_TRUE(c->Complete(done).ok());
+  }
+  auto groups = [](const std::vector<v1::PromptSetEvent>& events) {
+    std::vector<v1::GroupResult> out;
+    for (const auto& e : events) {
+      if (e.has_group()) out.push_back(e.group());
+    }
+    return out;
+  };
+  auto seen = c->WatchEvents(id, &with, absl::Seconds(1), &finished, true);
+  ASSERT_TRUE(seen.ok());
+  const std::vector<v1::GroupResult> texts = groups(*seen);
+  ASSERT_EQ(texts.size(), 2u);
+  // 16 bytes of texts over a bound of 10: the first group's were dropped, and say so.
+  EXPECT_EQ(texts[0].texts_size(), 0);
+  EXPECT_TRUE(texts[0].texts_dropped());
+  ASSERT_EQ(texts[1].texts_size(), 2);
+  EXPECT_EQ(texts[1].texts(1), "efgh");
+  auto plain = c->WatchEvents(id, &without, absl::Seconds(1), &finished, false);
+  ASSERT_TRUE(plain.ok());
+  for (const v1::GroupResult& g : groups(*plain)) EXPECT_EQ(g.texts_size(), 0);
+  // The log holds no texts: a restarted coordinator has the groups, not their texts.
+  std::ifstream log(config_.log_path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("efgh"), std::string::npos);
+  EXPECT_EQ(bytes.find("abcd"), std::string::npos);
 }
 
 TEST_F(CoordinatorTest, MorePendingWorkThanTheLimitIsResourceExhausted) {

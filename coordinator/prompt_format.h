@@ -1,0 +1,34 @@
+// Prompts as users write them and as the model reads them, in one place for the coordinator
+// (submissions), `prl submit` (prompt files) and `prl run` (its task's files).
+//
+// A prompt line (JSONL) is one of
+//   {"text": "..."}                      tokenised with the model's tokenizer
+//   {"tokens": [int, ...]}               token ids of the model's vocabulary
+//   {"messages": [{"role", "content"}...], "tools"?: [...], "chat_template_kwargs"?: {...}}
+//                                        rendered with the model's chat template
+// with an optional "reference": "..." (what the reward compares with).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prl/v1/prompt.pb.h"
+#include "tokenizer/text_codec.h"
+
+namespace prl::coordinator {
+
+// One line; errors start with `where` (e.g. "prompts.jsonl line 3") and name the field.
+absl::Status ParsePromptLine(const std::string& line, const std::string& where,
+                             prl::v1::Prompt* prompt);
+// Every non-blank line of a file.
+absl::StatusOr<std::vector<prl::v1::Prompt>> ReadPromptFile(const std::string& path);
+
+// The token ids a prompt stands for: text and chats through `text` (null: refused, naming
+// `field`), token ids as given; every id checked against `vocab_size`.
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const prl::v1::Prompt& prompt,
+                                                  const tokenizer::TextCodec* text,
+                                                  int64_t vocab_size, const std::string& field);
+
+}  // namespace prl::coordinator

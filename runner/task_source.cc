@@ -1,0 +1,159 @@
+#include "runner/task_source.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
+#include "roles/model_text.h"
+#include "roles/reward_role.h"
+#include "task/arithmetic_task.h"
+#include "task/char_text_codec.h"
+
+namespace prl::runner {
+
+namespace {
+
+namespace v1 = prl::v1;
+
+task::ArithmeticConfig ArithmeticConfigOf(const config::RunConfig& c) {
+  task::ArithmeticConfig t;
+  t.min_digits = c.task.min_digits;
+  t.max_digits = c.task.max_digits;
+  t.operations = c.task.operations;
+  return t;
+}
+
+// Evaluation scores what training does, except that the arithmetic reward's is exact.
+reward::RewardSpec EvalRewardOf(reward::RewardSpec spec) {
+  if (spec.name == "arithmetic") spec.params["credit"] = "exact";
+  return spec;
+}
+
+class ArithmeticSource final : public TaskSource {
+ public:
+  explicit ArithmeticSource(const config::RunConfig& c) : c_(c) {}
+
+  absl::StatusOr<std::vector<v1::Prompt>> SftPrompts(int64_t count) const override {
+    return Prompts(task::Split::kTrain, c_.run.seed * 7919 + 1, count);
+  }
+  absl::StatusOr<std::vector<v1::Prompt>> TrainPrompts(int64_t chunk,
+                                                       int64_t count) const override {
+    return Prompts(task::Split::kTrain, c_.run.seed * 104729 + 17 + chunk, count);
+  }
+  absl::StatusOr<std::vector<v1::Prompt>> EvalPrompts(int64_t count) const override {
+    return Prompts(task::Split::kHeldOut, c_.run.seed, count);
+  }
+  const tokenizer::TextCodec& text() const override { return text_; }
+  reward::RewardSpec TrainReward() const override { return roles::TaskRewardSpec(c_); }
+  // Held-out accuracy is always the exact arithmetic reward.
+  reward::RewardSpec EvalReward() const override { return {"arithmetic", {{"credit", "exact"}}}; }
+
+ private:
+  absl::StatusOr<std::vector<v1::Prompt>> Prompts(task::Split split, uint64_t seed,
+                                                  int64_t count) const {
+    PRL_ASSIGN_OR_RETURN(const std::vector<task::ArithmeticProblem> problems,
+                         task::GenerateProblems(ArithmeticConfigOf(c_), split, seed, count));
+    const task::CharTokenizer tokenizer;
+    std::vector<v1::Prompt> prompts;
+    for (const task::ArithmeticProblem& p : problems) {
+      PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, task::PromptTokens(tokenizer, p));
+      v1::Prompt& prompt = prompts.emplace_back();
+      prompt.mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
+      prompt.set_reference(p.answer);
+    }
+    return prompts;
+  }
+
+  const config::RunConfig& c_;
+  task::CharTextCodec text_;
+};
+
+class PromptFileSource final : public TaskSource {
+ public:
+  PromptFileSource(const config::RunConfig& c, std::shared_ptr<const tokenizer::TextCodec> text,
+                   std::vector<v1::Prompt> train, std::vector<v1::Prompt> eval)
+      : c_(c), text_(std::move(text)), train_(std::move(train)), eval_(std::move(eval)) {}
+
+  absl::StatusOr<std::vector<v1::Prompt>> SftPrompts(int64_t count) const override {
+    return Wrapped(0, count);
+  }
+  absl::StatusOr<std::vector<v1::Prompt>> TrainPrompts(int64_t chunk,
+                                                       int64_t count) const override {
+    return Wrapped(chunk * count, count);
+  }
+  absl::StatusOr<std::vector<v1::Prompt>> EvalPrompts(int64_t count) const override {
+    return std::vector<v1::Prompt>(
+        eval_.begin(), eval_.begin() + std::min<int64_t>(count, static_cast<int64_t>(eval_.size())));
+  }
+  const tokenizer::TextCodec& text() const override { return *text_; }
+  reward::RewardSpec TrainReward() const override { return roles::TaskRewardSpec(c_); }
+  reward::RewardSpec EvalReward() const override { return EvalRewardOf(roles::TaskRewardSpec(c_)); }
+
+ private:
+  std::vector<v1::Prompt> Wrapped(int64_t first, int64_t count) const {
+    std::vector<v1::Prompt> out;
+    const int64_t n = static_cast<int64_t>(train_.size());
+    for (int64_t i = 0; i < count; ++i) out.push_back(train_[(first + i) % n]);
+    return out;
+  }
+
+  const config::RunConfig& c_;
+  std::shared_ptr<const tokenizer::TextCodec> text_;
+  std::vector<v1::Prompt> train_, eval_;
+};
+
+absl::StatusOr<std::vector<v1::Prompt>> ReadTaskFile(const std::string& path, const char* key) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": task.name = prompts needs a JSONL file of prompts with references"));
+  }
+  PRL_ASSIGN_OR_RETURN(std::vector<v1::Prompt> prompts, coordinator::ReadPromptFile(path));
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": ", path, " has no prompts"));
+  }
+  return prompts;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TaskSource>> OpenTask(const config::RunConfig& c,
+                                                     const std::string& model_dir,
+                                                     int64_t model_vocab_size) {
+  if (c.task.name == config::TaskName::kArithmetic) {
+    return std::unique_ptr<TaskSource>(new ArithmeticSource(c));
+  }
+  PRL_ASSIGN_OR_RETURN(std::vector<v1::Prompt> train,
+                       ReadTaskFile(c.task.train_file, "task.train_file"));
+  PRL_ASSIGN_OR_RETURN(std::vector<v1::Prompt> eval,
+                       ReadTaskFile(c.task.eval_file, "task.eval_file"));
+  absl::StatusOr<std::shared_ptr<const tokenizer::TextCodec>> text =
+      roles::OpenModelText(c, model_dir, model_vocab_size);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task.name = prompts: ", text.status().message()));
+  }
+  return std::unique_ptr<TaskSource>(
+      new PromptFileSource(c, std::move(*text), std::move(train), std::move(eval)));
+}
+
+absl::StatusOr<std::vector<SftExample>> SftExamples(const TaskSource& task,
+                                                    absl::Span<const v1::Prompt> prompts,
+                                                    int64_t vocab_size) {
+  const std::vector<int32_t> stop = task.text().stop_ids();
+  if (stop.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        task.text().Describe(), " has no stop token: a warm-start example needs one to end on"));
+  }
+  std::vector<SftExample> examples;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SftExample& e = examples.emplace_back();
+    PRL_ASSIGN_OR_RETURN(e.prompt, coordinator::PromptTokens(prompts[i], &task.text(), vocab_size,
+                                                             absl::StrCat("prompt ", i)));
+    PRL_ASSIGN_OR_RETURN(e.completion, task.text().EncodeContinuation(prompts[i].reference()));
+    e.completion.push_back(stop.front());
+  }
+  return examples;
+}
+
+}  // namespace prl::runner
