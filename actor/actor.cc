@@ -77,8 +77,7 @@ Actor::Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubs
       weights_(weights),
       options_(options),
       control_(v1::ActorControl::NewStub(
-          grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
-                                    rpc::ChannelArgs(int64_t{64} << 20)))) {}
+          rpc::NewChannel(options.coordinator, rpc::ChannelArgs(int64_t{64} << 20)))) {}
 
 ActorStats Actor::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);

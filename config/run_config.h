@@ -102,6 +102,11 @@ struct CoordinatorSection {
   int64_t heartbeat_ms = 1'000;
   int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
   int32_t max_samples_per_prompt = 1024;
+  int64_t max_prompts_per_set = 100'000;  // prompts in one submission
+  int max_watch_streams = 64;             // WatchPromptSet streams open at once
+  // The RewardService addresses a prompt set may name (reward "remote", params.address); any
+  // other is refused at submission.
+  std::vector<std::string> reward_addresses;
   int max_restarts = 3;  // by prl run's supervisor
 };
 
@@ -177,6 +182,17 @@ struct RewardSection {
   int64_t max_message_mb = 64;
 };
 
+// Trust (rpc/security.h, docs/security.md): TLS and mutual TLS on every gRPC server and
+// client, bearer tokens per role, and the rule for non-loopback listeners.
+struct SecuritySection {
+  std::string tls_cert_file, tls_key_file;  // this process's certificate chain and key (PEM)
+  std::string tls_ca_file;                  // the CA that verifies peers (PEM)
+  bool require_client_cert = false;         // mutual TLS
+  bool insecure = false;                    // non-loopback listeners may serve plaintext
+  std::string client_token_file, actor_token_file, learner_token_file;
+  int cert_refresh_s = 10;  // certificate files are checked for changes this often
+};
+
 struct MetricsSection {
   bool enabled = true;
   std::string listen = "127.0.0.1:0";  // this process's /metrics (port 0: any free port)
@@ -194,6 +210,7 @@ struct RunConfig {
   ReplaySection replay;
   BroadcastSection broadcast;
   RewardSection reward;
+  SecuritySection security;
   MetricsSection metrics;
 
   // Names and paths every process of a run derives from the file, so that the roles and

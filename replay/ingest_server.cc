@@ -91,8 +91,8 @@ void ReplayIngestServer::Wait() {
 absl::StatusOr<std::unique_ptr<ReplayPushClient>> ReplayPushClient::Connect(
     const std::string& target, int64_t max_message_bytes) {
   auto client = std::unique_ptr<ReplayPushClient>(new ReplayPushClient());
-  client->stub_ = v1::ReplayService::NewStub(grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), rpc::ChannelArgs(max_message_bytes)));
+  client->stub_ =
+      v1::ReplayService::NewStub(rpc::NewChannel(target, rpc::ChannelArgs(max_message_bytes)));
   return client;
 }
 

@@ -1,3 +1,4 @@
+#include "roles/role_security.h"
 #include "roles/coordinator_role.h"
 
 #include <cstdio>
@@ -49,6 +50,8 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.heartbeat_ms = c.coordinator.heartbeat_ms;
   out.max_pending_prompts = c.coordinator.max_pending_prompts;
   out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
+  out.max_prompts_per_set = c.coordinator.max_prompts_per_set;
+  out.reward_addresses = c.coordinator.reward_addresses;
   out.max_lag = c.learner.max_lag;
   out.groups_per_step = c.learner.groups_per_step;
   out.sync = c.run.mode == config::RunMode::kSync;
@@ -71,12 +74,14 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
 }
 
 absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atomic<bool>& stop) {
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(config, std::nullopt));
   PRL_ASSIGN_OR_RETURN(const coordinator::CoordinatorConfig settings,
                        CoordinatorConfigFrom(config));
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(settings));
   const coordinator::CoordinatorStats stats = coordinator->Stats();
   PRL_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(
-                                        coordinator.get(), config.coordinator.listen));
+                                        coordinator.get(), config.coordinator.listen,
+                                        config.coordinator.max_watch_streams));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
   metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kCoordinator);
   metrics::CoordinatorMetrics m(*endpoint->registry);

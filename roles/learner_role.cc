@@ -1,3 +1,4 @@
+#include "roles/role_security.h"
 #include "roles/learner_role.h"
 
 #include <cstdio>
@@ -103,6 +104,7 @@ absl::Status RunLearnerRole(const config::RunConfig& c, const std::vector<std::s
         "model.path is empty: the learner needs the starting "
         "weights; set model.path or pass --model");
   }
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner));
   return RunLearnerRanks(c.learner, argv, [&](const collective::RendezvousConfig& rendezvous) {
     return ServeRank(c, rendezvous, stop);
   });

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "rpc/grpc_util.h"
 #include "absl/strings/str_cat.h"
 #include "learner/step_report.h"
 
@@ -36,7 +37,7 @@ absl::StatusOr<std::unique_ptr<StepSink>> StepSink::Create(const config::RunConf
   const std::string coordinator = config.coordinator_address();
   if (!coordinator.empty()) {
     sink->coordinator_ = prl::v1::ActorControl::NewStub(
-        grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+        rpc::NewChannel(coordinator, rpc::ChannelArgs(int64_t{1} << 20)));
   }
   return sink;
 }

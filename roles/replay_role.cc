@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
+#include "roles/role_security.h"
 
 namespace prl::roles {
 
@@ -22,6 +23,7 @@ ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
 
 absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segment,
                            const std::atomic<bool>& stop) {
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner));
   const std::string name = segment.empty() ? c.replay_segment() : segment;
   PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Open(name));
   IngestOptions options;

@@ -37,8 +37,12 @@ grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::ServerBuilder& builder,
                                                           const std::string& address,
-                                                          int* bound_port) {
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
+                                                          int* bound_port,
+                                                          const AccessPolicy& policy) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(address, policy);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(address, *credentials, bound_port);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *bound_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address,

@@ -267,7 +267,7 @@ absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Conn
   // The subscriber never sends data on its stream: keep pinging regardless.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   subscriber->stub_ = v1::WeightService::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+      rpc::NewChannel(target, args));
   subscriber->receiver_ = std::thread([s = subscriber.get()] { s->ReceiveLoop(); });
   return subscriber;
 }
