@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "coordinator/group_id.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
@@ -113,6 +114,7 @@ absl::Status Actor::Heartbeat() {
   v1::HeartbeatRequest request;
   request.set_actor_id(actor_id_);
   request.set_weight_version(engine_->Stats().weight_version);
+  for (const auto& [request_id, job] : in_flight_) request.add_held_lease_ids(job.lease.lease_id());
   v1::HeartbeatResponse response;
   return rpc::FromGrpcStatus(control_->Heartbeat(&ctx, request, &response));
 }
@@ -347,11 +349,20 @@ void Actor::CountWritten(const RequestOutput& output,
   stats_.tokens_generated += tokens;
 }
 
+absl::Status Actor::LostLease(const absl::Status& refused) {
+  std::fprintf(stderr, "actor %s: %s\n", options_.name.c_str(),
+               std::string(refused.message()).c_str());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.lost_leases;
+  return absl::OkStatus();
+}
+
 absl::Status Actor::ReportComplete(const v1::CompleteRequest& complete) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::CompleteResponse response;
   const absl::Status done = rpc::FromGrpcStatus(control_->Complete(&ctx, complete, &response));
+  if (absl::IsFailedPrecondition(done)) return LostLease(done);
   if (!done.ok() && !absl::IsNotFound(done) && !Transient(done)) return done;
   if (done.ok() && !response.accepted()) {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -366,7 +377,7 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   const InFlight job = std::move(it->second);
   in_flight_.erase(it);
   const int64_t finished = NowNanos();
-  const uint64_t group_id = XXH3_64bits(job.lease.lease_id().data(), job.lease.lease_id().size());
+  const uint64_t group_id = coordinator::GroupIdOfLease(job.lease.lease_id());
 
   // Rewards for the whole group, or the group fails visibly.
   absl::StatusOr<std::vector<reward::RewardInput>> inputs =
@@ -379,7 +390,9 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   }
   const ScoredGroup group = BuildGroup(job, output, *inputs, *rewards, group_id, finished);
   // Into the replay buffer first, then done: a crash in between re-runs the prompt.
-  PRL_RETURN_IF_ERROR(write_group_(group.records));
+  const absl::Status written = write_group_(group.records);
+  if (absl::IsFailedPrecondition(written)) return LostLease(written);
+  PRL_RETURN_IF_ERROR(written);
   CountWritten(output, *rewards, group.tokens);
   return ReportComplete(group.complete);
 }

@@ -67,6 +67,9 @@ struct ActorOptions {
 struct ActorStats {
   int64_t groups_written = 0, samples_written = 0, tokens_generated = 0;
   int64_t reward_failures = 0, duplicate_completions = 0;
+  // Groups refused because their prompt's lease was no longer this actor's (it expired and
+  // was re-leased, or the coordinator restarted): the prompt is re-run, the group dropped.
+  int64_t lost_leases = 0;
   int64_t weight_version = 0, weight_swaps = 0;
   int64_t registrations = 0;
 };
@@ -132,6 +135,8 @@ class Actor {
   // e.g. after a restart) and transient errors are not the actor's: the group is in the buffer
   // and an unreported lease expires and is re-run (at-least-once, as above).
   absl::Status ReportComplete(const prl::v1::CompleteRequest& complete);
+  // Counts a group refused with FailedPrecondition (the lease is no longer ours) and goes on.
+  absl::Status LostLease(const absl::Status& refused);
   absl::StatusOr<reward::RewardFunction*> RewardFor(const prl::v1::RewardSpec& spec);
   absl::StatusOr<std::string> Text(absl::Span<const int32_t> ids) const;
 

@@ -183,7 +183,7 @@ void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("broadcast", "address", c.broadcast.address,
     "grpc, nccl: where actors reach the learner (empty: the listen address)");
   v("broadcast", "timeout_s", c.broadcast.timeout_s,
-    "nccl: a broadcast to a dead actor fails after this (s)");
+    "nccl: a broadcast to a dead actor fails; grpc: a stalled stream is cut (s)");
   v("reward", "listen", c.reward.listen, "prl reward serve: the RewardService's address");
   v("reward", "max_message_mb", c.reward.max_message_mb, "Largest Score message (MiB)");
   VisitSecurityFields(c, v);

@@ -5,13 +5,15 @@
 #include <cmath>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "coordinator/group_id.h"
 #include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
 
 namespace prl::coordinator {
 
@@ -340,12 +342,13 @@ absl::Status Coordinator::CheckGroup(const prl::v1::CheckGroupRequest& request) 
   const bool leased = it != sets_.end() && request.prompt_index() >= 0 &&
                       request.prompt_index() < static_cast<int64_t>(it->second.prompts.size()) &&
                       it->second.prompts[request.prompt_index()].state == PromptState::kLeased &&
-                      it->second.prompts[request.prompt_index()].actor_id == request.actor_id();
+                      GroupIdOfLease(it->second.prompts[request.prompt_index()].lease_id) ==
+                          request.group_id();
   if (leased) return absl::OkStatus();
   ++stats_.rejected_groups;
   return absl::FailedPreconditionError(absl::StrCat(
       "prompt ", request.prompt_index(), " of prompt set '", request.prompt_set_id(),
-      "' is not leased to actor '", request.actor_id(), "': the group is refused"));
+      "' has no open lease with group id ", request.group_id(), ": the group is refused"));
 }
 
 absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& id) {
@@ -410,11 +413,24 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
   const absl::Time now = absl::Now();
   actor->second.last_seen = now;
   actor->second.weight_version = request.weight_version();
-  // A heartbeat renews the actor's leases.
+  // A heartbeat renews the leases the actor still holds and re-queues the ones it dropped.
+  const absl::flat_hash_set<std::string> held(request.held_lease_ids().begin(),
+                                              request.held_lease_ids().end());
+  std::vector<std::pair<std::string, int64_t>> dropped;
   for (auto& [lease, where] : leases_) {
     PromptEntry& p = sets_[where.first].prompts[where.second];
-    if (p.actor_id == request.actor_id()) p.deadline = now + absl::Milliseconds(config_.lease_ms);
+    if (p.actor_id != request.actor_id()) continue;
+    if (held.contains(lease)) {
+      p.deadline = now + absl::Milliseconds(config_.lease_ms);
+    } else {
+      dropped.push_back(where);
+    }
   }
+  for (const auto& [set_id, index] : dropped) {
+    Requeue(sets_[set_id], index);
+    ++stats_.leases_dropped;
+  }
+  if (!dropped.empty()) changed_.notify_all();
   prl::v1::HeartbeatResponse r;
   r.set_learner_version(stats_.learner_version);
   return r;

@@ -67,6 +67,7 @@ struct CoordinatorStats {
   int64_t prompt_sets = 0;
   int64_t prompts_pending = 0, prompts_in_flight = 0, prompts_done = 0;
   int64_t groups_completed = 0, leases_expired = 0, duplicate_completions = 0;
+  int64_t leases_dropped = 0;  // re-queued because the holder's heartbeat no longer listed them
   // Refused requests: completions of leases the actor does not hold, out-of-bounds progress,
 // groups pushed for prompts not leased to the pushing actor.
   int64_t rejected_completions = 0, rejected_progress = 0, rejected_groups = 0;
@@ -89,7 +90,7 @@ class Coordinator {
   // not one this coordinator returned is InvalidArgument.
   absl::StatusOr<prl::v1::ListPromptSetsResponse> ListPage(
       const prl::v1::ListPromptSetsRequest& request);
-  // ActorControl.CheckGroup: OK iff the prompt is leased to the actor now.
+  // ActorControl.CheckGroup: OK iff the prompt is leased now under the group's lease.
   absl::Status CheckGroup(const prl::v1::CheckGroupRequest& request);
   absl::StatusOr<prl::v1::PromptSetStatus> Cancel(const std::string& prompt_set_id);
   // Events of a set from `*cursor` on (the status first); waits up to timeout for one.
@@ -103,6 +104,7 @@ class Coordinator {
 
   // ActorControl.
   prl::v1::RegisterResponse RegisterActor(const std::string& name);
+  // Renews the leases the request lists and re-queues the actor's others.
   absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
   absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
   absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);

@@ -20,8 +20,8 @@ uint64_t TrailerCount(const grpc::ClientContext& context, const char* key) {
 
 class ReplayIngestServer::Service final : public v1::ReplayService::Service {
  public:
-  Service(ReplayBuffer* buffer, absl::Duration write_timeout)
-      : buffer_(buffer), write_timeout_(write_timeout) {}
+  Service(ReplayBuffer* buffer, const IngestOptions& options)
+      : buffer_(buffer), write_timeout_(options.write_timeout), admit_(options.admit) {}
 
   grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<v1::PushRequest>* reader,
                     v1::PushResponse* response) override {
@@ -50,6 +50,13 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
         }
         group.push_back(std::move(record).value());
       }
+      if (admit_) {
+        const absl::Status admitted = admit_(group);
+        if (!admitted.ok()) {
+          return rpc::ToGrpcStatus(absl::Status(
+              admitted.code(), absl::StrCat("push message ", message, ": ", admitted.message())));
+        }
+      }
       const absl::Status written = buffer_->WriteGroup(group, write_timeout_);
       if (!written.ok()) {
         return rpc::ToGrpcStatus(absl::Status(
@@ -64,12 +71,13 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
  private:
   ReplayBuffer* buffer_;
   absl::Duration write_timeout_;
+  std::function<absl::Status(absl::Span<const RolloutRecord>)> admit_;
 };
 
 absl::StatusOr<std::unique_ptr<ReplayIngestServer>> ReplayIngestServer::Start(
     ReplayBuffer* buffer, const IngestOptions& options) {
   auto server = std::unique_ptr<ReplayIngestServer>(new ReplayIngestServer());
-  server->service_ = std::make_unique<Service>(buffer, options.write_timeout);
+  server->service_ = std::make_unique<Service>(buffer, options);
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, options.max_message_bytes);
   builder.RegisterService(server->service_.get());

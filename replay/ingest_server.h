@@ -9,6 +9,8 @@
 // max_message_bytes to fit the largest record. Health checking and reflection are on.
 #pragma once
 
+#include <functional>
+
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
@@ -26,6 +28,10 @@ struct IngestOptions {
   std::string address = "127.0.0.1:50061";  // loopback by default; port 0 picks a free one
   int64_t max_message_bytes = int64_t{256} << 20;
   absl::Duration write_timeout = absl::Seconds(10);  // per group, while the buffer is full
+  // Decides whether a decoded group may enter the buffer (the replay role admits only groups
+  // of its run, from the actor that holds their prompt's lease); null: every valid group. A
+  // refused group ends the stream with the status admit returned.
+  std::function<absl::Status(absl::Span<const RolloutRecord> group)> admit;
 };
 
 class ReplayIngestServer {

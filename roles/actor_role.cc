@@ -84,7 +84,7 @@ void PrintStart(const actor::ActorOptions& o, const config::RunConfig& c, const 
 
 absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& role,
                           const std::atomic<bool>& stop) {
-  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kActor));
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kActor, {}));
   if (c.model.path.empty()) {
     return absl::InvalidArgumentError(
         "model.path is empty: the actor needs the starting "

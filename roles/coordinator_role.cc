@@ -74,7 +74,8 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
 }
 
 absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atomic<bool>& stop) {
-  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(config, std::nullopt));
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(
+      config, std::nullopt, {rpc::Role::kClient, rpc::Role::kActor, rpc::Role::kLearner}));
   PRL_ASSIGN_OR_RETURN(const coordinator::CoordinatorConfig settings,
                        CoordinatorConfigFrom(config));
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(settings));

@@ -104,7 +104,7 @@ absl::Status RunLearnerRole(const config::RunConfig& c, const std::vector<std::s
         "model.path is empty: the learner needs the starting "
         "weights; set model.path or pass --model");
   }
-  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner));
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner, {rpc::Role::kActor}));
   return RunLearnerRanks(c.learner, argv, [&](const collective::RendezvousConfig& rendezvous) {
     return ServeRank(c, rendezvous, stop);
   });

@@ -5,11 +5,47 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
+#include "rpc/grpc_util.h"
 #include "replay/replay_buffer.h"
 #include "roles/role_security.h"
 
 namespace prl::roles {
+
+namespace {
+
+// Which pushed groups enter the buffer: those of this run whose group id is that of an open
+// lease of their prompt at the coordinator (ActorControl.CheckGroup, as the learner).
+std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
+    const config::RunConfig& c) {
+  auto control = std::shared_ptr<prl::v1::ActorControl::Stub>(prl::v1::ActorControl::NewStub(
+      rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20))));
+  return [control, run = c.run.name](absl::Span<const RolloutRecord> group) -> absl::Status {
+    if (group.empty()) return absl::InvalidArgumentError("an empty group");
+    const RolloutRecord& first = group.front();
+    for (const RolloutRecord& r : group) {
+      if (r.run_id != run) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "run_id: expected this run's '", run, "', found '", r.run_id, "'"));
+      }
+      if (r.group_id != first.group_id || r.prompt_set_id != first.prompt_set_id ||
+          r.prompt_index != first.prompt_index) {
+        return absl::InvalidArgumentError("a group's records name different prompts or actors");
+      }
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    prl::v1::CheckGroupRequest check;
+    check.set_prompt_set_id(first.prompt_set_id);
+    check.set_prompt_index(static_cast<int64_t>(first.prompt_index));
+    check.set_group_id(first.group_id);
+    prl::v1::CheckGroupResponse ignored;
+    return rpc::FromGrpcStatus(control->CheckGroup(&ctx, check, &ignored));
+  };
+}
+
+}  // namespace
 
 ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
   ReplayConfig rc;
@@ -23,13 +59,14 @@ ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
 
 absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segment,
                            const std::atomic<bool>& stop) {
-  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner));
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner, {rpc::Role::kActor}));
   const std::string name = segment.empty() ? c.replay_segment() : segment;
   PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Open(name));
   IngestOptions options;
   options.address = c.replay.listen;
   options.max_message_bytes = c.replay.max_message_mb << 20;
   options.write_timeout = absl::Milliseconds(c.replay.write_timeout_ms);
+  options.admit = AdmitLeasedGroups(c);
   PRL_ASSIGN_OR_RETURN(auto server, ReplayIngestServer::Start(buffer.get(), options));
   std::printf(
       "serving replay segment %s on port %d (ReplayService, health, reflection); messages up "

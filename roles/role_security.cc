@@ -16,9 +16,14 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& s) {
   return r;
 }
 
-absl::Status ConfigureRoleSecurity(const config::RunConfig& config,
-                                   std::optional<rpc::Role> self) {
-  return rpc::ConfigureSecurity(SecuritySettingsFrom(config.security), self);
+absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optional<rpc::Role> self,
+                                   std::set<rpc::Role> admitted) {
+  rpc::SecuritySettings settings = SecuritySettingsFrom(config.security);
+  if (self.has_value()) admitted.insert(*self);
+  if (!admitted.contains(rpc::Role::kClient)) settings.client_token_file.clear();
+  if (!admitted.contains(rpc::Role::kActor)) settings.actor_token_file.clear();
+  if (!admitted.contains(rpc::Role::kLearner)) settings.learner_token_file.clear();
+  return rpc::ConfigureSecurity(settings, self);
 }
 
 }  // namespace prl::roles

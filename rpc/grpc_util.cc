@@ -25,6 +25,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_by
   const int limit = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(limit);
+  // Every call (and every open stream) holds a thread of the server's pool: bounded, so a flood
+  // of calls queues instead of exhausting the process.
+  grpc::ResourceQuota quota("prl-server");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
 }
 
 grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {

@@ -18,8 +18,12 @@ namespace prl::rpc {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The most threads one server runs calls on.
+inline constexpr int kMaxServerThreads = 256;
+
 // Enables the standard health service (grpc.health.v1) and server reflection for the servers
-// built after this call, and raises the message limits to max_message_bytes.
+// built after this call, raises the message limits to max_message_bytes and bounds the server's
+// threads (kMaxServerThreads).
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_bytes);
 
 // Channel arguments for clients that send or receive messages up to max_message_bytes.

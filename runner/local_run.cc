@@ -56,7 +56,7 @@ class Run {
     std::printf("prl run: %s (%s mode), run directory %s\n", c_.run.name.c_str(),
                 std::string(EnumName(config::kRunModeNames, c_.run.mode)).c_str(), dir_.c_str());
     // Settings this machine cannot honour fail now, not after the warm-start.
-    PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(c_, rpc::Role::kClient));
+    PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(c_, rpc::Role::kClient, {}));
     PRL_RETURN_IF_ERROR(roles::CheckRoleDevices(c_));
     PRL_RETURN_IF_ERROR(PlanGpus(c_, VisibleGpus()).status());
     if (c_.learner.steps < 1) {

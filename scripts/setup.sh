@@ -16,6 +16,7 @@ PACKAGES=(
   libxxhash-dev                    # record checksums (XXH3)
   libgloo-dev                      # CPU collectives (learner FSDP over TCP)
   prometheus-cpp-dev               # /metrics endpoints (prometheus-cpp pull)
+  openssl                          # the TLS tests make their certificates
   prometheus                       # promtool: the metrics tests lint what /metrics serves
   libpcre2-dev                     # tokenizer pre-tokenizer regexes (Unicode properties, look-ahead, JIT)
   libutf8proc-dev                  # tokenizer Unicode normalisation (NFC, NFD, NFKC, NFKD)

@@ -41,6 +41,10 @@ struct GrpcPublisherOptions {
   // Bytes of weights per WeightChunk: large enough that per-message overhead vanishes, small
   // enough that gRPC's default buffers and flow-control windows are not the bottleneck.
   int64_t chunk_bytes = int64_t{4} << 20;
+  // A stream still sending a version two or more behind the newest after this long is cut (its
+  // subscriber reconnects and gets the newest): a stalled subscriber pins at most the versions
+  // published within this time, never an unbounded backlog of snapshots.
+  absl::Duration stall_timeout = absl::Seconds(60);
 };
 
 class GrpcWeightPublisher final : public WeightPublisher {

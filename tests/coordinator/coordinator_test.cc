@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/group_id.h"
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
@@ -370,7 +371,7 @@ TEST_F(CoordinatorTest, AnExpiredLeaseIsReRunAndTheLateCompletionIsADuplicate) {
   EXPECT_EQ(c->Get(id)->prompts_done(), 1);
 }
 
-TEST_F(CoordinatorTest, HeartbeatsKeepLeasesAlive) {
+TEST_F(CoordinatorTest, HeartbeatsKeepTheLeasesTheyListAlive) {
   config_.lease_ms = 300;
   config_.heartbeat_ms = 50;
   auto c = Open();
@@ -380,6 +381,7 @@ TEST_F(CoordinatorTest, HeartbeatsKeepLeasesAlive) {
   ASSERT_EQ(leased->prompts_size(), 1);
   v1::HeartbeatRequest hb;
   hb.set_actor_id(actor);
+  hb.add_held_lease_ids(leased->prompts(0).lease_id());
   for (int i = 0; i < 8; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_TRUE(c->Heartbeat(hb).ok());
@@ -387,6 +389,26 @@ TEST_F(CoordinatorTest, HeartbeatsKeepLeasesAlive) {
   }
   EXPECT_EQ(c->Stats().leases_expired, 0);
   EXPECT_TRUE(c->Complete(Done(actor, leased->prompts(0))).value().accepted());
+}
+
+TEST_F(CoordinatorTest, ALeaseAHeartbeatNoLongerListsIsReQueuedAtOnce) {
+  auto c = Open();
+  const std::string id = c->Submit(Request(2))->prompt_set_id();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 2));
+  ASSERT_EQ(leased->prompts_size(), 2);
+  v1::HeartbeatRequest hb;
+  hb.set_actor_id(actor);
+  hb.add_held_lease_ids(leased->prompts(1).lease_id());  // the first group was dropped
+  ASSERT_TRUE(c->Heartbeat(hb).ok());
+  EXPECT_EQ(c->Stats().leases_dropped, 1);
+  EXPECT_EQ(c->Get(id)->prompts_in_flight(), 1);
+  auto again = c->Lease(LeaseOf(actor, 1));
+  ASSERT_EQ(again->prompts_size(), 1);
+  EXPECT_EQ(again->prompts(0).prompt_index(), leased->prompts(0).prompt_index());
+  // The old lease is gone: its completion is refused.
+  EXPECT_EQ(c->Complete(Done(actor, leased->prompts(0))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, TheMaxLagBudgetBoundsWorkInFlightPlusUntrainedGroups) {
@@ -443,20 +465,20 @@ TEST_F(CoordinatorTest, LearnerProgressOutOfBoundsIsRefusedAndDoesNotPoisonTheBu
   EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 1);
 }
 
-TEST_F(CoordinatorTest, GroupsAreCheckedAgainstTheActorHoldingTheirPromptsLease) {
+TEST_F(CoordinatorTest, GroupsAreCheckedAgainstTheOpenLeaseOfTheirPrompt) {
   auto c = Open();
   const std::string id = c->Submit(Request(2))->prompt_set_id();
   const std::string actor = c->RegisterActor("a").actor_id();
   auto leased = c->Lease(LeaseOf(actor, 1));
   ASSERT_EQ(leased->prompts_size(), 1);
   v1::CheckGroupRequest check;
-  check.set_actor_id(actor);
   check.set_prompt_set_id(id);
   check.set_prompt_index(leased->prompts(0).prompt_index());
+  check.set_group_id(GroupIdOfLease(leased->prompts(0).lease_id()));
   EXPECT_TRUE(c->CheckGroup(check).ok());
-  check.set_actor_id("someone-else");
+  check.set_group_id(check.group_id() + 1);  // a guessed id
   EXPECT_EQ(c->CheckGroup(check).code(), absl::StatusCode::kFailedPrecondition);
-  check.set_actor_id(actor);
+  check.set_group_id(GroupIdOfLease(leased->prompts(0).lease_id()));
   check.set_prompt_index(1);  // not leased
   EXPECT_EQ(c->CheckGroup(check).code(), absl::StatusCode::kFailedPrecondition);
   check.set_prompt_set_id("ps-unknown");
