@@ -16,7 +16,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "rehearse: needs root (ip netns, mount, chroot)" >&2
   exit 1
 fi
-for tool in kubectl prometheus ip nsenter unshare setpriv openssl python3; do
+for tool in kubectl prometheus ip nsenter unshare setpriv openssl /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "rehearse: $tool not found (scripts/setup.sh)" >&2; exit 1; }
 done
 
@@ -24,8 +24,8 @@ run_id=$(( $$ % 90000 + 10000 ))
 cleanup() {
   # What main.py's own clean-up could not reach if it was killed: its pods' processes and
   # namespaces (deploy/rehearsal/network.py remove_leftovers) and its /dev/shm directory.
-  python3 -c "import sys; sys.path.insert(0, '$here/rehearsal'); import network; network.remove_leftovers('$run_id')"
+  /usr/bin/python3 -c "import sys; sys.path.insert(0, '$here/rehearsal'); import network; network.remove_leftovers('$run_id')"
   rm -rf "/dev/shm/prl-rehearsal-$run_id"
 }
 trap cleanup EXIT
-python3 "$here/rehearsal/main.py" "$prl" "$run_id"
+/usr/bin/python3 "$here/rehearsal/main.py" "$prl" "$run_id"

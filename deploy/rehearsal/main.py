@@ -286,7 +286,7 @@ def report(kube, fleet, prometheus, scenario, start):
     for pod, container, health in sorted(prometheus.up_targets()):
         print("  %-40s %-12s %s" % (pod, container, health))
     print("\n== queries at the end of the run")
-    queries = json.loads(subprocess.run(["python3", os.path.join(REPO, "deploy/validate/monitoring.py"), "queries"],
+    queries = json.loads(subprocess.run(["/usr/bin/python3", os.path.join(REPO, "deploy/validate/monitoring.py"), "queries"],
                                         check=True, capture_output=True, text=True).stdout)
     lines, failures = observe.check_queries(prometheus, queries, scenario["done_at"])
     print("\n".join(lines))

@@ -55,7 +55,7 @@ class Prometheus:
         self.url = "http://127.0.0.1:%d" % port
         self.write_targets([])
         config = os.path.join(self.dir, "prometheus.yaml")
-        subprocess.run(["python3", os.path.join(repo, "deploy/validate/monitoring.py"), "sd-config",
+        subprocess.run(["/usr/bin/python3", os.path.join(repo, "deploy/validate/monitoring.py"), "sd-config",
                         config, self.targets], check=True)
         with open(os.path.join(repo, "deploy/monitoring/prl-alerts.yaml")) as src, \
                 open(os.path.join(self.dir, "prl-alerts.yaml"), "w") as dst:

@@ -25,7 +25,7 @@ if [[ ! -d $here/node_modules/kubernetes-models ]]; then
   exit 1
 fi
 
-to_json() { python3 -c 'import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))'; }
+to_json() { /usr/bin/python3 -c 'import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))'; }
 
 # render NAME RESOURCE [COMPONENT...]: a kustomization in $work/NAME over them, rendered.
 render() {
@@ -60,7 +60,7 @@ validate_k8s() {
       failures=$((failures + 1))
     fi
     tail -1 "$work/$name.schema"
-    python3 "$here/check_manifests.py" "$name" < "$work/$name.json" || failures=$((failures + 1))
+    /usr/bin/python3 "$here/check_manifests.py" "$name" < "$work/$name.json" || failures=$((failures + 1))
   done
   # The security component wires every role's TLS and tokens.
   local args
@@ -89,14 +89,14 @@ validate_monitoring() {
   local mon=$here/../monitoring failures=0
   promtool check rules "$mon/prl-alerts.yaml" || failures=$((failures + 1))
   (cd "$mon" && promtool test rules prl-alerts.test.yaml) || failures=$((failures + 1))
-  python3 "$here/monitoring.py" sd-config "$work/prometheus.yaml" "$work/targets.json"
+  /usr/bin/python3 "$here/monitoring.py" sd-config "$work/prometheus.yaml" "$work/targets.json"
   cp "$mon/prl-alerts.yaml" "$work/"
   echo '[]' > "$work/targets.json"
   promtool check config "$work/prometheus.yaml" || failures=$((failures + 1))
   kubectl kustomize "$mon" > "$work/monitoring.yaml" || failures=$((failures + 1))
   to_json < "$mon/podmonitor.yaml" > "$work/podmonitor.json"
   (cd "$here" && node validate-objects.mjs < "$work/podmonitor.json") || failures=$((failures + 1))
-  python3 "$here/monitoring.py" check-names || failures=$((failures + 1))
+  /usr/bin/python3 "$here/monitoring.py" check-names || failures=$((failures + 1))
   # The images install the shared package lists, the same ones scripts/setup.sh installs.
   for dockerfile in "$here"/../docker/Dockerfile "$here"/../docker/Dockerfile.cuda; do
     if grep -q 'packages/build.txt | xargs apt-get install' "$dockerfile" &&
