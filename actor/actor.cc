@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <thread>
@@ -160,12 +161,34 @@ absl::Status Actor::AwaitWeightVersion(int64_t version, const std::atomic<bool>*
   return absl::OkStatus();
 }
 
+void Actor::UpdateTransferMetrics() {
+  if (weights_ == nullptr || options_.weight_metrics == nullptr) return;
+  const SubscriberStats s = weights_->stats();
+  metrics::AdvanceCounterTo(options_.weight_metrics->transfer_bytes,
+                            static_cast<double>(s.bytes_received));
+  const int64_t received = s.versions_received - versions_received_seen_;
+  if (received <= 0) return;
+  const double each = (s.total_transfer_seconds - transfer_seconds_seen_) / received;
+  for (int64_t i = 0; i < received; ++i) options_.weight_metrics->transfer_seconds.Observe(each);
+  versions_received_seen_ = s.versions_received;
+  transfer_seconds_seen_ = s.total_transfer_seconds;
+}
+
 void Actor::UpdateEngineGauges() {
+  UpdateTransferMetrics();
   if (options_.metrics == nullptr) return;
   const EngineStats s = engine_->Stats();
   options_.metrics->sequences_running.Set(static_cast<double>(s.num_running));
   options_.metrics->sequences_waiting.Set(static_cast<double>(s.num_waiting));
   options_.metrics->groups_in_flight.Set(static_cast<double>(in_flight_.size()));
+  // Leased groups go to the engine at once; those not started are its waiting sequences.
+  int64_t samples = 0;
+  for (const auto& [id, job] : in_flight_) samples += job.lease.samples();
+  const double mean_group =
+      in_flight_.empty() ? 1.0 : static_cast<double>(samples) / in_flight_.size();
+  options_.metrics->groups_pending.Set(
+      std::min(static_cast<double>(in_flight_.size()),
+               std::ceil(s.num_waiting / std::max(mean_group, 1.0))));
   metrics::AdvanceCounterTo(options_.metrics->preemptions, static_cast<double>(s.preemptions));
   metrics::AdvanceCounterTo(options_.metrics->prefill_tokens,
                             static_cast<double>(s.prefill_tokens));

@@ -103,6 +103,8 @@ class Actor {
   // Sync mode: blocks until the engine holds `version` (or stop / time-out).
   absl::Status AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop);
   void UpdateEngineGauges();
+  // prl_weight_transfer_* from the subscriber's stats (it receives in the background).
+  void UpdateTransferMetrics();
 
   // A finished request's group: scored, written to the replay buffer, reported complete; a
   // group whose scoring fails is counted and dropped (the lease expires and it is re-run).
@@ -147,7 +149,9 @@ class Actor {
   std::unique_ptr<prl::v1::ActorControl::Stub> control_;
   std::string actor_id_;
   int64_t heartbeat_ms_ = 5000;
-  int64_t staged_version_ = 0;              // newest weights handed to the engine
+  int64_t staged_version_ = 0;          // newest weights handed to the engine
+  int64_t versions_received_seen_ = 0;  // subscriber stats already in the metrics
+  double transfer_seconds_seen_ = 0;
   std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease
   std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec
   mutable std::mutex stats_mu_;

@@ -478,8 +478,9 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const int64_t unconsumed =
         std::max<int64_t>(0, stats_.groups_completed - stats_.groups_consumed);
     const int64_t lag_budget = config_.sync ? 0 : config_.max_lag;
-    allowed =
-        std::min(allowed, (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed);
+    const int64_t budget = (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed;
+    if (budget < allowed && !queue_.empty()) ++stats_.lease_requests_throttled;
+    allowed = std::min(allowed, budget);
   }
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(stats_.learner_version);
@@ -509,6 +510,8 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     *out->mutable_reward() = req.reward();
     --allowed;
   }
+  if (response.prompts_size() > 0)
+    stats_.prompts_leased[actor->second.name] += response.prompts_size();
   return response;
 }
 

@@ -74,6 +74,10 @@ struct CoordinatorStats {
   int64_t learner_version = 0, groups_consumed = 0;
   int64_t actors = 0;
   int64_t torn_log_bytes = 0;  // cut off the log's end at open
+  // Lease calls that the staleness budget granted fewer prompts than asked while prompts were
+  // pending, and the prompts leased to each actor (by the name it registered with).
+  int64_t lease_requests_throttled = 0;
+  std::map<std::string, int64_t> prompts_leased;
 };
 
 class Coordinator {

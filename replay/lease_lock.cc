@@ -40,9 +40,16 @@ int64_t KillAfterSets() {
 }
 std::atomic<int64_t> sets_done{0};
 
+// One holder per process at a time (see the header): the lease cannot tell threads apart.
+std::mutex& InProcessMutex() {
+  static std::mutex* mutex = new std::mutex;
+  return *mutex;
+}
+
 }  // namespace
 
-LockedSection::LockedSection(LockState* state, uint8_t* base) : state_(state), base_(base) {
+LockedSection::LockedSection(LockState* state, uint8_t* base)
+    : in_process_(InProcessMutex()), state_(state), base_(base) {
   const uint64_t me = SelfProcessToken();
   PRL_CHECK(me != 0, "no process token");
   int64_t waited_since = 0;

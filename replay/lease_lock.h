@@ -10,10 +10,15 @@
 //
 // All protected fields are std::atomic<uint64_t> inside the same mapping, addressed in the log
 // by their offset from the mapping's base, so the log means the same in every process.
+//
+// The lease names a process, not a thread: the threads of one process (the replay ingest
+// serves several pushes at once) first queue on a process-local mutex, so that at most one of
+// them contends for the lease. Sections never nest.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace prl {
 
@@ -52,6 +57,7 @@ class LockedSection {
  private:
   void Rollback();
 
+  std::unique_lock<std::mutex> in_process_;  // released after the lease (declared first)
   LockState* state_;
   uint8_t* base_;
   bool took_over_ = false;

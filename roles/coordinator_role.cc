@@ -32,6 +32,10 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
   m.prompts_in_flight.Set(static_cast<double>(s.prompts_in_flight));
   metrics::AdvanceCounterTo(m.prompts_done, static_cast<double>(s.prompts_done));
   metrics::AdvanceCounterTo(m.leases_expired, static_cast<double>(s.leases_expired));
+  metrics::AdvanceCounterTo(m.leases_throttled, static_cast<double>(s.lease_requests_throttled));
+  for (const auto& [actor, leased] : s.prompts_leased) {
+    metrics::AdvanceCounterTo(m.PromptsLeased(actor), static_cast<double>(leased));
+  }
   process.weight_version.Set(static_cast<double>(s.learner_version));
 }
 
@@ -78,14 +82,16 @@ absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atom
       config, std::nullopt, {rpc::Role::kClient, rpc::Role::kActor, rpc::Role::kLearner}));
   PRL_ASSIGN_OR_RETURN(const coordinator::CoordinatorConfig settings,
                        CoordinatorConfigFrom(config));
+  // The endpoint first: /healthz answers while a long log replays; /readyz once it serves.
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(settings));
   const coordinator::CoordinatorStats stats = coordinator->Stats();
   PRL_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(
                                         coordinator.get(), config.coordinator.listen,
                                         config.coordinator.max_watch_streams));
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
   metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kCoordinator);
   metrics::CoordinatorMetrics m(*endpoint->registry);
+  endpoint->SetReadiness([] { return absl::OkStatus(); });
   std::printf(
       "coordinator on port %d%s: %lld prompt sets in %s (%lld prompts pending)%s; leases of "
       "%lld ms renewed every %lld ms, budget (%lld + 1) x %lld groups%s; text: %s\n",
@@ -103,6 +109,7 @@ absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atom
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (tick % 10 == 0) UpdateMetrics(*coordinator, m, process);
   }
+  endpoint->SetReadiness(nullptr);
   server->Shutdown();
   return absl::OkStatus();
 }

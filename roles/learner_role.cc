@@ -34,12 +34,18 @@ struct RankZero {
 };
 
 absl::StatusOr<RankZero> StartRankZero(const config::RunConfig& c, const ModelConfig& model,
-                                       Device device) {
+                                       Device device, std::unique_ptr<RoleMetrics> endpoint) {
   RankZero z;
+  z.endpoint = std::move(endpoint);
   PRL_ASSIGN_OR_RETURN(z.replay, OpenOrCreateReplay(c));
   PRL_ASSIGN_OR_RETURN(z.weights, StartWeightPublisher(c, model, device));
-  PRL_ASSIGN_OR_RETURN(z.endpoint, StartRoleMetrics(c.metrics));
   PRL_ASSIGN_OR_RETURN(z.sink, StepSink::Create(c, *z.endpoint->registry, z.replay.get()));
+  WeightPublisher* publisher = z.weights.publisher.get();  // ready: checkpoint loaded, published
+  z.endpoint->SetReadiness([publisher] {
+    return publisher->stats().versions_published > 0
+               ? absl::OkStatus()
+               : absl::UnavailableError("loading the checkpoint; no weights published yet");
+  });
   return z;
 }
 
@@ -63,6 +69,12 @@ void PrintStart(const config::RunConfig& c, const LearnerRank& rank, const RankZ
 
 absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousConfig& rendezvous,
                        const std::atomic<bool>& stop) {
+  // The endpoint before the slow part (rendezvous, weights): rank 0's, and every rank's when
+  // each runs on its own node (an outside launcher: no local FileStore), for its probes.
+  std::unique_ptr<RoleMetrics> endpoint;
+  if (rendezvous.rank == 0 || rendezvous.file_store_dir.empty()) {
+    PRL_ASSIGN_OR_RETURN(endpoint, StartRoleMetrics(c.metrics));
+  }
   PRL_ASSIGN_OR_RETURN(ParameterSet full, LoadModel(c.model.path, Device::Cpu()));
   LearnerRankOptions rank_options;
   rank_options.temperature = static_cast<float>(c.task.temperature);
@@ -72,14 +84,18 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
   options.step = rank->step;
   if (rank->rank0()) {
-    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device));
+    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device, std::move(endpoint)));
     PrintStart(c, *rank, z);
+  } else if (endpoint != nullptr) {
+    endpoint->SetReadiness([] { return absl::OkStatus(); });  // in the group, with its shard
   }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);
-  return service.Run(&stop, [&](const learner::LearnerStepReport& step) {
+  absl::Status run = service.Run(&stop, [&](const learner::LearnerStepReport& step) {
     z.sink->Observe(step, service.groups_consumed());
   });
+  if (z.endpoint != nullptr) z.endpoint->SetReadiness(nullptr);
+  return run;
 }
 
 }  // namespace

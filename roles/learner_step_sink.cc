@@ -16,7 +16,9 @@ StepSink::StepSink(const config::RunConfig& config, prometheus::Registry& regist
       learner_(registry, learner::LossKindName(config.learner.loss)),
       weights_(registry),
       replay_metrics_(registry),
-      replay_(replay) {}
+      replay_(replay) {
+  learner_.max_lag_versions.Set(static_cast<double>(config.learner.max_lag));
+}
 
 StepSink::~StepSink() {
   if (report_file_ != nullptr) std::fclose(report_file_);

@@ -10,6 +10,10 @@ std::string RoleMetrics::Describe() const {
                            : absl::StrCat(" (metrics on port ", server->port(), ")");
 }
 
+void RoleMetrics::SetReadiness(metrics::ReadinessCheck check) const {
+  if (server != nullptr) server->SetReadiness(std::move(check));
+}
+
 absl::StatusOr<std::unique_ptr<RoleMetrics>> StartRoleMetrics(
     const config::MetricsSection& config) {
   auto m = std::make_unique<RoleMetrics>();

@@ -559,6 +559,21 @@ TEST_F(CoordinatorTest, ListingIsPaginated) {
   request.set_page_size(1);
   request.set_page_token("not-a-token");
   EXPECT_EQ(c->ListPage(request).status().code(), kInvalid);
+TEST_F(CoordinatorTest, StatsCountThrottledLeaseRequestsAndLeasesPerActor) {
+  config_.max_lag = 0;
+  config_.groups_per_step = 3;  // at most 3 groups ahead of the learner
+  auto c = Open();
+  c->Submit(Request(5)).IgnoreError();
+  const std::string a = c->RegisterActor("actors-x7k2p").actor_id();
+  const std::string b = c->RegisterActor("actors-q4m8z").actor_id();
+  EXPECT_EQ(c->Lease(LeaseOf(a, 2))->prompts_size(), 2);  // within the budget
+  EXPECT_EQ(c->Stats().lease_requests_throttled, 0);
+  EXPECT_EQ(c->Lease(LeaseOf(b, 2))->prompts_size(), 1);  // cut to the budget's last group
+  EXPECT_EQ(c->Lease(LeaseOf(b, 2))->prompts_size(), 0);  // refused: 2 prompts still pending
+  const CoordinatorStats stats = c->Stats();
+  EXPECT_EQ(stats.lease_requests_throttled, 2);
+  EXPECT_EQ(stats.prompts_leased, (std::map<std::string, int64_t>{{"actors-x7k2p", 2},
+                                                                   {"actors-q4m8z", 1}}));
 }
 
 TEST_F(CoordinatorTest, CancelledSetsAreNotLeased) {
