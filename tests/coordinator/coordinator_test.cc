@@ -559,6 +559,8 @@ TEST_F(CoordinatorTest, ListingIsPaginated) {
   request.set_page_size(1);
   request.set_page_token("not-a-token");
   EXPECT_EQ(c->ListPage(request).status().code(), kInvalid);
+}
+
 TEST_F(CoordinatorTest, StatsCountThrottledLeaseRequestsAndLeasesPerActor) {
   config_.max_lag = 0;
   config_.groups_per_step = 3;  // at most 3 groups ahead of the learner

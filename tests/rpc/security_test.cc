@@ -134,6 +134,7 @@ struct Servers {
   collective::MemoryStore memory;
   std::unique_ptr<collective::StoreServer> store;
   std::unique_ptr<reward::RewardServer> reward;
+  ModelConfig model;
   std::string dir, segment;
 
   Servers() {
@@ -151,7 +152,7 @@ struct Servers {
     ReplayBuffer::Remove(segment, true).IgnoreError();
     replay = *ReplayBuffer::Create(segment, rc);
     ingest = *ReplayIngestServer::Start(replay.get(), {.address = "127.0.0.1:0"});
-    ModelConfig m;
+    ModelConfig& m = model;
     m.arch = Architecture::kQwen2;
     m.hidden_size = 8;
     m.intermediate_size = 16;
@@ -311,6 +312,31 @@ TEST_F(SecurityTest, NonLoopbackListenersNeedTlsOrAnExplicitInsecureChoice) {
   EXPECT_TRUE(ServerCredentialsFor("127.0.0.1:0").ok());
   ASSERT_TRUE(ConfigureSecurity(Tls(false), std::nullopt).ok());
   EXPECT_TRUE(ServerCredentialsFor("0.0.0.0:0").ok());
+}
+
+TEST_F(SecurityTest, EveryServerRefusedAPlaintextNetworkListenerReturnsTheErrorWithoutCrashing) {
+  ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok());
+  Servers servers;  // on loopback: allowed
+  const std::string wide = "0.0.0.0:0";
+  const auto expect_refused = [](const absl::Status& status, absl::string_view server) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << server << ": " << status;
+    EXPECT_NE(status.message().find("security.insecure"), std::string::npos) << status;
+  };
+  expect_refused(
+      coordinator::CoordinatorServer::Start(servers.coordinator.get(), wide).status(),
+      "coordinator");
+  expect_refused(ReplayIngestServer::Start(servers.replay.get(), {.address = wide}).status(),
+                 "replay ingest");
+  expect_refused(GrpcWeightPublisher::Start(servers.model, {.address = wide}).status(), "weights");
+  expect_refused(collective::StoreServer::Start(&servers.memory, wide).status(), "store");
+  expect_refused(reward::RewardServer::Start(
+                     [](absl::Span<const reward::RewardInput> in) {
+                       return absl::StatusOr<std::vector<reward::RewardResult>>(
+                           std::vector<reward::RewardResult>(in.size()));
+                     },
+                     {.address = wide})
+                     .status(),
+                 "reward");
 }
 
 TEST_F(SecurityTest, BadSettingsNameTheKey) {
