@@ -375,6 +375,7 @@ void Actor::CountWritten(const RequestOutput& output,
 absl::Status Actor::LostLease(const absl::Status& refused) {
   std::fprintf(stderr, "actor %s: %s\n", options_.name.c_str(),
                std::string(refused.message()).c_str());
+  if (options_.metrics != nullptr) options_.metrics->leases_lost.Increment();
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.lost_leases;
   return absl::OkStatus();
