@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "collective/kv_store.h"
 #include "collective/store_service.h"
@@ -124,6 +125,12 @@ class SecurityTest : public ::testing::Test {
   Certificates certs_;
 };
 
+IngestOptions IngestAt(const std::string& address) {
+  IngestOptions options;
+  options.address = address;
+  return options;
+}
+
 // Every server prl runs, each started under the process's security as it is when called.
 struct Servers {
   std::unique_ptr<coordinator::Coordinator> coordinator;
@@ -151,7 +158,7 @@ struct Servers {
     rc.capacity_bytes = 1 << 20;
     ReplayBuffer::Remove(segment, true).IgnoreError();
     replay = *ReplayBuffer::Create(segment, rc);
-    ingest = *ReplayIngestServer::Start(replay.get(), {.address = "127.0.0.1:0"});
+    ingest = *ReplayIngestServer::Start(replay.get(), IngestAt("127.0.0.1:0"));
     ModelConfig& m = model;
     m.arch = Architecture::kQwen2;
     m.hidden_size = 8;
@@ -325,7 +332,7 @@ TEST_F(SecurityTest, EveryServerRefusedAPlaintextNetworkListenerReturnsTheErrorW
   expect_refused(
       coordinator::CoordinatorServer::Start(servers.coordinator.get(), wide).status(),
       "coordinator");
-  expect_refused(ReplayIngestServer::Start(servers.replay.get(), {.address = wide}).status(),
+  expect_refused(ReplayIngestServer::Start(servers.replay.get(), IngestAt(wide)).status(),
                  "replay ingest");
   expect_refused(GrpcWeightPublisher::Start(servers.model, {.address = wide}).status(), "weights");
   expect_refused(collective::StoreServer::Start(&servers.memory, wide).status(), "store");
@@ -337,6 +344,21 @@ TEST_F(SecurityTest, EveryServerRefusedAPlaintextNetworkListenerReturnsTheErrorW
                      {.address = wide})
                      .status(),
                  "reward");
+}
+
+TEST_F(SecurityTest, TheDescriptionSaysWhatIsProtectedAndNeverATokenOrKey) {
+  ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok());
+  EXPECT_EQ(DescribeSecurity(), "plaintext (loopback only), no tokens");
+  SecuritySettings s = Tls(true);
+  s.learner_token_file.clear();
+  ASSERT_TRUE(ConfigureSecurity(s, Role::kActor).ok());
+  const std::string described = DescribeSecurity();
+  EXPECT_EQ(described, "mutual TLS, tokens of client, actor, calls as actor");
+  for (const std::string& file : {s.client_token_file, s.actor_token_file}) {
+    std::ifstream in(file);
+    const std::string secret((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(described.find(std::string(absl::StripAsciiWhitespace(secret))), std::string::npos);
+  }
 }
 
 TEST_F(SecurityTest, BadSettingsNameTheKey) {
