@@ -58,9 +58,15 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   const std::string name = segment.empty() ? c.replay_segment() : segment;
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
   metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kReplay);
-  // The learner beside it creates the segment; wait for it (not ready meanwhile).
+  // The run's segment is created by the learner beside it: wait for it (not ready meanwhile,
+  // saying so every 30 s). A segment named on the command line must exist.
   absl::StatusOr<std::unique_ptr<ReplayBuffer>> opened = ReplayBuffer::Open(name);
-  while (absl::IsNotFound(opened.status()) && !stop) {
+  for (int waited_ms = 0; segment.empty() && absl::IsNotFound(opened.status()) && !stop;
+       waited_ms += 200) {
+    if (waited_ms % 30'000 == 0) {
+      std::printf("replay: waiting for the learner to create segment %s\n", name.c_str());
+      std::fflush(stdout);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     opened = ReplayBuffer::Open(name);
   }

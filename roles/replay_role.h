@@ -2,8 +2,9 @@
 // replay.listen into a replay segment on this node (the run's, unless another is named), so
 // that actors on other nodes (replay.address) can write groups, until the stop flag is set. It
 // admits only groups of this run that belong to an open lease (the coordinator answers
-// ActorControl.CheckGroup). It waits for the learner to create the segment, and serves
-// /metrics, /healthz and /readyz (ready once it serves) on metrics.listen.
+// ActorControl.CheckGroup). It waits for the learner to create the run's segment (a segment
+// named explicitly must exist), and serves /metrics, /healthz and /readyz (ready once it
+// serves) on metrics.listen.
 #pragma once
 
 #include <atomic>

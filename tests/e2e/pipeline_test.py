@@ -167,14 +167,16 @@ class PipelineTest(unittest.TestCase):
                  for a in ("actor0", "actor1")}
         self.assertEqual(len(names), 2, "actors started without --name get distinct names")
         # The learner took exactly learner.steps steps of groups_per_step groups each, reported
-        # them to learner.report_file and checkpointed every 2 steps and after the last.
+        # them to learner.report_file and checkpointed every 2 steps and after the last (the
+        # journal of steps since the last checkpoint is empty).
         with open(os.path.join(self.work, "steps.jsonl")) as f:
             steps = [json.loads(line) for line in f]
         self.assertEqual([s["step"] for s in steps], [1, 2, 3])
         self.assertEqual({s["groups"] for s in steps}, {3})
         self.assertEqual({s["lr"] for s in steps}, {0.000321})
         self.assertEqual(sorted(os.listdir(os.path.join(self.work, "checkpoints"))),
-                         ["latest", "step-00000002", "step-00000003"])
+                         ["journal", "latest", "step-00000002", "step-00000003"])
+        self.assertEqual(os.listdir(os.path.join(self.work, "checkpoints", "journal")), [])
 
     def test_every_role_prints_the_same_effective_config_as_prl_run(self):
         config = self.config(learner={"lr": 0.125, "loss": "cispo"},

@@ -140,8 +140,9 @@ class RunTest(unittest.TestCase):
         self.assertEqual(summary["mean_lag"], 0)
 
     def test_a_killed_actor_is_restarted_and_the_run_completes(self):
-        proc = self.start(self.config(learner={"steps": 10}))
-        self.wait_for(r"step +2/10")
+        # Long enough (a step takes ~0.1 s here) that the kill lands well before the end.
+        proc = self.start(self.config(learner={"steps": 150}))
+        self.wait_for(r"step +2/150")
         pids = subprocess.run(["pgrep", "-f", "actor --config .*--name actor-0"],
                               capture_output=True, text=True).stdout.split()
         self.assertTrue(pids, self.output())
@@ -149,7 +150,7 @@ class RunTest(unittest.TestCase):
         summary = self.finish(proc)
         self.assertIn("supervisor: actor-0 killed by signal 9", self.output())
         self.assertGreaterEqual(summary["restarts"]["actor"], 1)
-        self.assertEqual(summary["steps"], 10)
+        self.assertEqual(summary["steps"], 150)
 
     def test_ctrl_c_stops_every_role_and_removes_shared_memory(self):
         proc = self.start(self.config(learner={"steps": 1000}))
