@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/process_identity.h"
 
@@ -40,17 +42,34 @@ int64_t KillAfterSets() {
 }
 std::atomic<int64_t> sets_done{0};
 
+// The locks this thread holds (a thread holds at most a few at once).
+thread_local const LockState* held_by_this_thread[4] = {};
+
+void NoteHeld(const LockState* state, bool held) {
+  for (const LockState*& slot : held_by_this_thread) {
+    if (held ? slot == nullptr : slot == state) {
+      slot = held ? state : nullptr;
+      return;
+    }
+  }
+  PRL_CHECK(!held, "a thread holds more than 4 LeaseLocks at once");
+}
+
 }  // namespace
 
-LockedSection::LockedSection(LockState* state, uint8_t* base) : state_(state), base_(base) {
+LockedSection::LockedSection(LockState* state, uint8_t* base, uint64_t mapped_bytes)
+    : state_(state), base_(base), mapped_bytes_(mapped_bytes) {
   const uint64_t me = SelfProcessToken();
   PRL_CHECK(me != 0, "no process token");
+  for (const LockState* held : held_by_this_thread) {
+    PRL_CHECK(held != state, "LeaseLock is not reentrant: this thread holds it already");
+  }
   int64_t waited_since = 0;
   uint64_t last_owner = 0;
   for (int attempt = 0;; ++attempt) {
     uint64_t expected = 0;
     if (state_->owner.compare_exchange_weak(expected, me, std::memory_order_acquire)) break;
-    PRL_CHECK(expected != me, "LeaseLock is not reentrant");
+    // expected == me: a sibling thread holds it; wait (ProcessAlive(me) holds, so no takeover).
     if (attempt < 64) {
       CpuRelax();
       continue;
@@ -78,18 +97,20 @@ LockedSection::LockedSection(LockState* state, uint8_t* base) : state_(state), b
     nanosleep(&pause, nullptr);
   }
   PRL_CHECK(state_->undo_count.load() == 0, "undo log not empty after acquisition");
+  NoteHeld(state_, true);
 }
 
 LockedSection::~LockedSection() {
   // The commit point: once the log is empty, the section's writes stand.
   state_->undo_count.store(0, std::memory_order_seq_cst);
+  NoteHeld(state_, false);
   state_->owner.store(0, std::memory_order_release);
 }
 
 void LockedSection::Set(std::atomic<uint64_t>& field, uint64_t value) {
   const uint64_t n = state_->undo_count.load(std::memory_order_relaxed);
-  PRL_CHECK(n < kUndoLogCapacity, "critical section writes more than ", kUndoLogCapacity,
-            " fields");
+  PRL_CHECK(n < kUndoLogCapacity, "invariant broken: a critical section wrote ", n,
+            " fields without checking HasRoom (the undo log holds ", kUndoLogCapacity, ")");
   const uint8_t* address = reinterpret_cast<const uint8_t*>(&field);
   state_->undo[n].offset.store(static_cast<uint64_t>(address - base_), std::memory_order_relaxed);
   state_->undo[n].old_value.store(field.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -100,12 +121,32 @@ void LockedSection::Set(std::atomic<uint64_t>& field, uint64_t value) {
 }
 
 void LockedSection::Rollback() {
-  const uint64_t n = state_->undo_count.load(std::memory_order_seq_cst);
+  // Entries were checked on attach (CheckUndoLog); one that a stray write damaged since is
+  // skipped rather than followed outside the mapping.
+  const uint64_t n = std::min(state_->undo_count.load(std::memory_order_seq_cst), kUndoLogCapacity);
   for (uint64_t i = n; i-- > 0;) {
-    auto* field = reinterpret_cast<std::atomic<uint64_t>*>(base_ + state_->undo[i].offset.load());
+    const uint64_t offset = state_->undo[i].offset.load();
+    if (offset % 8 != 0 || offset + 8 > mapped_bytes_) continue;
+    auto* field = reinterpret_cast<std::atomic<uint64_t>*>(base_ + offset);
     field->store(state_->undo[i].old_value.load(), std::memory_order_relaxed);
   }
   state_->undo_count.store(0, std::memory_order_seq_cst);
+}
+
+std::string CheckUndoLog(const LockState& state, uint64_t mapped_bytes) {
+  const uint64_t n = state.undo_count.load();
+  if (n > kUndoLogCapacity) {
+    return absl::StrCat("lock.undo_count is ", n, ", expected at most ", kUndoLogCapacity);
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t offset = state.undo[i].offset.load();
+    if (offset % 8 != 0 || offset + 8 > mapped_bytes) {
+      return absl::StrCat("lock.undo[", i, "].offset is ", offset,
+                          ", expected an 8-aligned field inside the ", mapped_bytes,
+                          "-byte mapping");
+    }
+  }
+  return "";
 }
 
 }  // namespace prl

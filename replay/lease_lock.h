@@ -10,14 +10,28 @@
 //
 // All protected fields are std::atomic<uint64_t> inside the same mapping, addressed in the log
 // by their offset from the mapping's base, so the log means the same in every process.
+//
+// The undo log is bounded by design, never exhausted: every critical section writes a fixed
+// part of fewer than kSectionReserve fields, plus loops (dropping, expiring, leasing many
+// groups) whose every iteration also writes fewer than kSectionReserve and starts only while
+// HasRoom(); a loop that runs out of room stops and leaves the rest to the caller's next
+// section. So Set never finds the log full (its check is an invariant, not a limit).
+//
+// The holder is a process, so threads of one process exclude each other through the same
+// word: a thread that finds the lock held by a sibling waits like any other waiter (never
+// taking it over: its own process is alive). Only true reentrancy (the holding thread taking
+// the lock again) is a programming error.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace prl {
 
 inline constexpr uint64_t kUndoLogCapacity = 16384;
+// Upper bound of the fields written by a section's fixed part, and by one loop iteration.
+inline constexpr uint64_t kSectionReserve = 128;
 
 struct alignas(64) LockState {
   std::atomic<uint64_t> owner;       // ProcessToken of the holder; 0 when free
@@ -32,9 +46,10 @@ struct alignas(64) LockState {
 
 class LockedSection {
  public:
-  // Acquires the lease on `state` (which lives in the mapping starting at `base`), taking it
-  // over from a dead holder and rolling back its unfinished section if needed.
-  LockedSection(LockState* state, uint8_t* base);
+  // Acquires the lease on `state` (which lives in the mapping of `mapped_bytes` starting at
+  // `base`), taking it over from a dead holder and rolling back its unfinished section if
+  // needed. Waits while another thread of this process holds it.
+  LockedSection(LockState* state, uint8_t* base, uint64_t mapped_bytes);
   // Commits (forgets the undo log) and releases.
   ~LockedSection();
   LockedSection(const LockedSection&) = delete;
@@ -48,13 +63,24 @@ class LockedSection {
   }
   // True if this acquisition took the lease over from a dead holder.
   bool took_over() const { return took_over_; }
+  // Whether a loop may run one more iteration (see above).
+  bool HasRoom() const {
+    return state_->undo_count.load(std::memory_order_relaxed) + 2 * kSectionReserve <=
+           kUndoLogCapacity;
+  }
 
  private:
   void Rollback();
 
   LockState* state_;
   uint8_t* base_;
+  uint64_t mapped_bytes_;
   bool took_over_ = false;
 };
+
+// The undo log of a lock found in a mapping of `mapped_bytes`: empty "" if every entry it
+// holds addresses a field inside the mapping, else what is wrong (checked on attach, before a
+// takeover would roll the entries back).
+std::string CheckUndoLog(const LockState& state, uint64_t mapped_bytes);
 
 }  // namespace prl
