@@ -211,6 +211,15 @@ ReplayMetrics::ReplayMetrics(Registry& registry)
       dropped_stale(DroppedGroups(registry, "stale")),
       dropped_full(DroppedGroups(registry, "full")) {}
 
+QuarantineMetrics::QuarantineMetrics(Registry& registry)
+    : dead_lettered_(CounterFamily(registry, "prl_replay_groups_dead_lettered_total",
+                                   "Groups dead-lettered for bad input instead of being trained "
+                                   "on, by reason.")) {}
+
+Counter& QuarantineMetrics::DeadLettered(absl::string_view reason) {
+  return dead_lettered_.Add({{"reason", std::string(reason)}});
+}
+
 LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
     : step_seconds(AddHistogram(registry, "prl_learner_step_seconds",
                                 "Wall time of one learner step, from taking the batch to the "

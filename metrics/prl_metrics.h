@@ -167,6 +167,21 @@ struct ReplayMetrics {
   prometheus::Counter& dropped_full;
 };
 
+// Groups refused for bad input (replay/quarantine.h), by the learner before it trains or by
+// the replay ingest before it writes; the process that checks exports them (mirror
+// QuarantineCounts with AdvanceCounterTo).
+struct QuarantineMetrics {
+  explicit QuarantineMetrics(prometheus::Registry& registry);
+
+  // prl_replay_groups_dead_lettered_total{reason}: groups written to the dead-letter file
+  // instead of being trained on, by reason (replay/group_validation.h DeadLetterReasonName:
+  // token_id, context, shape, logprob, future_version, malformed, corrupt).
+  prometheus::Counter& DeadLettered(absl::string_view reason);
+
+ private:
+  prometheus::Family<prometheus::Counter>& dead_lettered_;
+};
+
 // A learner rank (rank 0 exports the step's global statistics; all ranks may export timing).
 struct LearnerMetrics {
   // `loss_name` (learner/losses.h, e.g. "ppo_clip") is the value of the {loss} labels below.

@@ -139,6 +139,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   WeightSyncMetrics weights(registry);
   ReplayMetrics replay(registry);
   LearnerMetrics learner(registry, "ppo_clip");
+  QuarantineMetrics quarantine(registry);
 
   process.weight_version.Set(7);
 
@@ -184,6 +185,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   AdvanceCounterTo(replay.groups_redelivered, 1);
   AdvanceCounterTo(replay.dropped_stale, 3);
   AdvanceCounterTo(replay.dropped_full, 2);
+  AdvanceCounterTo(quarantine.DeadLettered("token_id"), 2);
 
   learner.step_seconds.Observe(4.2);
   learner.steps.Increment(7);
@@ -207,6 +209,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   return {
       {absl::StrCat("prl_build_info{role=\"learner\",version=\"", Version(), "\"}"), 1},
       {"prl_weight_version{role=\"learner\"}", 7},
+      {"prl_replay_groups_dead_lettered_total{reason=\"token_id\"}", 2},
       {"prl_prompt_sets_active", 2},
       {"prl_prompts_pending", 40},
       {"prl_prompts_in_flight", 12},
