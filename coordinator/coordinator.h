@@ -111,6 +111,9 @@ class Coordinator {
   absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);
   void LearnerProgress(int64_t version, int64_t groups_consumed);
 
+  // The prompt log's counters (appends, fsyncs, compactions, size); coordinator_snapshot.cc.
+  PromptLogStats LogStats() const { return log_->stats(); }
+
   // Re-queues expired leases (also done on every Lease call).
   void ExpireLeases();
   CoordinatorStats Stats();
