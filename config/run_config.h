@@ -202,6 +202,10 @@ struct RunConfig {
   std::string checkpoint_dir() const {
     return learner.checkpoint_dir.empty() ? run_dir() + "/checkpoints" : learner.checkpoint_dir;
   }
+  // The newest weight version a network transport (grpc, nccl) published, beside the
+  // checkpoints it continues (weight_broadcast/version_file.h); shm and cuda_ipc keep it in
+  // their segment.
+  std::string weight_version_file() const { return checkpoint_dir() + "/weight_version"; }
   std::string prompt_log() const {
     return coordinator.log.empty() ? run_dir() + "/coordinator/prompts.log" : coordinator.log;
   }

@@ -41,6 +41,10 @@ struct GrpcPublisherOptions {
   // Bytes of weights per WeightChunk: large enough that per-message overhead vanishes, small
   // enough that gRPC's default buffers and flow-control windows are not the bottleneck.
   int64_t chunk_bytes = int64_t{4} << 20;
+  // Where the newest published version is kept (weight_broadcast/version_file.h), so that a
+  // restarted publisher's newest_version() knows it before any subscriber reconnects; empty:
+  // not kept.
+  std::string version_file;
 };
 
 class GrpcWeightPublisher final : public WeightPublisher {
@@ -50,7 +54,8 @@ class GrpcWeightPublisher final : public WeightPublisher {
   ~GrpcWeightPublisher() override;  // Shutdown()
 
   absl::Status Publish(int64_t version, const ParameterSet& weights) override;
-  // The newest version published, or held by a subscriber that connected (its have_version).
+  // The newest version published, in the version file, or held by a subscriber that
+  // connected (its have_version).
   int64_t newest_version() const override;
   PublisherStats stats() const override;
 
