@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "coordinator/group_id.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
@@ -77,8 +79,7 @@ Actor::Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubs
       weights_(weights),
       options_(options),
       control_(v1::ActorControl::NewStub(
-          grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
-                                    rpc::ChannelArgs(int64_t{64} << 20)))) {}
+          rpc::NewChannel(options.coordinator, rpc::ChannelArgs(int64_t{64} << 20)))) {}
 
 ActorStats Actor::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
@@ -114,6 +115,7 @@ absl::Status Actor::Heartbeat() {
   v1::HeartbeatRequest request;
   request.set_actor_id(actor_id_);
   request.set_weight_version(engine_->Stats().weight_version);
+  for (const auto& [request_id, job] : in_flight_) request.add_held_lease_ids(job.lease.lease_id());
   v1::HeartbeatResponse response;
   return rpc::FromGrpcStatus(control_->Heartbeat(&ctx, request, &response));
 }
@@ -159,12 +161,34 @@ absl::Status Actor::AwaitWeightVersion(int64_t version, const std::atomic<bool>*
   return absl::OkStatus();
 }
 
+void Actor::UpdateTransferMetrics() {
+  if (weights_ == nullptr || options_.weight_metrics == nullptr) return;
+  const SubscriberStats s = weights_->stats();
+  metrics::AdvanceCounterTo(options_.weight_metrics->transfer_bytes,
+                            static_cast<double>(s.bytes_received));
+  const int64_t received = s.versions_received - versions_received_seen_;
+  if (received <= 0) return;
+  const double each = (s.total_transfer_seconds - transfer_seconds_seen_) / received;
+  for (int64_t i = 0; i < received; ++i) options_.weight_metrics->transfer_seconds.Observe(each);
+  versions_received_seen_ = s.versions_received;
+  transfer_seconds_seen_ = s.total_transfer_seconds;
+}
+
 void Actor::UpdateEngineGauges() {
+  UpdateTransferMetrics();
   if (options_.metrics == nullptr) return;
   const EngineStats s = engine_->Stats();
   options_.metrics->sequences_running.Set(static_cast<double>(s.num_running));
   options_.metrics->sequences_waiting.Set(static_cast<double>(s.num_waiting));
   options_.metrics->groups_in_flight.Set(static_cast<double>(in_flight_.size()));
+  // Leased groups go to the engine at once; those not started are its waiting sequences.
+  int64_t samples = 0;
+  for (const auto& [id, job] : in_flight_) samples += job.lease.samples();
+  const double mean_group =
+      in_flight_.empty() ? 1.0 : static_cast<double>(samples) / in_flight_.size();
+  options_.metrics->groups_pending.Set(
+      std::min(static_cast<double>(in_flight_.size()),
+               std::ceil(s.num_waiting / std::max(mean_group, 1.0))));
   metrics::AdvanceCounterTo(options_.metrics->preemptions, static_cast<double>(s.preemptions));
   metrics::AdvanceCounterTo(options_.metrics->prefill_tokens,
                             static_cast<double>(s.prefill_tokens));
@@ -348,11 +372,20 @@ void Actor::CountWritten(const RequestOutput& output,
   stats_.tokens_generated += tokens;
 }
 
+absl::Status Actor::LostLease(const absl::Status& refused) {
+  std::fprintf(stderr, "actor %s: %s\n", options_.name.c_str(),
+               std::string(refused.message()).c_str());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.lost_leases;
+  return absl::OkStatus();
+}
+
 absl::Status Actor::ReportComplete(const v1::CompleteRequest& complete) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::CompleteResponse response;
   const absl::Status done = rpc::FromGrpcStatus(control_->Complete(&ctx, complete, &response));
+  if (absl::IsFailedPrecondition(done)) return LostLease(done);
   if (!done.ok() && !absl::IsNotFound(done) && !Transient(done)) return done;
   if (done.ok() && !response.accepted()) {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -367,7 +400,7 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   const InFlight job = std::move(it->second);
   in_flight_.erase(it);
   const int64_t finished = NowNanos();
-  const uint64_t group_id = XXH3_64bits(job.lease.lease_id().data(), job.lease.lease_id().size());
+  const uint64_t group_id = coordinator::GroupIdOfLease(job.lease.lease_id());
 
   // Rewards for the whole group, or the group fails visibly.
   absl::StatusOr<std::vector<reward::RewardInput>> inputs =
@@ -380,7 +413,9 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   }
   const ScoredGroup group = BuildGroup(job, output, *inputs, *rewards, group_id, finished);
   // Into the replay buffer first, then done: a crash in between re-runs the prompt.
-  PRL_RETURN_IF_ERROR(write_group_(group.records));
+  const absl::Status written = write_group_(group.records);
+  if (absl::IsFailedPrecondition(written)) return LostLease(written);
+  PRL_RETURN_IF_ERROR(written);
   CountWritten(output, *rewards, group.tokens);
   return ReportComplete(group.complete);
 }

@@ -67,6 +67,9 @@ struct ActorOptions {
 struct ActorStats {
   int64_t groups_written = 0, samples_written = 0, tokens_generated = 0;
   int64_t reward_failures = 0, duplicate_completions = 0;
+  // Groups refused because their prompt's lease was no longer this actor's (it expired and
+  // was re-leased, or the coordinator restarted): the prompt is re-run, the group dropped.
+  int64_t lost_leases = 0;
   int64_t weight_version = 0, weight_swaps = 0;
   int64_t registrations = 0;
 };
@@ -100,6 +103,8 @@ class Actor {
   // Sync mode: blocks until the engine holds `version` (or stop / time-out).
   absl::Status AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop);
   void UpdateEngineGauges();
+  // prl_weight_transfer_* from the subscriber's stats (it receives in the background).
+  void UpdateTransferMetrics();
 
   // A finished request's group: scored, written to the replay buffer, reported complete; a
   // group whose scoring fails is counted and dropped (the lease expires and it is re-run).
@@ -132,6 +137,8 @@ class Actor {
   // e.g. after a restart) and transient errors are not the actor's: the group is in the buffer
   // and an unreported lease expires and is re-run (at-least-once, as above).
   absl::Status ReportComplete(const prl::v1::CompleteRequest& complete);
+  // Counts a group refused with FailedPrecondition (the lease is no longer ours) and goes on.
+  absl::Status LostLease(const absl::Status& refused);
   absl::StatusOr<reward::RewardFunction*> RewardFor(const prl::v1::RewardSpec& spec);
   absl::StatusOr<std::string> Text(absl::Span<const int32_t> ids) const;
 
@@ -142,7 +149,9 @@ class Actor {
   std::unique_ptr<prl::v1::ActorControl::Stub> control_;
   std::string actor_id_;
   int64_t heartbeat_ms_ = 5000;
-  int64_t staged_version_ = 0;              // newest weights handed to the engine
+  int64_t staged_version_ = 0;          // newest weights handed to the engine
+  int64_t versions_received_seen_ = 0;  // subscriber stats already in the metrics
+  double transfer_seconds_seen_ = 0;
   std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease
   std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec
   mutable std::mutex stats_mu_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
+#include "coordinator/list_client.h"
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -24,8 +25,8 @@ namespace {
 namespace v1 = prl::v1;
 
 std::unique_ptr<v1::PromptService::Stub> Connect(const std::string& server) {
-  return v1::PromptService::NewStub(grpc::CreateCustomChannel(
-      server, grpc::InsecureChannelCredentials(), rpc::ChannelArgs(int64_t{256} << 20)));
+  return v1::PromptService::NewStub(
+      rpc::NewChannel(server, rpc::ChannelArgs(int64_t{256} << 20)));
 }
 
 std::string StateName(v1::PromptSetState s) {
@@ -63,7 +64,30 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
   return j;
 }
 
+// How a client proves itself and checks the server (rpc/security.h).
+struct ClientTrust {
+  std::string token_file, ca_file, cert_file, key_file;
+};
+
+void AddTrustFlags(CLI::App* cmd, ClientTrust* t) {
+  cmd->add_option("--token-file", t->token_file,
+                  "The client role's bearer token (security.client_token_file of the run)");
+  cmd->add_option("--ca-file", t->ca_file, "The CA that verifies the coordinator (TLS)");
+  cmd->add_option("--cert-file", t->cert_file, "This client's certificate (mutual TLS)");
+  cmd->add_option("--key-file", t->key_file, "Its private key (mutual TLS)");
+}
+
+absl::Status ConfigureClient(const ClientTrust& t) {
+  rpc::SecuritySettings s;
+  s.client_token_file = t.token_file;
+  s.tls_ca_file = t.ca_file;
+  s.tls_cert_file = t.cert_file;
+  s.tls_key_file = t.key_file;
+  return rpc::ConfigureSecurity(s, rpc::Role::kClient);
+}
+
 struct SubmitFlags {
+  ClientTrust trust;
   std::string server = "localhost:50051", file, name, idempotency_key, reward = "exact_match";
   std::vector<std::string> reward_params;
   int samples = 4, top_k = 0, max_tokens = 256;
@@ -140,6 +164,7 @@ absl::Status Watch(v1::PromptService::Stub& stub, const std::string& id, bool js
 }
 
 absl::Status RunSubmit(const SubmitFlags& f) {
+  PRL_RETURN_IF_ERROR(ConfigureClient(f.trust));
   PRL_ASSIGN_OR_RETURN(const v1::SubmitPromptSetRequest request, ReadSubmission(f));
   auto stub = Connect(f.server);
   grpc::ClientContext ctx;
@@ -163,15 +188,15 @@ absl::Status RunSubmit(const SubmitFlags& f) {
              : absl::OkStatus();
 }
 
-absl::Status RunStatus(const std::string& server, const std::string& id, bool json) {
+absl::Status RunStatus(const ClientTrust& trust, const std::string& server, const std::string& id,
+                       bool json) {
+  PRL_RETURN_IF_ERROR(ConfigureClient(trust));
   auto stub = Connect(server);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   std::vector<v1::PromptSetStatus> sets;
   if (id.empty()) {
-    v1::ListPromptSetsResponse list;
-    PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->ListPromptSets(&ctx, {}, &list)));
-    sets.assign(list.prompt_sets().begin(), list.prompt_sets().end());
+    PRL_ASSIGN_OR_RETURN(sets, coordinator::ListAllPromptSets(*stub, absl::Seconds(30)));
   } else {
     v1::GetPromptSetRequest request;
     request.set_prompt_set_id(id);
@@ -220,18 +245,22 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   submit->add_flag("--show-texts", s->show_texts,
                    "Watch, and print each finished sample's text and reward");
   submit->add_flag("--json", s->json, "JSON output");
+  AddTrustFlags(submit, &s->trust);
   registry.Add(submit, [s] { return RunSubmit(*s); });
 
   auto st_server = std::make_shared<std::string>("localhost:50051");
   auto st_id = std::make_shared<std::string>();
   auto st_json = std::make_shared<bool>(false);
+  auto st_trust = std::make_shared<ClientTrust>();
   CLI::App* status =
       app.add_subcommand("status", "Prompt sets of a coordinator and their progress");
   status->add_option("id", *st_id, "One prompt set (default: all)");
   status->add_option("--server", *st_server, "Coordinator address")->capture_default_str();
   status->add_flag("--json", *st_json, "JSON output");
-  registry.Add(status,
-               [st_server, st_id, st_json] { return RunStatus(*st_server, *st_id, *st_json); });
+  AddTrustFlags(status, st_trust.get());
+  registry.Add(status, [st_trust, st_server, st_id, st_json] {
+    return RunStatus(*st_trust, *st_server, *st_id, *st_json);
+  });
 }
 
 }  // namespace prl::cli

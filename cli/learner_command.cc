@@ -22,6 +22,7 @@
 #include "learner/train_step.h"
 #include "nlohmann/json.hpp"
 #include "roles/learner_rank.h"
+#include "roles/role_security.h"
 
 namespace prl::cli {
 
@@ -206,6 +207,7 @@ absl::Status RunTrainRank(const StepFlags& f, const config::RunConfig& c,
 }
 
 absl::Status Launch(const StepFlags& f, const config::RunConfig& c, bool train) {
+  PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(c, rpc::Role::kLearner, {}));
   if (c.model.path.empty()) {
     return absl::InvalidArgumentError("learner: --model (model.path) is required");
   }

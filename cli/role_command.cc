@@ -128,7 +128,8 @@ void RegisterReplayServe(CLI::App& app, CommandRegistry& registry) {
   flags->Shorthand("--run-name", "run.name")
       .Shorthand("--listen", "replay.listen")
       .Shorthand("--max-message-mb", "replay.max_message_mb")
-      .Shorthand("--write-timeout-ms", "replay.write_timeout_ms");
+      .Shorthand("--write-timeout-ms", "replay.write_timeout_ms")
+      .Shorthand("--metrics-listen", "metrics.listen");
   registry.Add(cmd, [flags, segment] {
     return flags->Run([&](const config::RunConfig& c) {
       return roles::RunReplayRole(c, *segment, roles::StopOnSignals());

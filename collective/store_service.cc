@@ -76,13 +76,15 @@ class StoreServer::Service final : public v1::StoreService::Service {
 };
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(MemoryStore* store,
-                                                                const std::string& address) {
+                                                                const std::string& address,
+                                                                const rpc::AccessPolicy& policy) {
   auto server = std::unique_ptr<StoreServer>(new StoreServer());
   server->service_ = std::make_unique<Service>(store);
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, kMaxMessageBytes);
   builder.RegisterService(server->service_.get());
-  PRL_ASSIGN_OR_RETURN(server->server_, rpc::StartServer(builder, address, &server->port_));
+  PRL_ASSIGN_OR_RETURN(server->server_,
+                       rpc::StartServer(builder, address, &server->port_, policy));
   return server;
 }
 
@@ -104,7 +106,7 @@ GrpcStore::GrpcStore(const std::string& target, absl::Duration connect_timeout)
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   stub_ = v1::StoreService::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+      rpc::NewChannel(target, args));
 }
 
 absl::Status GrpcStore::CallError(absl::string_view call, absl::string_view key,

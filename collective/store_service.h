@@ -18,15 +18,17 @@
 #include "absl/time/time.h"
 #include "collective/kv_store.h"
 #include "prl/v1/store.grpc.pb.h"
+#include "rpc/security.h"
 
 namespace prl::collective {
 
 class StoreServer {
  public:
   // Serves `store` (which must outlive the server) on `address` (host:port; port 0 picks a
-  // free one).
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(MemoryStore* store,
-                                                            const std::string& address);
+  // free one), admitting the roles `policy` names (by default the learner's ranks).
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(
+      MemoryStore* store, const std::string& address,
+      const rpc::AccessPolicy& policy = rpc::DefaultAccessPolicy());
   ~StoreServer();  // shuts down
 
   int port() const { return port_; }

@@ -22,10 +22,12 @@ using internal::EnumField;
 using internal::VisitFields;
 
 using StringMap = std::map<std::string, std::string>;
+using StringList = std::vector<std::string>;
 
 template <typename T>
 const char* TypeName() {
   if constexpr (std::is_same_v<T, StringMap>) return "an object of strings";
+  if constexpr (std::is_same_v<T, StringList>) return "a list of strings";
   if constexpr (std::is_same_v<T, std::string>) return "a string";
   if constexpr (std::is_same_v<T, bool>) return "true or false";
   if constexpr (std::is_floating_point_v<T>) return "a number";
@@ -73,6 +75,9 @@ struct Reader {
     if constexpr (std::is_same_v<T, StringMap>) {
       ok = value.is_object();
       for (const auto& [k, v] : value.items()) ok = ok && v.is_string();
+    } else if constexpr (std::is_same_v<T, StringList>) {
+      ok = value.is_array();
+      for (const auto& v : value) ok = ok && v.is_string();
     } else if constexpr (std::is_same_v<T, std::string>) {
       ok = value.is_string();
     } else if constexpr (std::is_same_v<T, bool>) {

@@ -102,6 +102,17 @@ struct CoordinatorSection {
   int64_t heartbeat_ms = 1'000;
   int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
   int32_t max_samples_per_prompt = 1024;
+  int64_t max_prompts_per_set = 100'000;  // prompts in one submission
+  int max_watch_streams = 64;             // WatchPromptSet streams open at once
+  // The log is rewritten as a snapshot of the live state past this size (and twice the last
+  // snapshot's), so it stays within a constant factor of the live state.
+  int64_t compact_log_mb = 64;
+  // A finished (done or cancelled) set is forgotten this long after it finished, with its
+  // idempotency key; 0: kept forever. A day: long enough for any client to read its result.
+  int64_t retention_s = 86'400;
+  // The RewardService addresses a prompt set may name (reward "remote", params.address); any
+  // other is refused at submission.
+  std::vector<std::string> reward_addresses;
   int max_restarts = 3;  // by prl run's supervisor
 };
 
@@ -161,6 +172,9 @@ struct ReplaySection {
   std::string address;  // non-empty: actors push to this remote ingest instead of the segment
   int64_t max_message_mb = 256;
   int64_t write_timeout_ms = 10'000;  // a push waits this long for space
+  // Groups refused as bad input (replay/quarantine.h), one JSONL file per checker: ingest.jsonl
+  // (prl replay serve) and learner.jsonl; empty: <run dir>/dead_letters.
+  std::string dead_letter_dir;
 };
 
 struct BroadcastSection {
@@ -175,6 +189,17 @@ struct BroadcastSection {
 struct RewardSection {
   std::string listen = "127.0.0.1:50071";
   int64_t max_message_mb = 64;
+};
+
+// Trust (rpc/security.h, docs/security.md): TLS and mutual TLS on every gRPC server and
+// client, bearer tokens per role, and the rule for non-loopback listeners.
+struct SecuritySection {
+  std::string tls_cert_file, tls_key_file;  // this process's certificate chain and key (PEM)
+  std::string tls_ca_file;                  // the CA that verifies peers (PEM)
+  bool require_client_cert = false;         // mutual TLS
+  bool insecure = false;                    // non-loopback listeners may serve plaintext
+  std::string client_token_file, actor_token_file, learner_token_file;
+  int cert_refresh_s = 10;  // certificate files are checked for changes this often
 };
 
 struct MetricsSection {
@@ -194,6 +219,7 @@ struct RunConfig {
   ReplaySection replay;
   BroadcastSection broadcast;
   RewardSection reward;
+  SecuritySection security;
   MetricsSection metrics;
 
   // Names and paths every process of a run derives from the file, so that the roles and
@@ -206,6 +232,11 @@ struct RunConfig {
   // checkpoints it continues (weight_broadcast/version_file.h); shm and cuda_ipc keep it in
   // their segment.
   std::string weight_version_file() const { return checkpoint_dir() + "/weight_version"; }
+  // The dead-letter file of one checker ("ingest", "learner").
+  std::string dead_letter_file(const std::string& checker) const {
+    return (replay.dead_letter_dir.empty() ? run_dir() + "/dead_letters" : replay.dead_letter_dir) +
+           "/" + checker + ".jsonl";
+  }
   std::string prompt_log() const {
     return coordinator.log.empty() ? run_dir() + "/coordinator/prompts.log" : coordinator.log;
   }

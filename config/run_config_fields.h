@@ -74,6 +74,16 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "Prompts pending or in flight before submits get RESOURCE_EXHAUSTED");
   v("coordinator", "max_samples_per_prompt", c.coordinator.max_samples_per_prompt,
     "Largest group a submission may ask for");
+  v("coordinator", "max_prompts_per_set", c.coordinator.max_prompts_per_set,
+    "Most prompts one submission may carry");
+  v("coordinator", "max_watch_streams", c.coordinator.max_watch_streams,
+    "WatchPromptSet streams open at once; more get RESOURCE_EXHAUSTED");
+  v("coordinator", "compact_log_mb", c.coordinator.compact_log_mb,
+    "Compact the prompt log into a snapshot past this size (MiB)");
+  v("coordinator", "retention_s", c.coordinator.retention_s,
+    "Forget a finished prompt set this long after it finished (s; 0: never)");
+  v("coordinator", "reward_addresses", c.coordinator.reward_addresses,
+    "RewardService addresses (host:port) a prompt set may name; others are refused");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
     "prl run: restarts of the coordinator");
 }
@@ -140,6 +150,26 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
 }
 
 template <typename Visitor>
+void VisitSecurityFields(RunConfig& c, Visitor& v) {
+  SecuritySection& s = c.security;
+  v("security", "tls_cert_file", s.tls_cert_file,
+    "This process's TLS certificate chain (PEM); empty: no TLS");
+  v("security", "tls_key_file", s.tls_key_file, "The certificate's private key (PEM)");
+  v("security", "tls_ca_file", s.tls_ca_file,
+    "The CA that verifies servers (and clients with require_client_cert)");
+  v("security", "require_client_cert", s.require_client_cert,
+    "Servers demand a client certificate signed by the CA (mutual TLS)");
+  v("security", "insecure", s.insecure,
+    "Let non-loopback listeners serve plaintext without authentication");
+  v("security", "client_token_file", s.client_token_file,
+    "The bearer token of clients (PromptService); empty: no tokens");
+  v("security", "actor_token_file", s.actor_token_file, "The bearer token of actors");
+  v("security", "learner_token_file", s.learner_token_file, "The bearer token of the learner");
+  v("security", "cert_refresh_s", s.cert_refresh_s,
+    "How often certificate files are re-read (s)");
+}
+
+template <typename Visitor>
 void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("replay", "capacity_mb", c.replay.capacity_mb, "Replay segment size (MiB)");
   v("replay", "lease_ms", c.replay.lease_ms, "Re-deliver a taken group not acked within this");
@@ -151,15 +181,18 @@ void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("replay", "max_message_mb", c.replay.max_message_mb, "Largest push message (MiB)");
   v("replay", "write_timeout_ms", c.replay.write_timeout_ms,
     "How long a push waits for space before RESOURCE_EXHAUSTED (ms)");
+  v("replay", "dead_letter_dir", c.replay.dead_letter_dir,
+    "Refused groups, ingest.jsonl and learner.jsonl (empty: <run dir>/dead_letters)");
   v("broadcast", "transport", Enum(c.broadcast.transport, kWeightTransportNames),
     "shm or cuda_ipc (same node), grpc or nccl (across nodes)");
   v("broadcast", "listen", c.broadcast.listen, "grpc, nccl: where the learner serves weights");
   v("broadcast", "address", c.broadcast.address,
     "grpc, nccl: where actors reach the learner (empty: the listen address)");
   v("broadcast", "timeout_s", c.broadcast.timeout_s,
-    "nccl: a broadcast to a dead actor fails after this (s)");
+    "nccl: a broadcast to a dead actor fails; grpc: a stalled stream is cut (s)");
   v("reward", "listen", c.reward.listen, "prl reward serve: the RewardService's address");
   v("reward", "max_message_mb", c.reward.max_message_mb, "Largest Score message (MiB)");
+  VisitSecurityFields(c, v);
   v("metrics", "enabled", c.metrics.enabled, "Serve Prometheus /metrics");
   v("metrics", "listen", c.metrics.listen, "This process's /metrics address (port 0: any)");
   v("metrics", "base_port", c.metrics.base_port,

@@ -76,6 +76,19 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             c.max_pending_prompts));
   PRL_RETURN_IF_ERROR(
       Range(c.max_restarts >= 0, "coordinator.max_restarts", ">= 0", c.max_restarts));
+  PRL_RETURN_IF_ERROR(Range(c.compact_log_mb >= 1 && c.compact_log_mb <= (int64_t{1} << 20),
+                            "coordinator.compact_log_mb", "1 to 1048576", c.compact_log_mb));
+  PRL_RETURN_IF_ERROR(
+      Range(c.retention_s >= 0, "coordinator.retention_s", ">= 0", c.retention_s));
+  PRL_RETURN_IF_ERROR(Range(c.max_prompts_per_set >= 1 && c.max_prompts_per_set <= 10'000'000,
+                            "coordinator.max_prompts_per_set", "1 to 10000000",
+                            c.max_prompts_per_set));
+  PRL_RETURN_IF_ERROR(Range(c.max_watch_streams >= 1 && c.max_watch_streams <= 100'000,
+                            "coordinator.max_watch_streams", "1 to 100000", c.max_watch_streams));
+  for (size_t i = 0; i < c.reward_addresses.size(); ++i) {
+    PRL_RETURN_IF_ERROR(
+        Address(c.reward_addresses[i], absl::StrCat("coordinator.reward_addresses[", i, "]"), false));
+  }
   return Range(c.max_samples_per_prompt >= 1 && c.max_samples_per_prompt <= 65536,
                "coordinator.max_samples_per_prompt", "1 to 65536", c.max_samples_per_prompt);
 }
@@ -172,6 +185,8 @@ absl::Status ValidateServices(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Address(c.reward.listen, "reward.listen", false));
   PRL_RETURN_IF_ERROR(Range(c.reward.max_message_mb >= 1, "reward.max_message_mb", ">= 1",
                             c.reward.max_message_mb));
+  PRL_RETURN_IF_ERROR(Range(c.security.cert_refresh_s >= 1 && c.security.cert_refresh_s <= 3600,
+                            "security.cert_refresh_s", "1 to 3600", c.security.cert_refresh_s));
   PRL_RETURN_IF_ERROR(Address(c.metrics.listen, "metrics.listen", false));
   return Range(c.metrics.base_port >= 0 && c.metrics.base_port < 65000, "metrics.base_port",
                "0 (free ports) or a port below 65000", c.metrics.base_port);

@@ -5,12 +5,15 @@
 #include <cmath>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "coordinator/group_id.h"
 #include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
 
 namespace prl::coordinator {
 
@@ -60,17 +63,65 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   return c;
 }
 
-absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
-                                   prl::v1::SubmitPromptSetRequest* out) const {
-  *out = request;
-  if (request.prompts().empty()) return Invalid("prompts", "at least one prompt", "none");
-  const int32_t n = request.samples_per_prompt();
+namespace {
+
+// Caps on what one submission may carry, beyond the configured ones: every field is bounded.
+constexpr size_t kMaxNameBytes = 256, kMaxKeyBytes = 256;
+constexpr int kMaxRewardParams = 16;
+constexpr size_t kMaxRewardParamBytes = 4096;
+constexpr size_t kMaxPromptBytes = 1 << 20;  // a prompt's text, messages or tools
+constexpr int kMaxStopTokens = 64;
+
+size_t PromptBytes(const prl::v1::Prompt& p) {
+  size_t n = p.text().size() + p.reference().size() + p.chat().tools_json().size() +
+             p.chat().template_kwargs_json().size() + 4 * p.tokens().ids_size();
+  for (const prl::v1::ChatMessage& m : p.chat().messages()) n += m.content().size();
+  return n;
+}
+
+absl::Status TooLarge(absl::string_view field, size_t limit, size_t found) {
+  return Invalid(field, absl::StrCat("at most ", limit), absl::StrCat(found));
+}
+
+}  // namespace
+
+absl::Status Coordinator::ValidateShape(const prl::v1::SubmitPromptSetRequest& r) const {
+  if (r.prompts().empty()) return Invalid("prompts", "at least one prompt", "none");
+  if (r.prompts_size() > config_.max_prompts_per_set) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompts: at most ", config_.max_prompts_per_set,
+        " per submission (coordinator.max_prompts_per_set), found ", r.prompts_size()));
+  }
+  if (r.name().size() > kMaxNameBytes) return TooLarge("name", kMaxNameBytes, r.name().size());
+  if (r.idempotency_key().size() > kMaxKeyBytes) {
+    return TooLarge("idempotency_key", kMaxKeyBytes, r.idempotency_key().size());
+  }
+  if (r.reward().params_size() > kMaxRewardParams) {
+    return TooLarge("reward.params", kMaxRewardParams, r.reward().params_size());
+  }
+  for (const auto& [k, v] : r.reward().params()) {
+    if (k.size() + v.size() > kMaxRewardParamBytes) {
+      return TooLarge(absl::StrCat("reward.params[", k.substr(0, 64), "]"), kMaxRewardParamBytes,
+                      k.size() + v.size());
+    }
+  }
+  for (int i = 0; i < r.prompts_size(); ++i) {
+    if (PromptBytes(r.prompts(i)) > kMaxPromptBytes) {
+      return TooLarge(absl::StrCat("prompts[", i, "]"), kMaxPromptBytes,
+                      PromptBytes(r.prompts(i)));
+    }
+  }
+  const int32_t n = r.samples_per_prompt();
   if (n < 1 || n > config_.max_samples_per_prompt) {
     return Invalid("samples_per_prompt", absl::StrCat("1 to ", config_.max_samples_per_prompt),
                    absl::StrCat(n));
   }
-  if (!request.has_sampling()) return Invalid("sampling", "the sampling parameters", "none");
-  const prl::v1::RolloutSampling& s = request.sampling();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ValidateSampling(const prl::v1::SubmitPromptSetRequest& r) const {
+  if (!r.has_sampling()) return Invalid("sampling", "the sampling parameters", "none");
+  const prl::v1::RolloutSampling& s = r.sampling();
   if (!(s.temperature() >= 0) || !std::isfinite(s.temperature())) {
     return Invalid("sampling.temperature", ">= 0 and finite", absl::StrCat(s.temperature()));
   }
@@ -78,8 +129,12 @@ absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& reques
     return Invalid("sampling.top_p", "in (0, 1]", absl::StrCat(s.top_p()));
   }
   if (s.top_k() < 0) return Invalid("sampling.top_k", ">= 0", absl::StrCat(s.top_k()));
-  if (s.max_tokens() < 1)
+  if (s.max_tokens() < 1) {
     return Invalid("sampling.max_tokens", ">= 1", absl::StrCat(s.max_tokens()));
+  }
+  if (s.stop_token_ids_size() > kMaxStopTokens) {
+    return TooLarge("sampling.stop_token_ids", kMaxStopTokens, s.stop_token_ids_size());
+  }
   for (int i = 0; i < s.stop_token_ids_size(); ++i) {
     if (s.stop_token_ids(i) < 0 || s.stop_token_ids(i) >= config_.vocab_size) {
       return Invalid(absl::StrCat("sampling.stop_token_ids[", i, "]"),
@@ -87,12 +142,42 @@ absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& reques
                      absl::StrCat(s.stop_token_ids(i)));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ValidateReward(const prl::v1::RewardSpec& reward) const {
   if (!config_.validate_reward) {
-    return Invalid("reward.name", "a reward this coordinator knows", request.reward().name());
+    return Invalid("reward.name", "a reward this coordinator knows", reward.name());
   }
-  if (absl::Status r = config_.validate_reward(request.reward()); !r.ok()) {
+  if (reward.name() == "remote") {
+    // Actors dial the address: only those the operator allowed (no request forgery into the
+    // cluster).
+    auto address = reward.params().find("address");
+    const std::string found = address == reward.params().end() ? "" : address->second;
+    if (std::find(config_.reward_addresses.begin(), config_.reward_addresses.end(), found) ==
+        config_.reward_addresses.end()) {
+      return Invalid("reward.params.address",
+                     config_.reward_addresses.empty()
+                         ? std::string("an address listed in coordinator.reward_addresses (none "
+                                       "is)")
+                         : absl::StrCat("one of coordinator.reward_addresses: ",
+                                        absl::StrJoin(config_.reward_addresses, ", ")),
+                     absl::StrCat("'", found, "'"));
+    }
+  }
+  if (absl::Status r = config_.validate_reward(reward); !r.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("reward: ", r.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
+                                   prl::v1::SubmitPromptSetRequest* out) const {
+  *out = request;
+  PRL_RETURN_IF_ERROR(ValidateShape(request));
+  PRL_RETURN_IF_ERROR(ValidateSampling(request));
+  PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));
+  const prl::v1::RolloutSampling& s = request.sampling();
   if (s.stop_token_ids_size() == 0 && config_.text != nullptr) {
     for (int32_t id : config_.text->stop_ids()) out->mutable_sampling()->add_stop_token_ids(id);
   }
@@ -231,6 +316,45 @@ std::vector<prl::v1::PromptSetStatus> Coordinator::List() {
   return out;
 }
 
+absl::StatusOr<prl::v1::ListPromptSetsResponse> Coordinator::ListPage(
+    const prl::v1::ListPromptSetsRequest& request) {
+  constexpr int kDefaultPage = 100, kMaxPage = 1000;
+  const int page = request.page_size() == 0 ? kDefaultPage : request.page_size();
+  if (page < 1 || page > kMaxPage) {
+    return Invalid("page_size", absl::StrCat("0 (", kDefaultPage, ") or 1 to ", kMaxPage),
+                   absl::StrCat(request.page_size()));
+  }
+  size_t first = 0;
+  if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &first)) {
+    return Invalid("page_token", "a next_page_token of an earlier page",
+                   absl::StrCat("'", request.page_token().substr(0, 32), "'"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (first > order_.size()) {
+    return Invalid("page_token", absl::StrCat("at most ", order_.size()), absl::StrCat(first));
+  }
+  prl::v1::ListPromptSetsResponse response;
+  const size_t end = std::min(order_.size(), first + static_cast<size_t>(page));
+  for (size_t i = first; i < end; ++i) *response.add_prompt_sets() = StatusOf(sets_.at(order_[i]));
+  if (end < order_.size()) response.set_next_page_token(absl::StrCat(end));
+  return response;
+}
+
+absl::Status Coordinator::CheckGroup(const prl::v1::CheckGroupRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(request.prompt_set_id());
+  const bool leased = it != sets_.end() && request.prompt_index() >= 0 &&
+                      request.prompt_index() < static_cast<int64_t>(it->second.prompts.size()) &&
+                      it->second.prompts[request.prompt_index()].state == PromptState::kLeased &&
+                      GroupIdOfLease(it->second.prompts[request.prompt_index()].lease_id) ==
+                          request.group_id();
+  if (leased) return absl::OkStatus();
+  ++stats_.rejected_groups;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "prompt ", request.prompt_index(), " of prompt set '", request.prompt_set_id(),
+      "' has no open lease with group id ", request.group_id(), ": the group is refused"));
+}
+
 absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sets_.find(id);
@@ -297,11 +421,24 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
   const absl::Time now = absl::Now();
   actor->second.last_seen = now;
   actor->second.weight_version = request.weight_version();
-  // A heartbeat renews the actor's leases.
+  // A heartbeat renews the leases the actor still holds and re-queues the ones it dropped.
+  const absl::flat_hash_set<std::string> held(request.held_lease_ids().begin(),
+                                              request.held_lease_ids().end());
+  std::vector<std::pair<std::string, int64_t>> dropped;
   for (auto& [lease, where] : leases_) {
     PromptEntry& p = sets_[where.first].prompts[where.second];
-    if (p.actor_id == request.actor_id()) p.deadline = now + absl::Milliseconds(config_.lease_ms);
+    if (p.actor_id != request.actor_id()) continue;
+    if (held.contains(lease)) {
+      p.deadline = now + absl::Milliseconds(config_.lease_ms);
+    } else {
+      dropped.push_back(where);
+    }
   }
+  for (const auto& [set_id, index] : dropped) {
+    Requeue(sets_[set_id], index);
+    ++stats_.leases_dropped;
+  }
+  if (!dropped.empty()) changed_.notify_all();
   prl::v1::HeartbeatResponse r;
   r.set_learner_version(stats_.learner_version);
   return r;
@@ -350,8 +487,9 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const int64_t unconsumed =
         std::max<int64_t>(0, stats_.groups_completed - stats_.groups_consumed);
     const int64_t lag_budget = config_.sync ? 0 : config_.max_lag;
-    allowed =
-        std::min(allowed, (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed);
+    const int64_t budget = (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed;
+    if (budget < allowed && !queue_.empty()) ++stats_.lease_requests_throttled;
+    allowed = std::min(allowed, budget);
   }
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(stats_.learner_version);
@@ -381,6 +519,8 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     *out->mutable_reward() = req.reward();
     --allowed;
   }
+  if (response.prompts_size() > 0)
+    stats_.prompts_leased[actor->second.name] += response.prompts_size();
   return response;
 }
 
@@ -395,11 +535,20 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
   }
   PromptSet& set = sets_[set_id];
   prl::v1::CompleteResponse response;
-  if (set.prompts[index].state == PromptState::kDone ||
-      set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
+  const PromptEntry& entry = set.prompts[index];
+  if (entry.state == PromptState::kDone || set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
     ++stats_.duplicate_completions;
     response.set_accepted(false);
     return response;
+  }
+  // Only the actor that holds the lease, with its nonce: a lease that expired (and may have gone
+  // to another actor) or a foreign one changes nothing.
+  if (entry.state != PromptState::kLeased || entry.lease_id != request.lease_id() ||
+      entry.actor_id != request.actor_id()) {
+    ++stats_.rejected_completions;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease '", request.lease_id(), "' is not held by actor '", request.actor_id(),
+        "' (it expired or belongs to another actor): the group is not recorded"));
   }
   const prl::v1::GroupResult& r = request.result();
   const int32_t n = set.submitted.request().samples_per_prompt();
@@ -456,10 +605,24 @@ void Coordinator::BoundTexts(PromptSet& set) {
   }
 }
 
-void Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed) {
+absl::Status Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed) {
   std::lock_guard<std::mutex> lock(mu_);
+  // The learner cannot have trained on more groups than actors produced: those completed, those
+  // in flight (written, not yet reported) and those whose report was refused (a lease that
+  // expired after its group was written).
+  int64_t in_flight = 0;
+  for (const auto& [id, set] : sets_) in_flight += set.in_flight;
+  const int64_t produced = stats_.groups_completed + in_flight + stats_.rejected_completions;
+  if (version < 0 || groups_consumed < 0 || groups_consumed > produced) {
+    ++stats_.rejected_progress;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "learner progress: expected a version >= 0 and 0 <= groups_consumed <= ", produced,
+        " (the groups actors produced so far), found version ", version, " and groups_consumed ",
+        groups_consumed));
+  }
   stats_.learner_version = std::max(stats_.learner_version, version);
   stats_.groups_consumed = std::max(stats_.groups_consumed, groups_consumed);
+  return absl::OkStatus();
 }
 
 CoordinatorStats Coordinator::Stats() {

@@ -40,6 +40,9 @@ struct CoordinatorConfig {
   // Prompts pending or in flight, all sets together; a submit beyond is RESOURCE_EXHAUSTED.
   int64_t max_pending_prompts = 100'000;
   int32_t max_samples_per_prompt = 1024;
+  int64_t max_prompts_per_set = 100'000;  // one submission's prompts; more: RESOURCE_EXHAUSTED
+  // RewardService addresses a prompt set's "remote" reward may name; any other is refused.
+  std::vector<std::string> reward_addresses;
   int64_t max_lag = 4;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
   // Sync mode: the conventional loop on the same processes. At most groups_per_step prompts
@@ -78,10 +81,18 @@ struct CoordinatorStats {
   int64_t prompt_sets = 0;
   int64_t prompts_pending = 0, prompts_in_flight = 0, prompts_done = 0;
   int64_t groups_completed = 0, leases_expired = 0, duplicate_completions = 0;
+  int64_t leases_dropped = 0;  // re-queued because the holder's heartbeat no longer listed them
+  // Refused requests: completions of leases the actor does not hold, out-of-bounds progress,
+// groups pushed for prompts not leased to the pushing actor.
+  int64_t rejected_completions = 0, rejected_progress = 0, rejected_groups = 0;
   int64_t learner_version = 0, groups_consumed = 0;
   int64_t actors = 0;
   int64_t torn_log_bytes = 0;  // cut off the log's end at open
   int64_t log_compactions = 0, sets_retired = 0;  // since open
+  // Lease calls that the staleness budget granted fewer prompts than asked while prompts were
+  // pending, and the prompts leased to each actor (by the name it registered with).
+  int64_t lease_requests_throttled = 0;
+  std::map<std::string, int64_t> prompts_leased;
 };
 
 class Coordinator {
@@ -94,6 +105,12 @@ class Coordinator {
       const prl::v1::SubmitPromptSetRequest& request);
   absl::StatusOr<prl::v1::PromptSetStatus> Get(const std::string& prompt_set_id);
   std::vector<prl::v1::PromptSetStatus> List();
+  // One page of List (ListPromptSets): page_size 0 means 100, at most 1000; a token that is
+  // not one this coordinator returned is InvalidArgument.
+  absl::StatusOr<prl::v1::ListPromptSetsResponse> ListPage(
+      const prl::v1::ListPromptSetsRequest& request);
+  // ActorControl.CheckGroup: OK iff the prompt is leased now under the group's lease.
+  absl::Status CheckGroup(const prl::v1::CheckGroupRequest& request);
   absl::StatusOr<prl::v1::PromptSetStatus> Cancel(const std::string& prompt_set_id);
   // Events of a set from `*cursor` on (the status first); waits up to timeout for one.
   // `finished` becomes true once the set is done or cancelled and every event was returned.
@@ -106,10 +123,13 @@ class Coordinator {
 
   // ActorControl.
   prl::v1::RegisterResponse RegisterActor(const std::string& name);
+  // Renews the leases the request lists and re-queues the actor's others.
   absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
   absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
   absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);
-  void LearnerProgress(int64_t version, int64_t groups_consumed);
+  // Accepted only within bounds (groups_consumed <= the groups completed); else
+  // FailedPrecondition, counted, nothing changes.
+  absl::Status LearnerProgress(int64_t version, int64_t groups_consumed);
 
   // The prompt log's counters (appends, fsyncs, compactions, size); coordinator_snapshot.cc.
   PromptLogStats LogStats() const { return log_->stats(); }
@@ -145,6 +165,9 @@ class Coordinator {
   explicit Coordinator(const CoordinatorConfig& config) : config_(config) {}
   absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
+  absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
+  absl::Status ValidateSampling(const prl::v1::SubmitPromptSetRequest& request) const;
+  absl::Status ValidateReward(const prl::v1::RewardSpec& reward) const;
   // Keeps the set's texts within max_text_bytes_per_set, dropping the oldest, mutex held.
   void BoundTexts(PromptSet& set);
   void Apply(const prl::v1::LogRecord& record);  // replay and live updates, mutex held

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_server.h"
 
+#include <atomic>
+
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
@@ -12,7 +14,7 @@ using rpc::ToGrpcStatus;
 
 class CoordinatorServer::Prompts final : public v1::PromptService::Service {
  public:
-  explicit Prompts(Coordinator* c) : c_(c) {}
+  Prompts(Coordinator* c, int max_watchers) : c_(c), max_watchers_(max_watchers) {}
 
   grpc::Status SubmitPromptSet(ServerContext*, const v1::SubmitPromptSetRequest* request,
                                v1::SubmitPromptSetResponse* response) override {
@@ -28,9 +30,11 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
     *response = *r;
     return grpc::Status::OK;
   }
-  grpc::Status ListPromptSets(ServerContext*, const v1::ListPromptSetsRequest*,
+  grpc::Status ListPromptSets(ServerContext*, const v1::ListPromptSetsRequest* request,
                               v1::ListPromptSetsResponse* response) override {
-    for (v1::PromptSetStatus& s : c_->List()) *response->add_prompt_sets() = std::move(s);
+    absl::StatusOr<v1::ListPromptSetsResponse> page = c_->ListPage(*request);
+    if (!page.ok()) return ToGrpcStatus(page.status());
+    *response = std::move(*page);
     return grpc::Status::OK;
   }
   grpc::Status CancelPromptSet(ServerContext*, const v1::CancelPromptSetRequest* request,
@@ -42,6 +46,21 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
   }
   grpc::Status WatchPromptSet(ServerContext* context, const v1::WatchPromptSetRequest* request,
                               grpc::ServerWriter<v1::PromptSetEvent>* writer) override {
+    // Each open stream holds a server thread: at most max_watch_streams at once.
+    if (watchers_.fetch_add(1) >= max_watchers_) {
+      watchers_.fetch_sub(1);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat(max_watchers_, " watch streams are open (coordinator."
+                                                      "max_watch_streams): retry later"));
+    }
+    const grpc::Status status = Watch(context, request, writer);
+    watchers_.fetch_sub(1);
+    return status;
+  }
+
+ private:
+  grpc::Status Watch(ServerContext* context, const v1::WatchPromptSetRequest* request,
+                     grpc::ServerWriter<v1::PromptSetEvent>* writer) {
     size_t cursor = 0;
     bool finished = false;
     while (!context->IsCancelled()) {
@@ -57,8 +76,9 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
     return grpc::Status::CANCELLED;
   }
 
- private:
   Coordinator* c_;
+  const int max_watchers_;
+  std::atomic<int> watchers_{0};
 };
 
 class CoordinatorServer::Actors final : public v1::ActorControl::Service {
@@ -84,8 +104,14 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
   }
   grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
                                      v1::LearnerProgressResponse*) override {
-    c_->LearnerProgress(request->version(), request->groups_consumed());
+    const absl::Status accepted =
+        c_->LearnerProgress(request->version(), request->groups_consumed());
+    if (!accepted.ok()) return ToGrpcStatus(accepted);
     return grpc::Status::OK;
+  }
+  grpc::Status CheckGroup(ServerContext*, const v1::CheckGroupRequest* request,
+                          v1::CheckGroupResponse*) override {
+    return ToGrpcStatus(c_->CheckGroup(*request));
   }
 
  private:
@@ -99,10 +125,10 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    Coordinator* coordinator, const std::string& address) {
+    Coordinator* coordinator, const std::string& address, int max_watch_streams) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->coordinator_ = coordinator;
-  s->prompts_ = std::make_unique<Prompts>(coordinator);
+  s->prompts_ = std::make_unique<Prompts>(coordinator, max_watch_streams);
   s->actors_ = std::make_unique<Actors>(coordinator);
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, int64_t{256} << 20);

@@ -18,8 +18,11 @@ namespace prl::coordinator {
 class CoordinatorServer {
  public:
   // Serves `coordinator` (which must outlive the server) on `address` (port 0: any free port).
+  // At most `max_watch_streams` WatchPromptSet streams are open at once (each holds a server
+  // thread); more are RESOURCE_EXHAUSTED.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
-                                                                  const std::string& address);
+                                                                  const std::string& address,
+                                                                  int max_watch_streams = 64);
   ~CoordinatorServer();
 
   int port() const { return port_; }

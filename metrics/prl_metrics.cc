@@ -94,6 +94,8 @@ absl::string_view RoleName(Role role) {
       return "actor";
     case Role::kLearner:
       return "learner";
+    case Role::kReplay:
+      return "replay";
   }
   return "unknown";
 }
@@ -130,10 +132,10 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
       leases_throttled(AddCounter(registry, "prl_lease_requests_throttled_total",
                                   "Lease requests refused by the staleness budget.")),
       prompts_leased_(CounterFamily(registry, "prl_prompts_leased_total",
-                                    "Prompt leases granted, by actor index.")) {}
+                                    "Prompt leases granted, by actor name.")) {}
 
-Counter& CoordinatorMetrics::PromptsLeased(int actor_index) {
-  return prompts_leased_.Add({{"actor", absl::StrCat(actor_index)}});
+Counter& CoordinatorMetrics::PromptsLeased(absl::string_view actor) {
+  return prompts_leased_.Add({{"actor", std::string(actor)}});
 }
 
 ActorMetrics::ActorMetrics(Registry& registry)
@@ -214,7 +216,9 @@ ReplayMetrics::ReplayMetrics(Registry& registry)
 QuarantineMetrics::QuarantineMetrics(Registry& registry)
     : dead_lettered_(CounterFamily(registry, "prl_replay_groups_dead_lettered_total",
                                    "Groups dead-lettered for bad input instead of being trained "
-                                   "on, by reason.")) {}
+                                   "on, by reason.")) {
+  for (absl::string_view reason : kDeadLetterReasons) DeadLettered(reason);
+}
 
 Counter& QuarantineMetrics::DeadLettered(absl::string_view reason) {
   return dead_lettered_.Add({{"reason", std::string(reason)}});
@@ -239,6 +243,8 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
                                             LagBuckets())),
       step_max_lag_versions(AddGauge(registry, "prl_learner_step_max_lag_versions",
                                      "Largest sample max lag in the last step, in versions.")),
+      max_lag_versions(AddGauge(registry, "prl_learner_max_lag_versions",
+                                "The staleness budget (learner.max_lag), in versions.")),
       loss(AddGauge(registry, "prl_learner_loss", "Normalised loss of the last step.",
                     {{"loss", std::string(loss_name)}})),
       importance_ratio_mean(AddGauge(registry, "prl_importance_ratio_mean",

@@ -37,8 +37,8 @@ absl::string_view Version();
 // ignored, so the counter stays monotonic and rate() stays right.
 void AdvanceCounterTo(prometheus::Counter& counter, double total);
 
-enum class Role { kCoordinator, kActor, kLearner };
-absl::string_view RoleName(Role role);  // "coordinator", "actor", "learner"
+enum class Role { kCoordinator, kActor, kLearner, kReplay };
+absl::string_view RoleName(Role role);  // "coordinator", "actor", "learner", "replay"
 
 // Every prl process.
 struct ProcessMetrics {
@@ -74,8 +74,10 @@ struct CoordinatorMetrics {
   // learner could not consume more within max_lag versions).
   prometheus::Counter& leases_throttled;
 
-  // prl_prompts_leased_total{actor}: leases granted to actor `actor_index` (0..A-1).
-  prometheus::Counter& PromptsLeased(int actor_index);
+  // prl_prompts_leased_total{actor}: leases granted to the actor of that name (its --name; the
+  // pod's name in Kubernetes, so that it joins the actor's own series). One series per actor
+  // that registered with this coordinator process.
+  prometheus::Counter& PromptsLeased(absl::string_view actor);
 
  private:
   prometheus::Family<prometheus::Counter>& prompts_leased_;
@@ -96,7 +98,9 @@ struct ActorMetrics {
   // Buckets -1, -0.75, ..., 1 (step 0.25): verifier rewards in {0, 1} or {-1, 1} and partial
   // credit between; _sum / _count give the mean at any scale.
   prometheus::Histogram& reward;
-  // prl_groups_pending: groups leased to this actor and not yet started.
+  // prl_groups_pending: groups leased to this actor and not yet started, estimated from the
+  // engine's waiting sequences over the mean group size of the groups in flight (a preempted
+  // sample counts toward its group).
   prometheus::Gauge& groups_pending;
   // prl_groups_in_flight: groups being generated or scored.
   prometheus::Gauge& groups_in_flight;
@@ -133,10 +137,11 @@ struct WeightSyncMetrics {
   // Buckets 0.01 .. 100 s (1-2.5-5 steps): shared memory takes milliseconds, gRPC to a remote
   // node seconds to a minute for large models.
   prometheus::Histogram& publish_seconds;
-  // prl_weight_transfer_bytes_total: weight bytes sent (publisher) or received (subscriber).
+  // prl_weight_transfer_bytes_total (actor): weight bytes its subscriber received.
   prometheus::Counter& transfer_bytes;
-  // prl_weight_transfer_seconds (subscriber): from the first byte of a version to having it
-  // all. Buckets as publish_seconds.
+  // prl_weight_transfer_seconds (actor): per version received, from its first byte to having
+  // it all (versions received between two updates each count their mean). Buckets as
+  // publish_seconds.
   prometheus::Histogram& transfer_seconds;
   // prl_weight_swap_stall_seconds (actor): time decoding was paused to swap weights in.
   // Buckets 0.0005 .. 10 s (1-2.5-5 steps): a swap of resident weights takes about a
@@ -167,6 +172,13 @@ struct ReplayMetrics {
   prometheus::Counter& dropped_full;
 };
 
+// The dead-letter reasons (replay/group_validation.h DeadLetterReasonName, checked equal by
+// replay_quarantine_test): a token id outside the vocabulary, a sequence longer than the
+// context, log-probs or versions not one per token, a log-prob not finite or above 0, a token
+// version above the learner's, not a valid complete group, bytes failing their checksum.
+inline constexpr absl::string_view kDeadLetterReasons[] = {
+    "token_id", "context", "shape", "logprob", "future_version", "malformed", "corrupt"};
+
 // Groups refused for bad input (replay/quarantine.h), by the learner before it trains or by
 // the replay ingest before it writes; the process that checks exports them (mirror
 // QuarantineCounts with AdvanceCounterTo).
@@ -175,7 +187,8 @@ struct QuarantineMetrics {
 
   // prl_replay_groups_dead_lettered_total{reason}: groups written to the dead-letter file
   // instead of being trained on, by reason (replay/group_validation.h DeadLetterReasonName:
-  // token_id, context, shape, logprob, future_version, malformed, corrupt).
+  // kDeadLetterReasons). Every reason is exported from 0, so that queries and alerts have a
+  // series before the first one.
   prometheus::Counter& DeadLettered(absl::string_view reason);
 
  private:
@@ -205,6 +218,9 @@ struct LearnerMetrics {
   prometheus::Histogram& sample_mean_lag_versions;
   // prl_learner_step_max_lag_versions: the largest sample max lag in the last step.
   prometheus::Gauge& step_max_lag_versions;
+  // prl_learner_max_lag_versions: the staleness budget (learner.max_lag); groups older are
+  // dropped. Alerts compare the lags with it.
+  prometheus::Gauge& max_lag_versions;
   // prl_learner_loss{loss}: the last step's normalised loss.
   prometheus::Gauge& loss;
   // prl_importance_ratio_mean / _max: mean and max over the last step's tokens of

@@ -24,6 +24,7 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
       : buffer_(buffer),
         write_timeout_(options.write_timeout),
         learner_version_(options.learner_version),
+        admit_(options.admit),
         quarantine_(options.model, options.dead_letter_path, "ingest") {}
 
   QuarantineCounts dead_letters() const { return quarantine_.counts(); }
@@ -58,6 +59,13 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
         }
         group.push_back(std::move(record).value());
       }
+      if (admit_) {
+        const absl::Status admitted = admit_(group);
+        if (!admitted.ok()) {
+          return rpc::ToGrpcStatus(absl::Status(
+              admitted.code(), absl::StrCat("push message ", message, ": ", admitted.message())));
+        }
+      }
       // Quarantine (replay/quarantine.h): checked against the model before it is written.
       const int64_t version = learner_version_ ? learner_version_() : INT64_MAX;
       if (const absl::Status checked = quarantine_.Check(group, version); !checked.ok()) {
@@ -79,6 +87,7 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
   ReplayBuffer* buffer_;
   absl::Duration write_timeout_;
   std::function<int64_t()> learner_version_;
+  std::function<absl::Status(absl::Span<const RolloutRecord>)> admit_;
   Quarantine quarantine_;
 };
 
@@ -109,8 +118,8 @@ QuarantineCounts ReplayIngestServer::dead_letters() const { return service_->dea
 absl::StatusOr<std::unique_ptr<ReplayPushClient>> ReplayPushClient::Connect(
     const std::string& target, int64_t max_message_bytes) {
   auto client = std::unique_ptr<ReplayPushClient>(new ReplayPushClient());
-  client->stub_ = v1::ReplayService::NewStub(grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), rpc::ChannelArgs(max_message_bytes)));
+  client->stub_ =
+      v1::ReplayService::NewStub(rpc::NewChannel(target, rpc::ChannelArgs(max_message_bytes)));
   return client;
 }
 

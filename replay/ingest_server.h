@@ -36,6 +36,10 @@ struct IngestOptions {
   ModelLimits model;
   std::string dead_letter_path;
   std::function<int64_t()> learner_version;
+  // Decides whether a decoded group may enter the buffer (the replay role admits only groups
+  // of its run, from the actor that holds their prompt's lease); null: every valid group. A
+  // refused group ends the stream with the status admit returned.
+  std::function<absl::Status(absl::Span<const RolloutRecord> group)> admit;
 };
 
 class ReplayIngestServer {

@@ -42,34 +42,34 @@ int64_t KillAfterSets() {
 }
 std::atomic<int64_t> sets_done{0};
 
-// The locks this thread holds (a thread holds at most a few at once).
-thread_local const LockState* held_by_this_thread[4] = {};
+// One holder per process at a time (see the header): the lease cannot tell threads apart.
+std::mutex& InProcessMutex() {
+  static std::mutex* mutex = new std::mutex;
+  return *mutex;
+}
 
-void NoteHeld(const LockState* state, bool held) {
-  for (const LockState*& slot : held_by_this_thread) {
-    if (held ? slot == nullptr : slot == state) {
-      slot = held ? state : nullptr;
-      return;
-    }
-  }
-  PRL_CHECK(!held, "a thread holds more than 4 LeaseLocks at once");
+// Whether this thread is inside a section (of any lock: the mutex above is one per process).
+thread_local bool in_section = false;
+
+std::mutex& InProcessMutexForANewSection() {
+  PRL_CHECK(!in_section, "LeaseLock sections never nest: this thread is in one already");
+  return InProcessMutex();
 }
 
 }  // namespace
 
 LockedSection::LockedSection(LockState* state, uint8_t* base, uint64_t mapped_bytes)
-    : state_(state), base_(base), mapped_bytes_(mapped_bytes) {
+    : in_process_(InProcessMutexForANewSection()),
+      state_(state),
+      base_(base),
+      mapped_bytes_(mapped_bytes) {
   const uint64_t me = SelfProcessToken();
   PRL_CHECK(me != 0, "no process token");
-  for (const LockState* held : held_by_this_thread) {
-    PRL_CHECK(held != state, "LeaseLock is not reentrant: this thread holds it already");
-  }
   int64_t waited_since = 0;
   uint64_t last_owner = 0;
   for (int attempt = 0;; ++attempt) {
     uint64_t expected = 0;
     if (state_->owner.compare_exchange_weak(expected, me, std::memory_order_acquire)) break;
-    // expected == me: a sibling thread holds it; wait (ProcessAlive(me) holds, so no takeover).
     if (attempt < 64) {
       CpuRelax();
       continue;
@@ -97,13 +97,13 @@ LockedSection::LockedSection(LockState* state, uint8_t* base, uint64_t mapped_by
     nanosleep(&pause, nullptr);
   }
   PRL_CHECK(state_->undo_count.load() == 0, "undo log not empty after acquisition");
-  NoteHeld(state_, true);
+  in_section = true;
 }
 
 LockedSection::~LockedSection() {
   // The commit point: once the log is empty, the section's writes stand.
   state_->undo_count.store(0, std::memory_order_seq_cst);
-  NoteHeld(state_, false);
+  in_section = false;
   state_->owner.store(0, std::memory_order_release);
 }
 

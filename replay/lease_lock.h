@@ -17,14 +17,15 @@
 // HasRoom(); a loop that runs out of room stops and leaves the rest to the caller's next
 // section. So Set never finds the log full (its check is an invariant, not a limit).
 //
-// The holder is a process, so threads of one process exclude each other through the same
-// word: a thread that finds the lock held by a sibling waits like any other waiter (never
-// taking it over: its own process is alive). Only true reentrancy (the holding thread taking
-// the lock again) is a programming error.
+// The lease names a process, not a thread: the threads of one process (the replay ingest
+// serves several pushes at once) first queue on a process-local mutex, so that at most one of
+// them contends for the lease (and a waiting thread sleeps in the kernel instead of polling).
+// Sections never nest: a thread that opens a second one is a programming error, checked.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace prl {
@@ -48,7 +49,7 @@ class LockedSection {
  public:
   // Acquires the lease on `state` (which lives in the mapping of `mapped_bytes` starting at
   // `base`), taking it over from a dead holder and rolling back its unfinished section if
-  // needed. Waits while another thread of this process holds it.
+  // needed. Waits while another thread of this process holds a section.
   LockedSection(LockState* state, uint8_t* base, uint64_t mapped_bytes);
   // Commits (forgets the undo log) and releases.
   ~LockedSection();
@@ -72,6 +73,7 @@ class LockedSection {
  private:
   void Rollback();
 
+  std::unique_lock<std::mutex> in_process_;  // released after the lease (declared first)
   LockState* state_;
   uint8_t* base_;
   uint64_t mapped_bytes_;

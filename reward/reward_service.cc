@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<RemoteReward>> RemoteReward::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
   reward->stub_ = v1::RewardService::NewStub(
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args));
+      rpc::NewChannel(options.address, args));
   return reward;
 }
 

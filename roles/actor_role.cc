@@ -1,3 +1,4 @@
+#include "roles/role_security.h"
 #include "roles/actor_role.h"
 
 #include <unistd.h>
@@ -83,12 +84,14 @@ void PrintStart(const actor::ActorOptions& o, const config::RunConfig& c, const 
 
 absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& role,
                           const std::atomic<bool>& stop) {
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kActor, {}));
   if (c.model.path.empty()) {
     return absl::InvalidArgumentError(
         "model.path is empty: the actor needs the starting "
         "weights; set model.path or pass --model");
   }
   PRL_ASSIGN_OR_RETURN(actor::ActorOptions options, ActorOptionsFrom(c, role));
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
   PRL_ASSIGN_OR_RETURN(ParameterSet loaded, LoadModel(c.model.path, options.engine.device));
   const ModelConfig model = loaded.config;
   absl::StatusOr<std::shared_ptr<const tokenizer::TextCodec>> text =
@@ -102,7 +105,6 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
   PRL_ASSIGN_OR_RETURN(ReplaySink sink, OpenReplaySink(c, stop));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> weights,
                        OpenWeightSubscriber(c, model, options.engine.device));
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
   metrics::ProcessMetrics process_metrics(*endpoint->registry, metrics::Role::kActor);
   metrics::ActorMetrics actor_metrics(*endpoint->registry);
   metrics::WeightSyncMetrics weight_metrics(*endpoint->registry);
@@ -112,7 +114,13 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
   PRL_ASSIGN_OR_RETURN(
       auto a, actor::Actor::Create(initial, 0, std::move(sink.writer), weights.get(), options));
   PrintStart(options, c, sink, *endpoint);
+  endpoint->SetReadiness([&a] {  // it holds weights (its engine's) from here on
+    return a->stats().registrations > 0
+               ? absl::OkStatus()
+               : absl::UnavailableError("not registered with the coordinator yet");
+  });
   const absl::Status run = a->Run(&stop);
+  endpoint->SetReadiness(nullptr);
   const actor::ActorStats s = a->stats();
   std::printf("actor %s: %lld groups, %lld tokens, %lld reward failures, weight version %lld\n",
               options.name.c_str(), static_cast<long long>(s.groups_written),

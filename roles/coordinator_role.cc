@@ -1,3 +1,4 @@
+#include "roles/role_security.h"
 #include "roles/coordinator_role.h"
 
 #include <cstdio>
@@ -31,6 +32,10 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
   m.prompts_in_flight.Set(static_cast<double>(s.prompts_in_flight));
   metrics::AdvanceCounterTo(m.prompts_done, static_cast<double>(s.prompts_done));
   metrics::AdvanceCounterTo(m.leases_expired, static_cast<double>(s.leases_expired));
+  metrics::AdvanceCounterTo(m.leases_throttled, static_cast<double>(s.lease_requests_throttled));
+  for (const auto& [actor, leased] : s.prompts_leased) {
+    metrics::AdvanceCounterTo(m.PromptsLeased(actor), static_cast<double>(leased));
+  }
   process.weight_version.Set(static_cast<double>(s.learner_version));
 }
 
@@ -49,6 +54,10 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.heartbeat_ms = c.coordinator.heartbeat_ms;
   out.max_pending_prompts = c.coordinator.max_pending_prompts;
   out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
+  out.max_prompts_per_set = c.coordinator.max_prompts_per_set;
+  out.reward_addresses = c.coordinator.reward_addresses;
+  out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
+  out.retention_s = c.coordinator.retention_s;
   out.max_lag = c.learner.max_lag;
   out.groups_per_step = c.learner.groups_per_step;
   out.sync = c.run.mode == config::RunMode::kSync;
@@ -71,15 +80,20 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
 }
 
 absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atomic<bool>& stop) {
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(
+      config, std::nullopt, {rpc::Role::kClient, rpc::Role::kActor, rpc::Role::kLearner}));
   PRL_ASSIGN_OR_RETURN(const coordinator::CoordinatorConfig settings,
                        CoordinatorConfigFrom(config));
+  // The endpoint first: /healthz answers while a long log replays; /readyz once it serves.
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(settings));
   const coordinator::CoordinatorStats stats = coordinator->Stats();
   PRL_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(
-                                        coordinator.get(), config.coordinator.listen));
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
+                                        coordinator.get(), config.coordinator.listen,
+                                        config.coordinator.max_watch_streams));
   metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kCoordinator);
   metrics::CoordinatorMetrics m(*endpoint->registry);
+  endpoint->SetReadiness([] { return absl::OkStatus(); });
   std::printf(
       "coordinator on port %d%s: %lld prompt sets in %s (%lld prompts pending)%s; leases of "
       "%lld ms renewed every %lld ms, budget (%lld + 1) x %lld groups%s; text: %s\n",
@@ -97,6 +111,7 @@ absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atom
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (tick % 10 == 0) UpdateMetrics(*coordinator, m, process);
   }
+  endpoint->SetReadiness(nullptr);
   server->Shutdown();
   return absl::OkStatus();
 }

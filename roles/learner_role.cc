@@ -1,3 +1,4 @@
+#include "roles/role_security.h"
 #include "roles/learner_role.h"
 
 #include <cstdio>
@@ -33,12 +34,18 @@ struct RankZero {
 };
 
 absl::StatusOr<RankZero> StartRankZero(const config::RunConfig& c, const ModelConfig& model,
-                                       Device device) {
+                                       Device device, std::unique_ptr<RoleMetrics> endpoint) {
   RankZero z;
+  z.endpoint = std::move(endpoint);
   PRL_ASSIGN_OR_RETURN(z.replay, OpenOrCreateReplay(c));
   PRL_ASSIGN_OR_RETURN(z.weights, StartWeightPublisher(c, model, device));
-  PRL_ASSIGN_OR_RETURN(z.endpoint, StartRoleMetrics(c.metrics));
   PRL_ASSIGN_OR_RETURN(z.sink, StepSink::Create(c, *z.endpoint->registry, z.replay.get()));
+  WeightPublisher* publisher = z.weights.publisher.get();  // ready: checkpoint loaded, published
+  z.endpoint->SetReadiness([publisher] {
+    return publisher->stats().versions_published > 0
+               ? absl::OkStatus()
+               : absl::UnavailableError("loading the checkpoint; no weights published yet");
+  });
   return z;
 }
 
@@ -62,6 +69,12 @@ void PrintStart(const config::RunConfig& c, const LearnerRank& rank, const RankZ
 
 absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousConfig& rendezvous,
                        const std::atomic<bool>& stop) {
+  // The endpoint before the slow part (rendezvous, weights): rank 0's, and every rank's when
+  // each runs on its own node (an outside launcher: no local FileStore), for its probes.
+  std::unique_ptr<RoleMetrics> endpoint;
+  if (rendezvous.rank == 0 || rendezvous.file_store_dir.empty()) {
+    PRL_ASSIGN_OR_RETURN(endpoint, StartRoleMetrics(c.metrics));
+  }
   PRL_ASSIGN_OR_RETURN(ParameterSet full, LoadModel(c.model.path, Device::Cpu()));
   LearnerRankOptions rank_options;
   rank_options.temperature = static_cast<float>(c.task.temperature);
@@ -71,14 +84,18 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
   options.step = rank->step;
   if (rank->rank0()) {
-    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device));
+    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device, std::move(endpoint)));
     PrintStart(c, *rank, z);
+  } else if (endpoint != nullptr) {
+    endpoint->SetReadiness([] { return absl::OkStatus(); });  // in the group, with its shard
   }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);
-  return service.Run(&stop, [&](const learner::LearnerStepReport& step) {
-    z.sink->Observe(step, service.groups_consumed());
+  absl::Status run = service.Run(&stop, [&](const learner::LearnerStepReport& step) {
+    z.sink->Observe(step, service.groups_consumed(), service.dead_letters());
   });
+  if (z.endpoint != nullptr) z.endpoint->SetReadiness(nullptr);
+  return run;
 }
 
 }  // namespace
@@ -93,6 +110,7 @@ learner::LearnerServiceOptions LearnerServiceOptionsFrom(const config::RunConfig
   o.checkpoint.keep_last = c.learner.keep_checkpoints;
   o.advantages = AdvantageConfigFrom(c.learner);
   o.lr = c.learner.lr;
+  o.dead_letter_path = c.dead_letter_file("learner");
   return o;
 }
 
@@ -103,6 +121,7 @@ absl::Status RunLearnerRole(const config::RunConfig& c, const std::vector<std::s
         "model.path is empty: the learner needs the starting "
         "weights; set model.path or pass --model");
   }
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner, {rpc::Role::kActor}));
   return RunLearnerRanks(c.learner, argv, [&](const collective::RendezvousConfig& rendezvous) {
     return ServeRank(c, rendezvous, stop);
   });

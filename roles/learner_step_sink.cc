@@ -4,8 +4,10 @@
 
 #include <chrono>
 
+#include "rpc/grpc_util.h"
 #include "absl/strings/str_cat.h"
 #include "learner/step_report.h"
+#include "roles/role_metrics.h"
 
 namespace prl::roles {
 
@@ -15,7 +17,10 @@ StepSink::StepSink(const config::RunConfig& config, prometheus::Registry& regist
       learner_(registry, learner::LossKindName(config.learner.loss)),
       weights_(registry),
       replay_metrics_(registry),
-      replay_(replay) {}
+      dead_letters_(registry),
+      replay_(replay) {
+  learner_.max_lag_versions.Set(static_cast<double>(config.learner.max_lag));
+}
 
 StepSink::~StepSink() {
   if (report_file_ != nullptr) std::fclose(report_file_);
@@ -36,7 +41,7 @@ absl::StatusOr<std::unique_ptr<StepSink>> StepSink::Create(const config::RunConf
   const std::string coordinator = config.coordinator_address();
   if (!coordinator.empty()) {
     sink->coordinator_ = prl::v1::ActorControl::NewStub(
-        grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+        rpc::NewChannel(coordinator, rpc::ChannelArgs(int64_t{1} << 20)));
   }
   return sink;
 }
@@ -85,7 +90,9 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed) {
   coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
 }
 
-void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed) {
+void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,
+                       const QuarantineCounts& dead_letters) {
+  ExportDeadLetters(dead_letters, dead_letters_);
   const learner::StepReport& r = step.report;
   std::printf(
       "step %lld: version %lld, %lld groups (%lld samples), reward %.4f, loss %.4g, ratio "

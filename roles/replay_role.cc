@@ -4,11 +4,50 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
+#include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
+#include "roles/role_metrics.h"
+#include "roles/role_security.h"
+#include "rpc/grpc_util.h"
 
 namespace prl::roles {
+
+namespace {
+
+// Which pushed groups enter the buffer: those of this run whose group id is that of an open
+// lease of their prompt at the coordinator (ActorControl.CheckGroup, as the learner).
+std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
+    const config::RunConfig& c) {
+  auto control = std::shared_ptr<prl::v1::ActorControl::Stub>(prl::v1::ActorControl::NewStub(
+      rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20))));
+  return [control, run = c.run.name](absl::Span<const RolloutRecord> group) -> absl::Status {
+    if (group.empty()) return absl::InvalidArgumentError("an empty group");
+    const RolloutRecord& first = group.front();
+    for (const RolloutRecord& r : group) {
+      if (r.run_id != run) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "run_id: expected this run's '", run, "', found '", r.run_id, "'"));
+      }
+      if (r.group_id != first.group_id || r.prompt_set_id != first.prompt_set_id ||
+          r.prompt_index != first.prompt_index) {
+        return absl::InvalidArgumentError("a group's records name different prompts or actors");
+      }
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    prl::v1::CheckGroupRequest check;
+    check.set_prompt_set_id(first.prompt_set_id);
+    check.set_prompt_index(static_cast<int64_t>(first.prompt_index));
+    check.set_group_id(first.group_id);
+    prl::v1::CheckGroupResponse ignored;
+    return rpc::FromGrpcStatus(control->CheckGroup(&ctx, check, &ignored));
+  };
+}
+
+}  // namespace
 
 ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
   ReplayConfig rc;
@@ -22,20 +61,45 @@ ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
 
 absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segment,
                            const std::atomic<bool>& stop) {
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner, {rpc::Role::kActor}));
   const std::string name = segment.empty() ? c.replay_segment() : segment;
-  PRL_ASSIGN_OR_RETURN(auto buffer, ReplayBuffer::Open(name));
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
+  metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kReplay);
+  // The learner beside it creates the segment; wait for it (not ready meanwhile).
+  absl::StatusOr<std::unique_ptr<ReplayBuffer>> opened = ReplayBuffer::Open(name);
+  while (absl::IsNotFound(opened.status()) && !stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    opened = ReplayBuffer::Open(name);
+  }
+  if (stop && !opened.ok()) return absl::OkStatus();
+  PRL_ASSIGN_OR_RETURN(auto buffer, std::move(opened));
   IngestOptions options;
   options.address = c.replay.listen;
   options.max_message_bytes = c.replay.max_message_mb << 20;
   options.write_timeout = absl::Milliseconds(c.replay.write_timeout_ms);
+  options.admit = AdmitLeasedGroups(c);
+  // Quarantine: groups the model cannot take are refused here, before the learner sees them
+  // (the learner checks token versions against its own; the ingest cannot know it).
+  if (!c.model.path.empty()) {
+    PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+    options.model = ModelLimits{model.vocab_size, model.max_position_embeddings};
+  }
+  options.dead_letter_path = c.dead_letter_file("ingest");
   PRL_ASSIGN_OR_RETURN(auto server, ReplayIngestServer::Start(buffer.get(), options));
   std::printf(
-      "serving replay segment %s on port %d (ReplayService, health, reflection); messages up "
+      "serving replay segment %s on port %d (ReplayService, health, reflection)%s; messages up "
       "to %lld MiB, writes wait %lld ms for space\n",
-      name.c_str(), server->port(), static_cast<long long>(c.replay.max_message_mb),
+      name.c_str(), server->port(), endpoint->Describe().c_str(),
+      static_cast<long long>(c.replay.max_message_mb),
       static_cast<long long>(c.replay.write_timeout_ms));
   std::fflush(stdout);
-  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  endpoint->SetReadiness([] { return absl::OkStatus(); });
+  metrics::QuarantineMetrics dead_letters(*endpoint->registry);
+  while (!stop) {
+    ExportDeadLetters(server->dead_letters(), dead_letters);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  endpoint->SetReadiness(nullptr);
   server->Shutdown();
   return absl::OkStatus();
 }

@@ -1,6 +1,9 @@
 // The replay ingest role (`prl replay serve`): serves prl.v1.ReplayService.Push on
 // replay.listen into a replay segment on this node (the run's, unless another is named), so
-// that actors on other nodes (replay.address) can write groups, until the stop flag is set.
+// that actors on other nodes (replay.address) can write groups, until the stop flag is set. It
+// admits only groups of this run that belong to an open lease (the coordinator answers
+// ActorControl.CheckGroup). It waits for the learner to create the segment, and serves
+// /metrics, /healthz and /readyz (ready once it serves) on metrics.listen.
 #pragma once
 
 #include <atomic>

@@ -6,6 +6,7 @@
 
 #include "core/status_macros.h"
 #include "reward/reward_service.h"
+#include "roles/role_security.h"
 
 namespace prl::roles {
 
@@ -18,6 +19,7 @@ reward::RewardSpec TaskRewardSpec(const config::RunConfig& c) {
 }
 
 absl::Status RunRewardRole(const config::RunConfig& c, const std::atomic<bool>& stop) {
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, std::nullopt, {rpc::Role::kActor}));
   const reward::RewardSpec spec = TaskRewardSpec(c);
   PRL_ASSIGN_OR_RETURN(std::shared_ptr<reward::RewardFunction> function,
                        reward::MakeRewardFunction(spec));

@@ -1,5 +1,8 @@
 // A role's Prometheus endpoint: one registry per process (metrics/prl_metrics.h builds the
-// catalog on it) and, when `metrics.enabled`, a /metrics server on `metrics.listen`.
+// catalog on it) and, when `metrics.enabled`, a /metrics server on `metrics.listen` that also
+// answers the probes /healthz and /readyz. A role starts it before its slow start-up (log
+// replay, model and checkpoint loading) so that liveness holds meanwhile, and sets its
+// readiness check once it can do its work.
 #pragma once
 
 #include <memory>
@@ -10,6 +13,7 @@
 #include "metrics/metrics_server.h"
 #include "metrics/prl_metrics.h"
 #include "prometheus/registry.h"
+#include "replay/quarantine.h"
 
 namespace prl::roles {
 
@@ -19,7 +23,13 @@ struct RoleMetrics {
 
   // " (metrics on port N)" or "" for log lines.
   std::string Describe() const;
+  // /readyz answers with `check` (null: not ready); a no-op when metrics are disabled.
+  void SetReadiness(metrics::ReadinessCheck check) const;
 };
+
+// Mirrors a checker's dead-letter counts (replay/quarantine.h) into
+// prl_replay_groups_dead_lettered_total{reason}.
+void ExportDeadLetters(const QuarantineCounts& counts, metrics::QuarantineMetrics& metrics);
 
 // Starts the endpoint when enabled (an address in use is Unavailable naming it).
 absl::StatusOr<std::unique_ptr<RoleMetrics>> StartRoleMetrics(const config::MetricsSection& config);

@@ -25,6 +25,7 @@ absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& con
       GrpcPublisherOptions options;
       options.address = config.broadcast.listen;
       options.version_file = config.weight_version_file();
+      options.stall_timeout = absl::Seconds(config.broadcast.timeout_s);
       PRL_ASSIGN_OR_RETURN(auto publisher, GrpcWeightPublisher::Start(model, options));
       e.description = absl::StrCat("gRPC on port ", publisher->port());
       e.publisher = std::move(publisher);

@@ -25,6 +25,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_by
   const int limit = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(limit);
+  // Every call (and every open stream) holds a thread of the server's pool: bounded, so a flood
+  // of calls queues instead of exhausting the process.
+  grpc::ResourceQuota quota("prl-server");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
 }
 
 grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {
@@ -37,8 +42,12 @@ grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::ServerBuilder& builder,
                                                           const std::string& address,
-                                                          int* bound_port) {
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
+                                                          int* bound_port,
+                                                          const AccessPolicy& policy) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(address, policy);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(address, *credentials, bound_port);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *bound_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address,

@@ -1,5 +1,6 @@
 // What every prl gRPC server and client shares: absl::Status <-> grpc::Status, and a server
-// builder set up the prl way (health checking and reflection on, message limits raised).
+// builder set up the prl way (health checking and reflection on, message limits raised, the
+// process's security: rpc/security.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -10,23 +11,29 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rpc/security.h"
 
 namespace prl::rpc {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The most threads one server runs calls on.
+inline constexpr int kMaxServerThreads = 256;
+
 // Enables the standard health service (grpc.health.v1) and server reflection for the servers
-// built after this call, and raises the message limits to max_message_bytes.
+// built after this call, raises the message limits to max_message_bytes and bounds the server's
+// threads (kMaxServerThreads).
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_bytes);
 
 // Channel arguments for clients that send or receive messages up to max_message_bytes.
 grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes);
 
-// Builds and starts a server listening on `address` (host:port; port 0 picks a free one),
-// insecure credentials. *bound_port receives the port actually bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::ServerBuilder& builder,
-                                                          const std::string& address,
-                                                          int* bound_port);
+// Builds and starts a server listening on `address` (host:port; port 0 picks a free one) with
+// this process's security (rpc/security.h: TLS or loopback plaintext, bearer tokens admitted by
+// `policy`). *bound_port receives the port actually bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    grpc::ServerBuilder& builder, const std::string& address, int* bound_port,
+    const AccessPolicy& policy = DefaultAccessPolicy());
 
 }  // namespace prl::rpc

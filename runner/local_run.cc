@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "replay/replay_buffer.h"
 #include "roles/device_settings.h"
+#include "roles/role_security.h"
 #include "roles/weight_transports.h"
 #include "rpc/grpc_util.h"
 #include "runner/child_process.h"
@@ -55,6 +56,7 @@ class Run {
     std::printf("prl run: %s (%s mode), run directory %s\n", c_.run.name.c_str(),
                 std::string(EnumName(config::kRunModeNames, c_.run.mode)).c_str(), dir_.c_str());
     // Settings this machine cannot honour fail now, not after the warm-start.
+    PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(c_, rpc::Role::kClient, {}));
     PRL_RETURN_IF_ERROR(roles::CheckRoleDevices(c_));
     PRL_RETURN_IF_ERROR(PlanGpus(c_, VisibleGpus()).status());
     if (c_.learner.steps < 1) {
@@ -67,6 +69,9 @@ class Run {
     std::printf("task: %s, text: %s\n",
                 std::string(EnumName(config::kTaskNames, c_.task.name)).c_str(),
                 task_->text().Describe().c_str());
+    if (c_.sft.steps > 0) {  // what the warm-start starts from
+      PRL_ASSIGN_OR_RETURN(outcome_.eval_init, Evaluate(start, "eval_init"));
+    }
     PRL_ASSIGN_OR_RETURN(const WarmStartResult warm,
                          WarmStart(c_, *task_, start, o_.prl_path, o_.resume, o_.interrupted));
     outcome_.warm_start_seconds = warm.seconds;
@@ -121,8 +126,7 @@ class Run {
     const std::string address = rc.coordinator_address();
     PRL_ASSIGN_OR_RETURN(ChildProcess started, ChildProcess::Start(roles_.coordinator));
     coordinator_.process.emplace(std::move(started));
-    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                             rpc::ChannelArgs(int64_t{64} << 20));
+    auto channel = rpc::NewChannel(address, rpc::ChannelArgs(int64_t{64} << 20));
     PRL_RETURN_IF_ERROR(WaitForServer(*channel, *coordinator_.process, "the coordinator", address));
     feeder_.emplace(rc, *task_, channel);
     PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(roles_.learner));
@@ -133,7 +137,7 @@ class Run {
       // a short run's versions: start them once the weights endpoint is up.
       const std::string weights = rc.weights_address();
       PRL_RETURN_IF_ERROR(
-          WaitForServer(*grpc::CreateChannel(weights, grpc::InsecureChannelCredentials()),
+          WaitForServer(*rpc::NewChannel(weights, rpc::ChannelArgs(int64_t{1} << 20)),
                         *learner_.process, "the learner's weights endpoint", weights));
     }
     for (const ChildSpec& spec : roles_.actors) {

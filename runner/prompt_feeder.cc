@@ -1,6 +1,7 @@
 #include "runner/prompt_feeder.h"
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/list_client.h"
 #include "core/status_macros.h"
 
 namespace prl::runner {
@@ -33,15 +34,12 @@ absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
 }
 
 absl::Status PromptFeeder::Feed() {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::ListPromptSetsResponse list;
-  if (!prompts_->ListPromptSets(&ctx, v1::ListPromptSetsRequest(), &list).ok()) {
-    return absl::OkStatus();  // the coordinator is restarting: try again next time
-  }
+  absl::StatusOr<std::vector<v1::PromptSetStatus>> sets =
+      coordinator::ListAllPromptSets(*prompts_, absl::Seconds(5));
+  if (!sets.ok()) return absl::OkStatus();  // the coordinator is restarting: try again next time
   int64_t pending = 0;
   in_flight_ = 0;
-  for (const v1::PromptSetStatus& s : list.prompt_sets()) {
+  for (const v1::PromptSetStatus& s : *sets) {
     pending += s.prompts_pending();
     in_flight_ += s.prompts_in_flight();
   }

@@ -56,6 +56,7 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
   Json j;
   j["run"] = config_.run.name;
   j["mode"] = std::string(EnumName(config::kRunModeNames, config_.run.mode));
+  if (o.eval_init.has_value()) j["eval_init"] = *o.eval_init;
   j["eval_before"] = o.eval_before;
   j["eval_after"] = o.eval_after;
   j["eval_prompts"] = config_.task.eval_prompts;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ class RunReport {
   void Finish() { rl_seconds_ = absl::ToDoubleSeconds(absl::Now() - start_); }
 
   struct Outcome {
+    // Held-out accuracy of the start model (before the warm-start; when there is one), after
+    // the warm-start (before RL) and after RL.
+    std::optional<double> eval_init;
     double eval_before = 0, eval_after = 0, warm_start_seconds = 0;
     int actor_restarts = 0, learner_restarts = 0, coordinator_restarts = 0;
     std::string model_final, role_config;

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/setup_test_references.sh
+./scripts/setup_deploy_validation.sh
 BUILD_DIR=${PRL_BUILD_DIR:-build}
 JOBS=$(nproc)
 # shellcheck disable=SC2086

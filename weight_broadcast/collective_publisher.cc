@@ -127,7 +127,11 @@ absl::Status CollectiveWeightPublisher::Broadcaster::Start() {
     PRL_ASSIGN_OR_RETURN(const int64_t held, ReadPublishedVersion(options_.version_file));
     if (held >= 0) versions_.Held(held);
   }
-  PRL_ASSIGN_OR_RETURN(server_, collective::StoreServer::Start(store_.get(), options_.address));
+  // The weight group's store: the actors join through it, the learner publishes.
+  static const rpc::AccessPolicy kWeightGroup = {
+      {"/prl.v1.StoreService/", {rpc::Role::kActor, rpc::Role::kLearner}}};
+  PRL_ASSIGN_OR_RETURN(server_,
+                       collective::StoreServer::Start(store_.get(), options_.address, kWeightGroup));
   weight_broadcast_internal::Hello hello;
   hello.instance = instance_;
   hello.keepalive = options_.keepalive_interval;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -41,6 +42,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
         config_json_(ModelConfigToJson(config)),
         weight_bytes_(handshake_.weight_bytes),
         chunk_bytes_(options.chunk_bytes),
+        stall_timeout_(options.stall_timeout),
         version_file_(options.version_file) {
     stats_.version_bytes = weight_bytes_;
   }
@@ -68,7 +70,11 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     int64_t last_index = -1;
     for (;;) {
       std::shared_ptr<const Snapshot> next = WaitNewer(have, context);
-      if (next == nullptr || !Send(*next, context, writer)) return EndOfStream();
+      if (next == nullptr) return EndOfStream();
+      Sending(context, next->index);
+      const bool sent = Send(*next, context, writer);
+      Sending(context, -1);
+      if (!sent) return EndOfStream();
       std::lock_guard<std::mutex> lock(mu_);
       stats_.versions_sent += 1;
       stats_.bytes_sent += weight_bytes_;
@@ -111,6 +117,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     snapshot->index = ++published_;
     retired_ = std::move(latest_);
     latest_ = std::move(snapshot);
+    CutStalledStreamsLocked();
     stats_.versions_published += 1;
     stats_.last_version = version;
     stats_.last_publish_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -138,6 +145,31 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
   void AddSubscribers(int64_t delta) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.subscribers += delta;
+  }
+
+  // Records which snapshot (by index; -1: none) a stream is sending since when.
+  void Sending(grpc::ServerContext* context, int64_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index < 0) {
+      sending_.erase(context);
+    } else {
+      sending_[context] = Transfer{index, absl::Now()};
+    }
+  }
+
+  // Cancels the streams that have been sending a snapshot older than the previous one for
+  // longer than stall_timeout_: only they can pin a snapshot that is neither latest_ nor
+  // retired_.
+  void CutStalledStreamsLocked() {
+    const absl::Time now = absl::Now();
+    for (auto& [context, transfer] : sending_) {
+      if (transfer.index < published_ - 1 && now - transfer.since > stall_timeout_ &&
+          !transfer.cut) {
+        context->TryCancel();
+        transfer.cut = true;
+        stats_.stalled_streams_cut += 1;
+      }
+    }
   }
 
   // Why a stream ends early: the server stops (the subscriber reconnects), or the subscriber
@@ -189,6 +221,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
   const std::string config_json_;
   const int64_t weight_bytes_;
   const int64_t chunk_bytes_;
+  const absl::Duration stall_timeout_;
   const std::string version_file_;
   std::atomic<bool> corrupt_next_{false};
   VersionSequence versions_;  // published, and reported by subscribers (their have_version)
@@ -196,6 +229,12 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
   std::condition_variable changed_;  // a new snapshot, or stopping
   std::shared_ptr<Snapshot> latest_;
   std::shared_ptr<Snapshot> retired_;  // the previous latest_, kept for its memory
+  struct Transfer {
+    int64_t index = 0;  // the snapshot's
+    absl::Time since;
+    bool cut = false;
+  };
+  std::map<grpc::ServerContext*, Transfer> sending_;  // streams sending now
   int64_t published_ = 0;
   bool stopping_ = false;
   PublisherStats stats_;
@@ -282,7 +321,7 @@ absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Conn
   // The subscriber never sends data on its stream: keep pinging regardless.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   subscriber->stub_ = v1::WeightService::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+      rpc::NewChannel(target, args));
   subscriber->receiver_ = std::thread([s = subscriber.get()] { s->ReceiveLoop(); });
   return subscriber;
 }

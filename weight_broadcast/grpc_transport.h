@@ -45,6 +45,10 @@ struct GrpcPublisherOptions {
   // restarted publisher's newest_version() knows it before any subscriber reconnects; empty:
   // not kept.
   std::string version_file;
+  // A stream still sending a version two or more behind the newest after this long is cut (its
+  // subscriber reconnects and gets the newest): a stalled subscriber pins at most the versions
+  // published within this time, never an unbounded backlog of snapshots.
+  absl::Duration stall_timeout = absl::Seconds(60);
 };
 
 class GrpcWeightPublisher final : public WeightPublisher {

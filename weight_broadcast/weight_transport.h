@@ -67,6 +67,7 @@ struct PublisherStats {
   int64_t versions_sent = 0;
   int64_t bytes_sent = 0;
   int64_t versions_skipped = 0;
+  int64_t stalled_streams_cut = 0;  // gRPC: streams cut for falling behind (stall_timeout)
   // nccl: groups formed (each membership change, or a failed broadcast, forms a new one) and
   // the last reason a group ended or could not form.
   int64_t groups_formed = 0;

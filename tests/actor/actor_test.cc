@@ -57,6 +57,7 @@ class ActorTest : public ::testing::Test {
     cc.lease_ms = 5'000;
     cc.heartbeat_ms = 200;
     cc.text = std::make_shared<task::CharTextCodec>();
+    cc.reward_addresses = {"127.0.0.1:1"};  // nobody serves it
     cc.validate_reward = [](const v1::RewardSpec& spec) {
       reward::RewardSpec parsed{spec.name(), {spec.params().begin(), spec.params().end()}};
       return reward::MakeRewardFunction(parsed).status();
@@ -89,9 +90,9 @@ class ActorTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void StartActor() {
-    auto a = Actor::Create(weights_, 0, LocalReplayWriter(replay_.get(), absl::Seconds(10)),
-                           subscriber_.get(), options_);
+  void StartActor(GroupWriter writer = nullptr) {
+    if (!writer) writer = LocalReplayWriter(replay_.get(), absl::Seconds(10));
+    auto a = Actor::Create(weights_, 0, std::move(writer), subscriber_.get(), options_);
     ASSERT_TRUE(a.ok()) << a.status();
     actor_ = std::move(*a);
     thread_ = std::thread([this] { result_ = actor_->Run(&stop_); });
@@ -240,6 +241,24 @@ TEST_F(ActorTest, AFailingRewardFailsTheWholeGroupVisiblyAndWritesNothing) {
   EXPECT_EQ(actor_->stats().groups_written, 0);
   EXPECT_TRUE(TakeAll().empty());
   EXPECT_EQ(coordinator_->Get(id)->prompts_done(), 0);
+}
+
+TEST_F(ActorTest, AGroupRefusedForALostLeaseIsDroppedAndItsPromptReRun) {
+  // The remote replay refuses a group whose lease is no longer open (FailedPrecondition): the
+  // actor keeps working, and the prompt's lease expires and is generated again.
+  const std::string id = Submit(2, 2);
+  auto refusals = std::make_shared<std::atomic<int>>(2);
+  GroupWriter local = LocalReplayWriter(replay_.get(), absl::Seconds(10));
+  StartActor([refusals, local](absl::Span<const RolloutRecord> group) {
+    if (refusals->fetch_sub(1) > 0) return absl::FailedPreconditionError("no open lease");
+    return local(group);
+  });
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(60)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  EXPECT_EQ(actor_->stats().lost_leases, 2);
+  EXPECT_EQ(TakeAll().size(), 2u);
+  EXPECT_EQ(coordinator_->Get(id)->prompts_done(), 2);
 }
 
 }  // namespace

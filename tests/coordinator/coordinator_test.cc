@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/group_id.h"
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
@@ -370,7 +371,7 @@ TEST_F(CoordinatorTest, AnExpiredLeaseIsReRunAndTheLateCompletionIsADuplicate) {
   EXPECT_EQ(c->Get(id)->prompts_done(), 1);
 }
 
-TEST_F(CoordinatorTest, HeartbeatsKeepLeasesAlive) {
+TEST_F(CoordinatorTest, HeartbeatsKeepTheLeasesTheyListAlive) {
   config_.lease_ms = 300;
   config_.heartbeat_ms = 50;
   auto c = Open();
@@ -380,6 +381,7 @@ TEST_F(CoordinatorTest, HeartbeatsKeepLeasesAlive) {
   ASSERT_EQ(leased->prompts_size(), 1);
   v1::HeartbeatRequest hb;
   hb.set_actor_id(actor);
+  hb.add_held_lease_ids(leased->prompts(0).lease_id());
   for (int i = 0; i < 8; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_TRUE(c->Heartbeat(hb).ok());
@@ -387,6 +389,26 @@ TEST_F(CoordinatorTest, HeartbeatsKeepLeasesAlive) {
   }
   EXPECT_EQ(c->Stats().leases_expired, 0);
   EXPECT_TRUE(c->Complete(Done(actor, leased->prompts(0))).value().accepted());
+}
+
+TEST_F(CoordinatorTest, ALeaseAHeartbeatNoLongerListsIsReQueuedAtOnce) {
+  auto c = Open();
+  const std::string id = c->Submit(Request(2))->prompt_set_id();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 2));
+  ASSERT_EQ(leased->prompts_size(), 2);
+  v1::HeartbeatRequest hb;
+  hb.set_actor_id(actor);
+  hb.add_held_lease_ids(leased->prompts(1).lease_id());  // the first group was dropped
+  ASSERT_TRUE(c->Heartbeat(hb).ok());
+  EXPECT_EQ(c->Stats().leases_dropped, 1);
+  EXPECT_EQ(c->Get(id)->prompts_in_flight(), 1);
+  auto again = c->Lease(LeaseOf(actor, 1));
+  ASSERT_EQ(again->prompts_size(), 1);
+  EXPECT_EQ(again->prompts(0).prompt_index(), leased->prompts(0).prompt_index());
+  // The old lease is gone: its completion is refused.
+  EXPECT_EQ(c->Complete(Done(actor, leased->prompts(0))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, TheMaxLagBudgetBoundsWorkInFlightPlusUntrainedGroups) {
@@ -399,8 +421,161 @@ TEST_F(CoordinatorTest, TheMaxLagBudgetBoundsWorkInFlightPlusUntrainedGroups) {
   ASSERT_EQ(leased->prompts_size(), 4);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(i))).ok());
   EXPECT_EQ(c->Lease(LeaseOf(actor, 10))->prompts_size(), 0) << "completed but not trained on";
-  c->LearnerProgress(1, 2);
+  ASSERT_TRUE(c->LearnerProgress(1, 2).ok());
   EXPECT_EQ(c->Lease(LeaseOf(actor, 10))->prompts_size(), 2);
+}
+
+TEST_F(CoordinatorTest, OnlyTheActorHoldingALeaseCompletesItAndNothingChangesOtherwise) {
+  auto c = Open();
+  const std::string id = c->Submit(Request(1))->prompt_set_id();
+  const std::string owner = c->RegisterActor("owner").actor_id();
+  const std::string thief = c->RegisterActor("thief").actor_id();
+  auto leased = c->Lease(LeaseOf(owner, 1));
+  ASSERT_EQ(leased->prompts_size(), 1);
+  // Another actor's id with the right lease, and the owner's id with a forged nonce.
+  const absl::Status foreign = c->Complete(Done(thief, leased->prompts(0))).status();
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kFailedPrecondition) << foreign;
+  EXPECT_NE(foreign.message().find("is not held by actor"), absl::string_view::npos);
+  v1::CompleteRequest forged = Done(owner, leased->prompts(0));
+  forged.set_lease_id(forged.lease_id().substr(0, forged.lease_id().rfind(':') + 1) + "deadbeef");
+  EXPECT_EQ(c->Complete(forged).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->Stats().rejected_completions, 2);
+  EXPECT_EQ(c->Get(id)->prompts_done(), 0) << "nothing changed";
+  EXPECT_EQ(c->Get(id)->prompts_in_flight(), 1);
+  EXPECT_TRUE(c->Complete(Done(owner, leased->prompts(0))).value().accepted());
+}
+
+TEST_F(CoordinatorTest, LearnerProgressOutOfBoundsIsRefusedAndDoesNotPoisonTheBudget) {
+  config_.max_lag = 0;
+  config_.groups_per_step = 1;
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(Request(5)).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 5));
+  ASSERT_EQ(leased->prompts_size(), 1);
+  ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
+  // One group was produced: a report of a million consumed is a lie.
+  const absl::Status jump = c->LearnerProgress(7, 1'000'000);
+  EXPECT_EQ(jump.code(), absl::StatusCode::kFailedPrecondition) << jump;
+  EXPECT_NE(jump.message().find("groups_consumed <= 1"), absl::string_view::npos) << jump;
+  EXPECT_EQ(c->LearnerProgress(-1, 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->Stats().rejected_progress, 2);
+  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "the budget did not move";
+  ASSERT_TRUE(c->LearnerProgress(1, 1).ok());
+  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 1);
+}
+
+TEST_F(CoordinatorTest, GroupsAreCheckedAgainstTheOpenLeaseOfTheirPrompt) {
+  auto c = Open();
+  const std::string id = c->Submit(Request(2))->prompt_set_id();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 1));
+  ASSERT_EQ(leased->prompts_size(), 1);
+  v1::CheckGroupRequest check;
+  check.set_prompt_set_id(id);
+  check.set_prompt_index(leased->prompts(0).prompt_index());
+  check.set_group_id(GroupIdOfLease(leased->prompts(0).lease_id()));
+  EXPECT_TRUE(c->CheckGroup(check).ok());
+  check.set_group_id(check.group_id() + 1);  // a guessed id
+  EXPECT_EQ(c->CheckGroup(check).code(), absl::StatusCode::kFailedPrecondition);
+  check.set_group_id(GroupIdOfLease(leased->prompts(0).lease_id()));
+  check.set_prompt_index(1);  // not leased
+  EXPECT_EQ(c->CheckGroup(check).code(), absl::StatusCode::kFailedPrecondition);
+  check.set_prompt_set_id("ps-unknown");
+  EXPECT_EQ(c->CheckGroup(check).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->Stats().rejected_groups, 3);
+}
+
+TEST_F(CoordinatorTest, RemoteRewardsMayNameOnlyAllowedAddresses) {
+  config_.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
+  config_.reward_addresses = {"verifier:50071"};
+  auto c = Open();
+  v1::SubmitPromptSetRequest r = Request(1);
+  r.mutable_reward()->set_name("remote");
+  (*r.mutable_reward()->mutable_params())["address"] = "169.254.169.254:80";
+  const absl::Status refused = c->Submit(r).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("reward.params.address: expected one of "
+                                   "coordinator.reward_addresses: verifier:50071, found "
+                                   "'169.254.169.254:80'"),
+            absl::string_view::npos)
+      << refused;
+  (*r.mutable_reward()->mutable_params())["address"] = "verifier:50071";
+  EXPECT_TRUE(c->Submit(r).ok());
+}
+
+TEST_F(CoordinatorTest, EveryFieldIsBounded) {
+  config_.max_prompts_per_set = 3;
+  auto c = Open();
+  EXPECT_EQ(c->Submit(Request(4)).status().code(), absl::StatusCode::kResourceExhausted);
+  struct Case {
+    std::function<void(v1::SubmitPromptSetRequest&)> mutate;
+    absl::string_view field;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& r) { r.set_name(std::string(300, 'n')); }, "name: expected at most 256"},
+      {[](auto& r) { r.set_idempotency_key(std::string(300, 'k')); }, "idempotency_key"},
+      {[](auto& r) {
+         for (int i = 0; i < 20; ++i) (*r.mutable_reward()->mutable_params())[absl::StrCat(i)] = "";
+       },
+       "reward.params: expected at most 16"},
+      {[](auto& r) { r.mutable_prompts(0)->set_text(std::string(2 << 20, 'a')); },
+       "prompts[0]: expected at most 1048576"},
+      {[](auto& r) {
+         for (int i = 0; i < 65; ++i) r.mutable_sampling()->add_stop_token_ids(1);
+       },
+       "sampling.stop_token_ids: expected at most 64"},
+  };
+  for (const Case& k : cases) {
+    v1::SubmitPromptSetRequest r = Request(1);
+    k.mutate(r);
+    const absl::Status status = c->Submit(r).status();
+    EXPECT_EQ(status.code(), kInvalid) << status;
+    EXPECT_NE(status.message().find(k.field), absl::string_view::npos) << status;
+  }
+  EXPECT_TRUE(c->List().empty());
+}
+
+TEST_F(CoordinatorTest, ListingIsPaginated) {
+  auto c = Open();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->Submit(Request(1)).ok());
+  v1::ListPromptSetsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> ids;
+  for (int pages = 1;; ++pages) {
+    auto page = c->ListPage(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& s : page->prompt_sets()) ids.push_back(s.prompt_set_id());
+    if (page->next_page_token().empty()) {
+      EXPECT_EQ(pages, 3);
+      break;
+    }
+    request.set_page_token(page->next_page_token());
+  }
+  ASSERT_EQ(ids.size(), 5u);
+  EXPECT_EQ(ids.front(), c->List().front().prompt_set_id());
+  request.set_page_size(5000);
+  EXPECT_EQ(c->ListPage(request).status().code(), kInvalid);
+  request.set_page_size(1);
+  request.set_page_token("not-a-token");
+  EXPECT_EQ(c->ListPage(request).status().code(), kInvalid);
+}
+
+TEST_F(CoordinatorTest, StatsCountThrottledLeaseRequestsAndLeasesPerActor) {
+  config_.max_lag = 0;
+  config_.groups_per_step = 3;  // at most 3 groups ahead of the learner
+  auto c = Open();
+  c->Submit(Request(5)).IgnoreError();
+  const std::string a = c->RegisterActor("actors-x7k2p").actor_id();
+  const std::string b = c->RegisterActor("actors-q4m8z").actor_id();
+  EXPECT_EQ(c->Lease(LeaseOf(a, 2))->prompts_size(), 2);  // within the budget
+  EXPECT_EQ(c->Stats().lease_requests_throttled, 0);
+  EXPECT_EQ(c->Lease(LeaseOf(b, 2))->prompts_size(), 1);  // cut to the budget's last group
+  EXPECT_EQ(c->Lease(LeaseOf(b, 2))->prompts_size(), 0);  // refused: 2 prompts still pending
+  const CoordinatorStats stats = c->Stats();
+  EXPECT_EQ(stats.lease_requests_throttled, 2);
+  EXPECT_EQ(stats.prompts_leased, (std::map<std::string, int64_t>{{"actors-x7k2p", 2},
+                                                                   {"actors-q4m8z", 1}}));
 }
 
 TEST_F(CoordinatorTest, CancelledSetsAreNotLeased) {

@@ -173,8 +173,10 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual([s["step"] for s in steps], [1, 2, 3])
         self.assertEqual({s["groups"] for s in steps}, {3})
         self.assertEqual({s["lr"] for s in steps}, {0.000321})
+        # keep_checkpoints 2, and the grpc transport's newest published version
+        # (weight_broadcast/version_file.h)
         self.assertEqual(sorted(os.listdir(os.path.join(self.work, "checkpoints"))),
-                         ["latest", "step-00000002", "step-00000003"])
+                         ["latest", "step-00000002", "step-00000003", "weight_version"])
 
     def test_every_role_prints_the_same_effective_config_as_prl_run(self):
         config = self.config(learner={"lr": 0.125, "loss": "cispo"},

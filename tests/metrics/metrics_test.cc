@@ -26,57 +26,13 @@
 #include "absl/strings/str_split.h"
 #include "metrics/metrics_server.h"
 #include "metrics/prl_metrics.h"
+#include "tests/metrics/http_test_client.h"
 #include "tests/status_testing.h"
 
 extern "C" int openblas_get_num_threads(void);
 
 namespace prl::metrics {
 namespace {
-
-// Sends `request` to 127.0.0.1:<port> and returns the whole response (the server closes).
-absl::StatusOr<std::string> HttpExchange(int port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  timeval timeout{.tv_sec = 10, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot connect to 127.0.0.1:", port));
-  }
-  if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return absl::UnavailableError("send() failed");
-  }
-  std::string response;
-  char chunk[4096];
-  ssize_t n;
-  while ((n = recv(fd, chunk, sizeof(chunk), 0)) > 0) response.append(chunk, n);
-  close(fd);
-  if (n < 0) return absl::DeadlineExceededError("recv() failed or timed out");
-  return response;
-}
-
-// GET http://127.0.0.1:<port><path> over HTTP/1.0; returns the body of a 200 response.
-absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
-  absl::StatusOr<std::string> exchanged =
-      HttpExchange(port, absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n"));
-  if (!exchanged.ok()) return exchanged.status();
-  const std::string response = *std::move(exchanged);
-  const size_t body = response.find("\r\n\r\n");
-  if (body == std::string::npos || !absl::StartsWith(response, "HTTP/1.")) {
-    return absl::DataLossError(absl::StrCat("not an HTTP response: ", response));
-  }
-  const std::string status_line = response.substr(0, response.find("\r\n"));
-  if (!absl::StrContains(status_line, " 200 ")) {
-    return absl::FailedPreconditionError(absl::StrCat("GET ", path, ": ", status_line));
-  }
-  return response.substr(body + 4);
-}
 
 // The value of the sample `series` (name plus its {labels} as exposed), if present.
 std::optional<double> SampleValue(const std::string& exposition, const std::string& series) {
@@ -149,8 +105,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   coordinator.prompts_done.Increment(100);
   coordinator.leases_expired.Increment(3);
   coordinator.leases_throttled.Increment(5);
-  coordinator.PromptsLeased(0).Increment(60);
-  coordinator.PromptsLeased(1).Increment(55);
+  coordinator.PromptsLeased("actors-5d9c-x7k2p").Increment(60);
+  coordinator.PromptsLeased("actors-5d9c-q4m8z").Increment(55);
 
   actor.tokens_generated.Increment(123456);
   actor.prefill_tokens.Increment(4096);
@@ -195,6 +151,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   learner.sample_max_lag_versions.Observe(3);
   learner.sample_mean_lag_versions.Observe(1.5);
   learner.step_max_lag_versions.Set(3);
+  learner.max_lag_versions.Set(4);
   learner.loss.Set(-0.25);
   learner.importance_ratio_mean.Set(1.01);
   learner.importance_ratio_max.Set(2.5);
@@ -216,8 +173,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_prompts_done_total", 100},
       {"prl_prompt_leases_expired_total", 3},
       {"prl_lease_requests_throttled_total", 5},
-      {"prl_prompts_leased_total{actor=\"0\"}", 60},
-      {"prl_prompts_leased_total{actor=\"1\"}", 55},
+      {"prl_prompts_leased_total{actor=\"actors-5d9c-x7k2p\"}", 60},
+      {"prl_prompts_leased_total{actor=\"actors-5d9c-q4m8z\"}", 55},
       {"prl_tokens_generated_total", 123456},
       {"prl_prefill_tokens_total", 4096},
       {"prl_rollout_length_tokens_count", 2},
@@ -262,6 +219,9 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_replay_groups_redelivered_total", 1},
       {"prl_replay_groups_dropped_total{reason=\"stale\"}", 3},
       {"prl_replay_groups_dropped_total{reason=\"full\"}", 2},
+      {"prl_replay_groups_dead_lettered_total{reason=\"context\"}", 0},
+      {"prl_replay_groups_dead_lettered_total{reason=\"future_version\"}", 0},
+      {"prl_replay_groups_dead_lettered_total{reason=\"corrupt\"}", 0},
       {"prl_learner_step_seconds_sum", 4.2},
       {"prl_learner_step_seconds_bucket{le=\"2.5\"}", 0},
       {"prl_learner_step_seconds_bucket{le=\"5\"}", 1},
@@ -274,6 +234,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_sample_mean_lag_versions_bucket{le=\"1\"}", 0},
       {"prl_sample_mean_lag_versions_bucket{le=\"2\"}", 1},
       {"prl_learner_step_max_lag_versions", 3},
+      {"prl_learner_max_lag_versions", 4},
       {"prl_learner_loss" + loss, -0.25},
       {"prl_importance_ratio_mean", 1.01},
       {"prl_importance_ratio_max", 2.5},

@@ -1,12 +1,15 @@
 // The remote ingest on loopback: a writer on "another node" pushes groups over gRPC and a
 // local reader gets them from the shared-memory segment.
-#include "replay/ingest_server.h"
-
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "replay/ingest_server.h"
 #include "rpc/grpc_util.h"
 #include "tests/replay/stress_content.h"
 #include "tests/status_testing.h"
@@ -38,6 +41,26 @@ class IngestTest : public ::testing::Test {
   std::unique_ptr<ReplayIngestServer> server_;
   std::unique_ptr<ReplayPushClient> client_;
 };
+
+// Several actors push at once: the server writes from several threads of one process, which
+// the segment's lock (named by process) must serialise instead of taking for re-entry.
+TEST_F(IngestTest, ConcurrentPushersAreAllWritten) {
+  constexpr int kPushers = 6, kPushes = 40;
+  std::vector<std::thread> pushers;
+  std::atomic<int> failures{0};
+  for (int p = 0; p < kPushers; ++p) {
+    pushers.emplace_back([&, p] {
+      auto client = ReplayPushClient::Connect(absl::StrCat("127.0.0.1:", server_->port()));
+      for (int i = 0; i < kPushes && client.ok(); ++i) {
+        PushResult result;
+        if (!(*client)->Push({StressGroup(2, p * kPushes + i)}, &result).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : pushers) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(buffer_->Stats().groups_in, kPushers * kPushes);
+}
 
 TEST_F(IngestTest, ARemoteWriterPushesGroupsThatALocalReaderGets) {
   std::vector<std::vector<RolloutRecord>> groups;
@@ -107,7 +130,8 @@ TEST_F(IngestTest, TheServerAnswersGrpcHealthChecks) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2)) << "HealthCheckResponse{status: SERVING}";
 }
 

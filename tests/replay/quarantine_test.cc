@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "metrics/prl_metrics.h"
 #include "nlohmann/json.hpp"
 #include "replay/ingest_server.h"
 #include "tests/status_testing.h"
@@ -20,6 +21,16 @@ namespace prl::testing {
 namespace {
 
 constexpr ModelLimits kModel{/*vocab_size=*/100, /*max_position_embeddings=*/64};
+
+// prl_replay_groups_dead_lettered_total exports every reason from 0 (metrics/prl_metrics.h):
+// its list is this file's reasons, in order.
+TEST(DeadLetterReasonTest, TheMetricsCatalogExportsEveryReason) {
+  ASSERT_EQ(std::size(metrics::kDeadLetterReasons), size_t{kNumDeadLetterReasons});
+  for (int i = 0; i < kNumDeadLetterReasons; ++i) {
+    EXPECT_EQ(metrics::kDeadLetterReasons[i],
+              DeadLetterReasonName(static_cast<DeadLetterReason>(i)));
+  }
+}
 
 std::vector<RolloutRecord> Good(uint64_t prompt = 1, int n = 3) {
   std::vector<RolloutRecord> group(static_cast<size_t>(n));

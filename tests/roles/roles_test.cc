@@ -7,10 +7,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "config/run_config.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_server.h"
+#include "coordinator/group_id.h"
 #include "core/device.h"
+#include "replay/ingest_server.h"
 #include "reward/reward_service.h"
 #include "roles/coordinator_role.h"
 #include "roles/device_settings.h"
@@ -280,6 +285,118 @@ TEST(RewardRoleTest, ServesTheRunsTaskRewardToRemoteClients) {
   EXPECT_EQ((*scored)[0].reward, 1.0);
   EXPECT_EQ((*scored)[1].reward, 0.0);
   EXPECT_TRUE(served.ok()) << served;
+}
+
+// A port no one listens on now (bound to port 0, then closed).
+int FreePort() {
+  ReplayConfig rc;
+  rc.capacity_bytes = 1 << 16;
+  const std::string probe_segment = absl::StrCat("prl-roles-test-probe-", getpid());
+  auto buffer = ReplayBuffer::Create(probe_segment, rc);
+  IngestOptions options;
+  options.address = "127.0.0.1:0";
+  auto server = ReplayIngestServer::Start(buffer->get(), options);
+  const int port = (*server)->port();
+  server->reset();
+  buffer->reset();
+  ReplayBuffer::Remove(probe_segment, true).IgnoreError();
+  return port;
+}
+
+TEST(ReplayRoleTest, AdmitsOnlyGroupsOfThisRunWithAnOpenLease) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/prl_replay_role_", getpid());
+  std::filesystem::create_directories(dir);
+  coordinator::CoordinatorConfig cc;
+  cc.log_path = dir + "/prompts.log";
+  cc.vocab_size = 16;
+  cc.max_position_embeddings = 32;
+  cc.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
+  auto coordinator = *coordinator::Coordinator::Open(cc);
+  auto coordinator_server =
+      *coordinator::CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0");
+  v1::SubmitPromptSetRequest submit;
+  submit.add_prompts()->mutable_tokens()->add_ids(1);
+  submit.add_prompts()->mutable_tokens()->add_ids(2);
+  submit.set_samples_per_prompt(1);
+  submit.mutable_sampling()->set_max_tokens(4);
+  submit.mutable_sampling()->set_temperature(1.0f);
+  submit.mutable_sampling()->set_top_p(1.0f);
+  submit.mutable_reward()->set_name("exact_match");
+  const std::string set_id = coordinator->Submit(submit)->prompt_set_id();
+  const std::string actor = coordinator->RegisterActor("a").actor_id();
+  v1::LeaseRequest lease;
+  lease.set_actor_id(actor);
+  lease.set_max_prompts(1);
+  auto leased = coordinator->Lease(lease);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  ASSERT_EQ(leased->prompts_size(), 1);
+
+  config::RunConfig c;
+  c.run.name = absl::StrCat("roles-test-", getpid());
+  c.coordinator.listen = absl::StrCat("127.0.0.1:", coordinator_server->port());
+  c.replay.listen = absl::StrCat("127.0.0.1:", FreePort());
+  c.replay.capacity_mb = 4;
+  ReplayBuffer::Remove(c.replay_segment(), true).IgnoreError();
+  auto buffer = ReplayBuffer::Create(c.replay_segment(), ReplayConfigFrom(c));  // the learner's
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::atomic<bool> stop{false};
+  absl::Status served;
+  std::thread role([&] { served = RunReplayRole(c, "", stop); });
+  auto client = ReplayPushClient::Connect(c.replay.listen);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto group = [&](const std::string& run, int64_t index, uint64_t group_id) {
+    RolloutRecord r;
+    r.run_id = run;
+    r.prompt_set_id = set_id;
+    r.actor_id = "a";
+    r.prompt_index = static_cast<uint64_t>(index);
+    r.group_id = group_id;
+    r.group_size = 1;
+    r.prompt_tokens = {1};
+    r.completion_tokens = {3};
+    r.behaviour_logprobs = {-0.5f};
+    r.token_versions = {0};
+    return std::vector<std::vector<RolloutRecord>>{{r}};
+  };
+  const v1::LeasedPrompt& open = leased->prompts(0);
+  const uint64_t group_id = coordinator::GroupIdOfLease(open.lease_id());
+  PushResult result;
+  // The role may still be starting: the first push retries until it is served.
+  absl::Status pushed = absl::UnavailableError("not tried");
+  for (int i = 0; i < 100 && absl::IsUnavailable(pushed); ++i) {
+    pushed = (*client)->Push(group(c.run.name, open.prompt_index(), group_id), &result,
+                             absl::Seconds(5));
+    if (absl::IsUnavailable(pushed)) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(pushed.ok()) << pushed;
+  const absl::Status guessed =
+      (*client)->Push(group(c.run.name, open.prompt_index(), group_id + 1), &result,
+                      absl::Seconds(5));
+  EXPECT_EQ(guessed.code(), absl::StatusCode::kFailedPrecondition) << guessed;
+  const absl::Status unleased =
+      (*client)->Push(group(c.run.name, 1 - open.prompt_index(), group_id), &result,
+                      absl::Seconds(5));
+  EXPECT_EQ(unleased.code(), absl::StatusCode::kFailedPrecondition) << unleased;
+  const absl::Status other_run =
+      (*client)->Push(group("another-run", open.prompt_index(), group_id), &result,
+                      absl::Seconds(5));
+  EXPECT_EQ(other_run.code(), absl::StatusCode::kPermissionDenied) << other_run;
+  EXPECT_THAT(other_run.message(), HasSubstr("another-run"));
+
+  // Exactly the admitted group is in the segment.
+  TakeOptions take;
+  take.max_groups = 8;
+  auto taken = (*buffer)->Take(take);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(taken->size(), 1u);
+  EXPECT_EQ((*taken)[0].Decode()->at(0).group_id, group_id);
+  stop = true;
+  role.join();
+  buffer->reset();
+  EXPECT_TRUE(served.ok()) << served;
+  EXPECT_EQ(coordinator->Stats().rejected_groups, 2);
+  ReplayBuffer::Remove(c.replay_segment(), true).IgnoreError();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

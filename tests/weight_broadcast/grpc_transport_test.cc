@@ -1,7 +1,7 @@
 // The gRPC weight transport on loopback: versions arrive complete and checksummed, a late
 // subscriber starts from the newest, a slow one skips versions instead of falling behind, a
 // subscriber survives a server restart, a corrupted chunk is never exposed, a model mismatch
-// names the field, and TakeNewer never waits for a stream in progress.
+// names the field, a stalled stream is cut, and TakeNewer never waits for a stream in progress.
 #include "weight_broadcast/grpc_transport.h"
 
 #include <gtest/gtest.h>
@@ -243,6 +243,40 @@ TEST_F(GrpcTransportTest, UnreachableServerIsRetriedAndReported) {
   StartPublisher(address);
   Publish(3);
   EXPECT_EQ(WaitFor(*subscriber, 3).version, 3);
+}
+TEST_F(GrpcTransportTest, AStalledSubscriberIsCutInsteadOfPinningSnapshots) {
+  config_ = ModelOfMiB(64);
+  weights_ = *ParameterSet::Allocate(config_, Device::Cpu(), /*zeroed=*/false);
+  GrpcPublisherOptions options;
+  options.address = "127.0.0.1:0";
+  options.chunk_bytes = 1 << 20;
+  options.stall_timeout = absl::Seconds(3);  // far above two 64 MiB publishes on a busy machine
+  publisher_ = *GrpcWeightPublisher::Start(config_, options);
+  // A subscriber that reads one chunk of version 0 and then nothing: flow control stops the
+  // server's writes long before the 64 MiB version is through.
+  auto stub = v1::WeightService::NewStub(grpc::CreateCustomChannel(
+      target(), grpc::InsecureChannelCredentials(), rpc::ChannelArgs(64 << 20)));
+  grpc::ClientContext context;
+  v1::SubscribeRequest request;
+  request.set_have_version(-1);
+  request.set_model_fingerprint(ModelFingerprint(config_));
+  auto reader = stub->Subscribe(&context, request);
+  Publish(0);
+  v1::WeightChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  Publish(1);
+  Publish(2);  // the stream's version is now two behind, but not yet for stall_timeout
+  EXPECT_EQ(publisher_->stats().stalled_streams_cut, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3200));
+  Publish(3);
+  EXPECT_EQ(publisher_->stats().stalled_streams_cut, 1);
+  // The server ended the stream: the client sees it end (after the chunks already in flight).
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_FALSE(reader->Finish().ok());
+  // A healthy subscriber is unaffected.
+  auto subscriber = Subscribe(config_);
+  WaitFor(*subscriber, 3);
 }
 
 TEST_F(GrpcTransportTest, TakeNewerNeverBlocksDuringATransfer) {

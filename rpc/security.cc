@@ -1,0 +1,217 @@
+#include "rpc/security.h"
+
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <grpcpp/support/client_interceptor.h>
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_util.h"
+#include "rpc/token_authorizer.h"
+
+namespace prl::rpc {
+
+namespace {
+
+struct ProcessSecurity {
+  SecuritySettings settings;
+  std::optional<Role> self;
+  std::shared_ptr<internal::TokenFile> token;  // the token this process sends (null: none)
+};
+
+ProcessSecurity& Current() {
+  static ProcessSecurity* security = new ProcessSecurity();
+  return *security;
+}
+
+absl::Status Readable(const std::string& path, absl::string_view key) {
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path);
+  if (!in) {
+    return absl::FailedPreconditionError(absl::StrCat(key, ": cannot read '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const SecuritySettings& s) {
+  PRL_RETURN_IF_ERROR(Readable(s.tls_cert_file, "security.tls_cert_file"));
+  PRL_RETURN_IF_ERROR(Readable(s.tls_key_file, "security.tls_key_file"));
+  PRL_RETURN_IF_ERROR(Readable(s.tls_ca_file, "security.tls_ca_file"));
+  if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "security.tls_cert_file and security.tls_key_file: give both (a certificate and its key) "
+        "or neither");
+  }
+  if (s.require_client_cert && (!s.tls() || s.tls_ca_file.empty())) {
+    return absl::InvalidArgumentError(
+        "security.require_client_cert needs security.tls_cert_file, tls_key_file and tls_ca_file "
+        "(the CA that verifies client certificates)");
+  }
+  std::set<std::string> seen;
+  for (const std::string* file : {&s.client_token_file, &s.actor_token_file,
+                                  &s.learner_token_file}) {
+    if (file->empty()) continue;
+    internal::TokenFile token(*file);
+    absl::StatusOr<std::string> text = token.Read();
+    if (!text.ok()) return text.status();
+    if (!seen.insert(*text).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "security: token file '", *file, "' holds the same token as another role's"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Adds this process's bearer token to every call of a channel.
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(std::shared_ptr<internal::TokenFile> token)
+      : token_(std::move(token)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      absl::StatusOr<std::string> token = token_->Read();
+      // An unreadable token file sends no token: the server answers UNAUTHENTICATED.
+      if (token.ok()) {
+        methods->GetSendInitialMetadata()->insert({"authorization", "Bearer " + *token});
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::shared_ptr<internal::TokenFile> token_;
+};
+
+class TokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(std::shared_ptr<internal::TokenFile> token)
+      : token_(std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new TokenInterceptor(token_);
+  }
+
+ private:
+  std::shared_ptr<internal::TokenFile> token_;
+};
+
+std::shared_ptr<grpc::ServerCredentials> TlsServer(const SecuritySettings& s) {
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      s.tls_key_file, s.tls_cert_file, s.tls_ca_file, s.cert_refresh_s);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (s.require_client_cert) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TlsChannel(const SecuritySettings& s) {
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      s.tls_key_file, s.tls_cert_file, s.tls_ca_file, s.cert_refresh_s);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider);
+  options.watch_root_certs();
+  if (s.tls()) options.watch_identity_key_cert_pairs();  // mutual TLS: present ours
+  options.set_verify_server_certs(true);
+  return grpc::experimental::TlsCredentials(options);
+}
+
+}  // namespace
+
+const AccessPolicy& DefaultAccessPolicy() {
+  static const AccessPolicy* policy = new AccessPolicy{
+      {"/prl.v1.PromptService/", {Role::kClient}},
+      {"/prl.v1.ActorControl/", {Role::kActor}},
+      {"/prl.v1.ActorControl/ReportLearnerProgress", {Role::kLearner}},
+      {"/prl.v1.ActorControl/CheckGroup", {Role::kLearner}},
+      {"/prl.v1.ReplayService/", {Role::kActor}},
+      {"/prl.v1.WeightService/", {Role::kActor}},
+      {"/prl.v1.StoreService/", {Role::kLearner}},
+      {"/prl.v1.RewardService/", {Role::kActor}},
+      {"/grpc.reflection.", {Role::kClient, Role::kActor, Role::kLearner}},
+  };
+  return *policy;
+}
+
+bool IsLoopback(absl::string_view address) {
+  absl::string_view host = address.substr(0, address.rfind(':'));
+  if (!host.empty() && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<Role> self) {
+  PRL_RETURN_IF_ERROR(Validate(settings));
+  ProcessSecurity& p = Current();
+  p.settings = settings;
+  p.self = self;
+  p.token = nullptr;
+  if (self.has_value()) {
+    const std::string* files[] = {&settings.client_token_file, &settings.actor_token_file,
+                                  &settings.learner_token_file};
+    const std::string& file = *files[static_cast<int>(*self)];
+    if (!file.empty()) p.token = std::make_shared<internal::TokenFile>(file);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const std::string& address, const AccessPolicy& policy) {
+  const SecuritySettings& s = Current().settings;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (s.tls()) {
+    credentials = TlsServer(s);
+  } else if (IsLoopback(address)) {
+    // Local credentials admit loopback peers only, and (unlike insecure ones) carry a token
+    // processor.
+    credentials = s.tokens() ? grpc::experimental::LocalServerCredentials(LOCAL_TCP)
+                             : grpc::InsecureServerCredentials();
+  } else if (!s.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listening on ", address, " (not loopback) needs TLS: set security.tls_cert_file and "
+        "security.tls_key_file, or security.insecure = true to serve plaintext on purpose"));
+  } else if (s.tokens()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listening on ", address, " with security.insecure and token files: bearer tokens would "
+        "cross the network in plaintext; configure TLS (security.tls_cert_file, tls_key_file)"));
+  } else {
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      std::fprintf(stderr, "prl: security.insecure: serving %s in plaintext, unauthenticated\n",
+                   address.c_str());
+    });
+    return grpc::InsecureServerCredentials();
+  }
+  if (s.tokens()) {
+    credentials->SetAuthMetadataProcessor(
+        std::make_shared<internal::TokenAuthorizer>(s, policy));
+  }
+  return credentials;
+}
+
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
+                                          const grpc::ChannelArguments& args) {
+  const ProcessSecurity& p = Current();
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
+      p.settings.tls_ca_file.empty() ? grpc::InsecureChannelCredentials()
+                                     : TlsChannel(p.settings);
+  if (p.token == nullptr) return grpc::CreateCustomChannel(target, credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  factories.push_back(std::make_unique<TokenInterceptorFactory>(p.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, credentials, args,
+                                                                 std::move(factories));
+}
+
+}  // namespace prl::rpc

@@ -1,0 +1,92 @@
+// Trust (docs/security.md): how every prl gRPC server admits callers and every client reaches
+// a server, in one place. A process configures it once at start (ConfigureSecurity, from the
+// run config's `security` section) before it starts a server or opens a channel; after that
+// rpc::StartServer (grpc_util.h) and rpc::NewChannel use it, and no service looks at a token.
+//
+// Transport (per listener, by its address):
+//   - TLS when security.tls_cert_file/tls_key_file are set: the certificate and key (and the CA
+//     that verifies client certificates when require_client_cert, i.e. mutual TLS) are read
+//     from their files and re-read when the files change, without a restart (Kubernetes
+//     rotates mounted secrets);
+//   - without TLS, a loopback listener serves plaintext to local callers only;
+//   - a non-loopback listener without TLS refuses to start unless security.insecure is true,
+//     an explicit choice logged once; then it serves plaintext without authentication, so
+//     bearer tokens (which would cross the network readable) are refused with it.
+// Clients verify servers with security.tls_ca_file (and present their own certificate for
+// mutual TLS).
+//
+// Authorisation: with token files configured, a caller sends `authorization: Bearer TOKEN` and
+// the token names its role (client, actor or learner; compared in constant time, never logged).
+// Every method states which roles may call it (the AccessPolicy a server starts with; the
+// default is DefaultAccessPolicy). A missing or unknown token is UNAUTHENTICATED; a known
+// token of a role the method does not admit is PERMISSION_DENIED. gRPC health checking stays
+// open to everyone. Without token files, every caller that reaches the server is admitted.
+//
+// Thread-safety: ConfigureSecurity once, before any server or channel; the rest from any
+// thread.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/enum_names.h"
+
+namespace prl::rpc {
+
+enum class Role { kClient, kActor, kLearner };
+inline constexpr NamedValue<Role> kRoleNames[] = {
+    {"client", Role::kClient}, {"actor", Role::kActor}, {"learner", Role::kLearner}};
+
+struct SecuritySettings {
+  std::string tls_cert_file, tls_key_file;  // this process's certificate chain and key (PEM)
+  std::string tls_ca_file;                  // the CA bundle that verifies peers (PEM)
+  bool require_client_cert = false;         // servers demand a client certificate (mTLS)
+  bool insecure = false;                    // non-loopback listeners may serve plaintext
+  // One token per role (files of one line; surrounding whitespace is ignored).
+  std::string client_token_file, actor_token_file, learner_token_file;
+  int cert_refresh_s = 10;  // how often certificate files are checked for changes
+
+  bool tls() const { return !tls_cert_file.empty(); }
+  bool tokens() const {
+    return !client_token_file.empty() || !actor_token_file.empty() ||
+           !learner_token_file.empty();
+  }
+};
+
+// Method path prefixes ("/prl.v1.PromptService/" or a full method) -> the roles admitted; the
+// longest matching prefix decides. A method no prefix matches admits no role.
+using AccessPolicy = std::map<std::string, std::set<Role>>;
+// PromptService: client; ActorControl: actor, ReportLearnerProgress and CheckGroup: learner;
+// ReplayService and WeightService: actor; StoreService: learner; RewardService: actor;
+// server reflection: every role.
+const AccessPolicy& DefaultAccessPolicy();
+
+// Validates the settings (files readable, token files non-empty and distinct, a key with a
+// certificate) and makes them this process's. `self`: the role this process calls others as
+// (its token goes out with every call); nullopt for a process that only serves.
+absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<Role> self);
+
+// The credentials of a listener on `address` under this process's settings, admitting callers
+// by `policy`; an address the settings do not allow (non-loopback without TLS or insecure) is
+// FailedPrecondition naming the keys that would allow it.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const std::string& address, const AccessPolicy& policy = DefaultAccessPolicy());
+
+// A channel to `target` under this process's settings: TLS when a CA is configured, this
+// process's token on every call; `args` as the caller sets them (rpc::ChannelArgs: message
+// limits).
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
+                                          const grpc::ChannelArguments& args);
+
+// True for "localhost", 127.0.0.0/8 and [::1] hosts of a host:port address.
+bool IsLoopback(absl::string_view address);
+
+}  // namespace prl::rpc

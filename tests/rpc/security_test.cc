@@ -1,0 +1,343 @@
+// Trust (rpc/security.h) with real certificates made by openssl and every real prl server: a
+// plaintext client cannot talk to a TLS server, mutual TLS refuses a client without a
+// certificate, every method answers UNAUTHENTICATED without a token and PERMISSION_DENIED to a
+// role it does not admit, a rotated certificate is served without a restart, and a
+// non-loopback listener without TLS refuses to start.
+#include "rpc/security.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "collective/kv_store.h"
+#include "collective/store_service.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_server.h"
+#include "replay/ingest_server.h"
+#include "replay/replay_buffer.h"
+#include "reward/reward_service.h"
+#include "rpc/grpc_util.h"
+#include "weight_broadcast/grpc_transport.h"
+
+namespace prl::rpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a second
+// CA with its own server certificate (for rotation), in a scratch directory.
+class Certificates {
+ public:
+  Certificates() {
+    dir_ = fs::temp_directory_path() / absl::StrCat("prl_security_test_", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Ca("ca");
+    Ca("ca2");
+    Leaf("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost");
+    Leaf("server2", "ca2", "subjectAltName=IP:127.0.0.1,DNS:localhost");
+    Leaf("client", "ca", "extendedKeyUsage=clientAuth");
+  }
+  ~Certificates() { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Token(const std::string& role, const std::string& value) const {
+    std::ofstream(path(role + ".token")) << value << "\n";
+    return path(role + ".token");
+  }
+
+ private:
+  void Run(const std::string& command) const {
+    const std::string full = absl::StrCat("cd ", dir_.string(), " && ", command, " 2>/dev/null");
+    ASSERT_EQ(std::system(full.c_str()), 0) << full;
+  }
+  void Ca(const std::string& name) const {
+    Run(absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+                     "-keyout ", name, ".key -out ", name, ".crt -days 2 -subj /CN=prl-test-",
+                     name));
+  }
+  void Leaf(const std::string& name, const std::string& ca, const std::string& ext) const {
+    std::ofstream(path(name + ".ext")) << ext << "\n";
+    Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+                     "-keyout ", name, ".key -out ", name, ".csr -subj /CN=prl-", name));
+    Run(absl::StrCat("openssl x509 -req -in ", name, ".csr -CA ", ca, ".crt -CAkey ", ca,
+                     ".key -CAcreateserial -out ", name, ".crt -days 2 -extfile ", name,
+                     ".ext"));
+  }
+  fs::path dir_;
+};
+
+// A unary call of `method` with an empty message: the status says whether the caller got past
+// the transport and authorisation (the handler's own answer to an empty message is beside the
+// point).
+grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, const std::string& method) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty{std::string()};
+  grpc::ByteBuffer request(&empty, 1), response;
+  return grpc::internal::BlockingUnaryCall(
+      channel.get(), grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+}
+
+bool Admitted(const grpc::Status& s) {
+  return s.error_code() != grpc::StatusCode::UNAUTHENTICATED &&
+         s.error_code() != grpc::StatusCode::PERMISSION_DENIED &&
+         s.error_code() != grpc::StatusCode::UNAVAILABLE;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void TearDown() override { ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok()); }
+
+  SecuritySettings Tokens() const {
+    SecuritySettings s;
+    s.client_token_file = certs_.Token("client", "client-secret-1");
+    s.actor_token_file = certs_.Token("actor", "actor-secret-2");
+    s.learner_token_file = certs_.Token("learner", "learner-secret-3");
+    return s;
+  }
+  SecuritySettings Tls(bool mutual) const {
+    SecuritySettings s = Tokens();
+    s.tls_cert_file = certs_.path("server.crt");
+    s.tls_key_file = certs_.path("server.key");
+    s.tls_ca_file = certs_.path("ca.crt");
+    s.require_client_cert = mutual;
+    s.cert_refresh_s = 1;
+    return s;
+  }
+  // A channel of a client configured with `s` calling as `role` (nullopt: no token).
+  std::shared_ptr<grpc::Channel> Channel(SecuritySettings s, std::optional<Role> role,
+                                         int port) {
+    EXPECT_TRUE(ConfigureSecurity(s, role).ok());
+    return NewChannel(absl::StrCat("127.0.0.1:", port), ChannelArgs(int64_t{1} << 20));
+  }
+
+  Certificates certs_;
+};
+
+// Every server prl runs, each started under the process's security as it is when called.
+struct Servers {
+  std::unique_ptr<coordinator::Coordinator> coordinator;
+  std::unique_ptr<coordinator::CoordinatorServer> coordinator_server;
+  std::unique_ptr<ReplayBuffer> replay;
+  std::unique_ptr<ReplayIngestServer> ingest;
+  std::unique_ptr<GrpcWeightPublisher> weights;
+  collective::MemoryStore memory;
+  std::unique_ptr<collective::StoreServer> store;
+  std::unique_ptr<reward::RewardServer> reward;
+  std::string dir, segment;
+
+  Servers() {
+    dir = (fs::temp_directory_path() / absl::StrCat("prl_security_servers_", getpid())).string();
+    segment = absl::StrCat("prl-security-test-", getpid());
+    fs::create_directories(dir);
+    coordinator::CoordinatorConfig cc;
+    cc.log_path = dir + "/prompts.log";
+    cc.vocab_size = 16;
+    cc.max_position_embeddings = 32;
+    coordinator = *coordinator::Coordinator::Open(cc);
+    coordinator_server = *coordinator::CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0");
+    ReplayConfig rc;
+    rc.capacity_bytes = 1 << 20;
+    ReplayBuffer::Remove(segment, true).IgnoreError();
+    replay = *ReplayBuffer::Create(segment, rc);
+    ingest = *ReplayIngestServer::Start(replay.get(), {.address = "127.0.0.1:0"});
+    ModelConfig m;
+    m.arch = Architecture::kQwen2;
+    m.hidden_size = 8;
+    m.intermediate_size = 16;
+    m.num_hidden_layers = 1;
+    m.num_attention_heads = 2;
+    m.num_key_value_heads = 1;
+    m.head_dim = 4;
+    m.vocab_size = 16;
+    m.max_position_embeddings = 32;
+    weights = *GrpcWeightPublisher::Start(m, {.address = "127.0.0.1:0"});
+    store = *collective::StoreServer::Start(&memory, "127.0.0.1:0");
+    reward = *reward::RewardServer::Start(
+        [](absl::Span<const reward::RewardInput> in) {
+          return absl::StatusOr<std::vector<reward::RewardResult>>(
+              std::vector<reward::RewardResult>(in.size()));
+        },
+        {.address = "127.0.0.1:0"});
+  }
+  ~Servers() {
+    reward.reset();
+    store.reset();
+    weights.reset();
+    ingest.reset();
+    replay.reset();
+    ReplayBuffer::Remove(segment, true).IgnoreError();
+    coordinator_server.reset();
+    coordinator.reset();
+    fs::remove_all(dir);
+  }
+};
+
+TEST_F(SecurityTest, EveryMethodOfEveryServerAdmitsOnlyItsRoles) {
+  ASSERT_TRUE(ConfigureSecurity(Tokens(), std::nullopt).ok());
+  Servers servers;
+  struct Method {
+    int port;
+    std::string path;
+    Role admitted;
+  };
+  const std::vector<Method> methods = {
+      {servers.coordinator_server->port(), "/prl.v1.PromptService/SubmitPromptSet", Role::kClient},
+      {servers.coordinator_server->port(), "/prl.v1.PromptService/ListPromptSets", Role::kClient},
+      {servers.coordinator_server->port(), "/prl.v1.ActorControl/LeasePrompts", Role::kActor},
+      {servers.coordinator_server->port(), "/prl.v1.ActorControl/Complete", Role::kActor},
+      {servers.coordinator_server->port(), "/prl.v1.ActorControl/ReportLearnerProgress",
+       Role::kLearner},
+      {servers.coordinator_server->port(), "/prl.v1.ActorControl/CheckGroup", Role::kLearner},
+      {servers.ingest->port(), "/prl.v1.ReplayService/Push", Role::kActor},
+      {servers.weights->port(), "/prl.v1.WeightService/Subscribe", Role::kActor},
+      {servers.store->port(), "/prl.v1.StoreService/Set", Role::kLearner},
+      {servers.reward->port(), "/prl.v1.RewardService/Score", Role::kActor},
+  };
+  for (const Method& m : methods) {
+    const grpc::Status anonymous = Call(Channel(Tokens(), std::nullopt, m.port), m.path);
+    EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << m.path << ": " << anonymous.error_message();
+    SecuritySettings wrong = Tokens();
+    wrong.client_token_file = certs_.Token("forged", "not-a-token");
+    EXPECT_EQ(Call(Channel(wrong, Role::kClient, m.port), m.path).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << m.path;
+    for (const NamedValue<Role>& r : kRoleNames) {
+      const grpc::Status s = Call(Channel(Tokens(), r.value, m.port), m.path);
+      if (r.value == m.admitted) {
+        EXPECT_TRUE(Admitted(s)) << m.path << " as " << r.name << ": " << s.error_message();
+      } else {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+            << m.path << " as " << r.name << ": " << s.error_message();
+      }
+    }
+  }
+  // Health checking stays open to everyone (probes carry no token).
+  EXPECT_TRUE(Admitted(Call(Channel(Tokens(), std::nullopt, servers.store->port()),
+                            "/grpc.health.v1.Health/Check")));
+}
+
+TEST_F(SecurityTest, TokenMessagesNeverCarryTheToken) {
+  ASSERT_TRUE(ConfigureSecurity(Tokens(), std::nullopt).ok());
+  Servers servers;
+  const grpc::Status s = Call(Channel(Tokens(), Role::kActor, servers.coordinator_server->port()),
+                              "/prl.v1.PromptService/ListPromptSets");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message().find("actor-secret-2"), std::string::npos) << s.error_message();
+}
+
+TEST_F(SecurityTest, APlaintextClientCannotTalkToATlsServer) {
+  ASSERT_TRUE(ConfigureSecurity(Tls(false), std::nullopt).ok());
+  collective::MemoryStore memory;
+  auto store = *collective::StoreServer::Start(&memory, "127.0.0.1:0");
+  const std::string method = "/prl.v1.StoreService/Set";
+  EXPECT_EQ(Call(Channel(Tokens(), Role::kLearner, store->port()), method).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  SecuritySettings client = Tokens();
+  client.tls_ca_file = certs_.path("ca.crt");
+  EXPECT_TRUE(Admitted(Call(Channel(client, Role::kLearner, store->port()), method)));
+  // A client that trusts another CA does not accept the server.
+  client.tls_ca_file = certs_.path("ca2.crt");
+  EXPECT_EQ(Call(Channel(client, Role::kLearner, store->port()), method).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(SecurityTest, MutualTlsRefusesAClientWithoutACertificate) {
+  ASSERT_TRUE(ConfigureSecurity(Tls(true), std::nullopt).ok());
+  collective::MemoryStore memory;
+  auto store = *collective::StoreServer::Start(&memory, "127.0.0.1:0");
+  const std::string method = "/prl.v1.StoreService/Set";
+  SecuritySettings client = Tokens();
+  client.tls_ca_file = certs_.path("ca.crt");
+  EXPECT_EQ(Call(Channel(client, Role::kLearner, store->port()), method).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  client.tls_cert_file = certs_.path("client.crt");
+  client.tls_key_file = certs_.path("client.key");
+  EXPECT_TRUE(Admitted(Call(Channel(client, Role::kLearner, store->port()), method)));
+}
+
+TEST_F(SecurityTest, ARotatedCertificateIsServedWithoutARestart) {
+  SecuritySettings server = Tls(false);
+  fs::copy_file(certs_.path("server.crt"), certs_.path("live.crt"));
+  fs::copy_file(certs_.path("server.key"), certs_.path("live.key"));
+  server.tls_cert_file = certs_.path("live.crt");
+  server.tls_key_file = certs_.path("live.key");
+  ASSERT_TRUE(ConfigureSecurity(server, std::nullopt).ok());
+  collective::MemoryStore memory;
+  auto store = *collective::StoreServer::Start(&memory, "127.0.0.1:0");
+  const std::string method = "/prl.v1.StoreService/Set";
+  SecuritySettings trusts_ca2 = Tokens();
+  trusts_ca2.tls_ca_file = certs_.path("ca2.crt");
+  EXPECT_FALSE(Admitted(Call(Channel(trusts_ca2, Role::kLearner, store->port()), method)));
+  // Kubernetes-style rotation: new files in place, the server keeps running.
+  fs::copy_file(certs_.path("server2.key"), certs_.path("live.key"),
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(certs_.path("server2.crt"), certs_.path("live.crt"),
+                fs::copy_options::overwrite_existing);
+  bool rotated = false;
+  for (int i = 0; i < 100 && !rotated; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    rotated = Admitted(Call(Channel(trusts_ca2, Role::kLearner, store->port()), method));
+  }
+  EXPECT_TRUE(rotated) << "the new certificate was never served";
+}
+
+TEST_F(SecurityTest, NonLoopbackListenersNeedTlsOrAnExplicitInsecureChoice) {
+  ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok());
+  const absl::Status refused = ServerCredentialsFor("0.0.0.0:0").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("security.insecure"), std::string::npos) << refused;
+  SecuritySettings insecure;
+  insecure.insecure = true;
+  ASSERT_TRUE(ConfigureSecurity(insecure, std::nullopt).ok());
+  EXPECT_TRUE(ServerCredentialsFor("0.0.0.0:0").ok());
+  // Tokens would cross the network readable: refused even with insecure.
+  SecuritySettings plaintext_tokens = Tokens();
+  plaintext_tokens.insecure = true;
+  ASSERT_TRUE(ConfigureSecurity(plaintext_tokens, std::nullopt).ok());
+  EXPECT_EQ(ServerCredentialsFor("0.0.0.0:0").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ServerCredentialsFor("127.0.0.1:0").ok());
+  ASSERT_TRUE(ConfigureSecurity(Tls(false), std::nullopt).ok());
+  EXPECT_TRUE(ServerCredentialsFor("0.0.0.0:0").ok());
+}
+
+TEST_F(SecurityTest, BadSettingsNameTheKey) {
+  SecuritySettings s;
+  s.tls_cert_file = certs_.path("server.crt");
+  EXPECT_NE(ConfigureSecurity(s, std::nullopt).message().find("tls_key_file"), std::string::npos);
+  s = Tokens();
+  s.actor_token_file = s.client_token_file;
+  EXPECT_NE(ConfigureSecurity(s, std::nullopt).message().find("same token"), std::string::npos);
+  s = Tokens();
+  s.learner_token_file = certs_.path("missing.token");
+  EXPECT_NE(ConfigureSecurity(s, std::nullopt).message().find("missing.token"), std::string::npos);
+  s = {};
+  s.require_client_cert = true;
+  EXPECT_NE(ConfigureSecurity(s, std::nullopt).message().find("require_client_cert"),
+            std::string::npos);
+}
+
+TEST(LoopbackTest, LoopbackHostsAreRecognised) {
+  EXPECT_TRUE(IsLoopback("127.0.0.1:50051"));
+  EXPECT_TRUE(IsLoopback("127.3.4.5:1"));
+  EXPECT_TRUE(IsLoopback("localhost:80"));
+  EXPECT_TRUE(IsLoopback("[::1]:80"));
+  EXPECT_FALSE(IsLoopback("0.0.0.0:50051"));
+  EXPECT_FALSE(IsLoopback("10.0.0.1:50051"));
+  EXPECT_FALSE(IsLoopback("coordinator:50051"));
+}
+
+}  // namespace
+}  // namespace prl::rpc
