@@ -96,7 +96,10 @@ absl::Status Actor::Register(const std::atomic<bool>* stop) {
     v1::RegisterResponse response;
     const absl::Status s = rpc::FromGrpcStatus(control_->Register(&ctx, request, &response));
     if (s.ok()) {
-      actor_id_ = response.actor_id();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        actor_id_ = response.actor_id();
+      }
       heartbeat_ms_ = response.heartbeat_ms();
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.registrations;
@@ -109,13 +112,34 @@ absl::Status Actor::Register(const std::atomic<bool>* stop) {
   return absl::CancelledError("actor stopped before it could register");
 }
 
+std::string Actor::ActorId() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actor_id_;
+}
+
+void Actor::Drop(const std::string& lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_.erase(lease_id);
+  changed_.notify_all();
+}
+
+void Actor::Fail(const absl::Status& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_.ok()) failure_ = error;
+  halted_ = true;
+  changed_.notify_all();
+}
+
 absl::Status Actor::Heartbeat() {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::HeartbeatRequest request;
-  request.set_actor_id(actor_id_);
-  request.set_weight_version(engine_->Stats().weight_version);
-  for (const auto& [request_id, job] : in_flight_) request.add_held_lease_ids(job.lease.lease_id());
+  request.set_weight_version(stats().weight_version);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request.set_actor_id(actor_id_);
+    for (const std::string& id : held_) request.add_held_lease_ids(id);
+  }
   v1::HeartbeatResponse response;
   return rpc::FromGrpcStatus(control_->Heartbeat(&ctx, request, &response));
 }
@@ -200,20 +224,38 @@ void Actor::UpdateEngineGauges() {
   options_.metrics->kv_cache_capacity_bytes.Set(capacity);
 }
 
-absl::Status Actor::LeaseMore(const std::atomic<bool>* stop) {
-  const int32_t room = options_.max_prompts_in_flight - static_cast<int32_t>(in_flight_.size());
-  if (room <= 0) return absl::OkStatus();
+absl::Status Actor::LeaseMore() {
+  v1::LeaseRequest request;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t room = options_.max_prompts_in_flight - static_cast<int64_t>(held_.size());
+    if (room <= 0) return absl::OkStatus();
+    request.set_actor_id(actor_id_);
+    request.set_max_prompts(static_cast<int32_t>(room));
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::LeaseRequest request;
-  request.set_actor_id(actor_id_);
-  request.set_max_prompts(room);
   v1::LeaseResponse response;
   PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(control_->LeasePrompts(&ctx, request, &response)));
-  if (!response.prompts().empty() && response.min_weight_version() > 0) {
-    PRL_RETURN_IF_ERROR(AwaitWeightVersion(response.min_weight_version(), stop));
-  }
+  if (response.prompts().empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
   for (const v1::LeasedPrompt& lease : response.prompts()) {
+    held_.insert(lease.lease_id());  // before the next heartbeat, which this thread sends
+    leased_.push_back({lease, response.min_weight_version()});
+  }
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status Actor::AddLeased(const std::atomic<bool>* stop) {
+  std::deque<Leased> incoming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming.swap(leased_);
+  }
+  for (const Leased& l : incoming) {
+    const v1::LeasedPrompt& lease = l.lease;
+    if (l.min_weight_version > 0) PRL_RETURN_IF_ERROR(AwaitWeightVersion(l.min_weight_version, stop));
     SamplingParams params;
     params.n = lease.samples();
     params.temperature = lease.sampling().temperature();
@@ -228,9 +270,10 @@ absl::Status Actor::LeaseMore(const std::atomic<bool>* stop) {
     absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(prompt), params);
     if (!id.ok()) {
       // The coordinator validated the prompt against the model; this actor's engine cannot
-      // run it (e.g. its KV pool is too small). The lease expires and another actor tries.
+      // run it (e.g. its KV pool is too small). Dropped: the next heartbeat gives it back.
       std::fprintf(stderr, "actor %s: cannot generate %s: %s\n", options_.name.c_str(),
                    lease.lease_id().c_str(), std::string(id.status().message()).c_str());
+      Drop(lease.lease_id());
       continue;
     }
     in_flight_[*id] = InFlight{lease, NowNanos()};
@@ -332,7 +375,6 @@ Actor::ScoredGroup Actor::BuildGroup(const InFlight& job, const RequestOutput& o
                                      uint64_t group_id, int64_t finished_unix_nanos) const {
   ScoredGroup g;
   g.records.reserve(output.samples.size());
-  g.complete.set_actor_id(actor_id_);
   g.complete.set_lease_id(job.lease.lease_id());
   v1::GroupResult* result = g.complete.mutable_result();
   result->set_prompt_index(job.lease.prompt_index());
@@ -375,6 +417,7 @@ void Actor::CountWritten(const RequestOutput& output,
 absl::Status Actor::LostLease(const absl::Status& refused) {
   std::fprintf(stderr, "actor %s: %s\n", options_.name.c_str(),
                std::string(refused.message()).c_str());
+  if (options_.metrics != nullptr) options_.metrics->leases_lost.Increment();
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.lost_leases;
   return absl::OkStatus();
@@ -394,11 +437,7 @@ absl::Status Actor::ReportComplete(const v1::CompleteRequest& complete) {
   return absl::OkStatus();
 }
 
-absl::Status Actor::Finish(const RequestOutput& output) {
-  auto it = in_flight_.find(output.request_id);
-  if (it == in_flight_.end()) return absl::OkStatus();
-  const InFlight job = std::move(it->second);
-  in_flight_.erase(it);
+absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output) {
   const int64_t finished = NowNanos();
   const uint64_t group_id = coordinator::GroupIdOfLease(job.lease.lease_id());
 
@@ -411,8 +450,10 @@ absl::Status Actor::Finish(const RequestOutput& output) {
     CountRewardFailure(job.lease, rewards.status());
     return absl::OkStatus();
   }
-  const ScoredGroup group = BuildGroup(job, output, *inputs, *rewards, group_id, finished);
-  // Into the replay buffer first, then done: a crash in between re-runs the prompt.
+  ScoredGroup group = BuildGroup(job, output, *inputs, *rewards, group_id, finished);
+  group.complete.set_actor_id(ActorId());
+  // Into the replay buffer first, then done: a crash in between re-runs the prompt. A full
+  // buffer blocks here, on the finisher: heartbeats go on renewing the lease meanwhile.
   const absl::Status written = write_group_(group.records);
   if (absl::IsFailedPrecondition(written)) return LostLease(written);
   PRL_RETURN_IF_ERROR(written);
@@ -420,35 +461,88 @@ absl::Status Actor::Finish(const RequestOutput& output) {
   return ReportComplete(group.complete);
 }
 
-absl::Status Actor::Run(const std::atomic<bool>* stop) {
-  PRL_RETURN_IF_ERROR(Register(stop));
+void Actor::ControlLoop(const std::atomic<bool>* stop) {
+  if (const absl::Status registered = Register(stop); !registered.ok()) return Fail(registered);
   absl::Time next_heartbeat = absl::Now();
-  while (!stop->load()) {
-    PRL_RETURN_IF_ERROR(SwapIfNewer());
-    UpdateEngineGauges();
+  while (!Halted(stop)) {
     absl::Status control = absl::OkStatus();
     if (absl::Now() >= next_heartbeat) {
       control = Heartbeat();
       next_heartbeat = absl::Now() + absl::Milliseconds(heartbeat_ms_);
     }
-    if (control.ok()) control = LeaseMore(stop);
+    if (control.ok()) control = LeaseMore();
     if (absl::IsNotFound(control)) {
       // The coordinator restarted and forgot us: register again. What we generate for the
       // old leases is still accepted (lease ids name their prompt).
-      PRL_RETURN_IF_ERROR(Register(stop));
+      if (const absl::Status again = Register(stop); !again.ok()) return Fail(again);
     } else if (!control.ok() && !Transient(control)) {
-      return control;
+      return Fail(control);
     }
-    if (!engine_->HasUnfinishedRequests()) {
-      absl::SleepFor(absl::Milliseconds(20));
-      continue;
-    }
-    PRL_RETURN_IF_ERROR(engine_->Step());
-    for (const RequestOutput& output : engine_->TakeFinished()) {
-      PRL_RETURN_IF_ERROR(Finish(output));
-    }
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, std::chrono::milliseconds(20));
   }
+}
+
+void Actor::FinishLoop(const std::atomic<bool>* stop) {
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, std::chrono::milliseconds(50),
+                      [&] { return !generated_.empty() || Halted(stop); });
+    // Stopping leaves what is not finished: those leases expire and their prompts are re-run.
+    if (Halted(stop)) return;
+    if (generated_.empty()) continue;
+    Generated next = std::move(generated_.front());
+    generated_.pop_front();
+    lock.unlock();
+    const absl::Status finished = Finish(next.job, next.output);
+    Drop(next.job.lease.lease_id());
+    if (!finished.ok()) return Fail(finished);
+  }
+}
+
+absl::Status Actor::EngineIteration(const std::atomic<bool>* stop) {
+  PRL_RETURN_IF_ERROR(SwapIfNewer());
+  UpdateEngineGauges();
+  PRL_RETURN_IF_ERROR(AddLeased(stop));
+  if (!engine_->HasUnfinishedRequests()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, std::chrono::milliseconds(20),
+                      [&] { return !leased_.empty() || Halted(stop); });
+    return absl::OkStatus();
+  }
+  PRL_RETURN_IF_ERROR(engine_->Step());
+  std::vector<RequestOutput> finished = engine_->TakeFinished();
+  if (finished.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (RequestOutput& output : finished) {
+    auto it = in_flight_.find(output.request_id);
+    if (it == in_flight_.end()) continue;
+    generated_.push_back({std::move(it->second), std::move(output)});
+    in_flight_.erase(it);
+  }
+  {
+    std::lock_guard<std::mutex> stats_lock(stats_mu_);
+    stats_.groups_generated += static_cast<int64_t>(finished.size());
+  }
+  changed_.notify_all();
   return absl::OkStatus();
+}
+
+absl::Status Actor::Run(const std::atomic<bool>* stop) {
+  std::thread control([this, stop] { ControlLoop(stop); });
+  std::thread finisher([this, stop] { FinishLoop(stop); });
+  while (!Halted(stop)) {
+    if (const absl::Status s = EngineIteration(stop); !s.ok()) Fail(s);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    halted_ = true;  // stop the other two on a stop request as well
+    changed_.notify_all();
+  }
+  control.join();
+  finisher.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
 }
 
 }  // namespace prl::actor

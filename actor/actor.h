@@ -1,7 +1,18 @@
-// Actor: one actor server's loop. It registers with the coordinator, leases prompts, generates
-// each prompt's group with the paged KV-cache engine, scores the samples, writes the group to
-// the replay buffer, and reports it done; between two engine steps it swaps in the newest
-// weights the broadcaster delivered (generation never waits for them).
+// Actor: one actor server. It registers with the coordinator, leases prompts, generates each
+// prompt's group with the paged KV-cache engine, scores the samples, writes the group to the
+// replay buffer, and reports it done; between two engine steps it swaps in the newest weights
+// the broadcaster delivered (generation never waits for them).
+//
+// Threads: the engine loop (Run's caller) only generates and swaps weights; the control thread
+// registers, heartbeats and leases; the finisher scores, writes and completes each generated
+// group. A slow reward, a full replay buffer or a slow coordinator therefore never pauses
+// generation, and never stops the heartbeats that renew the leases being waited on
+// (backpressure renews leases instead of losing them). The queues between them are bounded by
+// max_prompts_in_flight: a lease counts from the moment it is granted until its group is
+// completed or dropped, and the control thread leases only into free room. Heartbeats and
+// leases share one thread, so a heartbeat lists exactly the leases held at that moment, and a
+// group dropped (engine refusal, reward failure, lost lease) leaves that list at once: the
+// coordinator re-queues its prompt at the next heartbeat instead of when the lease expires.
 //
 // Delivery: a group is written to the replay buffer before it is reported complete. An actor
 // killed in between leaves a group in the buffer whose lease expires, so the prompt is
@@ -13,15 +24,19 @@
 // coordinator re-runs the prompt when the lease expires — never written with a sample
 // missing.
 //
-// Thread-safety: Run on one thread; stats() from any thread.
+// Thread-safety: Run once, on one thread (it starts and joins the other two); stats() from any
+// thread.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +87,7 @@ struct ActorStats {
   int64_t lost_leases = 0;
   int64_t weight_version = 0, weight_swaps = 0;
   int64_t registrations = 0;
+  int64_t groups_generated = 0;  // groups the engine finished (scored and written or not)
 };
 
 class Actor {
@@ -92,12 +108,36 @@ class Actor {
     prl::v1::LeasedPrompt lease;
     int64_t created_unix_nanos = 0;
   };
+  struct Leased {  // granted, not yet in the engine
+    prl::v1::LeasedPrompt lease;
+    int64_t min_weight_version = 0;  // sync mode: the version its tokens must come from
+  };
+  struct Generated {  // out of the engine, to be scored, written and completed
+    InFlight job;
+    RequestOutput output;
+  };
 
   Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubscriber* weights,
         const ActorOptions& options);
+
+  // The control thread: registers, heartbeats, leases, until stop or a permanent error.
+  void ControlLoop(const std::atomic<bool>* stop);
+  // The finisher thread: Finish for each generated group, in order.
+  void FinishLoop(const std::atomic<bool>* stop);
+  // One engine-loop iteration: swap, take in leased prompts, step, hand finished groups on.
+  absl::Status EngineIteration(const std::atomic<bool>* stop);
+  // Keeps the first permanent error and stops every loop.
+  void Fail(const absl::Status& error);
+  bool Halted(const std::atomic<bool>* stop) const { return stop->load() || halted_.load(); }
+  // The lease is no longer worked on (completed or dropped): the next heartbeat omits it.
+  void Drop(const std::string& lease_id);
+  std::string ActorId();
+
   absl::Status Register(const std::atomic<bool>* stop);
   absl::Status Heartbeat();
-  absl::Status LeaseMore(const std::atomic<bool>* stop);
+  absl::Status LeaseMore();
+  // Moves leased prompts into the engine (waiting for their weight version in sync mode).
+  absl::Status AddLeased(const std::atomic<bool>* stop);
   // Swaps in the newest delivered weights, if newer than the engine's (between engine steps).
   absl::Status SwapIfNewer();
   // Sync mode: blocks until the engine holds `version` (or stop / time-out).
@@ -108,7 +148,7 @@ class Actor {
 
   // A finished request's group: scored, written to the replay buffer, reported complete; a
   // group whose scoring fails is counted and dropped (the lease expires and it is re-run).
-  absl::Status Finish(const RequestOutput& output);
+  absl::Status Finish(const InFlight& job, const RequestOutput& output);
   // The group's reward inputs (texts by options.text; a completion's text ends before its
   // stop token), then their rewards; the first error of either.
   absl::StatusOr<std::vector<reward::RewardInput>> RewardInputs(const RequestOutput& output,
@@ -147,13 +187,22 @@ class Actor {
   WeightSubscriber* weights_;
   ActorOptions options_;
   std::unique_ptr<prl::v1::ActorControl::Stub> control_;
-  std::string actor_id_;
-  int64_t heartbeat_ms_ = 5000;
+  std::string actor_id_;  // guarded by mu_ (the control thread re-registers)
+  int64_t heartbeat_ms_ = 5000;  // control thread
   int64_t staged_version_ = 0;          // newest weights handed to the engine
   int64_t versions_received_seen_ = 0;  // subscriber stats already in the metrics
   double transfer_seconds_seen_ = 0;
-  std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease
-  std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec
+  std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease (engine loop only)
+  std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec (finisher)
+
+  std::mutex mu_;  // guards held_, leased_, generated_, failure_
+  std::condition_variable changed_;
+  std::set<std::string> held_;      // lease ids granted and not yet completed or dropped
+  std::deque<Leased> leased_;       // control thread -> engine loop
+  std::deque<Generated> generated_;  // engine loop -> finisher
+  absl::Status failure_;
+  std::atomic<bool> halted_{false};
+
   mutable std::mutex stats_mu_;
   ActorStats stats_;
 };

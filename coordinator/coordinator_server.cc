@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 void CoordinatorServer::Shutdown() {
-  if (stopping_.exchange(true)) return;
+  if (stopping_.exchange(true) || server_ == nullptr) return;  // stopped, or never started
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (expirer_.joinable()) expirer_.join();
 }

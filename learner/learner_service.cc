@@ -141,8 +141,15 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
     take.learner_version = state_.weight_version;
     take.max_lag = options_.max_lag;
     take.timeout = options_.take_timeout;
+    take.reclaim_first = !took_since_resume_;  // what a dead predecessor held comes first
+    took_since_resume_ = true;
     PRL_ASSIGN_OR_RETURN(std::vector<LeasedGroup> groups, replay_->Take(take));
     for (LeasedGroup& g : groups) {
+      if (replayed_keys_.erase(g.group_key) > 0) {
+        // Journaled and trained by the learner this one replaced, which died before its Ack.
+        replay_->Ack(g).IgnoreError();
+        continue;
+      }
       // Quarantine: a group the model cannot take is dead-lettered and acknowledged instead.
       std::optional<std::vector<RolloutRecord>> admitted =
           quarantine_.Admit(g, state_.weight_version);
@@ -179,9 +186,7 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
 }
 
 absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSamples(
-    const std::vector<TrainSample>* samples) {
-  std::vector<uint8_t> bytes;
-  if (model_->rank() == 0) bytes = Encode(samples);
+    std::vector<uint8_t> bytes) {
   int64_t size = static_cast<int64_t>(bytes.size());
   PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
     PRL_RETURN_IF_ERROR(c.BroadcastHost({reinterpret_cast<uint8_t*>(&size), sizeof(size)}, 0));
@@ -194,43 +199,95 @@ absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSam
 absl::Status LearnerService::Resume() {
   PRL_ASSIGN_OR_RETURN(const std::optional<TrainingState> resumed,
                        checkpointer_.Resume(*model_, *optimizer_));
+  const bool rank0 = model_->rank() == 0;
   if (resumed.has_value()) {
     state_ = *resumed;
-    if (model_->rank() == 0) {
+    if (rank0) {
       std::printf("learner: resumed from %s at step %lld (weight version %lld)\n",
                   checkpointer_.policy().dir.c_str(), static_cast<long long>(state_.step),
                   static_cast<long long>(state_.weight_version));
-      std::fflush(stdout);
     }
   }
+  int64_t replay_steps = 0;
+  if (rank0 && !checkpointer_.policy().dir.empty()) {
+    PRL_ASSIGN_OR_RETURN(journal_, StepJournal::Open(checkpointer_.policy().dir + "/journal"));
+    PRL_ASSIGN_OR_RETURN(to_replay_, journal_->StepsAfter(state_.step));
+    replay_steps = static_cast<int64_t>(to_replay_.size());
+    for (const JournaledStep& j : to_replay_) {
+      replayed_keys_.insert(j.group_keys.begin(), j.group_keys.end());
+    }
+    if (replay_steps > 0) {
+      std::printf("learner: replaying steps %lld..%lld from the journal %s\n",
+                  static_cast<long long>(state_.step + 1),
+                  static_cast<long long>(state_.step + replay_steps), journal_->dir().c_str());
+    }
+  }
+  std::fflush(stdout);
+  PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
+    return c.BroadcastHost({reinterpret_cast<uint8_t*>(&replay_steps), sizeof(replay_steps)}, 0);
+  }));
+  replay_through_ = state_.step + replay_steps;
+  // Weights an earlier learner published past the checkpoint are replayed, not renumbered.
+  return replay_steps > 0 ? absl::OkStatus() : NumberAboveTransport();
+}
+
+absl::Status LearnerService::NumberAboveTransport() {
   // Rank 0 knows what the transport already holds (an earlier learner of the run may have
   // published past this checkpoint); every rank numbers on from there.
-  int64_t next = state_.weight_version;
-  if (publisher_ != nullptr) next = FirstVersionToPublish(next, publisher_->newest_version());
+  int64_t next[2] = {state_.weight_version, 0};  // the version, and whether it is out already
+  if (publisher_ != nullptr) {
+    const int64_t newest = publisher_->newest_version();
+    next[1] = newest == state_.weight_version ? 1 : 0;
+    if (next[1] == 0) next[0] = FirstVersionToPublish(state_.weight_version, newest);
+  }
   PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
-    return c.BroadcastHost({reinterpret_cast<uint8_t*>(&next), sizeof(next)}, 0);
+    return c.BroadcastHost({reinterpret_cast<uint8_t*>(next), sizeof(next)}, 0);
   }));
-  state_.weight_version = next;
+  state_.weight_version = next[0];
+  skip_publish_ = next[1] != 0;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint8_t>> LearnerService::NextStepBytes(const std::atomic<bool>* stop,
+                                                                   std::vector<LeasedGroup>* leased,
+                                                                   StepReport* report) {
+  if (state_.step < replay_through_) {
+    JournaledStep j = std::move(to_replay_.front());
+    to_replay_.erase(to_replay_.begin());
+    report->groups = j.groups;
+    report->samples = j.samples;
+    report->mean_reward = j.mean_reward;
+    return std::move(j.payload);
+  }
+  PRL_ASSIGN_OR_RETURN(const std::vector<TrainSample> taken, NextSamples(stop, leased, report));
+  if (stop->load() && leased->size() < static_cast<size_t>(options_.groups_per_step)) {
+    for (const LeasedGroup& g : *leased) replay_->Release(g).IgnoreError();
+    leased->clear();
+    return Encode(nullptr);
+  }
+  std::vector<uint8_t> bytes = Encode(&taken);
+  if (!journal_.has_value()) return bytes;
+  JournaledStep j{state_.step + 1, report->groups, report->samples, report->mean_reward, {}, bytes};
+  for (const LeasedGroup& g : *leased) j.group_keys.push_back(g.group_key);
+  PRL_RETURN_IF_ERROR(journal_->Append(j));
+  // On disk now: the buffer may let go of them.
+  for (const LeasedGroup& g : *leased) replay_->Ack(g).IgnoreError();
+  leased->clear();
+  return bytes;
 }
 
 absl::StatusOr<bool> LearnerService::Step(
     const std::atomic<bool>* stop, const std::function<void(const LearnerStepReport&)>& on_step) {
   const bool rank0 = model_->rank() == 0;
+  const bool replaying = state_.step < replay_through_;
   LearnerStepReport out;
   std::vector<LeasedGroup> leased;
-  std::vector<TrainSample> taken;
-  bool stopping = false;
+  std::vector<uint8_t> bytes;
   if (rank0) {
-    PRL_ASSIGN_OR_RETURN(taken, NextSamples(stop, &leased, &out.report));
-    stopping = stop->load() && leased.size() < static_cast<size_t>(options_.groups_per_step);
-    if (stopping) {
-      for (const LeasedGroup& g : leased) replay_->Release(g).IgnoreError();
-      leased.clear();
-    }
+    PRL_ASSIGN_OR_RETURN(bytes, NextStepBytes(stop, &leased, &out.report));
   }
   PRL_ASSIGN_OR_RETURN(std::optional<std::vector<TrainSample>> samples,
-                       ShareSamples(stopping ? nullptr : &taken));
+                       ShareSamples(std::move(bytes)));
   if (!samples.has_value()) return false;  // rank 0 was told to stop
   StepResult result;
   if (!samples->empty()) {
@@ -241,12 +298,18 @@ absl::StatusOr<bool> LearnerService::Step(
   ++state_.step;
   ++state_.weight_version;
   state_.data_position += out.report.groups;
-  // A lost lease (the step outlived it) means the group will come again: harmless.
+  // Without a journal: acknowledged after training. A lost lease (the step outlived it) means
+  // the group will come again: harmless.
   for (const LeasedGroup& g : leased) replay_->Ack(g).IgnoreError();
   const auto publish_start = std::chrono::steady_clock::now();
-  PRL_RETURN_IF_ERROR(Publish());
+  if (replaying && state_.step == replay_through_) PRL_RETURN_IF_ERROR(NumberAboveTransport());
+  if (!replaying || state_.step == replay_through_) {
+    if (!skip_publish_) PRL_RETURN_IF_ERROR(Publish());
+    skip_publish_ = false;
+  }
   out.report.publish_seconds = SecondsSince(publish_start);
-  PRL_RETURN_IF_ERROR(checkpointer_.AfterStep(state_, *model_, *optimizer_).status());
+  PRL_ASSIGN_OR_RETURN(const bool saved, checkpointer_.AfterStep(state_, *model_, *optimizer_));
+  if (saved && journal_.has_value()) PRL_RETURN_IF_ERROR(journal_->DropThrough(state_.step));
   if (rank0) {
     SetStepResult(result, options_.lr, &out.report);
     out.report.step = state_.step;
@@ -261,7 +324,9 @@ absl::StatusOr<bool> LearnerService::Step(
 absl::Status LearnerService::Run(const std::atomic<bool>* stop,
                                  const std::function<void(const LearnerStepReport&)>& on_step) {
   PRL_RETURN_IF_ERROR(Resume());
-  PRL_RETURN_IF_ERROR(Publish());
+  // The starting weights go out unless the transport has them (or a replay will publish).
+  if (replay_through_ == state_.step && !skip_publish_) PRL_RETURN_IF_ERROR(Publish());
+  skip_publish_ = false;
   while (options_.max_steps == 0 || state_.step < options_.max_steps) {
     PRL_ASSIGN_OR_RETURN(const bool stepped, Step(stop, on_step));
     if (!stepped) break;

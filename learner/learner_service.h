@@ -7,8 +7,16 @@
 // a version above any the weight transport already holds (weight_broadcast/versioning.h).
 //
 // Rank 0 reads the replay buffer and broadcasts the step's samples to the other ranks; every
-// rank trains on its share. Groups are acknowledged after the step that trained on them, so a
-// learner killed mid-step gets them again (at-least-once, like the buffer).
+// rank trains on its share.
+//
+// Durable training (with a checkpoint directory): rank 0 journals each step's samples on the
+// checkpoint volume before the step trains (learner/step_journal.h) and only then acknowledges
+// its groups to the replay buffer; a checkpoint drops the steps it covers. A learner killed
+// between checkpoints resumes from the checkpoint, replays the journaled steps in order (not
+// publishing weights the actors already hold), skips their groups if the buffer delivers them
+// again, and then goes on: its weights, data order and version numbers are those of a learner
+// that was never killed. Without a checkpoint directory, groups are acknowledged after the
+// step that trained on them (a learner killed mid-step gets them again: at-least-once).
 #pragma once
 
 #include <atomic>
@@ -16,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +33,7 @@
 #include "learner/checkpointer.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
+#include "learner/step_journal.h"
 #include "learner/step_report.h"
 #include "learner/train_step.h"
 #include "replay/quarantine.h"
@@ -74,6 +84,9 @@ class LearnerService {
 
  private:
   absl::Status Resume();
+  // Numbers the next version above what the transport holds (every rank agrees). When it holds
+  // exactly the learner's version, those weights are already out: the next Publish is skipped.
+  absl::Status NumberAboveTransport();
   absl::Status Publish();
   // One optimizer step on every rank; false when rank 0 was told to stop before a full step.
   absl::StatusOr<bool> Step(const std::atomic<bool>* stop,
@@ -82,9 +95,13 @@ class LearnerService {
   absl::StatusOr<std::vector<TrainSample>> NextSamples(const std::atomic<bool>* stop,
                                                        std::vector<LeasedGroup>* leased,
                                                        StepReport* report);
-  // Rank 0's samples (or its stop signal: nullopt) on every rank.
-  absl::StatusOr<std::optional<std::vector<TrainSample>>> ShareSamples(
-      const std::vector<TrainSample>* samples);
+  // Rank 0: the next step's samples as broadcast bytes (empty: stop), from the journal while
+  // replaying, else from the replay buffer (journaled, then acknowledged, when journaling).
+  absl::StatusOr<std::vector<uint8_t>> NextStepBytes(const std::atomic<bool>* stop,
+                                                     std::vector<LeasedGroup>* leased,
+                                                     StepReport* report);
+  // Rank 0's step bytes (or its stop signal) on every rank, decoded: nullopt means stop.
+  absl::StatusOr<std::optional<std::vector<TrainSample>>> ShareSamples(std::vector<uint8_t> bytes);
 
   FsdpModel* model_;
   ShardedOptimizer* optimizer_;
@@ -95,6 +112,12 @@ class LearnerService {
   Quarantine quarantine_;             // rank 0: groups the model cannot take never reach a step
   std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
   TrainingState state_;
+  std::optional<StepJournal> journal_;   // rank 0, with a checkpoint directory
+  std::vector<JournaledStep> to_replay_;  // rank 0: journaled steps not yet replayed
+  std::set<uint64_t> replayed_keys_;     // rank 0: their groups, skipped if delivered again
+  int64_t replay_through_ = 0;           // every rank: the last step replayed from the journal
+  bool skip_publish_ = false;            // every rank: the transport holds these weights
+  bool took_since_resume_ = false;       // rank 0
 };
 
 }  // namespace prl::learner

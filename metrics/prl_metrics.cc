@@ -131,11 +131,26 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
                                 "Prompt leases that expired; the prompt went back to pending.")),
       leases_throttled(AddCounter(registry, "prl_lease_requests_throttled_total",
                                   "Lease requests refused by the staleness budget.")),
+      leases_dropped(AddCounter(registry, "prl_prompt_leases_dropped_total",
+                                "Prompt leases re-queued because their actor's heartbeat no "
+                                "longer listed them.")),
       prompts_leased_(CounterFamily(registry, "prl_prompts_leased_total",
-                                    "Prompt leases granted, by actor name.")) {}
+                                    "Prompt leases granted, by actor name.")),
+      requests_rejected_(CounterFamily(registry, "prl_coordinator_requests_rejected_total",
+                                       "Authenticated requests refused for their content, by "
+                                       "reason.")) {
+  for (const char* reason :
+       {"completion_not_lease_holder", "progress_out_of_bounds", "group_without_lease"}) {
+    RequestsRejected(reason);
+  }
+}
 
 Counter& CoordinatorMetrics::PromptsLeased(absl::string_view actor) {
   return prompts_leased_.Add({{"actor", std::string(actor)}});
+}
+
+Counter& CoordinatorMetrics::RequestsRejected(absl::string_view reason) {
+  return requests_rejected_.Add({{"reason", std::string(reason)}});
 }
 
 ActorMetrics::ActorMetrics(Registry& registry)
@@ -154,6 +169,8 @@ ActorMetrics::ActorMetrics(Registry& registry)
           AddGauge(registry, "prl_groups_in_flight", "Groups being generated or scored.")),
       groups_done(
           AddCounter(registry, "prl_groups_done_total", "Groups written to the replay buffer.")),
+      leases_lost(AddCounter(registry, "prl_actor_leases_lost_total",
+                             "Groups dropped because their lease was no longer this actor's.")),
       sequences_running(AddGauge(registry, "prl_engine_sequences_running",
                                  "Sequences in the engine's running batch.")),
       sequences_waiting(AddGauge(registry, "prl_engine_sequences_waiting",

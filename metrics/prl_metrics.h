@@ -73,14 +73,24 @@ struct CoordinatorMetrics {
   // prl_lease_requests_throttled_total: lease requests refused by the staleness budget (the
   // learner could not consume more within max_lag versions).
   prometheus::Counter& leases_throttled;
+  // prl_prompt_leases_dropped_total: leases re-queued because their actor's heartbeat no longer
+  // listed them (the actor gave them up or restarted).
+  prometheus::Counter& leases_dropped;
 
   // prl_prompts_leased_total{actor}: leases granted to the actor of that name (its --name; the
   // pod's name in Kubernetes, so that it joins the actor's own series). One series per actor
   // that registered with this coordinator process.
   prometheus::Counter& PromptsLeased(absl::string_view actor);
+  // prl_coordinator_requests_rejected_total{reason}: authenticated requests refused for their
+  // content (docs/security.md): "completion_not_lease_holder" (a completion from an actor that
+  // does not hold the lease, or with a wrong nonce), "progress_out_of_bounds" (learner progress
+  // beyond what was produced, or backwards), "group_without_lease" (a replay ingest asked about
+  // a group no open lease made). Exported from 0.
+  prometheus::Counter& RequestsRejected(absl::string_view reason);
 
  private:
   prometheus::Family<prometheus::Counter>& prompts_leased_;
+  prometheus::Family<prometheus::Counter>& requests_rejected_;
 };
 
 // An actor: its generation, engine and reward.
@@ -106,6 +116,9 @@ struct ActorMetrics {
   prometheus::Gauge& groups_in_flight;
   // prl_groups_done_total: groups written to the replay buffer.
   prometheus::Counter& groups_done;
+  // prl_actor_leases_lost_total: groups dropped because the coordinator refused them for a lease
+  // this actor no longer holds (expired or re-queued); their prompts run again elsewhere.
+  prometheus::Counter& leases_lost;
   // prl_engine_sequences_running / _waiting: sequences in the engine's running batch / queue.
   prometheus::Gauge& sequences_running;
   prometheus::Gauge& sequences_waiting;

@@ -64,9 +64,10 @@ class LockedSection {
   }
   // True if this acquisition took the lease over from a dead holder.
   bool took_over() const { return took_over_; }
-  // Whether a loop may run one more iteration (see above).
-  bool HasRoom() const {
-    return state_->undo_count.load(std::memory_order_relaxed) + 2 * kSectionReserve <=
+  // Whether a loop may run one more iteration (see above), `pending` fields that the
+  // section will still write after the loop already counted.
+  bool HasRoom(uint64_t pending = 0) const {
+    return state_->undo_count.load(std::memory_order_relaxed) + pending + 2 * kSectionReserve <=
            kUndoLogCapacity;
   }
 

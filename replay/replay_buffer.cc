@@ -449,7 +449,7 @@ absl::StatusOr<std::vector<LeasedGroup>> ReplayBuffer::Take(const TakeOptions& o
     replay_internal::Step step = replay_internal::Step::kNone;
     {
       LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
-      reclaimed = s.Maintain(lock, /*force=*/waited);
+      reclaimed = s.Maintain(lock, /*force=*/waited || options.reclaim_first);
       Segment::LeaseGrant lease;
       const uint64_t tail_before = h.tail.load();
       while (static_cast<int32_t>(out.size()) < options.max_groups &&

@@ -94,6 +94,10 @@ struct TakeOptions {
   int64_t learner_version = 0;
   int64_t max_lag = INT64_MAX;
   absl::Duration timeout = absl::ZeroDuration();  // wait this long for the first group
+  // Reclaim expired leases and those of dead readers before taking, whenever the last such
+  // pass ran (otherwise at most every 10 ms): a reader that replaces a dead one gets what the
+  // dead one held first, oldest first, in the order it was delivered.
+  bool reclaim_first = false;
 };
 
 // Facts about a segment for `prl replay stat`, read without joining it.

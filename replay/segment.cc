@@ -1,7 +1,10 @@
 #include "replay/segment.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <unordered_map>
+#include <vector>
 
 #include "core/check.h"
 #include "core/process_identity.h"
@@ -258,7 +261,11 @@ bool Segment::Maintain(LockedSection& lock, bool force) {
   };
   bool changed = false;
   if (h_->leased.load() > 0) {
-    for (uint64_t s = 0; s < f.max_leases && lock.HasRoom(); ++s) {
+    std::vector<uint64_t> reclaimed;  // frame positions, to go back in the order they came
+    // Each reclaimed lease also costs a PushFront (2 fields) after the loop: counted as
+    // pending so that the whole section stays within the undo log. Leases left over expire
+    // in the next section (then not in order with these: only past thousands at once).
+    for (uint64_t s = 0; s < f.max_leases && lock.HasRoom(2 * reclaimed.size()); ++s) {
       LeaseSlot& l = Lease(s);
       if (l.active.load() == 0) continue;
       if (static_cast<int64_t>(l.deadline_ns.load()) > now && is_alive(l.holder.load())) continue;
@@ -266,10 +273,14 @@ bool Segment::Maintain(LockedSection& lock, bool force) {
       lock.Set(l.active, 0);
       lock.Set(h_->leased, h_->leased.load() - 1);
       lock.Set(fh.state, kCommitted);
-      PushFront(lock, l.frame_position.load());
+      reclaimed.push_back(l.frame_position.load());
       lock.Add(h_->counters.redelivered, 1);
       changed = true;
     }
+    // Oldest first, ahead of everything newer: pushed to the front newest first. A restarted
+    // learner then reads them in the order the dead one did (learner/step_journal.h).
+    std::sort(reclaimed.begin(), reclaimed.end(), std::greater<uint64_t>());
+    for (const uint64_t position : reclaimed) PushFront(lock, position);
   }
   if (h_->writing.load() > 0) {
     for (uint64_t s = 0; s < f.max_writers && lock.HasRoom(); ++s) {

@@ -15,10 +15,6 @@
 
 namespace prl::roles {
 
-namespace {
-
-// Which pushed groups enter the buffer: those of this run whose group id is that of an open
-// lease of their prompt at the coordinator (ActorControl.CheckGroup, as the learner).
 std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
     const config::RunConfig& c) {
   auto control = std::shared_ptr<prl::v1::ActorControl::Stub>(prl::v1::ActorControl::NewStub(
@@ -46,8 +42,6 @@ std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
     return rpc::FromGrpcStatus(control->CheckGroup(&ctx, check, &ignored));
   };
 }
-
-}  // namespace
 
 ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
   ReplayConfig rc;

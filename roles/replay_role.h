@@ -7,17 +7,28 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "config/run_config.h"
 #include "replay/replay_buffer.h"
+#include "replay/rollout_record.h"
 
 namespace prl::roles {
 
 // The replay segment's settings of a run: replay.capacity_mb, lease_ms, drop_oldest; the label
 // names the run.
 ReplayConfig ReplayConfigFrom(const config::RunConfig& config);
+
+// Which pushed groups enter the buffer: those of this run (config.run.name) whose group id is
+// that of an open lease of their prompt at the coordinator (ActorControl.CheckGroup at
+// config's coordinator address, under this process's security as it is when called: the
+// learner's token). A refusal is the coordinator's status (FAILED_PRECONDITION) or
+// PERMISSION_DENIED for another run's group.
+std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
+    const config::RunConfig& config);
 
 // `segment` empty: the run's segment (config.replay_segment()).
 absl::Status RunReplayRole(const config::RunConfig& config, const std::string& segment,

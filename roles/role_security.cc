@@ -1,5 +1,9 @@
 #include "roles/role_security.h"
 
+#include <cstdio>
+
+#include "core/status_macros.h"
+
 namespace prl::roles {
 
 rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& s) {
@@ -23,7 +27,9 @@ absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optiona
   if (!admitted.contains(rpc::Role::kClient)) settings.client_token_file.clear();
   if (!admitted.contains(rpc::Role::kActor)) settings.actor_token_file.clear();
   if (!admitted.contains(rpc::Role::kLearner)) settings.learner_token_file.clear();
-  return rpc::ConfigureSecurity(settings, self);
+  PRL_RETURN_IF_ERROR(rpc::ConfigureSecurity(settings, self));
+  std::fprintf(stderr, "security: %s\n", rpc::DescribeSecurity().c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace prl::roles

@@ -17,7 +17,8 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& securi
 // a process that only serves (the coordinator, the reward service). `admitted`: the roles its
 // servers admit. A process reads only the token files of `self` and `admitted` (least
 // privilege: an actor's pod needs no learner token), so a token of another role is unknown
-// to its servers (UNAUTHENTICATED).
+// to its servers (UNAUTHENTICATED). Says on stderr what it configured (rpc::DescribeSecurity:
+// never a token).
 absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optional<rpc::Role> self,
                                    std::set<rpc::Role> admitted);
 

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_util.h"
 #include "rpc/token_authorizer.h"
@@ -165,6 +167,25 @@ absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<R
     if (!file.empty()) p.token = std::make_shared<internal::TokenFile>(file);
   }
   return absl::OkStatus();
+}
+
+std::string DescribeSecurity() {
+  const ProcessSecurity& p = Current();
+  const SecuritySettings& s = p.settings;
+  std::string out = !s.tls()                ? "plaintext"
+                    : s.require_client_cert ? "mutual TLS"
+                                            : "TLS";
+  if (!s.tls() && !s.tls_ca_file.empty()) out = "plaintext listeners, TLS to servers";
+  if (!s.tls() && !s.insecure) out += " (loopback only)";
+  std::vector<std::string> checked;
+  const std::string* files[] = {&s.client_token_file, &s.actor_token_file, &s.learner_token_file};
+  for (const auto& [name, role] : kRoleNames) {
+    if (!files[static_cast<int>(role)]->empty()) checked.emplace_back(name);
+  }
+  absl::StrAppend(&out, checked.empty() ? ", no tokens"
+                                        : absl::StrCat(", tokens of ", absl::StrJoin(checked, ", ")));
+  if (p.token != nullptr) absl::StrAppend(&out, ", calls as ", EnumName(kRoleNames, *p.self));
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(

@@ -86,6 +86,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
                                           const grpc::ChannelArguments& args);
 
+// This process's settings in words, for start-up lines: TLS or plaintext, mutual or not, which
+// roles' tokens it checks, and whether it sends one. Never a token or a key.
+std::string DescribeSecurity();
+
 // True for "localhost", 127.0.0.0/8 and [::1] hosts of a host:port address.
 bool IsLoopback(absl::string_view address);
 

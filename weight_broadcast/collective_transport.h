@@ -59,7 +59,7 @@ struct CollectivePublisherOptions {
   // Where the newest published version is kept (weight_broadcast/version_file.h), so that a
   // restarted publisher's newest_version() knows it before any subscriber reports; empty: not
   // kept.
-  std::string version_file;
+  std::string version_file = "";
 };
 
 class CollectiveWeightPublisher final : public WeightPublisher {

@@ -44,7 +44,7 @@ struct GrpcPublisherOptions {
   // Where the newest published version is kept (weight_broadcast/version_file.h), so that a
   // restarted publisher's newest_version() knows it before any subscriber reconnects; empty:
   // not kept.
-  std::string version_file;
+  std::string version_file = "";
   // A stream still sending a version two or more behind the newest after this long is cut (its
   // subscriber reconnects and gets the newest): a stalled subscriber pins at most the versions
   // published within this time, never an unbounded backlog of snapshots.

@@ -2,8 +2,9 @@
 """The rehearsal (deploy/rehearse.sh runs it; docs/deploy.md, "Rehearsal"): the cpu-dev overlay
 rendered with `kubectl kustomize`, every container of it run as a process by kubelet.py in its
 pod's namespaces, the controllers' pods (StatefulSet ordinals, Deployment replicas), Secrets
-from deploy/k8s/make-secrets.sh; a prompt set submitted through the coordinator's Service name
-from a client pod, the actors scaled 1 -> 3 -> 1 while it runs, the accounting of every prompt;
+from deploy/k8s/make-secrets.sh (the overlay's fleet speaks mutual TLS with role tokens); a prompt
+set submitted through the coordinator's Service name from a client pod with the client's token,
+CA and certificate, the actors scaled 1 -> 3 -> 1 while it runs, the accounting of every prompt;
 then the dashboard's and the alert rules' queries against Prometheus, which scraped it all.
 
 usage: main.py PATH_TO_PRL RUN_ID        (root: namespaces, mounts)
@@ -87,15 +88,39 @@ class Fleet:
         raise RuntimeError("not ready in %d s: %s" % (timeout_s, [p.name for p in pods if not p.ready()]))
 
 
+def client_trust(objects):
+    """What a client needs to reach the coordinator as the rendered fleet configures it: the
+    client Secrets to mount and the `prl submit`/`prl status` flags that use them (the client
+    token, the CA, the client certificate for mutual TLS), from the coordinator's settings."""
+    coordinator = next(o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "prl-coordinator")
+    args = next(c for c in coordinator["spec"]["template"]["spec"]["containers"] if c["name"] == "coordinator")["args"]
+    settings = dict(a.split("=", 1) for a in args if a.startswith("security."))
+    volumes, mounts, flags = [], [], []
+    if settings.get("security.tls_cert_file"):
+        volumes.append({"name": "tls", "secret": {"secretName": "prl-tls-client", "defaultMode": 0o440}})
+        mounts.append({"name": "tls", "mountPath": "/etc/prl/tls", "readOnly": True})
+        flags += ["--ca-file", "/etc/prl/tls/ca.crt"]
+        if settings.get("security.require_client_cert") == "true":
+            flags += ["--cert-file", "/etc/prl/tls/tls.crt", "--key-file", "/etc/prl/tls/tls.key"]
+    if settings.get("security.client_token_file"):
+        volumes.append({"name": "tokens", "secret": {"secretName": "prl-tokens", "defaultMode": 0o440,
+                                                     "items": [{"key": "client", "path": "client"}]}})
+        mounts.append({"name": "tokens", "mountPath": "/etc/prl/tokens", "readOnly": True})
+        flags += ["--token-file", "/etc/prl/tokens/client"]
+    return volumes, mounts, flags
+
+
 def client(kube, fleet, args):
-    """Runs `prl ARGS` in a client pod (labelled prl.dev/client=true) and returns its stdout."""
+    """Runs `prl ARGS` in a client pod (labelled prl.dev/client=true) with the client's Secrets
+    and trust flags (client_trust) and returns its stdout."""
+    volumes, mounts, flags = client_trust(fleet.objects)
     spec = {"securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001},
-            "volumes": [{"name": "prompts", "configMap": {"name": "rehearsal-prompts"}}],
-            "containers": [{"name": "prl", "command": ["prl"], "args": args,
+            "volumes": [{"name": "prompts", "configMap": {"name": "rehearsal-prompts"}}] + volumes,
+            "containers": [{"name": "prl", "command": ["prl"], "args": args + flags,
                             "securityContext": {"readOnlyRootFilesystem": True,
                                                 "allowPrivilegeEscalation": False,
                                                 "capabilities": {"drop": ["ALL"]}},
-                            "volumeMounts": [{"name": "prompts", "mountPath": "/prompts"}]}]}
+                            "volumeMounts": [{"name": "prompts", "mountPath": "/prompts"}] + mounts}]}
     obj = {"metadata": {"name": "client-%06d" % random.randrange(10 ** 6), "namespace": "prl",
                         "labels": {"prl.dev/client": "true"}, "owner": "client"}, "spec": spec}
     pod = kubelet.Pod(kube, obj)
@@ -126,6 +151,21 @@ def exec_in(pod, container, args):
     if code != 0:
         raise RuntimeError("exec %s in %s failed (%d): %s" % (args, pod.name, code, out))
     return out
+
+
+def security_report(fleet):
+    """What each role process says protects it (its `security:` start line: TLS or plaintext,
+    whose tokens it checks, which it sends; never a token), and the containers that do not
+    speak mutual TLS although the rendered fleet configures it."""
+    secure = bool(client_trust(fleet.objects)[2])
+    lines, problems = [], []
+    for pod in sorted(fleet.pods(), key=lambda p: p.name):
+        for c in pod.containers:
+            said = [l.split("security: ", 1)[1].strip() for l in open(c.log_path) if l.startswith("security: ")]
+            lines.append("  %-34s %-12s %s" % (pod.name, c.name, said[-1] if said else "(no security line)"))
+            if secure and not (said and said[-1].startswith("mutual TLS")):
+                problems.append("%s/%s does not serve mutual TLS" % (pod.name, c.name))
+    return lines, problems
 
 
 def prompts_configmap(index):
@@ -180,6 +220,10 @@ def run(prl, run_id, work):
             time.sleep(0.2)
         fleet.wait_ready(fleet.pods())
         print("fleet ready in %.0f s: %s" % (time.time() - start, ", ".join("%s (%s)" % (p.name, p.ip) for p in fleet.pods())), flush=True)
+        lines, problems = security_report(fleet)
+        print("security of each process, as it says at start:\n" + "\n".join(lines), flush=True)
+        if problems:
+            raise RuntimeError("; ".join(problems))
         prometheus_ref.append(observe.Prometheus(REPO, work, 19090 + int(run_id) % 1000))
         fleet.refresh_names()
         scenario = scale_during_run(kube, fleet)
@@ -199,7 +243,9 @@ def scale_during_run(kube, fleet):
                                "--reward", "arithmetic", "--json"])
     set_id = json.loads(out.splitlines()[0])["prompt_set_id"]
     submitted = time.time()
-    print("submitted %d prompts as %s through prl-coordinator:50051" % (PROMPTS, set_id), flush=True)
+    trust = client_trust(fleet.objects)[2]
+    print("submitted %d prompts as %s through prl-coordinator:50051 (%s)" % (
+        PROMPTS, set_id, " ".join(trust) or "plaintext, no token"), flush=True)
     steps = [(0.2, 3), (0.6, 1)]
     scaled = []
     deadline = time.time() + 480

@@ -4,8 +4,11 @@
 #   validate.sh k8s PATH_TO_PRL   renders base, every overlay and the components on them with
 #                                 `kubectl kustomize`; every object validates against the
 #                                 Kubernetes schemas (kubernetes-models, offline), passes
-#                                 check_manifests.py, and every run config parses strictly
-#                                 (prl ROLE --config F --print-config)
+#                                 check_manifests.py (with the security of every role container:
+#                                 mutual TLS and its tokens in the overlays, security.insecure
+#                                 with components/insecure, the certificates of make-secrets.sh
+#                                 naming every server a container dials), and every run config
+#                                 parses strictly (prl ROLE --config F --print-config)
 #   validate.sh monitoring        promtool check rules / test rules / check config (Kubernetes
 #                                 discovery swapped for file discovery: Debian's Prometheus is
 #                                 built without it), the PodMonitor's schema, the dashboard's and
@@ -27,49 +30,81 @@ fi
 
 to_json() { /usr/bin/python3 -c 'import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))'; }
 
-# render NAME RESOURCE [COMPONENT...]: a kustomization in $work/NAME over them, rendered.
+# render NAME RESOURCE [COMPONENT...]: a kustomization in $work/NAME over them (RESOURCE and
+# the components under $root: deploy/k8s, or the copy whose overlays opt out), rendered.
+root=$k8s
 render() {
   local name=$1 resource=$2
   shift 2
   mkdir -p "$work/$name"
   {
-    echo "resources: [$(realpath --relative-to="$work/$name" "$k8s/$resource")]"
+    echo "resources: [$(realpath --relative-to="$work/$name" "$root/$resource")]"
     if [[ $# -gt 0 ]]; then
       echo "components:"
-      for c in "$@"; do echo "  - $(realpath --relative-to="$work/$name" "$k8s/components/$c")"; done
+      for c in "$@"; do echo "  - $(realpath --relative-to="$work/$name" "$root/components/$c")"; done
     fi
   } > "$work/$name/kustomization.yaml"
   kubectl kustomize "$work/$name" > "$work/$name.yaml"
 }
 
+# expect_settings NAME COUNT WHAT: the render carries COUNT `security.*` settings.
+expect_settings() {
+  local args
+  args=$(grep -c -- '- security\.' "$work/$1.yaml" || true)
+  if [[ $args -ne $2 ]]; then
+    echo "FAIL $1: $args security settings, expected $2 ($3)" >&2
+    failures=$((failures + 1))
+  else
+    echo "ok   $1: $2 security settings ($3)"
+  fi
+}
+
 validate_k8s() {
-  local prl=$1 failures=0
+  local prl=$1 failures=0 name mode
   command -v kubectl >/dev/null || { echo "validate: kubectl not found" >&2; exit 1; }
+  # The certificates the dialed names are checked against (make-secrets.sh prints only paths).
+  bash "$k8s/make-secrets.sh" "$work/secrets" prl 2 > /dev/null
   render base base
   render cpu-dev overlays/cpu-dev
   render gpu overlays/gpu
   render cpu-dev-colocated overlays/cpu-dev colocated
   render gpu-colocated overlays/gpu colocated
-  render cpu-dev-secure overlays/cpu-dev security
-  render gpu-secure-colocated overlays/gpu security colocated
-  for name in base cpu-dev gpu cpu-dev-colocated gpu-colocated cpu-dev-secure gpu-secure-colocated; do
+  # The other order (colocated first, as an overlay of your own may list them).
+  render base-colocated-security base colocated security
+  # The opt-out: an overlay with components/insecure in place of components/security.
+  cp -r "$k8s" "$work/k8s-insecure"
+  sed -i 's|../../components/security|../../components/insecure|' "$work"/k8s-insecure/overlays/*/kustomization.yaml
+  root=$work/k8s-insecure
+  render cpu-dev-insecure overlays/cpu-dev
+  render gpu-insecure-colocated overlays/gpu colocated
+  root=$k8s
+  for name in base cpu-dev gpu cpu-dev-colocated gpu-colocated base-colocated-security \
+      cpu-dev-insecure gpu-insecure-colocated; do
     echo "== $name"
+    case $name in
+      base) mode=none ;;
+      *-insecure*) mode=insecure ;;
+      *) mode=mtls ;;
+    esac
     to_json < "$work/$name.yaml" > "$work/$name.json"
     if ! (cd "$here" && node validate-objects.mjs < "$work/$name.json" > "$work/$name.schema"); then
       grep FAIL "$work/$name.schema" >&2
       failures=$((failures + 1))
     fi
     tail -1 "$work/$name.schema"
-    /usr/bin/python3 "$here/check_manifests.py" "$name" < "$work/$name.json" || failures=$((failures + 1))
+    /usr/bin/python3 "$here/check_manifests.py" "$name" --prl "$prl" --security "$mode" \
+      --secrets "$work/secrets" < "$work/$name.json" || failures=$((failures + 1))
   done
-  # The security component wires every role's TLS and tokens.
-  local args
-  args=$(grep -c -- '- security\.' "$work/cpu-dev-secure.yaml")
-  if [[ $args -ne 23 ]]; then
-    echo "FAIL cpu-dev-secure: $args security settings, expected 23 (coordinator 7, learner 6," \
-      "replay ingest 5, actor 5: components/security)" >&2
-    failures=$((failures + 1))
-  fi
+  # components/security wires every role's TLS and tokens, in both overlays (coordinator 7:
+  # TLS 4 and three tokens; learner 6 and replay ingest 6: TLS 4, actor and learner tokens;
+  # actor 5: TLS 4 and its token); components/insecure sets security.insecure on the three
+  # containers that listen.
+  expect_settings cpu-dev 24 "coordinator 7, learner 6, replay ingest 6, actor 5"
+  expect_settings gpu 24 "coordinator 7, learner 6, replay ingest 6, actor 5"
+  expect_settings cpu-dev-colocated 29 "coordinator 7, learner 6, replay ingest 6, two actors 5"
+  expect_settings base-colocated-security 29 "coordinator 7, learner 6, replay ingest 6, two actors 5"
+  expect_settings cpu-dev-insecure 3 "security.insecure: coordinator, learner, replay ingest"
+  expect_settings gpu-insecure-colocated 3 "security.insecure: coordinator, learner, replay ingest"
   # Every run config the fleet can mount parses strictly (unknown keys are errors).
   for config in "$k8s"/base/run.json "$k8s"/overlays/*/run.json; do
     for role in coordinator "learner serve" actor "replay serve"; do

@@ -54,7 +54,7 @@ class ActorTest : public ::testing::Test {
     cc.log_path = (dir_ / "prompts.log").string();
     cc.vocab_size = config_.vocab_size;
     cc.max_position_embeddings = config_.max_position_embeddings;
-    cc.lease_ms = 5'000;
+    cc.lease_ms = lease_ms_;
     cc.heartbeat_ms = 200;
     cc.text = std::make_shared<task::CharTextCodec>();
     cc.reward_addresses = {"127.0.0.1:1"};  // nobody serves it
@@ -152,6 +152,7 @@ class ActorTest : public ::testing::Test {
     return groups;
   }
 
+  int64_t lease_ms_ = 5'000;
   std::string tag_;
   std::filesystem::path dir_;
   ModelConfig config_;
@@ -259,6 +260,37 @@ TEST_F(ActorTest, AGroupRefusedForALostLeaseIsDroppedAndItsPromptReRun) {
   EXPECT_EQ(actor_->stats().lost_leases, 2);
   EXPECT_EQ(TakeAll().size(), 2u);
   EXPECT_EQ(coordinator_->Get(id)->prompts_done(), 2);
+}
+
+TEST_F(ActorTest, ABlockedReplayWriteNeitherPausesGenerationNorLosesLeases) {
+  // A lease of 600 ms, renewed by heartbeats every 200 ms, and a first write that blocks for
+  // 2 s (a full replay buffer, or a slow remote ingest): the lease must be renewed meanwhile,
+  // and prompts leased meanwhile must be generated meanwhile.
+  lease_ms_ = 600;
+  TearDown();
+  stop_ = false;
+  SetUp();
+  const std::string first = Submit(1, 2);
+  auto generated_while_blocked = std::make_shared<std::atomic<int64_t>>(-1);
+  GroupWriter local = LocalReplayWriter(replay_.get(), absl::Seconds(10));
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  StartActor([this, local, calls, generated_while_blocked](absl::Span<const RolloutRecord> g) {
+    if (calls->fetch_add(1) == 0) {
+      absl::SleepFor(absl::Seconds(2));
+      generated_while_blocked->store(actor_->stats().groups_generated);
+    }
+    return local(g);
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the first group is being written by now
+  const std::string second = Submit(2, 2);
+  ASSERT_TRUE(WaitDone(first, absl::Seconds(60)));
+  ASSERT_TRUE(WaitDone(second, absl::Seconds(60)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  EXPECT_EQ(coordinator_->Stats().leases_expired, 0) << "a lease expired while its group waited";
+  EXPECT_EQ(actor_->stats().lost_leases, 0);
+  EXPECT_EQ(TakeAll().size(), 3u) << "each prompt exactly once";
+  EXPECT_EQ(generated_while_blocked->load(), 3) << "generation paused while a write blocked";
 }
 
 }  // namespace

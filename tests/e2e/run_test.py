@@ -140,8 +140,10 @@ class RunTest(unittest.TestCase):
         self.assertEqual(summary["mean_lag"], 0)
 
     def test_a_killed_actor_is_restarted_and_the_run_completes(self):
-        proc = self.start(self.config(learner={"steps": 10}))
-        self.wait_for(r"step +2/10")
+        # Long enough that the supervisor sees the kill before the run ends (10 steps take
+        # about a second: the actor could die after the learner's last step).
+        proc = self.start(self.config(learner={"steps": 40}))
+        self.wait_for(r"step +2/40")
         pids = subprocess.run(["pgrep", "-f", "actor --config .*--name actor-0"],
                               capture_output=True, text=True).stdout.split()
         self.assertTrue(pids, self.output())
@@ -149,7 +151,7 @@ class RunTest(unittest.TestCase):
         summary = self.finish(proc)
         self.assertIn("supervisor: actor-0 killed by signal 9", self.output())
         self.assertGreaterEqual(summary["restarts"]["actor"], 1)
-        self.assertEqual(summary["steps"], 10)
+        self.assertEqual(summary["steps"], 40)
 
     def test_ctrl_c_stops_every_role_and_removes_shared_memory(self):
         proc = self.start(self.config(learner={"steps": 1000}))

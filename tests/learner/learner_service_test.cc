@@ -7,11 +7,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -86,7 +89,8 @@ class LearnerServiceTest : public ::testing::Test {
   // Runs a service over `world_size` rank threads from the initial weights; returns rank 0's
   // step reports.
   std::vector<StepReport> Run(int world_size, const LearnerServiceOptions& options,
-                              const std::atomic<bool>& stop) {
+                              const std::atomic<bool>& stop,
+                              const std::function<void(const StepReport&)>& after_step = {}) {
     std::vector<StepReport> reports;
     std::mutex mu;
     const std::vector<float> weights = RandomParameters(config_, 7);
@@ -102,6 +106,7 @@ class LearnerServiceTest : public ::testing::Test {
           return service.Run(&stop, [&](const LearnerStepReport& r) {
             std::lock_guard<std::mutex> lock(mu);
             reports.push_back(r.report);
+            if (after_step) after_step(r.report);
           });
         }));
     EXPECT_TRUE(status.ok()) << status;
@@ -120,6 +125,31 @@ class LearnerServiceTest : public ::testing::Test {
   int64_t NewestPublished() {
     auto info = InspectShmWeightSegment(weights_name_);
     return info.ok() ? info->newest_version : -2;
+  }
+
+  // A reader process that takes the `groups` oldest groups and dies without acknowledging them.
+  void DieHolding(int groups) {
+    const pid_t child = fork();
+    if (child == 0) {
+      TakeOptions take;
+      take.max_groups = groups;
+      auto taken = replay_->Take(take);
+      _exit(taken.ok() && static_cast<int>(taken->size()) == groups ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the reader took nothing";
+    ASSERT_EQ(replay_->Stats().groups_leased, groups);
+  }
+
+  // The weights the transport holds now (the newest version), as bytes.
+  std::vector<float> PublishedWeights() {
+    auto subscriber = ShmWeightSubscriber::Open(weights_name_, config_);
+    EXPECT_TRUE(subscriber.ok()) << subscriber.status();
+    auto newest = (*subscriber)->WaitNewer(-1, absl::Seconds(30));
+    EXPECT_TRUE(newest.ok()) << newest.status();
+    const ParameterSet& w = *newest->weights;
+    return std::vector<float>(w.data(), w.data() + w.layout.num_elements());
   }
 
   static inline std::atomic<int> next_{0};
@@ -174,20 +204,22 @@ TEST_F(LearnerServiceTest, CheckpointsFollowThePolicyAndAResumedServiceContinues
     saved.push_back(e.path().filename().string());
   }
   std::sort(saved.begin(), saved.end());
-  // Every 2 steps, and the last step of the bounded run.
-  EXPECT_THAT(saved, ::testing::ElementsAre("latest", "step-00000002", "step-00000003"));
+  // Every 2 steps, and the last step of the bounded run; the journal of steps since, empty.
+  EXPECT_THAT(saved,
+              ::testing::ElementsAre("journal", "latest", "step-00000002", "step-00000003"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/journal"));
   // A new service (the process restarted) resumes at step 3 and goes on to 5. The transport
-  // still holds version 3 (the same weights), so versions go on above it: the resumed weights
-  // go out as 4, its steps' as 5 and 6.
+  // still holds version 3, these very weights: they are not sent again, and the steps go on
+  // as versions 4 and 5, as they would have without the restart.
   WriteGroups(4, 3);
   options.max_steps = 5;
   const std::vector<StepReport> resumed = Run(1, options, never_);
   ASSERT_EQ(resumed.size(), 2u);
   EXPECT_EQ(resumed[0].step, 4);
-  EXPECT_EQ(resumed[0].version, 5);
+  EXPECT_EQ(resumed[0].version, 4);
   EXPECT_EQ(resumed[1].step, 5);
-  EXPECT_EQ(resumed[1].version, 6);
-  EXPECT_EQ(NewestPublished(), 6);
+  EXPECT_EQ(resumed[1].version, 5);
+  EXPECT_EQ(NewestPublished(), 5);
 }
 
 TEST_F(LearnerServiceTest, ANewLearnerNumbersAboveTheVersionTheTransportHolds) {
@@ -253,6 +285,85 @@ TEST_F(LearnerServiceTest, APoisonedGroupIsDeadLetteredAndTheGoodOnesAroundItAre
   EXPECT_EQ(j["found"], absl::StrCat(config_.vocab_size));
   EXPECT_EQ(j["prompt_index"], poisoned_prompt);
   EXPECT_EQ(j["run_id"], "test");
+}
+
+TEST_F(LearnerServiceTest, ALearnerKilledBetweenCheckpointsContinuesBitIdentically) {
+  constexpr int kSteps = 9, kKilledAfter = 6;
+  LearnerServiceOptions options = Options(kSteps);
+  options.max_lag = 1000;  // the data alone decides what is trained
+  // The learner that is never killed.
+  ScratchDir unkilled_dir("learner_service_unkilled");
+  options.checkpoint = {.dir = unkilled_dir.path(), .every = 4, .keep_last = 5};
+  WriteGroups(2 * kSteps + 2, 0);
+  const std::vector<StepReport> unkilled = Run(1, options, never_);
+  ASSERT_EQ(unkilled.size(), static_cast<size_t>(kSteps));
+  const std::vector<float> expected = PublishedWeights();
+
+  // The same run on a fresh buffer (same groups, same order) and transport, killed after step 6
+  // (its last checkpoint: step 4; steps 5 and 6 only in the journal), with a reader that died
+  // holding the next two groups (taken, never journaled: the buffer hands them out again).
+  TearDown();
+  SetUp();
+  next_prompt_ = 0;
+  ScratchDir killed_dir("learner_service_killed");
+  options.checkpoint.dir = killed_dir.path();
+  WriteGroups(2 * kSteps + 2, 0);
+  std::atomic<bool> kill{false};
+  ASSERT_EQ(Run(1, options, kill,
+                [&](const StepReport& r) { kill = r.step == kKilledAfter; })
+                .size(),
+            static_cast<size_t>(kKilledAfter));
+  DieHolding(2);
+  const std::vector<StepReport> resumed = Run(1, options, never_);
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - 4)) << "steps 5..9 after checkpoint 4";
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    const StepReport& u = unkilled[4 + i];
+    EXPECT_EQ(resumed[i].step, u.step);
+    EXPECT_EQ(resumed[i].version, u.version) << "numbered as if never killed";
+    EXPECT_EQ(resumed[i].groups, u.groups);
+    EXPECT_EQ(resumed[i].loss, u.loss) << "step " << u.step << " trained on other data";
+  }
+  const std::vector<float> weights = PublishedWeights();
+  ASSERT_EQ(weights.size(), expected.size());
+  EXPECT_EQ(std::memcmp(weights.data(), expected.data(), weights.size() * sizeof(float)), 0)
+      << "the final weights differ from the unkilled learner's";
+  EXPECT_EQ(replay_->Stats().groups_out, 2 * kSteps) << "each group acknowledged once";
+}
+
+TEST_F(LearnerServiceTest, AGroupJournaledButNotAcknowledgedIsNotTrainedTwice) {
+  // A learner that journaled step 1 (groups 0 and 1) and died before its Ack: the buffer
+  // delivers those groups again, and the resumed learner skips them.
+  ScratchDir dir("learner_service_unacked");
+  LearnerServiceOptions options = Options(2);
+  options.checkpoint = {.dir = dir.path(), .every = 100, .keep_last = 2};
+  WriteGroups(4, 0);
+  DieHolding(2);
+  auto journal = StepJournal::Open(dir.path() + "/journal");
+  ASSERT_TRUE(journal.ok());
+  JournaledStep step1{1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}};
+  step1.payload.assign(8, 0);  // its samples as broadcast bytes: none, for brevity
+  ASSERT_TRUE(journal->Append(step1).ok());
+  const std::vector<StepReport> resumed = Run(1, options, never_);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0].step, 1);
+  EXPECT_EQ(resumed[0].groups, 2) << "replayed from the journal";
+  EXPECT_EQ(resumed[1].step, 2);
+  EXPECT_EQ(resumed[1].groups, 2) << "the two groups not yet taken, not the redelivered ones";
+  EXPECT_EQ(replay_->Stats().groups_out, 4) << "the redelivered groups acknowledged, not trained";
+  EXPECT_EQ(replay_->Stats().groups_ready + replay_->Stats().groups_leased, 0);
+}
+
+TEST_F(LearnerServiceTest, AJournalThatDoesNotFollowTheCheckpointIsAnErrorNamingTheGap) {
+  ScratchDir dir("learner_service_gap");
+  LearnerServiceOptions options = Options(1);
+  options.checkpoint = {.dir = dir.path(), .every = 100, .keep_last = 2};
+  auto journal = StepJournal::Open(dir.path() + "/journal");
+  ASSERT_TRUE(journal.ok());
+  ASSERT_TRUE(journal->Append({3, 1, 1, 0, {}, std::vector<uint8_t>(8, 0)}).ok());
+  auto steps = journal->StepsAfter(0);
+  ASSERT_EQ(steps.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(steps.status().message().find("expected step 1"), std::string::npos)
+      << steps.status();
 }
 
 }  // namespace

@@ -105,6 +105,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   coordinator.prompts_done.Increment(100);
   coordinator.leases_expired.Increment(3);
   coordinator.leases_throttled.Increment(5);
+  coordinator.leases_dropped.Increment(6);
+  coordinator.RequestsRejected("completion_not_lease_holder").Increment(2);
   coordinator.PromptsLeased("actors-5d9c-x7k2p").Increment(60);
   coordinator.PromptsLeased("actors-5d9c-q4m8z").Increment(55);
 
@@ -118,6 +120,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   actor.groups_pending.Set(4);
   actor.groups_in_flight.Set(8);
   actor.groups_done.Increment(21);
+  actor.leases_lost.Increment(1);
   actor.sequences_running.Set(64);
   actor.sequences_waiting.Set(9);
   actor.preemptions.Increment(2);
@@ -173,6 +176,10 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_prompts_done_total", 100},
       {"prl_prompt_leases_expired_total", 3},
       {"prl_lease_requests_throttled_total", 5},
+      {"prl_prompt_leases_dropped_total", 6},
+      {"prl_coordinator_requests_rejected_total{reason=\"completion_not_lease_holder\"}", 2},
+      {"prl_coordinator_requests_rejected_total{reason=\"progress_out_of_bounds\"}", 0},
+      {"prl_coordinator_requests_rejected_total{reason=\"group_without_lease\"}", 0},
       {"prl_prompts_leased_total{actor=\"actors-5d9c-x7k2p\"}", 60},
       {"prl_prompts_leased_total{actor=\"actors-5d9c-q4m8z\"}", 55},
       {"prl_tokens_generated_total", 123456},
@@ -192,6 +199,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_groups_pending", 4},
       {"prl_groups_in_flight", 8},
       {"prl_groups_done_total", 21},
+      {"prl_actor_leases_lost_total", 1},
       {"prl_engine_sequences_running", 64},
       {"prl_engine_sequences_waiting", 9},
       {"prl_engine_preemptions_total", 2},

@@ -194,6 +194,31 @@ TEST_F(ReplayBufferTest, ExpiredLeasesAreRedeliveredAndTheirLateAckFails) {
   EXPECT_EQ(b->Stats().redelivered, 1);
 }
 
+TEST_F(ReplayBufferTest, ADeadReadersGroupsComeBackFirstInTheirOriginalOrder) {
+  auto b = Make();
+  for (int s = 0; s < 6; ++s) ASSERT_TRUE(b->WriteGroup(Group(s), absl::Seconds(1)).ok());
+  // A reader process takes the four oldest and dies without acknowledging them.
+  const pid_t child = fork();
+  if (child == 0) {
+    TakeOptions take;
+    take.max_groups = 4;
+    auto taken = b->Take(take);
+    _exit(taken.ok() && taken->size() == 4 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  TakeOptions take;
+  take.max_groups = 6;
+  take.reclaim_first = true;  // at once, not at the next periodic pass
+  const std::vector<LeasedGroup> again = TakeNow(*b, take);
+  ASSERT_EQ(again.size(), 6u);
+  for (int s = 0; s < 6; ++s) {
+    EXPECT_EQ(again[s].group_key, Group(s)[0].GroupKey()) << "position " << s;
+  }
+  EXPECT_EQ(b->Stats().redelivered, 4);
+}
+
 TEST_F(ReplayBufferTest, ReleasedGroupsGoBackToTheFrontOfTheQueue) {
   auto b = Make();
   for (int s = 0; s < 3; ++s) ASSERT_TRUE(b->WriteGroup(Group(s), absl::Seconds(1)).ok());

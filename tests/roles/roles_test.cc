@@ -293,9 +293,9 @@ int FreePort() {
   rc.capacity_bytes = 1 << 16;
   const std::string probe_segment = absl::StrCat("prl-roles-test-probe-", getpid());
   auto buffer = ReplayBuffer::Create(probe_segment, rc);
-  IngestOptions options;
-  options.address = "127.0.0.1:0";
-  auto server = ReplayIngestServer::Start(buffer->get(), options);
+  IngestOptions any_port;
+  any_port.address = "127.0.0.1:0";
+  auto server = ReplayIngestServer::Start(buffer->get(), any_port);
   const int port = (*server)->port();
   server->reset();
   buffer->reset();

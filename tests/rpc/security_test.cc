@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "collective/kv_store.h"
 #include "collective/store_service.h"
@@ -124,6 +125,12 @@ class SecurityTest : public ::testing::Test {
   Certificates certs_;
 };
 
+IngestOptions IngestAt(const std::string& address) {
+  IngestOptions options;
+  options.address = address;
+  return options;
+}
+
 // Every server prl runs, each started under the process's security as it is when called.
 struct Servers {
   std::unique_ptr<coordinator::Coordinator> coordinator;
@@ -134,6 +141,7 @@ struct Servers {
   collective::MemoryStore memory;
   std::unique_ptr<collective::StoreServer> store;
   std::unique_ptr<reward::RewardServer> reward;
+  ModelConfig model;
   std::string dir, segment;
 
   Servers() {
@@ -150,8 +158,8 @@ struct Servers {
     rc.capacity_bytes = 1 << 20;
     ReplayBuffer::Remove(segment, true).IgnoreError();
     replay = *ReplayBuffer::Create(segment, rc);
-    ingest = *ReplayIngestServer::Start(replay.get(), {.address = "127.0.0.1:0"});
-    ModelConfig m;
+    ingest = *ReplayIngestServer::Start(replay.get(), IngestAt("127.0.0.1:0"));
+    ModelConfig& m = model;
     m.arch = Architecture::kQwen2;
     m.hidden_size = 8;
     m.intermediate_size = 16;
@@ -311,6 +319,46 @@ TEST_F(SecurityTest, NonLoopbackListenersNeedTlsOrAnExplicitInsecureChoice) {
   EXPECT_TRUE(ServerCredentialsFor("127.0.0.1:0").ok());
   ASSERT_TRUE(ConfigureSecurity(Tls(false), std::nullopt).ok());
   EXPECT_TRUE(ServerCredentialsFor("0.0.0.0:0").ok());
+}
+
+TEST_F(SecurityTest, EveryServerRefusedAPlaintextNetworkListenerReturnsTheErrorWithoutCrashing) {
+  ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok());
+  Servers servers;  // on loopback: allowed
+  const std::string wide = "0.0.0.0:0";
+  const auto expect_refused = [](const absl::Status& status, absl::string_view server) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << server << ": " << status;
+    EXPECT_NE(status.message().find("security.insecure"), std::string::npos) << status;
+  };
+  expect_refused(
+      coordinator::CoordinatorServer::Start(servers.coordinator.get(), wide).status(),
+      "coordinator");
+  expect_refused(ReplayIngestServer::Start(servers.replay.get(), IngestAt(wide)).status(),
+                 "replay ingest");
+  expect_refused(GrpcWeightPublisher::Start(servers.model, {.address = wide}).status(), "weights");
+  expect_refused(collective::StoreServer::Start(&servers.memory, wide).status(), "store");
+  expect_refused(reward::RewardServer::Start(
+                     [](absl::Span<const reward::RewardInput> in) {
+                       return absl::StatusOr<std::vector<reward::RewardResult>>(
+                           std::vector<reward::RewardResult>(in.size()));
+                     },
+                     {.address = wide})
+                     .status(),
+                 "reward");
+}
+
+TEST_F(SecurityTest, TheDescriptionSaysWhatIsProtectedAndNeverATokenOrKey) {
+  ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok());
+  EXPECT_EQ(DescribeSecurity(), "plaintext (loopback only), no tokens");
+  SecuritySettings s = Tls(true);
+  s.learner_token_file.clear();
+  ASSERT_TRUE(ConfigureSecurity(s, Role::kActor).ok());
+  const std::string described = DescribeSecurity();
+  EXPECT_EQ(described, "mutual TLS, tokens of client, actor, calls as actor");
+  for (const std::string& file : {s.client_token_file, s.actor_token_file}) {
+    std::ifstream in(file);
+    const std::string secret((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(described.find(std::string(absl::StripAsciiWhitespace(secret))), std::string::npos);
+  }
 }
 
 TEST_F(SecurityTest, BadSettingsNameTheKey) {
