@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "bench/coordinator_bench.h"
 #include "bench/engine_bench.h"
 #include "bench/learner_bench.h"
 #include "bench/model_bench.h"
@@ -251,6 +252,27 @@ void RegisterTokenizerBench(CLI::App* bench, CommandRegistry& registry) {
   });
 }
 
+void RegisterCoordinatorBench(CLI::App* bench, CommandRegistry& registry) {
+  auto c = std::make_shared<bench::CoordinatorBenchOptions>();
+  auto c_json = std::make_shared<bool>(false);
+  CLI::App* coord = bench->add_subcommand(
+      "coordinator",
+      "Durable completions/s and lease latency of a coordinator under concurrent actors "
+      "(loopback gRPC), group commit vs an fsync per request");
+  coord->add_option("--actors", c->actors, "Actor threads, each with its own channel")
+      ->capture_default_str();
+  coord->add_option("--seconds", c->seconds, "Measured time per mode")->capture_default_str();
+  coord->add_option("--samples", c->samples_per_prompt, "Samples per prompt (rewards reported)")
+      ->capture_default_str();
+  coord->add_option("--dir", c->dir, "Directory of the prompt logs (default: a temporary one)");
+  coord->add_flag("--json", *c_json, "Print one JSON object instead of the table");
+  registry.Add(coord, [c, c_json] {
+    PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunCoordinatorBench(*c));
+    std::printf("%s\n", *c_json ? report.ToJson().c_str() : report.ToTable().c_str());
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv) {
@@ -261,6 +283,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   RegisterLearnerBench(bench, registry, argc, argv);
   RegisterReplayBench(bench, registry);
   RegisterTokenizerBench(bench, registry);
+  RegisterCoordinatorBench(bench, registry);
 }
 
 }  // namespace prl::cli

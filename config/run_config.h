@@ -104,6 +104,12 @@ struct CoordinatorSection {
   int32_t max_samples_per_prompt = 1024;
   int64_t max_prompts_per_set = 100'000;  // prompts in one submission
   int max_watch_streams = 64;             // WatchPromptSet streams open at once
+  // The log is rewritten as a snapshot of the live state past this size (and twice the last
+  // snapshot's), so it stays within a constant factor of the live state.
+  int64_t compact_log_mb = 64;
+  // A finished (done or cancelled) set is forgotten this long after it finished, with its
+  // idempotency key; 0: kept forever. A day: long enough for any client to read its result.
+  int64_t retention_s = 86'400;
   // The RewardService addresses a prompt set may name (reward "remote", params.address); any
   // other is refused at submission.
   std::vector<std::string> reward_addresses;
@@ -166,6 +172,9 @@ struct ReplaySection {
   std::string address;  // non-empty: actors push to this remote ingest instead of the segment
   int64_t max_message_mb = 256;
   int64_t write_timeout_ms = 10'000;  // a push waits this long for space
+  // Groups refused as bad input (replay/quarantine.h), one JSONL file per checker: ingest.jsonl
+  // (prl replay serve) and learner.jsonl; empty: <run dir>/dead_letters.
+  std::string dead_letter_dir;
 };
 
 struct BroadcastSection {
@@ -218,6 +227,15 @@ struct RunConfig {
   std::string run_dir() const { return run.dir.empty() ? "runs/" + run.name : run.dir; }
   std::string checkpoint_dir() const {
     return learner.checkpoint_dir.empty() ? run_dir() + "/checkpoints" : learner.checkpoint_dir;
+  }
+  // The newest weight version a network transport (grpc, nccl) published, beside the
+  // checkpoints it continues (weight_broadcast/version_file.h); shm and cuda_ipc keep it in
+  // their segment.
+  std::string weight_version_file() const { return checkpoint_dir() + "/weight_version"; }
+  // The dead-letter file of one checker ("ingest", "learner").
+  std::string dead_letter_file(const std::string& checker) const {
+    return (replay.dead_letter_dir.empty() ? run_dir() + "/dead_letters" : replay.dead_letter_dir) +
+           "/" + checker + ".jsonl";
   }
   std::string prompt_log() const {
     return coordinator.log.empty() ? run_dir() + "/coordinator/prompts.log" : coordinator.log;

@@ -78,6 +78,10 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "Most prompts one submission may carry");
   v("coordinator", "max_watch_streams", c.coordinator.max_watch_streams,
     "WatchPromptSet streams open at once; more get RESOURCE_EXHAUSTED");
+  v("coordinator", "compact_log_mb", c.coordinator.compact_log_mb,
+    "Compact the prompt log into a snapshot past this size (MiB)");
+  v("coordinator", "retention_s", c.coordinator.retention_s,
+    "Forget a finished prompt set this long after it finished (s; 0: never)");
   v("coordinator", "reward_addresses", c.coordinator.reward_addresses,
     "RewardService addresses (host:port) a prompt set may name; others are refused");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
@@ -177,6 +181,8 @@ void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("replay", "max_message_mb", c.replay.max_message_mb, "Largest push message (MiB)");
   v("replay", "write_timeout_ms", c.replay.write_timeout_ms,
     "How long a push waits for space before RESOURCE_EXHAUSTED (ms)");
+  v("replay", "dead_letter_dir", c.replay.dead_letter_dir,
+    "Refused groups, ingest.jsonl and learner.jsonl (empty: <run dir>/dead_letters)");
   v("broadcast", "transport", Enum(c.broadcast.transport, kWeightTransportNames),
     "shm or cuda_ipc (same node), grpc or nccl (across nodes)");
   v("broadcast", "listen", c.broadcast.listen, "grpc, nccl: where the learner serves weights");

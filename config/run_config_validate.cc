@@ -76,6 +76,10 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             c.max_pending_prompts));
   PRL_RETURN_IF_ERROR(
       Range(c.max_restarts >= 0, "coordinator.max_restarts", ">= 0", c.max_restarts));
+  PRL_RETURN_IF_ERROR(Range(c.compact_log_mb >= 1 && c.compact_log_mb <= (int64_t{1} << 20),
+                            "coordinator.compact_log_mb", "1 to 1048576", c.compact_log_mb));
+  PRL_RETURN_IF_ERROR(
+      Range(c.retention_s >= 0, "coordinator.retention_s", ">= 0", c.retention_s));
   PRL_RETURN_IF_ERROR(Range(c.max_prompts_per_set >= 1 && c.max_prompts_per_set <= 10'000'000,
                             "coordinator.max_prompts_per_set", "1 to 10000000",
                             c.max_prompts_per_set));

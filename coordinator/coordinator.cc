@@ -52,11 +52,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
                      config.heartbeat_ms, ", lease_ms = ", config.lease_ms));
   }
   std::unique_ptr<Coordinator> c(new Coordinator(config));
-  PRL_ASSIGN_OR_RETURN(PromptLog::Opened opened, PromptLog::Open(config.log_path));
+  PromptLogOptions log_options;
+  log_options.group_commit = config.group_commit;
+  PRL_ASSIGN_OR_RETURN(PromptLog::Opened opened, PromptLog::Open(config.log_path, log_options));
   c->log_ = std::move(opened.log);
   c->stats_.torn_log_bytes = opened.torn_bytes;
   std::lock_guard<std::mutex> lock(c->mu_);
   for (const prl::v1::LogRecord& record : opened.records) c->Apply(record);
+  c->RecoverFinishTimesLocked(opened.records);  // retention (coordinator_snapshot.cc)
   return c;
 }
 
@@ -234,6 +237,7 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   submitted->set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   PRL_RETURN_IF_ERROR(log_->Append(record));
   Apply(record);
+  CompactIfDueLocked();  // bounded log (coordinator_snapshot.cc)
   response.set_prompt_set_id(id);
   return response;
 }
@@ -370,21 +374,25 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
   std::unique_lock<std::mutex> lock(mu_);
   auto it = sets_.find(id);
   if (it == sets_.end()) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
-  PromptSet& set = it->second;
   std::vector<prl::v1::PromptSetEvent> out;
   if (*cursor == 0) {  // first call: the current status, then only what happens next
-    *out.emplace_back().mutable_status() = StatusOf(set);
-    *cursor = set.events.size() + 1;
+    *out.emplace_back().mutable_status() = StatusOf(it->second);
+    *cursor = it->second.events.size() + 1;
   } else {
-    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                      [&] { return set.events.size() + 1 > *cursor; });
+    // The set may be retired (coordinator_snapshot.cc) while this waits: look it up again.
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+      it = sets_.find(id);
+      return it == sets_.end() || it->second.events.size() + 1 > *cursor;
+    });
+    if (it == sets_.end()) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
+    const PromptSet& set = it->second;
     for (size_t i = *cursor - 1; i < set.events.size(); ++i) {
       out.push_back(set.events[i]);
       if (!include_texts && out.back().has_group()) out.back().mutable_group()->clear_texts();
     }
     *cursor = set.events.size() + 1;
   }
-  *finished = set.state != prl::v1::PROMPT_SET_STATE_RUNNING;
+  *finished = it->second.state != prl::v1::PROMPT_SET_STATE_RUNNING;
   return out;
 }
 
@@ -460,6 +468,7 @@ void Coordinator::ExpireLocked(absl::Time now) {
 void Coordinator::ExpireLeases() {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(absl::Now());
+  RetireFinishedLocked(absl::Now());  // retention (coordinator_snapshot.cc)
 }
 
 absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRequest& request) {
@@ -517,7 +526,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
 
 absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
     const prl::v1::CompleteRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::string set_id;
   int64_t index = 0;
   if (!ParseLeaseId(request.lease_id(), &set_id, &index) || sets_.count(set_id) == 0 || index < 0 ||
@@ -565,10 +574,18 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
   record.mutable_completed()->set_prompt_set_id(set_id);
   *record.mutable_completed()->mutable_result() = r;
   record.mutable_completed()->mutable_result()->clear_texts();  // texts are for watchers only
-  PRL_RETURN_IF_ERROR(log_->Append(record));
+  // ---- Group commit (coordinator/prompt_log.h): the record is ordered and applied under the
+  // mutex; the fsync, shared with concurrent completions, is waited for outside it. Until it
+  // returns, the completion is acknowledged to nobody but watchers; if it fails, the log
+  // refuses all later appends and a restarted coordinator re-runs the prompt.
+  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, log_->Write(record));
   *record.mutable_completed()->mutable_result() = r;
   Apply(record);
   BoundTexts(set);
+  CompactIfDueLocked();
+  lock.unlock();
+  PRL_RETURN_IF_ERROR(log_->WaitDurable(ticket));
+  // ---- end group commit ----
   response.set_accepted(true);
   return response;
 }

@@ -61,6 +61,20 @@ struct CoordinatorConfig {
   int64_t max_text_bytes_per_set = int64_t{16} << 20;
   // Checks a reward spec (known name, parameters); null: every name is refused.
   std::function<absl::Status(const prl::v1::RewardSpec&)> validate_reward;
+
+  // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc) ----
+  // Concurrent completions share the log's fsyncs (group commit); false: one fsync per
+  // append, under the coordinator's mutex (the baseline of `prl bench coordinator`).
+  bool group_commit = true;
+  // The log is rewritten as a snapshot of the live state once it is larger than this and
+  // than twice its last snapshot, so that its size stays within a constant factor of the live
+  // state (each compaction stalls the coordinator for one snapshot write).
+  int64_t compact_log_bytes = int64_t{64} << 20;
+  // A set done or cancelled longer ago than this is dropped from memory and from the next
+  // snapshot, with its idempotency key (a later submit with that key is a new set). Measured
+  // from the record that finished it. 0: finished sets are kept forever.
+  int64_t retention_s = 86'400;
+  // ---- end ----
 };
 
 struct CoordinatorStats {
@@ -74,6 +88,7 @@ struct CoordinatorStats {
   int64_t learner_version = 0, groups_consumed = 0;
   int64_t actors = 0;
   int64_t torn_log_bytes = 0;  // cut off the log's end at open
+  int64_t log_compactions = 0, sets_retired = 0;  // since open
   // Lease calls that the staleness budget granted fewer prompts than asked while prompts were
   // pending, and the prompts leased to each actor (by the name it registered with).
   int64_t lease_requests_throttled = 0;
@@ -116,6 +131,9 @@ class Coordinator {
   // FailedPrecondition, counted, nothing changes.
   absl::Status LearnerProgress(int64_t version, int64_t groups_consumed);
 
+  // The prompt log's counters (appends, fsyncs, compactions, size); coordinator_snapshot.cc.
+  PromptLogStats LogStats() const { return log_->stats(); }
+
   // Re-queues expired leases (also done on every Lease call).
   void ExpireLeases();
   CoordinatorStats Stats();
@@ -157,6 +175,21 @@ class Coordinator {
   void Requeue(PromptSet& set, int64_t index);
   void ExpireLocked(absl::Time now);
   int64_t PendingOrInFlightLocked() const;
+
+  // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc), mutex held ----
+  // Compacts the log when compact_log_bytes says so.
+  void CompactIfDueLocked();
+  // The live state as log records (submissions, completions, cancellations, in set order):
+  // replaying them rebuilds sets_ and idempotency_.
+  std::vector<prl::v1::LogRecord> SnapshotLocked() const;
+  // Drops the sets that finished more than retention_s before `now`, with their leases and
+  // queue entries.
+  void RetireFinishedLocked(absl::Time now);
+  // The retention clock of the sets the replayed log finished.
+  void RecoverFinishTimesLocked(const std::vector<prl::v1::LogRecord>& records);
+  std::map<std::string, absl::Time> finished_at_;  // finished sets: since when
+  int64_t compact_retry_bytes_ = 0;                // after a failed compaction: retry above
+  // ---- end ----
 
   CoordinatorConfig config_;
   std::unique_ptr<PromptLog> log_;

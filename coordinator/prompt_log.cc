@@ -1,137 +1,298 @@
 #include "coordinator/prompt_log.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "coordinator/prompt_log_format.h"
+#include "core/mapped_file.h"
 #include "core/status_macros.h"
-#include "core/xxhash_inline.h"
 
 namespace prl::coordinator {
 
-namespace {
+namespace fs = std::filesystem;
+using log_format::kMagicBytes;
+using log_format::kMagicV2;
 
-constexpr char kMagic[8] = {'P', 'R', 'L', 'L', 'O', 'G', '1', '\n'};
-constexpr size_t kRecordHeader = 12;  // u32 length + u64 checksum
-constexpr uint32_t kMaxRecordBytes = 1u << 30;
+namespace {
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-absl::Status WriteAll(int fd, const void* data, size_t bytes, const std::string& path) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (bytes > 0) {
-    const ssize_t n = write(fd, p, bytes);
+absl::Status WriteAt(int fd, absl::string_view bytes, uint64_t offset, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Errno("cannot write the prompt log", path);
     }
-    p += n;
-    bytes -= static_cast<size_t>(n);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
   }
   return absl::OkStatus();
+}
+
+absl::Status Sync(int fd, const std::string& path) {
+  if (fdatasync(fd) != 0) return Errno("cannot fsync the prompt log", path);
+  return absl::OkStatus();
+}
+
+// Creates `dir` and its missing parents, fsyncing each new entry's parent directory.
+absl::Status CreateDirectoriesDurably(const fs::path& dir) {
+  if (dir.empty() || fs::is_directory(dir)) return absl::OkStatus();
+  PRL_RETURN_IF_ERROR(CreateDirectoriesDurably(dir.parent_path()));
+  std::error_code ec;
+  if (!fs::create_directory(dir, ec) && ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  }
+  return FsyncDirectory(dir.has_parent_path() ? dir.parent_path().string() : ".");
+}
+
+// The exclusive lock "<path>.lock": its fd (held open for the log's lifetime).
+absl::StatusOr<int> LockLog(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("cannot open the prompt log's lock", lock_path);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char text[32] = {};
+    const ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+    close(fd);
+    if (err != EWOULDBLOCK) {
+      errno = err;
+      return Errno("cannot lock the prompt log", lock_path);
+    }
+    int64_t pid = 0;
+    const bool known =
+        n > 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(text, n)), &pid);
+    return absl::FailedPreconditionError(
+        absl::StrCat("prompt log ", path, " is in use by another coordinator (pid ",
+                     known ? absl::StrCat(pid) : "unknown", ", holding ", lock_path,
+                     "): stop it first, or give this coordinator a log of its own"));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    const absl::Status status = Errno("cannot write the prompt log's lock", lock_path);
+    close(fd);
+    return status;
+  }
+  return fd;
+}
+
+// Appends LogRecord.unix_ms (field 4, a varint) to a serialised record that has none: on the
+// wire a later field is merged into the message, so the record itself is not copied.
+void StampUnixMs(const prl::v1::LogRecord& record, std::string* payload) {
+  if (record.unix_ms() != 0) return;
+  uint64_t v = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now()));
+  payload->push_back(static_cast<char>(4 << 3));
+  while (v >= 0x80) {
+    payload->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  payload->push_back(static_cast<char>(v));
+}
+
+absl::StatusOr<std::string> Payload(const prl::v1::LogRecord& record) {
+  std::string payload;
+  if (!record.SerializeToString(&payload) || payload.size() > log_format::kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt log record: expected at most 1 GiB serialised, found ", payload.size(), " bytes"));
+  }
+  StampUnixMs(record, &payload);
+  return payload;
+}
+
+absl::StatusOr<std::string> ReadAll(int fd, const std::string& path) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Errno("cannot stat the prompt log", path);
+  std::string contents(static_cast<size_t>(st.st_size), '\0');
+  size_t at = 0;
+  while (at < contents.size()) {
+    const ssize_t n = pread(fd, contents.data() + at, contents.size() - at, static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Errno("cannot read the prompt log", path);
+    at += static_cast<size_t>(n);
+  }
+  return contents;
+}
+
+// A new log (or one whose creation was cut short before its magic was durable): writes the
+// magic and makes the file and its name durable.
+absl::Status Initialise(int fd, const std::string& path) {
+  if (ftruncate(fd, 0) != 0) return Errno("cannot truncate the prompt log", path);
+  PRL_RETURN_IF_ERROR(WriteAt(fd, kMagicV2, 0, path));
+  if (fsync(fd) != 0) return Errno("cannot fsync the prompt log", path);
+  return FsyncDirectory(ParentDirectory(path));
 }
 
 }  // namespace
 
-absl::StatusOr<PromptLog::Opened> PromptLog::Open(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+PromptLog::PromptLog(std::string path, const PromptLogOptions& options, int fd, int lock_fd,
+                     uint64_t bytes)
+    : path_(std::move(path)), options_(options), lock_fd_(lock_fd), fd_(fd), flush_end_(bytes) {
+  stats_.bytes = static_cast<int64_t>(bytes);
+}
+
+absl::StatusOr<PromptLog::Opened> PromptLog::Open(const std::string& path,
+                                                  const PromptLogOptions& options) {
+  PRL_RETURN_IF_ERROR(CreateDirectoriesDurably(fs::path(path).parent_path()));
+  PRL_ASSIGN_OR_RETURN(const int lock_fd, LockLog(path));
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("cannot open the prompt log", path);
-  Opened out;
-  const off_t size = lseek(fd, 0, SEEK_END);
-  std::string contents(static_cast<size_t>(size), '\0');
-  if (size > 0 && pread(fd, contents.data(), contents.size(), 0) != size) {
-    close(fd);
-    return Errno("cannot read the prompt log", path);
+  if (fd < 0) {
+    const absl::Status status = Errno("cannot open the prompt log", path);
+    close(lock_fd);
+    return status;
   }
-  if (size == 0) {
-    if (absl::Status s = WriteAll(fd, kMagic, sizeof(kMagic), path); !s.ok()) {
-      close(fd);
-      return s;
-    }
-    fsync(fd);
-    out.log.reset(new PromptLog(path, fd, sizeof(kMagic)));
+  // From here the log owns both descriptors.
+  std::unique_ptr<PromptLog> log(new PromptLog(path, options, fd, lock_fd, 0));
+  PRL_ASSIGN_OR_RETURN(const std::string contents, ReadAll(fd, path));
+  Opened out;
+  if (contents.size() < kMagicBytes && kMagicV2.substr(0, contents.size()) == contents) {
+    PRL_RETURN_IF_ERROR(Initialise(fd, path));
+    log->flush_end_ = kMagicBytes;
+    log->stats_.bytes = kMagicBytes;
+    out.log = std::move(log);
     return out;
   }
-  if (contents.size() < sizeof(kMagic) || std::memcmp(contents.data(), kMagic, 8) != 0) {
-    close(fd);
-    return absl::DataLossError(absl::StrCat(path, " is not a prl prompt log (bad magic)"));
+  PRL_ASSIGN_OR_RETURN(log_format::ReadLog read, log_format::Read(contents, path));
+  if (read.torn_bytes > 0) {
+    if (ftruncate(fd, static_cast<off_t>(read.valid_bytes)) != 0) {
+      return Errno("cannot cut the torn tail of the prompt log", path);
+    }
+    PRL_RETURN_IF_ERROR(Sync(fd, path));
   }
-  size_t at = sizeof(kMagic);
-  while (at < contents.size()) {
-    const size_t remaining = contents.size() - at;
-    uint32_t length = 0;
-    uint64_t checksum = 0;
-    bool torn = remaining < kRecordHeader;
-    if (!torn) {
-      std::memcpy(&length, contents.data() + at, 4);
-      std::memcpy(&checksum, contents.data() + at + 4, 8);
-      torn = length > kMaxRecordBytes || kRecordHeader + length > remaining;
-    }
-    const bool last = torn || kRecordHeader + length == remaining;
-    if (!torn && XXH3_64bits(contents.data() + at + kRecordHeader, length) != checksum) {
-      if (!last) {
-        close(fd);
-        return absl::DataLossError(absl::StrCat(path, ": record at byte ", at,
-                                                " fails its checksum and is followed by more "
-                                                "records: the log is corrupted"));
-      }
-      torn = true;
-    }
-    if (torn) {
-      out.torn_bytes = static_cast<int64_t>(remaining);
-      if (ftruncate(fd, static_cast<off_t>(at)) != 0) {
-        close(fd);
-        return Errno("cannot cut the torn tail of the prompt log", path);
-      }
-      fsync(fd);
-      break;
-    }
-    prl::v1::LogRecord record;
-    if (!record.ParseFromArray(contents.data() + at + kRecordHeader, static_cast<int>(length))) {
-      close(fd);
-      return absl::DataLossError(
-          absl::StrCat(path, ": record at byte ", at, " has a valid checksum but does not parse"));
-    }
-    out.records.push_back(std::move(record));
-    at += kRecordHeader + length;
+  log->flush_end_ = read.valid_bytes;
+  log->stats_.bytes = static_cast<int64_t>(read.valid_bytes);
+  out.torn_bytes = static_cast<int64_t>(read.torn_bytes);
+  out.records = std::move(read.records);
+  if (read.layout != 2) {
+    PRL_RETURN_IF_ERROR(log->Compact(out.records));
+    out.migrated = true;
   }
-  lseek(fd, static_cast<off_t>(at), SEEK_SET);
-  out.log.reset(new PromptLog(path, fd, static_cast<int64_t>(at)));
+  out.log = std::move(log);
   return out;
 }
 
-PromptLog::~PromptLog() { close(fd_); }
+PromptLog::~PromptLog() {
+  close(fd_);
+  close(lock_fd_);  // releases the flock
+}
+
+absl::Status PromptLog::FailLocked(absl::Status status) {
+  failed_ = absl::Status(status.code(), absl::StrCat(status.message(),
+                                                     "; the prompt log takes no more records: "
+                                                     "restart the coordinator to replay it"));
+  flushed_.notify_all();
+  return failed_;
+}
+
+absl::StatusOr<uint64_t> PromptLog::Write(const prl::v1::LogRecord& record) {
+  PRL_ASSIGN_OR_RETURN(const std::string payload, Payload(record));
+  std::unique_lock<std::mutex> lock(mu_);
+  PRL_RETURN_IF_ERROR(failed_);
+  // Records of one batch carry the batch's first offset (prompt_log_format.h).
+  log_format::AppendFramed(payload, flush_end_, &pending_);
+  const uint64_t ticket = ++next_ticket_;
+  ++stats_.records;
+  stats_.bytes = static_cast<int64_t>(flush_end_ + pending_.size());
+  if (!options_.group_commit) {
+    FlushLocked(lock, /*unlock_for_io=*/false);
+    PRL_RETURN_IF_ERROR(failed_);
+  }
+  return ticket;
+}
+
+absl::Status PromptLog::WaitDurable(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (durable_ticket_ < ticket) {
+    PRL_RETURN_IF_ERROR(failed_);
+    if (flushing_) {
+      flushed_.wait(lock);
+    } else {
+      FlushLocked(lock, /*unlock_for_io=*/true);
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status PromptLog::Append(const prl::v1::LogRecord& record) {
-  std::string payload;
-  if (!record.SerializeToString(&payload) || payload.size() > kMaxRecordBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt log record of ", payload.size(), " bytes: the limit is 1 GiB"));
+  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, Write(record));
+  return WaitDurable(ticket);
+}
+
+void PromptLog::FlushLocked(std::unique_lock<std::mutex>& lock, bool unlock_for_io) {
+  if (pending_.empty()) return;
+  flushing_ = true;
+  std::string batch;
+  batch.swap(pending_);
+  const uint64_t start = flush_end_, last = next_ticket_;
+  flush_end_ += batch.size();
+  if (unlock_for_io) lock.unlock();
+  absl::Status status = WriteAt(fd_, batch, start, path_);
+  if (status.ok()) status = Sync(fd_, path_);
+  if (unlock_for_io) lock.lock();
+  flushing_ = false;
+  if (!status.ok()) {
+    FailLocked(status).IgnoreError();  // sticky: every waiter and later call reads failed_
+    return;
   }
-  std::string buffer(kRecordHeader + payload.size(), '\0');
-  const uint32_t length = static_cast<uint32_t>(payload.size());
-  const uint64_t checksum = XXH3_64bits(payload.data(), payload.size());
-  std::memcpy(buffer.data(), &length, 4);
-  std::memcpy(buffer.data() + 4, &checksum, 8);
-  std::memcpy(buffer.data() + kRecordHeader, payload.data(), payload.size());
-  absl::Status wrote = WriteAll(fd_, buffer.data(), buffer.size(), path_);
-  if (wrote.ok() && fdatasync(fd_) != 0) wrote = Errno("cannot fsync the prompt log", path_);
+  ++stats_.fsyncs;
+  durable_ticket_ = last;
+  flushed_.notify_all();
+}
+
+absl::Status PromptLog::Compact(const std::vector<prl::v1::LogRecord>& live) {
+  std::unique_lock<std::mutex> lock(mu_);
+  flushed_.wait(lock, [&] { return !flushing_; });
+  PRL_RETURN_IF_ERROR(failed_);
+  FlushLocked(lock, /*unlock_for_io=*/false);
+  PRL_RETURN_IF_ERROR(failed_);
+  std::string bytes(kMagicV2);
+  for (const prl::v1::LogRecord& record : live) {
+    PRL_ASSIGN_OR_RETURN(const std::string payload, Payload(record));
+    log_format::AppendFramed(payload, kMagicBytes, &bytes);
+  }
+  const std::string tmp = path_ + ".compact";
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("cannot create the prompt log snapshot", tmp);
+  absl::Status wrote = WriteAt(fd, bytes, 0, tmp);
+  if (wrote.ok() && fsync(fd) != 0) wrote = Errno("cannot fsync the prompt log snapshot", tmp);
+  if (wrote.ok() && rename(tmp.c_str(), path_.c_str()) != 0) {
+    wrote = Errno("cannot rename the prompt log snapshot over", path_);
+  }
   if (!wrote.ok()) {
-    // Nothing half-written may stay in front of later records.
-    if (ftruncate(fd_, static_cast<off_t>(bytes_)) == 0) lseek(fd_, bytes_, SEEK_SET);
-    return wrote;
+    close(fd);
+    unlink(tmp.c_str());
+    return wrote;  // the old log is intact and stays in use
   }
-  bytes_ += static_cast<int64_t>(buffer.size());
+  close(fd_);
+  fd_ = fd;
+  flush_end_ = bytes.size();
+  stats_.bytes = stats_.snapshot_bytes = static_cast<int64_t>(bytes.size());
+  ++stats_.compactions;
+  const absl::Status dir = FsyncDirectory(ParentDirectory(path_));
+  if (!dir.ok()) return FailLocked(dir);
   return absl::OkStatus();
+}
+
+int64_t PromptLog::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_.bytes;
+}
+
+PromptLogStats PromptLog::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
 }
 
 }  // namespace prl::coordinator

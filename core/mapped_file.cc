@@ -116,14 +116,19 @@ absl::Status AtomicFileWriter::Append(const void* data, size_t bytes) {
 
 absl::Status AtomicFileWriter::Commit() {
   if (fsync(fd_) != 0) return ErrnoError("cannot fsync", tmp_path_);
-  close(fd_);
+  const int closed = close(fd_);
   fd_ = -1;
+  if (closed != 0) {
+    const absl::Status status = ErrnoError("cannot close", tmp_path_);
+    unlink(tmp_path_.c_str());
+    return status;
+  }
   if (rename(tmp_path_.c_str(), path_.c_str()) != 0) {
     const absl::Status status = ErrnoError("cannot rename into place", path_);
     unlink(tmp_path_.c_str());
     return status;
   }
-  return absl::OkStatus();
+  return FsyncDirectory(ParentDirectory(path_));
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
@@ -131,6 +136,22 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   if (!writer.ok()) return writer.status();
   if (absl::Status s = writer->Append(contents.data(), contents.size()); !s.ok()) return s;
   return writer->Commit();
+}
+
+absl::Status FsyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open the directory", dir);
+  const int synced = fsync(fd);
+  const absl::Status status = synced == 0 ? absl::OkStatus() : ErrnoError("cannot fsync", dir);
+  close(fd);
+  return status;
+}
+
+std::string ParentDirectory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
 }
 
 }  // namespace prl

@@ -35,8 +35,9 @@ class MappedFile {
 // Reads a whole (small) text file, e.g. config.json.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // Writes a file atomically: bytes go to a temporary file in the same directory, and Commit()
-// fsyncs it and renames it over `path`. A crash (or destruction without Commit) leaves
-// either the old file or none, never a torn one. Not thread-safe.
+// fsyncs it, renames it over `path` and fsyncs the directory, so that once Commit returns the
+// new file survives a crash. A crash before (or destruction without Commit) leaves either the
+// old file or none, never a torn one. Not thread-safe.
 class AtomicFileWriter {
  public:
   static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
@@ -55,5 +56,11 @@ class AtomicFileWriter {
 };
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// fsyncs a directory, so that the entries created, renamed or removed in it are durable
+// (a file's own fsync does not cover its name). Errors name the directory.
+absl::Status FsyncDirectory(const std::string& dir);
+// The directory holding `path` ("." for a bare name).
+std::string ParentDirectory(const std::string& path);
 
 }  // namespace prl

@@ -1,5 +1,7 @@
 #include "learner/checkpoint.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +15,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/mapped_file.h"
 #include "core/status_macros.h"
+#include "core/xxhash_inline.h"
 
 namespace prl::learner {
 
@@ -34,17 +37,61 @@ std::string ModelFingerprint(const ModelConfig& c) {
                       " tied=", c.tie_word_embeddings, " qkv_bias=", c.qkv_bias);
 }
 
-absl::StatusOr<std::string> ReadLatest(const std::string& dir) {
-  const std::string path = dir + "/latest";
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
-  std::string name;
-  std::getline(in, name);
-  if (name.empty() || !fs::is_directory(dir + "/" + name)) {
-    return absl::DataLossError(
-        absl::StrCat(path, " names '", name, "', which is not a checkpoint directory"));
+// The checkpoints a resume may use, in the order to try them: the one `latest` names, then
+// every other complete step directory, newest first (a crash between the rename of a step and
+// the rewrite of `latest` leaves a complete step newer than `latest`).
+struct Candidates {
+  std::vector<std::string> steps;  // directories, in order
+  bool has_latest = false;         // `latest` exists
+  std::string latest_problem;      // why `latest` itself is unusable ("" if it is fine)
+};
+
+Candidates FindCandidates(const std::string& dir) {
+  Candidates c;
+  std::string named;
+  if (std::ifstream in(dir + "/latest"); in) {
+    c.has_latest = true;
+    std::getline(in, named);
+    if (named.empty() || !fs::is_directory(dir + "/" + named)) {
+      c.latest_problem =
+          absl::StrCat(dir, "/latest names '", named, "', which is not a checkpoint directory");
+    } else {
+      c.steps.push_back(dir + "/" + named);
+    }
   }
-  return dir + "/" + name;
+  std::vector<std::string> others;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "step-") && !absl::EndsWith(name, ".partial") &&
+        entry.is_directory() && name != named) {
+      others.push_back(name);
+    }
+  }
+  std::sort(others.rbegin(), others.rend());
+  for (const std::string& name : others) c.steps.push_back(dir + "/" + name);
+  return c;
+}
+
+// The error when no candidate is usable.
+absl::Status NoCheckpoint(const std::string& dir, const Candidates& c, const std::string& last) {
+  return absl::DataLossError(absl::StrCat(
+      c.latest_problem.empty() ? absl::StrCat("no complete checkpoint in ", dir) : c.latest_problem,
+      last.empty() ? ", and no complete checkpoint to fall back to"
+                   : absl::StrCat("; no complete checkpoint to fall back to (", last, ")")));
+}
+
+// Says on stderr that the resume skips `step_dir`.
+void NoteFallback(const std::string& step_dir, absl::string_view why) {
+  std::fprintf(stderr, "checkpoint: %s cannot be used (%s); falling back to an older one\n",
+               step_dir.c_str(), std::string(why).c_str());
+  std::fflush(stderr);
+}
+
+// Tensor checksums in a shard's metadata ("xxh3_<tensor>"), checked at load: a bit flipped on
+// disk makes a checkpoint damaged, never silently wrong.
+std::string Xxh3Hex(const void* data, size_t bytes) {
+  return absl::StrCat(absl::Hex(XXH3_64bits(data, bytes), absl::kZeroPad16));
 }
 
 std::map<std::string, std::string> Metadata(const SafetensorsFile& file) {
@@ -121,6 +168,104 @@ int WorldSizeOf(const std::string& step_dir) {
   return world;
 }
 
+// Every tensor of `file` whose checksum the metadata holds matches it.
+absl::Status VerifyChecksums(const SafetensorsFile& file,
+                             const std::map<std::string, std::string>& m) {
+  for (const SafetensorsEntry& e : file.header().tensors) {
+    auto it = m.find("xxh3_" + e.name);
+    if (it == m.end()) continue;  // written before checksums existed
+    const absl::Span<const uint8_t> data = file.Data(e);
+    const std::string found = Xxh3Hex(data.data(), data.size());
+    if (found != it->second) {
+      return absl::DataLossError(absl::StrCat(file.path(), ": tensor '", e.name, "' has XXH3 ",
+                                              found, ", its metadata says ", it->second,
+                                              " (damaged on disk)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// This rank's shard of `step_dir`, checked: FailedPrecondition if it was written for another
+// run (model, world size, optimizer: no older checkpoint would fit either); any other error
+// means the checkpoint is damaged or incomplete.
+absl::StatusOr<SafetensorsFile> OpenShard(const std::string& step_dir, FsdpModel& model,
+                                          ShardedOptimizer& optimizer) {
+  const std::string path = step_dir + "/" + RankFile(model.rank(), model.world_size());
+  if (!fs::exists(path)) {
+    const int saved_world = WorldSizeOf(step_dir);
+    if (saved_world == model.world_size() || saved_world == 0) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, " has no shard for rank ",
+                                              model.rank(), " (", path, ")"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", step_dir, " has no shard for rank ", model.rank(), " of ",
+        model.world_size(), ": its world_size is '", saved_world, "', this run has '",
+        model.world_size(),
+        "' (resharding is not supported: prl export, then restart from the exported model)"));
+  }
+  PRL_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  const auto m = Metadata(file);
+  PRL_RETURN_IF_ERROR(Expect(m, "format", "prl-learner-shard-1", path));
+  PRL_RETURN_IF_ERROR(Expect(m, "model", ModelFingerprint(model.config()), path));
+  PRL_RETURN_IF_ERROR(Expect(m, "world_size", absl::StrCat(model.world_size()), path));
+  const bool adamw = optimizer.config().kind == OptimizerKind::kAdamW;
+  PRL_RETURN_IF_ERROR(Expect(m, "optimizer", adamw ? "adamw" : "sgd", path));
+  PRL_RETURN_IF_ERROR(StateFrom(m, path).status());
+  PRL_RETURN_IF_ERROR(IntField(m, "optimizer_step", path).status());
+  PRL_RETURN_IF_ERROR(VerifyChecksums(file, m));
+  return file;
+}
+
+// Loads a shard OpenShard accepted.
+absl::StatusOr<std::optional<TrainingState>> LoadShard(const SafetensorsFile& file,
+                                                       FsdpModel& model,
+                                                       ShardedOptimizer& optimizer) {
+  const auto m = Metadata(file);
+  PRL_ASSIGN_OR_RETURN(const TrainingState state, StateFrom(m, file.path()));
+  PRL_ASSIGN_OR_RETURN(const int64_t optimizer_step, IntField(m, "optimizer_step", file.path()));
+  PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", model.param_shard()));
+  if (optimizer.config().kind == OptimizerKind::kAdamW) {
+    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg", optimizer.exp_avg()));
+    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg_sq", optimizer.exp_avg_sq()));
+  }
+  optimizer.set_step(optimizer_step);
+  PRL_RETURN_IF_ERROR(model.ParametersChanged());
+  return std::optional<TrainingState>(state);
+}
+
+// The full parameters of one step directory, from every rank's shard (all checked).
+absl::StatusOr<ExportedCheckpoint> ReadStepFull(const std::string& step_dir) {
+  PRL_ASSIGN_OR_RETURN(const ModelConfig config, ReadModelConfig(step_dir));
+  const int world = WorldSizeOf(step_dir);
+  if (world < 1) return absl::DataLossError(absl::StrCat(step_dir, " holds no rank shards"));
+  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), true));
+  const std::vector<UnitShard> plan = PlanShards(params.layout, world);
+  std::vector<float> shard(ShardElements(plan));
+  TrainingState state;
+  for (int rank = 0; rank < world; ++rank) {
+    const std::string path = step_dir + "/" + RankFile(rank, world);
+    if (!fs::exists(path)) {
+      return absl::DataLossError(
+          absl::StrCat(step_dir, ": missing the shard of rank ", rank, " (", path, ")"));
+    }
+    PRL_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
+    const auto m = Metadata(file);
+    PRL_RETURN_IF_ERROR(Expect(m, "model", ModelFingerprint(config), path));
+    PRL_RETURN_IF_ERROR(VerifyChecksums(file, m));
+    if (rank == 0) {
+      PRL_ASSIGN_OR_RETURN(state, StateFrom(m, path));
+    }
+    PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", absl::MakeSpan(shard)));
+    for (const UnitShard& u : plan) {
+      const int64_t b = std::min(rank * u.shard, u.numel);
+      const int64_t e = std::min((rank + 1) * u.shard, u.numel);
+      std::copy(shard.begin() + u.shard_offset, shard.begin() + u.shard_offset + (e - b),
+                params.data() + u.begin + b);
+    }
+  }
+  return ExportedCheckpoint{std::move(params), state, step_dir};
+}
+
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOptimizer& optimizer,
@@ -130,7 +275,10 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
   const std::string partial = final_dir + ".partial";
   std::error_code ec;
   if (rank == 0) {
-    fs::create_directories(dir, ec);
+    if (!fs::is_directory(dir)) {
+      fs::create_directories(dir, ec);
+      PRL_RETURN_IF_ERROR(FsyncDirectory(ParentDirectory(dir)));
+    }
     fs::remove_all(partial, ec);
     if (!fs::create_directories(partial, ec) && ec) {
       return absl::InternalError(absl::StrCat("cannot create ", partial, ": ", ec.message()));
@@ -157,8 +305,12 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
       {"data_position", absl::StrCat(state.data_position)},
       {"rng_seed", absl::StrCat(state.rng_seed)},
       {"rng_counter", absl::StrCat(state.rng_counter)}};
-  const absl::Status wrote =
-      WriteSafetensors(partial + "/" + RankFile(rank, world), tensors, DType::kF32, metadata);
+  std::vector<std::pair<std::string, std::string>> signed_metadata = metadata;
+  for (const SafetensorsTensorToWrite& t : tensors) {
+    signed_metadata.emplace_back("xxh3_" + t.name, Xxh3Hex(t.data, n * sizeof(float)));
+  }
+  const absl::Status wrote = WriteSafetensors(partial + "/" + RankFile(rank, world), tensors,
+                                              DType::kF32, signed_metadata);
   // Agree on success before publishing: a rank that failed must not leave a half checkpoint
   // named by `latest`.
   double failed = wrote.ok() ? 0 : 1;
@@ -171,9 +323,13 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
     // The model's config.json beside the shards, so that `prl export` needs nothing else.
     PRL_RETURN_IF_ERROR(
         WriteFileAtomically(partial + "/config.json", ModelConfigToJson(model.config())));
+    // Every shard and config.json is fsync'd, and so is step-N.partial/ after each of their
+    // renames (AtomicFileWriter); the step's own rename is made durable before `latest` names
+    // it, and `latest` is rewritten atomically (its directory fsync'd too).
     fs::remove_all(final_dir, ec);
     fs::rename(partial, final_dir, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot rename ", partial, ": ", ec.message()));
+    PRL_RETURN_IF_ERROR(FsyncDirectory(dir));
     PRL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/latest", StepName(state.step) + "\n"));
     // Keep the newest keep_last complete checkpoints; drop stale partial ones.
     std::vector<std::string> steps;
@@ -197,67 +353,48 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
 absl::StatusOr<std::optional<TrainingState>> LoadLatestCheckpoint(const std::string& dir,
                                                                   FsdpModel& model,
                                                                   ShardedOptimizer& optimizer) {
-  absl::StatusOr<std::string> step_dir = ReadLatest(dir);
-  if (absl::IsNotFound(step_dir.status())) return std::optional<TrainingState>();
-  PRL_RETURN_IF_ERROR(step_dir.status());
-  const std::string path = *step_dir + "/" + RankFile(model.rank(), model.world_size());
-  if (!fs::exists(path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", *step_dir, " has no shard for rank ", model.rank(), " of ",
-        model.world_size(), ": its world_size is '", WorldSizeOf(*step_dir), "', this run has '",
-        model.world_size(),
-        "' (resharding is not supported: prl export, then restart from the exported model)"));
+  const Candidates candidates = FindCandidates(dir);
+  if (!candidates.has_latest && candidates.steps.empty()) return std::optional<TrainingState>();
+  if (!candidates.latest_problem.empty() && model.rank() == 0) {
+    NoteFallback(dir + "/latest", candidates.latest_problem);
   }
-  PRL_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
-  const auto m = Metadata(file);
-  PRL_RETURN_IF_ERROR(Expect(m, "format", "prl-learner-shard-1", path));
-  PRL_RETURN_IF_ERROR(Expect(m, "model", ModelFingerprint(model.config()), path));
-  PRL_RETURN_IF_ERROR(Expect(m, "world_size", absl::StrCat(model.world_size()), path));
-  const bool adamw = optimizer.config().kind == OptimizerKind::kAdamW;
-  PRL_RETURN_IF_ERROR(Expect(m, "optimizer", adamw ? "adamw" : "sgd", path));
-  PRL_ASSIGN_OR_RETURN(const TrainingState state, StateFrom(m, path));
-  PRL_ASSIGN_OR_RETURN(const int64_t optimizer_step, IntField(m, "optimizer_step", path));
-  PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", model.param_shard()));
-  if (adamw) {
-    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg", optimizer.exp_avg()));
-    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg_sq", optimizer.exp_avg_sq()));
+  std::string last_damage;
+  for (const std::string& step_dir : candidates.steps) {
+    absl::StatusOr<SafetensorsFile> shard = OpenShard(step_dir, model, optimizer);
+    // Every rank must load the same step: 0 usable, 1 damaged here, 2 not for this run.
+    double verdict = shard.ok() ? 0 : absl::IsFailedPrecondition(shard.status()) ? 2 : 1;
+    PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
+      return c.AllReduceHost({&verdict, 1}, collective::ReduceOp::kMax);
+    }));
+    if (verdict == 2) {
+      if (!shard.ok()) return shard.status();
+      return absl::AbortedError(
+          absl::StrCat("checkpoint ", step_dir, ": another rank cannot use it (see its error)"));
+    }
+    if (verdict == 1) {
+      last_damage = shard.ok() ? "damaged on another rank" : std::string(shard.status().message());
+      if (!shard.ok()) NoteFallback(step_dir, shard.status().message());
+      continue;
+    }
+    return LoadShard(*shard, model, optimizer);
   }
-  optimizer.set_step(optimizer_step);
-  PRL_RETURN_IF_ERROR(model.ParametersChanged());
-  return std::optional<TrainingState>(state);
+  return NoCheckpoint(dir, candidates, last_damage);
 }
 
 absl::StatusOr<ExportedCheckpoint> ReadCheckpointFull(const std::string& dir) {
-  PRL_ASSIGN_OR_RETURN(const std::string step_dir, ReadLatest(dir));
-  PRL_ASSIGN_OR_RETURN(const ModelConfig config, ReadModelConfig(step_dir));
-  const int world = WorldSizeOf(step_dir);
-  if (world < 1) return absl::DataLossError(absl::StrCat(step_dir, " holds no rank shards"));
-  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), true));
-  const std::vector<UnitShard> plan = PlanShards(params.layout, world);
-  const int64_t shard_elems = ShardElements(plan);
-  std::vector<float> shard(shard_elems);
-  TrainingState state;
-  for (int rank = 0; rank < world; ++rank) {
-    const std::string path = step_dir + "/" + RankFile(rank, world);
-    if (!fs::exists(path)) {
-      return absl::DataLossError(
-          absl::StrCat(step_dir, ": missing the shard of rank ", rank, " (", path, ")"));
-    }
-    PRL_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
-    const auto m = Metadata(file);
-    PRL_RETURN_IF_ERROR(Expect(m, "model", ModelFingerprint(config), path));
-    if (rank == 0) {
-      PRL_ASSIGN_OR_RETURN(state, StateFrom(m, path));
-    }
-    PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", absl::MakeSpan(shard)));
-    for (const UnitShard& u : plan) {
-      const int64_t b = std::min(rank * u.shard, u.numel);
-      const int64_t e = std::min((rank + 1) * u.shard, u.numel);
-      std::copy(shard.begin() + u.shard_offset, shard.begin() + u.shard_offset + (e - b),
-                params.data() + u.begin + b);
-    }
+  const Candidates candidates = FindCandidates(dir);
+  if (!candidates.has_latest && candidates.steps.empty()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
   }
-  return ExportedCheckpoint{std::move(params), state, step_dir};
+  if (!candidates.latest_problem.empty()) NoteFallback(dir + "/latest", candidates.latest_problem);
+  std::string last_damage;
+  for (const std::string& step_dir : candidates.steps) {
+    absl::StatusOr<ExportedCheckpoint> read = ReadStepFull(step_dir);
+    if (read.ok()) return read;
+    last_damage = std::string(read.status().message());
+    NoteFallback(step_dir, last_damage);
+  }
+  return NoCheckpoint(dir, candidates, last_damage);
 }
 
 }  // namespace prl::learner

@@ -8,9 +8,15 @@
 //   step-00000012/config.json                       the model's config
 //   latest                                          "step-00000012"
 // A save writes step-N.partial/ first; after every rank has written (a barrier), rank 0
-// renames it to step-N/ and then atomically rewrites `latest`. A crash at any moment leaves
-// `latest` naming a complete checkpoint (or none); partial directories are removed by the next
-// save. Only the newest keep_last checkpoints are kept.
+// renames it to step-N/ and then atomically rewrites `latest`. Every file is fsync'd, and every
+// directory after an entry in it was created or renamed, before `latest` names the step: a
+// crash at any moment leaves `latest` naming a complete checkpoint (or none); partial
+// directories are removed by the next save. Only the newest keep_last checkpoints are kept.
+// Each shard's metadata holds the XXH3-64 of each of its tensors ("xxh3_<tensor>").
+//
+// Loading checks the shards (metadata, sizes, checksums). If `latest` names a checkpoint that
+// is missing, incomplete or damaged, the newest complete one is loaded instead and stderr says
+// which was skipped and why; every rank loads the same step.
 //
 // Resuming needs the same model config, world size and optimizer; anything else is an error
 // saying which (resharding to another world size is not supported yet: export, then start a
@@ -40,14 +46,16 @@ struct TrainingState {
 absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOptimizer& optimizer,
                             const TrainingState& state, int keep_last = 2);
 
-// A collective: loads the checkpoint `latest` names into model and optimizer. nullopt when the
-// directory has none (a fresh run).
+// A collective: loads the checkpoint `latest` names (or, if it cannot be used, the newest
+// complete one) into model and optimizer. nullopt when the directory has none (a fresh run);
+// DataLoss when it has some but none is complete.
 absl::StatusOr<std::optional<TrainingState>> LoadLatestCheckpoint(const std::string& dir,
                                                                   FsdpModel& model,
                                                                   ShardedOptimizer& optimizer);
 
 // `prl export`: the full parameters of the latest checkpoint in `dir` (read from every rank's
-// file and the config.json saved beside them; no collectives), and its training state.
+// file and the config.json saved beside them; no collectives; falling back as above), and its
+// training state.
 struct ExportedCheckpoint {
   ParameterSet params;
   TrainingState state;

@@ -116,7 +116,9 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
         CheckpointPolicy policy = options.checkpoint;
         policy.last_step = options.max_steps;
         return policy;
-      }()) {}
+      }()),
+      quarantine_(ModelLimits{model->config().vocab_size, model->config().max_position_embeddings},
+                  options.dead_letter_path, "learner") {}
 
 absl::Status LearnerService::Publish() {
   // Every rank takes part in the gather; rank 0 publishes. The full copy is allocated once.
@@ -148,7 +150,14 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
         replay_->Ack(g).IgnoreError();
         continue;
       }
-      PRL_ASSIGN_OR_RETURN(std::vector<RolloutRecord> records, g.Decode());
+      // Quarantine: a group the model cannot take is dead-lettered and acknowledged instead.
+      std::optional<std::vector<RolloutRecord>> admitted =
+          quarantine_.Admit(g, state_.weight_version);
+      if (!admitted.has_value()) {
+        replay_->Ack(g).IgnoreError();  // a lost lease brings it back, to be refused again
+        continue;
+      }
+      std::vector<RolloutRecord> records = std::move(*admitted);
       std::vector<double> rewards;
       std::vector<std::string> ids(records.size(), "g");
       for (const RolloutRecord& r : records) rewards.push_back(r.reward);

@@ -36,6 +36,7 @@
 #include "learner/step_journal.h"
 #include "learner/step_report.h"
 #include "learner/train_step.h"
+#include "replay/quarantine.h"
 #include "replay/replay_buffer.h"
 #include "weight_broadcast/weight_transport.h"
 
@@ -50,6 +51,9 @@ struct LearnerServiceOptions {
   StepConfig step;
   AdvantageConfig advantages;
   double lr = 0;  // the optimizer's, for the reports
+  // Quarantine (replay/quarantine.h): a taken group that fails the check against the model
+  // is written here as one JSONL line (empty: counted only), acknowledged and never trained.
+  std::string dead_letter_path;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor
@@ -75,6 +79,8 @@ class LearnerService {
 
   int64_t version() const { return state_.weight_version; }
   int64_t groups_consumed() const { return state_.data_position; }
+  // Groups dead-lettered by rank 0, by reason (prl_replay_groups_dead_lettered_total).
+  QuarantineCounts dead_letters() const { return quarantine_.counts(); }
 
  private:
   absl::Status Resume();
@@ -103,6 +109,7 @@ class LearnerService {
   WeightPublisher* publisher_;
   LearnerServiceOptions options_;
   Checkpointer checkpointer_;
+  Quarantine quarantine_;             // rank 0: groups the model cannot take never reach a step
   std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
   TrainingState state_;
   std::optional<StepJournal> journal_;   // rank 0, with a checkpoint directory

@@ -228,14 +228,16 @@ ReplayMetrics::ReplayMetrics(Registry& registry)
       groups_redelivered(AddCounter(registry, "prl_replay_groups_redelivered_total",
                                     "Leases that expired or whose reader died.")),
       dropped_stale(DroppedGroups(registry, "stale")),
-      dropped_full(DroppedGroups(registry, "full")),
-      dead_lettered_(CounterFamily(registry, "prl_replay_groups_dead_lettered_total",
-                                   "Groups refused at ingest as invalid and set aside, by "
-                                   "reason.")) {
+      dropped_full(DroppedGroups(registry, "full")) {}
+
+QuarantineMetrics::QuarantineMetrics(Registry& registry)
+    : dead_lettered_(CounterFamily(registry, "prl_replay_groups_dead_lettered_total",
+                                   "Groups dead-lettered for bad input instead of being trained "
+                                   "on, by reason.")) {
   for (absl::string_view reason : kDeadLetterReasons) DeadLettered(reason);
 }
 
-Counter& ReplayMetrics::DeadLettered(absl::string_view reason) {
+Counter& QuarantineMetrics::DeadLettered(absl::string_view reason) {
   return dead_lettered_.Add({{"reason", std::string(reason)}});
 }
 

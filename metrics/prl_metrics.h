@@ -183,20 +183,30 @@ struct ReplayMetrics {
   prometheus::Counter& dropped_stale;
   // prl_replay_groups_dropped_total{reason="full"}: groups dropped by the drop-oldest policy.
   prometheus::Counter& dropped_full;
+};
 
-  // prl_replay_groups_dead_lettered_total{reason}: groups refused at ingest as invalid and set
-  // aside for inspection instead of being trained on. The reasons of kDeadLetterReasons are
-  // exported from 0, so that queries and alerts have a series before the first one.
+// The dead-letter reasons (replay/group_validation.h DeadLetterReasonName, checked equal by
+// replay_quarantine_test): a token id outside the vocabulary, a sequence longer than the
+// context, log-probs or versions not one per token, a log-prob not finite or above 0, a token
+// version above the learner's, not a valid complete group, bytes failing their checksum.
+inline constexpr absl::string_view kDeadLetterReasons[] = {
+    "token_id", "context", "shape", "logprob", "future_version", "malformed", "corrupt"};
+
+// Groups refused for bad input (replay/quarantine.h), by the learner before it trains or by
+// the replay ingest before it writes; the process that checks exports them (mirror
+// QuarantineCounts with AdvanceCounterTo).
+struct QuarantineMetrics {
+  explicit QuarantineMetrics(prometheus::Registry& registry);
+
+  // prl_replay_groups_dead_lettered_total{reason}: groups written to the dead-letter file
+  // instead of being trained on, by reason (replay/group_validation.h DeadLetterReasonName:
+  // kDeadLetterReasons). Every reason is exported from 0, so that queries and alerts have a
+  // series before the first one.
   prometheus::Counter& DeadLettered(absl::string_view reason);
 
  private:
   prometheus::Family<prometheus::Counter>& dead_lettered_;
 };
-
-// The dead-letter reasons: a token id at or above the vocabulary, a sequence longer than the
-// model's context, a non-finite behaviour log-prob, a token version newer than any published.
-inline constexpr absl::string_view kDeadLetterReasons[] = {"token_out_of_vocab", "too_long",
-                                                           "non_finite_logprob", "future_version"};
 
 // A learner rank (rank 0 exports the step's global statistics; all ranks may export timing).
 struct LearnerMetrics {

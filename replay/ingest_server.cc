@@ -21,7 +21,13 @@ uint64_t TrailerCount(const grpc::ClientContext& context, const char* key) {
 class ReplayIngestServer::Service final : public v1::ReplayService::Service {
  public:
   Service(ReplayBuffer* buffer, const IngestOptions& options)
-      : buffer_(buffer), write_timeout_(options.write_timeout), admit_(options.admit) {}
+      : buffer_(buffer),
+        write_timeout_(options.write_timeout),
+        learner_version_(options.learner_version),
+        admit_(options.admit),
+        quarantine_(options.model, options.dead_letter_path, "ingest") {}
+
+  QuarantineCounts dead_letters() const { return quarantine_.counts(); }
 
   grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<v1::PushRequest>* reader,
                     v1::PushResponse* response) override {
@@ -44,9 +50,12 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
       for (int i = 0; i < request.group_size(); ++i) {
         absl::StatusOr<RolloutRecord> record = FromProto(request.group(i));
         if (!record.ok()) {
+          const absl::Status refused = quarantine_.Refuse(
+              group,
+              GroupProblem{DeadLetterReason::kMalformed, absl::StrCat("records[", i, "]"),
+                           "a valid rollout record", std::string(record.status().message())});
           return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              absl::StrCat("push message ", message, ", record ", i, ": ",
-                                           record.status().message()));
+                              absl::StrCat("push message ", message, ": ", refused.message()));
         }
         group.push_back(std::move(record).value());
       }
@@ -56,6 +65,12 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
           return rpc::ToGrpcStatus(absl::Status(
               admitted.code(), absl::StrCat("push message ", message, ": ", admitted.message())));
         }
+      }
+      // Quarantine (replay/quarantine.h): checked against the model before it is written.
+      const int64_t version = learner_version_ ? learner_version_() : INT64_MAX;
+      if (const absl::Status checked = quarantine_.Check(group, version); !checked.ok()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("push message ", message, ": ", checked.message()));
       }
       const absl::Status written = buffer_->WriteGroup(group, write_timeout_);
       if (!written.ok()) {
@@ -71,7 +86,9 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
  private:
   ReplayBuffer* buffer_;
   absl::Duration write_timeout_;
+  std::function<int64_t()> learner_version_;
   std::function<absl::Status(absl::Span<const RolloutRecord>)> admit_;
+  Quarantine quarantine_;
 };
 
 absl::StatusOr<std::unique_ptr<ReplayIngestServer>> ReplayIngestServer::Start(
@@ -95,6 +112,8 @@ void ReplayIngestServer::Shutdown() {
 void ReplayIngestServer::Wait() {
   if (server_ != nullptr) server_->Wait();
 }
+
+QuarantineCounts ReplayIngestServer::dead_letters() const { return service_->dead_letters(); }
 
 absl::StatusOr<std::unique_ptr<ReplayPushClient>> ReplayPushClient::Connect(
     const std::string& target, int64_t max_message_bytes) {

@@ -2,17 +2,18 @@
 // learner's node, so that actors on other machines can push groups into the local segment,
 // and the client they push with.
 //
-// Each PushRequest carries one complete group, validated and written atomically (WriteGroup);
-// the stream ends with INVALID_ARGUMENT naming the record and field for a bad group, and with
-// RESOURCE_EXHAUSTED when the buffer stays full past write_timeout. Groups accepted before an
-// error stay accepted; PushResponse counts them. Message limits are raised to
-// max_message_bytes to fit the largest record. Health checking and reflection are on.
+// Each PushRequest carries one complete group, checked against the model
+// (replay/group_validation.h) and written atomically (WriteGroup); a bad group is quarantined
+// (replay/quarantine.h: one line in the dead-letter file, counted by reason) and ends the
+// stream with INVALID_ARGUMENT naming the reason, record and field; a buffer that stays full
+// past write_timeout ends it with RESOURCE_EXHAUSTED. Groups accepted before an error stay
+// accepted; PushResponse counts them. Message limits are raised to max_message_bytes to fit
+// the largest record. Health checking and reflection are on.
 #pragma once
-
-#include <functional>
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "prl/v1/replay.grpc.pb.h"
+#include "replay/quarantine.h"
 #include "replay/replay_buffer.h"
 
 namespace prl {
@@ -28,6 +30,12 @@ struct IngestOptions {
   std::string address = "127.0.0.1:50061";  // loopback by default; port 0 picks a free one
   int64_t max_message_bytes = int64_t{256} << 20;
   absl::Duration write_timeout = absl::Seconds(10);  // per group, while the buffer is full
+  // The model groups are checked against (vocab_size 0: the record invariants only), where
+  // refused groups are recorded (empty: counted only), and the learner's weight version for
+  // "not from the future" (null: versions are checked >= 0 only).
+  ModelLimits model;
+  std::string dead_letter_path;
+  std::function<int64_t()> learner_version;
   // Decides whether a decoded group may enter the buffer (the replay role admits only groups
   // of its run, from the actor that holds their prompt's lease); null: every valid group. A
   // refused group ends the stream with the status admit returned.
@@ -44,6 +52,8 @@ class ReplayIngestServer {
   int port() const { return port_; }
   void Shutdown();
   void Wait();  // blocks until shutdown
+  // Groups refused so far, by reason (for prl_replay_groups_dead_lettered_total).
+  QuarantineCounts dead_letters() const;
 
  private:
   class Service;

@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/process_identity.h"
 
@@ -46,10 +48,21 @@ std::mutex& InProcessMutex() {
   return *mutex;
 }
 
+// Whether this thread is inside a section (of any lock: the mutex above is one per process).
+thread_local bool in_section = false;
+
+std::mutex& InProcessMutexForANewSection() {
+  PRL_CHECK(!in_section, "LeaseLock sections never nest: this thread is in one already");
+  return InProcessMutex();
+}
+
 }  // namespace
 
-LockedSection::LockedSection(LockState* state, uint8_t* base)
-    : in_process_(InProcessMutex()), state_(state), base_(base) {
+LockedSection::LockedSection(LockState* state, uint8_t* base, uint64_t mapped_bytes)
+    : in_process_(InProcessMutexForANewSection()),
+      state_(state),
+      base_(base),
+      mapped_bytes_(mapped_bytes) {
   const uint64_t me = SelfProcessToken();
   PRL_CHECK(me != 0, "no process token");
   int64_t waited_since = 0;
@@ -57,7 +70,6 @@ LockedSection::LockedSection(LockState* state, uint8_t* base)
   for (int attempt = 0;; ++attempt) {
     uint64_t expected = 0;
     if (state_->owner.compare_exchange_weak(expected, me, std::memory_order_acquire)) break;
-    PRL_CHECK(expected != me, "LeaseLock is not reentrant");
     if (attempt < 64) {
       CpuRelax();
       continue;
@@ -85,18 +97,20 @@ LockedSection::LockedSection(LockState* state, uint8_t* base)
     nanosleep(&pause, nullptr);
   }
   PRL_CHECK(state_->undo_count.load() == 0, "undo log not empty after acquisition");
+  in_section = true;
 }
 
 LockedSection::~LockedSection() {
   // The commit point: once the log is empty, the section's writes stand.
   state_->undo_count.store(0, std::memory_order_seq_cst);
+  in_section = false;
   state_->owner.store(0, std::memory_order_release);
 }
 
 void LockedSection::Set(std::atomic<uint64_t>& field, uint64_t value) {
   const uint64_t n = state_->undo_count.load(std::memory_order_relaxed);
-  PRL_CHECK(n < kUndoLogCapacity, "critical section writes more than ", kUndoLogCapacity,
-            " fields");
+  PRL_CHECK(n < kUndoLogCapacity, "invariant broken: a critical section wrote ", n,
+            " fields without checking HasRoom (the undo log holds ", kUndoLogCapacity, ")");
   const uint8_t* address = reinterpret_cast<const uint8_t*>(&field);
   state_->undo[n].offset.store(static_cast<uint64_t>(address - base_), std::memory_order_relaxed);
   state_->undo[n].old_value.store(field.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -107,12 +121,32 @@ void LockedSection::Set(std::atomic<uint64_t>& field, uint64_t value) {
 }
 
 void LockedSection::Rollback() {
-  const uint64_t n = state_->undo_count.load(std::memory_order_seq_cst);
+  // Entries were checked on attach (CheckUndoLog); one that a stray write damaged since is
+  // skipped rather than followed outside the mapping.
+  const uint64_t n = std::min(state_->undo_count.load(std::memory_order_seq_cst), kUndoLogCapacity);
   for (uint64_t i = n; i-- > 0;) {
-    auto* field = reinterpret_cast<std::atomic<uint64_t>*>(base_ + state_->undo[i].offset.load());
+    const uint64_t offset = state_->undo[i].offset.load();
+    if (offset % 8 != 0 || offset + 8 > mapped_bytes_) continue;
+    auto* field = reinterpret_cast<std::atomic<uint64_t>*>(base_ + offset);
     field->store(state_->undo[i].old_value.load(), std::memory_order_relaxed);
   }
   state_->undo_count.store(0, std::memory_order_seq_cst);
+}
+
+std::string CheckUndoLog(const LockState& state, uint64_t mapped_bytes) {
+  const uint64_t n = state.undo_count.load();
+  if (n > kUndoLogCapacity) {
+    return absl::StrCat("lock.undo_count is ", n, ", expected at most ", kUndoLogCapacity);
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t offset = state.undo[i].offset.load();
+    if (offset % 8 != 0 || offset + 8 > mapped_bytes) {
+      return absl::StrCat("lock.undo[", i, "].offset is ", offset,
+                          ", expected an 8-aligned field inside the ", mapped_bytes,
+                          "-byte mapping");
+    }
+  }
+  return "";
 }
 
 }  // namespace prl

@@ -11,18 +11,28 @@
 // All protected fields are std::atomic<uint64_t> inside the same mapping, addressed in the log
 // by their offset from the mapping's base, so the log means the same in every process.
 //
+// The undo log is bounded by design, never exhausted: every critical section writes a fixed
+// part of fewer than kSectionReserve fields, plus loops (dropping, expiring, leasing many
+// groups) whose every iteration also writes fewer than kSectionReserve and starts only while
+// HasRoom(); a loop that runs out of room stops and leaves the rest to the caller's next
+// section. So Set never finds the log full (its check is an invariant, not a limit).
+//
 // The lease names a process, not a thread: the threads of one process (the replay ingest
 // serves several pushes at once) first queue on a process-local mutex, so that at most one of
-// them contends for the lease. Sections never nest.
+// them contends for the lease (and a waiting thread sleeps in the kernel instead of polling).
+// Sections never nest: a thread that opens a second one is a programming error, checked.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 namespace prl {
 
 inline constexpr uint64_t kUndoLogCapacity = 16384;
+// Upper bound of the fields written by a section's fixed part, and by one loop iteration.
+inline constexpr uint64_t kSectionReserve = 128;
 
 struct alignas(64) LockState {
   std::atomic<uint64_t> owner;       // ProcessToken of the holder; 0 when free
@@ -37,9 +47,10 @@ struct alignas(64) LockState {
 
 class LockedSection {
  public:
-  // Acquires the lease on `state` (which lives in the mapping starting at `base`), taking it
-  // over from a dead holder and rolling back its unfinished section if needed.
-  LockedSection(LockState* state, uint8_t* base);
+  // Acquires the lease on `state` (which lives in the mapping of `mapped_bytes` starting at
+  // `base`), taking it over from a dead holder and rolling back its unfinished section if
+  // needed. Waits while another thread of this process holds a section.
+  LockedSection(LockState* state, uint8_t* base, uint64_t mapped_bytes);
   // Commits (forgets the undo log) and releases.
   ~LockedSection();
   LockedSection(const LockedSection&) = delete;
@@ -53,6 +64,12 @@ class LockedSection {
   }
   // True if this acquisition took the lease over from a dead holder.
   bool took_over() const { return took_over_; }
+  // Whether a loop may run one more iteration (see above), `pending` fields that the
+  // section will still write after the loop already counted.
+  bool HasRoom(uint64_t pending = 0) const {
+    return state_->undo_count.load(std::memory_order_relaxed) + pending + 2 * kSectionReserve <=
+           kUndoLogCapacity;
+  }
 
  private:
   void Rollback();
@@ -60,7 +77,13 @@ class LockedSection {
   std::unique_lock<std::mutex> in_process_;  // released after the lease (declared first)
   LockState* state_;
   uint8_t* base_;
+  uint64_t mapped_bytes_;
   bool took_over_ = false;
 };
+
+// The undo log of a lock found in a mapping of `mapped_bytes`: empty "" if every entry it
+// holds addresses a field inside the mapping, else what is wrong (checked on attach, before a
+// takeover would roll the entries back).
+std::string CheckUndoLog(const LockState& state, uint64_t mapped_bytes);
 
 }  // namespace prl

@@ -1,6 +1,8 @@
 #include "replay/replay_buffer.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "core/xxhash_inline.h"
 #include "replay/rollout_group.h"
 #include "replay/segment.h"
+#include "replay/segment_check.h"
 
 namespace prl {
 
@@ -165,8 +168,29 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapExisting(const std::string& name, bo
                                                "creating it?): `prl replay reset ",
                                                name, "`"));
   }
-  m->segment = Segment(base);
+  // The checksum says the creator wrote this header; the ranges say a creator of this layout
+  // could have (replay/segment_check.h).
+  PRL_RETURN_IF_ERROR(replay_internal::CheckFixedHeader(f, m->size, name));
+  if (const std::string bad = CheckUndoLog(h.lock, m->size); !bad.empty()) {
+    return absl::DataLossError(absl::StrCat("replay segment '", name, "' is damaged: ", bad,
+                                            "; `prl replay reset ", name, "` removes it"));
+  }
+  m->segment = Segment(base, m->size);
   return m;
+}
+
+// /dev/shm must hold the whole segment: tmpfs pages are allocated on first touch, and a touch
+// that finds the file system full is a SIGBUS, not an error.
+absl::Status CheckShmSpace(const std::string& name, uint64_t segment_bytes) {
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) != 0) return absl::OkStatus();  // not Linux's tmpfs: let it try
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (segment_bytes <= free_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "replay segment '", name, "' needs ", segment_bytes, " bytes but /dev/shm has ", free_bytes,
+      " bytes free (of ", static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize,
+      "): lower the capacity (replay.capacity_mb), free /dev/shm, or enlarge it (a container's "
+      "--shm-size)"));
 }
 
 ReplayStats StatsOf(const Segment& s) {
@@ -268,11 +292,24 @@ absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Create(const std::st
       bip::shared_memory_object::remove(name.c_str());
     }
   }
+  if (absl::Status space = CheckShmSpace(name, f.segment_bytes); !space.ok()) {
+    bip::shared_memory_object::remove(name.c_str());
+    return space;
+  }
   try {
     m->shm.truncate(static_cast<bip::offset_t>(f.segment_bytes));
   } catch (const bip::interprocess_exception& e) {
     bip::shared_memory_object::remove(name.c_str());
     return Interprocess(e, "cannot size", name);
+  }
+  // Every page allocated now: a full /dev/shm is this error, never a SIGBUS later.
+  if (const int err = posix_fallocate(m->shm.get_mapping_handle().handle, 0,
+                                      static_cast<off_t>(f.segment_bytes));
+      err != 0) {
+    bip::shared_memory_object::remove(name.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat("replay segment '", name,
+                                                     "': cannot allocate its ", f.segment_bytes,
+                                                     " bytes in /dev/shm: ", std::strerror(err)));
   }
   if (absl::Status mapped = m->Map(/*writable=*/true); !mapped.ok()) {
     bip::shared_memory_object::remove(name.c_str());
@@ -283,12 +320,19 @@ absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Create(const std::st
   h->fixed = f;
   h->fixed_checksum = FixedChecksum(f);
   h->initialized.store(replay_internal::kMagic, std::memory_order_release);
-  m->segment = Segment(base);
+  m->segment = Segment(base, m->size);
   return std::unique_ptr<ReplayBuffer>(new ReplayBuffer(name, std::move(m)));
 }
 
 absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Open(const std::string& name) {
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> m, MapExisting(name, /*writable=*/true));
+  {
+    // Under the lock (which first rolls back a dead holder's half-done section), the ring,
+    // queue and slots must agree before this process relies on them.
+    Segment& s = m->segment;
+    LockedSection lock(&s.header().lock, s.base(), s.mapped_bytes());
+    PRL_RETURN_IF_ERROR(replay_internal::CheckState(s, name));
+  }
   return std::unique_ptr<ReplayBuffer>(new ReplayBuffer(name, std::move(m)));
 }
 
@@ -347,11 +391,12 @@ absl::Status ReplayBuffer::WriteGroup(absl::Span<const RolloutRecord> records,
     uint32_t seen;
     bool reclaimed = false;
     {
-      LockedSection lock(&h.lock, s.base());
+      LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
       reclaimed = s.Maintain(lock, /*force=*/waited);
-      if (s.TryAllocate(lock, frame_bytes, info.payload_bytes, info.key, info.size, &a)) {
-        break;
-      }
+      const replay_internal::Step step =
+          s.TryAllocate(lock, frame_bytes, info.payload_bytes, info.key, info.size, &a);
+      if (step == replay_internal::Step::kDone) break;
+      if (step == replay_internal::Step::kYield) continue;  // dropped some; go on at once
       seen = h.space_futex.load(std::memory_order_acquire);
       if (!waited) lock.Add(h.counters.writer_waits, 1);
       if (SteadyNowNs() >= deadline) {
@@ -370,7 +415,7 @@ absl::Status ReplayBuffer::WriteGroup(absl::Span<const RolloutRecord> records,
   const absl::StatusOr<EncodedGroup> encoded =
       EncodeGroupToWithChecksum(records, s.Payload(a.position));
   {
-    LockedSection lock(&h.lock, s.base());
+    LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
     if (!encoded.ok()) {
       s.Abort(lock, a);
     } else {
@@ -401,13 +446,15 @@ absl::StatusOr<std::vector<LeasedGroup>> ReplayBuffer::Take(const TakeOptions& o
   for (bool waited = false;;) {
     uint32_t seen;
     bool reclaimed = false;
+    replay_internal::Step step = replay_internal::Step::kNone;
     {
-      LockedSection lock(&h.lock, s.base());
+      LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
       reclaimed = s.Maintain(lock, /*force=*/waited || options.reclaim_first);
       Segment::LeaseGrant lease;
       const uint64_t tail_before = h.tail.load();
       while (static_cast<int32_t>(out.size()) < options.max_groups &&
-             s.TryLease(lock, options.learner_version, options.max_lag, &lease)) {
+             (step = s.TryLease(lock, options.learner_version, options.max_lag, &lease)) ==
+                 replay_internal::Step::kDone) {
         const FrameHeader& fh = s.Frame(lease.position);
         LeasedGroup g;
         g.frame_position = lease.position;
@@ -425,6 +472,7 @@ absl::StatusOr<std::vector<LeasedGroup>> ReplayBuffer::Take(const TakeOptions& o
       if (out.empty() && !waited) lock.Add(h.counters.reader_waits, 1);
     }
     if (reclaimed) FutexBumpAndWake(&h.space_futex);
+    if (step == replay_internal::Step::kYield) continue;  // the section's budget: a new one
     if (!out.empty() || SteadyNowNs() >= deadline) return out;
     waited = true;
     PRL_RETURN_IF_ERROR(WaitFor(&h.data_futex, seen, deadline));
@@ -436,7 +484,7 @@ absl::Status ReplayBuffer::Ack(const LeasedGroup& group) {
   Header& h = s.header();
   bool ok;
   {
-    LockedSection lock(&h.lock, s.base());
+    LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
     ok = s.EndLease(lock, group.frame_position, group.lease_slot, group.lease_generation,
                     /*consumed=*/true);
   }
@@ -450,12 +498,28 @@ absl::Status ReplayBuffer::Ack(const LeasedGroup& group) {
   return absl::OkStatus();
 }
 
+absl::Status ReplayBuffer::Renew(const LeasedGroup& group) {
+  Segment& s = mapping_->segment;
+  bool ok;
+  {
+    LockedSection lock(&s.header().lock, s.base(), s.mapped_bytes());
+    ok = s.RenewLease(lock, group.frame_position, group.lease_slot, group.lease_generation);
+  }
+  if (!ok) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replay lease on group at ", group.frame_position,
+        " was lost before it was renewed (it expired or was released, and the group was "
+        "re-delivered): discard what was read from it"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReplayBuffer::Release(const LeasedGroup& group) {
   Segment& s = mapping_->segment;
   Header& h = s.header();
   bool ok;
   {
-    LockedSection lock(&h.lock, s.base());
+    LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
     ok = s.EndLease(lock, group.frame_position, group.lease_slot, group.lease_generation,
                     /*consumed=*/false);
   }

@@ -18,7 +18,7 @@
 // it, into space owned by the writer or leased by the reader. Waits use futexes with timeouts.
 //
 // Thread-safety: a ReplayBuffer may be used from several threads of one process and from many
-// processes at once.
+// processes at once; so may several ReplayBuffers of one segment in one process.
 #pragma once
 
 #include <cstdint>
@@ -114,13 +114,16 @@ struct SegmentInfo {
 
 class ReplayBuffer {
  public:
-  // Creates segment `name` (owner-only permissions). If it exists: AlreadyExists naming the
-  // remedy, unless reclaim_stale is set and its creator is dead (then it is replaced).
+  // Creates segment `name` (owner-only permissions), its pages allocated at once. If it
+  // exists: AlreadyExists naming the remedy, unless reclaim_stale is set and its creator is
+  // dead (then it is replaced). A segment larger than /dev/shm's free space is
+  // ResourceExhausted naming both sizes.
   static absl::StatusOr<std::unique_ptr<ReplayBuffer>> Create(const std::string& name,
                                                              const ReplayConfig& config,
                                                              bool reclaim_stale = false);
   // Joins an existing segment; another layout version, a size that disagrees with the header,
-  // or a corrupted header are errors saying so.
+  // a corrupted header, or bookkeeping that fails its checks (replay/segment_check.h) are
+  // errors naming what is wrong.
   static absl::StatusOr<std::unique_ptr<ReplayBuffer>> Open(const std::string& name);
   // Deletes a segment (`prl replay reset`); refuses while its creator lives unless force.
   static absl::Status Remove(const std::string& name, bool force);
@@ -140,6 +143,10 @@ class ReplayBuffer {
   absl::Status Ack(const LeasedGroup& group);
   // Hands the group back for delivery to another reader, unconsumed.
   absl::Status Release(const LeasedGroup& group);
+  // Extends the group's lease to lease_ms from now: a reader whose work on it outlasts the
+  // lease (a long training step) renews it meanwhile. FailedPrecondition if the lease was
+  // already lost: then the caller must discard what it read.
+  absl::Status Renew(const LeasedGroup& group);
 
   ReplayStats Stats() const;
   const std::string& name() const { return name_; }

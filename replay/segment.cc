@@ -85,35 +85,37 @@ uint64_t Segment::ReclaimTail(LockedSection& lock) {
   return tail - start;
 }
 
-bool Segment::TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t payload_bytes,
+Step Segment::TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t payload_bytes,
                           uint64_t group_key, uint64_t num_records, Allocation* out) {
   const FixedHeader& f = h_->fixed;
   const bool drop_oldest = f.backpressure == 1;
-  if (h_->writing.load() >= f.max_writers) return false;
+  if (h_->writing.load() >= f.max_writers) return Step::kNone;
   while (h_->live_frames.load() >= f.queue_capacity) {
-    if (!drop_oldest || QueueSize() == 0) return false;
+    if (!drop_oldest || QueueSize() == 0) return Step::kNone;
+    if (!lock.HasRoom()) return Step::kYield;
     DropFront(lock);
   }
   // Room for `bytes` more at the head, dropping the oldest ready groups under kDropOldest.
   auto make_room = [&](uint64_t bytes) {
     while (f.data_bytes - (h_->head.load() - h_->tail.load()) < bytes) {
-      if (!drop_oldest || QueueSize() == 0) return false;
+      if (!drop_oldest || QueueSize() == 0) return Step::kNone;
+      if (!lock.HasRoom()) return Step::kYield;
       DropFront(lock);
       ReclaimTail(lock);
     }
-    return true;
+    return Step::kDone;
   };
   const uint64_t offset = h_->head.load() % f.data_bytes;
   if (offset + frame_bytes > f.data_bytes) {
     // The frame would wrap: pad to the ring's end first (the padding is reclaimable at once,
     // so even a frame as large as the ring fits once the ring drains).
     const uint64_t pad = f.data_bytes - offset;
-    if (!make_room(pad)) return false;
+    if (const Step room = make_room(pad); room != Step::kDone) return room;
     WriteFrameHeader(lock, h_->head.load(), pad, kPadding);
     lock.Set(h_->head, h_->head.load() + pad);
     ReclaimTail(lock);
   }
-  if (!make_room(frame_bytes)) return false;
+  if (const Step room = make_room(frame_bytes); room != Step::kDone) return room;
   const uint64_t head = h_->head.load();
   // A free writer slot (there is one: writing < max_writers).
   uint64_t slot = h_->writer_hint.load();
@@ -137,7 +139,7 @@ bool Segment::TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t pa
   lock.Set(h_->head, head + frame_bytes);
   out->position = head;
   out->writer_slot = slot;
-  return true;
+  return Step::kDone;
 }
 
 void Segment::Commit(LockedSection& lock, const Allocation& a, uint64_t checksum,
@@ -164,10 +166,12 @@ void Segment::Abort(LockedSection& lock, const Allocation& a) {
   ReclaimTail(lock);
 }
 
-bool Segment::TryLease(LockedSection& lock, int64_t learner_version, int64_t max_lag, LeaseGrant* out) {
+Step Segment::TryLease(LockedSection& lock, int64_t learner_version, int64_t max_lag,
+                       LeaseGrant* out) {
   const FixedHeader& f = h_->fixed;
   while (QueueSize() > 0) {
-    if (h_->leased.load() >= f.max_leases) return false;
+    if (h_->leased.load() >= f.max_leases) return Step::kNone;
+    if (!lock.HasRoom()) return Step::kYield;
     const uint64_t qhead = h_->queue_head.load();
     const uint64_t position = QueueEntry(qhead).load();
     FrameHeader& fh = Frame(position);
@@ -196,19 +200,34 @@ bool Segment::TryLease(LockedSection& lock, int64_t learner_version, int64_t max
     lock.Set(fh.state, kLeased);
     lock.Set(fh.lease_slot, slot);
     *out = {position, slot, generation};
-    return true;
+    return Step::kDone;
   }
-  return false;
+  return Step::kNone;
+}
+
+LeaseSlot* Segment::HeldLease(uint64_t position, uint64_t slot, uint64_t generation) const {
+  if (slot >= h_->fixed.max_leases) return nullptr;
+  LeaseSlot& l = Lease(slot);
+  if (l.active.load() == 0 || l.generation.load() != generation ||
+      l.frame_position.load() != position || l.holder.load() != SelfProcessToken()) {
+    return nullptr;
+  }
+  return &l;
+}
+
+bool Segment::RenewLease(LockedSection& lock, uint64_t position, uint64_t slot,
+                         uint64_t generation) {
+  LeaseSlot* l = HeldLease(position, slot, generation);
+  if (l == nullptr) return false;
+  lock.Set(l->deadline_ns, static_cast<uint64_t>(SteadyNowNs() + h_->fixed.lease_ns));
+  return true;
 }
 
 bool Segment::EndLease(LockedSection& lock, uint64_t position, uint64_t slot, uint64_t generation,
                        bool consumed) {
-  if (slot >= h_->fixed.max_leases) return false;
-  LeaseSlot& l = Lease(slot);
-  if (l.active.load() == 0 || l.generation.load() != generation ||
-      l.frame_position.load() != position || l.holder.load() != SelfProcessToken()) {
-    return false;
-  }
+  LeaseSlot* held = HeldLease(position, slot, generation);
+  if (held == nullptr) return false;
+  LeaseSlot& l = *held;
   FrameHeader& fh = Frame(position);
   lock.Set(l.active, 0);
   lock.Set(h_->leased, h_->leased.load() - 1);
@@ -243,7 +262,10 @@ bool Segment::Maintain(LockedSection& lock, bool force) {
   bool changed = false;
   if (h_->leased.load() > 0) {
     std::vector<uint64_t> reclaimed;  // frame positions, to go back in the order they came
-    for (uint64_t s = 0; s < f.max_leases; ++s) {
+    // Each reclaimed lease also costs a PushFront (2 fields) after the loop: counted as
+    // pending so that the whole section stays within the undo log. Leases left over expire
+    // in the next section (then not in order with these: only past thousands at once).
+    for (uint64_t s = 0; s < f.max_leases && lock.HasRoom(2 * reclaimed.size()); ++s) {
       LeaseSlot& l = Lease(s);
       if (l.active.load() == 0) continue;
       if (static_cast<int64_t>(l.deadline_ns.load()) > now && is_alive(l.holder.load())) continue;
@@ -261,7 +283,7 @@ bool Segment::Maintain(LockedSection& lock, bool force) {
     for (const uint64_t position : reclaimed) PushFront(lock, position);
   }
   if (h_->writing.load() > 0) {
-    for (uint64_t s = 0; s < f.max_writers; ++s) {
+    for (uint64_t s = 0; s < f.max_writers && lock.HasRoom(); ++s) {
       WriterSlot& w = Writer(s);
       if (w.active.load() == 0 || is_alive(w.owner.load())) continue;
       FrameHeader& fh = Frame(w.frame_position.load());
@@ -273,6 +295,8 @@ bool Segment::Maintain(LockedSection& lock, bool force) {
       changed = true;
     }
   }
+  // Stopped for the section's undo budget: the next call goes on at once, not in 10 ms.
+  if (!lock.HasRoom()) lock.Set(h_->last_maintenance_ns, 0);
   return ReclaimTail(lock) > 0 || changed;
 }
 

@@ -63,6 +63,8 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
   out.max_prompts_per_set = c.coordinator.max_prompts_per_set;
   out.reward_addresses = c.coordinator.reward_addresses;
+  out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
+  out.retention_s = c.coordinator.retention_s;
   out.max_lag = c.learner.max_lag;
   out.groups_per_step = c.learner.groups_per_step;
   out.sync = c.run.mode == config::RunMode::kSync;

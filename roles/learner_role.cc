@@ -92,7 +92,7 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);
   absl::Status run = service.Run(&stop, [&](const learner::LearnerStepReport& step) {
-    z.sink->Observe(step, service.groups_consumed());
+    z.sink->Observe(step, service.groups_consumed(), service.dead_letters());
   });
   if (z.endpoint != nullptr) z.endpoint->SetReadiness(nullptr);
   return run;
@@ -110,6 +110,7 @@ learner::LearnerServiceOptions LearnerServiceOptionsFrom(const config::RunConfig
   o.checkpoint.keep_last = c.learner.keep_checkpoints;
   o.advantages = AdvantageConfigFrom(c.learner);
   o.lr = c.learner.lr;
+  o.dead_letter_path = c.dead_letter_file("learner");
   return o;
 }
 

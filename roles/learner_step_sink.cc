@@ -7,6 +7,7 @@
 #include "rpc/grpc_util.h"
 #include "absl/strings/str_cat.h"
 #include "learner/step_report.h"
+#include "roles/role_metrics.h"
 
 namespace prl::roles {
 
@@ -16,6 +17,7 @@ StepSink::StepSink(const config::RunConfig& config, prometheus::Registry& regist
       learner_(registry, learner::LossKindName(config.learner.loss)),
       weights_(registry),
       replay_metrics_(registry),
+      dead_letters_(registry),
       replay_(replay) {
   learner_.max_lag_versions.Set(static_cast<double>(config.learner.max_lag));
 }
@@ -88,7 +90,9 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed) {
   coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
 }
 
-void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed) {
+void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,
+                       const QuarantineCounts& dead_letters) {
+  ExportDeadLetters(dead_letters, dead_letters_);
   const learner::StepReport& r = step.report;
   std::printf(
       "step %lld: version %lld, %lld groups (%lld samples), reward %.4f, loss %.4g, ratio "

@@ -13,6 +13,7 @@
 #include "learner/learner_service.h"
 #include "metrics/prl_metrics.h"
 #include "prl/v1/prompt.grpc.pb.h"
+#include "replay/quarantine.h"
 #include "replay/replay_buffer.h"
 
 namespace prl::roles {
@@ -25,7 +26,8 @@ class StepSink {
                                                           ReplayBuffer* replay);
   ~StepSink();
 
-  void Observe(const learner::LearnerStepReport& step, int64_t groups_consumed);
+  void Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,
+               const QuarantineCounts& dead_letters);
 
  private:
   StepSink(const config::RunConfig& config, prometheus::Registry& registry, ReplayBuffer* replay);
@@ -36,6 +38,7 @@ class StepSink {
   metrics::LearnerMetrics learner_;
   metrics::WeightSyncMetrics weights_;
   metrics::ReplayMetrics replay_metrics_;
+  metrics::QuarantineMetrics dead_letters_;
   ReplayBuffer* replay_;
   std::FILE* report_file_ = nullptr;
   std::unique_ptr<prl::v1::ActorControl::Stub> coordinator_;

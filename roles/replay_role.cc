@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
@@ -77,6 +78,13 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   options.max_message_bytes = c.replay.max_message_mb << 20;
   options.write_timeout = absl::Milliseconds(c.replay.write_timeout_ms);
   options.admit = AdmitLeasedGroups(c);
+  // Quarantine: groups the model cannot take are refused here, before the learner sees them
+  // (the learner checks token versions against its own; the ingest cannot know it).
+  if (!c.model.path.empty()) {
+    PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+    options.model = ModelLimits{model.vocab_size, model.max_position_embeddings};
+  }
+  options.dead_letter_path = c.dead_letter_file("ingest");
   PRL_ASSIGN_OR_RETURN(auto server, ReplayIngestServer::Start(buffer.get(), options));
   std::printf(
       "serving replay segment %s on port %d (ReplayService, health, reflection)%s; messages up "
@@ -86,7 +94,11 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
       static_cast<long long>(c.replay.write_timeout_ms));
   std::fflush(stdout);
   endpoint->SetReadiness([] { return absl::OkStatus(); });
-  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  metrics::QuarantineMetrics dead_letters(*endpoint->registry);
+  while (!stop) {
+    ExportDeadLetters(server->dead_letters(), dead_letters);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   endpoint->SetReadiness(nullptr);
   server->Shutdown();
   return absl::OkStatus();

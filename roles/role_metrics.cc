@@ -24,4 +24,12 @@ absl::StatusOr<std::unique_ptr<RoleMetrics>> StartRoleMetrics(
   return m;
 }
 
+void ExportDeadLetters(const QuarantineCounts& counts, metrics::QuarantineMetrics& metrics) {
+  for (int i = 0; i < kNumDeadLetterReasons; ++i) {
+    metrics::AdvanceCounterTo(
+        metrics.DeadLettered(DeadLetterReasonName(static_cast<DeadLetterReason>(i))),
+        static_cast<double>(counts.by_reason[static_cast<size_t>(i)]));
+  }
+}
+
 }  // namespace prl::roles

@@ -13,6 +13,7 @@
 #include "metrics/metrics_server.h"
 #include "metrics/prl_metrics.h"
 #include "prometheus/registry.h"
+#include "replay/quarantine.h"
 
 namespace prl::roles {
 
@@ -25,6 +26,10 @@ struct RoleMetrics {
   // /readyz answers with `check` (null: not ready); a no-op when metrics are disabled.
   void SetReadiness(metrics::ReadinessCheck check) const;
 };
+
+// Mirrors a checker's dead-letter counts (replay/quarantine.h) into
+// prl_replay_groups_dead_lettered_total{reason}.
+void ExportDeadLetters(const QuarantineCounts& counts, metrics::QuarantineMetrics& metrics);
 
 // Starts the endpoint when enabled (an address in use is Unavailable naming it).
 absl::StatusOr<std::unique_ptr<RoleMetrics>> StartRoleMetrics(const config::MetricsSection& config);

@@ -24,6 +24,7 @@ absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& con
     case WeightTransport::kGrpc: {
       GrpcPublisherOptions options;
       options.address = config.broadcast.listen;
+      options.version_file = config.weight_version_file();
       options.stall_timeout = absl::Seconds(config.broadcast.timeout_s);
       PRL_ASSIGN_OR_RETURN(auto publisher, GrpcWeightPublisher::Start(model, options));
       e.description = absl::StrCat("gRPC on port ", publisher->port());
@@ -44,6 +45,7 @@ absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& con
       options.timeout = absl::Seconds(config.broadcast.timeout_s);
       options.keepalive_interval = options.timeout / 6;
       options.member_timeout = options.timeout / 3;
+      options.version_file = config.weight_version_file();
       PRL_ASSIGN_OR_RETURN(auto publisher, CollectiveWeightPublisher::Start(model, options));
       e.description = absl::StrCat(device.is_cuda() ? "an NCCL" : "a Gloo",
                                    " broadcast group, store on port ", publisher->port());

@@ -17,6 +17,7 @@
 #include "weight_broadcast/collective_protocol.h"
 #include "weight_broadcast/collective_transport.h"
 #include "weight_broadcast/handshake.h"
+#include "weight_broadcast/version_file.h"
 #include "weight_broadcast/versioning.h"
 
 namespace prl {
@@ -122,6 +123,10 @@ class CollectiveWeightPublisher::Broadcaster {
 };
 
 absl::Status CollectiveWeightPublisher::Broadcaster::Start() {
+  if (!options_.version_file.empty()) {  // what an earlier publisher of the run made visible
+    PRL_ASSIGN_OR_RETURN(const int64_t held, ReadPublishedVersion(options_.version_file));
+    if (held >= 0) versions_.Held(held);
+  }
   // The weight group's store: the actors join through it, the learner publishes.
   static const rpc::AccessPolicy kWeightGroup = {
       {"/prl.v1.StoreService/", {rpc::Role::kActor, rpc::Role::kLearner}}};
@@ -152,6 +157,9 @@ absl::Status CollectiveWeightPublisher::Broadcaster::Publish(int64_t version,
   constexpr absl::string_view kWhere = "Publish to the collective weight broadcaster";
   PRL_RETURN_IF_ERROR(versions_.CheckNext(version, kWhere));
   PRL_RETURN_IF_ERROR(CheckPublishedWeights(handshake_, weights, kWhere));
+  if (!options_.version_file.empty()) {  // durable before any subscriber can see it
+    PRL_RETURN_IF_ERROR(WritePublishedVersion(options_.version_file, version));
+  }
   const auto bytes = static_cast<size_t>(handshake_.weight_bytes);
   std::shared_ptr<Snapshot> snapshot;
   {

@@ -56,6 +56,10 @@ struct CollectivePublisherOptions {
   absl::Duration keepalive_interval = absl::Seconds(5);
   // A subscriber whose heartbeat is older than this is left out of the next epoch.
   absl::Duration member_timeout = absl::Seconds(10);
+  // Where the newest published version is kept (weight_broadcast/version_file.h), so that a
+  // restarted publisher's newest_version() knows it before any subscriber reports; empty: not
+  // kept.
+  std::string version_file = "";
 };
 
 class CollectiveWeightPublisher final : public WeightPublisher {
@@ -70,7 +74,8 @@ class CollectiveWeightPublisher final : public WeightPublisher {
   // Copies `weights` (CPU or any CUDA device) into a snapshot and returns; never waits for the
   // broadcaster or a subscriber.
   absl::Status Publish(int64_t version, const ParameterSet& weights) override;
-  // The newest version published, or held by a subscriber that announced itself.
+  // The newest version published, in the version file, or held by a subscriber that
+  // announced itself.
   int64_t newest_version() const override;
   PublisherStats stats() const override;
   int port() const;

@@ -12,6 +12,7 @@
 #include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
 #include "weight_broadcast/mailbox.h"
+#include "weight_broadcast/version_file.h"
 #include "weight_broadcast/versioning.h"
 
 namespace prl {
@@ -36,13 +37,22 @@ struct GrpcWeightPublisher::Snapshot {
 
 class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
  public:
-  Service(const ModelConfig& config, int64_t chunk_bytes, absl::Duration stall_timeout)
+  Service(const ModelConfig& config, const GrpcPublisherOptions& options)
       : handshake_(LocalHandshake("grpc", config)),
         config_json_(ModelConfigToJson(config)),
         weight_bytes_(handshake_.weight_bytes),
-        chunk_bytes_(chunk_bytes),
-        stall_timeout_(stall_timeout) {
+        chunk_bytes_(options.chunk_bytes),
+        stall_timeout_(options.stall_timeout),
+        version_file_(options.version_file) {
     stats_.version_bytes = weight_bytes_;
+  }
+
+  // What an earlier publisher of the run made visible (its version file).
+  absl::Status LoadHeldVersion() {
+    if (version_file_.empty()) return absl::OkStatus();
+    PRL_ASSIGN_OR_RETURN(const int64_t held, ReadPublishedVersion(version_file_));
+    if (held >= 0) versions_.Held(held);
+    return absl::OkStatus();
   }
 
   grpc::Status Subscribe(grpc::ServerContext* context, const v1::SubscribeRequest* request,
@@ -79,6 +89,9 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     constexpr absl::string_view kWhere = "Publish to the weight server";
     PRL_RETURN_IF_ERROR(versions_.CheckNext(version, kWhere));
     PRL_RETURN_IF_ERROR(CheckPublishedWeights(handshake_, weights, kWhere));
+    if (!version_file_.empty()) {  // durable before any subscriber can see it
+      PRL_RETURN_IF_ERROR(WritePublishedVersion(version_file_, version));
+    }
     const auto bytes = static_cast<size_t>(weight_bytes_);
     std::shared_ptr<Snapshot> snapshot;
     {
@@ -209,6 +222,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
   const int64_t weight_bytes_;
   const int64_t chunk_bytes_;
   const absl::Duration stall_timeout_;
+  const std::string version_file_;
   std::atomic<bool> corrupt_next_{false};
   VersionSequence versions_;  // published, and reported by subscribers (their have_version)
   mutable std::mutex mu_;
@@ -235,7 +249,8 @@ absl::StatusOr<std::unique_ptr<GrpcWeightPublisher>> GrpcWeightPublisher::Start(
                      options.chunk_bytes));
   }
   auto publisher = std::unique_ptr<GrpcWeightPublisher>(new GrpcWeightPublisher());
-  publisher->service_ = std::make_unique<Service>(config, options.chunk_bytes, options.stall_timeout);
+  publisher->service_ = std::make_unique<Service>(config, options);
+  PRL_RETURN_IF_ERROR(publisher->service_->LoadHeldVersion());
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, options.chunk_bytes + (int64_t{1} << 20));
   // Subscribers ping an idle stream every kKeepaliveMs: allow it. The server pings too, so

@@ -41,6 +41,10 @@ struct GrpcPublisherOptions {
   // Bytes of weights per WeightChunk: large enough that per-message overhead vanishes, small
   // enough that gRPC's default buffers and flow-control windows are not the bottleneck.
   int64_t chunk_bytes = int64_t{4} << 20;
+  // Where the newest published version is kept (weight_broadcast/version_file.h), so that a
+  // restarted publisher's newest_version() knows it before any subscriber reconnects; empty:
+  // not kept.
+  std::string version_file = "";
   // A stream still sending a version two or more behind the newest after this long is cut (its
   // subscriber reconnects and gets the newest): a stalled subscriber pins at most the versions
   // published within this time, never an unbounded backlog of snapshots.
@@ -54,7 +58,8 @@ class GrpcWeightPublisher final : public WeightPublisher {
   ~GrpcWeightPublisher() override;  // Shutdown()
 
   absl::Status Publish(int64_t version, const ParameterSet& weights) override;
-  // The newest version published, or held by a subscriber that connected (its have_version).
+  // The newest version published, in the version file, or held by a subscriber that
+  // connected (its have_version).
   int64_t newest_version() const override;
   PublisherStats stats() const override;
 

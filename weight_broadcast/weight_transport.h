@@ -25,7 +25,8 @@
 // Semantics shared by every transport:
 //   - Versions are int64 in [0, 2^62) and strictly increase per publisher; a restarted
 //     publisher learns the newest version its transport still knows of (newest_version) so
-//     that the learner continues above it (versioning.h).
+//     that the learner continues above it (versioning.h): shm and cuda_ipc from their
+//     segment, grpc and nccl from a version file (version_file.h) and reporting subscribers.
 //   - Latest wins: a subscriber gets the newest complete version, never a queue. A subscriber
 //     slower than the learner skips intermediate versions (counted in versions_skipped).
 //   - A subscriber never exposes a torn or corrupted version; every ParameterSet it returns is

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "tests/learner/learner_testing.h"
 #include "tests/status_testing.h"
@@ -349,6 +350,73 @@ TEST(CheckpointTest, LatestNamingAMissingDirectoryIsAClearError) {
                       absl::StatusCode::kDataLoss, message));
   EXPECT_TRUE(
       IsError(ReadCheckpointFull(dir.path()).status(), absl::StatusCode::kDataLoss, message));
+}
+
+// ---- Fallback to the newest complete checkpoint ----------------------------------------
+
+// Flips the last byte of a file (inside its last tensor's data).
+void FlipLastByte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  const char c = static_cast<char>(f.get());
+  f.seekp(-1, std::ios::end);
+  f.put(static_cast<char>(c ^ 0x40));
+}
+
+class CheckpointFallbackTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CheckpointFallbackTest, ADamagedShardOfTheLatestFallsBackToTheNewestCompleteOne) {
+  const int world = GetParam();
+  ScratchDir dir("checkpoint_damaged");
+  const ModelConfig config = testing::TinyConfig();
+  SaveSteps(dir.path(), config, world, {1, 2, 3}, /*keep_last=*/3);
+  // Only the last rank's shard is damaged: every rank must still agree on step 2.
+  FlipLastByte(absl::StrFormat("%s/step-00000003/rank-%05d-of-%05d.safetensors", dir.path(),
+                               world - 1, world));
+  const auto loaded = Load(dir.path(), config, world);
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ((*loaded)->step, 2);
+  const absl::StatusOr<ExportedCheckpoint> exported = ReadCheckpointFull(dir.path());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->path, dir.path() + "/step-00000002");
+}
+
+TEST_P(CheckpointFallbackTest, ATruncatedOrMissingLatestFallsBackToTheNewestCompleteOne) {
+  const int world = GetParam();
+  ScratchDir dir("checkpoint_missing");
+  const ModelConfig config = testing::TinyConfig();
+  SaveSteps(dir.path(), config, world, {1, 2, 3}, /*keep_last=*/3);
+  std::filesystem::remove_all(dir.path() + "/step-00000003");  // `latest` names it
+  std::filesystem::resize_file(
+      absl::StrFormat("%s/step-00000002/rank-%05d-of-%05d.safetensors", dir.path(), 0, world), 100);
+  const auto loaded = Load(dir.path(), config, world);
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ((*loaded)->step, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CheckpointFallbackTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("world", info.param);
+                         });
+
+TEST(CheckpointTest, WithNoCompleteCheckpointLeftLoadingIsDataLossNamingTheDamage) {
+  ScratchDir dir("checkpoint_none_complete");
+  const ModelConfig config = testing::TinyConfig();
+  SaveSteps(dir.path(), config, 1, {1});
+  FlipLastByte(dir.path() + "/step-00000001/rank-00000-of-00001.safetensors");
+  EXPECT_TRUE(IsError(Load(dir.path(), config, 1).status(), absl::StatusCode::kDataLoss,
+                      {"no complete checkpoint to fall back to", "has XXH3", "its metadata says"}));
+}
+
+TEST(CheckpointTest, AMismatchedModelIsNotMistakenForDamage) {
+  ScratchDir dir("checkpoint_mismatch_no_fallback");
+  const ModelConfig saved = testing::TinyConfig();
+  ModelConfig wider = saved;
+  wider.intermediate_size = 64;
+  SaveSteps(dir.path(), saved, 1, {1, 2}, /*keep_last=*/2);
+  EXPECT_TRUE(IsError(Load(dir.path(), wider, 1).status(), absl::StatusCode::kFailedPrecondition,
+                      {"step-00000002", "intermediate=64"}))
+      << "an older checkpoint of the same run fits no better";
 }
 
 }  // namespace

@@ -13,12 +13,14 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "learner/optimizer.h"
+#include "nlohmann/json.hpp"
 #include "tests/learner/learner_testing.h"
 #include "weight_broadcast/shm_transport.h"
 
@@ -252,6 +254,37 @@ TEST_F(LearnerServiceTest, StoppingBeforeAFullStepHandsTheGroupsBack) {
   EXPECT_EQ(s.groups_out, 0);
   EXPECT_EQ(s.groups_ready, 1) << "the taken group was released, not acknowledged";
   EXPECT_EQ(NewestPublished(), 0) << "the starting weights were still published";
+}
+
+// Quarantine (replay/quarantine.h): a group the model cannot take is dead-lettered and
+// acknowledged, never trained on, and the groups around it are trained as usual.
+TEST_F(LearnerServiceTest, APoisonedGroupIsDeadLetteredAndTheGoodOnesAroundItAreTrained) {
+  ScratchDir dir("learner_service_dead_letter");
+  WriteGroups(2, 0);
+  const uint64_t poisoned_prompt = next_prompt_++;
+  std::vector<RolloutRecord> poisoned = Group(poisoned_prompt, 0);
+  poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
+  ASSERT_TRUE(replay_->WriteGroup(poisoned, absl::Seconds(5)).ok());
+  WriteGroups(2, 0);
+  LearnerServiceOptions options = Options(2);
+  options.dead_letter_path = dir.path() + "/dead_letter.jsonl";
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].groups + reports[1].groups, 4) << "the four good groups were trained";
+  const ReplayStats s = replay_->Stats();
+  EXPECT_EQ(s.groups_out, 5) << "the poisoned group was acknowledged out of the buffer";
+  EXPECT_EQ(s.groups_ready, 0);
+  std::ifstream in(options.dead_letter_path);
+  std::string line, extra;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_FALSE(std::getline(in, extra)) << "one line per dead-lettered group";
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["source"], "learner");
+  EXPECT_EQ(j["reason"], "token_id");
+  EXPECT_EQ(j["field"], "records[1].completion_tokens[2]");
+  EXPECT_EQ(j["found"], absl::StrCat(config_.vocab_size));
+  EXPECT_EQ(j["prompt_index"], poisoned_prompt);
+  EXPECT_EQ(j["run_id"], "test");
 }
 
 TEST_F(LearnerServiceTest, ALearnerKilledBetweenCheckpointsContinuesBitIdentically) {

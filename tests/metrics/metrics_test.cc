@@ -95,6 +95,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   WeightSyncMetrics weights(registry);
   ReplayMetrics replay(registry);
   LearnerMetrics learner(registry, "ppo_clip");
+  QuarantineMetrics quarantine(registry);
 
   process.weight_version.Set(7);
 
@@ -143,7 +144,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   AdvanceCounterTo(replay.groups_redelivered, 1);
   AdvanceCounterTo(replay.dropped_stale, 3);
   AdvanceCounterTo(replay.dropped_full, 2);
-  replay.DeadLettered("too_long").Increment(4);
+  AdvanceCounterTo(quarantine.DeadLettered("token_id"), 2);
 
   learner.step_seconds.Observe(4.2);
   learner.steps.Increment(7);
@@ -168,6 +169,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   return {
       {absl::StrCat("prl_build_info{role=\"learner\",version=\"", Version(), "\"}"), 1},
       {"prl_weight_version{role=\"learner\"}", 7},
+      {"prl_replay_groups_dead_lettered_total{reason=\"token_id\"}", 2},
       {"prl_prompt_sets_active", 2},
       {"prl_prompts_pending", 40},
       {"prl_prompts_in_flight", 12},
@@ -225,10 +227,9 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_replay_groups_redelivered_total", 1},
       {"prl_replay_groups_dropped_total{reason=\"stale\"}", 3},
       {"prl_replay_groups_dropped_total{reason=\"full\"}", 2},
-      {"prl_replay_groups_dead_lettered_total{reason=\"too_long\"}", 4},
-      {"prl_replay_groups_dead_lettered_total{reason=\"token_out_of_vocab\"}", 0},
-      {"prl_replay_groups_dead_lettered_total{reason=\"non_finite_logprob\"}", 0},
+      {"prl_replay_groups_dead_lettered_total{reason=\"context\"}", 0},
       {"prl_replay_groups_dead_lettered_total{reason=\"future_version\"}", 0},
+      {"prl_replay_groups_dead_lettered_total{reason=\"corrupt\"}", 0},
       {"prl_learner_step_seconds_sum", 4.2},
       {"prl_learner_step_seconds_bucket{le=\"2.5\"}", 0},
       {"prl_learner_step_seconds_bucket{le=\"5\"}", 1},

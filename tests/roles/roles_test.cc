@@ -26,6 +26,7 @@
 #include "roles/weight_transports.h"
 #include "tests/learner/learner_testing.h"
 #include "weight_broadcast/shm_transport.h"
+#include "weight_broadcast/versioning.h"
 
 namespace prl::roles {
 namespace {
@@ -196,6 +197,34 @@ TEST_P(WeightTransportFactoryTest, ThePublisherAndSubscriberOfOneConfigMeet) {
   endpoint->publisher.reset();
   RemoveWeightTransportState(c);
   EXPECT_FALSE(InspectShmWeightSegment(c.weight_segment()).ok()) << "nothing left in /dev/shm";
+}
+
+// A restarted learner's publisher knows the newest version the run's transport published
+// (shm: its segment; grpc and nccl: the version file beside the checkpoints) before any actor
+// reconnects, so the learner numbers on above it (FirstVersionToPublish).
+TEST_P(WeightTransportFactoryTest, ARestartedPublisherKnowsTheNewestVersionOfItsRun) {
+  config::RunConfig c;
+  c.run.name = absl::StrCat("roles-restart-", getpid(), "-", static_cast<int>(GetParam()));
+  c.run.dir = absl::StrCat(::testing::TempDir(), "/", c.run.name);
+  c.broadcast.transport = GetParam();
+  c.broadcast.listen = "127.0.0.1:0";
+  const ModelConfig model = learner::testing::TinyConfig();
+  ParameterSet weights = *ParameterSet::Allocate(model, Device::Cpu(), false);
+  InitializeParameters(weights, 3);
+  {
+    absl::StatusOr<WeightEndpoint> first = StartWeightPublisher(c, model, Device::Cpu());
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE(first->publisher->Publish(11, weights).ok());
+  }
+  absl::StatusOr<WeightEndpoint> second = StartWeightPublisher(c, model, Device::Cpu());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->publisher->newest_version(), 11);
+  EXPECT_EQ(FirstVersionToPublish(/*learner_version=*/4, second->publisher->newest_version()),
+            12);
+  EXPECT_FALSE(second->publisher->Publish(5, weights).ok()) << "versions continue upwards";
+  second->publisher.reset();
+  RemoveWeightTransportState(c);
+  std::filesystem::remove_all(c.run.dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, WeightTransportFactoryTest,

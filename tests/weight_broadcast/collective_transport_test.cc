@@ -6,8 +6,10 @@
 #include "weight_broadcast/collective_transport.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "collective/rendezvous.h"
@@ -177,6 +179,31 @@ TEST_F(CollectiveTransportTest, ASubscriberFollowsARestartedPublisherThatResumes
   Publish(next);
   WaitFor(*subscriber, 8, "after the restart");
   EXPECT_GE(subscriber->stats().reconnects, 1);
+}
+
+// With a version file the restarted publisher knows where to resume at once, before any
+// subscriber has announced itself (weight_broadcast/version_file.h).
+TEST_F(CollectiveTransportTest, ARestartedPublisherKnowsItsNewestVersionFromItsVersionFile) {
+  const std::string file = absl::StrCat(::testing::TempDir(), "/prl_collective_version_", getpid());
+  std::remove(file.c_str());
+  const int port = publisher_->port();
+  publisher_.reset();
+  CollectivePublisherOptions o = PublisherOptions();
+  o.address = absl::StrCat("127.0.0.1:", port);
+  o.version_file = file;
+  publisher_ = *CollectiveWeightPublisher::Start(config_, o);
+  auto subscriber = Subscribe();
+  ASSERT_NE(subscriber, nullptr);
+  Publish(4);
+  WaitFor(*subscriber, 4, "before the restart");
+  subscriber.reset();  // nobody will report version 4 to the next publisher
+  publisher_.reset();
+  publisher_ = *CollectiveWeightPublisher::Start(config_, o);
+  EXPECT_EQ(publisher_->newest_version(), 4);
+  EXPECT_TRUE(IsError(publisher_->Publish(4, weights_), absl::StatusCode::kInvalidArgument,
+                      {"versions must increase"}));
+  EXPECT_EQ(FirstVersionToPublish(/*learner_version=*/0, publisher_->newest_version()), 5);
+  std::remove(file.c_str());
 }
 
 TEST_F(CollectiveTransportTest, AVersionNotNewerThanTheSubscribersIsIgnored) {

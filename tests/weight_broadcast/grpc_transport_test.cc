@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "rpc/grpc_util.h"
 #include "tests/status_testing.h"
 #include "tests/weight_broadcast/test_weights.h"
+#include "weight_broadcast/version_file.h"
+#include "weight_broadcast/versioning.h"
 
 namespace prl::testing {
 namespace {
@@ -28,10 +31,11 @@ class GrpcTransportTest : public ::testing::Test {
 
   void SetUp() override { StartPublisher("127.0.0.1:0"); }
 
-  void StartPublisher(const std::string& address) {
+  void StartPublisher(const std::string& address, const std::string& version_file = "") {
     GrpcPublisherOptions options;
     options.address = address;
     options.chunk_bytes = 1 << 20;  // several chunks per version
+    options.version_file = version_file;
     auto started = GrpcWeightPublisher::Start(config_, options);
     ASSERT_TRUE(started.ok()) << started.status();
     publisher_ = *std::move(started);
@@ -155,6 +159,49 @@ TEST_F(GrpcTransportTest, SubscriberReconnectsAfterServerRestart) {
   Publish(2);
   EXPECT_EQ(CheckPattern(*WaitFor(*subscriber, 2).weights, 2), "");
   EXPECT_GE(subscriber->stats().reconnects, 1);
+}
+
+// Weight versions continue across a publisher restart (weight_broadcast/version_file.h): the
+// restarted publisher knows the newest version before any subscriber reconnects, refuses to
+// number below it, and the subscriber that held it takes the next one.
+TEST_F(GrpcTransportTest, ARestartedPublisherResumesAboveItsVersionFileAndIsFollowed) {
+  const std::string file = absl::StrCat(::testing::TempDir(), "/prl_grpc_version_", getpid());
+  std::remove(file.c_str());
+  const std::string address = target();
+  publisher_.reset();
+  StartPublisher(address, file);
+  auto subscriber = Subscribe(config_);
+  Publish(5);
+  Publish(7);
+  EXPECT_EQ(CheckPattern(*WaitFor(*subscriber, 7).weights, 7), "");
+  publisher_.reset();
+  StartPublisher(address, file);
+  EXPECT_EQ(publisher_->newest_version(), 7) << "known at start, from the version file";
+  EXPECT_TRUE(IsError(publisher_->Publish(3, weights_), absl::StatusCode::kInvalidArgument,
+                      {"versions must increase", "found 3"}));
+  const int64_t next = FirstVersionToPublish(/*learner_version=*/2, publisher_->newest_version());
+  EXPECT_EQ(next, 8);
+  Publish(next);
+  EXPECT_EQ(CheckPattern(*WaitFor(*subscriber, 8).weights, 8), "");
+  std::remove(file.c_str());
+}
+
+// Without a version file a restarted publisher may number below what a subscriber holds (a
+// learner that ignored newest_version()): the subscriber never takes those versions, and
+// follows again once the numbers pass its own.
+TEST_F(GrpcTransportTest, ASubscriberIgnoresARestartedPublishersLowerVersions) {
+  auto subscriber = Subscribe(config_);
+  Publish(6);
+  WaitFor(*subscriber, 6);
+  const std::string address = target();
+  publisher_.reset();
+  StartPublisher(address);
+  Publish(2);
+  auto lower = subscriber->WaitNewer(6, absl::Milliseconds(500));
+  EXPECT_EQ(lower.status().code(), absl::StatusCode::kDeadlineExceeded) << lower.status();
+  EXPECT_EQ(subscriber->stats().last_version, 6);
+  Publish(9);
+  EXPECT_EQ(CheckPattern(*WaitFor(*subscriber, 9).weights, 9), "");
 }
 
 TEST_F(GrpcTransportTest, CorruptedChunkIsRejected) {

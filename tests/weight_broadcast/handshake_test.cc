@@ -4,12 +4,16 @@
 #include "weight_broadcast/handshake.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_replace.h"
 #include "model/presets.h"
 #include "tests/status_testing.h"
+#include "weight_broadcast/version_file.h"
 #include "weight_broadcast/versioning.h"
 
 namespace prl::testing {
@@ -134,6 +138,20 @@ TEST(VersionSequenceTest, ConcurrentReportsKeepTheMaximum) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(v.newest(), 3999);
+}
+
+TEST(VersionFileTest, KeepsTheNewestVersionAndRefusesAGarbledFileNamingIt) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/prl_version_file_", getpid());
+  const std::string path = dir + "/weights/version";
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(*ReadPublishedVersion(path), -1) << "no file: nothing published yet";
+  ASSERT_TRUE(WritePublishedVersion(path, 41).ok());
+  ASSERT_TRUE(WritePublishedVersion(path, 42).ok());
+  EXPECT_EQ(*ReadPublishedVersion(path), 42);
+  std::ofstream(path) << "forty-three\n";
+  EXPECT_TRUE(IsError(ReadPublishedVersion(path).status(), absl::StatusCode::kDataLoss,
+                      {path, "expected a version in [0, 2^62)", "forty-three"}));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -170,6 +170,26 @@ TEST_F(ShmTransportTest, OneLivePublisherPerSegmentAndARestartAdopts) {
                       absl::StatusCode::kFailedPrecondition, {"vocab_size"}));
 }
 
+// Versions continue across a publisher restart: the segment holds the newest, which the new
+// publisher reports and may not number below; a subscriber that stayed takes its next one.
+TEST_F(ShmTransportTest, ARestartedPublisherResumesAboveTheHeldVersionAndIsFollowed) {
+  auto first = *ShmWeightPublisher::Create(name_, config_);
+  auto subscriber = *ShmWeightSubscriber::Open(name_, config_);
+  ASSERT_TRUE(first->Publish(9, Weights(config_, 9)).ok());
+  ASSERT_EQ(subscriber->WaitNewer(-1, absl::Seconds(30))->version, 9);
+  first.reset();
+  auto second = *ShmWeightPublisher::Create(name_, config_);
+  EXPECT_EQ(second->newest_version(), 9);
+  EXPECT_TRUE(IsError(second->Publish(4, Weights(config_, 4)), absl::StatusCode::kInvalidArgument,
+                      {"versions must increase", "found 4"}));
+  const int64_t next = FirstVersionToPublish(/*learner_version=*/4, second->newest_version());
+  ASSERT_TRUE(second->Publish(next, Weights(config_, next)).ok());
+  auto got = subscriber->WaitNewer(9, absl::Seconds(30));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version, 10);
+  EXPECT_EQ(CheckPattern(*got->weights, 10), "");
+}
+
 TEST_F(ShmTransportTest, RemoveDeletesTheSegment) {
   { auto publisher = *ShmWeightPublisher::Create(name_, config_); }
   ASSERT_TRUE(InspectShmWeightSegment(name_).ok());

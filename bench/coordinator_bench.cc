@@ -1,0 +1,337 @@
+#include "bench/coordinator_bench.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_server.h"
+#include "core/status_macros.h"
+#include "prl/v1/prompt.grpc.pb.h"
+#include "rpc/grpc_util.h"
+
+namespace prl::bench {
+
+namespace {
+
+namespace v1 = prl::v1;
+using Clock = std::chrono::steady_clock;
+
+double MillisBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+// What one small append costs on the log's file system: write + fdatasync, in microseconds
+// (the ceiling of an fsync per request is one request per this).
+absl::StatusOr<double> FdatasyncMicros(const std::string& dir) {
+  const std::string path = dir + "/fsync-probe";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const char bytes[128] = {};
+  constexpr int kRounds = 200;
+  const auto start = Clock::now();
+  bool ok = true;
+  for (int i = 0; i < kRounds && ok; ++i) {
+    ok = write(fd, bytes, sizeof(bytes)) == sizeof(bytes) && fdatasync(fd) == 0;
+  }
+  const double micros = MillisBetween(start, Clock::now()) * 1000.0 / kRounds;
+  close(fd);
+  unlink(path.c_str());
+  if (!ok) return absl::InternalError(absl::StrCat("cannot write and fsync ", path));
+  return micros;
+}
+
+struct ModeResult {
+  double completions_per_s = 0;
+  double lease_p50_ms = 0, lease_p99_ms = 0, complete_p50_ms = 0, complete_p99_ms = 0;
+  double fsyncs_per_completion = 0;
+  int64_t errors = 0;
+};
+
+// Per actor thread: what it measured inside the window.
+struct ActorTally {
+  int64_t completions = 0, errors = 0;
+  std::vector<double> lease_ms, complete_ms;
+};
+
+absl::Status SubmitPrompts(coordinator::Coordinator& c, int64_t prompts, int samples) {
+  constexpr int64_t kPerSet = 25'000;
+  for (int64_t done = 0; done < prompts; done += kPerSet) {
+    v1::SubmitPromptSetRequest r;
+    r.set_name("bench");
+    for (int64_t i = 0; i < std::min(kPerSet, prompts - done); ++i) {
+      v1::Prompt* p = r.add_prompts();
+      for (int t = 0; t < 8; ++t) p->mutable_tokens()->add_ids(static_cast<int32_t>(1 + t));
+    }
+    r.set_samples_per_prompt(samples);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_top_p(1.0f);
+    r.mutable_sampling()->set_max_tokens(64);
+    r.mutable_reward()->set_name("exact_match");
+    PRL_RETURN_IF_ERROR(c.Submit(r).status());
+  }
+  return absl::OkStatus();
+}
+
+// One actor: its own channel; Lease one prompt, Complete it, until `end`. Only what starts
+// after `start` is measured, and only completions acknowledged before `end` count.
+void ActorLoop(const std::string& target, int samples, std::atomic<int>* ready,
+               const std::atomic<bool>* go, Clock::time_point* start, Clock::time_point* end,
+               ActorTally* tally) {
+  grpc::ChannelArguments args = rpc::ChannelArgs(int64_t{16} << 20);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+  auto stub = v1::ActorControl::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  std::string actor_id;
+  {
+    grpc::ClientContext context;
+    v1::RegisterRequest request;
+    v1::RegisterResponse response;
+    request.set_actor_name("bench");
+    if (stub->Register(&context, request, &response).ok()) actor_id = response.actor_id();
+  }
+  ready->fetch_add(1);
+  while (!go->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  v1::LeaseRequest lease;
+  lease.set_actor_id(actor_id);
+  lease.set_max_prompts(1);
+  for (Clock::time_point t0 = Clock::now(); t0 < *end; t0 = Clock::now()) {
+    const bool measured = t0 >= *start;
+    grpc::ClientContext lease_context;
+    v1::LeaseResponse leased;
+    const grpc::Status lease_status = stub->LeasePrompts(&lease_context, lease, &leased);
+    const Clock::time_point t1 = Clock::now();
+    if (measured) tally->lease_ms.push_back(MillisBetween(t0, t1));
+    if (!lease_status.ok() || leased.prompts_size() == 0) {
+      tally->errors += measured ? 1 : 0;
+      continue;
+    }
+    const v1::LeasedPrompt& p = leased.prompts(0);
+    v1::CompleteRequest done;
+    done.set_actor_id(actor_id);
+    done.set_lease_id(p.lease_id());
+    done.mutable_result()->set_prompt_index(p.prompt_index());
+    for (int i = 0; i < samples; ++i) {
+      done.mutable_result()->add_rewards(i % 2);
+      done.mutable_result()->add_completion_tokens(32);
+    }
+    grpc::ClientContext complete_context;
+    v1::CompleteResponse response;
+    const grpc::Status complete_status = stub->Complete(&complete_context, done, &response);
+    const Clock::time_point t2 = Clock::now();
+    if (!measured) continue;
+    tally->complete_ms.push_back(MillisBetween(t1, t2));
+    if (complete_status.ok() && response.accepted() && t2 <= *end) {
+      ++tally->completions;
+    } else if (!complete_status.ok()) {
+      ++tally->errors;
+    }
+  }
+}
+
+absl::StatusOr<ModeResult> RunMode(const CoordinatorBenchOptions& o, bool group_commit,
+                                   const std::string& log_path) {
+  coordinator::CoordinatorConfig config;
+  config.log_path = log_path;
+  config.lease_ms = 600'000;  // no lease expires during the run: no heartbeats needed
+  config.heartbeat_ms = 60'000;
+  config.max_pending_prompts = int64_t{100} << 20;
+  config.vocab_size = 1024;
+  config.max_position_embeddings = 4096;
+  config.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
+  config.group_commit = group_commit;
+  PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(config));
+  // Enough prompts for 60,000 completions/s.
+  const auto prompts = static_cast<int64_t>(60'000 * o.seconds * 1.2) + 10'000;
+  PRL_RETURN_IF_ERROR(SubmitPrompts(*coordinator, prompts, o.samples_per_prompt));
+  PRL_ASSIGN_OR_RETURN(auto server,
+                       coordinator::CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0"));
+  const std::string target = absl::StrCat("127.0.0.1:", server->port());
+
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  Clock::time_point start, end;
+  std::vector<ActorTally> tallies(static_cast<size_t>(o.actors));
+  std::vector<std::thread> threads;
+  for (int a = 0; a < o.actors; ++a) {
+    threads.emplace_back(ActorLoop, target, o.samples_per_prompt, &ready, &go, &start, &end,
+                         &tallies[static_cast<size_t>(a)]);
+  }
+  while (ready.load() < o.actors) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto warmup = std::chrono::duration<double>(o.seconds / 10);
+  start = Clock::now() + std::chrono::duration_cast<Clock::duration>(warmup);
+  end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  go.store(true);
+  std::this_thread::sleep_until(start);
+  const coordinator::PromptLogStats at_start = coordinator->LogStats();
+  std::this_thread::sleep_until(end);
+  const coordinator::PromptLogStats at_end = coordinator->LogStats();
+  for (std::thread& t : threads) t.join();
+  server->Shutdown();
+
+  ModeResult r;
+  std::vector<double> lease_ms, complete_ms;
+  int64_t completions = 0;
+  for (const ActorTally& t : tallies) {
+    completions += t.completions;
+    r.errors += t.errors;
+    lease_ms.insert(lease_ms.end(), t.lease_ms.begin(), t.lease_ms.end());
+    complete_ms.insert(complete_ms.end(), t.complete_ms.begin(), t.complete_ms.end());
+  }
+  r.completions_per_s = static_cast<double>(completions) / o.seconds;
+  r.lease_p50_ms = Percentile(lease_ms, 0.50);
+  r.lease_p99_ms = Percentile(lease_ms, 0.99);
+  r.complete_p50_ms = Percentile(complete_ms, 0.50);
+  r.complete_p99_ms = Percentile(complete_ms, 0.99);
+  const int64_t records = at_end.records - at_start.records;
+  r.fsyncs_per_completion =
+      records > 0 ? static_cast<double>(at_end.fsyncs - at_start.fsyncs) / records : 0.0;
+  return r;
+}
+
+// The prompt log alone, without gRPC: `actors` threads appending completion records (each
+// durable before the next) for half the measured time; appends per second.
+absl::StatusOr<double> LogAppendsPerSecond(const CoordinatorBenchOptions& o, bool group_commit,
+                                           const std::string& path) {
+  coordinator::PromptLogOptions options;
+  options.group_commit = group_commit;
+  PRL_ASSIGN_OR_RETURN(coordinator::PromptLog::Opened opened,
+                       coordinator::PromptLog::Open(path, options));
+  coordinator::PromptLog* log = opened.log.get();
+  v1::LogRecord record;
+  record.mutable_completed()->set_prompt_set_id("ps-bench");
+  for (int i = 0; i < o.samples_per_prompt; ++i) {
+    record.mutable_completed()->mutable_result()->add_rewards(i % 2);
+    record.mutable_completed()->mutable_result()->add_completion_tokens(32);
+  }
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(o.seconds / 2));
+  std::atomic<int64_t> appends{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int a = 0; a < o.actors; ++a) {
+    threads.emplace_back([&, a] {
+      v1::LogRecord mine = record;
+      for (int64_t i = 0; Clock::now() < end; ++i) {
+        mine.mutable_completed()->mutable_result()->set_prompt_index(a * 1'000'000'000LL + i);
+        if (!log->Append(mine).ok()) {
+          failed.store(true);
+          return;
+        }
+        appends.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = MillisBetween(start, Clock::now()) / 1000.0;
+  if (failed.load()) return absl::InternalError(absl::StrCat("cannot append to ", path));
+  return static_cast<double>(appends.load()) / seconds;
+}
+
+}  // namespace
+
+absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& o) {
+  if (o.actors < 1 || !(o.seconds > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench coordinator: expected actors >= 1 and seconds > 0, found ", o.actors,
+                     " and ", o.seconds));
+  }
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      o.dir.empty() ? fs::temp_directory_path() / absl::StrCat("prl-bench-coordinator-", getpid())
+                    : fs::path(o.dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  PRL_ASSIGN_OR_RETURN(const double fsync_us, FdatasyncMicros(dir.string()));
+  Report report;
+  report.bench = "coordinator";
+  report.machine = MachineInfo();
+  report.machine.emplace_back("load", [] {
+    double load[3] = {};
+    return getloadavg(load, 3) == 3 ? absl::StrFormat("%.2f %.2f %.2f", load[0], load[1], load[2])
+                                    : std::string("unknown");
+  }());
+  report.setup = {
+      {"actors", absl::StrFormat("%d threads, each with its own gRPC channel over loopback, "
+                                 "looping Lease (1 prompt) then Complete (%d samples)",
+                                 o.actors, o.samples_per_prompt)},
+      {"server", "Coordinator + CoordinatorServer (gRPC sync server) in the same process"},
+      {"log", absl::StrFormat("prompt log in %s; one small write + fdatasync there takes %.0f us",
+                              dir.string(), fsync_us)},
+      {"window", absl::StrFormat("%.1f s per mode after a %.1f s warm-up; a completion counts "
+                                 "when Complete returned (durable)",
+                                 o.seconds, o.seconds / 10)},
+      {"baseline",
+       "an fsync per request (group commit off: each append is written and "
+       "fsync'd under the coordinator's mutex), measured in the same run"},
+      {"log_appends", absl::StrFormat("the prompt log alone (no gRPC, no coordinator): %d threads "
+                                      "appending completion records, each durable before the "
+                                      "next, for %.1f s per mode",
+                                      o.actors, o.seconds / 2)}};
+  ModeResult modes[2];
+  for (int m = 0; m < 2; ++m) {
+    const bool group = m == 0;
+    const std::string log = (dir / (group ? "group-commit.log" : "fsync-each.log")).string();
+    PRL_ASSIGN_OR_RETURN(modes[m], RunMode(o, group, log));
+    fs::remove(log, ec);
+    fs::remove(log + ".lock", ec);
+    if (o.progress) {
+      std::fprintf(stderr,
+                   "bench coordinator: %s: %.0f completions/s, lease p50 %.2f ms p99 %.2f ms, "
+                   "%.3f fsyncs per completion, %lld errors\n",
+                   group ? "group commit" : "fsync per request", modes[m].completions_per_s,
+                   modes[m].lease_p50_ms, modes[m].lease_p99_ms, modes[m].fsyncs_per_completion,
+                   static_cast<long long>(modes[m].errors));
+    }
+  }
+  double log_rate[2];
+  for (int m = 0; m < 2; ++m) {
+    const std::string log = (dir / (m == 0 ? "log-group.log" : "log-each.log")).string();
+    PRL_ASSIGN_OR_RETURN(log_rate[m], LogAppendsPerSecond(o, m == 0, log));
+    fs::remove(log, ec);
+    fs::remove(log + ".lock", ec);
+  }
+  if (o.progress) {
+    std::fprintf(stderr,
+                 "bench coordinator: prompt log alone: %.0f appends/s with group commit, %.0f "
+                 "with an fsync per append\n",
+                 log_rate[0], log_rate[1]);
+  }
+  if (o.dir.empty()) fs::remove_all(dir, ec);
+  const ModeResult& g = modes[0];
+  const ModeResult& f = modes[1];
+  report.results = {
+      {"completions_group_commit", g.completions_per_s, "1/s", "completions_fsync_each",
+       f.completions_per_s},
+      {"lease_p50_group_commit", g.lease_p50_ms, "ms", "lease_p50_fsync_each", f.lease_p50_ms},
+      {"lease_p99_group_commit", g.lease_p99_ms, "ms", "lease_p99_fsync_each", f.lease_p99_ms},
+      {"complete_p50_group_commit", g.complete_p50_ms, "ms", "complete_p50_fsync_each",
+       f.complete_p50_ms},
+      {"complete_p99_group_commit", g.complete_p99_ms, "ms", "complete_p99_fsync_each",
+       f.complete_p99_ms},
+      {"fsyncs_per_completion", g.fsyncs_per_completion, "fsyncs", "fsyncs_per_completion_each",
+       f.fsyncs_per_completion},
+      {"log_appends_group_commit", log_rate[0], "1/s", "log_appends_fsync_each", log_rate[1]},
+      {"fdatasync_latency", fsync_us, "us", "", 0.0}};
+  return report;
+}
+
+}  // namespace prl::bench

@@ -1,0 +1,29 @@
+// `prl bench coordinator`: durable completions per second and lease latency of a coordinator
+// under many concurrent actors, with group commit (completions share the prompt log's fsyncs)
+// beside an fsync per request (the baseline), in the same run.
+//
+// Each mode runs the real thing in one process: a Coordinator with its durable prompt log in
+// `dir` (on disk: the fsync is what is measured) behind a CoordinatorServer on loopback, and
+// `actors` threads, each with a gRPC channel of its own, that register and then loop Lease (one
+// prompt) and Complete until the time is up. A completion counts once Complete returned OK,
+// i.e. once it is durable. Lease latency is the client's round trip.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/report.h"
+
+namespace prl::bench {
+
+struct CoordinatorBenchOptions {
+  int actors = 64;
+  double seconds = 5.0;  // measured per mode, after a warm-up of a tenth of it
+  int samples_per_prompt = 4;
+  std::string dir;  // where the logs go (removed after); empty: a temporary directory
+  bool progress = true;
+};
+
+absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& options);
+
+}  // namespace prl::bench
