@@ -437,7 +437,21 @@ absl::Status Actor::ReportComplete(const v1::CompleteRequest& complete) {
   return absl::OkStatus();
 }
 
-absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output) {
+absl::Status Actor::WriteWithRetry(absl::Span<const RolloutRecord> records,
+                                   const std::atomic<bool>* stop) {
+  absl::Status written = write_group_(records);
+  const absl::Time give_up = absl::Now() + absl::Minutes(1);
+  for (absl::Duration backoff = absl::Milliseconds(100);
+       Transient(written) && !Halted(stop) && absl::Now() + backoff < give_up;
+       backoff = std::min(backoff * 2, absl::Seconds(5))) {
+    absl::SleepFor(backoff);
+    written = write_group_(records);
+  }
+  return written;
+}
+
+absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output,
+                           const std::atomic<bool>* stop) {
   const int64_t finished = NowNanos();
   const uint64_t group_id = coordinator::GroupIdOfLease(job.lease.lease_id());
 
@@ -454,8 +468,15 @@ absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output) {
   group.complete.set_actor_id(ActorId());
   // Into the replay buffer first, then done: a crash in between re-runs the prompt. A full
   // buffer blocks here, on the finisher: heartbeats go on renewing the lease meanwhile.
-  const absl::Status written = write_group_(group.records);
+  const absl::Status written = WriteWithRetry(group.records, stop);
   if (absl::IsFailedPrecondition(written)) return LostLease(written);
+  if (Transient(written)) {
+    // The replay stayed unreachable: drop the group (the next heartbeat gives the prompt back).
+    std::fprintf(stderr, "actor %s: group %s not written, the replay is unavailable: %s\n",
+                 options_.name.c_str(), job.lease.lease_id().c_str(),
+                 std::string(written.message()).c_str());
+    return absl::OkStatus();
+  }
   PRL_RETURN_IF_ERROR(written);
   CountWritten(output, *rewards, group.tokens);
   return ReportComplete(group.complete);
@@ -494,7 +515,7 @@ void Actor::FinishLoop(const std::atomic<bool>* stop) {
     Generated next = std::move(generated_.front());
     generated_.pop_front();
     lock.unlock();
-    const absl::Status finished = Finish(next.job, next.output);
+    const absl::Status finished = Finish(next.job, next.output, stop);
     Drop(next.job.lease.lease_id());
     if (!finished.ok()) return Fail(finished);
   }

@@ -148,7 +148,12 @@ class Actor {
 
   // A finished request's group: scored, written to the replay buffer, reported complete; a
   // group whose scoring fails is counted and dropped (the lease expires and it is re-run).
-  absl::Status Finish(const InFlight& job, const RequestOutput& output);
+  absl::Status Finish(const InFlight& job, const RequestOutput& output,
+                      const std::atomic<bool>* stop);
+  // Writes a group, retrying while the replay is unavailable (a restarting ingest) with
+  // backoff for up to a minute; heartbeats keep the lease meanwhile.
+  absl::Status WriteWithRetry(absl::Span<const RolloutRecord> records,
+                              const std::atomic<bool>* stop);
   // The group's reward inputs (texts by options.text; a completion's text ends before its
   // stop token), then their rewards; the first error of either.
   absl::StatusOr<std::vector<reward::RewardInput>> RewardInputs(const RequestOutput& output,

@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   std::lock_guard<std::mutex> lock(c->mu_);
   for (const prl::v1::LogRecord& record : opened.records) c->Apply(record);
   c->RecoverFinishTimesLocked(opened.records);  // retention (coordinator_snapshot.cc)
+  c->completed_at_report_ = c->stats_.groups_completed;  // the budget counts from here
   return c;
 }
 
@@ -484,8 +485,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   int64_t allowed = request.max_prompts();
   if (config_.groups_per_step > 0) {
     int64_t in_flight = static_cast<int64_t>(leases_.size());
-    const int64_t unconsumed =
-        std::max<int64_t>(0, stats_.groups_completed - stats_.groups_consumed);
+    const int64_t unconsumed = UnconsumedLocked();
     const int64_t lag_budget = config_.sync ? 0 : config_.max_lag;
     const int64_t budget = (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed;
     if (budget < allowed && !queue_.empty()) ++stats_.lease_requests_throttled;
@@ -605,29 +605,38 @@ void Coordinator::BoundTexts(PromptSet& set) {
   }
 }
 
-absl::Status Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed) {
+int64_t Coordinator::UnconsumedLocked() const {
+  return std::max<int64_t>(0, backlog_at_report_ + stats_.groups_completed - completed_at_report_);
+}
+
+absl::Status Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed,
+                                          int64_t groups_waiting) {
   std::lock_guard<std::mutex> lock(mu_);
-  // The learner cannot have trained on more groups than actors produced: those completed, those
-  // in flight (written, not yet reported) and those whose report was refused (a lease that
-  // expired after its group was written).
-  int64_t in_flight = 0;
-  for (const auto& [id, set] : sets_) in_flight += set.in_flight;
-  const int64_t produced = stats_.groups_completed + in_flight + stats_.rejected_completions;
-  if (version < 0 || groups_consumed < 0 || groups_consumed > produced) {
+  // Any version after this coordinator starts (the learner's numbering goes on); then at most
+  // kMaxVersionStep ahead of the last (a learner advances one version a step).
+  const int64_t max_version =
+      learner_reported_ ? stats_.learner_version + kMaxVersionStep : INT64_MAX;
+  if (version < 0 || version > max_version || groups_consumed < 0 || groups_waiting < 0) {
     ++stats_.rejected_progress;
     return absl::FailedPreconditionError(absl::StrCat(
-        "learner progress: expected a version >= 0 and 0 <= groups_consumed <= ", produced,
-        " (the groups actors produced so far), found version ", version, " and groups_consumed ",
-        groups_consumed));
+        "learner progress: expected 0 <= version <= ", max_version,
+        " and groups_consumed, groups_waiting >= 0; found version ", version,
+        ", groups_consumed ", groups_consumed, ", groups_waiting ", groups_waiting));
   }
+  // A restarted learner may report a lower version: its numbering continues above what the
+  // actors hold, so the highest one is the newest weights.
   stats_.learner_version = std::max(stats_.learner_version, version);
-  stats_.groups_consumed = std::max(stats_.groups_consumed, groups_consumed);
+  stats_.groups_consumed = groups_consumed;
+  learner_reported_ = true;
+  backlog_at_report_ = groups_waiting;
+  completed_at_report_ = stats_.groups_completed;
   return absl::OkStatus();
 }
 
 CoordinatorStats Coordinator::Stats() {
   std::lock_guard<std::mutex> lock(mu_);
   CoordinatorStats s = stats_;
+  s.groups_unconsumed = UnconsumedLocked();
   s.prompts_pending = s.prompts_in_flight = s.prompts_done = 0;
   for (const auto& [id, set] : sets_) {
     s.prompts_pending += set.state == prl::v1::PROMPT_SET_STATE_RUNNING ? set.pending : 0;

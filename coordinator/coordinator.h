@@ -9,7 +9,11 @@
 //
 // max_lag budget: with groups_per_step > 0, prompts in flight plus groups completed but not
 // yet trained on stay within (max_lag + 1) * groups_per_step, so that nothing generated can
-// be older than max_lag learner versions when it is trained on.
+// be older than max_lag learner versions when it is trained on. "Not yet trained on" is the
+// backlog the learner last reported (LearnerProgressRequest.groups_waiting) plus the groups
+// completed since that report; a coordinator that starts counts from a backlog of 0. Neither
+// side keeps a running total the other must agree with, so a restart of either never stalls
+// the budget (docs/operations.md, "The lag budget").
 //
 // Thread-safety: every method may be called from any thread (one mutex).
 #pragma once
@@ -86,6 +90,7 @@ struct CoordinatorStats {
 // groups pushed for prompts not leased to the pushing actor.
   int64_t rejected_completions = 0, rejected_progress = 0, rejected_groups = 0;
   int64_t learner_version = 0, groups_consumed = 0;
+  int64_t groups_unconsumed = 0;  // the budget's estimate of groups not yet trained on
   int64_t actors = 0;
   int64_t torn_log_bytes = 0;  // cut off the log's end at open
   int64_t log_compactions = 0, sets_retired = 0;  // since open
@@ -127,9 +132,12 @@ class Coordinator {
   absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
   absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
   absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);
-  // Accepted only within bounds (groups_consumed <= the groups completed); else
-  // FailedPrecondition, counted, nothing changes.
-  absl::Status LearnerProgress(int64_t version, int64_t groups_consumed);
+  // The learner's progress and backlog (the budget's basis). Accepted only within bounds
+  // (counts >= 0; a version at most kMaxVersionStep above the last one reported to this
+  // coordinator); else FailedPrecondition, counted, nothing changes.
+  absl::Status LearnerProgress(int64_t version, int64_t groups_consumed,
+                               int64_t groups_waiting = 0);
+  static constexpr int64_t kMaxVersionStep = 1000;
 
   // The prompt log's counters (appends, fsyncs, compactions, size); coordinator_snapshot.cc.
   PromptLogStats LogStats() const { return log_->stats(); }
@@ -203,6 +211,11 @@ class Coordinator {
   std::map<std::string, Actor> actors_;
   CoordinatorStats stats_;
   uint64_t next_id_ = 1;
+  // The budget's basis: the learner's last reported backlog, and groups_completed then (at
+  // open: 0 and the count after replaying the log). See the class comment.
+  bool learner_reported_ = false;
+  int64_t backlog_at_report_ = 0, completed_at_report_ = 0;
+  int64_t UnconsumedLocked() const;
 };
 
 }  // namespace prl::coordinator

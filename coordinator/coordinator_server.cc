@@ -105,7 +105,8 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
   grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
                                      v1::LearnerProgressResponse*) override {
     const absl::Status accepted =
-        c_->LearnerProgress(request->version(), request->groups_consumed());
+        c_->LearnerProgress(request->version(), request->groups_consumed(),
+                            request->groups_waiting());
     if (!accepted.ok()) return ToGrpcStatus(accepted);
     return grpc::Status::OK;
   }

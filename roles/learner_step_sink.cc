@@ -86,6 +86,8 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed) {
   prl::v1::LearnerProgressRequest progress;
   progress.set_version(version);
   progress.set_groups_consumed(groups_consumed);
+  const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
+  progress.set_groups_waiting(rs.groups_ready + rs.groups_leased);
   prl::v1::LearnerProgressResponse ignored;
   coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
 }

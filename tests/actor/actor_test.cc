@@ -262,6 +262,22 @@ TEST_F(ActorTest, AGroupRefusedForALostLeaseIsDroppedAndItsPromptReRun) {
   EXPECT_EQ(coordinator_->Get(id)->prompts_done(), 2);
 }
 
+TEST_F(ActorTest, AnUnavailableReplayIsRetriedAndTheActorGoesOn) {
+  // A remote ingest restarting: two pushes fail UNAVAILABLE, then it is back.
+  const std::string id = Submit(2, 2);
+  auto failures = std::make_shared<std::atomic<int>>(2);
+  GroupWriter local = LocalReplayWriter(replay_.get(), absl::Seconds(10));
+  StartActor([failures, local](absl::Span<const RolloutRecord> group) {
+    if (failures->fetch_sub(1) > 0) return absl::UnavailableError("connection refused");
+    return local(group);
+  });
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(60)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  EXPECT_EQ(TakeAll().size(), 2u) << "each group written once, after the retries";
+  EXPECT_EQ(coordinator_->Stats().leases_expired, 0);
+}
+
 TEST_F(ActorTest, ABlockedReplayWriteNeitherPausesGenerationNorLosesLeases) {
   // A lease of 600 ms, renewed by heartbeats every 200 ms, and a first write that blocks for
   // 2 s (a full replay buffer, or a slow remote ingest): the lease must be renewed meanwhile,

@@ -454,15 +454,67 @@ TEST_F(CoordinatorTest, LearnerProgressOutOfBoundsIsRefusedAndDoesNotPoisonTheBu
   auto leased = c->Lease(LeaseOf(actor, 5));
   ASSERT_EQ(leased->prompts_size(), 1);
   ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
-  // One group was produced: a report of a million consumed is a lie.
-  const absl::Status jump = c->LearnerProgress(7, 1'000'000);
+  ASSERT_TRUE(c->LearnerProgress(3, 0, /*groups_waiting=*/1).ok());  // not trained on yet
+  // A version far ahead of the learner's, negative counts: lies, refused.
+  const absl::Status jump = c->LearnerProgress(1'000'000, 1);
   EXPECT_EQ(jump.code(), absl::StatusCode::kFailedPrecondition) << jump;
-  EXPECT_NE(jump.message().find("groups_consumed <= 1"), absl::string_view::npos) << jump;
+  EXPECT_NE(jump.message().find("version <= 1003"), absl::string_view::npos) << jump;
   EXPECT_EQ(c->LearnerProgress(-1, 0).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(c->Stats().rejected_progress, 2);
+  EXPECT_EQ(c->LearnerProgress(4, 1, -5).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->Stats().rejected_progress, 3);
+  EXPECT_EQ(c->Stats().learner_version, 3);
   EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "the budget did not move";
-  ASSERT_TRUE(c->LearnerProgress(1, 1).ok());
+  ASSERT_TRUE(c->LearnerProgress(4, 1, 0).ok());
   EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 1);
+}
+
+TEST_F(CoordinatorTest, TheBudgetFollowsARestartedLearnerThatCountsFromZero) {
+  // The learner trained 4 groups and reported so; a new learner that lost that progress (no
+  // checkpoint) starts again at 0. With a budget of 1 group, every group it trains must let
+  // the next one be leased: a running total kept across learners would stall here.
+  config_.max_lag = 0;
+  config_.groups_per_step = 1;
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(Request(10)).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  const auto produce_one = [&] {
+    auto leased = c->Lease(LeaseOf(actor, 5));
+    if (leased->prompts_size() != 1) return false;
+    return c->Complete(Done(actor, leased->prompts(0))).ok();
+  };
+  for (int64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(produce_one());
+    ASSERT_TRUE(c->LearnerProgress(i, i, 0).ok());
+  }
+  for (int64_t i = 1; i <= 4; ++i) {  // the restarted learner
+    ASSERT_TRUE(produce_one()) << "stalled at the new learner's group " << i;
+    ASSERT_TRUE(c->LearnerProgress(4 + i, i, 0).ok());
+  }
+}
+
+TEST_F(CoordinatorTest, TheBudgetStartsFromAnEmptyBacklogWhenTheCoordinatorRestarts) {
+  // Groups completed before a restart were trained or are in the learner's backlog; the
+  // restarted coordinator has no report yet. It must lease (the learner may be waiting for a
+  // full step and send nothing until it has one), then follow the learner's reports.
+  config_.max_lag = 0;
+  config_.groups_per_step = 2;
+  {
+    auto c = Open();
+    ASSERT_TRUE(c->Submit(Request(10)).ok());
+    const std::string actor = c->RegisterActor("a").actor_id();
+    auto leased = c->Lease(LeaseOf(actor, 5));
+    ASSERT_EQ(leased->prompts_size(), 2);
+    for (const auto& p : leased->prompts()) ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
+    EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "both untrained";
+  }
+  auto c = Open();  // the restart
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 5));
+  ASSERT_EQ(leased->prompts_size(), 2) << "a restarted coordinator must not stall the run";
+  ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
+  ASSERT_TRUE(c->LearnerProgress(1, 2, /*groups_waiting=*/1).ok());
+  EXPECT_EQ(c->Stats().groups_unconsumed, 1);
+  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "1 waiting + 1 in flight";
 }
 
 TEST_F(CoordinatorTest, GroupsAreCheckedAgainstTheOpenLeaseOfTheirPrompt) {

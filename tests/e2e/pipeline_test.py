@@ -247,6 +247,33 @@ class PipelineTest(unittest.TestCase):
         self.wait_for("learner2", r"step %d: version" % (resumed + 1))
         self.assertNotIn("step 1: version 1,", self.log("learner2"))
 
+    def test_the_run_finishes_when_the_learner_and_then_the_coordinator_are_killed(self):
+        # A small lag budget (2 steps of 4 groups) and a checkpoint every 4 steps: the learner
+        # restarts from its journal and the coordinator from its log, and the budget, which
+        # both sides' restarts used to stall, lets every prompt through to training.
+        config = self.config(learner={"checkpoint_every": 4, "max_lag": 1})
+        self.start_roles(config, actors=("a0", "a1"))
+        set_id = self.submit()
+        self.wait_for("learner", r"step 2: version 2")
+        self.procs["learner"].send_signal(signal.SIGKILL)
+        self.procs["learner"].wait()
+        self.start("learner2", "learner", "serve", "--config", config)
+        self.wait_for("learner2", r"step \d+: version")
+        self.procs["coordinator"].send_signal(signal.SIGKILL)
+        self.procs["coordinator"].wait()
+        self.start("coordinator2", "coordinator", "--config", config)
+        self.wait_for("coordinator2", r"coordinator on port %d" % self.port)
+        self.wait_done(set_id)
+        trained = len(re.findall(r"^step \d+: version", self.log("learner2"), re.M))
+        # 24 more prompts, three times the budget: done only if the budget keeps moving.
+        self.wait_done(self.submit())
+        deadline = time.time() + 120
+        while len(re.findall(r"^step \d+: version", self.log("learner2"), re.M)) <= trained:
+            self.assertLess(time.time(), deadline, "no step after the coordinator's restart")
+            time.sleep(0.2)
+        steps = re.findall(r"^step (\d+): version", self.log("learner2"), re.M)
+        self.assertEqual(len(steps), len(set(steps)), "a step trained twice:\n" + self.log("learner2"))
+
 
 if __name__ == "__main__":
     PRL = os.path.abspath(sys.argv.pop(1))

@@ -282,6 +282,7 @@ class AttackTest : public ::testing::Test {
       v1::LearnerProgressResponse ignored;
       const grpc::Status reported = learner_->ReportLearnerProgress(&ctx, progress, &ignored);
       ASSERT_TRUE(reported.ok()) << reported.error_message();
+      learner_reported_ = true;
     }
   }
 
@@ -313,6 +314,7 @@ class AttackTest : public ::testing::Test {
   std::unique_ptr<metrics::MetricsServer> metrics_;
   static constexpr int kHeldBack = 8;
   std::atomic<bool> attack_done_{false};
+  std::atomic<bool> learner_reported_{false};
   std::atomic<bool> first_lease_released_{true};
   std::mutex mu_;
   std::vector<std::string> snooped_;
@@ -373,6 +375,8 @@ TEST_F(AttackTest, AForeignActorCannotCompleteALeaseItDoesNotHold) {
 
 TEST_F(AttackTest, LearnerProgressCannotJumpAheadOrComeFromAnotherRole) {
   DuringARun([&](const std::string&) {
+    // After the learner's first report (before it, any version is the learner's numbering).
+    while (!learner_reported_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     v1::LearnerProgressRequest jump;
     jump.set_version(1'000'000);
     jump.set_groups_consumed(1'000'000'000);
