@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "coordinator/capacity.h"
 #include "coordinator/group_id.h"
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
@@ -45,6 +46,10 @@ bool ParseLeaseId(const std::string& lease_id, std::string* set_id, int64_t* ind
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorConfig& config) {
   if (config.log_path.empty()) {
     return absl::InvalidArgumentError("coordinator: log_path is required (the durable prompt log)");
+  }
+  if (config.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator: expected max_attempts >= 1, found ", config.max_attempts));
   }
   if (config.lease_ms <= 0 || config.heartbeat_ms <= 0 || config.heartbeat_ms >= config.lease_ms) {
     return absl::InvalidArgumentError(
@@ -249,6 +254,11 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     set.submitted = s;
     set.prompts.assign(s.request().prompts_size(), {});
     set.pending = s.request().prompts_size();
+    set.samples = s.request().samples_per_prompt();
+    for (const prl::v1::Prompt& prompt : s.request().prompts()) {
+      set.max_tokens = std::max<int64_t>(set.max_tokens, prompt.tokens().ids_size());
+    }
+    set.max_tokens += s.request().sampling().max_tokens();
     for (int64_t i = 0; i < set.pending; ++i) queue_.emplace_back(s.prompt_set_id(), i);
     order_.push_back(s.prompt_set_id());
     if (!s.request().idempotency_key().empty()) {
@@ -261,7 +271,7 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     PromptSet& set = it->second;
     const prl::v1::GroupResult& result = record.completed().result();
     PromptEntry& p = set.prompts[result.prompt_index()];
-    if (p.state == PromptState::kDone) return;
+    if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return;
     if (p.state == PromptState::kLeased) {
       --set.in_flight;
       leases_.erase(p.lease_id);
@@ -273,9 +283,7 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     ++stats_.groups_completed;
     for (double r : result.rewards()) set.reward_sum += r;
     set.reward_count += result.rewards_size();
-    if (set.done == static_cast<int64_t>(set.prompts.size())) {
-      set.state = prl::v1::PROMPT_SET_STATE_DONE;
-    }
+    FinishIfSettled(set);
     *set.events.emplace_back().mutable_group() = result;
     *set.events.emplace_back().mutable_status() = StatusOf(set);
   } else if (record.cancelled().size() > 0) {
@@ -283,6 +291,8 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     if (it == sets_.end() || it->second.state != prl::v1::PROMPT_SET_STATE_RUNNING) return;
     it->second.state = prl::v1::PROMPT_SET_STATE_CANCELLED;
     *it->second.events.emplace_back().mutable_status() = StatusOf(it->second);
+  } else if (record.has_failed_attempt()) {
+    ApplyFailedAttempt(record.failed_attempt());  // prompt_attempts.cc
   }
   changed_.notify_all();
 }
@@ -299,6 +309,9 @@ prl::v1::PromptSetStatus Coordinator::StatusOf(const PromptSet& set) const {
   s.set_mean_reward(set.reward_count > 0 ? set.reward_sum / set.reward_count : 0.0);
   s.set_created_unix_ms(set.submitted.created_unix_ms());
   s.set_samples_per_prompt(set.submitted.request().samples_per_prompt());
+  s.set_prompts_failed(set.failed);
+  for (const prl::v1::FailedPrompt& f : set.first_failed) *s.add_failed_prompts() = f;
+  s.set_message(CapacityMessage(set));
   return s;
 }
 
@@ -398,10 +411,11 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
 
 // ---- Actors -------------------------------------------------------------------------------
 
-prl::v1::RegisterResponse Coordinator::RegisterActor(const std::string& name) {
+prl::v1::RegisterResponse Coordinator::RegisterActor(const std::string& name,
+                                                     const prl::v1::ActorCapacity& capacity) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = absl::StrCat("actor-", RandomHex().substr(0, 10));
-  actors_[id] = Actor{name, 0, absl::Now()};
+  actors_[id] = Actor{name, 0, absl::Now(), capacity};
   stats_.actors = static_cast<int64_t>(actors_.size());
   prl::v1::RegisterResponse r;
   r.set_actor_id(id);
@@ -434,11 +448,14 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
       dropped.push_back(where);
     }
   }
+  absl::StatusOr<uint64_t> logged = uint64_t{0};
   for (const auto& [set_id, index] : dropped) {
-    Requeue(sets_[set_id], index);
+    logged = FailAttemptLocked(
+        sets_[set_id], index,
+        absl::StrCat("dropped from the heartbeat of actor ", ActorName(request.actor_id())));
     ++stats_.leases_dropped;
   }
-  if (!dropped.empty()) changed_.notify_all();
+  if (!dropped.empty()) PRL_RETURN_IF_ERROR(AwaitLogged(logged));
   prl::v1::HeartbeatResponse r;
   r.set_learner_version(stats_.learner_version);
   return r;
@@ -447,7 +464,7 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
 void Coordinator::Requeue(PromptSet& set, int64_t index) {
   PromptEntry& p = set.prompts[index];
   leases_.erase(p.lease_id);
-  p = PromptEntry{};
+  p = PromptEntry{PromptState::kPending, "", "", absl::Time(), p.attempts, p.last_reason};
   --set.in_flight;
   ++set.pending;
   queue_.emplace_front(set.submitted.prompt_set_id(), index);  // re-run soon
@@ -458,11 +475,16 @@ void Coordinator::ExpireLocked(absl::Time now) {
   for (const auto& [lease, where] : leases_) {
     if (sets_[where.first].prompts[where.second].deadline < now) expired.push_back(where);
   }
+  absl::StatusOr<uint64_t> logged = uint64_t{0};
   for (const auto& [set_id, index] : expired) {
-    Requeue(sets_[set_id], index);
+    PromptSet& set = sets_[set_id];
+    logged = FailAttemptLocked(
+        set, index,
+        absl::StrCat("lease expired: actor ", ActorName(set.prompts[index].actor_id),
+                     " neither completed nor renewed it within lease_ms"));
     ++stats_.leases_expired;
   }
-  if (!expired.empty()) changed_.notify_all();
+  if (!expired.empty()) AwaitLogged(logged).IgnoreError();  // a failed log fails every append
 }
 
 void Coordinator::ExpireLeases() {
@@ -493,13 +515,21 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   }
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(stats_.learner_version);
-  while (allowed > 0 && !queue_.empty()) {
-    const auto [set_id, index] = queue_.front();
-    queue_.pop_front();
+  // Prompts beyond the actor's capacity keep their place for others (capacity.h).
+  for (auto next = queue_.begin(); allowed > 0 && next != queue_.end();) {
+    const auto [set_id, index] = *next;
     PromptSet& set = sets_[set_id];
     PromptEntry& p = set.prompts[index];
-    if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending)
+    const GroupShape shape{set.samples, set.submitted.request().prompts(index).tokens().ids_size() +
+                                            set.submitted.request().sampling().max_tokens()};
+    const bool stale =
+        set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending;
+    if (!stale && !Fits(actor->second.capacity, shape)) {
+      ++next;
       continue;
+    }
+    next = queue_.erase(next);
+    if (stale) continue;
     p.state = PromptState::kLeased;
     p.lease_id = LeaseId(set_id, index);
     p.actor_id = request.actor_id();
@@ -536,7 +566,8 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
   PromptSet& set = sets_[set_id];
   prl::v1::CompleteResponse response;
   const PromptEntry& entry = set.prompts[index];
-  if (entry.state == PromptState::kDone || set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
+  if (entry.state == PromptState::kDone || entry.state == PromptState::kFailed ||
+      set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
     ++stats_.duplicate_completions;
     response.set_accepted(false);
     return response;
