@@ -188,6 +188,7 @@ class Coordinator {
   };
 
   explicit Coordinator(const CoordinatorConfig& config) : config_(config) {}
+  // Submission checks (coordinator/submission.cc).
   absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
   absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
@@ -205,7 +206,8 @@ class Coordinator {
   absl::StatusOr<uint64_t> FailAttemptLocked(PromptSet& set, int64_t index,
                                              const std::string& reason);
   void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
-  // Waits (mutex held) until a failed attempt's record is durable; a log error is returned.
+  // Waits (mutex held) until a failed attempt's record is durable; a log error is printed and
+  // returned (the log then refuses every append: Submit and Complete report it).
   absl::Status AwaitLogged(const absl::StatusOr<uint64_t>& ticket);
   // Done once every prompt is completed or failed.
   void FinishIfSettled(PromptSet& set);
