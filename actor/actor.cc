@@ -38,6 +38,13 @@ RolloutFinishReason ToRollout(FinishReason r) {
   }
 }
 
+prl::v1::ActorCapacity CapacityOf(const Engine& engine) {
+  prl::v1::ActorCapacity capacity;
+  capacity.set_max_samples_per_prompt(engine.options().max_num_seqs);
+  capacity.set_max_tokens(engine.max_sequence_tokens());
+  return capacity;
+}
+
 }  // namespace
 
 GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout) {
@@ -78,6 +85,7 @@ Actor::Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubs
       write_group_(std::move(write_group)),
       weights_(weights),
       options_(options),
+      capacity_(CapacityOf(*engine_)),
       control_(v1::ActorControl::NewStub(
           rpc::NewChannel(options.coordinator, rpc::ChannelArgs(int64_t{64} << 20)))) {}
 
@@ -93,6 +101,7 @@ absl::Status Actor::Register(const std::atomic<bool>* stop) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::RegisterRequest request;
     request.set_actor_name(options_.name);
+    *request.mutable_capacity() = capacity_;
     v1::RegisterResponse response;
     const absl::Status s = rpc::FromGrpcStatus(control_->Register(&ctx, request, &response));
     if (s.ok()) {
@@ -123,6 +132,43 @@ void Actor::Drop(const std::string& lease_id) {
   changed_.notify_all();
 }
 
+void Actor::Release(const std::string& lease_id, v1::ReleaseReason reason,
+                    const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_.erase(lease_id);
+  v1::ReleaseRequest& release = releases_.emplace_back();
+  release.set_lease_id(lease_id);
+  release.set_reason(reason);
+  release.set_detail(std::string(why.message()));
+  changed_.notify_all();
+}
+
+void Actor::SendReleases() {
+  std::deque<v1::ReleaseRequest> releases;
+  std::string actor_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    releases.swap(releases_);
+    actor_id = actor_id_;
+  }
+  for (v1::ReleaseRequest& release : releases) {
+    release.set_actor_id(actor_id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ReleaseResponse response;
+    const absl::Status s = rpc::FromGrpcStatus(control_->Release(&ctx, release, &response));
+    if (!s.ok()) {
+      // The lease already ended (expired, re-registered) or the coordinator is away: the next
+      // heartbeat no longer lists it, so it is re-queued anyway.
+      std::fprintf(stderr, "actor %s: cannot release %s: %s\n", options_.name.c_str(),
+                   release.lease_id().c_str(), std::string(s.message()).c_str());
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.leases_released;
+  }
+}
+
 void Actor::Fail(const absl::Status& error) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failure_.ok()) failure_ = error;
@@ -139,6 +185,7 @@ absl::Status Actor::Heartbeat() {
     std::lock_guard<std::mutex> lock(mu_);
     request.set_actor_id(actor_id_);
     for (const std::string& id : held_) request.add_held_lease_ids(id);
+    for (const v1::ReleaseRequest& r : releases_) request.add_held_lease_ids(r.lease_id());
   }
   v1::HeartbeatResponse response;
   return rpc::FromGrpcStatus(control_->Heartbeat(&ctx, request, &response));
@@ -269,11 +316,11 @@ absl::Status Actor::AddLeased(const std::atomic<bool>* stop) {
     std::vector<int32_t> prompt(lease.prompt_tokens().begin(), lease.prompt_tokens().end());
     absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(prompt), params);
     if (!id.ok()) {
-      // The coordinator validated the prompt against the model; this actor's engine cannot
-      // run it (e.g. its KV pool is too small). Dropped: the next heartbeat gives it back.
+      // The coordinator validated the prompt against its model and this actor's capacity;
+      // this engine cannot run it all the same (e.g. the coordinator's model is not ours).
       std::fprintf(stderr, "actor %s: cannot generate %s: %s\n", options_.name.c_str(),
                    lease.lease_id().c_str(), std::string(id.status().message()).c_str());
-      Drop(lease.lease_id());
+      Release(lease.lease_id(), v1::RELEASE_REASON_ENGINE_REFUSED, id.status());
       continue;
     }
     in_flight_[*id] = InFlight{lease, NowNanos()};
@@ -322,7 +369,7 @@ absl::StatusOr<std::vector<reward::RewardResult>> Actor::ScoreGroup(
 }
 
 void Actor::CountRewardFailure(const v1::LeasedPrompt& lease, const absl::Status& failure) {
-  std::fprintf(stderr, "actor %s: group %s failed, not written (it will be re-run): %s\n",
+  std::fprintf(stderr, "actor %s: group %s failed, not written, released: %s\n",
                options_.name.c_str(), lease.lease_id().c_str(),
                std::string(failure.message()).c_str());
   if (options_.metrics != nullptr) {
@@ -462,6 +509,7 @@ absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output,
       inputs.ok() ? ScoreGroup(*inputs, job.lease) : inputs.status();
   if (!rewards.ok()) {
     CountRewardFailure(job.lease, rewards.status());
+    Release(job.lease.lease_id(), v1::RELEASE_REASON_REWARD_FAILED, rewards.status());
     return absl::OkStatus();
   }
   ScoredGroup group = BuildGroup(job, output, *inputs, *rewards, group_id, finished);
@@ -487,6 +535,7 @@ void Actor::ControlLoop(const std::atomic<bool>* stop) {
   absl::Time next_heartbeat = absl::Now();
   while (!Halted(stop)) {
     absl::Status control = absl::OkStatus();
+    SendReleases();  // before a heartbeat, which would drop them without their reason
     if (absl::Now() >= next_heartbeat) {
       control = Heartbeat();
       next_heartbeat = absl::Now() + absl::Milliseconds(heartbeat_ms_);

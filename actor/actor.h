@@ -11,8 +11,14 @@
 // max_prompts_in_flight: a lease counts from the moment it is granted until its group is
 // completed or dropped, and the control thread leases only into free room. Heartbeats and
 // leases share one thread, so a heartbeat lists exactly the leases held at that moment, and a
-// group dropped (engine refusal, reward failure, lost lease) leaves that list at once: the
-// coordinator re-queues its prompt at the next heartbeat instead of when the lease expires.
+// group dropped (lost lease) leaves that list at once: the coordinator re-queues its prompt at
+// the next heartbeat instead of when the lease expires. A group the actor gives up on (its
+// engine refuses it, its reward fails) is released with its reason (ActorControl.Release, sent
+// by the control thread before its next heartbeat); the coordinator counts either as a failed
+// attempt of the prompt and fails the prompt after coordinator.max_attempts.
+//
+// Capacity: the actor registers with its engine's limits (max_num_seqs samples per prompt,
+// max_sequence_tokens per sample), and the coordinator leases it only prompts within them.
 //
 // Delivery: a group is written to the replay buffer before it is reported complete. An actor
 // killed in between leaves a group in the buffer whose lease expires, so the prompt is
@@ -20,8 +26,8 @@
 // loses nothing that was accepted, since the coordinator re-queues its expired leases.
 //
 // Rewards: a group whose reward call fails (after the reward's own retries) is failed
-// visibly — logged, counted in stats().reward_failures, not written and not completed, so the
-// coordinator re-runs the prompt when the lease expires — never written with a sample
+// visibly — logged, counted in stats().reward_failures, not written and not completed, and
+// released, so the coordinator re-runs the prompt (or fails it) — never written with a sample
 // missing.
 //
 // Thread-safety: Run once, on one thread (it starts and joins the other two); stats() from any
@@ -88,6 +94,7 @@ struct ActorStats {
   int64_t weight_version = 0, weight_swaps = 0;
   int64_t registrations = 0;
   int64_t groups_generated = 0;  // groups the engine finished (scored and written or not)
+  int64_t leases_released = 0;   // given back to the coordinator (engine refusal, reward failure)
 };
 
 class Actor {
@@ -131,6 +138,11 @@ class Actor {
   bool Halted(const std::atomic<bool>* stop) const { return stop->load() || halted_.load(); }
   // The lease is no longer worked on (completed or dropped): the next heartbeat omits it.
   void Drop(const std::string& lease_id);
+  // Gives the lease up with a reason: dropped now, and released by the control thread.
+  void Release(const std::string& lease_id, prl::v1::ReleaseReason reason, const absl::Status& why);
+  // Sends the queued releases (control thread). A release that fails is left to the next
+  // heartbeat, which no longer lists its lease.
+  void SendReleases();
   std::string ActorId();
 
   absl::Status Register(const std::atomic<bool>* stop);
@@ -191,6 +203,7 @@ class Actor {
   GroupWriter write_group_;
   WeightSubscriber* weights_;
   ActorOptions options_;
+  const prl::v1::ActorCapacity capacity_;  // declared at registration
   std::unique_ptr<prl::v1::ActorControl::Stub> control_;
   std::string actor_id_;  // guarded by mu_ (the control thread re-registers)
   int64_t heartbeat_ms_ = 5000;  // control thread
@@ -200,9 +213,11 @@ class Actor {
   std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease (engine loop only)
   std::map<std::string, std::unique_ptr<reward::RewardFunction>> rewards_;  // by spec (finisher)
 
-  std::mutex mu_;  // guards held_, leased_, generated_, failure_
+  std::mutex mu_;  // guards held_, releases_, leased_, generated_, failure_
   std::condition_variable changed_;
   std::set<std::string> held_;      // lease ids granted and not yet completed or dropped
+  // Leases given up, to be released (-> control thread); heartbeats list them until then.
+  std::deque<prl::v1::ReleaseRequest> releases_;
   std::deque<Leased> leased_;       // control thread -> engine loop
   std::deque<Generated> generated_;  // engine loop -> finisher
   absl::Status failure_;

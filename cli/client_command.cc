@@ -42,12 +42,33 @@ std::string StateName(v1::PromptSetState s) {
   }
 }
 
+std::string FailedLine(const v1::FailedPrompt& f) {
+  return absl::StrFormat("  prompt %lld failed after %d attempts: %s",
+                         static_cast<long long>(f.prompt_index()), f.attempts(), f.reason());
+}
+
 std::string StatusLine(const v1::PromptSetStatus& s) {
+  const std::string failed =
+      s.prompts_failed() > 0
+          ? absl::StrFormat(", %lld failed", static_cast<long long>(s.prompts_failed()))
+          : "";
   return absl::StrFormat(
-      "%s %-9s %lld/%lld done, %lld in flight, %lld pending, mean reward %.4f  %s",
+      "%s %-9s %lld/%lld done%s, %lld in flight, %lld pending, mean reward %.4f  %s",
       s.prompt_set_id(), StateName(s.state()), static_cast<long long>(s.prompts_done()),
-      static_cast<long long>(s.prompts_total()), static_cast<long long>(s.prompts_in_flight()),
-      static_cast<long long>(s.prompts_pending()), s.mean_reward(), s.name());
+      static_cast<long long>(s.prompts_total()), failed,
+      static_cast<long long>(s.prompts_in_flight()), static_cast<long long>(s.prompts_pending()),
+      s.mean_reward(), s.name());
+}
+
+// The status line, then the failed prompts (the first 100) and why pending prompts wait.
+std::string StatusDetails(const v1::PromptSetStatus& s) {
+  std::string out = StatusLine(s);
+  for (const v1::FailedPrompt& f : s.failed_prompts()) absl::StrAppend(&out, "\n", FailedLine(f));
+  if (s.failed_prompts_size() < s.prompts_failed()) {
+    absl::StrAppend(&out, "\n  (", s.prompts_failed() - s.failed_prompts_size(), " more failed)");
+  }
+  if (!s.message().empty()) absl::StrAppend(&out, "\n  waiting: ", s.message());
+  return out;
 }
 
 nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
@@ -61,6 +82,13 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
   j["prompts_pending"] = s.prompts_pending();
   j["mean_reward"] = s.mean_reward();
   j["samples_per_prompt"] = s.samples_per_prompt();
+  j["prompts_failed"] = s.prompts_failed();
+  j["failed_prompts"] = nlohmann::ordered_json::array();
+  for (const v1::FailedPrompt& f : s.failed_prompts()) {
+    j["failed_prompts"].push_back(
+        {{"prompt_index", f.prompt_index()}, {"attempts", f.attempts()}, {"reason", f.reason()}});
+  }
+  j["message"] = s.message();
   return j;
 }
 
@@ -154,6 +182,7 @@ absl::Status Watch(v1::PromptService::Stub& stub, const std::string& id, bool js
   v1::PromptSetEvent event;
   while (reader->Read(&event)) {
     if (event.has_group() && texts) PrintGroup(event.group(), json);
+    if (event.has_failed() && !json) std::printf("%s\n", FailedLine(event.failed()).c_str());
     if (event.has_status()) {
       std::printf("%s\n", json ? StatusJson(event.status()).dump().c_str()
                                : StatusLine(event.status()).c_str());
@@ -209,7 +238,7 @@ absl::Status RunStatus(const ClientTrust& trust, const std::string& server, cons
     std::printf("%s\n", j.dump().c_str());
   } else {
     if (sets.empty()) std::printf("no prompt sets\n");
-    for (const auto& s : sets) std::printf("%s\n", StatusLine(s).c_str());
+    for (const auto& s : sets) std::printf("%s\n", StatusDetails(s).c_str());
   }
   return absl::OkStatus();
 }

@@ -100,6 +100,10 @@ struct CoordinatorSection {
   std::string log;      // the durable prompt log; empty: <run dir>/coordinator/prompts.log
   int64_t lease_ms = 30'000;
   int64_t heartbeat_ms = 1'000;
+  // Failed attempts (released by its actor, lease expired, dropped from a heartbeat) after
+  // which a prompt is failed, visibly, instead of re-queued. 3: an actor crash or two is
+  // retried, a prompt that kills or is refused by every actor is not retried forever.
+  int32_t max_attempts = 3;
   int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
   int32_t max_samples_per_prompt = 1024;
   int64_t max_prompts_per_set = 100'000;  // prompts in one submission

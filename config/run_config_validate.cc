@@ -72,6 +72,8 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
   PRL_RETURN_IF_ERROR(Range(c.heartbeat_ms >= 10 && c.heartbeat_ms < c.lease_ms,
                             "coordinator.heartbeat_ms", ">= 10 and below coordinator.lease_ms",
                             c.heartbeat_ms));
+  PRL_RETURN_IF_ERROR(Range(c.max_attempts >= 1 && c.max_attempts <= 1000,
+                            "coordinator.max_attempts", "1 to 1000", c.max_attempts));
   PRL_RETURN_IF_ERROR(Range(c.max_pending_prompts >= 1, "coordinator.max_pending_prompts", ">= 1",
                             c.max_pending_prompts));
   PRL_RETURN_IF_ERROR(

@@ -8,11 +8,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "coordinator/capacity.h"
 #include "coordinator/group_id.h"
-#include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
 
 namespace prl::coordinator {
@@ -46,6 +45,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   if (config.log_path.empty()) {
     return absl::InvalidArgumentError("coordinator: log_path is required (the durable prompt log)");
   }
+  if (config.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator: expected max_attempts >= 1, found ", config.max_attempts));
+  }
   if (config.lease_ms <= 0 || config.heartbeat_ms <= 0 || config.heartbeat_ms >= config.lease_ms) {
     return absl::InvalidArgumentError(
         absl::StrCat("coordinator: expected 0 < heartbeat_ms < lease_ms, found heartbeat_ms = ",
@@ -62,142 +65,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   c->RecoverFinishTimesLocked(opened.records);  // retention (coordinator_snapshot.cc)
   c->completed_at_report_ = c->stats_.groups_completed;  // the budget counts from here
   return c;
-}
-
-namespace {
-
-// Caps on what one submission may carry, beyond the configured ones: every field is bounded.
-constexpr size_t kMaxNameBytes = 256, kMaxKeyBytes = 256;
-constexpr int kMaxRewardParams = 16;
-constexpr size_t kMaxRewardParamBytes = 4096;
-constexpr size_t kMaxPromptBytes = 1 << 20;  // a prompt's text, messages or tools
-constexpr int kMaxStopTokens = 64;
-
-size_t PromptBytes(const prl::v1::Prompt& p) {
-  size_t n = p.text().size() + p.reference().size() + p.chat().tools_json().size() +
-             p.chat().template_kwargs_json().size() + 4 * p.tokens().ids_size();
-  for (const prl::v1::ChatMessage& m : p.chat().messages()) n += m.content().size();
-  return n;
-}
-
-absl::Status TooLarge(absl::string_view field, size_t limit, size_t found) {
-  return Invalid(field, absl::StrCat("at most ", limit), absl::StrCat(found));
-}
-
-}  // namespace
-
-absl::Status Coordinator::ValidateShape(const prl::v1::SubmitPromptSetRequest& r) const {
-  if (r.prompts().empty()) return Invalid("prompts", "at least one prompt", "none");
-  if (r.prompts_size() > config_.max_prompts_per_set) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "prompts: at most ", config_.max_prompts_per_set,
-        " per submission (coordinator.max_prompts_per_set), found ", r.prompts_size()));
-  }
-  if (r.name().size() > kMaxNameBytes) return TooLarge("name", kMaxNameBytes, r.name().size());
-  if (r.idempotency_key().size() > kMaxKeyBytes) {
-    return TooLarge("idempotency_key", kMaxKeyBytes, r.idempotency_key().size());
-  }
-  if (r.reward().params_size() > kMaxRewardParams) {
-    return TooLarge("reward.params", kMaxRewardParams, r.reward().params_size());
-  }
-  for (const auto& [k, v] : r.reward().params()) {
-    if (k.size() + v.size() > kMaxRewardParamBytes) {
-      return TooLarge(absl::StrCat("reward.params[", k.substr(0, 64), "]"), kMaxRewardParamBytes,
-                      k.size() + v.size());
-    }
-  }
-  for (int i = 0; i < r.prompts_size(); ++i) {
-    if (PromptBytes(r.prompts(i)) > kMaxPromptBytes) {
-      return TooLarge(absl::StrCat("prompts[", i, "]"), kMaxPromptBytes,
-                      PromptBytes(r.prompts(i)));
-    }
-  }
-  const int32_t n = r.samples_per_prompt();
-  if (n < 1 || n > config_.max_samples_per_prompt) {
-    return Invalid("samples_per_prompt", absl::StrCat("1 to ", config_.max_samples_per_prompt),
-                   absl::StrCat(n));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::ValidateSampling(const prl::v1::SubmitPromptSetRequest& r) const {
-  if (!r.has_sampling()) return Invalid("sampling", "the sampling parameters", "none");
-  const prl::v1::RolloutSampling& s = r.sampling();
-  if (!(s.temperature() >= 0) || !std::isfinite(s.temperature())) {
-    return Invalid("sampling.temperature", ">= 0 and finite", absl::StrCat(s.temperature()));
-  }
-  if (!(s.top_p() > 0 && s.top_p() <= 1)) {
-    return Invalid("sampling.top_p", "in (0, 1]", absl::StrCat(s.top_p()));
-  }
-  if (s.top_k() < 0) return Invalid("sampling.top_k", ">= 0", absl::StrCat(s.top_k()));
-  if (s.max_tokens() < 1) {
-    return Invalid("sampling.max_tokens", ">= 1", absl::StrCat(s.max_tokens()));
-  }
-  if (s.stop_token_ids_size() > kMaxStopTokens) {
-    return TooLarge("sampling.stop_token_ids", kMaxStopTokens, s.stop_token_ids_size());
-  }
-  for (int i = 0; i < s.stop_token_ids_size(); ++i) {
-    if (s.stop_token_ids(i) < 0 || s.stop_token_ids(i) >= config_.vocab_size) {
-      return Invalid(absl::StrCat("sampling.stop_token_ids[", i, "]"),
-                     absl::StrCat("a token id in [0, ", config_.vocab_size, ")"),
-                     absl::StrCat(s.stop_token_ids(i)));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::ValidateReward(const prl::v1::RewardSpec& reward) const {
-  if (!config_.validate_reward) {
-    return Invalid("reward.name", "a reward this coordinator knows", reward.name());
-  }
-  if (reward.name() == "remote") {
-    // Actors dial the address: only those the operator allowed (no request forgery into the
-    // cluster).
-    auto address = reward.params().find("address");
-    const std::string found = address == reward.params().end() ? "" : address->second;
-    if (std::find(config_.reward_addresses.begin(), config_.reward_addresses.end(), found) ==
-        config_.reward_addresses.end()) {
-      return Invalid("reward.params.address",
-                     config_.reward_addresses.empty()
-                         ? std::string("an address listed in coordinator.reward_addresses (none "
-                                       "is)")
-                         : absl::StrCat("one of coordinator.reward_addresses: ",
-                                        absl::StrJoin(config_.reward_addresses, ", ")),
-                     absl::StrCat("'", found, "'"));
-    }
-  }
-  if (absl::Status r = config_.validate_reward(reward); !r.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("reward: ", r.message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
-                                   prl::v1::SubmitPromptSetRequest* out) const {
-  *out = request;
-  PRL_RETURN_IF_ERROR(ValidateShape(request));
-  PRL_RETURN_IF_ERROR(ValidateSampling(request));
-  PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));
-  const prl::v1::RolloutSampling& s = request.sampling();
-  if (s.stop_token_ids_size() == 0 && config_.text != nullptr) {
-    for (int32_t id : config_.text->stop_ids()) out->mutable_sampling()->add_stop_token_ids(id);
-  }
-  for (int i = 0; i < request.prompts_size(); ++i) {
-    const std::string field = absl::StrCat("prompts[", i, "]");
-    PRL_ASSIGN_OR_RETURN(
-        const std::vector<int32_t> tokens,
-        PromptTokens(request.prompts(i), config_.text.get(), config_.vocab_size, field));
-    const int64_t total = static_cast<int64_t>(tokens.size()) + s.max_tokens();
-    if (total > config_.max_position_embeddings) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", tokens.size(), " tokens + sampling.max_tokens ", s.max_tokens(),
-                       " = ", total, " exceeds the model's context (max_position_embeddings = ",
-                       config_.max_position_embeddings, ")"));
-    }
-    prl::v1::Prompt* q = out->mutable_prompts(i);
-    q->mutable_tokens()->mutable_ids()->Assign(tokens.begin(), tokens.end());
-  }
-  return absl::OkStatus();
 }
 
 int64_t Coordinator::PendingOrInFlightLocked() const {
@@ -250,6 +117,11 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     set.submitted = s;
     set.prompts.assign(s.request().prompts_size(), {});
     set.pending = s.request().prompts_size();
+    set.samples = s.request().samples_per_prompt();
+    for (const prl::v1::Prompt& prompt : s.request().prompts()) {
+      set.max_tokens = std::max<int64_t>(set.max_tokens, prompt.tokens().ids_size());
+    }
+    set.max_tokens += s.request().sampling().max_tokens();
     for (int64_t i = 0; i < set.pending; ++i) queue_.emplace_back(s.prompt_set_id(), i);
     order_.push_back(s.prompt_set_id());
     if (!s.request().idempotency_key().empty()) {
@@ -262,7 +134,7 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     PromptSet& set = it->second;
     const prl::v1::GroupResult& result = record.completed().result();
     PromptEntry& p = set.prompts[result.prompt_index()];
-    if (p.state == PromptState::kDone) return;
+    if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return;
     if (p.state == PromptState::kLeased) {
       --set.in_flight;
       leases_.erase(p.lease_id);
@@ -274,9 +146,7 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     ++stats_.groups_completed;
     for (double r : result.rewards()) set.reward_sum += r;
     set.reward_count += result.rewards_size();
-    if (set.done == static_cast<int64_t>(set.prompts.size())) {
-      set.state = prl::v1::PROMPT_SET_STATE_DONE;
-    }
+    FinishIfSettled(set);
     *set.events.emplace_back().mutable_group() = result;
     *set.events.emplace_back().mutable_status() = StatusOf(set);
   } else if (record.cancelled().size() > 0) {
@@ -284,6 +154,8 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     if (it == sets_.end() || it->second.state != prl::v1::PROMPT_SET_STATE_RUNNING) return;
     it->second.state = prl::v1::PROMPT_SET_STATE_CANCELLED;
     *it->second.events.emplace_back().mutable_status() = StatusOf(it->second);
+  } else if (record.has_failed_attempt()) {
+    ApplyFailedAttempt(record.failed_attempt());  // prompt_attempts.cc
   }
   changed_.notify_all();
 }
@@ -300,6 +172,9 @@ prl::v1::PromptSetStatus Coordinator::StatusOf(const PromptSet& set) const {
   s.set_mean_reward(set.reward_count > 0 ? set.reward_sum / set.reward_count : 0.0);
   s.set_created_unix_ms(set.submitted.created_unix_ms());
   s.set_samples_per_prompt(set.submitted.request().samples_per_prompt());
+  s.set_prompts_failed(set.failed);
+  for (const prl::v1::FailedPrompt& f : set.first_failed) *s.add_failed_prompts() = f;
+  s.set_message(CapacityMessage(set));
   return s;
 }
 
@@ -399,10 +274,11 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
 
 // ---- Actors -------------------------------------------------------------------------------
 
-prl::v1::RegisterResponse Coordinator::RegisterActor(const std::string& name) {
+prl::v1::RegisterResponse Coordinator::RegisterActor(const std::string& name,
+                                                     const prl::v1::ActorCapacity& capacity) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = absl::StrCat("actor-", RandomHex().substr(0, 10));
-  actors_[id] = Actor{name, 0, absl::Now()};
+  actors_[id] = Actor{name, 0, absl::Now(), capacity};
   stats_.actors = static_cast<int64_t>(actors_.size());
   prl::v1::RegisterResponse r;
   r.set_actor_id(id);
@@ -435,11 +311,14 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
       dropped.push_back(where);
     }
   }
+  absl::StatusOr<uint64_t> logged = uint64_t{0};
   for (const auto& [set_id, index] : dropped) {
-    Requeue(sets_[set_id], index);
+    logged = FailAttemptLocked(
+        sets_[set_id], index,
+        absl::StrCat("dropped from the heartbeat of actor ", ActorName(request.actor_id())));
     ++stats_.leases_dropped;
   }
-  if (!dropped.empty()) changed_.notify_all();
+  if (!dropped.empty()) AwaitLogged(logged).IgnoreError();  // a failed log fails every append
   prl::v1::HeartbeatResponse r;
   r.set_learner_version(stats_.learner_version);
   return r;
@@ -448,7 +327,7 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
 void Coordinator::Requeue(PromptSet& set, int64_t index) {
   PromptEntry& p = set.prompts[index];
   leases_.erase(p.lease_id);
-  p = PromptEntry{};
+  p = PromptEntry{PromptState::kPending, "", "", absl::Time(), p.attempts, p.last_reason};
   --set.in_flight;
   ++set.pending;
   queue_.emplace_front(set.submitted.prompt_set_id(), index);  // re-run soon
@@ -459,11 +338,16 @@ void Coordinator::ExpireLocked(absl::Time now) {
   for (const auto& [lease, where] : leases_) {
     if (sets_[where.first].prompts[where.second].deadline < now) expired.push_back(where);
   }
+  absl::StatusOr<uint64_t> logged = uint64_t{0};
   for (const auto& [set_id, index] : expired) {
-    Requeue(sets_[set_id], index);
+    PromptSet& set = sets_[set_id];
+    logged = FailAttemptLocked(
+        set, index,
+        absl::StrCat("lease expired: actor ", ActorName(set.prompts[index].actor_id),
+                     " neither completed nor renewed it within lease_ms"));
     ++stats_.leases_expired;
   }
-  if (!expired.empty()) changed_.notify_all();
+  if (!expired.empty()) AwaitLogged(logged).IgnoreError();  // a failed log fails every append
 }
 
 void Coordinator::ExpireLeases() {
@@ -493,13 +377,21 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   }
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(stats_.learner_version);
-  while (allowed > 0 && !queue_.empty()) {
-    const auto [set_id, index] = queue_.front();
-    queue_.pop_front();
+  // Prompts beyond the actor's capacity keep their place for others (capacity.h).
+  for (auto next = queue_.begin(); allowed > 0 && next != queue_.end();) {
+    const auto [set_id, index] = *next;
     PromptSet& set = sets_[set_id];
     PromptEntry& p = set.prompts[index];
-    if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending)
+    const GroupShape shape{set.samples, set.submitted.request().prompts(index).tokens().ids_size() +
+                                            set.submitted.request().sampling().max_tokens()};
+    const bool stale =
+        set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending;
+    if (!stale && !Fits(actor->second.capacity, shape)) {
+      ++next;
       continue;
+    }
+    next = queue_.erase(next);
+    if (stale) continue;
     p.state = PromptState::kLeased;
     p.lease_id = LeaseId(set_id, index);
     p.actor_id = request.actor_id();
@@ -536,7 +428,8 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
   PromptSet& set = sets_[set_id];
   prl::v1::CompleteResponse response;
   const PromptEntry& entry = set.prompts[index];
-  if (entry.state == PromptState::kDone || set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
+  if (entry.state == PromptState::kDone || entry.state == PromptState::kFailed ||
+      set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
     ++stats_.duplicate_completions;
     response.set_accepted(false);
     return response;

@@ -15,6 +15,14 @@
 // side keeps a running total the other must agree with, so a restart of either never stalls
 // the budget (docs/operations.md, "The lag budget").
 //
+// Lease lifecycle (coordinator/prompt_attempts.cc, coordinator/capacity.h): an actor declares
+// its capacity at registration and is leased only prompts within it (others keep their place
+// in the queue). A lease ends with its group completed, or as a failed attempt: released by its
+// actor (Release, with a reason), expired, or dropped from the actor's heartbeat. Failed
+// attempts are logged; after max_attempts the prompt is failed with its last reason (visible in
+// the set's status and events, never leased again) and a set whose prompts are all completed
+// or failed is done.
+//
 // Thread-safety: every method may be called from any thread (one mutex).
 #pragma once
 
@@ -49,6 +57,9 @@ struct CoordinatorConfig {
   std::vector<std::string> reward_addresses;
   int64_t max_lag = 4;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
+  // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
+  // failed instead of re-queued: a prompt no actor can finish is never retried forever.
+  int32_t max_attempts = 3;
   // Sync mode: the conventional loop on the same processes. At most groups_per_step prompts
   // are leased or waiting for the learner at a time (a budget of max_lag 0), and leases
   // require the learner's newest version (LeaseResponse.min_weight_version), so a step's
@@ -86,9 +97,12 @@ struct CoordinatorStats {
   int64_t prompts_pending = 0, prompts_in_flight = 0, prompts_done = 0;
   int64_t groups_completed = 0, leases_expired = 0, duplicate_completions = 0;
   int64_t leases_dropped = 0;  // re-queued because the holder's heartbeat no longer listed them
+  int64_t leases_released = 0;  // given back by their holder (Release)
+  int64_t prompts_failed = 0;   // given up on after max_attempts failed attempts
   // Refused requests: completions of leases the actor does not hold, out-of-bounds progress,
-// groups pushed for prompts not leased to the pushing actor.
+  // groups pushed for prompts not leased to the pushing actor.
   int64_t rejected_completions = 0, rejected_progress = 0, rejected_groups = 0;
+  int64_t rejected_releases = 0;  // releases of leases the actor does not hold
   int64_t learner_version = 0, groups_consumed = 0;
   int64_t groups_unconsumed = 0;  // the budget's estimate of groups not yet trained on
   int64_t actors = 0;
@@ -127,11 +141,16 @@ class Coordinator {
                                                                    bool include_texts = false);
 
   // ActorControl.
-  prl::v1::RegisterResponse RegisterActor(const std::string& name);
+  // The actor is leased only prompts within `capacity` (coordinator/capacity.h).
+  prl::v1::RegisterResponse RegisterActor(const std::string& name,
+                                          const prl::v1::ActorCapacity& capacity = {});
   // Renews the leases the request lists and re-queues the actor's others.
   absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
   absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
   absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);
+  // Gives a lease back at once: a failed attempt of its prompt (prompt_attempts.cc). Only the
+  // holder with its lease id; FailedPrecondition otherwise, counted, nothing changes.
+  absl::StatusOr<prl::v1::ReleaseResponse> Release(const prl::v1::ReleaseRequest& request);
   // The learner's progress and backlog (the budget's basis). Accepted only within bounds
   // (counts >= 0; a version at most kMaxVersionStep above the last one reported to this
   // coordinator); else FailedPrecondition, counted, nothing changes.
@@ -147,17 +166,22 @@ class Coordinator {
   CoordinatorStats Stats();
 
  private:
-  enum class PromptState { kPending, kLeased, kDone };
+  enum class PromptState { kPending, kLeased, kDone, kFailed };
   struct PromptEntry {
     PromptState state = PromptState::kPending;
     std::string lease_id, actor_id;
     absl::Time deadline;
+    int32_t attempts = 0;     // failed attempts so far (< max_attempts unless kFailed)
+    std::string last_reason;  // of the last failed attempt
   };
   struct PromptSet {
     prl::v1::SubmittedPromptSet submitted;  // prompts as token ids
     prl::v1::PromptSetState state = prl::v1::PROMPT_SET_STATE_RUNNING;
     std::vector<PromptEntry> prompts;
-    int64_t pending = 0, in_flight = 0, done = 0;
+    int64_t pending = 0, in_flight = 0, done = 0, failed = 0;
+    int32_t samples = 0;     // per prompt
+    int64_t max_tokens = 0;  // the longest prompt's tokens + sampling.max_tokens
+    std::vector<prl::v1::FailedPrompt> first_failed;  // at most kMaxFailedListed
     double reward_sum = 0;
     int64_t reward_count = 0;
     std::vector<prl::v1::PromptSetEvent> events;  // groups, each followed by a status
@@ -168,9 +192,11 @@ class Coordinator {
     std::string name;
     int64_t weight_version = 0;
     absl::Time last_seen;
+    prl::v1::ActorCapacity capacity;
   };
 
   explicit Coordinator(const CoordinatorConfig& config) : config_(config) {}
+  // Submission checks (coordinator/submission.cc).
   absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
   absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
@@ -181,6 +207,23 @@ class Coordinator {
   void Apply(const prl::v1::LogRecord& record);  // replay and live updates, mutex held
   prl::v1::PromptSetStatus StatusOf(const PromptSet& set) const;
   void Requeue(PromptSet& set, int64_t index);
+
+  // ---- Lease lifecycle (coordinator/prompt_attempts.cc), mutex held ----
+  // Ends the prompt's lease as a failed attempt: logged (not waited for) and applied; the
+  // prompt is re-queued, or failed after max_attempts. Returns the record's log ticket.
+  absl::StatusOr<uint64_t> FailAttemptLocked(PromptSet& set, int64_t index,
+                                             const std::string& reason);
+  void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
+  // Waits (mutex held) until a failed attempt's record is durable; a log error is printed and
+  // returned (the log then refuses every append: Submit and Complete report it).
+  absl::Status AwaitLogged(const absl::StatusOr<uint64_t>& ticket);
+  // Done once every prompt is completed or failed.
+  void FinishIfSettled(PromptSet& set);
+  // Why the set's pending prompts wait: no live actor can run them (capacity.h); else "".
+  std::string CapacityMessage(const PromptSet& set) const;
+  std::string ActorName(const std::string& actor_id) const;
+  static constexpr size_t kMaxFailedListed = 100;  // PromptSetStatus.failed_prompts
+  // ---- end ----
   void ExpireLocked(absl::Time now);
   int64_t PendingOrInFlightLocked() const;
 

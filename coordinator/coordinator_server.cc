@@ -87,7 +87,7 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
 
   grpc::Status Register(ServerContext*, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override {
-    *response = c_->RegisterActor(request->actor_name());
+    *response = c_->RegisterActor(request->actor_name(), request->capacity());
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* request,
@@ -101,6 +101,10 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
   grpc::Status Complete(ServerContext*, const v1::CompleteRequest* request,
                         v1::CompleteResponse* response) override {
     return Reply(c_->Complete(*request), response);
+  }
+  grpc::Status Release(ServerContext*, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse* response) override {
+    return Reply(c_->Release(*request), response);
   }
   grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
                                      v1::LearnerProgressResponse*) override {

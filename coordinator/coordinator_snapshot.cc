@@ -2,7 +2,9 @@
 // snapshots of the live state, and finished sets retired after retention_s.
 //
 // A snapshot lists, per live set in submission order, its submission, its completed groups
-// (each prompt's one GroupResult, from the set's events) and its cancellation. Replaying it
+// (each prompt's one GroupResult, from the set's events), the latest failed attempt of each
+// prompt not completed (its count, reason and whether it failed: prompt_attempts.cc) and its
+// cancellation. Replaying it
 // rebuilds what replaying the whole log would, less the retired sets; leases are not durable
 // either way. Whoever adds durable state to Apply extends SnapshotLocked with it.
 #include <algorithm>
@@ -18,6 +20,7 @@ namespace {
 const std::string& SetIdOf(const prl::v1::LogRecord& record) {
   if (record.has_submitted()) return record.submitted().prompt_set_id();
   if (record.has_completed()) return record.completed().prompt_set_id();
+  if (record.has_failed_attempt()) return record.failed_attempt().prompt_set_id();
   return record.cancelled();
 }
 
@@ -62,6 +65,18 @@ std::vector<prl::v1::LogRecord> Coordinator::SnapshotLocked() const {
       result->clear_texts();  // texts are for watchers only, never logged
       result->clear_texts_dropped();
       completed.set_unix_ms(finished_ms);
+    }
+    for (size_t i = 0; i < set.prompts.size(); ++i) {
+      const PromptEntry& p = set.prompts[i];
+      if (p.attempts == 0 || p.state == PromptState::kDone) continue;
+      prl::v1::LogRecord& attempt = out.emplace_back();
+      prl::v1::FailedAttempt* a = attempt.mutable_failed_attempt();
+      a->set_prompt_set_id(id);
+      a->set_prompt_index(static_cast<int64_t>(i));
+      a->set_attempts(p.attempts);
+      a->set_reason(p.last_reason);
+      a->set_failed(p.state == PromptState::kFailed);
+      attempt.set_unix_ms(finished_ms);
     }
     if (set.state == prl::v1::PROMPT_SET_STATE_CANCELLED) {
       prl::v1::LogRecord& cancelled = out.emplace_back();

@@ -126,6 +126,11 @@ ModelRunnerOptions RunnerOptions(const ModelConfig& config, const EngineOptions&
 }
 }  // namespace
 
+int64_t Engine::max_sequence_tokens() const {
+  return std::min<int64_t>(MaxModelLen(config_, options_),
+                           int64_t{blocks_.num_blocks()} * options_.block_size);
+}
+
 Engine::Engine(std::shared_ptr<const ParameterSet> weights, int64_t version,
                const EngineOptions& options, KvCache cache)
     : config_(weights->config),

@@ -117,6 +117,9 @@ class Engine {
   EngineStats Stats() const;
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
+  // The longest sequence (prompt + max_tokens) AddRequest accepts: the context (or
+  // max_model_len), and what the KV pool holds.
+  int64_t max_sequence_tokens() const;
 
  private:
   Engine(std::shared_ptr<const ParameterSet> weights, int64_t version, const EngineOptions& options,

@@ -134,13 +134,18 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
       leases_dropped(AddCounter(registry, "prl_prompt_leases_dropped_total",
                                 "Prompt leases re-queued because their actor's heartbeat no "
                                 "longer listed them.")),
+      leases_released(AddCounter(registry, "prl_prompt_leases_released_total",
+                                 "Prompt leases their actor gave back with a reason.")),
+      prompts_failed(AddCounter(registry, "prl_prompts_failed_total",
+                                "Prompts given up on after coordinator.max_attempts failed "
+                                "attempts.")),
       prompts_leased_(CounterFamily(registry, "prl_prompts_leased_total",
                                     "Prompt leases granted, by actor name.")),
       requests_rejected_(CounterFamily(registry, "prl_coordinator_requests_rejected_total",
                                        "Authenticated requests refused for their content, by "
                                        "reason.")) {
-  for (const char* reason :
-       {"completion_not_lease_holder", "progress_out_of_bounds", "group_without_lease"}) {
+  for (const char* reason : {"completion_not_lease_holder", "progress_out_of_bounds",
+                             "group_without_lease", "release_not_lease_holder"}) {
     RequestsRejected(reason);
   }
 }

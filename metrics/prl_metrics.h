@@ -76,6 +76,12 @@ struct CoordinatorMetrics {
   // prl_prompt_leases_dropped_total: leases re-queued because their actor's heartbeat no longer
   // listed them (the actor gave them up or restarted).
   prometheus::Counter& leases_dropped;
+  // prl_prompt_leases_released_total: leases their actor gave back with a reason (its engine
+  // refused the group, its reward failed); the prompt went back to pending (or failed).
+  prometheus::Counter& leases_released;
+  // prl_prompts_failed_total: prompts given up on after coordinator.max_attempts failed
+  // attempts (released, expired, dropped); each is listed in its set's status.
+  prometheus::Counter& prompts_failed;
 
   // prl_prompts_leased_total{actor}: leases granted to the actor of that name (its --name; the
   // pod's name in Kubernetes, so that it joins the actor's own series). One series per actor
@@ -85,7 +91,8 @@ struct CoordinatorMetrics {
   // content (docs/security.md): "completion_not_lease_holder" (a completion from an actor that
   // does not hold the lease, or with a wrong nonce), "progress_out_of_bounds" (learner progress
   // beyond what was produced, or backwards), "group_without_lease" (a replay ingest asked about
-  // a group no open lease made). Exported from 0.
+  // a group no open lease made), "release_not_lease_holder" (a release of a lease the actor
+  // does not hold). Exported from 0.
   prometheus::Counter& RequestsRejected(absl::string_view reason);
 
  private:

@@ -34,12 +34,16 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
   metrics::AdvanceCounterTo(m.leases_expired, static_cast<double>(s.leases_expired));
   metrics::AdvanceCounterTo(m.leases_throttled, static_cast<double>(s.lease_requests_throttled));
   metrics::AdvanceCounterTo(m.leases_dropped, static_cast<double>(s.leases_dropped));
+  metrics::AdvanceCounterTo(m.leases_released, static_cast<double>(s.leases_released));
+  metrics::AdvanceCounterTo(m.prompts_failed, static_cast<double>(s.prompts_failed));
   metrics::AdvanceCounterTo(m.RequestsRejected("completion_not_lease_holder"),
                             static_cast<double>(s.rejected_completions));
   metrics::AdvanceCounterTo(m.RequestsRejected("progress_out_of_bounds"),
                             static_cast<double>(s.rejected_progress));
   metrics::AdvanceCounterTo(m.RequestsRejected("group_without_lease"),
                             static_cast<double>(s.rejected_groups));
+  metrics::AdvanceCounterTo(m.RequestsRejected("release_not_lease_holder"),
+                            static_cast<double>(s.rejected_releases));
   for (const auto& [actor, leased] : s.prompts_leased) {
     metrics::AdvanceCounterTo(m.PromptsLeased(actor), static_cast<double>(leased));
   }
@@ -59,6 +63,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.log_path = c.prompt_log();
   out.lease_ms = c.coordinator.lease_ms;
   out.heartbeat_ms = c.coordinator.heartbeat_ms;
+  out.max_attempts = c.coordinator.max_attempts;
   out.max_pending_prompts = c.coordinator.max_pending_prompts;
   out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
   out.max_prompts_per_set = c.coordinator.max_prompts_per_set;

@@ -135,6 +135,7 @@ const AccessPolicy& DefaultAccessPolicy() {
   static const AccessPolicy* policy = new AccessPolicy{
       {"/prl.v1.PromptService/", {Role::kClient}},
       {"/prl.v1.ActorControl/", {Role::kActor}},
+      {"/prl.v1.ActorControl/Release", {Role::kActor}},
       {"/prl.v1.ActorControl/ReportLearnerProgress", {Role::kLearner}},
       {"/prl.v1.ActorControl/CheckGroup", {Role::kLearner}},
       {"/prl.v1.ReplayService/", {Role::kActor}},

@@ -52,7 +52,7 @@ class ActorTest : public ::testing::Test {
 
     coordinator::CoordinatorConfig cc;
     cc.log_path = (dir_ / "prompts.log").string();
-    cc.vocab_size = config_.vocab_size;
+    cc.vocab_size = config_.vocab_size + coordinator_vocab_extra_;
     cc.max_position_embeddings = config_.max_position_embeddings;
     cc.lease_ms = lease_ms_;
     cc.heartbeat_ms = 200;
@@ -153,6 +153,7 @@ class ActorTest : public ::testing::Test {
   }
 
   int64_t lease_ms_ = 5'000;
+  int32_t coordinator_vocab_extra_ = 0;  // the coordinator's model has more tokens than ours
   std::string tag_;
   std::filesystem::path dir_;
   ModelConfig config_;
@@ -307,6 +308,74 @@ TEST_F(ActorTest, ABlockedReplayWriteNeitherPausesGenerationNorLosesLeases) {
   EXPECT_EQ(actor_->stats().lost_leases, 0);
   EXPECT_EQ(TakeAll().size(), 3u) << "each prompt exactly once";
   EXPECT_EQ(generated_while_blocked->load(), 3) << "generation paused while a write blocked";
+}
+
+TEST_F(ActorTest, AnActorIsNeverLeasedAGroupAboveItsEnginesCapacity) {
+  // 100 samples per prompt; the engine runs max_num_seqs = 64 sequences.
+  ASSERT_EQ(options_.engine.max_num_seqs, 64);
+  const std::string big = Submit(1, 100);
+  const std::string small = Submit(2, 2);
+  StartActor();
+  ASSERT_TRUE(WaitDone(small, absl::Seconds(60)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const v1::PromptSetStatus s = *coordinator_->Get(big);
+  EXPECT_EQ(s.prompts_pending(), 1);
+  EXPECT_EQ(s.prompts_failed(), 0);
+  EXPECT_EQ(actor_->stats().leases_released, 0);
+  EXPECT_EQ(coordinator_->Stats().prompts_leased["test-actor"], 2);
+  EXPECT_EQ(s.message(), "no registered actor can run samples_per_prompt 100 (largest: 64)");
+}
+
+TEST_F(ActorTest, AGroupItsEngineRefusesIsReleasedWithTheEnginesReason) {
+  // The coordinator's model has a larger vocabulary than the actor's: it accepts a prompt the
+  // engine refuses. Each attempt is released at once; after max_attempts the prompt fails.
+  coordinator_vocab_extra_ = 8;
+  TearDown();
+  stop_ = false;
+  SetUp();
+  v1::SubmitPromptSetRequest r;
+  r.add_prompts()->mutable_tokens()->add_ids(static_cast<int32_t>(config_.vocab_size) + 1);
+  r.set_samples_per_prompt(2);
+  r.mutable_sampling()->set_temperature(1.0f);
+  r.mutable_sampling()->set_top_p(1.0f);
+  r.mutable_sampling()->set_max_tokens(5);
+  r.mutable_sampling()->add_stop_token_ids(task::CharTokenizer().eos_id());
+  r.mutable_reward()->set_name("arithmetic");
+  const std::string id = coordinator_->Submit(r)->prompt_set_id();
+  StartActor();
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(30)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const v1::PromptSetStatus s = *coordinator_->Get(id);
+  EXPECT_EQ(s.prompts_failed(), 1);
+  ASSERT_EQ(s.failed_prompts_size(), 1);
+  EXPECT_NE(s.failed_prompts(0).reason().find("its engine refused the group"), std::string::npos)
+      << s.failed_prompts(0).reason();
+  EXPECT_NE(s.failed_prompts(0).reason().find("is not a token id"), std::string::npos)
+      << s.failed_prompts(0).reason();
+  EXPECT_EQ(actor_->stats().leases_released, 3);
+  EXPECT_EQ(coordinator_->Stats().leases_dropped, 0) << "released, not left to a heartbeat";
+  EXPECT_EQ(coordinator_->Stats().leases_expired, 0);
+}
+
+TEST_F(ActorTest, AGroupWhoseRewardFailsIsReleasedAndItsPromptFailsAfterMaxAttempts) {
+  const std::string id = Submit(
+      1, 2, "remote", {{"address", "127.0.0.1:1"}, {"attempts", "1"}, {"timeout_ms", "200"}});
+  StartActor();
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(60)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const v1::PromptSetStatus s = *coordinator_->Get(id);
+  EXPECT_EQ(s.prompts_failed(), 1);
+  EXPECT_EQ(s.prompts_done(), 0);
+  ASSERT_EQ(s.failed_prompts_size(), 1);
+  EXPECT_EQ(s.failed_prompts(0).attempts(), 3);
+  EXPECT_NE(s.failed_prompts(0).reason().find("the group's reward failed"), std::string::npos)
+      << s.failed_prompts(0).reason();
+  EXPECT_EQ(actor_->stats().reward_failures, 3);
+  EXPECT_EQ(actor_->stats().leases_released, 3);
+  EXPECT_TRUE(TakeAll().empty());
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"broadcast": {"address": "h:70000"}})",
        "broadcast.address: expected host:port with a port from 0 to 65535, found 'h:70000'"},
       {R"({"actors": {"count": 0}})", "actors.count: expected 1 to 64, found 0"},
+      {R"({"coordinator": {"max_attempts": 0}})", "coordinator.max_attempts: expected 1 to 1000"},
       {R"({"actors": {"count": 2.5}})", "actors.count: expected an integer, found 2.5"},
       {R"({"task": {"samples_per_prompt": 1}})", "task.samples_per_prompt: expected 2 to 1024"},
       {R"({"learner": {"learning_rate": 1}})", "unknown key 'learner.learning_rate'"},

@@ -106,6 +106,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   coordinator.leases_expired.Increment(3);
   coordinator.leases_throttled.Increment(5);
   coordinator.leases_dropped.Increment(6);
+  coordinator.leases_released.Increment(4);
+  coordinator.prompts_failed.Increment(1);
   coordinator.RequestsRejected("completion_not_lease_holder").Increment(2);
   coordinator.PromptsLeased("actors-5d9c-x7k2p").Increment(60);
   coordinator.PromptsLeased("actors-5d9c-q4m8z").Increment(55);
@@ -177,9 +179,12 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_prompt_leases_expired_total", 3},
       {"prl_lease_requests_throttled_total", 5},
       {"prl_prompt_leases_dropped_total", 6},
+      {"prl_prompt_leases_released_total", 4},
+      {"prl_prompts_failed_total", 1},
       {"prl_coordinator_requests_rejected_total{reason=\"completion_not_lease_holder\"}", 2},
       {"prl_coordinator_requests_rejected_total{reason=\"progress_out_of_bounds\"}", 0},
       {"prl_coordinator_requests_rejected_total{reason=\"group_without_lease\"}", 0},
+      {"prl_coordinator_requests_rejected_total{reason=\"release_not_lease_holder\"}", 0},
       {"prl_prompts_leased_total{actor=\"actors-5d9c-x7k2p\"}", 60},
       {"prl_prompts_leased_total{actor=\"actors-5d9c-q4m8z\"}", 55},
       {"prl_tokens_generated_total", 123456},

@@ -204,6 +204,7 @@ TEST_F(SecurityTest, EveryMethodOfEveryServerAdmitsOnlyItsRoles) {
       {servers.coordinator_server->port(), "/prl.v1.PromptService/ListPromptSets", Role::kClient},
       {servers.coordinator_server->port(), "/prl.v1.ActorControl/LeasePrompts", Role::kActor},
       {servers.coordinator_server->port(), "/prl.v1.ActorControl/Complete", Role::kActor},
+      {servers.coordinator_server->port(), "/prl.v1.ActorControl/Release", Role::kActor},
       {servers.coordinator_server->port(), "/prl.v1.ActorControl/ReportLearnerProgress",
        Role::kLearner},
       {servers.coordinator_server->port(), "/prl.v1.ActorControl/CheckGroup", Role::kLearner},

@@ -1,0 +1,149 @@
+// The lease lifecycle (declared in coordinator.h): how a lease ends without its group, and when
+// a prompt is given up on.
+//
+// A lease ends as a failed attempt of its prompt when its actor releases it (Release, with a
+// reason), when it expires, or when the actor's heartbeat no longer lists it. Each is logged as
+// a FailedAttempt record carrying the prompt's attempt count and the reason; the attempt that
+// reaches max_attempts marks the prompt failed. Replaying the records (or the snapshot's one
+// per prompt) rebuilds the counts and the failed prompts; leases themselves are not durable, so
+// a coordinator restart is not an attempt.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/capacity.h"
+#include "coordinator/coordinator.h"
+#include "core/status_macros.h"
+
+namespace prl::coordinator {
+
+namespace {
+
+constexpr size_t kMaxDetailBytes = 1024;  // of a release's detail, which is logged
+
+std::string ReasonName(prl::v1::ReleaseReason reason) {
+  switch (reason) {
+    case prl::v1::RELEASE_REASON_ENGINE_REFUSED:
+      return "its engine refused the group";
+    case prl::v1::RELEASE_REASON_REWARD_FAILED:
+      return "the group's reward failed";
+    default:
+      return "released";
+  }
+}
+
+}  // namespace
+
+std::string Coordinator::ActorName(const std::string& actor_id) const {
+  auto it = actors_.find(actor_id);
+  return it == actors_.end() ? actor_id : absl::StrCat(it->second.name, " (", actor_id, ")");
+}
+
+absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
+    const prl::v1::ReleaseRequest& request) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto lease = leases_.find(request.lease_id());
+  if (lease == leases_.end() ||
+      sets_[lease->second.first].prompts[lease->second.second].actor_id != request.actor_id()) {
+    ++stats_.rejected_releases;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease '", request.lease_id(), "' is not held by actor '", request.actor_id(),
+        "' (it expired, was completed or belongs to another actor): nothing is released"));
+  }
+  const auto [set_id, index] = lease->second;
+  PromptSet& set = sets_[set_id];
+  std::string reason = absl::StrCat("released by actor ", ActorName(request.actor_id()), ": ",
+                                    ReasonName(request.reason()));
+  if (!request.detail().empty()) {
+    absl::StrAppend(&reason, ": ", request.detail().substr(0, kMaxDetailBytes));
+  }
+  ++stats_.leases_released;
+  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, FailAttemptLocked(set, index, reason));
+  prl::v1::ReleaseResponse response;
+  response.set_prompt_failed(set.prompts[index].state == PromptState::kFailed);
+  lock.unlock();
+  PRL_RETURN_IF_ERROR(log_->WaitDurable(ticket));
+  return response;
+}
+
+absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t index,
+                                                        const std::string& reason) {
+  const PromptEntry& p = set.prompts[index];
+  prl::v1::LogRecord record;
+  prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
+  attempt->set_prompt_set_id(set.submitted.prompt_set_id());
+  attempt->set_prompt_index(index);
+  attempt->set_attempts(p.attempts + 1);
+  attempt->set_reason(reason);
+  attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
+  // Applied even if the log refuses it: the lease has ended either way (and a log that refuses
+  // records refuses every later one: the coordinator must restart).
+  absl::StatusOr<uint64_t> ticket = log_->Write(record);
+  ApplyFailedAttempt(*attempt);
+  CompactIfDueLocked();
+  return ticket;
+}
+
+absl::Status Coordinator::AwaitLogged(const absl::StatusOr<uint64_t>& ticket) {
+  PRL_RETURN_IF_ERROR(ticket.status());
+  const absl::Status durable = log_->WaitDurable(*ticket);
+  if (!durable.ok()) {
+    std::fprintf(stderr, "coordinator: a failed attempt is not durable: %s\n",
+                 std::string(durable.message()).c_str());
+  }
+  return durable;
+}
+
+void Coordinator::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
+  auto it = sets_.find(attempt.prompt_set_id());
+  if (it == sets_.end() || attempt.prompt_index() < 0 ||
+      attempt.prompt_index() >= static_cast<int64_t>(it->second.prompts.size())) {
+    return;
+  }
+  PromptSet& set = it->second;
+  const int64_t index = attempt.prompt_index();
+  PromptEntry& p = set.prompts[index];
+  if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return;
+  // Live: the lease ends and the prompt is pending again (re-queued at the front). Replay: it
+  // is pending already, and in the queue from its submission.
+  if (p.state == PromptState::kLeased) Requeue(set, index);
+  p.attempts = attempt.attempts();
+  p.last_reason = attempt.reason();
+  if (attempt.failed()) {
+    p.state = PromptState::kFailed;  // its queue entry is skipped when reached
+    --set.pending;
+    ++set.failed;
+    ++stats_.prompts_failed;
+    prl::v1::FailedPrompt failed;
+    failed.set_prompt_index(index);
+    failed.set_attempts(p.attempts);
+    failed.set_reason(p.last_reason);
+    if (set.first_failed.size() < kMaxFailedListed) set.first_failed.push_back(failed);
+    *set.events.emplace_back().mutable_failed() = failed;
+    FinishIfSettled(set);
+    *set.events.emplace_back().mutable_status() = StatusOf(set);
+  }
+  changed_.notify_all();
+}
+
+void Coordinator::FinishIfSettled(PromptSet& set) {
+  if (set.state == prl::v1::PROMPT_SET_STATE_RUNNING &&
+      set.done + set.failed == static_cast<int64_t>(set.prompts.size())) {
+    set.state = prl::v1::PROMPT_SET_STATE_DONE;
+  }
+}
+
+std::string Coordinator::CapacityMessage(const PromptSet& set) const {
+  if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || set.pending == 0) return "";
+  // Live actors only: one that stopped heartbeating leases nothing.
+  const absl::Time since = absl::Now() - absl::Milliseconds(config_.lease_ms);
+  std::vector<prl::v1::ActorCapacity> live;
+  for (const auto& [id, actor] : actors_) {
+    if (actor.last_seen >= since) live.push_back(actor.capacity);
+  }
+  return NoActorFits(live, GroupShape{set.samples, set.max_tokens});
+}
+
+}  // namespace prl::coordinator

@@ -1,0 +1,160 @@
+// Validating a submission (declared in coordinator.h): every field bounded, the sampling
+// parameters and the reward checked, prompts tokenised and checked against the model's
+// vocabulary and context. Errors name the field and what was expected.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
+
+namespace prl::coordinator {
+
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view expected, absl::string_view found) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": expected ", expected, ", found ", found));
+}
+
+}  // namespace
+
+namespace {
+
+// Caps on what one submission may carry, beyond the configured ones: every field is bounded.
+constexpr size_t kMaxNameBytes = 256, kMaxKeyBytes = 256;
+constexpr int kMaxRewardParams = 16;
+constexpr size_t kMaxRewardParamBytes = 4096;
+constexpr size_t kMaxPromptBytes = 1 << 20;  // a prompt's text, messages or tools
+constexpr int kMaxStopTokens = 64;
+
+size_t PromptBytes(const prl::v1::Prompt& p) {
+  size_t n = p.text().size() + p.reference().size() + p.chat().tools_json().size() +
+             p.chat().template_kwargs_json().size() + 4 * p.tokens().ids_size();
+  for (const prl::v1::ChatMessage& m : p.chat().messages()) n += m.content().size();
+  return n;
+}
+
+absl::Status TooLarge(absl::string_view field, size_t limit, size_t found) {
+  return Invalid(field, absl::StrCat("at most ", limit), absl::StrCat(found));
+}
+
+}  // namespace
+
+absl::Status Coordinator::ValidateShape(const prl::v1::SubmitPromptSetRequest& r) const {
+  if (r.prompts().empty()) return Invalid("prompts", "at least one prompt", "none");
+  if (r.prompts_size() > config_.max_prompts_per_set) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompts: at most ", config_.max_prompts_per_set,
+        " per submission (coordinator.max_prompts_per_set), found ", r.prompts_size()));
+  }
+  if (r.name().size() > kMaxNameBytes) return TooLarge("name", kMaxNameBytes, r.name().size());
+  if (r.idempotency_key().size() > kMaxKeyBytes) {
+    return TooLarge("idempotency_key", kMaxKeyBytes, r.idempotency_key().size());
+  }
+  if (r.reward().params_size() > kMaxRewardParams) {
+    return TooLarge("reward.params", kMaxRewardParams, r.reward().params_size());
+  }
+  for (const auto& [k, v] : r.reward().params()) {
+    if (k.size() + v.size() > kMaxRewardParamBytes) {
+      return TooLarge(absl::StrCat("reward.params[", k.substr(0, 64), "]"), kMaxRewardParamBytes,
+                      k.size() + v.size());
+    }
+  }
+  for (int i = 0; i < r.prompts_size(); ++i) {
+    if (PromptBytes(r.prompts(i)) > kMaxPromptBytes) {
+      return TooLarge(absl::StrCat("prompts[", i, "]"), kMaxPromptBytes,
+                      PromptBytes(r.prompts(i)));
+    }
+  }
+  const int32_t n = r.samples_per_prompt();
+  if (n < 1 || n > config_.max_samples_per_prompt) {
+    return Invalid("samples_per_prompt", absl::StrCat("1 to ", config_.max_samples_per_prompt),
+                   absl::StrCat(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ValidateSampling(const prl::v1::SubmitPromptSetRequest& r) const {
+  if (!r.has_sampling()) return Invalid("sampling", "the sampling parameters", "none");
+  const prl::v1::RolloutSampling& s = r.sampling();
+  if (!(s.temperature() >= 0) || !std::isfinite(s.temperature())) {
+    return Invalid("sampling.temperature", ">= 0 and finite", absl::StrCat(s.temperature()));
+  }
+  if (!(s.top_p() > 0 && s.top_p() <= 1)) {
+    return Invalid("sampling.top_p", "in (0, 1]", absl::StrCat(s.top_p()));
+  }
+  if (s.top_k() < 0) return Invalid("sampling.top_k", ">= 0", absl::StrCat(s.top_k()));
+  if (s.max_tokens() < 1) {
+    return Invalid("sampling.max_tokens", ">= 1", absl::StrCat(s.max_tokens()));
+  }
+  if (s.stop_token_ids_size() > kMaxStopTokens) {
+    return TooLarge("sampling.stop_token_ids", kMaxStopTokens, s.stop_token_ids_size());
+  }
+  for (int i = 0; i < s.stop_token_ids_size(); ++i) {
+    if (s.stop_token_ids(i) < 0 || s.stop_token_ids(i) >= config_.vocab_size) {
+      return Invalid(absl::StrCat("sampling.stop_token_ids[", i, "]"),
+                     absl::StrCat("a token id in [0, ", config_.vocab_size, ")"),
+                     absl::StrCat(s.stop_token_ids(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ValidateReward(const prl::v1::RewardSpec& reward) const {
+  if (!config_.validate_reward) {
+    return Invalid("reward.name", "a reward this coordinator knows", reward.name());
+  }
+  if (reward.name() == "remote") {
+    // Actors dial the address: only those the operator allowed (no request forgery into the
+    // cluster).
+    auto address = reward.params().find("address");
+    const std::string found = address == reward.params().end() ? "" : address->second;
+    if (std::find(config_.reward_addresses.begin(), config_.reward_addresses.end(), found) ==
+        config_.reward_addresses.end()) {
+      return Invalid("reward.params.address",
+                     config_.reward_addresses.empty()
+                         ? std::string("an address listed in coordinator.reward_addresses (none "
+                                       "is)")
+                         : absl::StrCat("one of coordinator.reward_addresses: ",
+                                        absl::StrJoin(config_.reward_addresses, ", ")),
+                     absl::StrCat("'", found, "'"));
+    }
+  }
+  if (absl::Status r = config_.validate_reward(reward); !r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("reward: ", r.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
+                                   prl::v1::SubmitPromptSetRequest* out) const {
+  *out = request;
+  PRL_RETURN_IF_ERROR(ValidateShape(request));
+  PRL_RETURN_IF_ERROR(ValidateSampling(request));
+  PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));
+  const prl::v1::RolloutSampling& s = request.sampling();
+  if (s.stop_token_ids_size() == 0 && config_.text != nullptr) {
+    for (int32_t id : config_.text->stop_ids()) out->mutable_sampling()->add_stop_token_ids(id);
+  }
+  for (int i = 0; i < request.prompts_size(); ++i) {
+    const std::string field = absl::StrCat("prompts[", i, "]");
+    PRL_ASSIGN_OR_RETURN(
+        const std::vector<int32_t> tokens,
+        PromptTokens(request.prompts(i), config_.text.get(), config_.vocab_size, field));
+    const int64_t total = static_cast<int64_t>(tokens.size()) + s.max_tokens();
+    if (total > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", tokens.size(), " tokens + sampling.max_tokens ", s.max_tokens(),
+                       " = ", total, " exceeds the model's context (max_position_embeddings = ",
+                       config_.max_position_embeddings, ")"));
+    }
+    prl::v1::Prompt* q = out->mutable_prompts(i);
+    q->mutable_tokens()->mutable_ids()->Assign(tokens.begin(), tokens.end());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace prl::coordinator
