@@ -12,7 +12,7 @@ mapfile -t PACKAGES < <(sed 's/#.*//' "$here/packages/build.txt" "$here/packages
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true) != "install ok installed" ]]; then
     missing+=("$p")
   fi
 done

@@ -13,6 +13,9 @@ list=${2:-$(dirname "$0")/../../scripts/packages/runtime.txt}
 # The list's package names (comments and blank lines dropped, several per line allowed).
 mapfile -t listed < <(sed 's/#.*//' "$list" | tr -s ' \t' '\n' | sed '/^$/d' | sort -u)
 
+declare -A is_listed=()
+for pkg in "${listed[@]}"; do is_listed[$pkg]=1; done
+
 failures=0
 declare -A used=()
 while read -r name arrow path _; do
@@ -31,7 +34,8 @@ while read -r name arrow path _; do
   if [[ -z $pkg ]]; then
     echo "FAIL: $path ($name) belongs to no Debian package" >&2
     failures=$((failures + 1))
-  elif printf '%s\n' "${listed[@]}" | grep -qx "$pkg"; then
+  elif [[ -n ${is_listed[$pkg]:-} ]]; then  # (not `printf | grep -q`: under pipefail, grep
+    # leaving early can SIGPIPE printf and turn a match into a miss)
     used[$pkg]=1
     echo "ok: $name from $pkg"
   else
