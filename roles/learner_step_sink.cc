@@ -23,6 +23,12 @@ StepSink::StepSink(const config::RunConfig& config, prometheus::Registry& regist
 }
 
 StepSink::~StepSink() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stopping_.notify_all();
+  if (reporter_.joinable()) reporter_.join();
   if (report_file_ != nullptr) std::fclose(report_file_);
 }
 
@@ -42,6 +48,19 @@ absl::StatusOr<std::unique_ptr<StepSink>> StepSink::Create(const config::RunConf
   if (!coordinator.empty()) {
     sink->coordinator_ = prl::v1::ActorControl::NewStub(
         rpc::NewChannel(coordinator, rpc::ChannelArgs(int64_t{1} << 20)));
+    StepSink* raw = sink.get();
+    raw->reporter_ = std::thread([raw] {
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lock(raw->mu_);
+          if (raw->stopping_.wait_for(lock, std::chrono::seconds(1), [raw] { return raw->stop_; })) {
+            return;
+          }
+        }
+        const int64_t version = raw->last_version_.load();
+        if (version >= 0) raw->ReportProgress(version, raw->last_consumed_.load());
+      }
+    });
   }
   return sink;
 }
@@ -110,6 +129,8 @@ void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_co
     std::fprintf(report_file_, "%s\n", learner::StepReportToJson(r).c_str());
     std::fflush(report_file_);
   }
+  last_consumed_ = groups_consumed;
+  last_version_ = r.version;
   ReportProgress(r.version, groups_consumed);
 }
 

@@ -1,12 +1,18 @@
 // StepSink: where rank 0 of the learner role sends each step's report — the progress line on
 // stdout, the Prometheus metrics (learner, weight sync, replay occupancy), one JSON line in
-// learner.report_file (learner/step_report.h), and the learner's progress to the coordinator
-// (its staleness budget counts the groups consumed).
+// learner.report_file (learner/step_report.h), and the learner's progress to the coordinator.
+// The coordinator's lag budget counts the learner's backlog, so the progress also goes out once
+// a second between steps: a learner waiting for a full step while the buffer drops stale groups
+// would otherwise leave the coordinator counting groups it will never see trained.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "config/run_config.h"
@@ -42,6 +48,12 @@ class StepSink {
   ReplayBuffer* replay_;
   std::FILE* report_file_ = nullptr;
   std::unique_ptr<prl::v1::ActorControl::Stub> coordinator_;
+  // The last step's version (-1: no step yet) and groups consumed, re-reported once a second.
+  std::atomic<int64_t> last_version_{-1}, last_consumed_{0};
+  std::mutex mu_;
+  std::condition_variable stopping_;
+  bool stop_ = false;
+  std::thread reporter_;
 };
 
 }  // namespace prl::roles
