@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
+#include "tests/coordinator/coordinator_testing.h"
 #include "tests/status_testing.h"
 
 namespace prl::coordinator {
@@ -22,12 +23,7 @@ class CoordinatorSnapshotTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            absl::StrCat("prl_coordinator_snapshot_test_", getpid(), "_", counter_++);
     std::filesystem::remove_all(dir_);
-    config_.log_path = (dir_ / "prompts.log").string();
-    config_.vocab_size = 50;
-    config_.max_position_embeddings = 64;
-    config_.lease_ms = 60'000;
-    config_.heartbeat_ms = 1'000;
-    config_.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
+    config_ = TestCoordinatorConfig(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
+#include "tests/coordinator/coordinator_testing.h"
 #include "tests/status_testing.h"
 
 namespace prl::coordinator {
@@ -66,11 +67,7 @@ class CoordinatorTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            absl::StrCat("prl_coordinator_test_", getpid(), "_", counter_++);
     std::filesystem::remove_all(dir_);
-    config_.log_path = (dir_ / "prompts.log").string();
-    config_.vocab_size = 50;
-    config_.max_position_embeddings = 64;
-    config_.lease_ms = 60'000;
-    config_.heartbeat_ms = 1'000;
+    config_ = TestCoordinatorConfig(dir_);
     config_.text = std::make_shared<LettersCodec>();
     config_.validate_reward = [](const v1::RewardSpec& r) {
       return r.name() == "exact_match"
