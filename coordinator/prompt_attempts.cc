@@ -58,6 +58,10 @@ absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
                                     ReasonName(request.reason()));
   if (!request.detail().empty()) {
     absl::StrAppend(&reason, ": ", request.detail().substr(0, kMaxDetailBytes));
+    if (request.detail().size() > kMaxDetailBytes) {
+      absl::StrAppend(&reason, " [detail cut at ", kMaxDetailBytes, " of ",
+                      request.detail().size(), " bytes]");
+    }
   }
   ++stats_.leases_released;
   PRL_ASSIGN_OR_RETURN(const uint64_t ticket, FailAttemptLocked(set, index, reason));

@@ -204,6 +204,17 @@ TEST_F(LeaseLifecycleTest, AfterMaxAttemptsAPromptFailsVisiblyAndItsSetFinishes)
   EXPECT_TRUE(finished);
 }
 
+TEST_F(LeaseLifecycleTest, AReleasesLongDetailIsCutAndSaysSo) {
+  config_.max_attempts = 1;
+  auto c = Open();
+  const std::string id = c->Submit(Request(1, 2))->prompt_set_id();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  EXPECT_TRUE(LeaseAndRelease(*c, actor, std::string(5000, 'x')).prompt_failed());
+  const std::string reason = c->Get(id)->failed_prompts(0).reason();
+  EXPECT_LT(reason.size(), 1200u) << "the logged reason is bounded";
+  EXPECT_NE(reason.find("[detail cut at 1024 of 5000 bytes]"), std::string::npos) << reason;
+}
+
 TEST_F(LeaseLifecycleTest, ExpiryAndHeartbeatDropsCountAsFailedAttempts) {
   config_.max_attempts = 2;
   config_.lease_ms = 200;
