@@ -50,7 +50,9 @@ ModelRunner::HostStep ModelRunner::BuildHostStep(const SchedulerOutput& step,
     h.used_width = std::max<int64_t>(h.used_width, ch.seq->block_table.size());
   }
   std::vector<int32_t> tokens, positions, slots, q_start = {0}, context_lens, sample_rows;
-  h.tables.assign(h.B * h.used_width, 0);
+  // Padding rows are uploaded as zeros every step: the buckets' graphs share one arena, so a
+  // row no step wrote may hold another bucket's activations, not a block id.
+  h.tables.assign(std::max(h.B, pad_to) * h.used_width, 0);
   for (int64_t b = 0; b < h.B; ++b) {
     const Sequence& seq = *step.chunks[b].seq;
     const int64_t first = seq.num_computed_tokens, n = step.chunks[b].num_tokens;
@@ -65,7 +67,7 @@ ModelRunner::HostStep ModelRunner::BuildHostStep(const SchedulerOutput& step,
     if (step.chunks[b].samples) sample_rows.push_back(q_start.back() - 1);
   }
   // Padding sequences of a graph bucket: one token at position 0 that writes no K/V and
-  // attends to one key of block 0 (the table rows are zero or a past step's valid blocks).
+  // attends to one key of block 0 (their table rows are zero).
   for (int64_t b = h.B; b < pad_to; ++b) {
     sample_rows.push_back(static_cast<int32_t>(tokens.size()));
     tokens.push_back(0);
