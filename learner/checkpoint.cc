@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "checkpoint/hf_model_dir.h"
 #include "checkpoint/safetensors.h"
+#include "core/buffer.h"
 #include "core/mapped_file.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
@@ -143,7 +144,8 @@ absl::Status Expect(const std::map<std::string, std::string>& m, const std::stri
   return absl::OkStatus();
 }
 
-absl::Status CopyTensor(const SafetensorsFile& file, const std::string& name,
+// Into `out`, which lives on `device` (a CUDA learner's shards are device memory).
+absl::Status CopyTensor(const SafetensorsFile& file, const std::string& name, Device device,
                         absl::Span<float> out) {
   const SafetensorsEntry* e = file.header().Find(name);
   if (e == nullptr || e->dtype != "F32" || e->numel() != static_cast<int64_t>(out.size())) {
@@ -151,8 +153,7 @@ absl::Status CopyTensor(const SafetensorsFile& file, const std::string& name,
                                             out.size(), " elements"));
   }
   const absl::Span<const uint8_t> data = file.Data(*e);
-  std::memcpy(out.data(), data.data(), data.size());
-  return absl::OkStatus();
+  return CopyBytes(out.data(), device, data.data(), Device::Cpu(), data.size());
 }
 
 // The world size a step directory was written with, from its shard names (0: none).
@@ -223,10 +224,11 @@ absl::StatusOr<std::optional<TrainingState>> LoadShard(const SafetensorsFile& fi
   const auto m = Metadata(file);
   PRL_ASSIGN_OR_RETURN(const TrainingState state, StateFrom(m, file.path()));
   PRL_ASSIGN_OR_RETURN(const int64_t optimizer_step, IntField(m, "optimizer_step", file.path()));
-  PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", model.param_shard()));
+  const Device device = model.device();
+  PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", device, model.param_shard()));
   if (optimizer.config().kind == OptimizerKind::kAdamW) {
-    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg", optimizer.exp_avg()));
-    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg_sq", optimizer.exp_avg_sq()));
+    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg", device, optimizer.exp_avg()));
+    PRL_RETURN_IF_ERROR(CopyTensor(file, "exp_avg_sq", device, optimizer.exp_avg_sq()));
   }
   optimizer.set_step(optimizer_step);
   PRL_RETURN_IF_ERROR(model.ParametersChanged());
@@ -255,7 +257,7 @@ absl::StatusOr<ExportedCheckpoint> ReadStepFull(const std::string& step_dir) {
     if (rank == 0) {
       PRL_ASSIGN_OR_RETURN(state, StateFrom(m, path));
     }
-    PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", absl::MakeSpan(shard)));
+    PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", Device::Cpu(), absl::MakeSpan(shard)));
     for (const UnitShard& u : plan) {
       const int64_t b = std::min(rank * u.shard, u.numel);
       const int64_t e = std::min((rank + 1) * u.shard, u.numel);
@@ -286,12 +288,23 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
   }
   PRL_RETURN_IF_ERROR(model.RunCollective([](collective::Communicator& c) { return c.Barrier(); }));
 
-  const absl::Span<float> params = model.param_shard();
-  const int64_t n = static_cast<int64_t>(params.size());
-  std::vector<SafetensorsTensorToWrite> tensors = {{"param_shard", {n}, params.data()}};
+  // The shards on the host: a CUDA learner's are copied out first.
+  std::vector<std::vector<float>> staged;
+  auto on_host = [&](absl::Span<float> shard) -> absl::StatusOr<const float*> {
+    if (model.device().is_cpu()) return shard.data();
+    std::vector<float>& host = staged.emplace_back(shard.size());
+    PRL_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), shard.data(), model.device(),
+                                  shard.size() * sizeof(float)));
+    return host.data();
+  };
+  const int64_t n = static_cast<int64_t>(model.param_shard().size());
+  PRL_ASSIGN_OR_RETURN(const float* params, on_host(model.param_shard()));
+  std::vector<SafetensorsTensorToWrite> tensors = {{"param_shard", {n}, params}};
   if (optimizer.config().kind == OptimizerKind::kAdamW) {
-    tensors.push_back({"exp_avg", {n}, optimizer.exp_avg().data()});
-    tensors.push_back({"exp_avg_sq", {n}, optimizer.exp_avg_sq().data()});
+    PRL_ASSIGN_OR_RETURN(const float* exp_avg, on_host(optimizer.exp_avg()));
+    PRL_ASSIGN_OR_RETURN(const float* exp_avg_sq, on_host(optimizer.exp_avg_sq()));
+    tensors.push_back({"exp_avg", {n}, exp_avg});
+    tensors.push_back({"exp_avg_sq", {n}, exp_avg_sq});
   }
   const std::vector<std::pair<std::string, std::string>> metadata = {
       {"format", "prl-learner-shard-1"},

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/rendezvous.h"
 #include "core/device.h"
+#include "learner/checkpoint.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
 #include "learner/train_step.h"
@@ -196,6 +197,74 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
 }
 
 // Runs everywhere (CI included): the mixed-precision mode is a CUDA mode.
+// A checkpoint of a GPU learner holds its device shards (copied out, not read as host memory):
+// the CPU learner and a fresh GPU learner load it to the same parameters, bit for bit, and the
+// GPU learner's next AdamW step from it equals the CPU learner's next step (the moments came
+// back too) within the fp32 bound.
+TEST_F(CudaLearnerTest, ACheckpointOfTheGpuLearnerLoadsIntoTheCpuAndTheGpuLearner) {
+  struct Learner {
+    std::unique_ptr<collective::Communicator> comm;
+    std::unique_ptr<FsdpModel> model;
+    std::unique_ptr<ShardedOptimizer> optimizer;
+  };
+  auto make = [&](Device device) {
+    Learner l;
+    collective::RendezvousConfig rendezvous;
+    rendezvous.file_store_dir = dir_;
+    rendezvous.group_name = absl::StrCat("ckpt", next_group_++);
+    l.comm = *(device.is_cuda() ? collective::ConnectNccl(rendezvous, device, {})
+                                : collective::ConnectGloo(rendezvous, {}));
+    l.model = *FsdpModel::Create(config_, l.comm.get(), FsdpOptions{});
+    EXPECT_TRUE(l.model->LoadFull(full_).ok());
+    OptimizerConfig opt;
+    opt.kind = OptimizerKind::kAdamW;
+    opt.lr = 1e-3;
+    l.optimizer = *ShardedOptimizer::Create(opt, l.model.get());
+    return l;
+  };
+  auto step = [&](Learner& l) {
+    StepConfig config;
+    config.micro_batch_tokens = 96;
+    ASSERT_TRUE(l.model->ZeroGrad().ok());
+    ASSERT_TRUE(AccumulateGradients(*l.model, samples_, config, 3).ok());
+    ASSERT_TRUE(l.optimizer->Step().ok());
+  };
+  auto params = [&](Learner& l) {
+    std::vector<float> p(full_.size());
+    EXPECT_TRUE(l.model->GatherFullParams(absl::MakeSpan(p)).ok());
+    return p;
+  };
+  const std::string ckpt = dir_ + "/checkpoints";
+  Learner gpu = make(Device::Cuda(0));
+  step(gpu);
+  TrainingState state;
+  state.step = 1;
+  state.weight_version = 1;
+  ASSERT_TRUE(SaveCheckpoint(ckpt, *gpu.model, *gpu.optimizer, state).ok());
+  const std::vector<float> saved = params(gpu);
+
+  Learner cpu = make(Device::Cpu()), gpu2 = make(Device::Cuda(0));
+  for (Learner* l : {&cpu, &gpu2}) {
+    absl::StatusOr<std::optional<TrainingState>> loaded =
+        LoadLatestCheckpoint(ckpt, *l->model, *l->optimizer);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(loaded->has_value());
+    EXPECT_EQ((*loaded)->step, 1);
+    EXPECT_EQ(params(*l), saved) << l->model->device().ToString();
+  }
+  step(cpu);
+  step(gpu2);
+  const std::vector<float> a = params(cpu), b = params(gpu2);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(b[i]) - a[i]) * (static_cast<double>(b[i]) - a[i]);
+    norm += (static_cast<double>(a[i]) - saved[i]) * (static_cast<double>(a[i]) - saved[i]);
+  }
+  const double rel = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+  Record("checkpoint_resume_adamw_update_F32", rel);
+  EXPECT_LE(rel, 1e-2);  // AdamW's loose fp32 bound above
+}
+
 TEST(FsdpComputeDTypeTest, Bf16ModeIsRefusedOnTheCpuNamingTheDeviceAndTheDType) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/prl_fsdp_dtype_test_", getpid());
   collective::RendezvousConfig rendezvous;
