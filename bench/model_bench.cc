@@ -98,7 +98,8 @@ absl::StatusOr<std::optional<TorchBaseline>> RunTorch(const ModelConfig& config,
   return std::optional<TorchBaseline>(std::move(torch));
 }
 
-// Random fp32 weights (seed 1) on `device`, initialised on the host and copied over.
+}  // namespace
+
 absl::StatusOr<ParameterSet> RandomParameters(const ModelConfig& config, Device device) {
   PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), false));
   InitializeParameters(params, /*seed=*/1);
@@ -110,6 +111,8 @@ absl::StatusOr<ParameterSet> RandomParameters(const ModelConfig& config, Device 
   }
   return params;
 }
+
+namespace {
 
 // o.tokens random tokens and targets (seed 7) packed in sequences of o.seq_len (the last one
 // may be shorter).

@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/parameters.h"
 
 namespace prl::bench {
 
@@ -39,5 +40,9 @@ struct ModelBenchOptions {
 };
 
 absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBenchOptions& options);
+
+// Random fp32 weights (seed 1) on `device` (initialised on the host and copied over): the
+// weights every benchmark that takes a preset runs on.
+absl::StatusOr<ParameterSet> RandomParameters(const ModelConfig& config, Device device);
 
 }  // namespace prl::bench

@@ -87,8 +87,7 @@ absl::Status RunEngineBench(EngineBenchFlags f) {
   } else {
     PRL_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromFlag(f.config));
     PRL_ASSIGN_OR_RETURN(ParameterSet init,
-                         ParameterSet::Allocate(config, f.options.engine.device, false));
-    InitializeParameters(init, /*seed=*/1);
+                         bench::RandomParameters(config, f.options.engine.device));
     weights = std::make_shared<const ParameterSet>(std::move(init));
   }
   PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunEngineBench(weights, f.options));
