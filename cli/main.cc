@@ -1,8 +1,11 @@
 // prl: one binary, one subcommand per role or tool (docs/architecture.md, "CLI").
 #include <omp.h>
 
+#include <csignal>
 #include <cstdio>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "cli/command.h"
 #include "core/device.h"
@@ -45,6 +48,11 @@ absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device
 }  // namespace prl::cli
 
 int main(int argc, char** argv) {
+  // A crash (SIGSEGV, SIGABRT, ...) prints the signal and a symbolised stack trace to stderr,
+  // which every role's log keeps, then dies with the same signal.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  std::signal(SIGTERM, SIG_DFL);  // a stop request is no failure: no trace, default exit
   prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
   CLI::App app{
       "prl: asynchronous Pipeline-RL for language models.\n"

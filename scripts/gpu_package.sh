@@ -19,8 +19,14 @@ BUILD_DIR=${1:-build-gpu}
 # cuda_weight_transport_test starts (it looks for it beside itself).
 TARGETS=(prl cuda_kernels_test cuda_attention_logprob_test cuda_transformer_test cuda_learner_test
   cuda_engine_test collective_nccl_test cuda_weight_transport_test weight_transport_worker)
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRL_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+# A build directory that exists keeps its configuration (the default architectures, 80 and 90,
+# include the H100's), so the everyday build can be packaged without compiling again.
+if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" -DPRL_CUDA=ON >/dev/null
+else
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRL_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+fi
 ninja -C "$BUILD_DIR" -j"${JOBS:-$(nproc)}" "${TARGETS[@]}"
 BUNDLE="$BUILD_DIR/bundle"
 rm -rf "$BUNDLE"
@@ -28,7 +34,8 @@ mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
 for t in "${TARGETS[@]}"; do
   bin=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head -1)
   [ -n "$bin" ] || { echo "gpu_package: $t was not built" >&2; exit 1; }
-  strip -o "$BUNDLE/bin/$t" "$bin"
+  # Debug sections go; the symbol table stays, so a crash prints a readable stack trace.
+  strip --strip-debug -o "$BUNDLE/bin/$t" "$bin"
   ldd "$bin" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libstdc++.so*|libgcc_s.so*|\
