@@ -283,6 +283,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   RegisterReplayBench(bench, registry);
   RegisterTokenizerBench(bench, registry);
   RegisterCoordinatorBench(bench, registry);
+  RegisterBroadcastBench(bench, registry);
 }
 
 }  // namespace prl::cli

@@ -40,6 +40,7 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry);
 // After RegisterLearnerCommands and RegisterReplayCommands (adds `learner serve`, `replay serve`).
 void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
+void RegisterBroadcastBench(CLI::App* bench, CommandRegistry& registry);  // by the above
 // After RegisterBenchCommands (adds `bench e2e`).
 void RegisterRunCommands(CLI::App& app, CommandRegistry& registry);
 // The ranks of `prl learner step` re-execute the command line they were given.

@@ -53,7 +53,7 @@ class CliTest(unittest.TestCase):
     def test_every_command_has_help(self):
         for cmd in [[], ["model"], ["model", "init"], ["model", "info"], ["score"],
                     ["generate"], ["bench"], ["bench", "model"], ["bench", "engine"],
-                    ["bench", "replay"], ["replay"], ["replay", "create"], ["replay", "stat"],
+                    ["bench", "replay"], ["bench", "broadcast"], ["replay"], ["replay", "create"], ["replay", "stat"],
                     ["replay", "reset"], ["replay", "serve"]]:
             proc = run(*cmd, "--help")
             self.assertEqual(proc.returncode, 0, cmd)
@@ -339,6 +339,39 @@ class CliTest(unittest.TestCase):
                 self.assertAlmostEqual(r["ratio"], r["value"] / r["baseline_value"], places=6)
         leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("prl-bench-replay-")]
         self.assertEqual(leftovers, [], "the bench removes its segments")
+
+
+    def test_bench_broadcast_times_every_version_through_a_second_process(self):
+        with tempfile.TemporaryDirectory() as work:
+            proc = run("bench", "broadcast", "--configs", "tiny", "--versions", 2, "--batch", 4,
+                       "--device", "cpu", "--work-dir", work, "--json", check=True)
+            logs = sorted(os.listdir(work))
+            # One subscriber process per transport, each saw its two swaps.
+            self.assertEqual(len(logs), 2, logs)
+            for log in logs:
+                with open(os.path.join(work, log)) as f:
+                    lines = [l.split() for l in f if l.startswith("swapped ")]
+                self.assertEqual(len(lines), 2, log)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "broadcast")
+        rows = {r["name"]: r for r in report["results"]}
+        self.assertEqual(sorted(rows), sorted(
+            "%s_tiny_%s" % (k, t) for k in ("publish_to_swapped", "publish", "swap_stall")
+            for t in ("shm", "grpc")))
+        for t in ("shm", "grpc"):
+            swapped, publish = rows["publish_to_swapped_tiny_" + t], rows["publish_tiny_" + t]
+            self.assertEqual(swapped["baseline_name"], "weight_copy")
+            self.assertGreater(swapped["value"], 0)
+            # Swapped includes the publish, the transfer and one engine step.
+            self.assertGreaterEqual(swapped["value"], publish["value"])
+            self.assertEqual(rows["swap_stall_tiny_" + t]["baseline_name"], "step_without_swap")
+            self.assertGreater(rows["swap_stall_tiny_" + t]["baseline_value"], 0)
+        leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("prl-bench-broadcast-")]
+        self.assertEqual(leftovers, [], "the bench removes its segments")
+
+    def test_bench_broadcast_refuses_an_unknown_transport(self):
+        self.assert_error(run("bench", "broadcast", "--transports", "carrier-pigeon"),
+                          "transport 'carrier-pigeon'", "shm, grpc or cuda_ipc")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,294 @@
+#include "bench/broadcast_bench.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/model_bench.h"
+#include "config/run_config.h"
+#include "core/enum_names.h"
+#include "core/status_macros.h"
+#include "inference_engine/engine.h"
+#include "model/presets.h"
+#include "roles/weight_transports.h"
+#include "runner/child_process.h"
+
+namespace prl::bench {
+
+namespace {
+
+constexpr int64_t kPromptLen = 64;
+constexpr int32_t kMaxTokens = 512;
+
+int64_t MonotonicNs() {  // one clock for every process of the machine
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+absl::StatusOr<config::WeightTransport> ParseTransport(const std::string& name) {
+  for (const auto& [n, t] : config::kWeightTransportNames) {
+    if (name == n && t != config::WeightTransport::kNccl) return t;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bench broadcast: transport '", name, "': expected shm, grpc or cuda_ipc"));
+}
+
+config::RunConfig TransportConfig(const std::string& transport, const std::string& run_name,
+                                  const std::string& listen) {
+  config::RunConfig c;
+  c.run.name = run_name;
+  c.broadcast.transport = *ParseTransport(transport);
+  c.broadcast.listen = listen;
+  return c;
+}
+
+// The median time of a device-to-device (or host) copy of the weights: the floor of any
+// transport that delivers a copy.
+absl::StatusOr<double> CopyFloorMs(const ParameterSet& weights) {
+  PRL_ASSIGN_OR_RETURN(ParameterSet other, ParameterSet::Allocate(weights.config,
+                                                                  weights.buffer.device(), false));
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    const int64_t start = MonotonicNs();
+    PRL_RETURN_IF_ERROR(CopyBytes(other.data(), other.buffer.device(), weights.data(),
+                                  weights.buffer.device(), weights.buffer.bytes()));
+    ms.push_back(static_cast<double>(MonotonicNs() - start) / 1e6);
+  }
+  return Median(ms);
+}
+
+// Reads the subscriber's log from `offset`, line by line, until `want` starts a line (its
+// words returned) or the deadline; the child's death ends the wait with its log's tail.
+class ChildLines {
+ public:
+  ChildLines(runner::ChildProcess* child, std::string path)
+      : child_(child), path_(std::move(path)) {}
+
+  absl::StatusOr<std::vector<std::string>> Await(const std::string& want, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      std::ifstream in(path_);
+      in.seekg(static_cast<std::streamoff>(offset_));
+      std::string line;
+      while (std::getline(in, line)) {
+        if (in.eof()) break;  // a line still being written
+        offset_ += line.size() + 1;
+        std::istringstream words(line);
+        std::vector<std::string> w;
+        for (std::string x; words >> x;) w.push_back(x);
+        if (!w.empty() && w[0] == want) return w;
+      }
+      if (!child_->running()) {
+        return absl::InternalError(absl::StrCat("bench broadcast: the subscriber ",
+                                                runner::DescribeWaitStatus(*child_->Poll()),
+                                                " before '", want, "'; its log: ", path_));
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "bench broadcast: no '", want, "' from the subscriber in ",
+            absl::FormatDuration(timeout), "; its log: ", path_));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+ private:
+  runner::ChildProcess* child_;
+  std::string path_;
+  size_t offset_ = 0;
+};
+
+struct Timing {
+  std::vector<double> publish_to_swapped_ms, publish_ms;
+  double normal_step_ms = 0, swap_step_ms = 0;
+};
+
+absl::StatusOr<Timing> TimeTransport(const std::string& preset, const std::string& transport,
+                                     const ParameterSet& weights, const BroadcastBenchOptions& o,
+                                     int index) {
+  PRL_ASSIGN_OR_RETURN(const int port, runner::PickFreePort());
+  const std::string run_name = absl::StrCat("bench-broadcast-", getpid(), "-", index);
+  const std::string listen = absl::StrCat("127.0.0.1:", port);
+  const config::RunConfig c = TransportConfig(transport, run_name, listen);
+  PRL_ASSIGN_OR_RETURN(roles::WeightEndpoint endpoint,
+                       roles::StartWeightPublisher(c, weights.config, o.device));
+  int64_t version = std::max<int64_t>(endpoint.publisher->newest_version(), 0) + 1;
+  PRL_RETURN_IF_ERROR(endpoint.publisher->Publish(version, weights));
+
+  runner::ChildSpec spec;
+  spec.name = "subscriber";
+  spec.log_path = absl::StrCat(o.work_dir, "/", run_name, ".log");
+  std::remove(spec.log_path.c_str());
+  spec.argv = {o.prl_path, "bench", "broadcast", "--subscriber", "--configs", preset,
+               "--transports", transport, "--device", o.device.ToString(), "--dtype",
+               std::string(EnumName(kComputeDTypeNames, o.dtype)), "--run-name",
+               run_name, "--listen", listen, "--versions", absl::StrCat(o.versions), "--batch",
+               absl::StrCat(o.batch)};
+  PRL_ASSIGN_OR_RETURN(runner::ChildProcess child, runner::ChildProcess::Start(spec));
+  ChildLines lines(&child, spec.log_path);
+  Timing t;
+  absl::Status status = [&]() -> absl::Status {
+    PRL_RETURN_IF_ERROR(lines.Await("ready", absl::Minutes(3)).status());
+    for (int i = 0; i < o.versions; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // steps without a swap
+      ++version;
+      const int64_t start = MonotonicNs();
+      PRL_RETURN_IF_ERROR(endpoint.publisher->Publish(version, weights));
+      t.publish_ms.push_back(static_cast<double>(MonotonicNs() - start) / 1e6);
+      std::vector<std::string> w;
+      do {
+        PRL_ASSIGN_OR_RETURN(w, lines.Await("swapped", absl::Minutes(2)));
+      } while (w.size() == 3 && std::stoll(w[1]) < version);
+      if (w.size() != 3 || std::stoll(w[1]) != version) {
+        return absl::InternalError(absl::StrCat("bench broadcast: expected 'swapped ", version,
+                                                " T', got '", absl::StrJoin(w, " "), "'"));
+      }
+      t.publish_to_swapped_ms.push_back(static_cast<double>(std::stoll(w[2]) - start) / 1e6);
+    }
+    PRL_ASSIGN_OR_RETURN(std::vector<std::string> steps, lines.Await("steps", absl::Minutes(1)));
+    if (steps.size() != 3) return absl::InternalError("bench broadcast: a malformed steps line");
+    t.normal_step_ms = std::stod(steps[1]);
+    t.swap_step_ms = std::stod(steps[2]);
+    return absl::OkStatus();
+  }();
+  child.Stop(absl::Seconds(5));
+  endpoint.publisher.reset();
+  roles::RemoveWeightTransportState(c);
+  PRL_RETURN_IF_ERROR(status);
+  return t;
+}
+
+// A batch of long requests; topped up as they finish, so every step decodes `batch` rows.
+absl::Status TopUp(Engine& engine, int64_t batch, int64_t vocab, std::mt19937& rng,
+                   int64_t* running) {
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  for (; *running < batch; ++*running) {
+    std::vector<int32_t> prompt(kPromptLen);
+    for (auto& x : prompt) x = token(rng);
+    SamplingParams p;
+    p.max_tokens = kMaxTokens;
+    p.seed = rng();
+    PRL_RETURN_IF_ERROR(engine.AddRequest(std::move(prompt), p).status());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunBroadcastSubscriber(const BroadcastSubscriberOptions& o) {
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, PresetConfig(o.config));
+  const config::RunConfig c = TransportConfig(o.transport, o.run_name, o.listen);
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> subscriber,
+                       roles::OpenWeightSubscriber(c, model, o.device));
+  PRL_ASSIGN_OR_RETURN(VersionedWeights first, subscriber->WaitNewer(-1, absl::Minutes(2)));
+  EngineOptions eo;
+  eo.device = o.device;
+  eo.dtype = o.dtype;
+  eo.max_num_seqs = static_cast<int32_t>(o.batch);
+  eo.max_model_len = kPromptLen + kMaxTokens;
+  eo.kv_cache_bytes = o.batch * ((eo.max_model_len + eo.block_size - 1) / eo.block_size) *
+                      KvCache::BytesPerBlock(model, eo.block_size, eo.dtype);
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                       Engine::Create(first.weights, first.version, eo));
+  std::mt19937 rng(7);
+  int64_t running = 0, staged = first.version, seen = first.version;
+  PRL_RETURN_IF_ERROR(TopUp(*engine, o.batch, model.vocab_size, rng, &running));
+  PRL_RETURN_IF_ERROR(engine->Step());  // the prefill, before "ready"
+  std::printf("ready %lld\n", static_cast<long long>(first.version));
+  std::fflush(stdout);
+  std::vector<double> normal_ms, swap_ms;
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  for (int swaps = 0; swaps < o.versions;) {
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("subscriber: no new versions");
+    PRL_ASSIGN_OR_RETURN(std::optional<VersionedWeights> next, subscriber->TakeNewer(staged));
+    if (next.has_value()) {
+      PRL_RETURN_IF_ERROR(engine->SwapWeights(next->weights, next->version));
+      staged = next->version;
+    }
+    PRL_RETURN_IF_ERROR(TopUp(*engine, o.batch, model.vocab_size, rng, &running));
+    const int64_t start = MonotonicNs();
+    PRL_RETURN_IF_ERROR(engine->Step());
+    const int64_t end = MonotonicNs();
+    running -= static_cast<int64_t>(engine->TakeFinished().size());
+    const int64_t version = engine->Stats().weight_version;
+    (version != seen ? swap_ms : normal_ms).push_back(static_cast<double>(end - start) / 1e6);
+    if (version != seen) {
+      std::printf("swapped %lld %lld\n", static_cast<long long>(version),
+                  static_cast<long long>(end));
+      std::fflush(stdout);
+      seen = version;
+      ++swaps;
+    }
+  }
+  double swap_mean = 0;
+  for (double x : swap_ms) swap_mean += x / static_cast<double>(swap_ms.size());
+  std::printf("steps %.4f %.4f\n", Median(normal_ms), swap_mean);
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Report> RunBroadcastBench(const BroadcastBenchOptions& o) {
+  std::vector<std::string> transports = o.transports;
+  if (transports.empty()) {
+    transports = {"shm", "grpc"};
+    if (o.device.is_cuda()) transports.insert(transports.begin(), "cuda_ipc");
+  }
+  for (const std::string& t : transports) PRL_RETURN_IF_ERROR(ParseTransport(t).status());
+  if (o.versions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench broadcast: --versions must be at least 1, got ", o.versions));
+  }
+  Report report;
+  report.bench = "broadcast";
+  report.machine = MachineInfo();
+  report.setup = {{"device", o.device.ToString()},
+                  {"engine dtype", std::string(EnumName(kComputeDTypeNames, o.dtype))},
+                  {"versions", absl::StrCat(o.versions, " per model and transport (medians)")},
+                  {"subscriber", absl::StrCat("a second prl process decoding ", o.batch,
+                                              " sequences (prompt ", kPromptLen, ")")}};
+  int index = 0;
+  for (const std::string& preset : o.configs) {
+    PRL_ASSIGN_OR_RETURN(const ModelConfig model, PresetConfig(preset));
+    PRL_ASSIGN_OR_RETURN(const ParameterSet weights, RandomParameters(model, o.device));
+    PRL_ASSIGN_OR_RETURN(const double copy_ms, CopyFloorMs(weights));
+    report.setup.push_back(
+        {preset, absl::StrFormat("%.1f MiB of fp32 weights",
+                                 static_cast<double>(weights.buffer.bytes()) / (1 << 20))});
+    for (const std::string& transport : transports) {
+      if (o.progress) {
+        std::fprintf(stderr, "bench broadcast: %s over %s\n", preset.c_str(), transport.c_str());
+      }
+      PRL_ASSIGN_OR_RETURN(const Timing t, TimeTransport(preset, transport, weights, o, index++));
+      const std::string tag = absl::StrCat(preset, "_", transport);
+      report.results.push_back({absl::StrCat("publish_to_swapped_", tag),
+                                Median(t.publish_to_swapped_ms), "ms", "weight_copy",
+                                copy_ms});
+      report.results.push_back(
+          {absl::StrCat("publish_", tag), Median(t.publish_ms), "ms", "weight_copy", copy_ms});
+      report.results.push_back({absl::StrCat("swap_stall_", tag),
+                                std::max(0.0, t.swap_step_ms - t.normal_step_ms), "ms",
+                                "step_without_swap", t.normal_step_ms});
+    }
+  }
+  return report;
+}
+
+}  // namespace prl::bench
