@@ -7,14 +7,15 @@
 # the GPU benchmarks
 # (`prl bench model` for the Qwen2.5-0.5B and -1.5B shapes at 8192 tokens per step, bf16 and
 # fp32 modes, each beside PyTorch eager and torch.compile in the same run), `prl run` with the
-# learner and the actors on the GPU (weights over CUDA IPC; over nccl with two GPUs), ending
-# with tables.
+# learner and the actors on the GPU (weights over CUDA IPC; over nccl with two GPUs), `prl bench
+# broadcast` (weight swaps over cuda_ipc, shm and grpc for the 0.5B and 1.5B shapes) and `prl
+# bench e2e` (pipeline against sync mode on the GPU), ending with tables.
 #
 # Build choice: binaries built elsewhere travel here. The GPU machine (Ubuntu 24.04, glibc
 # 2.39) has the CUDA 13.0 toolkit, CMake, ninja and PyTorch but no Debian development packages
 # (abseil, gRPC, OpenBLAS, GoogleTest) and no network, so prl cannot be built on it. The build
 # machine (Debian 12, glibc 2.36, the same CUDA 13.0) builds them with scripts/gpu_package.sh
-# into build-gpu/bundle: stripped binaries in bin/, and in lib/ every shared library they load
+# into build-gpu/bundle: binaries without debug sections in bin/, and in lib/ every shared library they load
 # except the C/C++ runtime and the CUDA, cuBLAS(Lt), NCCL and driver libraries, which this
 # machine supplies (binaries linked against the older glibc run on the newer one). That bundle
 # (or its .tar.gz, unpacked here) is all this script needs besides python3 with torch.
@@ -25,14 +26,14 @@
 # when that is set, else /tmp/prl-gpu-check.
 #
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
-#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles bench": a
+#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles bench swaps e2e": a
 #   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-tests score learner engine roles bench}
+PARTS=${PARTS:-tests score learner engine roles bench swaps e2e}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
   tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
@@ -448,8 +449,35 @@ PY
   done
 }
 
+# --- weight swaps and the pipeline against sync mode ---------------------------------------
+# Publish-to-swapped latency and the stall per transport for the 0.5B and 1.5B shapes (a second
+# prl process decodes in bf16 while versions arrive), then `prl bench e2e` (sync mode, then
+# pipeline mode) with the learner and the actors on this GPU, weights over CUDA IPC.
+run_swaps() {
+  echo "== prl bench broadcast: publish-to-swapped over cuda_ipc, shm, grpc"
+  "$PRL" bench broadcast --configs qwen2.5-0.5b,qwen2.5-1.5b --device cuda --dtype bf16 \
+    --versions 5 --work-dir "$OUT_DIR" --json >"$OUT_DIR/bench_broadcast.json" \
+    2>"$OUT_DIR/bench_broadcast.log" || { tail -5 "$OUT_DIR/bench_broadcast.log"; status=1; }
+  python3 - "$OUT_DIR/bench_broadcast.json" <<'PY' || status=1
+import json, sys
+for x in json.load(open(sys.argv[1]))["results"]:
+    print("  %-40s %10.2f %-3s | %-18s %10.2f" % (x["name"], x["value"], x["unit"],
+                                                  x["baseline_name"], x["baseline_value"]))
+PY
+}
+
+run_e2e() {
+  echo "== prl bench e2e: pipeline vs sync with the learner and the actors on the GPU"
+  "$PRL" bench e2e --run-dir "$OUT_DIR/e2e" --set coordinator.listen=127.0.0.1:0 \
+    --set broadcast.listen=127.0.0.1:0 --set broadcast.transport=cuda_ipc \
+    --set learner.device=cuda --set actors.device=cuda --set learner.steps=400 \
+    >"$OUT_DIR/bench_e2e.txt" 2>"$OUT_DIR/bench_e2e.log" || { tail -5 "$OUT_DIR/bench_e2e.log"; status=1; }
+  grep -E "samples/s|lag|wall time|eval_after" "$OUT_DIR/bench_e2e.txt"
+}
+
 part tests && run_tests
-if part score || part learner || part engine || part roles || part bench; then
+if part score || part learner || part engine || part roles || part bench || part swaps ||
+  part e2e; then
   if [ ! -x "$PRL" ]; then
     echo "gpu_check: no $PRL in the bundle" >&2
     status=1
@@ -459,6 +487,8 @@ if part score || part learner || part engine || part roles || part bench; then
     part engine && run_engine
     part roles && run_roles
     part bench && run_bench
+    part swaps && run_swaps
+    part e2e && run_e2e
   fi
 fi
 echo "gpu_check ($PARTS): $([ $status -eq 0 ] && echo 'all passed' || echo 'FAILURES (see above)')"
