@@ -270,8 +270,13 @@ absl::StatusOr<ExportedCheckpoint> ReadStepFull(const std::string& step_dir) {
 
 }  // namespace
 
+std::string CheckpointStepDir(const std::string& dir, int64_t step) {
+  return dir + "/" + StepName(step);
+}
+
 absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOptimizer& optimizer,
-                            const TrainingState& state, int keep_last) {
+                            const TrainingState& state, int keep_last,
+                            const CheckpointExtras& extras) {
   const int rank = model.rank(), world = model.world_size();
   const std::string final_dir = dir + "/" + StepName(state.step);
   const std::string partial = final_dir + ".partial";
@@ -336,6 +341,7 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
     // The model's config.json beside the shards, so that `prl export` needs nothing else.
     PRL_RETURN_IF_ERROR(
         WriteFileAtomically(partial + "/config.json", ModelConfigToJson(model.config())));
+    if (extras) PRL_RETURN_IF_ERROR(extras(partial));
     // Every shard and config.json is fsync'd, and so is step-N.partial/ after each of their
     // renames (AtomicFileWriter); the step's own rename is made durable before `latest` names
     // it, and `latest` is rewritten atomically (its directory fsync'd too).

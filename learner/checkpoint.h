@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -42,9 +43,17 @@ struct TrainingState {
   uint64_t rng_counter = 0;
 };
 
+// Files rank 0 adds to a checkpoint's directory before it becomes complete (called with the
+// directory being written): they are part of the checkpoint, or absent with it.
+using CheckpointExtras = std::function<absl::Status(const std::string& dir)>;
+
 // A collective: every rank calls it.
 absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOptimizer& optimizer,
-                            const TrainingState& state, int keep_last = 2);
+                            const TrainingState& state, int keep_last = 2,
+                            const CheckpointExtras& extras = nullptr);
+
+// The directory of the checkpoint of `step` in `dir` (where its extras are).
+std::string CheckpointStepDir(const std::string& dir, int64_t step);
 
 // A collective: loads the checkpoint `latest` names (or, if it cannot be used, the newest
 // complete one) into model and optimizer. nullopt when the directory has none (a fresh run);

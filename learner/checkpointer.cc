@@ -16,9 +16,11 @@ bool Checkpointer::Due(int64_t step) const {
 }
 
 absl::StatusOr<bool> Checkpointer::AfterStep(const TrainingState& state, FsdpModel& model,
-                                             ShardedOptimizer& optimizer) const {
+                                             ShardedOptimizer& optimizer,
+                                             const CheckpointExtras& extras) const {
   if (!Due(state.step)) return false;
-  PRL_RETURN_IF_ERROR(SaveCheckpoint(policy_.dir, model, optimizer, state, policy_.keep_last));
+  PRL_RETURN_IF_ERROR(
+      SaveCheckpoint(policy_.dir, model, optimizer, state, policy_.keep_last, extras));
   return true;
 }
 

@@ -36,7 +36,8 @@ class Checkpointer {
   bool Due(int64_t step) const;
   // Saves `state` when Due(state.step); returns whether it saved.
   absl::StatusOr<bool> AfterStep(const TrainingState& state, FsdpModel& model,
-                                 ShardedOptimizer& optimizer) const;
+                                 ShardedOptimizer& optimizer,
+                                 const CheckpointExtras& extras = nullptr) const;
 
   const CheckpointPolicy& policy() const { return policy_; }
 

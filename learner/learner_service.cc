@@ -136,10 +136,13 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
   std::vector<TrainSample> samples;
   double reward_sum = 0;
   while (static_cast<int64_t>(leased->size()) < options_.groups_per_step && !stop->load()) {
+    ReopenStale();
     TakeOptions take;
     take.max_groups = static_cast<int32_t>(options_.groups_per_step - leased->size());
     take.learner_version = state_.weight_version;
-    take.max_lag = options_.max_lag;
+    // With the coordinator to hand them back to, stale groups come here (Admit) rather than
+    // being dropped by the buffer.
+    take.max_lag = options_.reopen_stale ? INT64_MAX : options_.max_lag;
     take.timeout = options_.take_timeout;
     take.reclaim_first = !took_since_resume_;  // what a dead predecessor held comes first
     took_since_resume_ = true;
@@ -158,6 +161,7 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
         continue;
       }
       std::vector<RolloutRecord> records = std::move(*admitted);
+      if (!Admit(g, records)) continue;
       std::vector<double> rewards;
       std::vector<std::string> ids(records.size(), "g");
       for (const RolloutRecord& r : records) rewards.push_back(r.reward);
@@ -180,9 +184,58 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
       leased->push_back(std::move(g));
     }
   }
+  ReopenStale();  // what this step's takes held back
   report->groups = static_cast<int64_t>(leased->size());
   report->mean_reward = report->samples > 0 ? reward_sum / report->samples : 0.0;
   return samples;
+}
+
+bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records) {
+  const std::string key =
+      records.empty() ? "" : PromptLedger::Key(records[0].prompt_set_id, records[0].prompt_index);
+  const bool in_step =
+      !key.empty() && std::find(step_prompts_.begin(), step_prompts_.end(), key) != step_prompts_.end();
+  if (!key.empty() && (ledger_.Contains(key) || in_step)) {
+    replay_->Ack(group).IgnoreError();  // a second group of a trained prompt: never trained
+    ++duplicate_groups_;
+    return false;
+  }
+  const int64_t lag = state_.weight_version - group.min_version;
+  if (options_.reopen_stale && lag > options_.max_lag) {
+    if (key.empty()) {  // no prompt to hand back: dropped, as the buffer would have
+      replay_->Ack(group).IgnoreError();
+      ++stale_dropped_;
+      return false;
+    }
+    for (const StaleGroup& held : stale_) {
+      if (held.group.group_key == group.group_key) return false;  // redelivered while held
+    }
+    StalePrompt prompt{records[0].prompt_set_id, records[0].prompt_index,
+                       absl::StrCat("stale: generated from weight version ", group.min_version,
+                                    ", ", lag, " versions behind the learner's ",
+                                    state_.weight_version, " (learner.max_lag ",
+                                    options_.max_lag, ")")};
+    stale_.push_back({group, std::move(prompt)});
+    return false;
+  }
+  if (!key.empty()) step_prompts_.push_back(key);
+  return true;
+}
+
+void LearnerService::ReopenStale() {
+  if (stale_.empty() || absl::Now() - last_reopen_ < options_.reopen_retry) return;
+  last_reopen_ = absl::Now();
+  std::vector<StalePrompt> prompts;
+  for (const StaleGroup& held : stale_) prompts.push_back(held.prompt);
+  const absl::Status reopened = options_.reopen_stale(prompts);
+  if (!reopened.ok()) {  // the coordinator is away: kept, and offered again later
+    std::fprintf(stderr, "learner: %zu stale prompts not yet handed back: %s\n", prompts.size(),
+                 std::string(reopened.message()).c_str());
+    return;
+  }
+  for (const StaleGroup& held : stale_) replay_->Ack(held.group).IgnoreError();
+  stale_requeued_ += static_cast<int64_t>(stale_.size());
+  stale_.clear();
 }
 
 absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSamples(
@@ -213,8 +266,14 @@ absl::Status LearnerService::Resume() {
     PRL_ASSIGN_OR_RETURN(journal_, StepJournal::Open(checkpointer_.policy().dir + "/journal"));
     PRL_ASSIGN_OR_RETURN(to_replay_, journal_->StepsAfter(state_.step));
     replay_steps = static_cast<int64_t>(to_replay_.size());
+    if (resumed.has_value()) {
+      PRL_ASSIGN_OR_RETURN(ledger_, PromptLedger::Read(
+                                        CheckpointStepDir(checkpointer_.policy().dir, state_.step) +
+                                        "/" + PromptLedger::kFileName));
+    }
     for (const JournaledStep& j : to_replay_) {
       replayed_keys_.insert(j.group_keys.begin(), j.group_keys.end());
+      for (const std::string& key : j.prompt_keys) ledger_.Add(j.step, key);
     }
     if (replay_steps > 0) {
       std::printf("learner: replaying steps %lld..%lld from the journal %s\n",
@@ -263,13 +322,22 @@ absl::StatusOr<std::vector<uint8_t>> LearnerService::NextStepBytes(const std::at
   if (stop->load() && leased->size() < static_cast<size_t>(options_.groups_per_step)) {
     for (const LeasedGroup& g : *leased) replay_->Release(g).IgnoreError();
     leased->clear();
+    step_prompts_.clear();
     return Encode(nullptr);
   }
   std::vector<uint8_t> bytes = Encode(&taken);
-  if (!journal_.has_value()) return bytes;
-  JournaledStep j{state_.step + 1, report->groups, report->samples, report->mean_reward, {}, bytes};
+  std::vector<std::string> prompts = std::move(step_prompts_);
+  step_prompts_.clear();
+  if (!journal_.has_value()) {
+    for (const std::string& key : prompts) ledger_.Add(state_.step + 1, key);
+    return bytes;
+  }
+  JournaledStep j{state_.step + 1, report->groups, report->samples, report->mean_reward, {}, {},
+                  bytes};
   for (const LeasedGroup& g : *leased) j.group_keys.push_back(g.group_key);
+  j.prompt_keys = std::move(prompts);
   PRL_RETURN_IF_ERROR(journal_->Append(j));
+  for (const std::string& key : j.prompt_keys) ledger_.Add(j.step, key);
   // On disk now: the buffer may let go of them.
   for (const LeasedGroup& g : *leased) replay_->Ack(g).IgnoreError();
   leased->clear();
@@ -308,14 +376,20 @@ absl::StatusOr<bool> LearnerService::Step(
     skip_publish_ = false;
   }
   out.report.publish_seconds = SecondsSince(publish_start);
-  PRL_ASSIGN_OR_RETURN(const bool saved, checkpointer_.AfterStep(state_, *model_, *optimizer_));
+  PRL_ASSIGN_OR_RETURN(
+      const bool saved,
+      checkpointer_.AfterStep(state_, *model_, *optimizer_, [&](const std::string& dir) {
+        return ledger_.Write(dir + "/" + PromptLedger::kFileName);  // rank 0's: the lineage's
+      }));
   if (saved && journal_.has_value()) PRL_RETURN_IF_ERROR(journal_->DropThrough(state_.step));
   if (rank0) {
     SetStepResult(result, options_.lr, &out.report);
     out.report.step = state_.step;
     out.report.version = state_.weight_version;
     out.report.unix_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    out.report.dropped_stale = replay_->Stats().dropped_stale;
+    out.report.dropped_stale = replay_->Stats().dropped_stale + stale_dropped_ + stale_requeued_;
+    out.report.duplicate_groups = duplicate_groups_;
+    out.report.stale_requeued = stale_requeued_;
     if (on_step) on_step(out);
   }
   return true;

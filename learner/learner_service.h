@@ -17,6 +17,11 @@
 // again, and then goes on: its weights, data order and version numbers are those of a learner
 // that was never killed. Without a checkpoint directory, groups are acknowledged after the
 // step that trained on them (a learner killed mid-step gets them again: at-least-once).
+//
+// Exactly once per prompt (learner/prompt_ledger.h): a group of a prompt the lineage already
+// trained on is acknowledged without training. A group older than max_lag is not trained
+// either: with reopen_stale its prompt goes back to the coordinator to be generated again (the
+// group is acknowledged once the coordinator accepted that), else it is dropped and counted.
 #pragma once
 
 #include <atomic>
@@ -29,10 +34,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "learner/advantages.h"
 #include "learner/checkpointer.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
+#include "learner/prompt_ledger.h"
 #include "learner/step_journal.h"
 #include "learner/step_report.h"
 #include "learner/train_step.h"
@@ -41,6 +48,13 @@
 #include "weight_broadcast/weight_transport.h"
 
 namespace prl::learner {
+
+// A prompt whose group was too stale to train on, and why.
+struct StalePrompt {
+  std::string prompt_set_id;
+  uint64_t prompt_index = 0;
+  std::string reason;
+};
 
 struct LearnerServiceOptions {
   int64_t groups_per_step = 8;
@@ -54,6 +68,11 @@ struct LearnerServiceOptions {
   // Quarantine (replay/quarantine.h): a taken group that fails the check against the model
   // is written here as one JSONL line (empty: counted only), acknowledged and never trained.
   std::string dead_letter_path;
+  // Hands stale groups' prompts back to the coordinator (ActorControl.ReopenPrompts); called
+  // on rank 0, retried at most every reopen_retry while it fails. Null: stale groups are
+  // dropped by the buffer.
+  std::function<absl::Status(const std::vector<StalePrompt>&)> reopen_stale;
+  absl::Duration reopen_retry = absl::Milliseconds(500);
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor
@@ -100,6 +119,12 @@ class LearnerService {
   absl::StatusOr<std::vector<uint8_t>> NextStepBytes(const std::atomic<bool>* stop,
                                                      std::vector<LeasedGroup>* leased,
                                                      StepReport* report);
+  // Rank 0: whether a taken group is trained (false: it was a duplicate or stale, and is
+  // acknowledged or held for the coordinator). `records` are its admitted records.
+  bool Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records);
+  // Rank 0: hands the held stale prompts to the coordinator (rate-limited) and acknowledges
+  // their groups once it accepted.
+  void ReopenStale();
   // Rank 0's step bytes (or its stop signal) on every rank, decoded: nullopt means stop.
   absl::StatusOr<std::optional<std::vector<TrainSample>>> ShareSamples(std::vector<uint8_t> bytes);
 
@@ -115,6 +140,15 @@ class LearnerService {
   std::optional<StepJournal> journal_;   // rank 0, with a checkpoint directory
   std::vector<JournaledStep> to_replay_;  // rank 0: journaled steps not yet replayed
   std::set<uint64_t> replayed_keys_;     // rank 0: their groups, skipped if delivered again
+  PromptLedger ledger_;                  // rank 0: the prompts this lineage trained on
+  std::vector<std::string> step_prompts_;  // rank 0: the prompts of the step being taken
+  struct StaleGroup {
+    LeasedGroup group;
+    StalePrompt prompt;
+  };
+  std::vector<StaleGroup> stale_;  // rank 0: held until the coordinator took their prompts
+  absl::Time last_reopen_ = absl::InfinitePast();
+  int64_t duplicate_groups_ = 0, stale_requeued_ = 0, stale_dropped_ = 0;  // rank 0
   int64_t replay_through_ = 0;           // every rank: the last step replayed from the journal
   bool skip_publish_ = false;            // every rank: the transport holds these weights
   bool took_since_resume_ = false;       // rank 0

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "core/mapped_file.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
@@ -20,13 +21,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kMagic = 0x314c4e524a4c5250;  // "PRLJRNL1"
+constexpr uint64_t kMagic = 0x324c4e524a4c5250;  // "PRLJRNL2"
 
 struct Header {
   uint64_t magic = kMagic;
   int64_t step = 0, groups = 0, samples = 0;
   double mean_reward = 0;
-  uint64_t keys = 0, payload_bytes = 0, xxh3 = 0;  // xxh3 of the keys and payload bytes
+  uint64_t keys = 0, prompt_key_bytes = 0, payload_bytes = 0;
+  uint64_t xxh3 = 0;  // of everything after the header
 };
 
 }  // namespace
@@ -55,6 +57,8 @@ absl::Status StepJournal::Append(const JournaledStep& step) const {
   h.payload_bytes = step.payload.size();
   std::string body(h.keys * sizeof(uint64_t), '\0');
   std::memcpy(body.data(), step.group_keys.data(), body.size());
+  for (const std::string& key : step.prompt_keys) absl::StrAppend(&body, key, "\n");
+  h.prompt_key_bytes = body.size() - h.keys * sizeof(uint64_t);
   body.append(reinterpret_cast<const char*>(step.payload.data()), step.payload.size());
   h.xxh3 = XXH3_64bits(body.data(), body.size());
   PRL_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(PathOf(step.step)));
@@ -72,19 +76,26 @@ absl::StatusOr<JournaledStep> StepJournal::Read(const std::string& path) const {
   }
   std::memcpy(&h, bytes.data(), sizeof(h));
   const uint64_t body = bytes.size() - sizeof(h);
-  if (h.magic != kMagic || h.keys > body / sizeof(uint64_t) ||
-      h.keys * sizeof(uint64_t) + h.payload_bytes != body ||
+  if (h.magic != kMagic || h.keys > body / sizeof(uint64_t) || h.prompt_key_bytes > body ||
+      h.payload_bytes > body ||
+      h.keys * sizeof(uint64_t) + h.prompt_key_bytes + h.payload_bytes != body ||
       h.xxh3 != XXH3_64bits(bytes.data() + sizeof(h), body)) {
     return absl::DataLossError(absl::StrCat(
         "step journal ", path, ": damaged (expected the magic, ", h.keys, " keys, ",
-        h.payload_bytes, " payload bytes and their checksum; found ", body,
+        h.prompt_key_bytes, " bytes of prompt keys, ", h.payload_bytes, " payload bytes and their checksum; found ", body,
         " bytes that do not match)"));
   }
-  JournaledStep step{h.step, h.groups, h.samples, h.mean_reward, {}, {}};
+  JournaledStep step{h.step, h.groups, h.samples, h.mean_reward, {}, {}, {}};
   step.group_keys.resize(h.keys);
   std::memcpy(step.group_keys.data(), bytes.data() + sizeof(h), h.keys * sizeof(uint64_t));
-  const auto payload = bytes.begin() + static_cast<std::ptrdiff_t>(sizeof(h) + h.keys * 8);
-  step.payload.assign(payload, bytes.end());
+  const size_t keys_end = sizeof(h) + h.keys * sizeof(uint64_t);
+  for (absl::string_view key : absl::StrSplit(
+           absl::string_view(bytes).substr(keys_end, h.prompt_key_bytes), '\n',
+           absl::SkipEmpty())) {
+    step.prompt_keys.emplace_back(key);
+  }
+  step.payload.assign(bytes.begin() + static_cast<std::ptrdiff_t>(keys_end + h.prompt_key_bytes),
+                      bytes.end());
   return step;
 }
 

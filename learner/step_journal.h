@@ -9,8 +9,9 @@
 // that resumes from checkpoint step c replays the journal's steps c+1.. in order before it
 // takes anything new, so its data order, and hence its weights, are those of the learner that
 // died. Files: <dir>/step-<12 digits>.bin; each holds a fixed header (magic, step, the report's
-// group/sample counts and mean reward, key count, payload length, XXH3 of keys and payload),
-// the group keys and the payload.
+// group/sample counts and mean reward, key count, prompt-key bytes, payload length, XXH3 of the
+// rest), the group keys, the prompt keys (learner/prompt_ledger.h; one per line) and the
+// payload.
 //
 // Thread-safety: one writer (rank 0); not for concurrent use.
 #pragma once
@@ -30,6 +31,9 @@ struct JournaledStep {
   // The replay keys of the step's groups: a learner killed after journaling a step but before
   // acknowledging its groups gets them again, and must skip them.
   std::vector<uint64_t> group_keys;
+  // The prompts of the step's groups (PromptLedger keys; empty ones omitted): part of the
+  // lineage's ledger once the step is journaled.
+  std::vector<std::string> prompt_keys;
   std::vector<uint8_t> payload;  // the step's samples as rank 0 broadcasts them
 };
 

@@ -39,6 +39,8 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);
+  v("duplicate_groups", r.duplicate_groups);
+  v("stale_requeued", r.stale_requeued);
 }
 
 struct Writer {

@@ -33,7 +33,11 @@ struct StepReport {
   double lag_mean = 0, lag_max = 0;  // learner version minus token versions (versions)
   int64_t trained_tokens = 0, input_tokens = 0, completion_tokens = 0;
   double step_seconds = 0, publish_seconds = 0;
-  int64_t dropped_stale = 0;  // groups the replay buffer dropped for staleness so far
+  int64_t dropped_stale = 0;  // groups too stale to train on so far (dropped or re-queued)
+  // Groups of prompts this learner's lineage had already trained on, acknowledged untrained
+  // so far (learner/prompt_ledger.h), and stale groups whose prompts went back to the
+  // coordinator to be generated again.
+  int64_t duplicate_groups = 0, stale_requeued = 0;
 };
 
 // Fills the loss, ratio, token and timing fields from a training step's result.

@@ -16,10 +16,13 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "learner/checkpoint.h"
 #include "learner/optimizer.h"
+#include "learner/prompt_ledger.h"
 #include "nlohmann/json.hpp"
 #include "tests/learner/learner_testing.h"
 #include "weight_broadcast/shm_transport.h"
@@ -340,7 +343,7 @@ TEST_F(LearnerServiceTest, AGroupJournaledButNotAcknowledgedIsNotTrainedTwice) {
   DieHolding(2);
   auto journal = StepJournal::Open(dir.path() + "/journal");
   ASSERT_TRUE(journal.ok());
-  JournaledStep step1{1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}};
+  JournaledStep step1{1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}, {}};
   step1.payload.assign(8, 0);  // its samples as broadcast bytes: none, for brevity
   ASSERT_TRUE(journal->Append(step1).ok());
   const std::vector<StepReport> resumed = Run(1, options, never_);
@@ -353,13 +356,81 @@ TEST_F(LearnerServiceTest, AGroupJournaledButNotAcknowledgedIsNotTrainedTwice) {
   EXPECT_EQ(replay_->Stats().groups_ready + replay_->Stats().groups_leased, 0);
 }
 
+// Exactly once per prompt: a second group of a prompt (its first actor died before the
+// coordinator heard of it, and the prompt was run again) is acknowledged, not trained.
+TEST_F(LearnerServiceTest, ASecondGroupOfATrainedPromptIsAcknowledgedWithoutTraining) {
+  std::vector<RolloutRecord> again = Group(0, 0);
+  for (RolloutRecord& r : again) r.group_id = 100;  // another attempt's group of prompt 0
+  for (const auto& group : {Group(0, 0), Group(1, 0), again, Group(2, 0), Group(3, 0)}) {
+    ASSERT_TRUE(replay_->WriteGroup(group, absl::Seconds(5)).ok());
+  }
+  const std::vector<StepReport> reports = Run(1, Options(2), never_);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].groups, 2) << "prompts 2 and 3, not prompt 0 again";
+  EXPECT_EQ(reports[1].duplicate_groups, 1);
+  EXPECT_EQ(replay_->Stats().groups_out, 5) << "the duplicate acknowledged too";
+}
+
+// The ledger is part of the lineage: a learner resumed from a checkpoint still refuses prompts
+// that checkpoint trained, and each checkpoint lists its lineage's prompts in training order.
+TEST_F(LearnerServiceTest, AResumedLearnerRefusesPromptsItsCheckpointTrained) {
+  ScratchDir dir("learner_service_ledger");
+  LearnerServiceOptions options = Options(1);
+  options.checkpoint = {.dir = dir.path(), .every = 1, .keep_last = 5};
+  WriteGroups(2, 0);  // prompts 0 and 1
+  ASSERT_EQ(Run(1, options, never_).size(), 1u);
+  std::vector<RolloutRecord> again = Group(1, 0);
+  for (RolloutRecord& r : again) r.group_id = 100;
+  ASSERT_TRUE(replay_->WriteGroup(again, absl::Seconds(5)).ok());
+  WriteGroups(2, 0);  // prompts 2 and 3
+  options.max_steps = 2;
+  const std::vector<StepReport> resumed = Run(1, options, never_);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].step, 2);
+  EXPECT_EQ(resumed[0].duplicate_groups, 1);
+  std::ifstream ledger(CheckpointStepDir(dir.path(), 2) + "/" + PromptLedger::kFileName);
+  std::stringstream text;
+  text << ledger.rdbuf();
+  EXPECT_EQ(text.str(), "1\tset\t0\n1\tset\t1\n2\tset\t2\n2\tset\t3\n");
+}
+
+// A group older than max_lag is not trained: its prompt goes back to the coordinator (here a
+// callback that is unreachable at first), and the group is acknowledged only once that
+// succeeded; until then the learner holds it.
+TEST_F(LearnerServiceTest, AStaleGroupsPromptIsHandedBackAndItsGroupAcknowledgedOnlyThen) {
+  LearnerServiceOptions options = Options(2);
+  options.max_lag = 0;
+  options.reopen_retry = absl::ZeroDuration();
+  std::vector<StalePrompt> reopened;
+  int calls = 0;
+  options.reopen_stale = [&](const std::vector<StalePrompt>& prompts) -> absl::Status {
+    if (++calls == 1) return absl::UnavailableError("coordinator restarting");
+    reopened.insert(reopened.end(), prompts.begin(), prompts.end());
+    return absl::OkStatus();
+  };
+  WriteGroups(4, 0);  // prompts 0, 1 trained at version 0; 2, 3 stale at version 1
+  WriteGroups(2, 1);  // prompts 4, 5
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].groups, 2) << "prompts 4 and 5";
+  EXPECT_EQ(reports[1].stale_requeued, 2);
+  EXPECT_EQ(calls, 2) << "refused once, then accepted";
+  ASSERT_EQ(reopened.size(), 2u);
+  EXPECT_EQ(reopened[0].prompt_set_id, "set");
+  EXPECT_EQ(reopened[0].prompt_index, 2u);
+  EXPECT_EQ(reopened[1].prompt_index, 3u);
+  EXPECT_THAT(reopened[0].reason, ::testing::HasSubstr("1 versions behind the learner's 1"));
+  EXPECT_EQ(replay_->Stats().groups_out, 6);
+  EXPECT_EQ(replay_->Stats().dropped_stale, 0) << "handed back, not dropped by the buffer";
+}
+
 TEST_F(LearnerServiceTest, AJournalThatDoesNotFollowTheCheckpointIsAnErrorNamingTheGap) {
   ScratchDir dir("learner_service_gap");
   LearnerServiceOptions options = Options(1);
   options.checkpoint = {.dir = dir.path(), .every = 100, .keep_last = 2};
   auto journal = StepJournal::Open(dir.path() + "/journal");
   ASSERT_TRUE(journal.ok());
-  ASSERT_TRUE(journal->Append({3, 1, 1, 0, {}, std::vector<uint8_t>(8, 0)}).ok());
+  ASSERT_TRUE(journal->Append({3, 1, 1, 0, {}, {}, std::vector<uint8_t>(8, 0)}).ok());
   auto steps = journal->StepsAfter(0);
   ASSERT_EQ(steps.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(steps.status().message().find("expected step 1"), std::string::npos)
