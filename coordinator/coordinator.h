@@ -99,6 +99,7 @@ struct CoordinatorStats {
   int64_t leases_dropped = 0;  // re-queued because the holder's heartbeat no longer listed them
   int64_t leases_released = 0;  // given back by their holder (Release)
   int64_t prompts_failed = 0;   // given up on after max_attempts failed attempts
+  int64_t prompts_reopened = 0;  // completed prompts the learner handed back (too stale)
   // Refused requests: completions of leases the actor does not hold, out-of-bounds progress,
   // groups pushed for prompts not leased to the pushing actor.
   int64_t rejected_completions = 0, rejected_progress = 0, rejected_groups = 0;
@@ -157,6 +158,13 @@ class Coordinator {
   absl::Status LearnerProgress(int64_t version, int64_t groups_consumed,
                                int64_t groups_waiting = 0);
   static constexpr int64_t kMaxVersionStep = 1000;
+
+  // Prompts the learner will not train on (too stale): each completed or leased one is pending
+  // again as a failed attempt with the given reason (failed after max_attempts; a leased one's
+  // late Complete is refused), durably; others (pending, failed, of cancelled or unknown sets)
+  // are left as they are.
+  absl::StatusOr<prl::v1::ReopenPromptsResponse> Reopen(
+      const prl::v1::ReopenPromptsRequest& request);
 
   // The prompt log's counters (appends, fsyncs, compactions, size); coordinator_snapshot.cc.
   PromptLogStats LogStats() const { return log_->stats(); }

@@ -118,6 +118,10 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
                           v1::CheckGroupResponse*) override {
     return ToGrpcStatus(c_->CheckGroup(*request));
   }
+  grpc::Status ReopenPrompts(ServerContext*, const v1::ReopenPromptsRequest* request,
+                             v1::ReopenPromptsResponse* response) override {
+    return Reply(c_->Reopen(*request), response);
+  }
 
  private:
   template <typename T>

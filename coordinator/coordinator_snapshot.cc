@@ -58,6 +58,12 @@ std::vector<prl::v1::LogRecord> Coordinator::SnapshotLocked() const {
     submitted.set_unix_ms(set.submitted.created_unix_ms());
     for (const prl::v1::PromptSetEvent& event : set.events) {
       if (!event.has_group()) continue;
+      // The group of a prompt the learner handed back (ReopenPrompts) no longer completes it.
+      const int64_t index = event.group().prompt_index();
+      if (index < 0 || index >= static_cast<int64_t>(set.prompts.size()) ||
+          set.prompts[index].state != PromptState::kDone) {
+        continue;
+      }
       prl::v1::LogRecord& completed = out.emplace_back();
       completed.mutable_completed()->set_prompt_set_id(id);
       prl::v1::GroupResult* result = completed.mutable_completed()->mutable_result();

@@ -72,6 +72,51 @@ absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
   return response;
 }
 
+absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
+    const prl::v1::ReopenPromptsRequest& request) {
+  std::unique_lock<std::mutex> lock(mu_);
+  prl::v1::ReopenPromptsResponse response;
+  absl::StatusOr<uint64_t> ticket = uint64_t{0};
+  for (const prl::v1::ReopenPromptsRequest::Prompt& r : request.prompts()) {
+    auto it = sets_.find(r.prompt_set_id());
+    if (it == sets_.end() || r.prompt_index() < 0 ||
+        r.prompt_index() >= static_cast<int64_t>(it->second.prompts.size())) {
+      continue;
+    }
+    PromptSet& set = it->second;
+    const PromptEntry& p = set.prompts[r.prompt_index()];
+    const std::string reason =
+        absl::StrCat("handed back by the learner: ", r.reason().substr(0, kMaxDetailBytes));
+    if (set.state == prl::v1::PROMPT_SET_STATE_CANCELLED) continue;
+    if (p.state == PromptState::kLeased) {
+      // Its group reached the learner before the completion reached us (or another attempt
+      // is running): the lease ends as a failed attempt, so a late Complete is refused and
+      // the prompt runs again.
+      ticket = FailAttemptLocked(set, r.prompt_index(), reason);
+      PRL_RETURN_IF_ERROR(ticket.status());
+      response.set_reopened(response.reopened() + 1);
+      continue;
+    }
+    if (p.state != PromptState::kDone) continue;  // pending (runs anyway) or failed
+    prl::v1::LogRecord record;
+    prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
+    attempt->set_prompt_set_id(r.prompt_set_id());
+    attempt->set_prompt_index(r.prompt_index());
+    attempt->set_attempts(p.attempts + 1);
+    attempt->set_reason(reason);
+    attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
+    attempt->set_reopened(true);
+    ticket = log_->Write(record);
+    PRL_RETURN_IF_ERROR(ticket.status());
+    ApplyFailedAttempt(*attempt);
+    response.set_reopened(response.reopened() + 1);
+  }
+  CompactIfDueLocked();
+  lock.unlock();
+  if (response.reopened() > 0) PRL_RETURN_IF_ERROR(log_->WaitDurable(*ticket));
+  return response;
+}
+
 absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t index,
                                                         const std::string& reason) {
   const PromptEntry& p = set.prompts[index];
@@ -109,6 +154,14 @@ void Coordinator::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
   PromptSet& set = it->second;
   const int64_t index = attempt.prompt_index();
   PromptEntry& p = set.prompts[index];
+  if (p.state == PromptState::kDone && attempt.reopened()) {  // un-completed, re-run soon
+    p.state = PromptState::kPending;
+    --set.done;
+    ++set.pending;
+    queue_.emplace_front(set.submitted.prompt_set_id(), index);
+    if (set.state == prl::v1::PROMPT_SET_STATE_DONE) set.state = prl::v1::PROMPT_SET_STATE_RUNNING;
+    ++stats_.prompts_reopened;
+  }
   if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return;
   // Live: the lease ends and the prompt is pending again (re-queued at the front). Replay: it
   // is pending already, and in the queue from its submission.

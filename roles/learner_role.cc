@@ -89,6 +89,12 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   } else if (endpoint != nullptr) {
     endpoint->SetReadiness([] { return absl::OkStatus(); });  // in the group, with its shard
   }
+  if (z.sink != nullptr && z.sink->has_coordinator()) {
+    StepSink* sink = z.sink.get();  // outlives the service
+    options.reopen_stale = [sink](const std::vector<learner::StalePrompt>& prompts) {
+      return sink->ReopenPrompts(prompts);
+    };
+  }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);
   absl::Status run = service.Run(&stop, [&](const learner::LearnerStepReport& step) {

@@ -94,7 +94,8 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   metrics::AdvanceCounterTo(replay_metrics_.bytes_written, static_cast<double>(rs.bytes_in));
   metrics::AdvanceCounterTo(replay_metrics_.groups_redelivered,
                             static_cast<double>(rs.redelivered));
-  metrics::AdvanceCounterTo(replay_metrics_.dropped_stale, static_cast<double>(rs.dropped_stale));
+  // Stale groups the buffer dropped and those the learner handed back to the coordinator.
+  metrics::AdvanceCounterTo(replay_metrics_.dropped_stale, static_cast<double>(r.dropped_stale));
   metrics::AdvanceCounterTo(replay_metrics_.dropped_full, static_cast<double>(rs.dropped_full));
 }
 
@@ -109,6 +110,21 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed) {
   progress.set_groups_waiting(rs.groups_ready + rs.groups_leased);
   prl::v1::LearnerProgressResponse ignored;
   coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
+}
+
+absl::Status StepSink::ReopenPrompts(const std::vector<learner::StalePrompt>& prompts) {
+  if (coordinator_ == nullptr) return absl::FailedPreconditionError("no coordinator address");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  prl::v1::ReopenPromptsRequest request;
+  for (const learner::StalePrompt& p : prompts) {
+    prl::v1::ReopenPromptsRequest::Prompt* out = request.add_prompts();
+    out->set_prompt_set_id(p.prompt_set_id);
+    out->set_prompt_index(static_cast<int64_t>(p.prompt_index));
+    out->set_reason(p.reason);
+  }
+  prl::v1::ReopenPromptsResponse response;
+  return rpc::FromGrpcStatus(coordinator_->ReopenPrompts(&ctx, request, &response));
 }
 
 void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,

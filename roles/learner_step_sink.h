@@ -34,6 +34,10 @@ class StepSink {
 
   void Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,
                const QuarantineCounts& dead_letters);
+  // Hands prompts whose groups were too stale to train on back to the coordinator
+  // (ActorControl.ReopenPrompts; thread-safe). Only with a coordinator address.
+  bool has_coordinator() const { return coordinator_ != nullptr; }
+  absl::Status ReopenPrompts(const std::vector<learner::StalePrompt>& prompts);
 
  private:
   StepSink(const config::RunConfig& config, prometheus::Registry& registry, ReplayBuffer* replay);

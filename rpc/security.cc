@@ -138,6 +138,7 @@ const AccessPolicy& DefaultAccessPolicy() {
       {"/prl.v1.ActorControl/Release", {Role::kActor}},
       {"/prl.v1.ActorControl/ReportLearnerProgress", {Role::kLearner}},
       {"/prl.v1.ActorControl/CheckGroup", {Role::kLearner}},
+      {"/prl.v1.ActorControl/ReopenPrompts", {Role::kLearner}},
       {"/prl.v1.ReplayService/", {Role::kActor}},
       {"/prl.v1.WeightService/", {Role::kActor}},
       {"/prl.v1.StoreService/", {Role::kLearner}},

@@ -64,7 +64,8 @@ struct SecuritySettings {
 // Method path prefixes ("/prl.v1.PromptService/" or a full method) -> the roles admitted; the
 // longest matching prefix decides. A method no prefix matches admits no role.
 using AccessPolicy = std::map<std::string, std::set<Role>>;
-// PromptService: client; ActorControl: actor, ReportLearnerProgress and CheckGroup: learner;
+// PromptService: client; ActorControl: actor, ReportLearnerProgress, CheckGroup and
+// ReopenPrompts: learner;
 // ReplayService and WeightService: actor; StoreService: learner; RewardService: actor;
 // server reflection: every role.
 const AccessPolicy& DefaultAccessPolicy();

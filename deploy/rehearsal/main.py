@@ -270,13 +270,23 @@ def scale_during_run(kube, fleet):
 
 
 def learner_totals(learner_dir):
-    """Steps and groups the learner trained on, from its report file (learner.report_file)."""
+    """Steps and groups the learner trained on, and the groups it acknowledged untrained
+    (stale ones whose prompts it handed back, second groups of trained prompts), from its
+    report file (learner.report_file; those two counts are cumulative per learner process)."""
     steps = groups = 0
+    untrained, last = {"stale_requeued": 0, "duplicate_groups": 0}, {}
     path = os.path.join(learner_dir, "learner_steps.jsonl")
     for line in open(path) if os.path.exists(path) else []:
-        groups += json.loads(line)["groups"]
+        r = json.loads(line)
+        groups += r["groups"]
         steps += 1
-    return steps, groups
+        if any(r[k] < last.get(k, 0) for k in untrained):  # a restarted learner counts anew
+            for k in untrained:
+                untrained[k] += last.get(k, 0)
+        last = r
+    for k in untrained:
+        untrained[k] += last.get(k, 0)
+    return steps, groups, untrained["stale_requeued"], untrained["duplicate_groups"]
 
 
 def drained_replay(learner, segment, groups_per_step):
@@ -301,7 +311,7 @@ def report(kube, fleet, prometheus, scenario, start):
     config_map = next(v["configMap"]["name"] for v in learner.spec["volumes"] if v["name"] == "config")
     config = json.loads(fleet.index[("ConfigMap", config_map)]["data"]["run.json"])
     stat = drained_replay(learner, "prl-%s-replay" % config["run"]["name"], config["learner"]["groups_per_step"])
-    steps, trained = learner_totals(kube.pvc + "/prl-learner-checkpoints")
+    steps, trained, handed_back, duplicates = learner_totals(kube.pvc + "/prl-learner-checkpoints")
     cm = observe.scrape(coordinator.ip, 9400)
     s = scenario["status"]
     written, dropped = stat["groups_in"], stat["dropped_stale"]
@@ -317,6 +327,8 @@ def report(kube, fleet, prometheus, scenario, start):
     print("groups written to replay:       %d (%d beyond one per prompt: re-runs of expired leases)" % (written, written - PROMPTS))
     print("  trained by the learner:       %d in %d steps" % (trained, steps))
     print("  dropped as stale (> max_lag): %d" % dropped)
+    print("  stale, handed back to the coordinator to run again: %d" % handed_back)
+    print("  second groups of trained prompts, not trained: %d" % duplicates)
     print("  left in the buffer:           %d (less than one step of %d groups)" % (left, config["learner"]["groups_per_step"]))
     for t, done, replicas, actors in scenario["scaled"]:
         print("actors scaled to %d at %.0f s (%d prompts done)" % (replicas, t, done))
@@ -324,8 +336,9 @@ def report(kube, fleet, prometheus, scenario, start):
     problems = []
     if s["state"] != "done" or s["prompts_done"] != PROMPTS or s["prompts_total"] != PROMPTS:
         problems.append("the coordinator did not complete every prompt: %s" % s)
-    if written < PROMPTS or trained + dropped + left != written:
-        problems.append("replay: %d written but %d trained + %d dropped + %d left" % (written, trained, dropped, left))
+    if written < PROMPTS or trained + dropped + handed_back + duplicates + left != written:
+        problems.append("replay: %d written but %d trained + %d dropped + %d handed back + %d duplicates + %d left" % (
+            written, trained, dropped, handed_back, duplicates, left))
     if [r for _, _, r, _ in scenario["scaled"]] != [3, 1]:
         problems.append("the actors were not scaled 1 -> 3 -> 1 during the run")
     print("\n== targets (Prometheus)")

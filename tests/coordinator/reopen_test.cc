@@ -1,0 +1,171 @@
+// ReopenPrompts: completed prompts the learner will not train on (their groups were too
+// stale) are pending again, as failed attempts with the learner's reason; the change is
+// durable across a restart and a compaction; other prompts are left alone; after max_attempts
+// a reopened prompt is failed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "tests/coordinator/coordinator_testing.h"
+
+namespace prl::coordinator {
+namespace {
+
+namespace v1 = prl::v1;
+
+class ReopenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("prl_reopen_test_", getpid(), "_", counter_++);
+    std::filesystem::remove_all(dir_);
+    config_ = TestCoordinatorConfig(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<Coordinator> Open() {
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Open(config_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  // A set of `prompts` prompts, every one leased to one actor and completed.
+  std::string SubmitAndComplete(Coordinator& c, int prompts) {
+    v1::SubmitPromptSetRequest r;
+    for (int i = 0; i < prompts; ++i) r.add_prompts()->mutable_tokens()->add_ids(1 + i);
+    r.set_samples_per_prompt(2);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_top_p(1.0f);
+    r.mutable_sampling()->set_max_tokens(4);
+    r.mutable_reward()->set_name("exact_match");
+    const std::string id = c.Submit(r)->prompt_set_id();
+    CompleteLeased(c, prompts);
+    return id;
+  }
+  void CompleteLeased(Coordinator& c, int n) {
+    const std::string actor_ = c.RegisterActor("a").actor_id();
+    v1::LeaseRequest lease;
+    lease.set_actor_id(actor_);
+    lease.set_max_prompts(n);
+    const v1::LeaseResponse leased = *c.Lease(lease);
+    ASSERT_EQ(leased.prompts_size(), n);
+    for (const v1::LeasedPrompt& p : leased.prompts()) {
+      v1::CompleteRequest done;
+      done.set_actor_id(actor_);
+      done.set_lease_id(p.lease_id());
+      done.mutable_result()->set_prompt_index(p.prompt_index());
+      for (int i = 0; i < p.samples(); ++i) {
+        done.mutable_result()->add_rewards(1.0);
+        done.mutable_result()->add_completion_tokens(3);
+      }
+      ASSERT_TRUE(c.Complete(done).ok());
+    }
+  }
+  static v1::ReopenPromptsRequest Request(const std::string& set, std::vector<int> indices) {
+    v1::ReopenPromptsRequest r;
+    for (int i : indices) {
+      v1::ReopenPromptsRequest::Prompt* p = r.add_prompts();
+      p->set_prompt_set_id(set);
+      p->set_prompt_index(i);
+      p->set_reason("stale: 5 versions behind");
+    }
+    return r;
+  }
+
+  std::filesystem::path dir_;
+  CoordinatorConfig config_;
+  static inline int counter_ = 0;
+};
+
+TEST_F(ReopenTest, ACompletedPromptHandedBackIsPendingAgainAndSurvivesRestartAndCompaction) {
+  for (int64_t compact : {int64_t{1} << 30, int64_t{1}}) {  // the log as is, or a snapshot
+    SCOPED_TRACE(absl::StrCat("compact_log_bytes ", compact));
+    TearDown();
+    SetUp();
+    config_.compact_log_bytes = compact;
+    std::string id;
+    {
+      auto c = Open();
+      id = SubmitAndComplete(*c, 3);
+      ASSERT_EQ(c->Get(id)->state(), v1::PROMPT_SET_STATE_DONE);
+      auto reopened = c->Reopen(Request(id, {1}));
+      ASSERT_TRUE(reopened.ok()) << reopened.status();
+      EXPECT_EQ(reopened->reopened(), 1);
+      const v1::PromptSetStatus s = *c->Get(id);
+      EXPECT_EQ(s.state(), v1::PROMPT_SET_STATE_RUNNING) << "the set is not done any more";
+      EXPECT_EQ(s.prompts_done(), 2);
+      EXPECT_EQ(s.prompts_pending(), 1);
+      EXPECT_EQ(c->Stats().prompts_reopened, 1);
+      EXPECT_EQ(c->Stats().log_compactions > 0, compact == 1);
+    }
+    auto c = Open();  // restarted: the log (or its snapshot) replayed
+    const v1::PromptSetStatus s = *c->Get(id);
+    EXPECT_EQ(s.prompts_done(), 2);
+    EXPECT_EQ(s.prompts_pending(), 1);
+    EXPECT_EQ(s.state(), v1::PROMPT_SET_STATE_RUNNING);
+    CompleteLeased(*c, 1);  // generated again
+    EXPECT_EQ(c->Get(id)->state(), v1::PROMPT_SET_STATE_DONE);
+    EXPECT_EQ(c->Get(id)->prompts_done(), 3);
+  }
+}
+
+TEST_F(ReopenTest, PendingAndUnknownPromptsAreLeftAlone) {
+  auto c = Open();
+  const std::string id = SubmitAndComplete(*c, 1);
+  v1::ReopenPromptsRequest r = Request(id, {0, 7});
+  r.add_prompts()->set_prompt_set_id("no-such-set");
+  ASSERT_EQ(c->Reopen(r)->reopened(), 1) << "prompt 0 only";
+  EXPECT_EQ(c->Reopen(Request(id, {0}))->reopened(), 0) << "pending already";
+}
+
+// The learner can see a group before its actor's Complete reaches the coordinator: the lease
+// ends there and then, the late Complete is refused, and the prompt runs again.
+TEST_F(ReopenTest, ALeasedPromptHandedBackEndsItsLeaseAndItsLateCompleteIsRefused) {
+  auto c = Open();
+  v1::SubmitPromptSetRequest r;
+  r.add_prompts()->mutable_tokens()->add_ids(1);
+  r.set_samples_per_prompt(2);
+  r.mutable_sampling()->set_temperature(1.0f);
+  r.mutable_sampling()->set_top_p(1.0f);
+  r.mutable_sampling()->set_max_tokens(4);
+  r.mutable_reward()->set_name("exact_match");
+  const std::string id = c->Submit(r)->prompt_set_id();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  v1::LeaseRequest lease;
+  lease.set_actor_id(actor);
+  lease.set_max_prompts(1);
+  const v1::LeasedPrompt leased = c->Lease(lease)->prompts(0);
+  ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+  EXPECT_EQ(c->Get(id)->prompts_pending(), 1);
+  v1::CompleteRequest late;
+  late.set_actor_id(actor);
+  late.set_lease_id(leased.lease_id());
+  late.mutable_result()->set_prompt_index(0);
+  for (int i = 0; i < 2; ++i) {
+    late.mutable_result()->add_rewards(1.0);
+    late.mutable_result()->add_completion_tokens(3);
+  }
+  EXPECT_EQ(c->Complete(late).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->Get(id)->prompts_done(), 0);
+  CompleteLeased(*c, 1);  // the prompt's next attempt
+  EXPECT_EQ(c->Get(id)->prompts_done(), 1);
+}
+
+TEST_F(ReopenTest, AfterMaxAttemptsAReopenedPromptIsFailedWithTheLearnersReason) {
+  config_.max_attempts = 2;
+  auto c = Open();
+  const std::string id = SubmitAndComplete(*c, 1);
+  ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+  CompleteLeased(*c, 1);
+  ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+  const v1::PromptSetStatus s = *c->Get(id);
+  EXPECT_EQ(s.state(), v1::PROMPT_SET_STATE_DONE);
+  EXPECT_EQ(s.prompts_failed(), 1);
+  ASSERT_EQ(s.failed_prompts_size(), 1);
+  EXPECT_EQ(s.failed_prompts(0).reason(), "handed back by the learner: stale: 5 versions behind");
+}
+
+}  // namespace
+}  // namespace prl::coordinator
