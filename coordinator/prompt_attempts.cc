@@ -109,6 +109,10 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
     ticket = log_->Write(record);
     PRL_RETURN_IF_ERROR(ticket.status());
     ApplyFailedAttempt(*attempt);
+    // Its group is out of the learner's backlog now: the lag budget frees its place at once
+    // (a restarted learner that hands back stale groups before its first report is not stuck
+    // behind a full budget).
+    if (UnconsumedLocked() > 0) ++completed_at_report_;
     response.set_reopened(response.reopened() + 1);
   }
   CompactIfDueLocked();

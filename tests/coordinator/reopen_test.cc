@@ -111,6 +111,30 @@ TEST_F(ReopenTest, ACompletedPromptHandedBackIsPendingAgainAndSurvivesRestartAnd
   }
 }
 
+// A handed-back group leaves the learner's backlog: with the lag budget full of completed
+// groups, each reopened prompt frees one lease at once, before the learner reports again.
+TEST_F(ReopenTest, AHandedBackGroupFreesItsPlaceInTheLagBudget) {
+  config_.groups_per_step = 1;
+  config_.max_lag = 1;  // a budget of 2 groups
+  auto c = Open();
+  const std::string id = SubmitAndComplete(*c, 2);
+  v1::SubmitPromptSetRequest more;
+  more.add_prompts()->mutable_tokens()->add_ids(5);
+  more.set_samples_per_prompt(2);
+  more.mutable_sampling()->set_temperature(1.0f);
+  more.mutable_sampling()->set_top_p(1.0f);
+  more.mutable_sampling()->set_max_tokens(4);
+  more.mutable_reward()->set_name("exact_match");
+  ASSERT_TRUE(c->Submit(more).ok());
+  const std::string actor = c->RegisterActor("b").actor_id();
+  v1::LeaseRequest lease;
+  lease.set_actor_id(actor);
+  lease.set_max_prompts(4);
+  EXPECT_EQ(c->Lease(lease)->prompts_size(), 0) << "two completed groups fill the budget";
+  ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+  EXPECT_EQ(c->Lease(lease)->prompts_size(), 1) << "one place freed";
+}
+
 TEST_F(ReopenTest, PendingAndUnknownPromptsAreLeftAlone) {
   auto c = Open();
   const std::string id = SubmitAndComplete(*c, 1);
