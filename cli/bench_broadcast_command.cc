@@ -1,6 +1,5 @@
 // `prl bench broadcast` (bench/broadcast_bench.h): its flags, and the hidden subscriber mode
 // the benchmark starts as a second process.
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -20,12 +19,6 @@ struct BroadcastBenchFlags {
   bool subscriber = false;  // the benchmark's second process
   std::string run_name, listen;
 };
-
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("prl");
-}
 
 absl::Status RunBroadcastBench(BroadcastBenchFlags f) {
   PRL_ASSIGN_OR_RETURN(f.options.device, ResolveDeviceFlag(f.device));

@@ -46,6 +46,9 @@ void RegisterRunCommands(CLI::App& app, CommandRegistry& registry);
 // The ranks of `prl learner step` re-execute the command line they were given.
 void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 
+// This binary's path (/proc/self/exe), for the processes a command starts.
+std::string SelfPath();
+
 // Shared by commands that read a model: a --device flag value resolved with a note on stderr
 // when "auto" falls back to the CPU.
 absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);

@@ -1,5 +1,6 @@
 // prl: one binary, one subcommand per role or tool (docs/architecture.md, "CLI").
 #include <omp.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -24,6 +25,12 @@ absl::Status CommandRegistry::RunParsed() const {
   }
   if (chosen == nullptr) return absl::InvalidArgumentError("no command given; see prl --help");
   return chosen->action();
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("prl");
 }
 
 absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag) {

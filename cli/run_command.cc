@@ -29,12 +29,6 @@ namespace {
 
 std::atomic<bool> interrupted{false};
 
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("prl");
-}
-
 struct RunFlags {
   std::shared_ptr<ConfigFlags> config;
   bool resume = false;

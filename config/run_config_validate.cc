@@ -200,6 +200,12 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(ValidateRunAndTask(c));
   PRL_RETURN_IF_ERROR(ValidateCoordinator(c.coordinator));
   PRL_RETURN_IF_ERROR(ValidateActors(c.actors));
+  // An actor's engine runs a prompt's samples in one batch: a larger group could never run.
+  PRL_RETURN_IF_ERROR(Range(c.task.samples_per_prompt <= c.actors.max_num_seqs,
+                            "task.samples_per_prompt",
+                            absl::StrCat("at most actors.max_num_seqs (", c.actors.max_num_seqs,
+                                         ": an actor's engine runs a prompt's samples together)"),
+                            c.task.samples_per_prompt));
   PRL_RETURN_IF_ERROR(ValidateLearner(c.learner));
   return ValidateServices(c);
 }

@@ -74,6 +74,9 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"coordinator": {"max_attempts": 0}})", "coordinator.max_attempts: expected 1 to 1000"},
       {R"({"actors": {"count": 2.5}})", "actors.count: expected an integer, found 2.5"},
       {R"({"task": {"samples_per_prompt": 1}})", "task.samples_per_prompt: expected 2 to 1024"},
+      {R"({"task": {"samples_per_prompt": 32}, "actors": {"max_num_seqs": 16}})",
+       "task.samples_per_prompt: expected at most actors.max_num_seqs (16: an actor's engine runs "
+       "a prompt's samples together), found 32"},
       {R"({"learner": {"learning_rate": 1}})", "unknown key 'learner.learning_rate'"},
       {R"({"lerner": {}})", "unknown section 'lerner'"},
       {R"({"learner": 3})", "learner: expected an object, found 3"},

@@ -21,12 +21,14 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+import e2e_util
+from e2e_util import free_port, run
 
 PRL = None
 STEPS, GROUPS_PER_STEP = 30, 4
@@ -34,19 +36,6 @@ PROMPTS = STEPS * GROUPS_PER_STEP
 KILLS_PER_RUN = 8
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(*args, check=False, timeout=120):
-    proc = subprocess.run([PRL, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError("prl %s failed (%d):\n%s" % (" ".join(map(str, args)),
-                                                         proc.returncode, proc.stderr))
-    return proc
 
 
 class ChaosRun:
@@ -250,5 +239,5 @@ class ChaosTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    PRL = os.path.abspath(sys.argv.pop(1))
+    PRL = e2e_util.PRL = os.path.abspath(sys.argv.pop(1))
     unittest.main()
