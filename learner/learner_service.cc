@@ -338,6 +338,7 @@ absl::StatusOr<std::vector<uint8_t>> LearnerService::NextStepBytes(const std::at
   j.prompt_keys = std::move(prompts);
   PRL_RETURN_IF_ERROR(journal_->Append(j));
   for (const std::string& key : j.prompt_keys) ledger_.Add(j.step, key);
+  groups_in_step_ = static_cast<int64_t>(leased->size());  // before they leave the buffer
   // On disk now: the buffer may let go of them.
   for (const LeasedGroup& g : *leased) replay_->Ack(g).IgnoreError();
   leased->clear();
@@ -353,6 +354,7 @@ absl::StatusOr<bool> LearnerService::Step(
   std::vector<uint8_t> bytes;
   if (rank0) {
     PRL_ASSIGN_OR_RETURN(bytes, NextStepBytes(stop, &leased, &out.report));
+    groups_in_step_ = out.report.groups;  // the step's, until it is reported
   }
   PRL_ASSIGN_OR_RETURN(std::optional<std::vector<TrainSample>> samples,
                        ShareSamples(std::move(bytes)));
@@ -391,6 +393,7 @@ absl::StatusOr<bool> LearnerService::Step(
     out.report.duplicate_groups = duplicate_groups_;
     out.report.stale_requeued = stale_requeued_;
     if (on_step) on_step(out);
+    groups_in_step_ = 0;
   }
   return true;
 }

@@ -98,6 +98,9 @@ class LearnerService {
 
   int64_t version() const { return state_.weight_version; }
   int64_t groups_consumed() const { return state_.data_position; }
+  // Rank 0: the groups of the step in progress (taken, possibly acknowledged, not yet trained
+  // and reported); part of the backlog the coordinator's lag budget counts. Any thread.
+  int64_t groups_in_step() const { return groups_in_step_.load(); }
   // Groups dead-lettered by rank 0, by reason (prl_replay_groups_dead_lettered_total).
   QuarantineCounts dead_letters() const { return quarantine_.counts(); }
 
@@ -152,6 +155,7 @@ class LearnerService {
   int64_t replay_through_ = 0;           // every rank: the last step replayed from the journal
   bool skip_publish_ = false;            // every rank: the transport holds these weights
   bool took_since_resume_ = false;       // rank 0
+  std::atomic<int64_t> groups_in_step_{0};  // rank 0
 };
 
 }  // namespace prl::learner

@@ -97,9 +97,11 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);
+  if (z.sink != nullptr) z.sink->SetGroupsInStep([&service] { return service.groups_in_step(); });
   absl::Status run = service.Run(&stop, [&](const learner::LearnerStepReport& step) {
     z.sink->Observe(step, service.groups_consumed(), service.dead_letters());
   });
+  if (z.sink != nullptr) z.sink->SetGroupsInStep(nullptr);  // the service goes first
   if (z.endpoint != nullptr) z.endpoint->SetReadiness(nullptr);
   return run;
 }

@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<StepSink>> StepSink::Create(const config::RunConf
           }
         }
         const int64_t version = raw->last_version_.load();
-        if (version >= 0) raw->ReportProgress(version, raw->last_consumed_.load());
+        if (version >= 0) raw->ReportProgress(version, raw->last_consumed_.load(), true);
       }
     });
   }
@@ -99,17 +99,27 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   metrics::AdvanceCounterTo(replay_metrics_.dropped_full, static_cast<double>(rs.dropped_full));
 }
 
-void StepSink::ReportProgress(int64_t version, int64_t groups_consumed) {
+void StepSink::ReportProgress(int64_t version, int64_t groups_consumed, bool with_step_groups) {
   if (coordinator_ == nullptr) return;
+  // One report at a time, the backlog read just before it is sent: a report from the thread
+  // between steps can never overtake a newer one with an older backlog (which let a sync-mode
+  // coordinator lease a second batch for the same weights).
+  std::lock_guard<std::mutex> lock(report_mu_);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   prl::v1::LearnerProgressRequest progress;
   progress.set_version(version);
   progress.set_groups_consumed(groups_consumed);
   const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
-  progress.set_groups_waiting(rs.groups_ready + rs.groups_leased);
+  progress.set_groups_waiting(rs.groups_ready + rs.groups_leased +
+                              (with_step_groups && groups_in_step_ ? groups_in_step_() : 0));
   prl::v1::LearnerProgressResponse ignored;
   coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
+}
+
+void StepSink::SetGroupsInStep(std::function<int64_t()> groups_in_step) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  groups_in_step_ = std::move(groups_in_step);
 }
 
 absl::Status StepSink::ReopenPrompts(const std::vector<learner::StalePrompt>& prompts) {
@@ -147,7 +157,7 @@ void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_co
   }
   last_consumed_ = groups_consumed;
   last_version_ = r.version;
-  ReportProgress(r.version, groups_consumed);
+  ReportProgress(r.version, groups_consumed, false);
 }
 
 }  // namespace prl::roles

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,12 +38,17 @@ class StepSink {
   // Hands prompts whose groups were too stale to train on back to the coordinator
   // (ActorControl.ReopenPrompts; thread-safe). Only with a coordinator address.
   bool has_coordinator() const { return coordinator_ != nullptr; }
+  // Groups the replay buffer no longer holds that the learner has not trained yet (the step in
+  // progress), added to every progress report's backlog; null: none. Thread-safe.
+  void SetGroupsInStep(std::function<int64_t()> groups_in_step);
   absl::Status ReopenPrompts(const std::vector<learner::StalePrompt>& prompts);
 
  private:
   StepSink(const config::RunConfig& config, prometheus::Registry& registry, ReplayBuffer* replay);
   void UpdateMetrics(const learner::LearnerStepReport& step);
-  void ReportProgress(int64_t version, int64_t groups_consumed);
+  // `with_step_groups`: count the step in progress (reports between steps; Observe's report
+  // follows a finished step).
+  void ReportProgress(int64_t version, int64_t groups_consumed, bool with_step_groups);
 
   metrics::ProcessMetrics process_;
   metrics::LearnerMetrics learner_;
@@ -54,6 +60,8 @@ class StepSink {
   std::unique_ptr<prl::v1::ActorControl::Stub> coordinator_;
   // The last step's version (-1: no step yet) and groups consumed, re-reported once a second.
   std::atomic<int64_t> last_version_{-1}, last_consumed_{0};
+  std::mutex report_mu_;  // serialises progress reports (ReportProgress)
+  std::function<int64_t()> groups_in_step_;  // guarded by report_mu_
   std::mutex mu_;
   std::condition_variable stopping_;
   bool stop_ = false;
