@@ -1,5 +1,6 @@
 // LearnerService: the learner role of a running pipeline. Every step it takes complete groups
-// from the replay buffer (dropping, and counting, those older than max_lag versions), turns
+// from the replay buffer (not training those older than max_lag versions, nor a second group
+// of a prompt already trained: see "Exactly once" below), turns
 // their rewards into group-normalised advantages, runs one FSDP training step
 // (learner/train_step.h) over its ranks, acknowledges the groups, publishes the new weights
 // to the actors, reports its progress to the coordinator, and checkpoints (learner/checkpointer.h).
