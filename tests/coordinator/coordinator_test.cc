@@ -1,5 +1,7 @@
+// The coordinator's prompt sets: submission checks, text and chat prompts, leasing and
+// completing, restarts, retries, watchers, listing, cancellation and the PromptService over
+// gRPC. Leases and the lag budget are in lag_budget_test.cc.
 #include "coordinator/coordinator.h"
-
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,7 +16,7 @@
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
-#include "tests/coordinator/coordinator_testing.h"
+#include "tests/coordinator/coordinator_fixture.h"
 #include "tests/status_testing.h"
 
 namespace prl::coordinator {
@@ -23,108 +25,6 @@ namespace {
 namespace v1 = prl::v1;
 using ::prl::testing::IsError;
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
-
-// A model text for the tests: one token per lowercase letter ('a' = 0), stop id 25 ('z'); a
-// chat renders as its contents joined by 'x'.
-class LettersCodec final : public tokenizer::TextCodec {
- public:
-  absl::StatusOr<std::vector<int32_t>> EncodePrompt(absl::string_view text) const override {
-    std::vector<int32_t> ids;
-    for (char ch : text) {
-      if (ch < 'a' || ch > 'z') {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unknown character '", std::string(1, ch), "'"));
-      }
-      ids.push_back(ch - 'a');
-    }
-    return ids;
-  }
-  absl::StatusOr<std::vector<int32_t>> EncodeContinuation(absl::string_view text) const override {
-    return EncodePrompt(text);
-  }
-  absl::StatusOr<std::string> RenderChat(const tokenizer::ChatPrompt& chat) const override {
-    std::string out;
-    for (const auto& m : chat.messages) out += m["content"].get<std::string>() + "x";
-    return out;
-  }
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(const tokenizer::ChatPrompt& chat) const override {
-    PRL_ASSIGN_OR_RETURN(const std::string text, RenderChat(chat));
-    return EncodePrompt(text);
-  }
-  absl::StatusOr<std::string> DecodeCompletion(absl::Span<const int32_t> ids) const override {
-    std::string out;
-    for (int32_t id : ids) out.push_back(static_cast<char>('a' + id));
-    return out;
-  }
-  std::vector<int32_t> stop_ids() const override { return {25}; }
-  int32_t vocab_size() const override { return 26; }
-  std::string Describe() const override { return "letters"; }
-};
-
-class CoordinatorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("prl_coordinator_test_", getpid(), "_", counter_++);
-    std::filesystem::remove_all(dir_);
-    config_ = TestCoordinatorConfig(dir_);
-    config_.text = std::make_shared<LettersCodec>();
-    config_.validate_reward = [](const v1::RewardSpec& r) {
-      return r.name() == "exact_match"
-                 ? absl::OkStatus()
-                 : absl::InvalidArgumentError(absl::StrCat("unknown reward '", r.name(), "'"));
-    };
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Coordinator> Open() {
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Open(config_);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return std::move(*c);
-  }
-
-  static v1::SubmitPromptSetRequest Request(int prompts, int samples = 2) {
-    v1::SubmitPromptSetRequest r;
-    r.set_name("test");
-    for (int i = 0; i < prompts; ++i) {
-      v1::Prompt* p = r.add_prompts();
-      p->mutable_tokens()->add_ids(1 + i % 40);
-      p->mutable_tokens()->add_ids(2);
-      p->set_reference(absl::StrCat(i));
-    }
-    r.set_samples_per_prompt(samples);
-    v1::RolloutSampling* s = r.mutable_sampling();
-    s->set_temperature(1.0f);
-    s->set_top_p(1.0f);
-    s->set_max_tokens(8);
-    r.mutable_reward()->set_name("exact_match");
-    return r;
-  }
-
-  static v1::CompleteRequest Done(const std::string& actor, const v1::LeasedPrompt& p,
-                                  double reward = 1.0) {
-    v1::CompleteRequest c;
-    c.set_actor_id(actor);
-    c.set_lease_id(p.lease_id());
-    c.mutable_result()->set_prompt_index(p.prompt_index());
-    for (int i = 0; i < p.samples(); ++i) {
-      c.mutable_result()->add_rewards(reward);
-      c.mutable_result()->add_completion_tokens(3);
-    }
-    return c;
-  }
-
-  static v1::LeaseRequest LeaseOf(const std::string& actor, int n) {
-    v1::LeaseRequest r;
-    r.set_actor_id(actor);
-    r.set_max_prompts(n);
-    return r;
-  }
-
-  std::filesystem::path dir_;
-  CoordinatorConfig config_;
-  static inline int counter_ = 0;
-};
 
 TEST_F(CoordinatorTest, ASubmittedSetIsLeasedCompletedAndDone) {
   auto c = Open();
@@ -347,171 +247,6 @@ TEST_F(CoordinatorTest, ARestartKeepsAcceptedSetsAndCompletedGroupsAndReRunsTheR
   ASSERT_EQ(leased->prompts_size(), 3);
   for (const auto& p : leased->prompts()) ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
   EXPECT_EQ(c->Get(id)->state(), v1::PROMPT_SET_STATE_DONE);
-}
-
-TEST_F(CoordinatorTest, AnExpiredLeaseIsReRunAndTheLateCompletionIsADuplicate) {
-  config_.lease_ms = 200;
-  config_.heartbeat_ms = 50;
-  auto c = Open();
-  const std::string id = c->Submit(Request(1))->prompt_set_id();
-  const std::string dead = c->RegisterActor("dies").actor_id();
-  auto first = c->Lease(LeaseOf(dead, 1));
-  ASSERT_EQ(first->prompts_size(), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const std::string alive = c->RegisterActor("lives").actor_id();
-  auto second = c->Lease(LeaseOf(alive, 1));
-  ASSERT_EQ(second->prompts_size(), 1) << "the expired lease was not re-queued";
-  EXPECT_EQ(second->prompts(0).prompt_index(), 0);
-  EXPECT_TRUE(c->Complete(Done(alive, second->prompts(0))).value().accepted());
-  EXPECT_FALSE(c->Complete(Done(dead, first->prompts(0))).value().accepted());
-  EXPECT_EQ(c->Stats().leases_expired, 1);
-  EXPECT_EQ(c->Get(id)->prompts_done(), 1);
-}
-
-TEST_F(CoordinatorTest, HeartbeatsKeepTheLeasesTheyListAlive) {
-  config_.lease_ms = 300;
-  config_.heartbeat_ms = 50;
-  auto c = Open();
-  c->Submit(Request(1)).IgnoreError();
-  const std::string actor = c->RegisterActor("a").actor_id();
-  auto leased = c->Lease(LeaseOf(actor, 1));
-  ASSERT_EQ(leased->prompts_size(), 1);
-  v1::HeartbeatRequest hb;
-  hb.set_actor_id(actor);
-  hb.add_held_lease_ids(leased->prompts(0).lease_id());
-  for (int i = 0; i < 8; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_TRUE(c->Heartbeat(hb).ok());
-    c->ExpireLeases();
-  }
-  EXPECT_EQ(c->Stats().leases_expired, 0);
-  EXPECT_TRUE(c->Complete(Done(actor, leased->prompts(0))).value().accepted());
-}
-
-TEST_F(CoordinatorTest, ALeaseAHeartbeatNoLongerListsIsReQueuedAtOnce) {
-  auto c = Open();
-  const std::string id = c->Submit(Request(2))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
-  auto leased = c->Lease(LeaseOf(actor, 2));
-  ASSERT_EQ(leased->prompts_size(), 2);
-  v1::HeartbeatRequest hb;
-  hb.set_actor_id(actor);
-  hb.add_held_lease_ids(leased->prompts(1).lease_id());  // the first group was dropped
-  ASSERT_TRUE(c->Heartbeat(hb).ok());
-  EXPECT_EQ(c->Stats().leases_dropped, 1);
-  EXPECT_EQ(c->Get(id)->prompts_in_flight(), 1);
-  auto again = c->Lease(LeaseOf(actor, 1));
-  ASSERT_EQ(again->prompts_size(), 1);
-  EXPECT_EQ(again->prompts(0).prompt_index(), leased->prompts(0).prompt_index());
-  // The old lease is gone: its completion is refused.
-  EXPECT_EQ(c->Complete(Done(actor, leased->prompts(0))).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-}
-
-TEST_F(CoordinatorTest, TheMaxLagBudgetBoundsWorkInFlightPlusUntrainedGroups) {
-  config_.max_lag = 1;
-  config_.groups_per_step = 2;  // at most (1 + 1) * 2 = 4 groups ahead of the learner
-  auto c = Open();
-  c->Submit(Request(10)).IgnoreError();
-  const std::string actor = c->RegisterActor("a").actor_id();
-  auto leased = c->Lease(LeaseOf(actor, 10));
-  ASSERT_EQ(leased->prompts_size(), 4);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(i))).ok());
-  EXPECT_EQ(c->Lease(LeaseOf(actor, 10))->prompts_size(), 0) << "completed but not trained on";
-  ASSERT_TRUE(c->LearnerProgress(1, 2).ok());
-  EXPECT_EQ(c->Lease(LeaseOf(actor, 10))->prompts_size(), 2);
-}
-
-TEST_F(CoordinatorTest, OnlyTheActorHoldingALeaseCompletesItAndNothingChangesOtherwise) {
-  auto c = Open();
-  const std::string id = c->Submit(Request(1))->prompt_set_id();
-  const std::string owner = c->RegisterActor("owner").actor_id();
-  const std::string thief = c->RegisterActor("thief").actor_id();
-  auto leased = c->Lease(LeaseOf(owner, 1));
-  ASSERT_EQ(leased->prompts_size(), 1);
-  // Another actor's id with the right lease, and the owner's id with a forged nonce.
-  const absl::Status foreign = c->Complete(Done(thief, leased->prompts(0))).status();
-  EXPECT_EQ(foreign.code(), absl::StatusCode::kFailedPrecondition) << foreign;
-  EXPECT_NE(foreign.message().find("is not held by actor"), absl::string_view::npos);
-  v1::CompleteRequest forged = Done(owner, leased->prompts(0));
-  forged.set_lease_id(forged.lease_id().substr(0, forged.lease_id().rfind(':') + 1) + "deadbeef");
-  EXPECT_EQ(c->Complete(forged).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(c->Stats().rejected_completions, 2);
-  EXPECT_EQ(c->Get(id)->prompts_done(), 0) << "nothing changed";
-  EXPECT_EQ(c->Get(id)->prompts_in_flight(), 1);
-  EXPECT_TRUE(c->Complete(Done(owner, leased->prompts(0))).value().accepted());
-}
-
-TEST_F(CoordinatorTest, LearnerProgressOutOfBoundsIsRefusedAndDoesNotPoisonTheBudget) {
-  config_.max_lag = 0;
-  config_.groups_per_step = 1;
-  auto c = Open();
-  ASSERT_TRUE(c->Submit(Request(5)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
-  auto leased = c->Lease(LeaseOf(actor, 5));
-  ASSERT_EQ(leased->prompts_size(), 1);
-  ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
-  ASSERT_TRUE(c->LearnerProgress(3, 0, /*groups_waiting=*/1).ok());  // not trained on yet
-  // A version far ahead of the learner's, negative counts: lies, refused.
-  const absl::Status jump = c->LearnerProgress(1'000'000, 1);
-  EXPECT_EQ(jump.code(), absl::StatusCode::kFailedPrecondition) << jump;
-  EXPECT_NE(jump.message().find("version <= 1003"), absl::string_view::npos) << jump;
-  EXPECT_EQ(c->LearnerProgress(-1, 0).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(c->LearnerProgress(4, 1, -5).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(c->Stats().rejected_progress, 3);
-  EXPECT_EQ(c->Stats().learner_version, 3);
-  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "the budget did not move";
-  ASSERT_TRUE(c->LearnerProgress(4, 1, 0).ok());
-  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 1);
-}
-
-TEST_F(CoordinatorTest, TheBudgetFollowsARestartedLearnerThatCountsFromZero) {
-  // The learner trained 4 groups and reported so; a new learner that lost that progress (no
-  // checkpoint) starts again at 0. With a budget of 1 group, every group it trains must let
-  // the next one be leased: a running total kept across learners would stall here.
-  config_.max_lag = 0;
-  config_.groups_per_step = 1;
-  auto c = Open();
-  ASSERT_TRUE(c->Submit(Request(10)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
-  const auto produce_one = [&] {
-    auto leased = c->Lease(LeaseOf(actor, 5));
-    if (leased->prompts_size() != 1) return false;
-    return c->Complete(Done(actor, leased->prompts(0))).ok();
-  };
-  for (int64_t i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(produce_one());
-    ASSERT_TRUE(c->LearnerProgress(i, i, 0).ok());
-  }
-  for (int64_t i = 1; i <= 4; ++i) {  // the restarted learner
-    ASSERT_TRUE(produce_one()) << "stalled at the new learner's group " << i;
-    ASSERT_TRUE(c->LearnerProgress(4 + i, i, 0).ok());
-  }
-}
-
-TEST_F(CoordinatorTest, TheBudgetStartsFromAnEmptyBacklogWhenTheCoordinatorRestarts) {
-  // Groups completed before a restart were trained or are in the learner's backlog; the
-  // restarted coordinator has no report yet. It must lease (the learner may be waiting for a
-  // full step and send nothing until it has one), then follow the learner's reports.
-  config_.max_lag = 0;
-  config_.groups_per_step = 2;
-  {
-    auto c = Open();
-    ASSERT_TRUE(c->Submit(Request(10)).ok());
-    const std::string actor = c->RegisterActor("a").actor_id();
-    auto leased = c->Lease(LeaseOf(actor, 5));
-    ASSERT_EQ(leased->prompts_size(), 2);
-    for (const auto& p : leased->prompts()) ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
-    EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "both untrained";
-  }
-  auto c = Open();  // the restart
-  const std::string actor = c->RegisterActor("a").actor_id();
-  auto leased = c->Lease(LeaseOf(actor, 5));
-  ASSERT_EQ(leased->prompts_size(), 2) << "a restarted coordinator must not stall the run";
-  ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
-  ASSERT_TRUE(c->LearnerProgress(1, 2, /*groups_waiting=*/1).ok());
-  EXPECT_EQ(c->Stats().groups_unconsumed, 1);
-  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "1 waiting + 1 in flight";
 }
 
 TEST_F(CoordinatorTest, GroupsAreCheckedAgainstTheOpenLeaseOfTheirPrompt) {
