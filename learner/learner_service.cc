@@ -207,8 +207,11 @@ bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>&
       ++stale_dropped_;
       return false;
     }
-    for (const StaleGroup& held : stale_) {
-      if (held.group.group_key == group.group_key) return false;  // redelivered while held
+    for (StaleGroup& held : stale_) {
+      if (held.group.group_key == group.group_key) {  // its lease expired while held:
+        held.group = group;  // acknowledge it under the new one
+        return false;
+      }
     }
     StalePrompt prompt{records[0].prompt_set_id, records[0].prompt_index,
                        absl::StrCat("stale: generated from weight version ", group.min_version,
