@@ -218,9 +218,10 @@ class Coordinator {
 
   // ---- Lease lifecycle (coordinator/prompt_attempts.cc), mutex held ----
   // Ends the prompt's lease as a failed attempt: logged (not waited for) and applied; the
-  // prompt is re-queued, or failed after max_attempts. Returns the record's log ticket.
+  // prompt is re-queued, or failed after max_attempts. `reopened`: the prompt was completed
+  // and is un-completed first (ReopenPrompts). Returns the record's log ticket.
   absl::StatusOr<uint64_t> FailAttemptLocked(PromptSet& set, int64_t index,
-                                             const std::string& reason);
+                                             const std::string& reason, bool reopened = false);
   void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
   // Waits (mutex held) until a failed attempt's record is durable; a log error is printed and
   // returned (the log then refuses every append: Submit and Complete report it).

@@ -87,42 +87,30 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
     const PromptEntry& p = set.prompts[r.prompt_index()];
     const std::string reason =
         absl::StrCat("handed back by the learner: ", r.reason().substr(0, kMaxDetailBytes));
-    if (set.state == prl::v1::PROMPT_SET_STATE_CANCELLED) continue;
-    if (p.state == PromptState::kLeased) {
-      // Its group reached the learner before the completion reached us (or another attempt
-      // is running): the lease ends as a failed attempt, so a late Complete is refused and
-      // the prompt runs again.
-      ticket = FailAttemptLocked(set, r.prompt_index(), reason);
-      PRL_RETURN_IF_ERROR(ticket.status());
-      response.set_reopened(response.reopened() + 1);
+    // Pending prompts run anyway, failed ones stay failed. A leased one: its group reached the
+    // learner before the completion reached us (or another attempt is running); the lease
+    // ends as a failed attempt, so a late Complete is refused and the prompt runs again.
+    if (set.state == prl::v1::PROMPT_SET_STATE_CANCELLED ||
+        (p.state != PromptState::kLeased && p.state != PromptState::kDone)) {
       continue;
     }
-    if (p.state != PromptState::kDone) continue;  // pending (runs anyway) or failed
-    prl::v1::LogRecord record;
-    prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
-    attempt->set_prompt_set_id(r.prompt_set_id());
-    attempt->set_prompt_index(r.prompt_index());
-    attempt->set_attempts(p.attempts + 1);
-    attempt->set_reason(reason);
-    attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
-    attempt->set_reopened(true);
-    ticket = log_->Write(record);
+    const bool completed = p.state == PromptState::kDone;
+    ticket = FailAttemptLocked(set, r.prompt_index(), reason, /*reopened=*/completed);
     PRL_RETURN_IF_ERROR(ticket.status());
-    ApplyFailedAttempt(*attempt);
-    // Its group is out of the learner's backlog now: the lag budget frees its place at once
-    // (a restarted learner that hands back stale groups before its first report is not stuck
-    // behind a full budget).
-    if (UnconsumedLocked() > 0) ++completed_at_report_;
+    // A completed prompt's group is out of the learner's backlog now: the lag budget frees its
+    // place at once (a restarted learner that hands back stale groups before its first report
+    // is not stuck behind a full budget).
+    if (completed && UnconsumedLocked() > 0) ++completed_at_report_;
     response.set_reopened(response.reopened() + 1);
   }
-  CompactIfDueLocked();
   lock.unlock();
   if (response.reopened() > 0) PRL_RETURN_IF_ERROR(log_->WaitDurable(*ticket));
   return response;
 }
 
 absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t index,
-                                                        const std::string& reason) {
+                                                        const std::string& reason,
+                                                        bool reopened) {
   const PromptEntry& p = set.prompts[index];
   prl::v1::LogRecord record;
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
@@ -131,6 +119,7 @@ absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t 
   attempt->set_attempts(p.attempts + 1);
   attempt->set_reason(reason);
   attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
+  attempt->set_reopened(reopened);
   // Applied even if the log refuses it: the lease has ended either way (and a log that refuses
   // records refuses every later one: the coordinator must restart).
   absl::StatusOr<uint64_t> ticket = log_->Write(record);
