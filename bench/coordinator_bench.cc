@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/stats.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
 #include "core/status_macros.h"
@@ -28,13 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 double MillisBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
 }
 
 // What one small append costs on the log's file system: write + fdatasync, in microseconds

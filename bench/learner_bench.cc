@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/stats.h"
 #include "collective/rendezvous.h"
 #include "config/run_config.h"
 #include "core/cuda_runtime.h"
@@ -37,11 +38,6 @@ constexpr int64_t kPromptTokens = 32;
 
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Sequence lengths (input tokens) of one step's rollouts.

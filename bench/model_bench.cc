@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "bench/gpu_peak.h"
+#include "bench/stats.h"
 #include "bench/torch_baseline.h"
 #include "core/cuda_runtime.h"
 #include "core/status_macros.h"
@@ -31,11 +32,6 @@ namespace {
 
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 const char* DTypeLabel(DType dtype) { return dtype == DType::kBF16 ? "bf16" : "f32"; }
