@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/model_bench.h"
+#include "bench/stats.h"
 #include "config/run_config.h"
 #include "core/enum_names.h"
 #include "core/status_macros.h"
@@ -37,18 +38,15 @@ int64_t MonotonicNs() {  // one clock for every process of the machine
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 absl::StatusOr<config::WeightTransport> ParseTransport(const std::string& name) {
-  for (const auto& [n, t] : config::kWeightTransportNames) {
-    if (name == n && t != config::WeightTransport::kNccl) return t;
+  PRL_ASSIGN_OR_RETURN(const config::WeightTransport t,
+                       ParseEnum(config::kWeightTransportNames, name, "--transports"));
+  if (t == config::WeightTransport::kNccl) {
+    return absl::InvalidArgumentError(
+        "--transports: nccl needs a process per GPU and is not benchmarked here; expected shm, "
+        "grpc or cuda_ipc");
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bench broadcast: transport '", name, "': expected shm, grpc or cuda_ipc"));
+  return t;
 }
 
 config::RunConfig TransportConfig(const std::string& transport, const std::string& run_name,

@@ -371,7 +371,10 @@ class CliTest(unittest.TestCase):
 
     def test_bench_broadcast_refuses_an_unknown_transport(self):
         self.assert_error(run("bench", "broadcast", "--transports", "carrier-pigeon"),
-                          "transport 'carrier-pigeon'", "shm, grpc or cuda_ipc")
+                          "--transports: expected one of shm, grpc, cuda_ipc, nccl; found "
+                          "'carrier-pigeon'")
+        self.assert_error(run("bench", "broadcast", "--transports", "nccl"),
+                          "--transports: nccl needs a process per GPU")
 
 
 if __name__ == "__main__":
