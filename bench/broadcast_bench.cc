@@ -250,9 +250,16 @@ absl::StatusOr<Report> RunBroadcastBench(const BroadcastBenchOptions& o) {
     if (o.device.is_cuda()) transports.insert(transports.begin(), "cuda_ipc");
   }
   for (const std::string& t : transports) PRL_RETURN_IF_ERROR(ParseTransport(t).status());
-  if (o.versions < 1) {
+  if (o.versions < 1 || o.versions > 1000) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bench broadcast: --versions must be at least 1, got ", o.versions));
+        absl::StrCat("bench broadcast: --versions: expected 1 to 1000, found ", o.versions));
+  }
+  if (o.batch < 1 || o.batch > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench broadcast: --batch: expected 1 to 4096, found ", o.batch));
+  }
+  if (o.configs.empty()) {
+    return absl::InvalidArgumentError("bench broadcast: --configs: expected at least one preset");
   }
   Report report;
   report.bench = "broadcast";

@@ -369,12 +369,16 @@ class CliTest(unittest.TestCase):
         leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("prl-bench-broadcast-")]
         self.assertEqual(leftovers, [], "the bench removes its segments")
 
-    def test_bench_broadcast_refuses_an_unknown_transport(self):
+    def test_bench_broadcast_refuses_bad_flags_naming_them(self):
         self.assert_error(run("bench", "broadcast", "--transports", "carrier-pigeon"),
                           "--transports: expected one of shm, grpc, cuda_ipc, nccl; found "
                           "'carrier-pigeon'")
         self.assert_error(run("bench", "broadcast", "--transports", "nccl"),
                           "--transports: nccl needs a process per GPU")
+        self.assert_error(run("bench", "broadcast", "--batch", 0),
+                          "--batch: expected 1 to 4096, found 0")
+        self.assert_error(run("bench", "broadcast", "--versions", 5000),
+                          "--versions: expected 1 to 1000, found 5000")
 
 
 if __name__ == "__main__":
