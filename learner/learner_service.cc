@@ -232,8 +232,11 @@ void LearnerService::ReopenStale() {
   for (const StaleGroup& held : stale_) prompts.push_back(held.prompt);
   const absl::Status reopened = options_.reopen_stale(prompts);
   if (!reopened.ok()) {  // the coordinator is away: kept, and offered again later
-    std::fprintf(stderr, "learner: %zu stale prompts not yet handed back: %s\n", prompts.size(),
-                 std::string(reopened.message()).c_str());
+    if (absl::Now() - last_reopen_warning_ >= absl::Seconds(30)) {  // said once per 30 s
+      last_reopen_warning_ = absl::Now();
+      std::fprintf(stderr, "learner: %zu stale prompts not yet handed back: %s\n",
+                   prompts.size(), std::string(reopened.message()).c_str());
+    }
     return;
   }
   for (const StaleGroup& held : stale_) replay_->Ack(held.group).IgnoreError();

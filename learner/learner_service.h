@@ -151,7 +151,7 @@ class LearnerService {
     StalePrompt prompt;
   };
   std::vector<StaleGroup> stale_;  // rank 0: held until the coordinator took their prompts
-  absl::Time last_reopen_ = absl::InfinitePast();
+  absl::Time last_reopen_ = absl::InfinitePast(), last_reopen_warning_ = absl::InfinitePast();
   int64_t duplicate_groups_ = 0, stale_requeued_ = 0, stale_dropped_ = 0;  // rank 0
   int64_t replay_through_ = 0;           // every rank: the last step replayed from the journal
   bool skip_publish_ = false;            // every rank: the transport holds these weights
