@@ -4,9 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,26 +55,16 @@ class LettersCodec final : public tokenizer::TextCodec {
   std::string Describe() const override { return "letters"; }
 };
 
-class CoordinatorTest : public ::testing::Test {
+class CoordinatorTest : public CoordinatorLogTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("prl_coordinator_test_", getpid(), "_", counter_++);
-    std::filesystem::remove_all(dir_);
-    config_ = TestCoordinatorConfig(dir_);
+    CoordinatorLogTest::SetUp();
     config_.text = std::make_shared<LettersCodec>();
     config_.validate_reward = [](const v1::RewardSpec& r) {
       return r.name() == "exact_match"
                  ? absl::OkStatus()
                  : absl::InvalidArgumentError(absl::StrCat("unknown reward '", r.name(), "'"));
     };
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Coordinator> Open() {
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Open(config_);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return std::move(*c);
   }
 
   static v1::SubmitPromptSetRequest Request(int prompts, int samples = 2) {
@@ -116,10 +104,6 @@ class CoordinatorTest : public ::testing::Test {
     r.set_max_prompts(n);
     return r;
   }
-
-  std::filesystem::path dir_;
-  CoordinatorConfig config_;
-  static inline int counter_ = 0;
 };
 
 

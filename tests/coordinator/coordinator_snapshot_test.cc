@@ -17,21 +17,8 @@ namespace {
 namespace v1 = prl::v1;
 using ::prl::testing::IsError;
 
-class CoordinatorSnapshotTest : public ::testing::Test {
+class CoordinatorSnapshotTest : public CoordinatorLogTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("prl_coordinator_snapshot_test_", getpid(), "_", counter_++);
-    std::filesystem::remove_all(dir_);
-    config_ = TestCoordinatorConfig(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Coordinator> Open() {
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Open(config_);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
   int64_t LogBytes() const {
     return static_cast<int64_t>(std::filesystem::file_size(config_.log_path));
   }
@@ -81,9 +68,6 @@ class CoordinatorSnapshotTest : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path dir_;
-  CoordinatorConfig config_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(CoordinatorSnapshotTest, ACompactedLogReplaysToTheSameState) {

@@ -4,9 +4,7 @@
 #include "coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <thread>
 

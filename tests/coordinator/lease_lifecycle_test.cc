@@ -1,9 +1,7 @@
 // The lease lifecycle: actor capacity, Release, and prompts failed after max_attempts, durable
 // across a restart and a compaction (coordinator/capacity.h, coordinator/prompt_attempts.cc).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,21 +13,11 @@ namespace {
 
 namespace v1 = prl::v1;
 
-class LeaseLifecycleTest : public ::testing::Test {
+class LeaseLifecycleTest : public CoordinatorLogTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("prl_lease_lifecycle_test_", getpid(), "_", counter_++);
-    std::filesystem::remove_all(dir_);
-    config_ = TestCoordinatorConfig(dir_);
+    CoordinatorLogTest::SetUp();
     config_.max_samples_per_prompt = 256;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Coordinator> Open() {
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Open(config_);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
   }
 
   // `prompts` prompts of `prompt_tokens` tokens each, max_tokens 8.
@@ -104,9 +92,6 @@ class LeaseLifecycleTest : public ::testing::Test {
         << s.failed_prompts(0).reason();
   }
 
-  std::filesystem::path dir_;
-  CoordinatorConfig config_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(LeaseLifecycleTest, AnActorIsLeasedOnlyPromptsWithinItsCapacity) {

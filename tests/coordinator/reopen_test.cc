@@ -3,9 +3,7 @@
 // durable across a restart and a compaction; other prompts are left alone; after max_attempts
 // a reopened prompt is failed.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
@@ -16,21 +14,8 @@ namespace {
 
 namespace v1 = prl::v1;
 
-class ReopenTest : public ::testing::Test {
+class ReopenTest : public CoordinatorLogTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("prl_reopen_test_", getpid(), "_", counter_++);
-    std::filesystem::remove_all(dir_);
-    config_ = TestCoordinatorConfig(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Coordinator> Open() {
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Open(config_);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
   // A set of `prompts` prompts, every one leased to one actor and completed.
   std::string SubmitAndComplete(Coordinator& c, int prompts) {
     v1::SubmitPromptSetRequest r;
@@ -74,9 +59,6 @@ class ReopenTest : public ::testing::Test {
     return r;
   }
 
-  std::filesystem::path dir_;
-  CoordinatorConfig config_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(ReopenTest, ACompletedPromptHandedBackIsPendingAgainAndSurvivesRestartAndCompaction) {
