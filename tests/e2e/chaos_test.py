@@ -28,14 +28,12 @@ import time
 import unittest
 
 import e2e_util
-from e2e_util import free_port, run
+from e2e_util import arithmetic_prompts, free_port, run, tiny_model
 
 PRL = None
 STEPS, GROUPS_PER_STEP = 30, 4
 PROMPTS = STEPS * GROUPS_PER_STEP
 KILLS_PER_RUN = 8
-
-
 
 
 class ChaosRun:
@@ -194,16 +192,11 @@ class ChaosTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="prl_chaos_test_")
         cls.dir = cls.tmp.name
         cls.model = os.path.join(cls.dir, "model")
-        run("model", "init", "--arch", "qwen2", "--hidden-size", 32, "--layers", 1, "--heads", 4,
-            "--kv-heads", 2, "--intermediate-size", 64, "--vocab-size", 22,
-            "--max-position-embeddings", 32, "--seed", 1, "--out", cls.model, check=True)
+        tiny_model(cls.model)
         rng = random.Random(3)
         cls.prompts = [os.path.join(cls.dir, "prompts-%d.jsonl" % i) for i in (0, 1)]
         for path, count in zip(cls.prompts, (PROMPTS - GROUPS_PER_STEP, GROUPS_PER_STEP)):
-            with open(path, "w") as f:
-                for _ in range(count):
-                    a, b = rng.randrange(100), rng.randrange(100)
-                    f.write(json.dumps({"text": "%d+%d=" % (a, b), "reference": str(a + b)}) + "\n")
+            arithmetic_prompts(path, count, rng)
 
     @classmethod
     def tearDownClass(cls):

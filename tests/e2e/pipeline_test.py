@@ -20,11 +20,9 @@ import time
 import unittest
 
 import e2e_util
-from e2e_util import free_port, run
+from e2e_util import arithmetic_prompts, free_port, run, tiny_model
 
 PRL = None
-
-
 
 
 class PipelineTest(unittest.TestCase):
@@ -33,15 +31,9 @@ class PipelineTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="prl_pipeline_test_")
         cls.dir = cls.tmp.name
         cls.model = os.path.join(cls.dir, "model")
-        run("model", "init", "--arch", "qwen2", "--hidden-size", 32, "--layers", 1, "--heads", 4,
-            "--kv-heads", 2, "--intermediate-size", 64, "--vocab-size", 22,
-            "--max-position-embeddings", 32, "--seed", 1, "--out", cls.model, check=True)
-        rng = random.Random(3)
+        tiny_model(cls.model)
         cls.prompts = os.path.join(cls.dir, "prompts.jsonl")
-        with open(cls.prompts, "w") as f:
-            for _ in range(24):
-                a, b = rng.randrange(100), rng.randrange(100)
-                f.write(json.dumps({"text": "%d+%d=" % (a, b), "reference": str(a + b)}) + "\n")
+        arithmetic_prompts(cls.prompts, 24, random.Random(3))
 
     @classmethod
     def tearDownClass(cls):
