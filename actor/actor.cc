@@ -213,25 +213,6 @@ absl::Status Actor::SwapIfNewer() {
   return absl::OkStatus();
 }
 
-absl::Status Actor::AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop) {
-  if (weights_ == nullptr) return absl::OkStatus();  // fixed weights: nothing to wait for
-  const absl::Time deadline = absl::Now() + options_.weight_wait_timeout;
-  // Staged is enough: the engine flips to it before its next decode step, so every token of
-  // these prompts is sampled from `version` or newer.
-  while (std::max(staged_version_, engine_->Stats().weight_version) < version) {
-    if (stop->load()) return absl::OkStatus();
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "actor ", options_.name, ": the coordinator requires weight version ", version,
-          " but the newest delivered is ", staged_version_, " after ",
-          absl::FormatDuration(options_.weight_wait_timeout), " (is the learner publishing?)"));
-    }
-    PRL_RETURN_IF_ERROR(SwapIfNewer());
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return absl::OkStatus();
-}
-
 void Actor::UpdateTransferMetrics() {
   if (weights_ == nullptr || options_.weight_metrics == nullptr) return;
   const SubscriberStats s = weights_->stats();
@@ -288,21 +269,34 @@ absl::Status Actor::LeaseMore() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const v1::LeasedPrompt& lease : response.prompts()) {
     held_.insert(lease.lease_id());  // before the next heartbeat, which this thread sends
-    leased_.push_back({lease, response.min_weight_version()});
+    leased_.push_back({lease, response.min_weight_version(), absl::Now()});
   }
   changed_.notify_all();
   return absl::OkStatus();
 }
 
-absl::Status Actor::AddLeased(const std::atomic<bool>* stop) {
-  std::deque<Leased> incoming;
+absl::Status Actor::AddLeased() {
+  std::deque<Leased> incoming, waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming.swap(leased_);
   }
-  for (const Leased& l : incoming) {
+  // Staged is enough: the engine flips to it before its next decode step, so every token of
+  // a prompt added now is sampled from that version or newer. Fixed weights: nothing to wait
+  // for.
+  const int64_t held = std::max(staged_version_, engine_->Stats().weight_version);
+  for (Leased& l : incoming) {
+    if (weights_ != nullptr && l.min_weight_version > held) {
+      if (absl::Now() - l.leased_at > options_.weight_wait_timeout) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "actor ", options_.name, ": the coordinator requires weight version ",
+            l.min_weight_version, " but the newest delivered is ", held, " after ",
+            absl::FormatDuration(options_.weight_wait_timeout), " (is the learner publishing?)"));
+      }
+      waiting.push_back(std::move(l));
+      continue;
+    }
     const v1::LeasedPrompt& lease = l.lease;
-    if (l.min_weight_version > 0) PRL_RETURN_IF_ERROR(AwaitWeightVersion(l.min_weight_version, stop));
     SamplingParams params;
     params.n = lease.samples();
     params.temperature = lease.sampling().temperature();
@@ -324,6 +318,12 @@ absl::Status Actor::AddLeased(const std::atomic<bool>* stop) {
       continue;
     }
     in_flight_[*id] = InFlight{lease, NowNanos()};
+  }
+  waiting_for_weights_ = !waiting.empty();
+  if (waiting_for_weights_) {  // ahead of leases granted meanwhile, in their order
+    std::lock_guard<std::mutex> lock(mu_);
+    leased_.insert(leased_.begin(), std::make_move_iterator(waiting.begin()),
+                   std::make_move_iterator(waiting.end()));
   }
   return absl::OkStatus();
 }
@@ -573,8 +573,12 @@ void Actor::FinishLoop(const std::atomic<bool>* stop) {
 absl::Status Actor::EngineIteration(const std::atomic<bool>* stop) {
   PRL_RETURN_IF_ERROR(SwapIfNewer());
   UpdateEngineGauges();
-  PRL_RETURN_IF_ERROR(AddLeased(stop));
+  PRL_RETURN_IF_ERROR(AddLeased());
   if (!engine_->HasUnfinishedRequests()) {
+    if (waiting_for_weights_) {  // nothing to run until they arrive: poll for them
+      absl::SleepFor(absl::Milliseconds(2));
+      return absl::OkStatus();
+    }
     std::unique_lock<std::mutex> lock(mu_);
     changed_.wait_for(lock, std::chrono::milliseconds(20),
                       [&] { return !leased_.empty() || Halted(stop); });

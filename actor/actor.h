@@ -81,7 +81,8 @@ struct ActorOptions {
   metrics::ActorMetrics* metrics = nullptr;
   metrics::WeightSyncMetrics* weight_metrics = nullptr;
   metrics::ProcessMetrics* process_metrics = nullptr;
-  // Sync mode: how long a lease may wait for the weight version it requires.
+  // How long a lease may wait for the weight version it requires (sync mode; a re-run of a
+  // group handed back as stale); then the actor fails.
   absl::Duration weight_wait_timeout = absl::Seconds(600);
 };
 
@@ -117,7 +118,10 @@ class Actor {
   };
   struct Leased {  // granted, not yet in the engine
     prl::v1::LeasedPrompt lease;
-    int64_t min_weight_version = 0;  // sync mode: the version its tokens must come from
+    // The version its tokens must come from (LeaseResponse.min_weight_version): sync mode, or a
+    // re-run of a stale group. It waits aside for it, the engine running the others meanwhile.
+    int64_t min_weight_version = 0;
+    absl::Time leased_at;
   };
   struct Generated {  // out of the engine, to be scored, written and completed
     InFlight job;
@@ -148,12 +152,11 @@ class Actor {
   absl::Status Register(const std::atomic<bool>* stop);
   absl::Status Heartbeat();
   absl::Status LeaseMore();
-  // Moves leased prompts into the engine (waiting for their weight version in sync mode).
-  absl::Status AddLeased(const std::atomic<bool>* stop);
+  // Moves leased prompts into the engine; one whose weight version has not arrived stays
+  // leased (a DeadlineExceeded error after weight_wait_timeout).
+  absl::Status AddLeased();
   // Swaps in the newest delivered weights, if newer than the engine's (between engine steps).
   absl::Status SwapIfNewer();
-  // Sync mode: blocks until the engine holds `version` (or stop / time-out).
-  absl::Status AwaitWeightVersion(int64_t version, const std::atomic<bool>* stop);
   void UpdateEngineGauges();
   // prl_weight_transfer_* from the subscriber's stats (it receives in the background).
   void UpdateTransferMetrics();
@@ -208,6 +211,7 @@ class Actor {
   std::string actor_id_;  // guarded by mu_ (the control thread re-registers)
   int64_t heartbeat_ms_ = 5000;  // control thread
   int64_t staged_version_ = 0;          // newest weights handed to the engine
+  bool waiting_for_weights_ = false;    // a lease waits for its version (engine loop only)
   int64_t versions_received_seen_ = 0;  // subscriber stats already in the metrics
   double transfer_seconds_seen_ = 0;
   std::map<uint64_t, InFlight> in_flight_;  // engine request id -> lease (engine loop only)

@@ -43,8 +43,11 @@ std::string StateName(v1::PromptSetState s) {
 }
 
 std::string FailedLine(const v1::FailedPrompt& f) {
-  return absl::StrFormat("  prompt %lld failed after %d attempts: %s",
-                         static_cast<long long>(f.prompt_index()), f.attempts(), f.reason());
+  std::string reruns;
+  if (f.stale_reruns() > 0) reruns = absl::StrFormat(" and %d stale re-runs", f.stale_reruns());
+  return absl::StrFormat("  prompt %lld failed after %d attempts%s: %s",
+                         static_cast<long long>(f.prompt_index()), f.attempts(), reruns,
+                         f.reason());
 }
 
 std::string StatusLine(const v1::PromptSetStatus& s) {
@@ -86,7 +89,10 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
   j["failed_prompts"] = nlohmann::ordered_json::array();
   for (const v1::FailedPrompt& f : s.failed_prompts()) {
     j["failed_prompts"].push_back(
-        {{"prompt_index", f.prompt_index()}, {"attempts", f.attempts()}, {"reason", f.reason()}});
+        {{"prompt_index", f.prompt_index()},
+         {"attempts", f.attempts()},
+         {"stale_reruns", f.stale_reruns()},
+         {"reason", f.reason()}});
   }
   j["message"] = s.message();
   return j;

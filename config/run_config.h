@@ -104,6 +104,11 @@ struct CoordinatorSection {
   // which a prompt is failed, visibly, instead of re-queued. 3: an actor crash or two is
   // retried, a prompt that kills or is refused by every actor is not retried forever.
   int32_t max_attempts = 3;
+  // Hand-backs by the learner (its group came in older than learner.max_lag) after which a
+  // prompt is failed. Counted apart from max_attempts (staleness is the pipeline's doing); a
+  // re-run starts from the learner's newest weights, so only a prompt whose rollouts outlast
+  // max_lag steps again and again reaches it.
+  int32_t max_stale_reruns = 10;
   int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
   int32_t max_samples_per_prompt = 1024;
   int64_t max_prompts_per_set = 100'000;  // prompts in one submission

@@ -72,6 +72,8 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
   v("coordinator", "heartbeat_ms", c.coordinator.heartbeat_ms, "Actors' heartbeat period (ms)");
   v("coordinator", "max_attempts", c.coordinator.max_attempts,
     "Failed attempts (release, lease expiry, heartbeat drop) before a prompt is failed");
+  v("coordinator", "max_stale_reruns", c.coordinator.max_stale_reruns,
+    "Hand-backs by the learner (group older than learner.max_lag) before a prompt is failed");
   v("coordinator", "max_pending_prompts", c.coordinator.max_pending_prompts,
     "Prompts pending or in flight before submits get RESOURCE_EXHAUSTED");
   v("coordinator", "max_samples_per_prompt", c.coordinator.max_samples_per_prompt,

@@ -74,6 +74,8 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             c.heartbeat_ms));
   PRL_RETURN_IF_ERROR(Range(c.max_attempts >= 1 && c.max_attempts <= 1000,
                             "coordinator.max_attempts", "1 to 1000", c.max_attempts));
+  PRL_RETURN_IF_ERROR(Range(c.max_stale_reruns >= 1 && c.max_stale_reruns <= 1000,
+                            "coordinator.max_stale_reruns", "1 to 1000", c.max_stale_reruns));
   PRL_RETURN_IF_ERROR(Range(c.max_pending_prompts >= 1, "coordinator.max_pending_prompts", ">= 1",
                             c.max_pending_prompts));
   PRL_RETURN_IF_ERROR(

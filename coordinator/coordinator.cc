@@ -49,6 +49,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
     return absl::InvalidArgumentError(
         absl::StrCat("coordinator: expected max_attempts >= 1, found ", config.max_attempts));
   }
+  if (config.max_stale_reruns < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator: expected max_stale_reruns >= 1, found ", config.max_stale_reruns));
+  }
   if (config.lease_ms <= 0 || config.heartbeat_ms <= 0 || config.heartbeat_ms >= config.lease_ms) {
     return absl::InvalidArgumentError(
         absl::StrCat("coordinator: expected 0 < heartbeat_ms < lease_ms, found heartbeat_ms = ",
@@ -327,7 +331,10 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
 void Coordinator::Requeue(PromptSet& set, int64_t index) {
   PromptEntry& p = set.prompts[index];
   leases_.erase(p.lease_id);
-  p = PromptEntry{PromptState::kPending, "", "", absl::Time(), p.attempts, p.last_reason};
+  p.state = PromptState::kPending;
+  p.lease_id.clear();
+  p.actor_id.clear();
+  p.deadline = absl::Time();
   --set.in_flight;
   ++set.pending;
   queue_.emplace_front(set.submitted.prompt_set_id(), index);  // re-run soon
@@ -409,6 +416,9 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     out->set_samples(req.samples_per_prompt());
     *out->mutable_sampling() = req.sampling();
     *out->mutable_reward() = req.reward();
+    // A re-run of a group that came in too stale starts from the learner's newest weights: the
+    // actor's own delay in taking new weights is no longer part of its lag.
+    if (p.stale_reruns > 0) response.set_min_weight_version(stats_.learner_version);
     --allowed;
   }
   if (response.prompts_size() > 0)

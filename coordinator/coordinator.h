@@ -21,7 +21,9 @@
 // actor (Release, with a reason), expired, or dropped from the actor's heartbeat. Failed
 // attempts are logged; after max_attempts the prompt is failed with its last reason (visible in
 // the set's status and events, never leased again) and a set whose prompts are all completed
-// or failed is done.
+// or failed is done. A prompt the learner hands back as too stale (Reopen) is a stale re-run,
+// counted apart and failed after max_stale_reruns; its next lease requires the learner's
+// newest weights.
 //
 // Thread-safety: every method may be called from any thread (one mutex).
 #pragma once
@@ -60,6 +62,10 @@ struct CoordinatorConfig {
   // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
   // failed instead of re-queued: a prompt no actor can finish is never retried forever.
   int32_t max_attempts = 3;
+  // Hand-backs by the learner (ReopenPrompts: its group came in too stale) after which a
+  // prompt is failed: one whose rollouts always outlast learner.max_lag steps is not re-run
+  // forever. Counted apart from max_attempts: staleness is the pipeline's doing.
+  int32_t max_stale_reruns = 10;
   // Sync mode: the conventional loop on the same processes. At most groups_per_step prompts
   // are leased or waiting for the learner at a time (a budget of max_lag 0), and leases
   // require the learner's newest version (LeaseResponse.min_weight_version), so a step's
@@ -160,9 +166,9 @@ class Coordinator {
   static constexpr int64_t kMaxVersionStep = 1000;
 
   // Prompts the learner will not train on (too stale): each completed or leased one is pending
-  // again as a failed attempt with the given reason (failed after max_attempts; a leased one's
-  // late Complete is refused), durably; others (pending, failed, of cancelled or unknown sets)
-  // are left as they are.
+  // again as a stale re-run with the given reason (failed after max_stale_reruns; a leased
+  // one's late Complete is refused), durably; others (pending, failed, of cancelled or unknown
+  // sets) are left as they are.
   absl::StatusOr<prl::v1::ReopenPromptsResponse> Reopen(
       const prl::v1::ReopenPromptsRequest& request);
 
@@ -180,6 +186,7 @@ class Coordinator {
     std::string lease_id, actor_id;
     absl::Time deadline;
     int32_t attempts = 0;     // failed attempts so far (< max_attempts unless kFailed)
+    int32_t stale_reruns = 0;  // hand-backs so far (< max_stale_reruns unless kFailed)
     std::string last_reason;  // of the last failed attempt
   };
   struct PromptSet {
@@ -218,10 +225,14 @@ class Coordinator {
 
   // ---- Lease lifecycle (coordinator/prompt_attempts.cc), mutex held ----
   // Ends the prompt's lease as a failed attempt: logged (not waited for) and applied; the
-  // prompt is re-queued, or failed after max_attempts. `reopened`: the prompt was completed
-  // and is un-completed first (ReopenPrompts). Returns the record's log ticket.
+  // prompt is re-queued, or failed after max_attempts. Returns the record's log ticket.
   absl::StatusOr<uint64_t> FailAttemptLocked(PromptSet& set, int64_t index,
-                                             const std::string& reason, bool reopened = false);
+                                             const std::string& reason);
+  // The learner handed the prompt back (ReopenPrompts): as FailAttemptLocked, but counted as a
+  // stale re-run (failed after max_stale_reruns), and a completed prompt is un-completed first.
+  absl::StatusOr<uint64_t> HandBackLocked(PromptSet& set, int64_t index, const std::string& reason);
+  // Logs (not waited for) and applies a FailedAttempt record. Returns its log ticket.
+  absl::StatusOr<uint64_t> LogAttemptLocked(const prl::v1::LogRecord& record);
   void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
   // Waits (mutex held) until a failed attempt's record is durable; a log error is printed and
   // returned (the log then refuses every append: Submit and Complete report it).

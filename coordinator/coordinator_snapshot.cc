@@ -74,12 +74,13 @@ std::vector<prl::v1::LogRecord> Coordinator::SnapshotLocked() const {
     }
     for (size_t i = 0; i < set.prompts.size(); ++i) {
       const PromptEntry& p = set.prompts[i];
-      if (p.attempts == 0 || p.state == PromptState::kDone) continue;
+      if ((p.attempts == 0 && p.stale_reruns == 0) || p.state == PromptState::kDone) continue;
       prl::v1::LogRecord& attempt = out.emplace_back();
       prl::v1::FailedAttempt* a = attempt.mutable_failed_attempt();
       a->set_prompt_set_id(id);
       a->set_prompt_index(static_cast<int64_t>(i));
       a->set_attempts(p.attempts);
+      a->set_stale_reruns(p.stale_reruns);
       a->set_reason(p.last_reason);
       a->set_failed(p.state == PromptState::kFailed);
       attempt.set_unix_ms(finished_ms);

@@ -4,9 +4,12 @@
 // A lease ends as a failed attempt of its prompt when its actor releases it (Release, with a
 // reason), when it expires, or when the actor's heartbeat no longer lists it. Each is logged as
 // a FailedAttempt record carrying the prompt's attempt count and the reason; the attempt that
-// reaches max_attempts marks the prompt failed. Replaying the records (or the snapshot's one
-// per prompt) rebuilds the counts and the failed prompts; leases themselves are not durable, so
-// a coordinator restart is not an attempt.
+// reaches max_attempts marks the prompt failed. A prompt the learner hands back (its group came
+// in too stale: ReopenPrompts) is logged the same way but counted as a stale re-run, apart from
+// its attempts (staleness is the pipeline's doing, not the prompt's); the re-run that reaches
+// max_stale_reruns marks it failed. Replaying the records (or the snapshot's one per prompt)
+// rebuilds the counts and the failed prompts; leases themselves are not durable, so a
+// coordinator restart is not an attempt.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -95,7 +98,7 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
       continue;
     }
     const bool completed = p.state == PromptState::kDone;
-    ticket = FailAttemptLocked(set, r.prompt_index(), reason, /*reopened=*/completed);
+    ticket = HandBackLocked(set, r.prompt_index(), reason);
     PRL_RETURN_IF_ERROR(ticket.status());
     // A completed prompt's group is out of the learner's backlog now: the lag budget frees its
     // place at once (a restarted learner that hands back stale groups before its first report
@@ -109,21 +112,45 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
 }
 
 absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t index,
-                                                        const std::string& reason,
-                                                        bool reopened) {
+                                                        const std::string& reason) {
   const PromptEntry& p = set.prompts[index];
   prl::v1::LogRecord record;
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
   attempt->set_prompt_set_id(set.submitted.prompt_set_id());
   attempt->set_prompt_index(index);
   attempt->set_attempts(p.attempts + 1);
+  attempt->set_stale_reruns(p.stale_reruns);
   attempt->set_reason(reason);
   attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
-  attempt->set_reopened(reopened);
+  return LogAttemptLocked(record);
+}
+
+absl::StatusOr<uint64_t> Coordinator::HandBackLocked(PromptSet& set, int64_t index,
+                                                     const std::string& reason) {
+  const PromptEntry& p = set.prompts[index];
+  prl::v1::LogRecord record;
+  prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
+  attempt->set_prompt_set_id(set.submitted.prompt_set_id());
+  attempt->set_prompt_index(index);
+  attempt->set_attempts(p.attempts);
+  attempt->set_stale_reruns(p.stale_reruns + 1);
+  attempt->set_failed(p.stale_reruns + 1 >= config_.max_stale_reruns);
+  attempt->set_reason(
+      attempt->failed()
+          ? absl::StrCat(reason, " [handed back ", attempt->stale_reruns(),
+                         " times (coordinator.max_stale_reruns ", config_.max_stale_reruns,
+                         "): its rollouts outlast learner.max_lag steps; raise learner.max_lag "
+                         "or lower sampling.max_tokens]")
+          : reason);
+  attempt->set_reopened(p.state == PromptState::kDone);
+  return LogAttemptLocked(record);
+}
+
+absl::StatusOr<uint64_t> Coordinator::LogAttemptLocked(const prl::v1::LogRecord& record) {
   // Applied even if the log refuses it: the lease has ended either way (and a log that refuses
   // records refuses every later one: the coordinator must restart).
   absl::StatusOr<uint64_t> ticket = log_->Write(record);
-  ApplyFailedAttempt(*attempt);
+  ApplyFailedAttempt(record.failed_attempt());
   CompactIfDueLocked();
   return ticket;
 }
@@ -160,6 +187,7 @@ void Coordinator::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
   // is pending already, and in the queue from its submission.
   if (p.state == PromptState::kLeased) Requeue(set, index);
   p.attempts = attempt.attempts();
+  p.stale_reruns = attempt.stale_reruns();
   p.last_reason = attempt.reason();
   if (attempt.failed()) {
     p.state = PromptState::kFailed;  // its queue entry is skipped when reached
@@ -169,6 +197,7 @@ void Coordinator::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
     prl::v1::FailedPrompt failed;
     failed.set_prompt_index(index);
     failed.set_attempts(p.attempts);
+    failed.set_stale_reruns(p.stale_reruns);
     failed.set_reason(p.last_reason);
     if (set.first_failed.size() < kMaxFailedListed) set.first_failed.push_back(failed);
     *set.events.emplace_back().mutable_failed() = failed;

@@ -64,6 +64,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.lease_ms = c.coordinator.lease_ms;
   out.heartbeat_ms = c.coordinator.heartbeat_ms;
   out.max_attempts = c.coordinator.max_attempts;
+  out.max_stale_reruns = c.coordinator.max_stale_reruns;
   out.max_pending_prompts = c.coordinator.max_pending_prompts;
   out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
   out.max_prompts_per_set = c.coordinator.max_prompts_per_set;

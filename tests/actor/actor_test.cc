@@ -229,6 +229,46 @@ TEST_F(ActorTest, TokensAfterAWeightSwapCarryTheNewVersion) {
   }
 }
 
+// A re-run of a group the learner handed back as stale asks for the learner's newest weights
+// (LeaseResponse.min_weight_version): it waits aside for them while the engine generates other
+// prompts, and its tokens come from that version or newer.
+TEST_F(ActorTest, AReRunWaitsForNewerWeightsWithoutPausingOtherPrompts) {
+  StartActor();
+  const std::string stale = Submit(1, 2);
+  ASSERT_TRUE(WaitDone(stale, absl::Seconds(120)));
+  ASSERT_TRUE(coordinator_->LearnerProgress(2, 1, 0).ok());
+  v1::ReopenPromptsRequest back;
+  v1::ReopenPromptsRequest::Prompt* p = back.add_prompts();
+  p->set_prompt_set_id(stale);
+  p->set_prompt_index(0);
+  p->set_reason("stale: test");
+  ASSERT_EQ(coordinator_->Reopen(back)->reopened(), 1);
+  // The re-run is leased (in flight) but waits for version 2; a later set still finishes.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (coordinator_->Get(stale)->prompts_in_flight() != 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(coordinator_->Get(stale)->prompts_in_flight(), 1);
+  const std::string other = Submit(3, 2);
+  ASSERT_TRUE(WaitDone(other, absl::Seconds(120)));
+  EXPECT_EQ(coordinator_->Get(stale)->prompts_done(), 0) << "generated before version 2 came";
+  ASSERT_TRUE(publisher_->Publish(1, *weights_).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(coordinator_->Get(stale)->prompts_done(), 0) << "version 1 is not enough";
+  ASSERT_TRUE(publisher_->Publish(2, *weights_).ok());
+  ASSERT_TRUE(WaitDone(stale, absl::Seconds(120)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  int reruns = 0;
+  for (const auto& g : TakeAll()) {
+    if (g[0].prompt_set_id != stale) continue;
+    for (const RolloutRecord& r : g) {
+      if (r.min_version() >= 2) ++reruns;
+    }
+  }
+  EXPECT_EQ(reruns, 2) << "both samples of the re-run from version 2";
+}
+
 TEST_F(ActorTest, AFailingRewardFailsTheWholeGroupVisiblyAndWritesNothing) {
   // A remote reward nobody serves: every attempt fails.
   const std::string id = Submit(

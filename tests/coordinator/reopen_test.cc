@@ -1,7 +1,8 @@
 // ReopenPrompts: completed prompts the learner will not train on (their groups were too
-// stale) are pending again, as failed attempts with the learner's reason; the change is
-// durable across a restart and a compaction; other prompts are left alone; after max_attempts
-// a reopened prompt is failed.
+// stale) are pending again, as stale re-runs with the learner's reason; the change is durable
+// across a restart and a compaction; other prompts are left alone; a hand-back is not a failed
+// attempt, a re-run's lease asks for the learner's newest weights, and after max_stale_reruns
+// a handed-back prompt is failed with a reason naming the knobs.
 #include <gtest/gtest.h>
 
 
@@ -159,18 +160,84 @@ TEST_F(ReopenTest, ALeasedPromptHandedBackEndsItsLeaseAndItsLateCompleteIsRefuse
   EXPECT_EQ(c->Get(id)->prompts_done(), 1);
 }
 
-TEST_F(ReopenTest, AfterMaxAttemptsAReopenedPromptIsFailedWithTheLearnersReason) {
-  config_.max_attempts = 2;
+// Staleness is the pipeline's doing: a prompt handed back more often than max_attempts is
+// re-run all the same, and a real failed attempt afterwards still counts as the first.
+TEST_F(ReopenTest, AHandBackIsAStaleRerunNotAFailedAttempt) {
+  config_.max_attempts = 1;
   auto c = Open();
   const std::string id = SubmitAndComplete(*c, 1);
-  ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
-  CompleteLeased(*c, 1);
-  ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+    EXPECT_EQ(c->Get(id)->prompts_failed(), 0) << "hand-back " << i + 1;
+    CompleteLeased(*c, 1);
+  }
   const v1::PromptSetStatus s = *c->Get(id);
   EXPECT_EQ(s.state(), v1::PROMPT_SET_STATE_DONE);
-  EXPECT_EQ(s.prompts_failed(), 1);
-  ASSERT_EQ(s.failed_prompts_size(), 1);
-  EXPECT_EQ(s.failed_prompts(0).reason(), "handed back by the learner: stale: 5 versions behind");
+  EXPECT_EQ(s.prompts_done(), 1);
+  EXPECT_EQ(c->Stats().prompts_reopened, 3);
+}
+
+TEST_F(ReopenTest, AReRunsLeaseAsksForTheLearnersNewestWeights) {
+  auto c = Open();
+  const std::string id = SubmitAndComplete(*c, 2);
+  ASSERT_TRUE(c->LearnerProgress(7, 2, 0).ok());
+  ASSERT_EQ(c->Reopen(Request(id, {1}))->reopened(), 1);
+  v1::SubmitPromptSetRequest fresh;
+  fresh.add_prompts()->mutable_tokens()->add_ids(9);
+  fresh.set_samples_per_prompt(2);
+  fresh.mutable_sampling()->set_temperature(1.0f);
+  fresh.mutable_sampling()->set_top_p(1.0f);
+  fresh.mutable_sampling()->set_max_tokens(4);
+  fresh.mutable_reward()->set_name("exact_match");
+  ASSERT_TRUE(c->Submit(fresh).ok());
+  const std::string actor = c->RegisterActor("b").actor_id();
+  v1::LeaseRequest lease;
+  lease.set_actor_id(actor);
+  lease.set_max_prompts(1);
+  const v1::LeaseResponse rerun = *c->Lease(lease);  // re-queued at the front
+  ASSERT_EQ(rerun.prompts_size(), 1);
+  EXPECT_EQ(rerun.prompts(0).prompt_index(), 1);
+  EXPECT_EQ(rerun.min_weight_version(), 7);
+  const v1::LeaseResponse first_run = *c->Lease(lease);
+  ASSERT_EQ(first_run.prompts_size(), 1);
+  EXPECT_NE(first_run.prompts(0).prompt_set_id(), id);
+  EXPECT_EQ(first_run.min_weight_version(), 0) << "pipeline mode: no wait for a first run";
+}
+
+TEST_F(ReopenTest, AfterMaxStaleRerunsAPromptIsFailedWithAReasonNamingTheKnobsDurably) {
+  for (int64_t compact : {int64_t{1} << 30, int64_t{1}}) {  // the log as is, or a snapshot
+    SCOPED_TRACE(absl::StrCat("compact_log_bytes ", compact));
+    TearDown();
+    SetUp();
+    config_.compact_log_bytes = compact;
+    config_.max_attempts = 1;
+    config_.max_stale_reruns = 2;
+    std::string id;
+    {
+      auto c = Open();
+      id = SubmitAndComplete(*c, 1);
+      ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+    }
+    auto c = Open();  // the count survives a restart (and a compaction)
+    CompleteLeased(*c, 1);
+    ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
+    for (int restarted = 0; restarted < 2; ++restarted) {
+      if (restarted) {
+        c.reset();
+        c = Open();
+      }
+      const v1::PromptSetStatus s = *c->Get(id);
+      EXPECT_EQ(s.state(), v1::PROMPT_SET_STATE_DONE);
+      EXPECT_EQ(s.prompts_failed(), 1);
+      ASSERT_EQ(s.failed_prompts_size(), 1);
+      EXPECT_EQ(s.failed_prompts(0).attempts(), 0);
+      EXPECT_EQ(s.failed_prompts(0).stale_reruns(), 2);
+      EXPECT_EQ(s.failed_prompts(0).reason(),
+                "handed back by the learner: stale: 5 versions behind [handed back 2 times "
+                "(coordinator.max_stale_reruns 2): its rollouts outlast learner.max_lag steps; "
+                "raise learner.max_lag or lower sampling.max_tokens]");
+    }
+  }
 }
 
 }  // namespace
