@@ -281,10 +281,10 @@ absl::Status Actor::AddLeased() {
     std::lock_guard<std::mutex> lock(mu_);
     incoming.swap(leased_);
   }
-  // Staged is enough: the engine flips to it before its next decode step, so every token of
-  // a prompt added now is sampled from that version or newer. Fixed weights: nothing to wait
-  // for.
-  const int64_t held = std::max(staged_version_, engine_->Stats().weight_version);
+  // The version in use, not the one staged: a CUDA engine flips to staged weights only once
+  // their conversion is done (engine.h), so every token of a prompt added now is sampled from
+  // `held` or newer. Fixed weights: nothing to wait for.
+  const int64_t held = engine_->Stats().weight_version;
   for (Leased& l : incoming) {
     if (weights_ != nullptr && l.min_weight_version > held) {
       if (absl::Now() - l.leased_at > options_.weight_wait_timeout) {
@@ -576,6 +576,7 @@ absl::Status Actor::EngineIteration(const std::atomic<bool>* stop) {
   PRL_RETURN_IF_ERROR(AddLeased());
   if (!engine_->HasUnfinishedRequests()) {
     if (waiting_for_weights_) {  // nothing to run until they arrive: poll for them
+      PRL_RETURN_IF_ERROR(engine_->Step());  // applies staged weights, runs nothing
       absl::SleepFor(absl::Milliseconds(2));
       return absl::OkStatus();
     }

@@ -139,6 +139,9 @@ struct ActorsSection {
   bool enable_prefix_caching = true;
   bool batch_invariant = false;  // bit-exact log-probs whatever the batch; slower
   bool cuda_graphs = true;
+  // CUDA: a second copy of the weights in the compute dtype, so that a weight swap converts
+  // beside decoding and never pauses it (inference_engine/engine.h).
+  bool double_buffered_weights = true;
   int32_t max_prompts_in_flight = 8;
   double replay_timeout_s = 60;  // how long a write waits while the replay buffer is full
   int max_restarts = 5;          // per actor, by prl run's supervisor

@@ -110,6 +110,8 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
   v("actors", "batch_invariant", c.actors.batch_invariant,
     "Bit-exact log-probs whatever the batch (slower)");
   v("actors", "cuda_graphs", c.actors.cuda_graphs, "CUDA: replay captured decode steps");
+  v("actors", "double_buffered_weights", c.actors.double_buffered_weights,
+    "CUDA: a second copy of the weights, so that a swap never pauses decoding");
   v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
     "Prompts leased and generating at once, per actor");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,

@@ -55,6 +55,10 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
 #if PRL_WITH_CUDA
 struct Engine::DeviceState {
   cuda::Stream stream;
+  // Double-buffered weights: conversions into the idle copy run on `convert`, each recorded in
+  // `converted`; `idle_free` follows the last step queued on the copy that became idle.
+  cuda::Stream convert;
+  cuda::Event converted, idle_free;
 };
 #else
 struct Engine::DeviceState {};
@@ -86,12 +90,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
       std::unique_ptr<Engine>(new Engine(std::move(weights), version, options, std::move(cache)));
   if (options.device.is_cuda()) {
 #if PRL_WITH_CUDA
-    PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device.index));
-    engine->device_state_ = std::make_unique<DeviceState>(DeviceState{std::move(stream)});
+    const int device = options.device.index;
+    PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(device));
+    PRL_ASSIGN_OR_RETURN(cuda::Stream convert, cuda::Stream::Create(device));
+    PRL_ASSIGN_OR_RETURN(cuda::Event converted, cuda::Event::Create(device));
+    PRL_ASSIGN_OR_RETURN(cuda::Event idle_free, cuda::Event::Create(device));
+    engine->device_state_ = std::make_unique<DeviceState>(DeviceState{
+        std::move(stream), std::move(convert), std::move(converted), std::move(idle_free)});
 #endif
     // The engine's own weights in the compute dtype: the CUDA graphs capture these buffers,
-    // and a swap copies the new weights into them.
+    // and a swap converts the new weights into them (or into the second copy).
     PRL_ASSIGN_OR_RETURN(engine->compute_, ToComputeDType(*engine->weights_, options.dtype));
+    if (options.double_buffered_weights) {
+      PRL_ASSIGN_OR_RETURN(engine->spare_, ToComputeDType(*engine->weights_, options.dtype));
+      engine->runner_.CaptureAlsoFor({&engine->compute_->params, &engine->spare_->params});
+    }
     PRL_RETURN_IF_ERROR(cuda::Synchronize(options.device.index));
   }
   return engine;
@@ -100,11 +113,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
 Engine::~Engine() {
 #if PRL_WITH_CUDA
   // A failed step may leave work queued that reads the buffers destroyed below.
-  if (device_state_ != nullptr) (void)device_state_->stream.Synchronize();
+  if (device_state_ != nullptr) {
+    (void)device_state_->stream.Synchronize();
+    (void)device_state_->convert.Synchronize();
+  }
 #endif
 }
 
 const ModelParams& Engine::ActiveParams() const {
+  if (spare_active_) return spare_->params;
   return compute_.has_value() ? compute_->params : weights_->params;
 }
 
@@ -224,6 +241,7 @@ absl::Status Engine::SwapWeights(std::shared_ptr<const ParameterSet> weights, in
 }
 
 absl::Status Engine::ApplyPendingSwap() {
+  if (spare_.has_value()) return ApplyDoubleBufferedSwap();
   {
     std::lock_guard<std::mutex> lock(swap_mutex_);
     if (!pending_version_) return absl::OkStatus();
@@ -240,12 +258,60 @@ absl::Status Engine::ApplyPendingSwap() {
         Tensor(const_cast<float*>(weights_->data()), DType::kF32, options_.device, {n}));
     PRL_RETURN_IF_ERROR(runner_.transfer().Finish());  // measured: wait for the copy
   }
+  AfterSwap(start);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ApplyDoubleBufferedSwap() {
+#if PRL_WITH_CUDA
+  DeviceState& d = *device_state_;
+  const auto start = std::chrono::steady_clock::now();
+  if (converting_version_.has_value()) {
+    PRL_ASSIGN_OR_RETURN(const bool converted, d.converted.Done());
+    if (!converted) return absl::OkStatus();  // this step runs on the weights in use
+    spare_active_ = !spare_active_;
+    weights_ = std::move(converting_weights_);
+    version_ = *converting_version_;
+    converting_version_.reset();
+    // Every step that reads the copy now idle is queued before this point of the stream.
+    PRL_RETURN_IF_ERROR(d.idle_free.Record(d.stream.get()));
+    AfterSwap(start);
+  }
+  std::shared_ptr<const ParameterSet> next;
+  int64_t version = 0;
+  {
+    std::lock_guard<std::mutex> lock(swap_mutex_);
+    if (!pending_version_) return absl::OkStatus();
+    next = std::move(pending_weights_);
+    version = *pending_version_;
+    pending_version_.reset();
+  }
+  const auto launch = std::chrono::steady_clock::now();
+  ComputeParams& idle = spare_active_ ? *compute_ : *spare_;
+  const int64_t n = next->layout.num_elements();
+  PRL_RETURN_IF_ERROR(d.convert.Wait(d.idle_free));
+  {
+    cuda::StreamGuard guard(options_.device.index, d.convert.get());
+    kernels::ConvertDType(Tensor(idle.buffer.data(), options_.dtype, options_.device, {n}),
+                          Tensor(const_cast<float*>(next->data()), DType::kF32, options_.device, {n}));
+  }
+  PRL_RETURN_IF_ERROR(d.converted.Record(d.convert.get()));
+  converting_weights_ = std::move(next);  // kept alive until the flip
+  converting_version_ = version;
+  stats_.weight_swap_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - launch).count();
+  return absl::OkStatus();
+#else
+  return absl::InternalError("engine: double-buffered weights need the CUDA build");
+#endif
+}
+
+void Engine::AfterSwap(std::chrono::steady_clock::time_point start) {
   stats_.weight_swap_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.weight_swaps;
   blocks_.ClearPrefixCache();  // cached K/V belong to the old weights
   if (options_.recompute_kv_on_swap) scheduler_.PreemptAll();
-  return absl::OkStatus();
 }
 
 absl::Status Engine::Step() {

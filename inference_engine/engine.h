@@ -8,14 +8,20 @@
 //   }
 //
 // Every completion token comes with its behaviour log-prob and the weight version that
-// produced it. SwapWeights (thread-safe, non-blocking) stages new weights that the next Step
-// flips to with a pointer swap: load the next version into a spare ParameterSet on another
-// thread while generation goes on (double buffering), then hand it over. Running sequences keep
-// their KV cache across a swap by default; tokens sampled after it carry the new version.
+// produced it. SwapWeights (thread-safe, non-blocking) stages new weights: load the next
+// version into a spare ParameterSet on another thread while generation goes on, then hand it
+// over. On the CPU the next Step flips to it with a pointer swap. On CUDA the engine runs on its
+// own copy in the compute dtype, which its graphs capture: with double_buffered_weights (the
+// default) a Step starts converting the staged weights into the idle one of two copies on a
+// side stream, and the first Step after the conversion finished flips to it (graphs are kept
+// for both copies), so decoding never waits for a swap; without, the next Step converts into
+// the one copy before it runs. Running sequences keep their KV cache across a swap by default;
+// tokens sampled after it carry the new version (Stats().weight_version is the one in use).
 //
 // Thread-safety: SwapWeights may be called from any thread; everything else from one thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +59,10 @@ struct EngineOptions {
   bool cuda_graphs = true;      // CUDA: replay captured decode steps (ModelRunner)
   int32_t max_graph_batch = 0;  // the largest decode batch with a graph (0: max_num_seqs)
   int64_t max_model_len = 0;    // prompt + completion limit (0: the model's context)
+  // CUDA: two copies of the weights in the compute dtype, so that a swap converts into the idle
+  // one beside decoding and a Step flips to it without waiting (one more copy of the weights
+  // in memory). False: one copy, converted into before the Step after SwapWeights runs.
+  bool double_buffered_weights = true;
 };
 
 absl::Status ValidateEngineOptions(const EngineOptions& options);
@@ -83,7 +93,9 @@ struct EngineStats {
   int64_t prefix_cache_hit_tokens = 0;
   int64_t weight_version = 0;
   int64_t weight_swaps = 0;
-  double weight_swap_seconds = 0.0;  // applying swaps (CUDA: the copy into the engine's weights)
+  // Host time Steps spent applying swaps (CUDA, one copy: the conversion into the engine's
+  // weights, waited for; double-buffered: launching the conversion and flipping).
+  double weight_swap_seconds = 0.0;
   int64_t graph_captures = 0;
   double graph_capture_seconds = 0.0;
   int64_t graph_replays = 0;  // decode steps run as a CUDA graph
@@ -126,6 +138,11 @@ class Engine {
          KvCache cache);
   absl::Status StepOnStream();
   absl::Status ApplyPendingSwap();
+  // CUDA, double-buffered: flips to the idle copy once its conversion finished, then starts
+  // converting the staged weights (if any) into the copy no longer in use.
+  absl::Status ApplyDoubleBufferedSwap();
+  // What every applied swap does after the flip.
+  void AfterSwap(std::chrono::steady_clock::time_point start);
   // The weights the model runs on: the ParameterSet's on the CPU, the engine's copy on CUDA.
   const ModelParams& ActiveParams() const;
   absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
@@ -143,6 +160,12 @@ class Engine {
   struct DeviceState;                                    // CUDA: the engine's stream
   std::unique_ptr<DeviceState> device_state_;
   std::optional<ComputeParams> compute_;  // CUDA: the weights in options_.dtype (graphs use them)
+  // CUDA, double-buffered: the second copy; `spare_active_` says which of the two runs. The
+  // weights converting into the idle one (launched, not yet flipped to) and their version.
+  std::optional<ComputeParams> spare_;
+  bool spare_active_ = false;
+  std::shared_ptr<const ParameterSet> converting_weights_;
+  std::optional<int64_t> converting_version_;
   KvCache cache_;
   BlockManager blocks_;
   Scheduler scheduler_;

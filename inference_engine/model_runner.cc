@@ -204,8 +204,17 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::GraphFor(const ModelParams& par
       break;
     }
   }
-  std::unique_ptr<Graph>& slot = graphs_[bucket];
-  if (slot != nullptr && slot->graph.valid() && slot->params == &params) return slot.get();
+  PRL_ASSIGN_OR_RETURN(Graph * graph, Captured(params, bucket));
+  for (const ModelParams* twin : twins_) {
+    if (twin != &params) PRL_RETURN_IF_ERROR(Captured(*twin, bucket).status());
+  }
+  return graph;
+}
+
+absl::StatusOr<ModelRunner::Graph*> ModelRunner::Captured(const ModelParams& params,
+                                                           int64_t bucket) {
+  std::unique_ptr<Graph>& slot = graphs_[{bucket, &params}];
+  if (slot != nullptr && slot->graph.valid()) return slot.get();
   const auto start = std::chrono::steady_clock::now();
   slot = std::make_unique<Graph>();
   Graph& g = *slot;
@@ -233,7 +242,6 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::GraphFor(const ModelParams& par
                                      " (--no-cuda-graphs decodes without graphs)"));
   }
   g.graph = *std::move(graph);
-  g.params = &params;
   ++graph_stats_.captures;
   graph_stats_.capture_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -14,13 +14,15 @@
 // (no KV write, one key of attention, logits ignored). Each bucket is captured once, on its
 // first use, after a warm-up run. The buckets share one arena laid out for the largest (replays
 // are serialised on one stream, as in vLLM), so the graphs cost one bucket's activations. The
-// graphs bake in the weight pointers: the engine swaps weights by copying into the buffers it
-// passed (Engine::ApplyPendingSwap), and must pass the same ModelParams views every step.
-// Not thread-safe.
+// graphs bake in the weight pointers, so they are kept per ModelParams object (by its address):
+// the engine passes the same views every step, or alternates between fixed ones (its
+// double-buffered weights, Engine::ApplyPendingSwap) whose graphs CaptureAlsoFor captures
+// together. Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <memory>
 #include <vector>
 
@@ -65,6 +67,9 @@ class ModelRunner {
 
   // Forgets the captured graphs (they are recaptured on their next use).
   void ResetGraphs();
+  // A bucket's graph captured for one of `params` is captured for the others too, so that
+  // switching between them never captures (they must outlive the runner's use of them).
+  void CaptureAlsoFor(std::vector<const ModelParams*> params) { twins_ = std::move(params); }
   const GraphStats& graph_stats() const { return graph_stats_; }
   // The step's host <-> device copies; the engine queues its sampling I/O here too and ends
   // every step with transfer().Finish().
@@ -92,7 +97,6 @@ class ModelRunner {
   struct Graph {
     StepTensors tensors;  // views into graph_arena_
     CudaGraph graph;
-    const ModelParams* params = nullptr;  // the views captured
   };
 
   HostStep BuildHostStep(const SchedulerOutput& step, int64_t pad_to) const;
@@ -101,8 +105,10 @@ class ModelRunner {
   absl::Status Upload(const HostStep& host, const StepTensors& t);
   void Forward(const ModelParams& params, const StepTensors& t);
   absl::Status CopyBlocks(const SchedulerOutput& step);
-  // The graph of the bucket that holds a decode step of B sequences (captured on first use).
+  // The graph of the bucket that holds a decode step of B sequences (captured on first use,
+  // with the twins').
   absl::StatusOr<Graph*> GraphFor(const ModelParams& params, int64_t B);
+  absl::StatusOr<Graph*> Captured(const ModelParams& params, int64_t bucket);
   bool IsGraphDecode(const SchedulerOutput& step) const;
 
   ModelConfig config_;
@@ -114,7 +120,9 @@ class ModelRunner {
   // Every graph's tensors; first laid out for the largest bucket, so it never moves.
   Arena graph_arena_;
   StepTransfer transfer_;
-  std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by bucket
+  // By bucket and the ModelParams captured.
+  std::map<std::pair<int64_t, const ModelParams*>, std::unique_ptr<Graph>> graphs_;
+  std::vector<const ModelParams*> twins_;
   GraphStats graph_stats_;
 };
 

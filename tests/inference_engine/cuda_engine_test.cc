@@ -227,44 +227,67 @@ TEST(CudaEngineTest, GreedyDecodingMatchesTheCpuEngine) {
   }
 }
 
+// Both ways of swapping on CUDA: converting into the engine's one copy before the next step,
+// and converting into the idle one of two copies beside decoding, flipped to (with graphs
+// captured for each copy) once done. Tokens carry the version that produced them either way.
 TEST(CudaEngineTest, ASwapReachesTheCapturedGraphs) {
   PRL_SKIP_WITHOUT_GPU();
   const ModelConfig c = TinyEngineConfig();
   auto first = OnGpu(*TinyWeights(c, 4));
   auto second = OnGpu(*TinyWeights(c, 5));
-  EngineOptions o = GpuOptions(DType::kF32, true, true);
-  o.recompute_kv_on_swap = true;  // every token after the swap sees only the new weights
-  auto engine = *Engine::Create(first, 0, o);
-  std::vector<Job> jobs = UnfilteredJobs(c, 11, 8);
-  for (Job& j : jobs) j.params.max_tokens = 24;
-  std::vector<uint64_t> ids;
-  for (const Job& j : jobs) ids.push_back(*engine->AddRequest(j.prompt, j.params));
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(engine->Step().ok());  // graphs captured on `first`
-  ASSERT_TRUE(engine->SwapWeights(second, 1).ok());
-  std::vector<RequestOutput> out(jobs.size());
-  while (engine->HasUnfinishedRequests()) {
+  auto third = OnGpu(*TinyWeights(c, 6));
+  for (const bool double_buffered : {true, false}) {
+    SCOPED_TRACE(double_buffered ? "double-buffered" : "one copy");
+    EngineOptions o = GpuOptions(DType::kF32, true, true);
+    o.recompute_kv_on_swap = true;  // every token after the swap sees only the new weights
+    o.double_buffered_weights = double_buffered;
+    auto engine = *Engine::Create(first, 0, o);
+    std::vector<Job> jobs = UnfilteredJobs(c, 11, 8);
+    for (Job& j : jobs) j.params.max_tokens = 24;
+    std::vector<uint64_t> ids;
+    for (const Job& j : jobs) ids.push_back(*engine->AddRequest(j.prompt, j.params));
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(engine->Step().ok());  // graphs captured on `first`
+    // Two swaps in a row: version 1 runs at least one step (the second is staged while the
+    // first converts, or after it flipped), then version 2 to the end.
+    ASSERT_TRUE(engine->SwapWeights(third, 1).ok());
     ASSERT_TRUE(engine->Step().ok());
-    for (RequestOutput& r : engine->TakeFinished()) {
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] == r.request_id) out[i] = std::move(r);
+    ASSERT_TRUE(engine->SwapWeights(second, 2).ok());
+    std::vector<RequestOutput> out(jobs.size());
+    while (engine->HasUnfinishedRequests()) {
+      ASSERT_TRUE(engine->Step().ok());
+      for (RequestOutput& r : engine->TakeFinished()) {
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i] == r.request_id) out[i] = std::move(r);
+        }
       }
     }
-  }
-  EXPECT_GT(engine->Stats().graph_replays, 0);
-  const auto scores =
-      LearnerScores(*second, DType::kF32, ReductionOrder::kBatchInvariant, jobs, out);
-  size_t k = 0, checked = 0;
-  for (const RequestOutput& r : out) {
-    for (const SampleOutput& s : r.samples) {
-      for (size_t t = 0; t < s.tokens.size(); ++t) {
-        if (s.versions[t] != 1) continue;
-        EXPECT_EQ(s.logprobs[t], scores[k][t]) << "token " << t << " after the swap";
-        ++checked;
-      }
-      ++k;
+    EXPECT_GT(engine->Stats().graph_replays, 0);
+    EXPECT_EQ(engine->Stats().weight_version, 2);
+    if (double_buffered) {
+      EXPECT_EQ(engine->Stats().graph_captures % 2, 0) << "each bucket for both copies";
     }
+    const auto scores =
+        LearnerScores(*second, DType::kF32, ReductionOrder::kBatchInvariant, jobs, out);
+    const auto third_scores =
+        LearnerScores(*third, DType::kF32, ReductionOrder::kBatchInvariant, jobs, out);
+    size_t k = 0, checked = 0, checked_third = 0;
+    for (const RequestOutput& r : out) {
+      for (const SampleOutput& s : r.samples) {
+        for (size_t t = 0; t < s.tokens.size(); ++t) {
+          if (s.versions[t] == 2) {
+            EXPECT_EQ(s.logprobs[t], scores[k][t]) << "token " << t << " after the swap";
+            ++checked;
+          } else if (s.versions[t] == 1) {
+            EXPECT_EQ(s.logprobs[t], third_scores[k][t]) << "token " << t << " of version 1";
+            ++checked_third;
+          }
+        }
+        ++k;
+      }
+    }
+    EXPECT_GT(checked, 0u);
+    EXPECT_GT(checked_third, 0u);
   }
-  EXPECT_GT(checked, 0u);
 }
 
 }  // namespace
