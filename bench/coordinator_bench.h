@@ -4,9 +4,12 @@
 //
 // Each mode runs the real thing in one process: a Coordinator with its durable prompt log in
 // `dir` (on disk: the fsync is what is measured) behind a CoordinatorServer on loopback, and
-// `actors` threads, each with a gRPC channel of its own, that register and then loop Lease (one
-// prompt) and Complete until the time is up. A completion counts once Complete returned OK,
-// i.e. once it is durable. Lease latency is the client's round trip.
+// `actors` actors, each with a gRPC channel of its own and one call outstanding, that register
+// and then loop Lease (one prompt) and Complete until the time is up; they are driven by gRPC's
+// callback API, so the client side takes no thread per actor from the server's CPU. A
+// completion counts once Complete returned OK, i.e. once it is durable. Lease latency is the
+// client's round trip of a call that leased a prompt; calls that failed or leased nothing are
+// counted as errors (a result row), never timed.
 #pragma once
 
 #include <string>

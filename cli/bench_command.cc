@@ -258,7 +258,9 @@ void RegisterCoordinatorBench(CLI::App* bench, CommandRegistry& registry) {
       "coordinator",
       "Durable completions/s and lease latency of a coordinator under concurrent actors "
       "(loopback gRPC), group commit vs an fsync per request");
-  coord->add_option("--actors", c->actors, "Actor threads, each with its own channel")
+  coord
+      ->add_option("--actors", c->actors,
+                   "Actors, each with its own channel and one call outstanding")
       ->capture_default_str();
   coord->add_option("--seconds", c->seconds, "Measured time per mode")->capture_default_str();
   coord->add_option("--samples", c->samples_per_prompt, "Samples per prompt (rewards reported)")

@@ -8,6 +8,7 @@
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "cli/command.h"
 #include "core/device.h"
 #include "core/status_macros.h"
@@ -60,6 +61,10 @@ int main(int argc, char** argv) {
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
   std::signal(SIGTERM, SIG_DFL);  // a stop request is no failure: no trace, default exit
+  // Debian's abseil is built with absl::Mutex deadlock detection on (as without NDEBUG): every
+  // lock of gRPC's mutexes then updates one process-wide lock graph under a global lock, which
+  // serialises the servers' threads. prl's own code uses std::mutex; the check is a debug aid.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   prl::kernels::cpu::ReexecWithTunedOpenBlasIfNeeded(argv);
   CLI::App app{
       "prl: asynchronous Pipeline-RL for language models.\n"

@@ -311,6 +311,7 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
     if (p.actor_id != request.actor_id()) continue;
     if (held.contains(lease)) {
       p.deadline = now + absl::Milliseconds(config_.lease_ms);
+      earliest_deadline_ = std::min(earliest_deadline_, p.deadline);
     } else {
       dropped.push_back(where);
     }
@@ -341,9 +342,17 @@ void Coordinator::Requeue(PromptSet& set, int64_t index) {
 }
 
 void Coordinator::ExpireLocked(absl::Time now) {
+  // Every Lease call comes here: a scan only once the earliest deadline may have passed.
+  if (now <= earliest_deadline_) return;
   std::vector<std::pair<std::string, int64_t>> expired;
+  earliest_deadline_ = absl::InfiniteFuture();
   for (const auto& [lease, where] : leases_) {
-    if (sets_[where.first].prompts[where.second].deadline < now) expired.push_back(where);
+    const absl::Time deadline = sets_[where.first].prompts[where.second].deadline;
+    if (deadline < now) {
+      expired.push_back(where);
+    } else {
+      earliest_deadline_ = std::min(earliest_deadline_, deadline);
+    }
   }
   absl::StatusOr<uint64_t> logged = uint64_t{0};
   for (const auto& [set_id, index] : expired) {
@@ -403,6 +412,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     p.lease_id = LeaseId(set_id, index);
     p.actor_id = request.actor_id();
     p.deadline = now + absl::Milliseconds(config_.lease_ms);
+    earliest_deadline_ = std::min(earliest_deadline_, p.deadline);
     leases_[p.lease_id] = {set_id, index};
     --set.pending;
     ++set.in_flight;

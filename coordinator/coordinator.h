@@ -278,6 +278,9 @@ class Coordinator {
   // open: 0 and the count after replaying the log). See the class comment.
   bool learner_reported_ = false;
   int64_t backlog_at_report_ = 0, completed_at_report_ = 0;
+  // At or before every open lease's deadline (renewals only move deadlines later): ExpireLocked
+  // scans the leases only once it has passed.
+  absl::Time earliest_deadline_ = absl::InfiniteFuture();
   int64_t UnconsumedLocked() const;
 };
 

@@ -30,6 +30,12 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_by
   grpc::ResourceQuota quota("prl-server");
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);
+  // A thread whose call ended stays, polling for the next, while fewer than kMaxIdleServerThreads
+  // do (gRPC's default keeps 2): calls that block in their handler in bursts (a completion waits
+  // for the group commit's fsync) then reuse threads instead of creating and ending one per call
+  // (prl bench coordinator: +25-40% completions/s on 2 cores, lease p99 10 -> 7.5 ms).
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              kMaxIdleServerThreads);
 }
 
 grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {

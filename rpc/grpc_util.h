@@ -18,12 +18,13 @@ namespace prl::rpc {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// The most threads one server runs calls on.
+// The most threads one server runs calls on, and the most it keeps waiting for calls.
 inline constexpr int kMaxServerThreads = 256;
+inline constexpr int kMaxIdleServerThreads = 64;
 
 // Enables the standard health service (grpc.health.v1) and server reflection for the servers
 // built after this call, raises the message limits to max_message_bytes and bounds the server's
-// threads (kMaxServerThreads).
+// threads (kMaxServerThreads, of which up to kMaxIdleServerThreads wait for the next call).
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_bytes);
 
 // Channel arguments for clients that send or receive messages up to max_message_bytes.

@@ -341,6 +341,24 @@ class CliTest(unittest.TestCase):
         self.assertEqual(leftovers, [], "the bench removes its segments")
 
 
+    def test_bench_coordinator_counts_only_durable_completions_and_no_failed_call(self):
+        with tempfile.TemporaryDirectory() as work:
+            proc = run("bench", "coordinator", "--actors", 4, "--seconds", 0.5, "--dir", work,
+                       "--json", check=True)
+            self.assertEqual(sorted(os.listdir(work)), [], "the bench removes its logs")
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "coordinator")
+        results = {r["name"]: r for r in report["results"]}
+        self.assertGreater(results["completions_group_commit"]["value"], 0)
+        self.assertGreater(results["completions_group_commit"]["baseline_value"], 0)
+        # An fsync per request: one per completion record; group commit: at most that.
+        self.assertAlmostEqual(results["fsyncs_per_completion"]["baseline_value"], 1.0, places=6)
+        self.assertLessEqual(results["fsyncs_per_completion"]["value"], 1.0)
+        # Every lease and completion succeeded: a refused call would be timed as a fast lease.
+        self.assertEqual(results["errors_group_commit"]["value"], 0)
+        self.assertEqual(results["errors_group_commit"]["baseline_value"], 0)
+        self.assertGreater(results["lease_p50_group_commit"]["value"], 0)
+
     def test_bench_broadcast_times_every_version_through_a_second_process(self):
         with tempfile.TemporaryDirectory() as work:
             proc = run("bench", "broadcast", "--configs", "tiny", "--versions", 2, "--batch", 4,

@@ -52,6 +52,37 @@ TEST_F(CoordinatorTest, HeartbeatsKeepTheLeasesTheyListAlive) {
   EXPECT_TRUE(c->Complete(Done(actor, leased->prompts(0))).value().accepted());
 }
 
+// Expiry looks at the leases only once the earliest deadline may have passed: a renewal moves
+// that deadline later, and a lease leased after the first one still expires on time.
+TEST_F(CoordinatorTest, ALeaseExpiresOnTimeAfterAnotherLeaseWasRenewedPastIt) {
+  config_.lease_ms = 1000;
+  config_.heartbeat_ms = 50;
+  auto c = Open();
+  c->Submit(Request(3)).IgnoreError();
+  const std::string renewing = c->RegisterActor("renews").actor_id();
+  const std::string silent = c->RegisterActor("silent").actor_id();
+  const std::string other = c->RegisterActor("other").actor_id();
+  auto first = c->Lease(LeaseOf(renewing, 1));  // t = 0: deadline 1000 ms
+  ASSERT_EQ(first->prompts_size(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto second = c->Lease(LeaseOf(silent, 1));  // t = 500: deadline 1500 ms
+  ASSERT_EQ(second->prompts_size(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  v1::HeartbeatRequest hb;  // t = 900: the first lease's deadline moves to 1900 ms
+  hb.set_actor_id(renewing);
+  hb.add_held_lease_ids(first->prompts(0).lease_id());
+  ASSERT_TRUE(c->Heartbeat(hb).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(c->Lease(LeaseOf(other, 0))->prompts_size(), 0);  // t = 1200: past 1000, none due
+  EXPECT_EQ(c->Stats().leases_expired, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto rerun = c->Lease(LeaseOf(other, 1));  // t = 1700: the second lease is due, not the first
+  EXPECT_EQ(c->Stats().leases_expired, 1);
+  ASSERT_EQ(rerun->prompts_size(), 1);
+  EXPECT_EQ(rerun->prompts(0).prompt_index(), second->prompts(0).prompt_index());
+  EXPECT_TRUE(c->Complete(Done(renewing, first->prompts(0))).value().accepted());
+}
+
 TEST_F(CoordinatorTest, ALeaseAHeartbeatNoLongerListsIsReQueuedAtOnce) {
   auto c = Open();
   const std::string id = c->Submit(Request(2))->prompt_set_id();
