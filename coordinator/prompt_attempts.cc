@@ -111,15 +111,28 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
   return response;
 }
 
+namespace {
+
+// A FailedAttempt record of the prompt, its counts as they are.
+prl::v1::LogRecord AttemptRecord(const std::string& set_id, int64_t index, int32_t attempts,
+                                 int32_t stale_reruns) {
+  prl::v1::LogRecord record;
+  prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
+  attempt->set_prompt_set_id(set_id);
+  attempt->set_prompt_index(index);
+  attempt->set_attempts(attempts);
+  attempt->set_stale_reruns(stale_reruns);
+  return record;
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t index,
                                                         const std::string& reason) {
   const PromptEntry& p = set.prompts[index];
-  prl::v1::LogRecord record;
+  prl::v1::LogRecord record =
+      AttemptRecord(set.submitted.prompt_set_id(), index, p.attempts + 1, p.stale_reruns);
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
-  attempt->set_prompt_set_id(set.submitted.prompt_set_id());
-  attempt->set_prompt_index(index);
-  attempt->set_attempts(p.attempts + 1);
-  attempt->set_stale_reruns(p.stale_reruns);
   attempt->set_reason(reason);
   attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
   return LogAttemptLocked(record);
@@ -128,12 +141,9 @@ absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t 
 absl::StatusOr<uint64_t> Coordinator::HandBackLocked(PromptSet& set, int64_t index,
                                                      const std::string& reason) {
   const PromptEntry& p = set.prompts[index];
-  prl::v1::LogRecord record;
+  prl::v1::LogRecord record =
+      AttemptRecord(set.submitted.prompt_set_id(), index, p.attempts, p.stale_reruns + 1);
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
-  attempt->set_prompt_set_id(set.submitted.prompt_set_id());
-  attempt->set_prompt_index(index);
-  attempt->set_attempts(p.attempts);
-  attempt->set_stale_reruns(p.stale_reruns + 1);
   attempt->set_failed(p.stale_reruns + 1 >= config_.max_stale_reruns);
   attempt->set_reason(
       attempt->failed()

@@ -97,13 +97,6 @@ class CoordinatorTest : public CoordinatorLogTest {
     }
     return c;
   }
-
-  static v1::LeaseRequest LeaseOf(const std::string& actor, int n) {
-    v1::LeaseRequest r;
-    r.set_actor_id(actor);
-    r.set_max_prompts(n);
-    return r;
-  }
 };
 
 

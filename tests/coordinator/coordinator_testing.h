@@ -43,6 +43,13 @@ class CoordinatorLogTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
   }
+  // A lease of up to `n` prompts for `actor`.
+  static prl::v1::LeaseRequest LeaseOf(const std::string& actor, int n) {
+    prl::v1::LeaseRequest r;
+    r.set_actor_id(actor);
+    r.set_max_prompts(n);
+    return r;
+  }
 
   std::filesystem::path dir_;
   CoordinatorConfig config_;

@@ -19,23 +19,24 @@ class ReopenTest : public CoordinatorLogTest {
  protected:
   // A set of `prompts` prompts, every one leased to one actor and completed.
   std::string SubmitAndComplete(Coordinator& c, int prompts) {
+    const std::string id = c.Submit(Prompts(prompts, 1))->prompt_set_id();
+    CompleteLeased(c, prompts);
+    return id;
+  }
+  // `prompts` one-token prompts (ids first_id, first_id + 1, ...), 2 samples each.
+  static v1::SubmitPromptSetRequest Prompts(int prompts, int32_t first_id) {
     v1::SubmitPromptSetRequest r;
-    for (int i = 0; i < prompts; ++i) r.add_prompts()->mutable_tokens()->add_ids(1 + i);
+    for (int i = 0; i < prompts; ++i) r.add_prompts()->mutable_tokens()->add_ids(first_id + i);
     r.set_samples_per_prompt(2);
     r.mutable_sampling()->set_temperature(1.0f);
     r.mutable_sampling()->set_top_p(1.0f);
     r.mutable_sampling()->set_max_tokens(4);
     r.mutable_reward()->set_name("exact_match");
-    const std::string id = c.Submit(r)->prompt_set_id();
-    CompleteLeased(c, prompts);
-    return id;
+    return r;
   }
   void CompleteLeased(Coordinator& c, int n) {
     const std::string actor_ = c.RegisterActor("a").actor_id();
-    v1::LeaseRequest lease;
-    lease.set_actor_id(actor_);
-    lease.set_max_prompts(n);
-    const v1::LeaseResponse leased = *c.Lease(lease);
+    const v1::LeaseResponse leased = *c.Lease(LeaseOf(actor_, n));
     ASSERT_EQ(leased.prompts_size(), n);
     for (const v1::LeasedPrompt& p : leased.prompts()) {
       v1::CompleteRequest done;
@@ -101,18 +102,8 @@ TEST_F(ReopenTest, AHandedBackGroupFreesItsPlaceInTheLagBudget) {
   config_.max_lag = 1;  // a budget of 2 groups
   auto c = Open();
   const std::string id = SubmitAndComplete(*c, 2);
-  v1::SubmitPromptSetRequest more;
-  more.add_prompts()->mutable_tokens()->add_ids(5);
-  more.set_samples_per_prompt(2);
-  more.mutable_sampling()->set_temperature(1.0f);
-  more.mutable_sampling()->set_top_p(1.0f);
-  more.mutable_sampling()->set_max_tokens(4);
-  more.mutable_reward()->set_name("exact_match");
-  ASSERT_TRUE(c->Submit(more).ok());
-  const std::string actor = c->RegisterActor("b").actor_id();
-  v1::LeaseRequest lease;
-  lease.set_actor_id(actor);
-  lease.set_max_prompts(4);
+  ASSERT_TRUE(c->Submit(Prompts(1, 5)).ok());
+  const v1::LeaseRequest lease = LeaseOf(c->RegisterActor("b").actor_id(), 4);
   EXPECT_EQ(c->Lease(lease)->prompts_size(), 0) << "two completed groups fill the budget";
   ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
   EXPECT_EQ(c->Lease(lease)->prompts_size(), 1) << "one place freed";
@@ -131,19 +122,9 @@ TEST_F(ReopenTest, PendingAndUnknownPromptsAreLeftAlone) {
 // ends there and then, the late Complete is refused, and the prompt runs again.
 TEST_F(ReopenTest, ALeasedPromptHandedBackEndsItsLeaseAndItsLateCompleteIsRefused) {
   auto c = Open();
-  v1::SubmitPromptSetRequest r;
-  r.add_prompts()->mutable_tokens()->add_ids(1);
-  r.set_samples_per_prompt(2);
-  r.mutable_sampling()->set_temperature(1.0f);
-  r.mutable_sampling()->set_top_p(1.0f);
-  r.mutable_sampling()->set_max_tokens(4);
-  r.mutable_reward()->set_name("exact_match");
-  const std::string id = c->Submit(r)->prompt_set_id();
+  const std::string id = c->Submit(Prompts(1, 1))->prompt_set_id();
   const std::string actor = c->RegisterActor("a").actor_id();
-  v1::LeaseRequest lease;
-  lease.set_actor_id(actor);
-  lease.set_max_prompts(1);
-  const v1::LeasedPrompt leased = c->Lease(lease)->prompts(0);
+  const v1::LeasedPrompt leased = c->Lease(LeaseOf(actor, 1))->prompts(0);
   ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
   EXPECT_EQ(c->Get(id)->prompts_pending(), 1);
   v1::CompleteRequest late;
@@ -182,18 +163,8 @@ TEST_F(ReopenTest, AReRunsLeaseAsksForTheLearnersNewestWeights) {
   const std::string id = SubmitAndComplete(*c, 2);
   ASSERT_TRUE(c->LearnerProgress(7, 2, 0).ok());
   ASSERT_EQ(c->Reopen(Request(id, {1}))->reopened(), 1);
-  v1::SubmitPromptSetRequest fresh;
-  fresh.add_prompts()->mutable_tokens()->add_ids(9);
-  fresh.set_samples_per_prompt(2);
-  fresh.mutable_sampling()->set_temperature(1.0f);
-  fresh.mutable_sampling()->set_top_p(1.0f);
-  fresh.mutable_sampling()->set_max_tokens(4);
-  fresh.mutable_reward()->set_name("exact_match");
-  ASSERT_TRUE(c->Submit(fresh).ok());
-  const std::string actor = c->RegisterActor("b").actor_id();
-  v1::LeaseRequest lease;
-  lease.set_actor_id(actor);
-  lease.set_max_prompts(1);
+  ASSERT_TRUE(c->Submit(Prompts(1, 9)).ok());
+  const v1::LeaseRequest lease = LeaseOf(c->RegisterActor("b").actor_id(), 1);
   const v1::LeaseResponse rerun = *c->Lease(lease);  // re-queued at the front
   ASSERT_EQ(rerun.prompts_size(), 1);
   EXPECT_EQ(rerun.prompts(0).prompt_index(), 1);
