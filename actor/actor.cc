@@ -576,8 +576,10 @@ absl::Status Actor::EngineIteration(const std::atomic<bool>* stop) {
   PRL_RETURN_IF_ERROR(AddLeased());
   if (!engine_->HasUnfinishedRequests()) {
     if (waiting_for_weights_) {  // nothing to run until they arrive: poll for them
+      const int64_t before = engine_->Stats().weight_version;
       PRL_RETURN_IF_ERROR(engine_->Step());  // applies staged weights, runs nothing
-      absl::SleepFor(absl::Milliseconds(2));
+      // Flipped (the CPU engine does at once): the waiting leases go in on the next pass.
+      if (engine_->Stats().weight_version == before) absl::SleepFor(absl::Milliseconds(2));
       return absl::OkStatus();
     }
     std::unique_lock<std::mutex> lock(mu_);
