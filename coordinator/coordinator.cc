@@ -68,6 +68,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   for (const prl::v1::LogRecord& record : opened.records) c->Apply(record);
   c->RecoverFinishTimesLocked(opened.records);  // retention (coordinator_snapshot.cc)
   c->completed_at_report_ = c->stats_.groups_completed;  // the budget counts from here
+  c->completed_at_start_ = c->stats_.groups_completed;
+  c->start_unix_ns_ = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
   return c;
 }
 
@@ -522,8 +524,9 @@ int64_t Coordinator::UnconsumedLocked() const {
   return std::max<int64_t>(0, backlog_at_report_ + stats_.groups_completed - completed_at_report_);
 }
 
-absl::Status Coordinator::LearnerProgress(int64_t version, int64_t groups_consumed,
-                                          int64_t groups_waiting) {
+absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
+    int64_t version, int64_t groups_consumed, int64_t groups_waiting,
+    const prl::v1::LearnerProgressResponse* seen) {
   std::lock_guard<std::mutex> lock(mu_);
   // Any version after this coordinator starts (the learner's numbering goes on); then at most
   // kMaxVersionStep ahead of the last (a learner advances one version a step).
@@ -542,8 +545,18 @@ absl::Status Coordinator::LearnerProgress(int64_t version, int64_t groups_consum
   stats_.groups_consumed = groups_consumed;
   learner_reported_ = true;
   backlog_at_report_ = groups_waiting;
-  completed_at_report_ = stats_.groups_completed;
-  return absl::OkStatus();
+  if (seen == nullptr) {
+    completed_at_report_ = stats_.groups_completed;  // a learner's first report
+  } else if (seen->coordinator_start() == start_unix_ns_ &&
+             seen->completions() <= stats_.groups_completed) {
+    completed_at_report_ = seen->completions();  // the learner read its backlog after this
+  } else {
+    completed_at_report_ = completed_at_start_;  // a predecessor's reply: all of ours unseen
+  }
+  prl::v1::LearnerProgressResponse response;
+  response.set_completions(stats_.groups_completed);
+  response.set_coordinator_start(start_unix_ns_);
+  return response;
 }
 
 CoordinatorStats Coordinator::Stats() {

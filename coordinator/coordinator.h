@@ -11,7 +11,9 @@
 // yet trained on stay within (max_lag + 1) * groups_per_step, so that nothing generated can
 // be older than max_lag learner versions when it is trained on. "Not yet trained on" is the
 // backlog the learner last reported (LearnerProgressRequest.groups_waiting) plus the groups
-// completed since that report; a coordinator that starts counts from a backlog of 0. Neither
+// completed since the reply the report echoes (LearnerProgressRequest.seen, read before the
+// backlog; a first report: since it arrived); a coordinator that starts counts from a backlog
+// of 0. Neither
 // side keeps a running total the other must agree with, so a restart of either never stalls
 // the budget (docs/operations.md, "The lag budget").
 //
@@ -161,8 +163,10 @@ class Coordinator {
   // The learner's progress and backlog (the budget's basis). Accepted only within bounds
   // (counts >= 0; a version at most kMaxVersionStep above the last one reported to this
   // coordinator); else FailedPrecondition, counted, nothing changes.
-  absl::Status LearnerProgress(int64_t version, int64_t groups_consumed,
-                               int64_t groups_waiting = 0);
+  // `seen`: the reply to the learner's previous report (LearnerProgressRequest.seen), if any.
+  absl::StatusOr<prl::v1::LearnerProgressResponse> LearnerProgress(
+      int64_t version, int64_t groups_consumed, int64_t groups_waiting = 0,
+      const prl::v1::LearnerProgressResponse* seen = nullptr);
   static constexpr int64_t kMaxVersionStep = 1000;
 
   // Prompts the learner will not train on (too stale): each completed or leased one is pending
@@ -278,6 +282,8 @@ class Coordinator {
   // open: 0 and the count after replaying the log). See the class comment.
   bool learner_reported_ = false;
   int64_t backlog_at_report_ = 0, completed_at_report_ = 0;
+  uint64_t start_unix_ns_ = 0;  // tells this coordinator's replies from a predecessor's
+  int64_t completed_at_start_ = 0;  // groups_completed after the log's replay
   // At or before every open lease's deadline (renewals only move deadlines later): ExpireLocked
   // scans the leases only once it has passed.
   absl::Time earliest_deadline_ = absl::InfiniteFuture();

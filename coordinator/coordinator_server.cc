@@ -107,12 +107,11 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
     return Reply(c_->Release(*request), response);
   }
   grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
-                                     v1::LearnerProgressResponse*) override {
-    const absl::Status accepted =
-        c_->LearnerProgress(request->version(), request->groups_consumed(),
-                            request->groups_waiting());
-    if (!accepted.ok()) return ToGrpcStatus(accepted);
-    return grpc::Status::OK;
+                                     v1::LearnerProgressResponse* response) override {
+    return Reply(c_->LearnerProgress(request->version(), request->groups_consumed(),
+                                     request->groups_waiting(),
+                                     request->has_seen() ? &request->seen() : nullptr),
+                 response);
   }
   grpc::Status CheckGroup(ServerContext*, const v1::CheckGroupRequest* request,
                           v1::CheckGroupResponse*) override {

@@ -105,16 +105,24 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed, bool wit
   // between steps can never overtake a newer one with an older backlog (which let a sync-mode
   // coordinator lease a second batch for the same weights).
   std::lock_guard<std::mutex> lock(report_mu_);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  prl::v1::LearnerProgressRequest progress;
-  progress.set_version(version);
-  progress.set_groups_consumed(groups_consumed);
-  const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
-  progress.set_groups_waiting(rs.groups_ready + rs.groups_leased +
-                              (with_step_groups && groups_in_step_ ? groups_in_step_() : 0));
-  prl::v1::LearnerProgressResponse ignored;
-  coordinator_->ReportLearnerProgress(&ctx, progress, &ignored).ok();  // best effort
+  // Twice: the first reply tells the coordinator's completion count just before the backlog is
+  // read for the second, which echoes it (prompt.proto, LearnerProgressRequest.seen), so that
+  // the coordinator adds only the completions since then. The first report, echoing an older
+  // reply, counts more (the groups trained since) and only holds leases back until the second.
+  for (int pass = 0; pass < 2; ++pass) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    prl::v1::LearnerProgressRequest progress;
+    progress.set_version(version);
+    progress.set_groups_consumed(groups_consumed);
+    if (seen_.has_value()) *progress.mutable_seen() = *seen_;
+    const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
+    progress.set_groups_waiting(rs.groups_ready + rs.groups_leased +
+                                (with_step_groups && groups_in_step_ ? groups_in_step_() : 0));
+    prl::v1::LearnerProgressResponse reply;
+    if (!coordinator_->ReportLearnerProgress(&ctx, progress, &reply).ok()) return;  // best effort
+    seen_ = reply;
+  }
 }
 
 void StepSink::SetGroupsInStep(std::function<int64_t()> groups_in_step) {

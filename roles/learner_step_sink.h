@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -62,6 +63,7 @@ class StepSink {
   std::atomic<int64_t> last_version_{-1}, last_consumed_{0};
   std::mutex report_mu_;  // serialises progress reports (ReportProgress)
   std::function<int64_t()> groups_in_step_;  // guarded by report_mu_
+  std::optional<prl::v1::LearnerProgressResponse> seen_;  // the last reply; guarded by report_mu_
   std::mutex mu_;
   std::condition_variable stopping_;
   bool stop_ = false;

@@ -148,16 +148,60 @@ TEST_F(CoordinatorTest, LearnerProgressOutOfBoundsIsRefusedAndDoesNotPoisonTheBu
   ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
   ASSERT_TRUE(c->LearnerProgress(3, 0, /*groups_waiting=*/1).ok());  // not trained on yet
   // A version far ahead of the learner's, negative counts: lies, refused.
-  const absl::Status jump = c->LearnerProgress(1'000'000, 1);
+  const absl::Status jump = c->LearnerProgress(1'000'000, 1).status();
   EXPECT_EQ(jump.code(), absl::StatusCode::kFailedPrecondition) << jump;
   EXPECT_NE(jump.message().find("version <= 1003"), absl::string_view::npos) << jump;
-  EXPECT_EQ(c->LearnerProgress(-1, 0).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(c->LearnerProgress(4, 1, -5).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->LearnerProgress(-1, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->LearnerProgress(4, 1, -5).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(c->Stats().rejected_progress, 3);
   EXPECT_EQ(c->Stats().learner_version, 3);
   EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "the budget did not move";
   ASSERT_TRUE(c->LearnerProgress(4, 1, 0).ok());
   EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 1);
+}
+
+// The learner reads its backlog, then the report travels: a completion that reaches the
+// coordinator in between is in neither the backlog nor "completed since the report". With the
+// learner echoing the reply to its previous report (read before the backlog), the coordinator
+// counts every completion after that reply on top of the backlog: that one too.
+TEST_F(CoordinatorTest, ACompletionThatOvertakesAReportThatMissedItStillCountsAgainstTheBudget) {
+  config_.max_lag = 0;
+  config_.groups_per_step = 1;  // a budget of one group
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(Request(5)).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  const v1::LearnerProgressResponse before = *c->LearnerProgress(0, 0, 0);  // first report
+  auto leased = c->Lease(LeaseOf(actor, 5));
+  ASSERT_EQ(leased->prompts_size(), 1);
+  ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
+  // Read before that group reached the buffer: a backlog of 0, the reply from before.
+  const v1::LearnerProgressResponse after = *c->LearnerProgress(0, 0, 0, &before);
+  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "the group is still untrained";
+  EXPECT_EQ(c->Stats().groups_unconsumed, 1);
+  // Trained: the next report (read after the reply above) sees an empty backlog.
+  ASSERT_TRUE(c->LearnerProgress(1, 1, 0, &after).ok());
+  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 1);
+}
+
+// A learner that echoes a reply of the coordinator before a restart: every completion since
+// this coordinator started may be missing from its backlog, and counts.
+TEST_F(CoordinatorTest, AnEchoOfAPredecessorsReplyCountsEveryCompletionSinceTheRestart) {
+  config_.max_lag = 0;
+  config_.groups_per_step = 1;
+  v1::LearnerProgressResponse old_reply;
+  {
+    auto c = Open();
+    ASSERT_TRUE(c->Submit(Request(5)).ok());
+    old_reply = *c->LearnerProgress(0, 0, 0);
+  }
+  auto c = Open();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  auto leased = c->Lease(LeaseOf(actor, 5));
+  ASSERT_EQ(leased->prompts_size(), 1);
+  ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
+  EXPECT_NE(c->LearnerProgress(0, 0, 0)->coordinator_start(), old_reply.coordinator_start());
+  ASSERT_TRUE(c->LearnerProgress(0, 0, 0, &old_reply).ok());
+  EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "the group is still untrained";
 }
 
 TEST_F(CoordinatorTest, TheBudgetFollowsARestartedLearnerThatCountsFromZero) {
