@@ -440,7 +440,25 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
 
 absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
     const prl::v1::CompleteRequest& request) {
-  std::unique_lock<std::mutex> lock(mu_);
+  PRL_ASSIGN_OR_RETURN(LoggedCompletion logged, LogCompletion(request));
+  if (logged.ticket != 0) PRL_RETURN_IF_ERROR(log_->WaitDurable(logged.ticket));
+  return logged.response;
+}
+
+void Coordinator::CompleteAsync(const prl::v1::CompleteRequest& request, CompleteDone done) {
+  absl::StatusOr<LoggedCompletion> logged = LogCompletion(request);
+  if (!logged.ok()) return done(logged.status());
+  if (logged->ticket == 0) return done(std::move(logged->response));
+  log_->OnDurable(logged->ticket, [response = std::move(logged->response),
+                                   done = std::move(done)](absl::Status durable) mutable {
+    if (!durable.ok()) return done(durable);
+    done(std::move(response));
+  });
+}
+
+absl::StatusOr<Coordinator::LoggedCompletion> Coordinator::LogCompletion(
+    const prl::v1::CompleteRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::string set_id;
   int64_t index = 0;
   if (!ParseLeaseId(request.lease_id(), &set_id, &index) || sets_.count(set_id) == 0 || index < 0 ||
@@ -448,13 +466,13 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
     return absl::NotFoundError(absl::StrCat("unknown lease '", request.lease_id(), "'"));
   }
   PromptSet& set = sets_[set_id];
-  prl::v1::CompleteResponse response;
   const PromptEntry& entry = set.prompts[index];
   if (entry.state == PromptState::kDone || entry.state == PromptState::kFailed ||
       set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
     ++stats_.duplicate_completions;
-    response.set_accepted(false);
-    return response;
+    LoggedCompletion duplicate;
+    duplicate.response.set_accepted(false);
+    return duplicate;
   }
   // Only the actor that holds the lease, with its nonce: a lease that expired (and may have gone
   // to another actor) or a foreign one changes nothing.
@@ -493,16 +511,15 @@ absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
   // mutex; the fsync, shared with concurrent completions, is waited for outside it. Until it
   // returns, the completion is acknowledged to nobody but watchers; if it fails, the log
   // refuses all later appends and a restarted coordinator re-runs the prompt.
-  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, log_->Write(record));
+  LoggedCompletion logged;
+  PRL_ASSIGN_OR_RETURN(logged.ticket, log_->Write(record));
   *record.mutable_completed()->mutable_result() = r;
   Apply(record);
   BoundTexts(set);
   CompactIfDueLocked();
-  lock.unlock();
-  PRL_RETURN_IF_ERROR(log_->WaitDurable(ticket));
-  // ---- end group commit ----
-  response.set_accepted(true);
-  return response;
+  // ---- the caller waits for logged.ticket after the mutex is released ----
+  logged.response.set_accepted(true);
+  return logged;
 }
 
 void Coordinator::BoundTexts(PromptSet& set) {

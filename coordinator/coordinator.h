@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -156,7 +157,13 @@ class Coordinator {
   // Renews the leases the request lists and re-queues the actor's others.
   absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
   absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
+  // Records a completed group; returns once it is durable (group commit, prompt_log.h).
   absl::StatusOr<prl::v1::CompleteResponse> Complete(const prl::v1::CompleteRequest& request);
+  // The same, returning at once: `done` gets the reply once the group is durable (or the
+  // refusal), on this thread or the prompt log's flusher thread. `done` must be quick (a gRPC
+  // callback server finishes its call there) and must not call into this coordinator.
+  using CompleteDone = absl::AnyInvocable<void(absl::StatusOr<prl::v1::CompleteResponse>)>;
+  void CompleteAsync(const prl::v1::CompleteRequest& request, CompleteDone done);
   // Gives a lease back at once: a failed attempt of its prompt (prompt_attempts.cc). Only the
   // holder with its lease id; FailedPrecondition otherwise, counted, nothing changes.
   absl::StatusOr<prl::v1::ReleaseResponse> Release(const prl::v1::ReleaseRequest& request);
@@ -241,6 +248,13 @@ class Coordinator {
   // Waits (mutex held) until a failed attempt's record is durable; a log error is printed and
   // returned (the log then refuses every append: Submit and Complete report it).
   absl::Status AwaitLogged(const absl::StatusOr<uint64_t>& ticket);
+  // Complete up to the log write: the reply, and the log ticket to wait for before sending it
+  // (0: nothing to wait for).
+  struct LoggedCompletion {
+    prl::v1::CompleteResponse response;
+    uint64_t ticket = 0;
+  };
+  absl::StatusOr<LoggedCompletion> LogCompletion(const prl::v1::CompleteRequest& request);
   // Done once every prompt is completed or failed.
   void FinishIfSettled(PromptSet& set);
   // Why the set's pending prompts wait: no live actor can run them (capacity.h); else "".

@@ -81,9 +81,34 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
   std::atomic<int> watchers_{0};
 };
 
-class CoordinatorServer::Actors final : public v1::ActorControl::Service {
+// The hot pair, LeasePrompts and Complete, use gRPC's callback API: a lease is answered on the
+// thread that read it, and a completion is answered by the prompt log's flusher once its group
+// commit is durable, so that no thread per call waits for an fsync (prl bench coordinator).
+// The other methods are rare and may block (a heartbeat that drops leases waits for the log):
+// they keep the synchronous API and its thread pool.
+using ActorControlBase = v1::ActorControl::WithCallbackMethod_LeasePrompts<
+    v1::ActorControl::WithCallbackMethod_Complete<v1::ActorControl::Service>>;
+
+class CoordinatorServer::Actors final : public ActorControlBase {
  public:
   explicit Actors(Coordinator* c) : c_(c) {}
+
+  grpc::ServerUnaryReactor* LeasePrompts(grpc::CallbackServerContext* context,
+                                         const v1::LeaseRequest* request,
+                                         v1::LeaseResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(Reply(c_->Lease(*request), response));
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context,
+                                     const v1::CompleteRequest* request,
+                                     v1::CompleteResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    c_->CompleteAsync(*request, [reactor, response](absl::StatusOr<v1::CompleteResponse> r) {
+      reactor->Finish(Reply(std::move(r), response));
+    });
+    return reactor;
+  }
 
   grpc::Status Register(ServerContext*, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override {
@@ -93,14 +118,6 @@ class CoordinatorServer::Actors final : public v1::ActorControl::Service {
   grpc::Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
     return Reply(c_->Heartbeat(*request), response);
-  }
-  grpc::Status LeasePrompts(ServerContext*, const v1::LeaseRequest* request,
-                            v1::LeaseResponse* response) override {
-    return Reply(c_->Lease(*request), response);
-  }
-  grpc::Status Complete(ServerContext*, const v1::CompleteRequest* request,
-                        v1::CompleteResponse* response) override {
-    return Reply(c_->Complete(*request), response);
   }
   grpc::Status Release(ServerContext*, const v1::ReleaseRequest* request,
                        v1::ReleaseResponse* response) override {

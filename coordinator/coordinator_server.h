@@ -1,6 +1,8 @@
 // CoordinatorServer: the coordinator's gRPC face — prl.v1.PromptService for clients and
 // prl.v1.ActorControl for actors — with gRPC health checking and reflection, and a thread
-// that re-queues expired leases once a second.
+// that re-queues expired leases once a second. LeasePrompts and Complete, the calls every
+// actor makes per group, run on gRPC's callback API (a completion is answered by the prompt
+// log's flusher once durable); the rest on the synchronous API's thread pool.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

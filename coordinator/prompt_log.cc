@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -184,6 +185,12 @@ absl::StatusOr<PromptLog::Opened> PromptLog::Open(const std::string& path,
 }
 
 PromptLog::~PromptLog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  waiters_added_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
   close(fd_);
   close(lock_fd_);  // releases the flock
 }
@@ -223,6 +230,48 @@ absl::Status PromptLog::WaitDurable(uint64_t ticket) {
     }
   }
   return absl::OkStatus();
+}
+
+void PromptLog::OnDurable(uint64_t ticket, absl::AnyInvocable<void(absl::Status)> done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!failed_.ok() || durable_ticket_ >= ticket) {
+    const absl::Status status = failed_;
+    lock.unlock();
+    return done(status);
+  }
+  waiters_.push_back({ticket, std::move(done)});
+  if (!flusher_.joinable()) flusher_ = std::thread([this] { FlushForWaiters(); });
+  waiters_added_.notify_one();
+}
+
+void PromptLog::FlushForWaiters() {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<Waiter> ready;
+  while (true) {
+    // Everyone whose record is durable (or all of them, once the log failed) is called outside
+    // the lock; then the rest are flushed for.
+    auto rest = std::partition(waiters_.begin(), waiters_.end(), [&](const Waiter& w) {
+      return !failed_.ok() || w.ticket <= durable_ticket_;
+    });
+    if (rest != waiters_.begin()) {
+      ready.assign(std::make_move_iterator(waiters_.begin()), std::make_move_iterator(rest));
+      waiters_.erase(waiters_.begin(), rest);
+      const absl::Status status = failed_;
+      lock.unlock();
+      for (Waiter& w : ready) w.done(status);
+      ready.clear();
+      lock.lock();
+      continue;
+    }
+    if (waiters_.empty()) {
+      if (stopping_) return;
+      waiters_added_.wait(lock);
+    } else if (flushing_) {
+      flushed_.wait(lock);
+    } else {
+      FlushLocked(lock, /*unlock_for_io=*/true);
+    }
+  }
 }
 
 absl::Status PromptLog::Append(const prl::v1::LogRecord& record) {

@@ -22,6 +22,11 @@
 // second coordinator on the same log fails at Open naming that pid. The lock dies with its
 // process, so a killed coordinator never blocks its successor.
 //
+// Asynchronous waiters. OnDurable(ticket, done) returns at once; `done` runs when the record is
+// durable, on the log's flusher thread (started by the first OnDurable), which commits for all
+// such waiters together: a server completes its calls on durability instead of parking a
+// thread per call in WaitDurable. Synchronous and asynchronous waiters share the fsyncs.
+//
 // Thread-safety: every method may be called from any thread. Records reach the file in the
 // order their Write calls returned.
 #pragma once
@@ -31,8 +36,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "prl/v1/prompt.pb.h"
 
@@ -76,6 +83,11 @@ class PromptLog {
   absl::StatusOr<uint64_t> Write(const prl::v1::LogRecord& record);
   // Returns once the record of `ticket` and every one before it are durable.
   absl::Status WaitDurable(uint64_t ticket);
+  // Calls done(OK) once the record of `ticket` and every one before it are durable, or
+  // done(error) once the log failed: before returning if that is known already, else on the
+  // flusher thread. `done` must be quick and must not call back into this log. Every `done` is
+  // called, at the latest by the destructor.
+  void OnDurable(uint64_t ticket, absl::AnyInvocable<void(absl::Status)> done);
   // Replaces the log by `live` (see above). Everything written before is made durable first;
   // on an error before the rename the old log stays in use, unchanged.
   absl::Status Compact(const std::vector<prl::v1::LogRecord>& live);
@@ -90,6 +102,13 @@ class PromptLog {
   // I/O when `unlock_for_io`.
   void FlushLocked(std::unique_lock<std::mutex>& lock, bool unlock_for_io);
   absl::Status FailLocked(absl::Status status);
+  // The flusher thread: flushes while OnDurable waiters are queued and calls them.
+  void FlushForWaiters();
+
+  struct Waiter {
+    uint64_t ticket;
+    absl::AnyInvocable<void(absl::Status)> done;
+  };
 
   const std::string path_;
   const PromptLogOptions options_;
@@ -105,6 +124,10 @@ class PromptLog {
   uint64_t next_ticket_ = 0;     // the last ticket handed out
   uint64_t durable_ticket_ = 0;  // every ticket up to this is durable
   PromptLogStats stats_;
+  std::vector<Waiter> waiters_;  // OnDurable's, not yet called
+  std::condition_variable waiters_added_;
+  bool stopping_ = false;
+  std::thread flusher_;  // started by the first OnDurable
 };
 
 }  // namespace prl::coordinator

@@ -456,5 +456,85 @@ TEST_F(CoordinatorTest, PromptServiceOverGrpcStreamsProgressUntilDone) {
   EXPECT_EQ(c->Get(submitted.prompt_set_id())->state(), v1::PROMPT_SET_STATE_DONE);
 }
 
+// Complete over gRPC is answered by the prompt log's flusher (CoordinatorServer): an accepted
+// reply arrives with its group on disk and fsync'd; a repeat is not accepted; a refusal carries
+// its reason, as from the synchronous path.
+TEST_F(CoordinatorTest, OverGrpcACompletionIsAnsweredOnceDurableAndRefusalsKeepTheirReason) {
+  auto c = Open();
+  auto server = CoordinatorServer::Start(c.get(), "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto actors = v1::ActorControl::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                                grpc::InsecureChannelCredentials(), rpc::ChannelArgs(64 << 20)));
+  ASSERT_TRUE(c->Submit(Request(2)).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  grpc::ClientContext lc;
+  v1::LeaseResponse leased;
+  ASSERT_TRUE(actors->LeasePrompts(&lc, LeaseOf(actor, 1), &leased).ok());
+  ASSERT_EQ(leased.prompts_size(), 1);
+  const int64_t fsyncs = c->LogStats().fsyncs;
+
+  grpc::ClientContext cc;
+  v1::CompleteResponse reply;
+  ASSERT_TRUE(actors->Complete(&cc, Done(actor, leased.prompts(0)), &reply).ok());
+  EXPECT_TRUE(reply.accepted());
+  EXPECT_GT(c->LogStats().fsyncs, fsyncs);
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(config_.log_path)), c->LogStats().bytes)
+      << "the group was written before the reply";
+
+  grpc::ClientContext again;
+  ASSERT_TRUE(actors->Complete(&again, Done(actor, leased.prompts(0)), &reply).ok());
+  EXPECT_FALSE(reply.accepted()) << "a repeat is not counted twice";
+
+  grpc::ClientContext unknown;
+  v1::LeasedPrompt bogus = leased.prompts(0);
+  bogus.set_lease_id("nope");
+  const grpc::Status refused = actors->Complete(&unknown, Done(actor, bogus), &reply);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(refused.error_message().find("unknown lease 'nope'"), std::string::npos);
+
+  grpc::ClientContext stranger;
+  const grpc::Status no_actor = actors->LeasePrompts(&stranger, LeaseOf("who", 1), &leased);
+  EXPECT_FALSE(no_actor.ok());
+  EXPECT_NE(no_actor.error_message().find("who"), std::string::npos) << no_actor.error_message();
+}
+
+TEST_F(CoordinatorTest, CompleteAsyncAnswersARefusalAtOnceAndAnAcceptanceOnceDurable) {
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(Request(1)).ok());
+  const std::string actor = c->RegisterActor("a").actor_id();
+  const v1::LeaseResponse leased = *c->Lease(LeaseOf(actor, 1));
+  ASSERT_EQ(leased.prompts_size(), 1);
+
+  v1::LeasedPrompt bogus = leased.prompts(0);
+  bogus.set_lease_id("nope");
+  bool refused_at_once = false;
+  c->CompleteAsync(Done(actor, bogus), [&](absl::StatusOr<v1::CompleteResponse> r) {
+    refused_at_once = absl::IsNotFound(r.status());
+  });
+  EXPECT_TRUE(refused_at_once);
+
+  absl::StatusOr<v1::CompleteResponse> reply = absl::UnknownError("not called");
+  bool was_called = false;
+  std::mutex mu;
+  std::condition_variable called;
+  c->CompleteAsync(Done(actor, leased.prompts(0)), [&](absl::StatusOr<v1::CompleteResponse> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    reply = std::move(r);
+    was_called = true;
+    called.notify_one();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(called.wait_for(lock, std::chrono::seconds(30), [&] { return was_called; }));
+  }
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(reply->accepted());
+  c.reset();
+  c = Open();
+  EXPECT_EQ(c->Get(leased.prompts(0).prompt_set_id())->prompts_done(), 1)
+      << "acknowledged, hence in the log a restarted coordinator replays";
+}
+
 }  // namespace
 }  // namespace prl::coordinator
