@@ -70,11 +70,12 @@ struct ActorTally {
   std::vector<double> lease_ms, complete_ms;
 };
 
-absl::Status SubmitPrompts(coordinator::Coordinator& c, int64_t prompts, int samples) {
+absl::Status SubmitPrompts(coordinator::Coordinator& c, int64_t prompts, int samples,
+                           const std::string& name = "bench") {
   constexpr int64_t kPerSet = 25'000;
   for (int64_t done = 0; done < prompts; done += kPerSet) {
     v1::SubmitPromptSetRequest r;
-    r.set_name("bench");
+    r.set_name(name);
     for (int64_t i = 0; i < std::min(kPerSet, prompts - done); ++i) {
       v1::Prompt* p = r.add_prompts();
       for (int t = 0; t < 8; ++t) p->mutable_tokens()->add_ids(static_cast<int32_t>(1 + t));
@@ -119,6 +120,7 @@ class BenchActor {
       v1::RegisterRequest request;
       v1::RegisterResponse response;
       request.set_actor_name("bench");
+      request.mutable_capacity()->set_max_samples_per_prompt(samples_);
       if (stub_->Register(&context, request, &response).ok()) {
         lease_.set_actor_id(response.actor_id());
         lease_.set_max_prompts(1);
@@ -203,11 +205,16 @@ absl::StatusOr<ModeResult> RunMode(const CoordinatorBenchOptions& o, bool group_
   config.lease_ms = 600'000;  // no lease expires during the run: no heartbeats needed
   config.heartbeat_ms = 60'000;
   config.max_pending_prompts = int64_t{100} << 20;
+  config.max_samples_per_prompt = std::max(config.max_samples_per_prompt, 2 * o.samples_per_prompt);
   config.vocab_size = 1024;
   config.max_position_embeddings = 4096;
   config.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
   config.group_commit = group_commit;
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(config));
+  if (o.unrunnable_prompts > 0) {
+    PRL_RETURN_IF_ERROR(SubmitPrompts(*coordinator, o.unrunnable_prompts,
+                                      2 * o.samples_per_prompt, "unrunnable"));
+  }
   // Enough prompts for 60,000 completions/s.
   const auto prompts = static_cast<int64_t>(60'000 * o.seconds * 1.2) + 10'000;
   PRL_RETURN_IF_ERROR(SubmitPrompts(*coordinator, prompts, o.samples_per_prompt));
@@ -310,10 +317,11 @@ absl::StatusOr<double> LogAppendsPerSecond(const CoordinatorBenchOptions& o, boo
 }  // namespace
 
 absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& o) {
-  if (o.actors < 1 || !(o.seconds > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bench coordinator: expected actors >= 1 and seconds > 0, found ", o.actors,
-                     " and ", o.seconds));
+  if (o.actors < 1 || !(o.seconds > 0) || o.samples_per_prompt < 1 || o.unrunnable_prompts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench coordinator: expected actors >= 1, seconds > 0, samples >= 1 and unrunnable >= 0, "
+        "found ",
+        o.actors, ", ", o.seconds, ", ", o.samples_per_prompt, " and ", o.unrunnable_prompts));
   }
   namespace fs = std::filesystem;
   const fs::path dir =
@@ -335,6 +343,10 @@ absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& o) {
                                  "outstanding, looping Lease (1 prompt) then Complete (%d "
                                  "samples); driven by gRPC's callback API (no thread per actor)",
                                  o.actors, o.samples_per_prompt)},
+      {"unrunnable",
+       absl::StrFormat("%d prompts of a set no actor can run (%d samples per prompt, the actors "
+                       "declare %d), queued ahead of the measured ones",
+                       o.unrunnable_prompts, 2 * o.samples_per_prompt, o.samples_per_prompt)},
       {"server",
        "Coordinator + CoordinatorServer in the same process (LeasePrompts and Complete "
        "on gRPC's callback API; a completion is answered by the log's flusher once "

@@ -25,6 +25,9 @@ struct CoordinatorBenchOptions {
   int actors = 64;
   double seconds = 5.0;  // measured per mode, after a warm-up of a tenth of it
   int samples_per_prompt = 4;
+  // Prompts of a set no actor can run, submitted first (so at the head of the queue): the
+  // actors declare a capacity of samples_per_prompt and this set asks for twice as many.
+  int64_t unrunnable_prompts = 0;
   std::string dir;  // where the logs go (removed after); empty: a temporary directory
   bool progress = true;
 };

@@ -265,6 +265,11 @@ void RegisterCoordinatorBench(CLI::App* bench, CommandRegistry& registry) {
   coord->add_option("--seconds", c->seconds, "Measured time per mode")->capture_default_str();
   coord->add_option("--samples", c->samples_per_prompt, "Samples per prompt (rewards reported)")
       ->capture_default_str();
+  coord
+      ->add_option("--unrunnable", c->unrunnable_prompts,
+                   "Prompts of a set no actor can run (samples per prompt above every actor's "
+                   "capacity), queued ahead of the measured ones")
+      ->capture_default_str();
   coord->add_option("--dir", c->dir, "Directory of the prompt logs (default: a temporary one)");
   coord->add_flag("--json", *c_json, "Print one JSON object instead of the table");
   registry.Add(coord, [c, c_json] {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
@@ -124,11 +125,14 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     set.prompts.assign(s.request().prompts_size(), {});
     set.pending = s.request().prompts_size();
     set.samples = s.request().samples_per_prompt();
+    set.min_tokens = s.request().prompts().empty() ? 0 : std::numeric_limits<int64_t>::max();
     for (const prl::v1::Prompt& prompt : s.request().prompts()) {
       set.max_tokens = std::max<int64_t>(set.max_tokens, prompt.tokens().ids_size());
+      set.min_tokens = std::min<int64_t>(set.min_tokens, prompt.tokens().ids_size());
     }
     set.max_tokens += s.request().sampling().max_tokens();
-    for (int64_t i = 0; i < set.pending; ++i) queue_.emplace_back(s.prompt_set_id(), i);
+    set.min_tokens += s.request().sampling().max_tokens();
+    queue_.AddSet(s.prompt_set_id(), set.pending);
     order_.push_back(s.prompt_set_id());
     if (!s.request().idempotency_key().empty()) {
       idempotency_[s.request().idempotency_key()] = s.prompt_set_id();
@@ -340,7 +344,7 @@ void Coordinator::Requeue(PromptSet& set, int64_t index) {
   p.deadline = absl::Time();
   --set.in_flight;
   ++set.pending;
-  queue_.emplace_front(set.submitted.prompt_set_id(), index);  // re-run soon
+  queue_.AddRerun(set.submitted.prompt_set_id(), index);
 }
 
 void Coordinator::ExpireLocked(absl::Time now) {
@@ -395,21 +399,25 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   }
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(stats_.learner_version);
-  // Prompts beyond the actor's capacity keep their place for others (capacity.h).
-  for (auto next = queue_.begin(); allowed > 0 && next != queue_.end();) {
-    const auto [set_id, index] = *next;
+  // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
+  // of whose prompts fit is passed over whole (pending_queue.h).
+  const prl::v1::ActorCapacity& capacity = actor->second.capacity;
+  const auto visit_set = [&](const std::string& set_id) {
+    const PromptSet& set = sets_[set_id];
+    if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING) return PendingQueue::SetVisit::kDrop;
+    return Fits(capacity, {set.samples, set.min_tokens}) ? PendingQueue::SetVisit::kLook
+                                                        : PendingQueue::SetVisit::kPass;
+  };
+  const auto visit = [&](const std::string& set_id, int64_t index) {
+    if (allowed <= 0) return PendingQueue::Visit::kStop;
     PromptSet& set = sets_[set_id];
     PromptEntry& p = set.prompts[index];
+    if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending) {
+      return PendingQueue::Visit::kDrop;  // stale
+    }
     const GroupShape shape{set.samples, set.submitted.request().prompts(index).tokens().ids_size() +
                                             set.submitted.request().sampling().max_tokens()};
-    const bool stale =
-        set.state != prl::v1::PROMPT_SET_STATE_RUNNING || p.state != PromptState::kPending;
-    if (!stale && !Fits(actor->second.capacity, shape)) {
-      ++next;
-      continue;
-    }
-    next = queue_.erase(next);
-    if (stale) continue;
+    if (!Fits(capacity, shape)) return PendingQueue::Visit::kKeep;
     p.state = PromptState::kLeased;
     p.lease_id = LeaseId(set_id, index);
     p.actor_id = request.actor_id();
@@ -432,7 +440,9 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     // actor's own delay in taking new weights is no longer part of its lag.
     if (p.stale_reruns > 0) response.set_min_weight_version(stats_.learner_version);
     --allowed;
-  }
+    return PendingQueue::Visit::kTake;
+  };
+  if (allowed > 0) queue_.Scan(visit_set, visit);
   if (response.prompts_size() > 0)
     stats_.prompts_leased[actor->second.name] += response.prompts_size();
   return response;

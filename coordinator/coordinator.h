@@ -19,7 +19,7 @@
 //
 // Lease lifecycle (coordinator/prompt_attempts.cc, coordinator/capacity.h): an actor declares
 // its capacity at registration and is leased only prompts within it (others keep their place
-// in the queue). A lease ends with its group completed, or as a failed attempt: released by its
+// in the queue, coordinator/pending_queue.h). A lease ends with its group completed, or as a failed attempt: released by its
 // actor (Release, with a reason), expired, or dropped from the actor's heartbeat. Failed
 // attempts are logged; after max_attempts the prompt is failed with its last reason (visible in
 // the set's status and events, never leased again) and a set whose prompts are all completed
@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/pending_queue.h"
 #include "coordinator/prompt_log.h"
 #include "prl/v1/prompt.pb.h"
 #include "tokenizer/text_codec.h"
@@ -207,6 +208,7 @@ class Coordinator {
     int64_t pending = 0, in_flight = 0, done = 0, failed = 0;
     int32_t samples = 0;     // per prompt
     int64_t max_tokens = 0;  // the longest prompt's tokens + sampling.max_tokens
+    int64_t min_tokens = 0;  // the shortest prompt's tokens + sampling.max_tokens
     std::vector<prl::v1::FailedPrompt> first_failed;  // at most kMaxFailedListed
     double reward_sum = 0;
     int64_t reward_count = 0;
@@ -287,7 +289,7 @@ class Coordinator {
   std::map<std::string, PromptSet> sets_;
   std::vector<std::string> order_;                                 // set ids in submission order
   std::map<std::string, std::string> idempotency_;                 // key -> set id
-  std::deque<std::pair<std::string, int64_t>> queue_;              // pending (set id, prompt index)
+  PendingQueue queue_;                                             // pending prompts, lease order
   std::map<std::string, std::pair<std::string, int64_t>> leases_;  // lease id -> prompt
   std::map<std::string, Actor> actors_;
   CoordinatorStats stats_;

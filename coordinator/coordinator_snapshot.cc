@@ -110,9 +110,7 @@ void Coordinator::RetireFinishedLocked(absl::Time now) {
   for (auto it = idempotency_.begin(); it != idempotency_.end();) {
     it = is_retired(it->second) ? idempotency_.erase(it) : std::next(it);
   }
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
-                              [&](const auto& entry) { return is_retired(entry.first); }),
-               queue_.end());
+  queue_.RemoveSets(is_retired);
   order_.erase(std::remove_if(order_.begin(), order_.end(), is_retired), order_.end());
   for (const std::string& id : retired) {
     sets_.erase(id);

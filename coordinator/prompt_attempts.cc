@@ -188,7 +188,7 @@ void Coordinator::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
     p.state = PromptState::kPending;
     --set.done;
     ++set.pending;
-    queue_.emplace_front(set.submitted.prompt_set_id(), index);
+    queue_.AddRerun(set.submitted.prompt_set_id(), index);
     if (set.state == prl::v1::PROMPT_SET_STATE_DONE) set.state = prl::v1::PROMPT_SET_STATE_RUNNING;
     ++stats_.prompts_reopened;
   }

@@ -344,8 +344,10 @@ class CliTest(unittest.TestCase):
     def test_bench_coordinator_counts_only_durable_completions_and_no_failed_call(self):
         with tempfile.TemporaryDirectory() as work:
             proc = run("bench", "coordinator", "--actors", 4, "--seconds", 0.5, "--dir", work,
-                       "--json", check=True)
+                       "--unrunnable", 1000, "--json", check=True)
             self.assertEqual(sorted(os.listdir(work)), [], "the bench removes its logs")
+        leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("prl-bench-coordinator-")]
+        self.assertEqual(leftovers, [], "the bench removes its tmpfs log")
         report = json.loads(proc.stdout)
         self.assertEqual(report["bench"], "coordinator")
         results = {r["name"]: r for r in report["results"]}
@@ -358,6 +360,10 @@ class CliTest(unittest.TestCase):
         self.assertEqual(results["errors_group_commit"]["value"], 0)
         self.assertEqual(results["errors_group_commit"]["baseline_value"], 0)
         self.assertGreater(results["lease_p50_group_commit"]["value"], 0)
+        # The ceiling (log on tmpfs) ran too. The set no actor can run was queued first and never
+        # leased (a completion of it, with too few rewards, would count as an error above).
+        self.assertGreater(results["completions_tmpfs_ceiling"]["value"], 0)
+        self.assertEqual(report["setup"]["unrunnable"].split()[0], "1000")
 
     def test_bench_broadcast_times_every_version_through_a_second_process(self):
         with tempfile.TemporaryDirectory() as work:
