@@ -121,6 +121,28 @@ TEST_F(LeaseLifecycleTest, PromptsLongerThanAnActorsSequencesGoToAnActorThatHold
   EXPECT_EQ(leased.prompts(0).prompt_set_id(), id);
 }
 
+// Within a set, prompts too long for an actor keep their place while the shorter ones after
+// them are leased; set order is kept throughout.
+TEST_F(LeaseLifecycleTest, ShortPromptsOfASetPassLongOnesAnActorCannotHold) {
+  auto c = Open();
+  v1::SubmitPromptSetRequest mixed = Request(4, 2, /*prompt_tokens=*/20);
+  for (int i : {1, 3}) mixed.mutable_prompts(i)->mutable_tokens()->mutable_ids()->Truncate(2);
+  const std::string id = c->Submit(mixed)->prompt_set_id();
+  const std::string later = c->Submit(Request(1, 2))->prompt_set_id();
+  const std::string short_actor = c->RegisterActor("short", Capacity(64, 16)).actor_id();
+  v1::LeaseResponse leased = Lease(*c, short_actor, 8);
+  ASSERT_EQ(leased.prompts_size(), 3);
+  EXPECT_EQ(leased.prompts(0).prompt_set_id(), id);
+  EXPECT_EQ(leased.prompts(0).prompt_index(), 1);
+  EXPECT_EQ(leased.prompts(1).prompt_index(), 3);
+  EXPECT_EQ(leased.prompts(2).prompt_set_id(), later);
+  const std::string long_actor = c->RegisterActor("long", Capacity(64, 28)).actor_id();
+  leased = Lease(*c, long_actor, 8);
+  ASSERT_EQ(leased.prompts_size(), 2);
+  EXPECT_EQ(leased.prompts(0).prompt_index(), 0);
+  EXPECT_EQ(leased.prompts(1).prompt_index(), 2);
+}
+
 TEST_F(LeaseLifecycleTest, ASetNoRegisteredActorCanRunSaysSo) {
   auto c = Open();
   const std::string id = c->Submit(Request(1, 128))->prompt_set_id();
