@@ -1,46 +1,18 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <limits>
-#include <random>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "coordinator/capacity.h"
+#include "coordinator/field_error.h"
 #include "coordinator/group_id.h"
+#include "coordinator/ids.h"
 #include "core/status_macros.h"
 
 namespace prl::coordinator {
-
-namespace {
-
-absl::Status Invalid(absl::string_view field, absl::string_view expected, absl::string_view found) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": expected ", expected, ", found ", found));
-}
-
-std::string RandomHex() {
-  static std::mt19937_64 rng(std::random_device{}());
-  return absl::StrFormat("%016x", rng());
-}
-
-// Lease ids name their prompt, so a Complete that arrives after a coordinator restart (when
-// the lease table is gone) still finds it: "<set id>:<prompt index>:<nonce>".
-std::string LeaseId(const std::string& set_id, int64_t index) {
-  return absl::StrCat(set_id, ":", index, ":", RandomHex().substr(0, 8));
-}
-
-bool ParseLeaseId(const std::string& lease_id, std::string* set_id, int64_t* index) {
-  std::vector<std::string> parts = absl::StrSplit(lease_id, ':');
-  return parts.size() == 3 && absl::SimpleAtoi(parts[1], index) && (*set_id = parts[0], true);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorConfig& config) {
   if (config.log_path.empty()) {
@@ -446,105 +418,6 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   if (response.prompts_size() > 0)
     stats_.prompts_leased[actor->second.name] += response.prompts_size();
   return response;
-}
-
-absl::StatusOr<prl::v1::CompleteResponse> Coordinator::Complete(
-    const prl::v1::CompleteRequest& request) {
-  PRL_ASSIGN_OR_RETURN(LoggedCompletion logged, LogCompletion(request));
-  if (logged.ticket != 0) PRL_RETURN_IF_ERROR(log_->WaitDurable(logged.ticket));
-  return logged.response;
-}
-
-void Coordinator::CompleteAsync(const prl::v1::CompleteRequest& request, CompleteDone done) {
-  absl::StatusOr<LoggedCompletion> logged = LogCompletion(request);
-  if (!logged.ok()) return done(logged.status());
-  if (logged->ticket == 0) return done(std::move(logged->response));
-  log_->OnDurable(logged->ticket, [response = std::move(logged->response),
-                                   done = std::move(done)](absl::Status durable) mutable {
-    if (!durable.ok()) return done(durable);
-    done(std::move(response));
-  });
-}
-
-absl::StatusOr<Coordinator::LoggedCompletion> Coordinator::LogCompletion(
-    const prl::v1::CompleteRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::string set_id;
-  int64_t index = 0;
-  if (!ParseLeaseId(request.lease_id(), &set_id, &index) || sets_.count(set_id) == 0 || index < 0 ||
-      index >= static_cast<int64_t>(sets_[set_id].prompts.size())) {
-    return absl::NotFoundError(absl::StrCat("unknown lease '", request.lease_id(), "'"));
-  }
-  PromptSet& set = sets_[set_id];
-  const PromptEntry& entry = set.prompts[index];
-  if (entry.state == PromptState::kDone || entry.state == PromptState::kFailed ||
-      set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
-    ++stats_.duplicate_completions;
-    LoggedCompletion duplicate;
-    duplicate.response.set_accepted(false);
-    return duplicate;
-  }
-  // Only the actor that holds the lease, with its nonce: a lease that expired (and may have gone
-  // to another actor) or a foreign one changes nothing.
-  if (entry.state != PromptState::kLeased || entry.lease_id != request.lease_id() ||
-      entry.actor_id != request.actor_id()) {
-    ++stats_.rejected_completions;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "lease '", request.lease_id(), "' is not held by actor '", request.actor_id(),
-        "' (it expired or belongs to another actor): the group is not recorded"));
-  }
-  const prl::v1::GroupResult& r = request.result();
-  const int32_t n = set.submitted.request().samples_per_prompt();
-  if (r.prompt_index() != index) {
-    return Invalid("result.prompt_index", absl::StrCat(index, " (the lease's prompt)"),
-                   absl::StrCat(r.prompt_index()));
-  }
-  if (r.rewards_size() != n || r.completion_tokens_size() != n) {
-    return Invalid("result.rewards", absl::StrCat(n, " rewards and lengths (one per sample)"),
-                   absl::StrCat(r.rewards_size(), " and ", r.completion_tokens_size()));
-  }
-  for (int i = 0; i < n; ++i) {
-    if (!std::isfinite(r.rewards(i))) {
-      return Invalid(absl::StrCat("result.rewards[", i, "]"), "a finite number",
-                     absl::StrCat(r.rewards(i)));
-    }
-  }
-  if (r.texts_size() != 0 && r.texts_size() != n) {
-    return Invalid("result.texts", absl::StrCat("none or ", n, " (one per sample)"),
-                   absl::StrCat(r.texts_size()));
-  }
-  prl::v1::LogRecord record;
-  record.mutable_completed()->set_prompt_set_id(set_id);
-  *record.mutable_completed()->mutable_result() = r;
-  record.mutable_completed()->mutable_result()->clear_texts();  // texts are for watchers only
-  // ---- Group commit (coordinator/prompt_log.h): the record is ordered and applied under the
-  // mutex; the fsync, shared with concurrent completions, is waited for outside it. Until it
-  // returns, the completion is acknowledged to nobody but watchers; if it fails, the log
-  // refuses all later appends and a restarted coordinator re-runs the prompt.
-  LoggedCompletion logged;
-  PRL_ASSIGN_OR_RETURN(logged.ticket, log_->Write(record));
-  *record.mutable_completed()->mutable_result() = r;
-  Apply(record);
-  BoundTexts(set);
-  CompactIfDueLocked();
-  // ---- the caller waits for logged.ticket after the mutex is released ----
-  logged.response.set_accepted(true);
-  return logged;
-}
-
-void Coordinator::BoundTexts(PromptSet& set) {
-  // The group Apply just added (followed by its status).
-  auto newest = std::find_if(set.events.rbegin(), set.events.rend(),
-                             [](const prl::v1::PromptSetEvent& e) { return e.has_group(); });
-  if (newest == set.events.rend()) return;
-  for (const std::string& t : newest->group().texts()) set.text_bytes += t.size();
-  while (set.text_bytes > config_.max_text_bytes_per_set && set.oldest_text < set.events.size()) {
-    prl::v1::PromptSetEvent& e = set.events[set.oldest_text++];
-    if (!e.has_group() || e.group().texts().empty()) continue;
-    for (const std::string& t : e.group().texts()) set.text_bytes -= t.size();
-    e.mutable_group()->clear_texts();
-    e.mutable_group()->set_texts_dropped(true);
-  }
 }
 
 int64_t Coordinator::UnconsumedLocked() const {

@@ -18,6 +18,7 @@
 #include <functional>
 #include <list>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace prl::coordinator {

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/field_error.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -12,11 +13,6 @@ namespace {
 
 namespace v1 = prl::v1;
 using Json = nlohmann::ordered_json;
-
-absl::Status Invalid(absl::string_view field, absl::string_view expected, absl::string_view found) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": expected ", expected, ", found ", found));
-}
 
 // A JSON field of a prompt line as text ("" when absent): an array or an object.
 absl::StatusOr<std::string> JsonField(const Json& j, const char* key, bool array,

@@ -7,19 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/field_error.h"
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
 
 namespace prl::coordinator {
-
-namespace {
-
-absl::Status Invalid(absl::string_view field, absl::string_view expected, absl::string_view found) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": expected ", expected, ", found ", found));
-}
-
-}  // namespace
 
 namespace {
 

@@ -31,8 +31,8 @@ TEST(PendingQueueTest, ReRunsComeFirstOldestFirstThenSetsInSubmissionOrder) {
   q.AddSet("b", 2);
   q.AddRerun("b", 7);
   q.AddRerun("a", 9);
-  EXPECT_EQ(Take(q, 10), (std::vector<Entry>{{"b", 7}, {"a", 9}, {"a", 0}, {"a", 1}, {"b", 0},
-                                             {"b", 1}}));
+  EXPECT_EQ(Take(q, 10),
+            (std::vector<Entry>{{"b", 7}, {"a", 9}, {"a", 0}, {"a", 1}, {"b", 0}, {"b", 1}}));
   EXPECT_TRUE(q.empty());
 }
 
