@@ -116,12 +116,15 @@ absl::Status RunE2eBench(const E2eFlags& f) {
   struct sigaction action {};
   action.sa_handler = [](int) { interrupted = true; };
   sigaction(SIGINT, &action, nullptr);
-  // Sync first, with the warm-start; the pipeline run starts from the same warm model.
+  // Sync first, with the warm-start; the pipeline run starts from the same warm model. Without
+  // a warm-start (sft.steps=0) there is none: both create the same model from the config.
   PRL_ASSIGN_OR_RETURN(const nlohmann::json sync, RunMode(f, "sync", {}));
-  PRL_ASSIGN_OR_RETURN(
-      const nlohmann::json pipe,
-      RunMode(f, "pipeline",
-              {absl::StrCat("model.path=\"", f.run_dir, "/sync/model-sft\""), "sft.steps=0"}));
+  const std::string warm = f.run_dir + "/sync/model-sft";
+  std::vector<std::string> from_warm = {"sft.steps=0"};
+  if (std::filesystem::exists(warm + "/config.json")) {
+    from_warm.push_back(absl::StrCat("model.path=\"", warm, "\""));
+  }
+  PRL_ASSIGN_OR_RETURN(const nlohmann::json pipe, RunMode(f, "pipeline", from_warm));
   bench::Report report;
   report.bench = "e2e";
   report.machine = bench::MachineInfo();
@@ -133,6 +136,8 @@ absl::Status RunE2eBench(const E2eFlags& f) {
   };
   add("samples/s", "samples_per_second", "samples/s");
   add("tokens/s", "tokens_per_second", "tokens/s");
+  add("mean completion length", "completion_tokens_mean", "tokens");
+  add("longest completion/step", "completion_tokens_step_max_mean", "tokens");
   add("mean lag", "mean_lag", "versions");
   add("max lag", "max_lag", "versions");
   add("RL wall time", "rl_seconds", "s");

@@ -87,6 +87,8 @@ void AddSampleLags(absl::Span<const TrainSample> samples, int64_t learner_versio
   const double version = static_cast<double>(learner_version);
   for (const TrainSample& sample : samples) {
     out->report.completion_tokens += static_cast<int64_t>(sample.completion.size());
+    out->report.completion_tokens_max =
+        std::max(out->report.completion_tokens_max, static_cast<int64_t>(sample.completion.size()));
     if (sample.versions.empty()) continue;
     int64_t oldest = sample.versions[0];
     double sum = 0;

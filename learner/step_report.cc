@@ -1,6 +1,7 @@
 #include "learner/step_report.h"
 
 #include <set>
+#include <string_view>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("trained_tokens", r.trained_tokens);
   v("input_tokens", r.input_tokens);
   v("completion_tokens", r.completion_tokens);
+  v("completion_tokens_max", r.completion_tokens_max);
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);
@@ -60,6 +62,7 @@ struct Reader {
     if (!status.ok()) return;
     seen.insert(key);
     auto it = j.find(key);
+    if (it == j.end() && std::string_view(key) == "completion_tokens_max") return;  // optional
     if (it == j.end()) {
       status =
           absl::InvalidArgumentError(absl::StrCat("step report: field '", key, "' is missing"));

@@ -32,6 +32,9 @@ struct StepReport {
   double lr = 0;
   double lag_mean = 0, lag_max = 0;  // learner version minus token versions (versions)
   int64_t trained_tokens = 0, input_tokens = 0, completion_tokens = 0;
+  // The longest completion trained on (tokens): what a sync-mode step waited for. Optional in
+  // ParseStepReport (0 when absent, as in reports written before it existed).
+  int64_t completion_tokens_max = 0;
   double step_seconds = 0, publish_seconds = 0;
   int64_t dropped_stale = 0;  // groups too stale to train on so far (dropped or re-queued)
   // Groups of prompts this learner's lineage had already trained on, acknowledged untrained

@@ -38,7 +38,7 @@ absl::Status RunReport::ReadSteps(int64_t in_flight) {
 }
 
 absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
-  int64_t samples = 0;
+  int64_t samples = 0, longest_sum = 0;
   double lag_sum = 0, lag_max = 0;
   Json curve = Json::array();
   const double start_unix = absl::ToDoubleSeconds(start_ - absl::UnixEpoch());
@@ -46,6 +46,7 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
     samples += s.samples;
     lag_sum += s.lag_mean * static_cast<double>(s.samples);
     lag_max = std::max(lag_max, s.lag_max);
+    longest_sum += s.completion_tokens_max;
     curve.push_back({{"step", s.step},
                      {"seconds", s.unix_time - start_unix},
                      {"reward", s.mean_reward},
@@ -66,6 +67,12 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
   j["rl_seconds"] = seconds;
   j["tokens_per_second"] = seconds > 0 ? static_cast<double>(completion_tokens_) / seconds : 0;
   j["samples_per_second"] = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+  // Completion lengths: the mean, and the mean over steps of each step's longest (what a sync
+  // step waits for; their ratio is how long-tailed the lengths are).
+  j["completion_tokens_mean"] =
+      samples > 0 ? static_cast<double>(completion_tokens_) / static_cast<double>(samples) : 0;
+  j["completion_tokens_step_max_mean"] =
+      steps_.empty() ? 0 : static_cast<double>(longest_sum) / static_cast<double>(steps_.size());
   j["mean_lag"] = samples > 0 ? lag_sum / static_cast<double>(samples) : 0;
   j["max_lag"] = lag_max;
   j["warm_start_seconds"] = o.warm_start_seconds;

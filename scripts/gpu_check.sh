@@ -473,6 +473,17 @@ run_e2e() {
     --set learner.device=cuda --set actors.device=cuda --set learner.steps=400 \
     >"$OUT_DIR/bench_e2e.txt" 2>"$OUT_DIR/bench_e2e.log" || { tail -5 "$OUT_DIR/bench_e2e.log"; status=1; }
   grep -E "samples/s|lag|wall time|eval_after" "$OUT_DIR/bench_e2e.txt"
+  # Long-tailed completion lengths: the untrained model stops at its stop token with a chance of
+  # about 1/vocab per token, so lengths are geometric (mean ~22 tokens, each step's longest ~5x
+  # that) up to max_tokens; a sync step waits for its longest completion.
+  echo "== prl bench e2e: the same with long-tailed completion lengths (no warm-start)"
+  "$PRL" bench e2e --run-dir "$OUT_DIR/e2e-tail" --set coordinator.listen=127.0.0.1:0 \
+    --set broadcast.listen=127.0.0.1:0 --set broadcast.transport=cuda_ipc \
+    --set learner.device=cuda --set actors.device=cuda --set learner.steps=400 \
+    --set sft.steps=0 --set task.max_tokens=512 --set model.max_position_embeddings=1024 \
+    >"$OUT_DIR/bench_e2e_tail.txt" 2>"$OUT_DIR/bench_e2e_tail.log" ||
+    { tail -5 "$OUT_DIR/bench_e2e_tail.log"; status=1; }
+  grep -E "samples/s|completion|lag|wall time" "$OUT_DIR/bench_e2e_tail.txt"
 }
 
 part tests && run_tests

@@ -93,6 +93,11 @@ class RunTest(unittest.TestCase):
         self.assertGreater(summary["tokens_per_second"], 0)
         self.assertTrue(0 <= summary["eval_before"] <= 1 and 0 <= summary["eval_after"] <= 1)
         self.assertEqual(len(summary["reward_curve"]), 6)
+        # Completion lengths: every step's longest is at least the mean, and within max_tokens.
+        mean, longest = summary["completion_tokens_mean"], summary["completion_tokens_step_max_mean"]
+        self.assertGreater(mean, 0)
+        self.assertLessEqual(mean, longest)
+        self.assertLessEqual(longest, 6)  # task.max_tokens (default)
         out = self.output()
         # One progress line per learner step.
         self.assertEqual(len(re.findall(r"^step +\d+/6 \| version", out, re.M)), 6, out)

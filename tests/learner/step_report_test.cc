@@ -35,6 +35,7 @@ StepReport Example() {
   r.trained_tokens = 900;
   r.input_tokens = 2000;
   r.completion_tokens = 950;
+  r.completion_tokens_max = 40;
   r.step_seconds = 0.75;
   r.publish_seconds = 0.01;
   r.dropped_stale = 3;
@@ -50,6 +51,16 @@ TEST(StepReportTest, WhatIsWrittenReadsBackExactly) {
   EXPECT_EQ(back->dropped_stale, 3);
   EXPECT_DOUBLE_EQ(back->unix_time, r.unix_time);
   EXPECT_EQ(StepReportToJson(r).find('\n'), std::string::npos) << "one line per step";
+}
+
+// Reports written before completion_tokens_max existed (a resumed run's steps.jsonl) still read.
+TEST(StepReportTest, AReportWithoutTheLongestCompletionReadsItAsZero) {
+  nlohmann::json j = nlohmann::json::parse(StepReportToJson(Example()));
+  j.erase("completion_tokens_max");
+  absl::StatusOr<StepReport> back = ParseStepReport(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->completion_tokens_max, 0);
+  EXPECT_EQ(back->completion_tokens, 950);
 }
 
 TEST(StepReportTest, AMissingRenamedOrMistypedFieldIsAnErrorNamingIt) {
