@@ -109,6 +109,49 @@ TEST_F(PromptLogWaitersTest, ConcurrentWaitersAreEachCalledOnceAndShareFsyncs) {
   EXPECT_EQ(calls.load(), kThreads * kPerThread) << "no waiter is called twice";
 }
 
+// Compactions replace the file under the flusher: every waiter is still called once with OK,
+// and the records written after the last compaction are in the file it left.
+TEST_F(PromptLogWaitersTest, WaitersAcrossCompactionsAreEachCalledOnceAndLoseNothing) {
+  constexpr int kThreads = 4, kCompactions = 20;
+  std::atomic<int> written{0}, calls{0}, failures{0};
+  std::atomic<bool> compacting{true};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; compacting.load(); ++i) {
+        absl::StatusOr<uint64_t> ticket = log_->Write(Cancelled(t * 1'000'000 + i));
+        ASSERT_TRUE(ticket.ok()) << ticket.status();
+        written.fetch_add(1);
+        log_->OnDurable(*ticket, [&](absl::Status s) {
+          if (!s.ok()) failures.fetch_add(1);
+          calls.fetch_add(1);
+        });
+      }
+    });
+  }
+  for (int k = 0; k < kCompactions; ++k) {
+    EXPECT_TRUE(log_->Compact({Cancelled(-1)}).ok());
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  compacting.store(false);
+  for (std::thread& t : threads) t.join();
+  const uint64_t last = *log_->Write(Cancelled(99999));
+  ASSERT_TRUE(log_->WaitDurable(last).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (calls.load() < written.load() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(calls.load(), written.load());
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(log_->stats().compactions, kCompactions);
+  log_.reset();
+  auto reopened = PromptLog::Open(path_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_FALSE(reopened->records.empty());
+  EXPECT_EQ(reopened->records.front().cancelled(), "ps--1") << "the last snapshot";
+  EXPECT_EQ(reopened->records.back().cancelled(), "ps-99999");
+}
+
 TEST_F(PromptLogWaitersTest, TheDestructorCallsEveryWaiterWithItsRecordDurable) {
   int called_ok = 0;
   for (int i = 0; i < 50; ++i) {
