@@ -205,7 +205,6 @@ absl::StatusOr<ModeResult> RunMode(const CoordinatorBenchOptions& o, bool group_
   config.lease_ms = 600'000;  // no lease expires during the run: no heartbeats needed
   config.heartbeat_ms = 60'000;
   config.max_pending_prompts = int64_t{100} << 20;
-  config.max_samples_per_prompt = std::max(config.max_samples_per_prompt, 2 * o.samples_per_prompt);
   config.vocab_size = 1024;
   config.max_position_embeddings = 4096;
   config.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
@@ -317,11 +316,21 @@ absl::StatusOr<double> LogAppendsPerSecond(const CoordinatorBenchOptions& o, boo
 }  // namespace
 
 absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& o) {
-  if (o.actors < 1 || !(o.seconds > 0) || o.samples_per_prompt < 1 || o.unrunnable_prompts < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bench coordinator: expected actors >= 1, seconds > 0, samples >= 1 and unrunnable >= 0, "
-        "found ",
-        o.actors, ", ", o.seconds, ", ", o.samples_per_prompt, " and ", o.unrunnable_prompts));
+  // Bounded: every actor is a channel, every second of a mode ~70,000 submitted prompts, and
+  // the unrunnable set (twice the samples) must stay within max_samples_per_prompt (1024).
+  const auto bad = [](const char* flag, const char* expected, const std::string& found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench coordinator: ", flag, ": expected ", expected, ", found ", found));
+  };
+  if (o.actors < 1 || o.actors > 4096) return bad("--actors", "1 to 4096", absl::StrCat(o.actors));
+  if (!(o.seconds > 0 && o.seconds <= 600)) {
+    return bad("--seconds", "more than 0 and at most 600", absl::StrCat(o.seconds));
+  }
+  if (o.samples_per_prompt < 1 || o.samples_per_prompt > 512) {
+    return bad("--samples", "1 to 512", absl::StrCat(o.samples_per_prompt));
+  }
+  if (o.unrunnable_prompts < 0 || o.unrunnable_prompts > 10'000'000) {
+    return bad("--unrunnable", "0 to 10000000", absl::StrCat(o.unrunnable_prompts));
   }
   namespace fs = std::filesystem;
   const fs::path dir =
@@ -372,12 +381,13 @@ absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& o) {
   const bool has_tmpfs = statfs("/dev/shm", &shm) == 0 && shm.f_type == TMPFS_MAGIC;
   const fs::path ceiling_dir =
       fs::path("/dev/shm") / absl::StrCat("prl-bench-coordinator-", getpid());
-  if (has_tmpfs) fs::create_directories(ceiling_dir, ec);
+  std::error_code ceiling_ec;
+  const bool ceiling = has_tmpfs && (fs::create_directories(ceiling_dir, ceiling_ec), !ceiling_ec);
   ModeResult modes[3];
   const char* const names[3] = {"group commit", "fsync per request",
                                 "group commit on tmpfs (no fsync cost)"};
   for (int m = 0; m < 3; ++m) {
-    if (m == 2 && (!has_tmpfs || ec)) continue;
+    if (m == 2 && !ceiling) continue;
     const bool group = m != 1;
     const std::string log = m == 2
                                 ? (ceiling_dir / "ceiling.log").string()
@@ -394,7 +404,7 @@ absl::StatusOr<Report> RunCoordinatorBench(const CoordinatorBenchOptions& o) {
                    static_cast<long long>(modes[m].errors));
     }
   }
-  if (has_tmpfs) fs::remove_all(ceiling_dir, ec);
+  if (ceiling) fs::remove_all(ceiling_dir, ec);
   double log_rate[2];
   for (int m = 0; m < 2; ++m) {
     const std::string log = (dir / (m == 0 ? "log-group.log" : "log-each.log")).string();

@@ -24,9 +24,11 @@ bool Fits(const prl::v1::ActorCapacity& capacity, const GroupShape& group) {
          group.tokens <= Limit(capacity.max_tokens());
 }
 
-std::string NoActorFits(absl::Span<const prl::v1::ActorCapacity> actors, const GroupShape& group) {
+std::string NoActorFits(absl::Span<const prl::v1::ActorCapacity* const> actors,
+                        const GroupShape& group) {
   int64_t most_samples = 0, most_tokens = 0;  // the tokens among actors with enough samples
-  for (const prl::v1::ActorCapacity& capacity : actors) {
+  for (const prl::v1::ActorCapacity* actor : actors) {
+    const prl::v1::ActorCapacity& capacity = *actor;
     if (Fits(capacity, group)) return "";
     most_samples = std::max(most_samples, Limit(capacity.max_samples_per_prompt()));
     if (group.samples <= Limit(capacity.max_samples_per_prompt())) {

@@ -20,9 +20,10 @@ struct GroupShape {
 // Whether an actor of `capacity` can run the group (a 0 limit is no limit).
 bool Fits(const prl::v1::ActorCapacity& capacity, const GroupShape& group);
 
-// "" when one of `actors` can run the group, or when there are none (nobody to ask yet); else
-// why not, naming the largest capacity, e.g. "no registered actor can run samples_per_prompt
-// 128 (largest: 64)".
-std::string NoActorFits(absl::Span<const prl::v1::ActorCapacity> actors, const GroupShape& group);
+// "" when one of `actors` can run the group (it stops at the first), or when there are none
+// (nobody to ask yet); else why not, naming the largest capacity, e.g. "no registered actor can
+// run samples_per_prompt 128 (largest: 64)".
+std::string NoActorFits(absl::Span<const prl::v1::ActorCapacity* const> actors,
+                        const GroupShape& group);
 
 }  // namespace prl::coordinator

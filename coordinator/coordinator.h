@@ -13,14 +13,14 @@
 // backlog the learner last reported (LearnerProgressRequest.groups_waiting) plus the groups
 // completed since the reply the report echoes (LearnerProgressRequest.seen, read before the
 // backlog; a first report: since it arrived); a coordinator that starts counts from a backlog
-// of 0. Neither
-// side keeps a running total the other must agree with, so a restart of either never stalls
-// the budget (docs/operations.md, "The lag budget").
+// of 0. Neither side keeps a running total the other must agree with, so a restart of either
+// never stalls the budget (docs/operations.md, "The lag budget").
 //
 // Lease lifecycle (coordinator/prompt_attempts.cc, coordinator/capacity.h): an actor declares
 // its capacity at registration and is leased only prompts within it (others keep their place
-// in the queue, coordinator/pending_queue.h). A lease ends with its group completed, or as a failed attempt: released by its
-// actor (Release, with a reason), expired, or dropped from the actor's heartbeat. Failed
+// in the queue, coordinator/pending_queue.h). A lease ends with its group completed, or as a
+// failed attempt: released by its actor (Release, with a reason), expired, or dropped from the
+// actor's heartbeat. Failed
 // attempts are logged; after max_attempts the prompt is failed with its last reason (visible in
 // the set's status and events, never leased again) and a set whose prompts are all completed
 // or failed is done. A prompt the learner hands back as too stale (Reopen) is a stale re-run,

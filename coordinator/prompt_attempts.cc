@@ -226,18 +226,14 @@ void Coordinator::FinishIfSettled(PromptSet& set) {
 
 std::string Coordinator::CapacityMessage(const PromptSet& set) const {
   if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || set.pending == 0) return "";
-  // Live actors only: one that stopped heartbeating leases nothing.
-  // Called for every status a completion adds: one live actor that fits ends it, without copies.
+  // Live actors only: one that stopped heartbeating leases nothing. Called for every status a
+  // completion adds: the capacities are pointed to, not copied.
   const absl::Time since = absl::Now() - absl::Milliseconds(config_.lease_ms);
-  const GroupShape shape{set.samples, set.max_tokens};
+  std::vector<const prl::v1::ActorCapacity*> live;
   for (const auto& [id, actor] : actors_) {
-    if (actor.last_seen >= since && Fits(actor.capacity, shape)) return "";
+    if (actor.last_seen >= since) live.push_back(&actor.capacity);
   }
-  std::vector<prl::v1::ActorCapacity> live;
-  for (const auto& [id, actor] : actors_) {
-    if (actor.last_seen >= since) live.push_back(actor.capacity);
-  }
-  return NoActorFits(live, shape);
+  return NoActorFits(live, GroupShape{set.samples, set.max_tokens});
 }
 
 }  // namespace prl::coordinator

@@ -1,7 +1,6 @@
 #include "learner/step_report.h"
 
 #include <set>
-#include <string_view>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -37,7 +36,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("trained_tokens", r.trained_tokens);
   v("input_tokens", r.input_tokens);
   v("completion_tokens", r.completion_tokens);
-  v("completion_tokens_max", r.completion_tokens_max);
+  v("completion_tokens_max", r.completion_tokens_max, /*optional=*/true);  // added later
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);
@@ -48,7 +47,7 @@ void VisitFields(StepReport& r, Visitor& v) {
 struct Writer {
   Json& j;
   template <typename T>
-  void operator()(const char* key, T& value) {
+  void operator()(const char* key, T& value, bool /*optional*/ = false) {
     j[key] = value;
   }
 };
@@ -57,12 +56,13 @@ struct Reader {
   const Json& j;
   absl::Status status;
   std::set<std::string> seen;
+  // An optional field that is missing keeps its default.
   template <typename T>
-  void operator()(const char* key, T& value) {
+  void operator()(const char* key, T& value, bool optional = false) {
     if (!status.ok()) return;
     seen.insert(key);
     auto it = j.find(key);
-    if (it == j.end() && std::string_view(key) == "completion_tokens_max") return;  // optional
+    if (it == j.end() && optional) return;
     if (it == j.end()) {
       status =
           absl::InvalidArgumentError(absl::StrCat("step report: field '", key, "' is missing"));

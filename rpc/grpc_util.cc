@@ -31,9 +31,10 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_by
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);
   // A thread whose call ended stays, polling for the next, while fewer than kMaxIdleServerThreads
-  // do (gRPC's default keeps 2): calls that block in their handler in bursts (a completion waits
-  // for the group commit's fsync) then reuse threads instead of creating and ending one per call
-  // (prl bench coordinator: +25-40% completions/s on 2 cores, lease p99 10 -> 7.5 ms).
+  // do (gRPC's default keeps 2): synchronous calls that block in their handler in bursts then
+  // reuse threads instead of creating and ending one per call. (Measured when the coordinator's
+  // Complete still waited for its fsync in a synchronous handler: +25-40% completions/s on 2
+  // cores; its hot calls use the callback API now.)
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
                               kMaxIdleServerThreads);
 }

@@ -365,6 +365,16 @@ class CliTest(unittest.TestCase):
         self.assertGreater(results["completions_tmpfs_ceiling"]["value"], 0)
         self.assertEqual(report["setup"]["unrunnable"].split()[0], "1000")
 
+    def test_bench_coordinator_refuses_out_of_range_flags_naming_each(self):
+        for flag, value, expected in [("--actors", 0, "1 to 4096"),
+                                      ("--seconds", 601, "more than 0 and at most 600"),
+                                      ("--samples", 513, "1 to 512"),
+                                      ("--unrunnable", -1, "0 to 10000000")]:
+            proc = run("bench", "coordinator", flag, value)
+            self.assertNotEqual(proc.returncode, 0, flag)
+            self.assertIn("%s: expected %s" % (flag, expected), proc.stderr)
+            self.assertIn("found %s" % value, proc.stderr)
+
     def test_bench_broadcast_times_every_version_through_a_second_process(self):
         with tempfile.TemporaryDirectory() as work:
             proc = run("bench", "broadcast", "--configs", "tiny", "--versions", 2, "--batch", 4,
