@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/decode_roofline.h"
 #include "bench/torch_baseline.h"
+#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
 #include "model/transformer.h"
 
@@ -96,8 +97,9 @@ class SwapStream {
   std::atomic<int64_t> swaps_{0};
 };
 
+// profile: decode step o.profile_step runs between cudaProfilerStart and cudaProfilerStop.
 absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int64_t batch,
-                                const EngineBenchOptions& o, bool swaps) {
+                                const EngineBenchOptions& o, bool swaps, bool profile = false) {
   EngineOptions eo = o.engine;
   eo.max_num_seqs = static_cast<int32_t>(std::max<int64_t>(batch, 1));
   eo.max_num_batched_tokens = static_cast<int32_t>(batch * o.prompt_len);  // one prefill step
@@ -130,7 +132,13 @@ absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int
   SwapStream stream(engine.get(), weights, o.swap_interval_ms);
   if (swaps) PRL_RETURN_IF_ERROR(stream.Start());
   start = Clock::now();
-  while (engine->HasUnfinishedRequests()) PRL_RETURN_IF_ERROR(engine->Step());
+  for (int64_t step = 1; engine->HasUnfinishedRequests(); ++step) {
+    // Step returns once its tokens are on the host: the profiled range holds that step alone.
+    const bool profiled = profile && step == o.profile_step;
+    if (profiled) PRL_RETURN_IF_ERROR(cuda::ProfilerStart());
+    PRL_RETURN_IF_ERROR(engine->Step());
+    if (profiled) PRL_RETURN_IF_ERROR(cuda::ProfilerStop());
+  }
   phases.decode_s = Since(start);
   if (swaps) phases.swaps = stream.Stop();
   phases.stats = engine->Stats();
@@ -190,8 +198,8 @@ absl::Status AddCudaDecodeRows(std::shared_ptr<const ParameterSet> weights, int6
   if (bandwidth == 0.0) {
     PRL_ASSIGN_OR_RETURN(bandwidth, MeasureDeviceBandwidth(o.engine.device));
     report->setup.push_back(
-        {"hbm_bandwidth", absl::StrFormat("%.0f GB/s (device-to-device copy, this run)",
-                                          bandwidth / 1e9)});
+        {"hbm_bandwidth",
+         absl::StrFormat("%.0f GB/s (device-to-device copy, this run)", bandwidth / 1e9)});
   }
   const double step_bytes =
       MeanDecodeStepBytes(c, o.engine.dtype, batch, o.prompt_len, o.output_len);
@@ -218,8 +226,8 @@ absl::Status AddCudaDecodeRows(std::shared_ptr<const ParameterSet> weights, int6
                                  absl::StrCat("pytorch_", m.mode), m.decode_tokens_per_s});
     }
     if (batch == o.batches.front()) {
-      report->setup.push_back({"pytorch", absl::StrCat(torch.framework, ", ", torch.attention,
-                                                       ", ", torch.sampling)});
+      report->setup.push_back(
+          {"pytorch", absl::StrCat(torch.framework, ", ", torch.attention, ", ", torch.sampling)});
     }
   }
   const double tokens = static_cast<double>(batch * (o.output_len - 1));
@@ -227,8 +235,17 @@ absl::Status AddCudaDecodeRows(std::shared_ptr<const ParameterSet> weights, int6
     EngineBenchOptions eager = o;
     eager.engine.cuda_graphs = false;
     PRL_ASSIGN_OR_RETURN(const Phases p, BestOf(weights, batch, eager));
-    report->results.push_back({name + "_graphs_vs_eager", decode, "tok/s", "no_cuda_graphs",
-                               tokens / p.decode_s});
+    report->results.push_back(
+        {name + "_graphs_vs_eager", decode, "tok/s", "no_cuda_graphs", tokens / p.decode_s});
+  }
+  if (o.tuned_cost && !o.engine.batch_invariant) {
+    EngineBenchOptions flipped = o;
+    flipped.engine.tuned_kernels = !o.engine.tuned_kernels;
+    PRL_ASSIGN_OR_RETURN(const Phases p, BestOf(weights, batch, flipped));
+    const double other = tokens / p.decode_s;
+    const bool main_tuned = o.engine.tuned_kernels;
+    report->results.push_back({name + "_tuned_kernels", main_tuned ? decode : other, "tok/s",
+                               name + "_default_kernels", main_tuned ? other : decode});
   }
   if (o.invariant_cost && !o.engine.batch_invariant) {
     EngineBenchOptions inv = o;
@@ -253,10 +270,9 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
         "bench engine: prompt + output = ", o.prompt_len + o.output_len,
         " exceeds max_position_embeddings = ", weights->config.max_position_embeddings));
   }
-  PRL_ASSIGN_OR_RETURN(
-      const double train_fwd,
-      TrainingForwardTokensPerSecond(*weights, o.prompt_len + o.output_len, o.engine.device,
-                                     o.engine.dtype));
+  PRL_ASSIGN_OR_RETURN(const double train_fwd,
+                       TrainingForwardTokensPerSecond(*weights, o.prompt_len + o.output_len,
+                                                      o.engine.device, o.engine.dtype));
   // Warm-up: thread pools, page faults of the KV pool and workspaces.
   PRL_RETURN_IF_ERROR(RunBatch(weights, o.batches.front(), o, false).status());
 
@@ -273,7 +289,9 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
       {"engine",
        absl::StrFormat("block_size %d, %s, %s, %s%s, prefill in one step per batch",
                        o.engine.block_size, o.engine.device.ToString(), DTypeName(o.engine.dtype),
-                       o.engine.batch_invariant ? "batch-invariant" : "fast",
+                       o.engine.batch_invariant ? "batch-invariant"
+                       : o.engine.tuned_kernels ? "fast, tuned kernels"
+                                                : "fast",
                        o.engine.device.is_cuda()
                            ? (o.engine.cuda_graphs ? ", CUDA graphs" : ", no CUDA graphs")
                            : "")},
@@ -283,7 +301,8 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
   for (int64_t batch : o.batches) {
     double prefill_s = 1e30, decode_s = 1e30;
     for (int i = 0; i < o.iterations; ++i) {
-      PRL_ASSIGN_OR_RETURN(const Phases p, RunBatch(weights, batch, o, false));
+      PRL_ASSIGN_OR_RETURN(const Phases p,
+                           RunBatch(weights, batch, o, false, o.profile_step > 0 && i == 0));
       prefill_s = std::min(prefill_s, p.prefill_s);
       decode_s = std::min(decode_s, p.decode_s);
     }

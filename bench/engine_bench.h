@@ -8,7 +8,9 @@
 // a Python that has torch, beside a PyTorch KV-cache generation loop of the same model
 // (bench/torch_decode_bench.py, eager and CUDA-graph modes); batch 1 is also run without CUDA
 // graphs, a weight swap's cost (a copy into the captured weights) stands beside a graph
-// capture's, and --invariant-cost adds the batch-invariant mode beside the fast one.
+// capture's, --invariant-cost adds the batch-invariant mode beside the fast one and
+// --tuned-cost the tuned decode kernels (EngineOptions::tuned_kernels) flipped beside the main
+// figure.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,10 @@ struct EngineBenchOptions {
   std::string torch_script = "bench/torch_decode_bench.py";
   std::string torch_modes = "eager,graph";
   bool invariant_cost = false;  // also decode in the batch-invariant mode
+  bool tuned_cost = false;      // also decode with engine.tuned_kernels flipped
+  // > 0: decode step N of each batch's first measured run runs between cudaProfilerStart and
+  // cudaProfilerStop, so that `ncu --profile-from-start off` profiles that one step's kernels.
+  int64_t profile_step = 0;
 };
 
 absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weights,

@@ -224,7 +224,8 @@ class ModelPasses {
   ModelPasses(const ModelConfig& config, const ModelBenchOptions& o, const ParameterSet& params,
               ParameterSet& grads, const PackedBatch& batch)
       : o_(o),
-        model_(config, o.device, TransformerOptions{.compute_dtype = o.dtype}),
+        model_(config, o.device,
+               TransformerOptions{.compute_dtype = o.dtype, .residual_in_gemm = o.tuned_kernels}),
         params_(params),
         grads_(grads),
         batch_(batch),
@@ -320,6 +321,7 @@ std::vector<std::pair<std::string, std::string>> SetupRows(const ModelConfig& co
       {"dtype",
        o.dtype == DType::kBF16 ? "bf16 (bf16 weights and activations, fp32 accumulation)" : "f32"},
       {"iterations", absl::StrCat(o.iterations, " (median reported)")},
+      {"kernels", o.tuned_kernels ? "tuned (GEMM algorithm search, residual GEMMs)" : "default"},
       {"flops_per_step", absl::StrFormat("forward %.1f GFLOP, forward+backward %.1f GFLOP",
                                          flops.forward / 1e9, flops.train / 1e9)}};
 }
@@ -393,6 +395,7 @@ absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBench
   // once would not fit beside each other for the larger shapes).
   PRL_ASSIGN_OR_RETURN(const std::optional<TorchBaseline> torch, RunTorch(config, o, device));
 
+  kernels::SetGemmAlgorithmSearch(o.tuned_kernels);
   PRL_ASSIGN_OR_RETURN(const ParameterSet params, RandomParameters(config, o.device));
   PRL_ASSIGN_OR_RETURN(ParameterSet grads, ParameterSet::Allocate(config, o.device, true));
   const RandomBatch batch = MakeRandomBatch(config, o);

@@ -37,6 +37,9 @@ struct ModelBenchOptions {
   std::string torch_python;
   std::string torch_script = "bench/torch_model_bench.py";
   std::string torch_modes = "eager,compile";
+  // CUDA: cuBLASLt algorithm search (kernels::SetGemmAlgorithmSearch) and residual GEMMs
+  // (TransformerOptions::residual_in_gemm).
+  bool tuned_kernels = false;
 };
 
 absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBenchOptions& options);

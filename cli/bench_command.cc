@@ -125,6 +125,8 @@ void RegisterModelBench(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   model->add_option("--torch-modes", f->options.torch_modes, "PyTorch modes: eager,compile")
       ->capture_default_str();
+  model->add_flag("--tuned-kernels", f->options.tuned_kernels,
+                  "CUDA: cuBLASLt algorithm search and residual GEMMs");
   model->add_flag("--json", f->json, "Print one JSON object instead of the table");
   registry.Add(model, [f] { return RunModelBench(*f); });
 }
@@ -169,6 +171,15 @@ void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   engine->add_flag("--invariant-cost", e->options.invariant_cost,
                    "CUDA: also decode in the batch-invariant mode, beside the fast mode");
+  engine->add_flag("--tuned-kernels", e->options.engine.tuned_kernels,
+                   "CUDA: decode with the tuned kernels (actors.tuned_kernels)");
+  engine->add_flag("--tuned-cost", e->options.tuned_cost,
+                   "CUDA: also decode with the tuned kernels flipped, beside the main figure");
+  engine
+      ->add_option("--profile-step", e->options.profile_step,
+                   "CUDA: bracket decode step N of each batch's first run with "
+                   "cudaProfilerStart/Stop (for ncu --profile-from-start off; 0: none)")
+      ->capture_default_str();
   engine->add_flag("--json", e->json, "Print one JSON object instead of the table");
   registry.Add(engine, [e] { return RunEngineBench(*e); });
 }

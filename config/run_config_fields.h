@@ -112,6 +112,8 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
   v("actors", "cuda_graphs", c.actors.cuda_graphs, "CUDA: replay captured decode steps");
   v("actors", "double_buffered_weights", c.actors.double_buffered_weights,
     "CUDA: a second copy of the weights, so that a swap never pauses decoding");
+  v("actors", "tuned_kernels", c.actors.tuned_kernels,
+    "CUDA: the tuned decode kernels (GEMM search, flash decoding, split sampler)");
   v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
     "Prompts leased and generating at once, per actor");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,
@@ -171,8 +173,7 @@ void VisitSecurityFields(RunConfig& c, Visitor& v) {
     "The bearer token of clients (PromptService); empty: no tokens");
   v("security", "actor_token_file", s.actor_token_file, "The bearer token of actors");
   v("security", "learner_token_file", s.learner_token_file, "The bearer token of the learner");
-  v("security", "cert_refresh_s", s.cert_refresh_s,
-    "How often certificate files are re-read (s)");
+  v("security", "cert_refresh_s", s.cert_refresh_s, "How often certificate files are re-read (s)");
 }
 
 template <typename Visitor>

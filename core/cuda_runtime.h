@@ -45,6 +45,11 @@ absl::Status FillF32(int device, float* dst, size_t n, float value);
 // (core/cuda/stream.h) has finished: the other thread that reads its results may go on.
 absl::Status SynchronizeCurrentStream(int device);
 
+// cudaProfilerStart / cudaProfilerStop: the range a profiler started with
+// `--profile-from-start off` (ncu, nsys) records.
+absl::Status ProfilerStart();
+absl::Status ProfilerStop();
+
 // The work queued so far on the calling thread's current stream for `device`, as an event
 // another thread can wait for (FSDP's communication thread waits, before an all-gather
 // overwrites a unit buffer or a reduce-scatter reads a gradient, for the compute kernels that

@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "kernels/convert.h"
 #include "kernels/embedding.h"
+#include "kernels/matmul.h"
 #include "kernels/sampling.h"
 #if PRL_WITH_CUDA
 #include "core/cuda/stream.h"
@@ -91,6 +92,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
   if (options.device.is_cuda()) {
 #if PRL_WITH_CUDA
     const int device = options.device.index;
+    kernels::SetGemmAlgorithmSearch(options.tuned_kernels && !options.batch_invariant);
     PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(device));
     PRL_ASSIGN_OR_RETURN(cuda::Stream convert, cuda::Stream::Create(device));
     PRL_ASSIGN_OR_RETURN(cuda::Event converted, cuda::Event::Create(device));
@@ -139,6 +141,7 @@ ModelRunnerOptions RunnerOptions(const ModelConfig& config, const EngineOptions&
   r.cuda_graphs = o.cuda_graphs;
   r.max_graph_batch = o.max_graph_batch > 0 ? o.max_graph_batch : o.max_num_seqs;
   r.max_blocks_per_seq = (MaxModelLen(config, o) + o.block_size - 1) / o.block_size;
+  r.tuned_kernels = o.tuned_kernels && o.device.is_cuda() && !o.batch_invariant;
   return r;
 }
 }  // namespace
@@ -292,8 +295,9 @@ absl::Status Engine::ApplyDoubleBufferedSwap() {
   PRL_RETURN_IF_ERROR(d.convert.Wait(d.idle_free));
   {
     cuda::StreamGuard guard(options_.device.index, d.convert.get());
-    kernels::ConvertDType(Tensor(idle.buffer.data(), options_.dtype, options_.device, {n}),
-                          Tensor(const_cast<float*>(next->data()), DType::kF32, options_.device, {n}));
+    kernels::ConvertDType(
+        Tensor(idle.buffer.data(), options_.dtype, options_.device, {n}),
+        Tensor(const_cast<float*>(next->data()), DType::kF32, options_.device, {n}));
   }
   PRL_RETURN_IF_ERROR(d.converted.Record(d.convert.get()));
   converting_weights_ = std::move(next);  // kept alive until the flip
@@ -387,7 +391,8 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
       kernels::EmbeddingForward(expanded, logits, d_source);
       sample_logits = expanded;
     }
-    kernels::SampleTokens(d_tokens, d_logprobs, sample_logits, d_rows);
+    kernels::SampleTokens(d_tokens, d_logprobs, sample_logits, d_rows,
+                          /*split_vocabulary=*/runner_.options().tuned_kernels);
     PRL_RETURN_IF_ERROR(io.ToHost(tokens.data(), d_tokens, n * sizeof(int32_t)));
     PRL_RETURN_IF_ERROR(io.ToHost(logprobs.data(), d_logprobs, n * sizeof(float)));
   }

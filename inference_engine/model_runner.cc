@@ -131,19 +131,26 @@ absl::Status ModelRunner::Upload(const HostStep& h, const StepTensors& t) {
                               h.used_width * sizeof(int32_t), rows);
 }
 
-void ModelRunner::Forward(const ModelParams& params, const StepTensors& t) {
+void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool single_token_rows) {
   const ModelConfig& c = config_;
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+  const bool tuned = options_.tuned_kernels;
   k::RopeTables(t.cos, t.sin, t.positions, t.inv_freq);
   k::EmbeddingForward(t.slot[0].input, params.embed, t.tokens);
-  const LayerContext ctx{&config_, t.cos, t.sin, options_.order};
+  LayerContext ctx{&config_, t.cos, t.sin, options_.order};
+  ctx.residual_in_gemm = tuned;
+  ctx.attention_applies_rope = tuned;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerActivations& a = t.slot[l % 2];
     const Tensor& next = l + 1 < c.num_hidden_layers ? t.slot[(l + 1) % 2].input : t.final_input;
     DecoderLayerForward(ctx, params.layers[l], a, next, [&](const LayerActivations& act) {
-      k::KvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, t.slots, shape);
+      if (tuned) {
+        k::RopeKvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, t.slots, t.cos, t.sin, shape);
+      } else {
+        k::KvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, t.slots, shape);
+      }
       k::PagedAttentionForward(act.attn, act.qkv, cache_->k[l], cache_->v[l], t.tables, t.q_start,
-                               t.context, shape, options_.order);
+                               t.context, shape, options_.order, tuned && single_token_rows);
     });
   }
   if (t.R > 0) {
@@ -212,7 +219,7 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::GraphFor(const ModelParams& par
 }
 
 absl::StatusOr<ModelRunner::Graph*> ModelRunner::Captured(const ModelParams& params,
-                                                           int64_t bucket) {
+                                                          int64_t bucket) {
   std::unique_ptr<Graph>& slot = graphs_[{bucket, &params}];
   if (slot != nullptr && slot->graph.valid()) return slot.get();
   const auto start = std::chrono::steady_clock::now();
@@ -232,10 +239,10 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::Captured(const ModelParams& par
       transfer_.ToDevice(g.tensors.tables, zeros.data(), zeros.size() * sizeof(int32_t)));
   const HostStep padding = BuildHostStep(SchedulerOutput{}, bucket);
   PRL_RETURN_IF_ERROR(Upload(padding, g.tensors));
-  Forward(params, g.tensors);
+  Forward(params, g.tensors, /*single_token_rows=*/true);
   PRL_RETURN_IF_ERROR(transfer_.Finish());
-  absl::StatusOr<CudaGraph> graph =
-      CudaGraph::Capture(options_.device, [&] { Forward(params, g.tensors); });
+  absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(
+      options_.device, [&] { Forward(params, g.tensors, /*single_token_rows=*/true); });
   if (!graph.ok()) {
     return absl::Status(graph.status().code(),
                         absl::StrCat("decode batch ", bucket, ": ", graph.status().message(),
@@ -265,7 +272,7 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
   StepTensors t;
   PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t));
   PRL_RETURN_IF_ERROR(Upload(host, t));
-  Forward(params, t);
+  Forward(params, t, /*single_token_rows=*/false);
   ++graph_stats_.eager_steps;
   *logits = t.logits;
   return absl::OkStatus();

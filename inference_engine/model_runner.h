@@ -22,8 +22,8 @@
 
 #include <cstdint>
 #include <map>
-#include <utility>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +46,9 @@ struct ModelRunnerOptions {
   bool cuda_graphs = true;         // CUDA only: replay captured decode steps
   int32_t max_graph_batch = 256;   // the largest decode batch with a graph
   int64_t max_blocks_per_seq = 1;  // block-table width of the graphs (max model length / block)
+  // CUDA, fast order (EngineOptions::tuned_kernels): residuals in the GEMMs, RoPE fused with the
+  // KV write, and graph decode steps without the attention's tile plan.
+  bool tuned_kernels = false;
 };
 
 struct GraphStats {
@@ -71,6 +74,7 @@ class ModelRunner {
   // switching between them never captures (they must outlive the runner's use of them).
   void CaptureAlsoFor(std::vector<const ModelParams*> params) { twins_ = std::move(params); }
   const GraphStats& graph_stats() const { return graph_stats_; }
+  const ModelRunnerOptions& options() const { return options_; }
   // The step's host <-> device copies; the engine queues its sampling I/O here too and ends
   // every step with transfer().Finish().
   StepTransfer& transfer() { return transfer_; }
@@ -103,7 +107,8 @@ class ModelRunner {
   absl::Status Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
                       StepTensors* out);
   absl::Status Upload(const HostStep& host, const StepTensors& t);
-  void Forward(const ModelParams& params, const StepTensors& t);
+  // single_token_rows: every sequence of the step decodes one token (a graph decode step).
+  void Forward(const ModelParams& params, const StepTensors& t, bool single_token_rows);
   absl::Status CopyBlocks(const SchedulerOutput& step);
   // The graph of the bucket that holds a decode step of B sequences (captured on first use,
   // with the twins').

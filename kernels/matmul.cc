@@ -1,5 +1,6 @@
 #include "kernels/matmul.h"
 
+#include "kernels/convert.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
 #if PRL_WITH_CUDA
@@ -56,6 +57,57 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
 #else
   internal::NoBackend(op, device);
 #endif
+}
+
+void SetGemmAlgorithmSearch(bool on) {
+#if PRL_WITH_CUDA
+  cuda::SetGemmAlgorithmSearch(on);
+#else
+  (void)on;
+#endif
+}
+
+bool GemmAlgorithmSearch() {
+#if PRL_WITH_CUDA
+  return cuda::GemmAlgorithmSearch();
+#else
+  return false;
+#endif
+}
+
+void MatmulResidualForward(const Tensor& out, const Tensor& a, const Tensor& w,
+                           const Tensor& residual, ReductionOrder order) {
+  const char* op = "MatmulResidualForward";
+  const DType dt = internal::ActivationDType(a);
+  ExpectTensor(op, "residual", residual, dt, {a.size(0), w.size(0)});
+  const Device device = internal::CommonDevice(op, {&out, &a, &w, &residual});
+#if PRL_WITH_CUDA
+  if (device.is_cuda() && order == ReductionOrder::kFast) {
+    const int64_t M = a.size(0), K = a.size(1), N = w.size(0);
+    ExpectTensor(op, "out", out, dt, {M, N});
+    ExpectTensor(op, "a", a, dt, {M, K});
+    ExpectTensor(op, "w", w, dt, {N, K});
+    cuda::GemmArgs g;
+    g.trans_b = true;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.a = a.data;
+    g.lda = K;
+    g.b = w.data;
+    g.ldb = K;
+    g.d = out.data;
+    g.ldd = N;
+    g.c = residual.data;
+    g.ab_dtype = dt;
+    g.d_dtype = dt;
+    g.beta = 1.0f;
+    return cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
+  }
+#endif
+  (void)device;
+  if (out.data != residual.data) ConvertDType(out, residual);
+  MatmulForward(out, a, w, {}, /*accumulate=*/true, order);
 }
 
 void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, const Tensor& dout,

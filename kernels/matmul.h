@@ -19,6 +19,19 @@ namespace prl::kernels {
 void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& bias = {},
                    bool accumulate = false, ReductionOrder order = ReductionOrder::kFast);
 
+// out (M, N) = residual (M, N) + a (M, K) . w (N, K)^T: a residual connection fused into the
+// projection that feeds it. On CUDA's fast order cuBLASLt reads the residual as its C operand,
+// so nothing is copied (out may also be residual itself); elsewhere the residual is copied into
+// out and the product accumulated, which MatmulForward(accumulate) does in the same order.
+void MatmulResidualForward(const Tensor& out, const Tensor& a, const Tensor& w,
+                           const Tensor& residual, ReductionOrder order = ReductionOrder::kFast);
+
+// CUDA, fast order: each new GEMM plan takes the fastest of several of cuBLASLt's algorithms,
+// timed once, instead of its heuristic's first (process-wide; kernels/cuda/gemm.h says what a
+// timed choice costs in reproducibility). No effect on the CPU.
+void SetGemmAlgorithmSearch(bool on);
+bool GemmAlgorithmSearch();
+
 // da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a;
 // dbias (N) += column sums of dout (skipped if undefined).
 void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, const Tensor& dout,

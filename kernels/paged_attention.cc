@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#include "kernels/rope.h"
 #if PRL_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -39,8 +40,7 @@ void KvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qk
   const char* op = "KvCacheWrite";
   CheckCache(op, k_cache, v_cache, s);
   const int64_t T = qkv.size(0);
-  ExpectTensor(op, "qkv", qkv, k_cache.dtype,
-               {T, (s.num_heads + 2 * s.num_kv_heads) * s.head_dim});
+  ExpectTensor(op, "qkv", qkv, k_cache.dtype, {T, (s.num_heads + 2 * s.num_kv_heads) * s.head_dim});
   ExpectTensor(op, "slots", slots, DType::kI32, {T});
   const Device device = internal::CommonDevice(op, {&k_cache, &v_cache, &qkv, &slots});
   const int64_t bs = KvCacheBlockSize(k_cache);
@@ -51,6 +51,31 @@ void KvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qk
 #if PRL_WITH_CUDA
   return cuda::KvCacheWrite(device.index, k_cache.dtype, k_cache.data, v_cache.data, qkv.data,
                             slots.i32(), T, s.num_heads, s.num_kv_heads, s.head_dim, bs);
+#else
+  internal::NoBackend(op, device);
+#endif
+}
+
+void RopeKvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+                      const Tensor& slots, const Tensor& cos, const Tensor& sin,
+                      const AttentionShape& s) {
+  const char* op = "RopeKvCacheWrite";
+  const Device device = internal::CommonDevice(op, {&k_cache, &v_cache, &qkv, &slots, &cos, &sin});
+  if (device.is_cpu()) {
+    RopeApply(qkv, s.num_heads + s.num_kv_heads, s.head_dim, cos, sin, /*inverse=*/false);
+    return KvCacheWrite(k_cache, v_cache, qkv, slots, s);
+  }
+#if PRL_WITH_CUDA
+  CheckCache(op, k_cache, v_cache, s);
+  const int64_t T = qkv.size(0);
+  ExpectTensor(op, "qkv", qkv, k_cache.dtype, {T, (s.num_heads + 2 * s.num_kv_heads) * s.head_dim});
+  ExpectTensor(op, "slots", slots, DType::kI32, {T});
+  ExpectTensor(op, "cos", cos, DType::kF32, {T, s.head_dim / 2});
+  ExpectTensor(op, "sin", sin, DType::kF32, {T, s.head_dim / 2});
+  PRL_CHECK(s.head_dim % 2 == 0, op, ": head_dim ", s.head_dim, " is odd");
+  return cuda::RopeKvCacheWrite(device.index, k_cache.dtype, k_cache.data, v_cache.data, qkv.data,
+                                slots.i32(), cos.f32(), sin.f32(), T, s.num_heads, s.num_kv_heads,
+                                s.head_dim, KvCacheBlockSize(k_cache));
 #else
   internal::NoBackend(op, device);
 #endif
@@ -68,8 +93,8 @@ void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tenso
                                   v_cache.size(1), v_cache.size(3), v_cache.size(2));
   }
 #if PRL_WITH_CUDA
-  const int64_t block_bytes = k_cache.numel() / k_cache.size(0) *
-                              static_cast<int64_t>(DTypeSize(k_cache.dtype));
+  const int64_t block_bytes =
+      k_cache.numel() / k_cache.size(0) * static_cast<int64_t>(DTypeSize(k_cache.dtype));
   return cuda::KvCacheCopyBlocks(device.index, k_cache.data, v_cache.data, pairs.i32(),
                                  pairs.size(0), block_bytes);
 #else
@@ -80,7 +105,7 @@ void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tenso
 void PagedAttentionForward(const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
                            const Tensor& v_cache, const Tensor& block_tables, const Tensor& q_start,
                            const Tensor& context_lens, const AttentionShape& s,
-                           ReductionOrder order) {
+                           ReductionOrder order, bool single_token_rows) {
   const char* op = "PagedAttentionForward";
   CheckCache(op, k_cache, v_cache, s);
   const int64_t T = qkv.size(0), B = context_lens.size(0);
@@ -94,6 +119,8 @@ void PagedAttentionForward(const Tensor& out, const Tensor& qkv, const Tensor& k
       op, {&out, &qkv, &k_cache, &v_cache, &block_tables, &q_start, &context_lens});
   const int64_t bs = KvCacheBlockSize(k_cache);
   const bool invariant = order == ReductionOrder::kBatchInvariant;
+  PRL_CHECK(!single_token_rows || T == B, op, ": single_token_rows with ", T, " rows for ", B,
+            " sequences");
   if (device.is_cpu()) {
     PRL_CHECK(q_start.i32()[0] == 0 && q_start.i32()[B] == T, op, ": q_start must span [0, ", T,
               ")");
@@ -107,7 +134,7 @@ void PagedAttentionForward(const Tensor& out, const Tensor& qkv, const Tensor& k
   return cuda::PagedAttentionForward(device.index, dt, out.data, qkv.data, k_cache.data,
                                      v_cache.data, block_tables.i32(), block_tables.size(1),
                                      q_start.i32(), context_lens.i32(), B, T, s.num_heads,
-                                     s.num_kv_heads, s.head_dim, bs, invariant);
+                                     s.num_kv_heads, s.head_dim, bs, invariant, single_token_rows);
 #else
   internal::NoBackend(op, device);
 #endif

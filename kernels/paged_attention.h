@@ -26,6 +26,13 @@ int64_t KvCacheBlockSize(const Tensor& k_cache);
 void KvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
                   const Tensor& slots, const AttentionShape& shape);
 
+// RopeApply (q and k heads of qkv, in place) then KvCacheWrite, in one pass on CUDA: each
+// rotated k and each v reaches its slot in the same thread that rotated it. The results equal
+// the two calls' bit for bit (the rotation is the same device function).
+void RopeKvCacheWrite(const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+                      const Tensor& slots, const Tensor& cos, const Tensor& sin,
+                      const AttentionShape& shape);
+
 // Copies whole blocks: pairs (P, 2) I32 of (source, destination) block ids. On CUDA the pairs
 // of one call are copied in parallel: no destination may be another pair's source.
 void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tensor& pairs);
@@ -35,9 +42,11 @@ void KvCacheCopyBlocks(const Tensor& k_cache, const Tensor& v_cache, const Tenso
 // are the last positions of its context_lens[b] tokens; block_tables (B, max_blocks) I32.
 // out (T, H D) =. In kBatchInvariant order a row's output equals, bit for bit, that of
 // AttentionForward(kBatchInvariant) on the full sequence on the same device.
+// single_token_rows promises q_start[b] = b (every sequence decodes one token, T = B): CUDA
+// then maps sequence b to tile b without the per-call tile-planning kernel.
 void PagedAttentionForward(const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
                            const Tensor& v_cache, const Tensor& block_tables, const Tensor& q_start,
                            const Tensor& context_lens, const AttentionShape& shape,
-                           ReductionOrder order);
+                           ReductionOrder order, bool single_token_rows = false);
 
 }  // namespace prl::kernels

@@ -14,7 +14,7 @@ Tensor SamplingRowsTensor(absl::Span<const SamplingRow> rows) {
 }
 
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
-                  const Tensor& rows) {
+                  const Tensor& rows, bool split_vocabulary) {
   const char* op = "SampleTokens";
   const int64_t R = logits.size(0), V = logits.size(1);
   internal::ExpectTensor(op, "tokens", tokens, DType::kI32, {R});
@@ -23,12 +23,13 @@ void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& lo
   internal::ExpectTensor(op, "rows", rows, DType::kI32, {R, kSamplingRowWords});
   const Device device = internal::CommonDevice(op, {&tokens, &logprobs, &logits, &rows});
   const auto* row_data = static_cast<const SamplingRow*>(rows.data);
+  (void)split_vocabulary;  // the CPU samples a row per thread
   if (device.is_cpu()) {
     return cpu::SampleTokens(tokens.i32(), logprobs.f32(), logits.f32(), row_data, R, V);
   }
 #if PRL_WITH_CUDA
   return cuda::SampleTokens(device.index, tokens.i32(), logprobs.f32(), logits.f32(), row_data, R,
-                            V);
+                            V, split_vocabulary);
 #else
   internal::NoBackend(op, device);
 #endif

@@ -22,8 +22,14 @@ namespace prl::kernels {
 // tokens (R, I32) =, logprobs (R) =, from logits (R, V) and one SamplingRow per row: rows is
 // (R, kSamplingRowWords) I32 holding SamplingRow structs, on the logits' device. Asynchronous
 // on CUDA (no host round-trip: the rows come from device memory).
+//
+// split_vocabulary (CUDA): a row without top-k/top-p is drawn by many blocks, each over a split
+// of the vocabulary, instead of one block per row — the same distribution and the same token
+// for the same u up to rounding, a log-prob within rounding of the learner's rather than equal
+// to it bit for bit. Greedy and filtered rows are unchanged. The batch-invariant engine keeps
+// it off.
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
-                  const Tensor& rows);
+                  const Tensor& rows, bool split_vocabulary = false);
 
 // The same with the rows in host memory (CPU tensors only).
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,

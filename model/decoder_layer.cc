@@ -34,19 +34,26 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
   const float eps = static_cast<float>(c.rms_norm_eps);
   k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm, eps);
   k::MatmulForward(a.qkv, a.ln1, p.qkv_weight, p.qkv_bias, /*accumulate=*/false, ctx.order);
-  k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ctx.rope_cos,
-               ctx.rope_sin, /*inverse=*/false);
+  if (!ctx.attention_applies_rope) {
+    k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ctx.rope_cos,
+                 ctx.rope_sin, /*inverse=*/false);
+  }
   attention(a);
-  // mid = input + attn . Wo^T, the residual fused into the projection's accumulate.
-  // (ConvertDType of equal dtypes: a copy on the current stream, so the engine's non-blocking
-  // stream orders it and a CUDA graph captures it; CopyTensor runs on the legacy stream.)
-  k::ConvertDType(a.mid, a.input);
-  k::MatmulForward(a.mid, a.attn, p.o_weight, {}, /*accumulate=*/true, ctx.order);
+  // mid = input + attn . Wo^T and next = mid + act . Wdown^T: the residuals fused into the
+  // projections. Unfused: a copy, then the projection accumulates (ConvertDType of equal dtypes
+  // is a copy on the current stream, so the engine's non-blocking stream orders it and a CUDA
+  // graph captures it; CopyTensor runs on the legacy stream).
+  auto project_onto = [&](const Tensor& out, const Tensor& x, const Tensor& w,
+                          const Tensor& residual) {
+    if (ctx.residual_in_gemm) return k::MatmulResidualForward(out, x, w, residual, ctx.order);
+    k::ConvertDType(out, residual);
+    k::MatmulForward(out, x, w, {}, /*accumulate=*/true, ctx.order);
+  };
+  project_onto(a.mid, a.attn, p.o_weight, a.input);
   k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
   k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight, {}, /*accumulate=*/false, ctx.order);
   k::SwiGluForward(a.act, a.gate_up);
-  k::ConvertDType(next_input, a.mid);
-  k::MatmulForward(next_input, a.act, p.down_weight, {}, /*accumulate=*/true, ctx.order);
+  project_onto(next_input, a.act, p.down_weight, a.mid);
 }
 
 }  // namespace prl

@@ -38,9 +38,15 @@ struct LayerContext {
   Tensor rope_cos;  // (T, D/2)
   Tensor rope_sin;  // (T, D/2)
   kernels::ReductionOrder order = kernels::ReductionOrder::kFast;
+  // The residual adds read the residual as the projection's C operand instead of copying it
+  // first (kernels::MatmulResidualForward); the same sums, two fewer passes per layer.
+  bool residual_in_gemm = false;
+  // The attention step rotates q and k itself (the engine's fused RoPE + KV-cache write).
+  bool attention_applies_rope = false;
 };
 
-// Fills a.attn (and a.attn_lse if kept) from a.qkv.
+// Fills a.attn (and a.attn_lse if kept) from a.qkv (RoPE applied, unless the context's
+// attention_applies_rope leaves that to this step).
 using AttentionStep = absl::FunctionRef<void(const LayerActivations& a)>;
 
 // Runs the layer on a.input and writes the residual stream it produces to next_input

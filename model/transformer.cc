@@ -206,7 +206,8 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   const Tensor& next_input =
       layer + 1 < c.num_hidden_layers ? ws.Slot(layer + 1).input : ws.final_input;
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-  const LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
+  LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
+  ctx.residual_in_gemm = options_.residual_in_gemm;
   DecoderLayerForward(ctx, p, ws.Slot(layer), next_input, [&](const LayerActivations& a) {
     k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape, options_.reduction_order);
   });

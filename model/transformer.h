@@ -35,6 +35,9 @@ struct TransformerOptions {
   // on CUDA (the bf16 mode: parameters from ToComputeDType, fp32 accumulation in every kernel;
   // gradients are always F32).
   DType compute_dtype = DType::kF32;
+  // CUDA, fast order: the residual adds read by the projections' GEMMs (LayerContext::
+  // residual_in_gemm) instead of a copy each. Off until verified on a GPU.
+  bool residual_in_gemm = false;
 };
 
 // How FSDP (learner/fsdp.h) takes part in the passes. A pass announces every parameter unit

@@ -27,7 +27,8 @@
 #
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
 #   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles bench swaps e2e": a
-#   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100)
+#   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100; the
+#   part "profile" is not in the default); TESTS (the test binaries of part tests; default all)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
@@ -62,6 +63,7 @@ run_tests() {
   local test name rc
   for test in "$BUNDLE"/bin/*_test; do
     name=$(basename "$test")
+    [ -z "${TESTS:-}" ] || [[ " $TESTS " == *" $name "* ]] || continue
     echo "== $name"
     "$test" --gtest_output="xml:$OUT_DIR/$name.xml" 2>&1 | tee "$OUT_DIR/$name.log" |
       grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error"
@@ -308,7 +310,7 @@ PY
   echo "-- prl bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 (prompt 512, output 512)"
   "$PRL" bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 --prompt-len 512 \
     --output-len 512 --batches 1,16,64,256 --iters 1 --swap-interval-ms 2000 --invariant-cost \
-    --torch-baseline "${PYTHON:-python3}" --json \
+    --tuned-cost --torch-baseline "${PYTHON:-python3}" --torch-modes graph --json \
     >"$OUT_DIR/bench_engine_bf16.json" 2>"$OUT_DIR/bench_engine_bf16.log" ||
     { tail -20 "$OUT_DIR/bench_engine_bf16.log"; status=1; }
   python3 - "$OUT_DIR/bench_engine_bf16.json" <<'PY' || true
@@ -319,6 +321,55 @@ for k, v in r.get("setup", {}).items() if isinstance(r.get("setup"), dict) else 
 for x in r["results"]:
     print("  %-36s %12.1f %-5s | %-26s %12.1f | ratio %.3f" % (
         x["name"], x["value"], x["unit"], x["baseline_name"], x["baseline_value"], x["ratio"]))
+PY
+}
+
+# --- where a decode step's GPU time goes --------------------------------------------------
+# Nsight Compute times every kernel of decode step 32 (prl bench engine --profile-step: the
+# step runs between cudaProfilerStart and cudaProfilerStop; graph nodes one by one), 0.5B shape,
+# bf16, prompt 512, at batches 1, 64 and 256 with the tuned kernels and at 256 without; the
+# table sums the time per kernel name.
+run_profile() {
+  echo "== ncu: GPU time per kernel of one decode step"
+  local ncu tag batch flag
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null |
+    head -1)
+  if [ -z "$ncu" ]; then
+    echo "gpu_check: no ncu on this machine: profile skipped" >&2
+    return
+  fi
+  for tag in tuned_b1 tuned_b64 tuned_b256 default_b256; do
+    batch=${tag##*_b}
+    flag=$([ "${tag%%_*}" = tuned ] && echo --tuned-kernels)
+    "$ncu" --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum \
+      --csv --log-file "$OUT_DIR/ncu_$tag.csv" \
+      "$PRL" bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 --prompt-len 512 \
+      --output-len 40 --batches "$batch" --iters 1 --swap-interval-ms 0 --profile-step 32 \
+      $flag --json >"$OUT_DIR/ncu_$tag.json" 2>"$OUT_DIR/ncu_$tag.log" ||
+      { tail -5 "$OUT_DIR/ncu_$tag.log"; status=1; }
+  done
+  python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/profile_summary.txt"
+import csv, glob, os, re, sys
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "ncu_*.csv"))):
+    rows = []
+    with open(path) as f:
+        lines = [l for l in f if l.startswith('"')]
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(r["Metric Value"].replace(",", ""))
+        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r.get("Metric Unit"), 1e-3)
+        name = re.sub(r"\(.*", "", r["Kernel Name"])[:60]
+        rows.append((name, value * scale))
+    total = sum(t for _, t in rows)
+    by = {}
+    for name, t in rows:
+        c, s = by.get(name, (0, 0.0))
+        by[name] = (c + 1, s + t)
+    print("\n%s: %d kernels, %.1f us of GPU time in the step" % (
+        os.path.basename(path), len(rows), total))
+    for name, (c, t) in sorted(by.items(), key=lambda x: -x[1][1])[:14]:
+        print("  %-60s %4d x %8.1f us  %5.1f%%" % (name, c, t, 100 * t / max(total, 1e-9)))
 PY
 }
 
@@ -488,7 +539,7 @@ run_e2e() {
 
 part tests && run_tests
 if part score || part learner || part engine || part roles || part bench || part swaps ||
-  part e2e; then
+  part e2e || part profile; then
   if [ ! -x "$PRL" ]; then
     echo "gpu_check: no $PRL in the bundle" >&2
     status=1
@@ -496,6 +547,7 @@ if part score || part learner || part engine || part roles || part bench || part
     part score && run_score
     part learner && run_learner
     part engine && run_engine
+    part profile && run_profile
     part roles && run_roles
     part bench && run_bench
     part swaps && run_swaps

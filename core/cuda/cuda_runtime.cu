@@ -1,4 +1,6 @@
 // CUDA runtime layer (see core/cuda_runtime.h).
+#include <cuda_profiler_api.h>
+
 #include <utility>
 
 #include "core/cuda/caching_allocator.h"
@@ -79,6 +81,16 @@ absl::Status FillF32(int device, float* dst, size_t n, float value) {
   FillF32Kernel<<<blocks, threads>>>(dst, n, value);
   PRL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   PRL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+absl::Status ProfilerStart() {
+  PRL_CUDA_RETURN_IF_ERROR(cudaProfilerStart());
+  return absl::OkStatus();
+}
+
+absl::Status ProfilerStop() {
+  PRL_CUDA_RETURN_IF_ERROR(cudaProfilerStop());
   return absl::OkStatus();
 }
 

@@ -78,17 +78,22 @@ void AttentionForwardInvariant(int device, DType dt, void* out, float* lse, cons
 void KvCacheWrite(int device, DType dt, void* k_cache, void* v_cache, const void* qkv,
                   const int32_t* slots, int64_t T, int64_t H, int64_t KV, int64_t D,
                   int64_t block_size);
+// RopeApply of q and k (cos, sin (T, D/2) F32) then KvCacheWrite, one kernel.
+void RopeKvCacheWrite(int device, DType dt, void* k_cache, void* v_cache, void* qkv,
+                      const int32_t* slots, const float* cos, const float* sin, int64_t T,
+                      int64_t H, int64_t KV, int64_t D, int64_t block_size);
 // Copies whole blocks of block_bytes (a multiple of 16) in both caches: pairs (P, 2) I32.
 void KvCacheCopyBlocks(int device, void* k_cache, void* v_cache, const int32_t* pairs,
                        int64_t num_pairs, int64_t block_bytes);
 // Tables, q_start and context_lens on the device; max_blocks = block_tables' width. invariant:
 // the fixed row order of AttentionForwardInvariant (one split); otherwise a row's keys may be
-// split over CTAs at small batch (flash decoding) and merged.
+// split over CTAs at small batch (flash decoding) and merged. single_token_rows: q_start[b] =
+// b, so tile b is sequence b and no plan kernel runs.
 void PagedAttentionForward(int device, DType dt, void* out, const void* qkv, const void* k_cache,
                            const void* v_cache, const int32_t* block_tables, int64_t max_blocks,
                            const int32_t* q_start, const int32_t* context_lens, int64_t num_seqs,
                            int64_t T, int64_t H, int64_t KV, int64_t D, int64_t block_size,
-                           bool invariant);
+                           bool invariant, bool single_token_rows = false);
 
 // --- LM head log-prob (logits chunk in an F32 scratch of chunk_rows x V) -------------------
 // invariant: the logits come from InvariantGemm (then the same row kernel as the sampler's
@@ -104,8 +109,10 @@ void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
                      float* scratch, void* dlogits_scratch, int64_t chunk_rows);
 
 // --- Sampling (kernels/sampling.h): one block of kRowThreads per row; rows on the device --
+// split_vocabulary: rows without top-k/top-p are drawn from per-split statistics of many
+// blocks per row (sampling_split.cu); greedy and filtered rows keep the one-block kernel.
 void SampleTokens(int device, int32_t* tokens, float* logprobs, const float* logits,
-                  const SamplingRow* rows, int64_t R, int64_t V);
+                  const SamplingRow* rows, int64_t R, int64_t V, bool split_vocabulary = false);
 
 // --- Optimizer and bookkeeping on flat F32 shards ------------------------------------------
 void AdamWUpdate(int device, float* p, const float* g, float* m, float* v, int64_t n, bool decay,

@@ -4,7 +4,7 @@
 // TF32); bias through the BIAS epilogue where cuBLASLt offers it, else a small row kernel.
 //
 // State: one cuBLASLt handle per device (shared; cublasLtMatmul carries no stream in the
-// handle). Per thread: the plans (descriptors, layouts and the heuristic's algorithm) keyed by
+// handle). Per thread: the plans (descriptors, layouts and the chosen algorithm) keyed by
 // shape, strides, dtypes, transposes, bias and pointer alignment, and one 32 MiB workspace per
 // (device, stream) from the caching allocator — a workspace is never shared by two streams
 // that could run at once (two threads' cudaStreamPerThread are different streams with the same
@@ -12,6 +12,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -58,7 +59,7 @@ cublasLtHandle_t Handle(int device) {
 
 // Everything that decides the algorithm (the pointers only through their alignment).
 using PlanKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           DType, DType, bool, int, bool>;
+                           DType, DType, bool, int, bool, bool>;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -92,8 +93,41 @@ void* Workspace(int device, cudaStream_t stream) {
   return ws;
 }
 
-// Asks the heuristic for the best algorithm into p.algo; `found` says whether there is one.
-cublasStatus_t FindAlgo(cublasLtHandle_t handle, Plan& p, int align, bool* found) {
+std::atomic<bool> search_algorithms{false};
+
+// Times `algo` on the plan's shapes with a scratch output: the median of 5 runs after one
+// warm-up, in milliseconds; a negative value when the algorithm refuses to run.
+float TimeAlgo(cublasLtHandle_t handle, const Plan& p, const GemmArgs& g,
+               const cublasLtMatmulAlgo_t& algo, void* scratch_d, void* workspace,
+               cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop) {
+  float times[5];
+  for (int i = -1; i < 5; ++i) {
+    if (i >= 0) PRL_CUDA_CHECK(cudaEventRecord(start, stream));
+    if (cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.lx, g.a, p.ly, &g.beta, scratch_d, p.ld,
+                       scratch_d, p.ld, &algo, workspace, kWorkspaceBytes,
+                       stream) != CUBLAS_STATUS_SUCCESS) {
+      return -1.0f;
+    }
+    if (i >= 0) {
+      PRL_CUDA_CHECK(cudaEventRecord(stop, stream));
+      PRL_CUDA_CHECK(cudaEventSynchronize(stop));
+      PRL_CUDA_CHECK(cudaEventElapsedTime(&times[i], start, stop));
+    }
+  }
+  std::sort(times, times + 5);
+  return times[2];
+}
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  PRL_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Asks the heuristic for algorithms into p.algo; `found` says whether there is one. With
+// `search` (and a stream not being captured), the fastest of the first kGemmSearchCandidates.
+cublasStatus_t FindAlgo(cublasLtHandle_t handle, Plan& p, int align, bool* found,
+                        const GemmArgs* search, int device, cudaStream_t stream) {
   cublasLtMatmulPreference_t pref;
   PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws = kWorkspaceBytes;
@@ -105,17 +139,45 @@ cublasStatus_t FindAlgo(cublasLtHandle_t handle, Plan& p, int align, bool* found
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     PRL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a32, sizeof(a32)));
   }
-  cublasLtMatmulHeuristicResult_t result;
+  const bool timed = search != nullptr && !Capturing(stream);
+  cublasLtMatmulHeuristicResult_t results[kGemmSearchCandidates];
   int count = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lx, p.ly, p.ld,
-                                                               p.ld, pref, 1, &result, &count);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lx, p.ly, p.ld, p.ld, pref,
+                                     timed ? kGemmSearchCandidates : 1, results, &count);
   cublasLtMatmulPreferenceDestroy(pref);
   *found = status == CUBLAS_STATUS_SUCCESS && count > 0;
-  if (*found) p.algo = result.algo;
+  if (!*found) return status;
+  p.algo = results[0].algo;
+  if (!timed || count == 1) return status;
+  const GemmArgs& g = *search;
+  const size_t d_bytes =
+      static_cast<size_t>(g.M * g.ldd) * static_cast<size_t>(DTypeSize(g.d_dtype));
+  absl::StatusOr<void*> scratch = prl::cuda::CachingMalloc(device, d_bytes);
+  PRL_CHECK(scratch.ok(), "Gemm: algorithm search scratch: ", scratch.status().ToString());
+  PRL_CUDA_CHECK(cudaMemsetAsync(*scratch, 0, d_bytes, stream));
+  cudaEvent_t start, stop;
+  PRL_CUDA_CHECK(cudaEventCreate(&start));
+  PRL_CUDA_CHECK(cudaEventCreate(&stop));
+  float best = -1.0f;
+  for (int i = 0; i < count; ++i) {
+    const float ms = TimeAlgo(handle, p, g, results[i].algo, *scratch, Workspace(device, stream),
+                              stream, start, stop);
+    if (ms >= 0.0f && (best < 0.0f || ms < best)) {
+      best = ms;
+      p.algo = results[i].algo;
+    }
+  }
+  PRL_CUDA_CHECK(cudaEventDestroy(start));
+  PRL_CUDA_CHECK(cudaEventDestroy(stop));
+  PRL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  prl::cuda::CachingFree(device, *scratch);
   return status;
 }
 
-Plan MakePlan(cublasLtHandle_t handle, const GemmArgs& g, int align) {
+Plan MakePlan(cublasLtHandle_t handle, const GemmArgs& g, int align, bool search, int device,
+              cudaStream_t stream) {
+  const GemmArgs* timed = search ? &g : nullptr;
   const cudaDataType_t ab = CudaType(g.ab_dtype), d = CudaType(g.d_dtype);
   const cublasOperation_t op_x = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // X = op(B)^T
   const cublasOperation_t op_y = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // Y = op(A)^T
@@ -138,10 +200,13 @@ Plan MakePlan(cublasLtHandle_t handle, const GemmArgs& g, int align) {
                                                     &epilogue, sizeof(epilogue)));
     PRL_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d, sizeof(d)));
+    // Set per call in Gemm; here for the algorithm search's timed runs.
+    PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &g.bias, sizeof(g.bias)));
     // Any refusal of the epilogue (no algorithm, or a status saying the combination is not
     // supported) falls back to the bias kernel.
     bool found = false;
-    FindAlgo(handle, p, align, &found);
+    FindAlgo(handle, p, align, &found, timed, device, stream);
     if (found) {
       p.bias_epilogue = true;
       return p;
@@ -151,7 +216,7 @@ Plan MakePlan(cublasLtHandle_t handle, const GemmArgs& g, int align) {
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof(none)));
   }
   bool found = false;
-  PRL_CUBLAS_CHECK(FindAlgo(handle, p, align, &found));
+  PRL_CUBLAS_CHECK(FindAlgo(handle, p, align, &found, timed, device, stream));
   PRL_CHECK(found, "Gemm: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K, " (",
             DTypeName(g.ab_dtype), " -> ", DTypeName(g.d_dtype), ", alignment ", align,
             " bytes, lda ", g.lda, " ldb ", g.ldb, " ldd ", g.ldd, ")");
@@ -171,6 +236,9 @@ __global__ void AddBiasKernel(T* d, const T* bias, int64_t M, int64_t N, int64_t
 
 }  // namespace
 
+void SetGemmAlgorithmSearch(bool on) { search_algorithms.store(on, std::memory_order_relaxed); }
+bool GemmAlgorithmSearch() { return search_algorithms.load(std::memory_order_relaxed); }
+
 void Gemm(int device, cudaStream_t stream, const GemmArgs& g) {
   if (g.M == 0 || g.N == 0) return;
   PRL_CHECK(g.M > 0 && g.N > 0 && g.K > 0, "Gemm: M, N, K must be positive, found M=", g.M,
@@ -180,21 +248,25 @@ void Gemm(int device, cudaStream_t stream, const GemmArgs& g) {
             g.ldd, " for M=", g.M, " N=", g.N, " K=", g.K, ")");
   SetDevice(device);
   const cublasLtHandle_t handle = Handle(device);
-  const int align = std::min({Alignment(g.a), Alignment(g.b), Alignment(g.d),
+  const void* c = g.c != nullptr ? g.c : g.d;
+  const int align = std::min({Alignment(g.a), Alignment(g.b), Alignment(g.d), Alignment(c),
                               g.bias != nullptr ? Alignment(g.bias) : 256});
-  const PlanKey key{device, g.trans_a,  g.trans_b, g.M,        g.N,       g.K,
-                    g.lda,  g.ldb,      g.ldd,     g.ab_dtype, g.d_dtype, g.bias != nullptr,
-                    align,  g.beta != 0};
+  const bool search = GemmAlgorithmSearch();
+  const PlanKey key{device, g.trans_a,   g.trans_b, g.M,        g.N,       g.K,
+                    g.lda,  g.ldb,       g.ldd,     g.ab_dtype, g.d_dtype, g.bias != nullptr,
+                    align,  g.beta != 0, search};
   auto it = tls.plans.find(key);
-  if (it == tls.plans.end()) it = tls.plans.emplace(key, MakePlan(handle, g, align)).first;
+  if (it == tls.plans.end()) {
+    it = tls.plans.emplace(key, MakePlan(handle, g, align, search, device, stream)).first;
+  }
   Plan& p = it->second;
   if (p.bias_epilogue) {
     PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &g.bias, sizeof(g.bias)));
   }
-  PRL_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.lx, g.a, p.ly, &g.beta, g.d,
-                                  p.ld, g.d, p.ld, &p.algo, Workspace(device, stream),
-                                  kWorkspaceBytes, stream));
+  PRL_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.lx, g.a, p.ly, &g.beta, c, p.ld,
+                                  g.d, p.ld, &p.algo, Workspace(device, stream), kWorkspaceBytes,
+                                  stream));
   if (g.bias != nullptr && !p.bias_epilogue) {
     DispatchDType(g.d_dtype, [&](auto tag) {
       using T = decltype(tag);

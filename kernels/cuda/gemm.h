@@ -6,6 +6,8 @@
 // lda, or (K, M) when trans_a. op(B) is (K, N): B is stored (K, N) with row stride ldb, or
 // (N, K) when trans_b (the nn.Linear weight case). A and B share a dtype (F32 or BF16); D is
 // F32 or BF16 (BF16 inputs may write an F32 D, e.g. weight gradients). beta = 1 accumulates.
+// With c set, D = alpha * op(A) . op(B) + beta * C: C (M, N) has D's dtype and row stride and
+// may be another buffer than D (a residual added without a copy) or D itself (c == d).
 //
 // Alignment: any pointer and row stride work (the heuristic is asked for an algorithm that
 // accepts the operands' actual alignment), but BF16 tensor-core kernels want every pointer
@@ -13,11 +15,19 @@
 // slower kernels. M, N, K may be anything >= 1 (M == 0 or N == 0 is a no-op).
 //
 // Implementation: one cuBLASLt handle per device; per calling thread, the plans (descriptors
-// and the heuristic's choice, cached per shape, dtypes, transposes, strides, bias and
+// and the chosen algorithm, cached per shape, dtypes, transposes, strides, bias and
 // alignment) and one 32 MiB workspace per (device, stream), from the caching allocator and
 // kept until the thread exits (so two streams never share a workspace). Runs asynchronously
 // on `stream`; failures abort naming the cuBLASLt call, its status string, file and line.
 // Thread-safe.
+//
+// Algorithm choice: the heuristic's first algorithm, or, with SetGemmAlgorithmSearch(true),
+// the fastest of the heuristic's first kGemmSearchCandidates, timed once per plan on a scratch
+// output (vLLM and PyTorch's TunableOp do the same). The search synchronises the stream once
+// per new plan and is skipped while the stream is being captured into a CUDA graph (the
+// heuristic's choice is kept then). A searched choice depends on timing, so two processes may
+// pick different algorithms for one shape: results agree within the fast order's rounding,
+// not bit for bit (the batch-invariant order never uses cuBLASLt).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,8 +50,15 @@ struct GemmArgs {
   DType ab_dtype = DType::kF32, d_dtype = DType::kF32;
   float alpha = 1, beta = 0;
   const void* bias = nullptr;
+  const void* c = nullptr;  // the beta term's matrix; nullptr: d
 };
 
 void Gemm(int device, cudaStream_t stream, const GemmArgs& args);
+
+// Process-wide: search for the fastest algorithm of each new plan (off: the heuristic's
+// first). Plans made before a change keep their algorithm.
+inline constexpr int kGemmSearchCandidates = 8;
+void SetGemmAlgorithmSearch(bool on);
+bool GemmAlgorithmSearch();
 
 }  // namespace prl::kernels::cuda

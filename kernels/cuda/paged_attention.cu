@@ -24,12 +24,15 @@
 //
 // Tiles are planned on the device from q_start (a one-block scan), so there is no host round
 // trip and the launch is capturable in a CUDA graph; scratch comes from the stream-ordered
-// pool (ScratchAlloc), which graph capture also records.
+// pool (ScratchAlloc), which graph capture also records. A step of single-token rows skips the
+// plan (tile b is sequence b), and in the fast order goes to decode_attention.cu.
 #include <atomic>
 #include <cmath>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/rope_rotate.cuh"
 
 namespace prl::kernels::cuda {
 namespace {
@@ -57,6 +60,35 @@ __global__ void KvWriteKernel(T* k_cache, T* v_cache, const T* qkv, const int32_
   const T* row = qkv + t * (H + 2 * KV) * D;
   k_cache[dst] = row[(H + g) * D + d];
   v_cache[dst] = row[(H + KV + g) * D + d];
+}
+
+// RopeApply of q and k, then KvWriteKernel's writes: a thread per (token, head, pair k) of
+// the H query, KV key and KV value heads; it rotates its pair of a q or k head in place (the
+// shared RotatePair) and stores a k or v pair to the token's slot.
+template <typename T>
+__global__ void RopeKvWriteKernel(T* k_cache, T* v_cache, T* qkv, const int32_t* slots,
+                                  const float* cos_t, const float* sin_t, int64_t T_, int64_t H,
+                                  int64_t KV, int64_t D, int64_t bs) {
+  const int64_t half = D / 2, heads = H + 2 * KV;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T_ * heads * half) return;
+  const int64_t k = i % half, h = (i / half) % heads, t = i / (half * heads);
+  T* head = qkv + (t * heads + h) * D;
+  const int32_t slot = slots[t];
+  T y1, y2;
+  if (h < H + KV) {
+    RotatePair(head, k, half, cos_t[t * half + k], sin_t[t * half + k], &y1, &y2);
+    if (h < H) return;  // a query head stays in qkv
+  } else {
+    y1 = head[k];
+    y2 = head[k + half];
+  }
+  if (slot < 0) return;
+  const int64_t g = h < H + KV ? h - H : h - H - KV;
+  const int64_t dst = ((slot / bs * KV + g) * bs + slot % bs) * D;
+  T* cache = h < H + KV ? k_cache : v_cache;
+  cache[dst + k] = y1;
+  cache[dst + k + half] = y2;
 }
 
 __global__ void CopyBlocksKernel(uint4* k_cache, uint4* v_cache, const int32_t* pairs,
@@ -140,9 +172,10 @@ struct PackedSource {
 };
 
 struct RowArgs {
-  const int32_t* plan;
-  const int32_t* num_tiles;
-  const int32_t* q_start;  // (B + 1) query rows of each sequence in qkv / out
+  const int32_t* plan;       // nullptr: tile b is sequence b's single row (single_token_rows)
+  const int32_t* num_tiles;  // with plan
+  int64_t num_seqs;          // without plan
+  const int32_t* q_start;    // (B + 1) query rows of each sequence in qkv / out
   int64_t H, KV, D, rows_per_tile;
   int64_t splits;
   float scale;
@@ -162,9 +195,10 @@ __global__ void __launch_bounds__(kThreads)
     RowAttentionKernel(T* out, const T* qkv, Source src, RowArgs a) {
   extern __shared__ float smem[];
   const int64_t tile = blockIdx.x;
-  if (tile >= *a.num_tiles) return;
+  if (tile >= (a.plan != nullptr ? *a.num_tiles : a.num_seqs)) return;
   const int64_t D = a.D, G = a.H / a.KV, g = blockIdx.y, split = blockIdx.z;
-  const int64_t seq = a.plan[2 * tile], row0 = a.plan[2 * tile + 1];
+  const int64_t seq = a.plan != nullptr ? a.plan[2 * tile] : tile;
+  const int64_t row0 = a.plan != nullptr ? a.plan[2 * tile + 1] : 0;
   const int64_t q_len = a.q_start[seq + 1] - a.q_start[seq];
   const int64_t rows = min(a.rows_per_tile, q_len - row0);
   const int64_t past = src.ContextLen(seq, q_len) - q_len;  // positions before this step
@@ -309,21 +343,27 @@ size_t RowSmemBytes(int64_t D) {
 template <typename T, class Source>
 void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Source& src,
                         const int32_t* q_start, int64_t num_seqs, int64_t T_, int64_t H, int64_t KV,
-                        int64_t D, int64_t max_context, bool invariant) {
+                        int64_t D, int64_t max_context, bool invariant,
+                        bool single_token_rows = false) {
   PRL_CHECK(H % KV == 0 && H / KV <= kMaxItems, "paged attention: ", H / KV,
             " query heads per kv head, above the supported ", kMaxItems);
   PRL_CHECK(D >= 1 && D <= 256, "paged attention: head_dim ", D, " outside [1, 256]");
   SetDevice(device);
   const cudaStream_t stream = CurrentStream(device);
   const int64_t G = H / KV, R = kMaxItems / G;
-  const int64_t max_tiles = (T_ + R - 1) / R + num_seqs;
-  // Plan: 2 ints per tile, then the count.
-  auto* plan = static_cast<int32_t*>(
-      ScratchAlloc(device, static_cast<size_t>(2 * max_tiles + 1) * sizeof(int32_t)));
-  int32_t* num_tiles = plan + 2 * max_tiles;
-  PlanTilesKernel<<<1, kPlanThreads, 0, stream>>>(plan, num_tiles, q_start, num_seqs,
-                                                  static_cast<int32_t>(R));
-  PRL_CUDA_CHECK(cudaGetLastError());
+  int32_t* plan = nullptr;
+  int32_t* num_tiles = nullptr;
+  int64_t max_tiles = num_seqs;
+  if (!single_token_rows) {
+    max_tiles = (T_ + R - 1) / R + num_seqs;
+    // Plan: 2 ints per tile, then the count.
+    plan = static_cast<int32_t*>(
+        ScratchAlloc(device, static_cast<size_t>(2 * max_tiles + 1) * sizeof(int32_t)));
+    num_tiles = plan + 2 * max_tiles;
+    PlanTilesKernel<<<1, kPlanThreads, 0, stream>>>(plan, num_tiles, q_start, num_seqs,
+                                                    static_cast<int32_t>(R));
+    PRL_CUDA_CHECK(cudaGetLastError());
+  }
 
   const int64_t chunks = std::max<int64_t>(1, (max_context + kChunk - 1) / kChunk);
   int64_t splits = 1;
@@ -334,6 +374,7 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
   PRL_CHECK(lse == nullptr || splits == 1, "paged attention: lse needs a single split");
   RowArgs a{.plan = plan,
             .num_tiles = num_tiles,
+            .num_seqs = num_seqs,
             .q_start = q_start,
             .H = H,
             .KV = KV,
@@ -377,7 +418,7 @@ void LaunchRowAttention(int device, T* out, float* lse, const T* qkv, const Sour
     launch(std::integral_constant<int, 8>{});
   }
   if (a.partial != nullptr) ScratchFree(device, a.partial);
-  ScratchFree(device, plan);
+  if (plan != nullptr) ScratchFree(device, plan);
 }
 
 }  // namespace
@@ -392,6 +433,21 @@ void KvCacheWrite(int device, DType dt, void* k_cache, void* v_cache, const void
     KvWriteKernel<T><<<Blocks(T_ * KV * D, 256), 256, 0, CurrentStream(device)>>>(
         static_cast<T*>(k_cache), static_cast<T*>(v_cache), static_cast<const T*>(qkv), slots, T_,
         H, KV, D, block_size);
+  });
+  PRL_CUDA_CHECK(cudaGetLastError());
+}
+
+void RopeKvCacheWrite(int device, DType dt, void* k_cache, void* v_cache, void* qkv,
+                      const int32_t* slots, const float* cos, const float* sin, int64_t T_,
+                      int64_t H, int64_t KV, int64_t D, int64_t block_size) {
+  if (T_ == 0) return;
+  SetDevice(device);
+  DispatchDType(dt, [&](auto tag) {
+    using T = decltype(tag);
+    RopeKvWriteKernel<T>
+        <<<Blocks(T_ * (H + 2 * KV) * (D / 2), 256), 256, 0, CurrentStream(device)>>>(
+            static_cast<T*>(k_cache), static_cast<T*>(v_cache), static_cast<T*>(qkv), slots, cos,
+            sin, T_, H, KV, D, block_size);
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }
@@ -414,8 +470,12 @@ void PagedAttentionForward(int device, DType dt, void* out, const void* qkv, con
                            const void* v_cache, const int32_t* block_tables, int64_t max_blocks,
                            const int32_t* q_start, const int32_t* context_lens, int64_t num_seqs,
                            int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t block_size,
-                           bool invariant) {
+                           bool invariant, bool single_token_rows) {
   if (T_ == 0 || num_seqs == 0) return;
+  if (single_token_rows && !invariant && DecodeAttentionSupported(dt, H, KV, D)) {
+    return DecodeAttention(device, dt, out, qkv, k_cache, v_cache, block_tables, max_blocks,
+                           context_lens, num_seqs, H, KV, D, block_size);
+  }
   DispatchDType(dt, [&](auto tag) {
     using T = decltype(tag);
     const PagedSource<T> src{static_cast<const T*>(k_cache),
@@ -427,7 +487,8 @@ void PagedAttentionForward(int device, DType dt, void* out, const void* qkv, con
                              KV,
                              D};
     LaunchRowAttention<T>(device, static_cast<T*>(out), nullptr, static_cast<const T*>(qkv), src,
-                          q_start, num_seqs, T_, H, KV, D, max_blocks * block_size, invariant);
+                          q_start, num_seqs, T_, H, KV, D, max_blocks * block_size, invariant,
+                          single_token_rows);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/rope_rotate.cuh"
 
 namespace prl::kernels::cuda {
 namespace {
@@ -110,10 +111,7 @@ __global__ void RopeApplyKernel(T* x, int64_t T_, int64_t num_heads, int64_t D, 
   if (i >= T_ * num_heads * half) return;
   const int64_t k = i % half, h = (i / half) % num_heads, t = i / (half * num_heads);
   T* head = x + t * row_stride + h * D;
-  const float c = cos_t[t * half + k], s = sign * sin_t[t * half + k];
-  const float x1 = ToF32(head[k]), x2 = ToF32(head[k + half]);
-  head[k] = FromF32<T>(x1 * c - x2 * s);
-  head[k + half] = FromF32<T>(x2 * c + x1 * s);
+  RotatePair(head, k, half, cos_t[t * half + k], sign * sin_t[t * half + k]);
 }
 
 __device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }

@@ -18,6 +18,7 @@
 // an order-preserving integer key of z (sampling_cut.cuh, pinned to the CPU's definition by a
 // host test): exact, about 50 passes over the row per filter; a radix select is the known
 // faster form.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -67,11 +68,9 @@ __device__ Cut FindRowCut(const RowView& r, const Cut& inner, bool mass, double 
   return FindCut(measure, r.V, need);
 }
 
-__global__ void __launch_bounds__(kRowThreads)
-    SampleKernel(int32_t* tokens, float* logprobs, const float* logits, const SamplingRow* rows,
-                 int64_t V) {
-  const int64_t r = blockIdx.x;
-  const SamplingRow p = rows[r];
+// Samples row r with one block (every thread of the block calls it).
+__device__ void SampleRow(int32_t* tokens, float* logprobs, const float* logits,
+                          const SamplingRow& p, int64_t r, int64_t V) {
   const float* row = logits + r * V;
   __shared__ int64_t chosen;
   if (p.temperature == 0.0f) {  // greedy
@@ -171,16 +170,166 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+__global__ void __launch_bounds__(kRowThreads)
+    SampleKernel(int32_t* tokens, float* logprobs, const float* logits, const SamplingRow* rows,
+                 int64_t V) {
+  SampleRow(tokens, logprobs, logits, rows[blockIdx.x], blockIdx.x, V);
+}
+
+// --- Split vocabulary --------------------------------------------------------------------
+// A plain row (temperature > 0, no top-k/top-p) in two kernels instead of one block's three
+// passes over V: SplitStatsKernel, a block per (split, row), writes each split's (max z, sum of
+// exp(z - max)); SplitDrawKernel, a block per row, merges them into the row's total, draws
+// u * total, walks the splits' masses to the split that holds the draw and scans only that
+// split's tokens, in id order (the same inverse CDF in id order as the one-block kernel, so the
+// same u gives the same token up to rounding at a boundary). The log-prob is z - (M + log
+// total) with the merged statistics: equal to the learner's log-softmax within rounding, not
+// bit for bit, which is why the batch-invariant engine never uses it.
+
+__device__ __forceinline__ bool PlainRow(const SamplingRow& p, int64_t V) {
+  return p.temperature != 0.0f && !(p.top_k > 0 && p.top_k < V) && !(p.top_p < 1.0f);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    SplitStatsKernel(float2* stats, const float* logits, const SamplingRow* rows, int64_t V,
+                     int64_t split_len) {
+  const int64_t split = blockIdx.x, r = blockIdx.y, splits = gridDim.x;
+  const SamplingRow p = rows[r];
+  if (!PlainRow(p, V)) return;
+  const float inv_t = 1.0f / p.temperature;
+  const float* row = logits + r * V;
+  const int64_t begin = split * split_len, end = min(V, begin + split_len);
+  float m = -INFINITY;
+  for (int64_t v = begin + threadIdx.x; v < end; v += kRowThreads) {
+    m = fmaxf(m, ScaledLogit(row[v], inv_t));
+  }
+  m = BlockMax(m);
+  float sum = 0.0f;
+  for (int64_t v = begin + threadIdx.x; v < end; v += kRowThreads) {
+    sum += expf(ScaledLogit(row[v], inv_t) - m);
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) stats[r * splits + split] = make_float2(m, sum);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    SplitDrawKernel(int32_t* tokens, float* logprobs, const float* logits, const SamplingRow* rows,
+                    const float2* stats, int64_t V, int64_t splits, int64_t split_len) {
+  const int64_t r = blockIdx.x;
+  const SamplingRow p = rows[r];
+  if (!PlainRow(p, V)) {
+    SampleRow(tokens, logprobs, logits, p, r, V);
+    return;
+  }
+  const float inv_t = 1.0f / p.temperature;
+  const float* row = logits + r * V;
+  const float2 mine =
+      threadIdx.x < splits ? stats[r * splits + threadIdx.x] : make_float2(-INFINITY, 0.0f);
+  const float M = BlockMax(mine.x);
+  __shared__ double mass[kRowThreads];
+  mass[threadIdx.x] = threadIdx.x < splits
+                          ? static_cast<double>(mine.y) * exp(static_cast<double>(mine.x - M))
+                          : 0.0;
+  __shared__ int64_t pick_split;
+  __shared__ double total_s, target_in_split;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int64_t i = 0; i < splits; ++i) total += mass[i];
+    const double target = PhiloxUniform(p.seed, p.stream, p.index) * total;
+    double before = 0.0;
+    int64_t j = 0, last_positive = 0;
+    for (; j < splits; ++j) {
+      if (mass[j] > 0.0) last_positive = j;
+      if (before + mass[j] > target) break;
+      before += mass[j];
+    }
+    if (j == splits) {  // rounding left the target unreached: the last split with mass
+      j = last_positive;
+      before = target;  // the draw lands on the split's first token with weight
+    }
+    pick_split = j;
+    total_s = total;
+    target_in_split = target - before;
+  }
+  __syncthreads();
+  // The chosen split's tokens in id order: per-thread contiguous segments, scanned in thread
+  // order by thread 0, then the crossing segment token by token.
+  const int64_t begin = pick_split * split_len, end = min(V, begin + split_len);
+  const int64_t seg = (end - begin + kRowThreads - 1) / kRowThreads;
+  const int64_t first = begin + threadIdx.x * seg, last = min(end, first + seg);
+  auto weight = [&](int64_t v) {
+    return static_cast<double>(expf(ScaledLogit(row[v], inv_t) - M));
+  };
+  double own = 0.0;
+  for (int64_t v = first; v < last; ++v) own += weight(v);
+  __syncthreads();
+  mass[threadIdx.x] = own;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const double target = target_in_split;
+    double cumulative = 0.0;
+    int64_t pick = -1;
+    int last_segment = -1;
+    for (int i = 0; i < kRowThreads && pick < 0; ++i) {
+      if (mass[i] <= 0.0) continue;
+      last_segment = i;
+      if (cumulative + mass[i] <= target) {
+        cumulative += mass[i];
+        continue;
+      }
+      const int64_t b = begin + i * seg, e = min(end, b + seg);
+      for (int64_t v = b; v < e && pick < 0; ++v) {
+        cumulative += weight(v);
+        if (cumulative > target) pick = v;
+      }
+    }
+    // Rounding left the target unreached: the last token with weight.
+    int64_t last_positive = begin;
+    if (pick < 0 && last_segment >= 0) {
+      const int64_t b = begin + last_segment * seg, e = min(end, b + seg);
+      for (int64_t v = e - 1; v >= b; --v) {
+        if (weight(v) > 0.0) {
+          last_positive = v;
+          break;
+        }
+      }
+    }
+    const int64_t chosen = pick >= 0 ? pick : last_positive;
+    tokens[r] = static_cast<int32_t>(chosen);
+    const float lse = __fadd_rn(M, logf(static_cast<float>(total_s)));
+    logprobs[r] = __fsub_rn(ScaledLogit(row[chosen], inv_t), lse);
+  }
+}
+
 }  // namespace
 
 void SampleTokens(int device, int32_t* tokens, float* logprobs, const float* logits,
-                  const SamplingRow* rows, int64_t R, int64_t V) {
+                  const SamplingRow* rows, int64_t R, int64_t V, bool split_vocabulary) {
   if (R == 0) return;
+  PRL_CHECK(R <= 65535 || !split_vocabulary, "SampleTokens: ", R,
+            " rows above the split sampler's grid limit of 65535");
   PRL_CHECK(R <= 2147483647LL, "SampleTokens: ", R, " rows above the grid limit");
   SetDevice(device);
-  SampleKernel<<<static_cast<unsigned>(R), kRowThreads, 0, CurrentStream(device)>>>(
-      tokens, logprobs, logits, rows, V);
+  const cudaStream_t stream = CurrentStream(device);
+  if (!split_vocabulary) {
+    SampleKernel<<<static_cast<unsigned>(R), kRowThreads, 0, stream>>>(tokens, logprobs, logits,
+                                                                       rows, V);
+    PRL_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  // Splits of at least 2048 tokens (8 per thread), at most kRowThreads of them.
+  const int64_t split_len = std::max<int64_t>(2048, (V + kRowThreads - 1) / kRowThreads);
+  const int64_t splits = (V + split_len - 1) / split_len;
+  auto* stats =
+      static_cast<float2*>(ScratchAlloc(device, static_cast<size_t>(R * splits) * sizeof(float2)));
+  SplitStatsKernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(R)), kRowThreads, 0,
+                     stream>>>(stats, logits, rows, V, split_len);
   PRL_CUDA_CHECK(cudaGetLastError());
+  SplitDrawKernel<<<static_cast<unsigned>(R), kRowThreads, 0, stream>>>(
+      tokens, logprobs, logits, rows, stats, V, splits, split_len);
+  PRL_CUDA_CHECK(cudaGetLastError());
+  ScratchFree(device, stats);
 }
 
 }  // namespace prl::kernels::cuda

@@ -77,6 +77,7 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"coordinator": {"max_stale_reruns": 1001}})",
        "coordinator.max_stale_reruns: expected 1 to 1000"},
       {R"({"actors": {"double_buffered_weights": 1}})", "actors.double_buffered_weights"},
+      {R"({"actors": {"tuned_kernels": "yes"}})", "actors.tuned_kernels"},
       {R"({"actors": {"count": 2.5}})", "actors.count: expected an integer, found 2.5"},
       {R"({"task": {"samples_per_prompt": 1}})", "task.samples_per_prompt: expected 2 to 1024"},
       {R"({"task": {"samples_per_prompt": 32}, "actors": {"max_num_seqs": 16}})",
