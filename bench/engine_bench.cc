@@ -134,7 +134,7 @@ absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int
   start = Clock::now();
   for (int64_t step = 1; engine->HasUnfinishedRequests(); ++step) {
     // Step returns once its tokens are on the host: the profiled range holds that step alone.
-    const bool profiled = profile && step == o.profile_step;
+    const bool profiled = profile && o.engine.device.is_cuda() && step == o.profile_step;
     if (profiled) PRL_RETURN_IF_ERROR(cuda::ProfilerStart());
     PRL_RETURN_IF_ERROR(engine->Step());
     if (profiled) PRL_RETURN_IF_ERROR(cuda::ProfilerStop());
