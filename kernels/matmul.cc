@@ -11,6 +11,29 @@ namespace prl::kernels {
 
 using internal::ExpectTensor;
 
+#if PRL_WITH_CUDA
+namespace {
+// cuBLASLt arguments of out (M, N) = a (M, K) . w (N, K)^T, row-major, contiguous.
+cuda::GemmArgs LinearGemm(const Tensor& out, const Tensor& a, const Tensor& w, DType dt,
+                          DType out_dt) {
+  cuda::GemmArgs g;
+  g.trans_b = true;
+  g.M = a.size(0);
+  g.N = w.size(0);
+  g.K = a.size(1);
+  g.a = a.data;
+  g.lda = g.K;
+  g.b = w.data;
+  g.ldb = g.K;
+  g.d = out.data;
+  g.ldd = g.N;
+  g.ab_dtype = dt;
+  g.d_dtype = out_dt;
+  return g;
+}
+}  // namespace
+#endif
+
 void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& bias,
                    bool accumulate, ReductionOrder order) {
   const char* op = "MatmulForward";
@@ -38,19 +61,7 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
     return cuda::InvariantGemm(device.index, dt, out_dt, out.data, a.data, w.data,
                                bias.defined() ? bias.data : nullptr, M, N, K, accumulate);
   }
-  cuda::GemmArgs g;
-  g.trans_b = true;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.a = a.data;
-  g.lda = K;
-  g.b = w.data;
-  g.ldb = K;
-  g.d = out.data;
-  g.ldd = N;
-  g.ab_dtype = dt;
-  g.d_dtype = out_dt;
+  cuda::GemmArgs g = LinearGemm(out, a, w, dt, out_dt);
   g.beta = accumulate ? 1.0f : 0.0f;
   g.bias = bias.defined() ? bias.data : nullptr;
   return cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
@@ -87,20 +98,8 @@ void MatmulResidualForward(const Tensor& out, const Tensor& a, const Tensor& w,
     ExpectTensor(op, "out", out, dt, {M, N});
     ExpectTensor(op, "a", a, dt, {M, K});
     ExpectTensor(op, "w", w, dt, {N, K});
-    cuda::GemmArgs g;
-    g.trans_b = true;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.a = a.data;
-    g.lda = K;
-    g.b = w.data;
-    g.ldb = K;
-    g.d = out.data;
-    g.ldd = N;
+    cuda::GemmArgs g = LinearGemm(out, a, w, dt, dt);
     g.c = residual.data;
-    g.ab_dtype = dt;
-    g.d_dtype = dt;
     g.beta = 1.0f;
     return cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
   }
