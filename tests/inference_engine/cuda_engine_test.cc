@@ -197,33 +197,6 @@ TEST(CudaEngineTest, TunedKernelsKeepTheFastModesAgreementWithTheLearner) {
   kernels::SetGemmAlgorithmSearch(false);
 }
 
-// Greedy decoding with the tuned kernels gives the CPU engine's tokens (fp32), so the fused
-// and searched paths compute the same model.
-TEST(CudaEngineTest, TunedKernelsGreedyDecodingMatchesTheCpuEngine) {
-  PRL_SKIP_WITHOUT_GPU();
-  const ModelConfig c = TinyEngineConfig();
-  auto host = TinyWeights(c, 3);
-  std::vector<Job> jobs = RandomJobs(12, c.vocab_size, 5);
-  for (Job& j : jobs) {
-    j.params.temperature = 0.0f;
-    j.params.n = 1;
-  }
-  EngineOptions cpu_options;
-  cpu_options.max_model_len = 256;
-  auto cpu = *Engine::Create(host, 0, cpu_options);
-  EngineOptions o = GpuOptions(DType::kF32, false, true);
-  o.tuned_kernels = true;
-  auto gpu = *Engine::Create(OnGpu(*host), 0, o);
-  const std::vector<RequestOutput> want = RunJobs(*cpu, jobs), got = RunJobs(*gpu, jobs);
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    EXPECT_EQ(got[i].samples[0].tokens, want[i].samples[0].tokens) << "job " << i;
-    for (size_t t = 0; t < want[i].samples[0].logprobs.size(); ++t) {
-      EXPECT_NEAR(got[i].samples[0].logprobs[t], want[i].samples[0].logprobs[t], 1e-5);
-    }
-  }
-  kernels::SetGemmAlgorithmSearch(false);
-}
-
 TEST(CudaEngineTest, GraphReplayEqualsEagerDecoding) {
   PRL_SKIP_WITHOUT_GPU();
   const ModelConfig c = TinyEngineConfig();
@@ -281,14 +254,23 @@ TEST(CudaEngineTest, GreedyDecodingMatchesTheCpuEngine) {
   EngineOptions cpu_options;
   cpu_options.max_model_len = 256;
   auto cpu = *Engine::Create(host, 0, cpu_options);
-  auto gpu = *Engine::Create(OnGpu(*host), 0, GpuOptions(DType::kF32, false, true));
-  const std::vector<RequestOutput> want = RunJobs(*cpu, jobs), got = RunJobs(*gpu, jobs);
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    EXPECT_EQ(got[i].samples[0].tokens, want[i].samples[0].tokens) << "job " << i;
-    for (size_t t = 0; t < want[i].samples[0].logprobs.size(); ++t) {
-      EXPECT_NEAR(got[i].samples[0].logprobs[t], want[i].samples[0].logprobs[t], 1e-5);
+  const std::vector<RequestOutput> want = RunJobs(*cpu, jobs);
+  // The default kernels, then the tuned ones (GEMM search, fused RoPE + KV write, decode
+  // attention, split sampler): both compute the CPU engine's model.
+  for (bool tuned : {false, true}) {
+    EngineOptions o = GpuOptions(DType::kF32, false, true);
+    o.tuned_kernels = tuned;
+    auto gpu = *Engine::Create(OnGpu(*host), 0, o);
+    const std::vector<RequestOutput> got = RunJobs(*gpu, jobs);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      EXPECT_EQ(got[i].samples[0].tokens, want[i].samples[0].tokens)
+          << "job " << i << " tuned " << tuned;
+      for (size_t t = 0; t < want[i].samples[0].logprobs.size(); ++t) {
+        EXPECT_NEAR(got[i].samples[0].logprobs[t], want[i].samples[0].logprobs[t], 1e-5);
+      }
     }
   }
+  kernels::SetGemmAlgorithmSearch(false);
 }
 
 // Both ways of swapping on CUDA: converting into the engine's one copy before the next step,
