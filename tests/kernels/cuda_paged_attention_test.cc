@@ -27,20 +27,13 @@ namespace prl::kernels {
 namespace {
 
 using testing::AsStored;
+using testing::BitEqual;
 using testing::Random;
 using testing::RelativeError;
 using testing::View;
 
 #if PRL_WITH_CUDA
 using testing::DeviceTensor;
-
-// Equal bits and every value finite (two identical NaN poisons are not agreement).
-bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  for (float x : a) {
-    if (!std::isfinite(x)) return false;
-  }
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Sequences of full length `lengths[b]` whose last `q_lens[b]` rows are this step's.
 struct PagedCase {

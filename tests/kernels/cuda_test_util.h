@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <random>
@@ -66,6 +67,14 @@ inline std::vector<float> AsStored(std::vector<float> v, DType dt) {
 
 // ||got - want||_2 / ||want||_2 in float64; infinite if any element of got is not finite
 // (a poisoned, unwritten output) or the sizes differ.
+// Equal bits and every value finite (two identical NaN poisons are not agreement).
+inline bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  for (float x : a) {
+    if (!std::isfinite(x)) return false;
+  }
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 inline double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
   double diff = 0, norm = 0;

@@ -29,19 +29,13 @@ namespace prl::kernels {
 namespace {
 
 using testing::AsStored;
+using testing::BitEqual;
 using testing::Random;
 using testing::RelativeError;
 using testing::View;
 
 #if PRL_WITH_CUDA
 using testing::DeviceTensor;
-
-bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  for (float x : a) {
-    if (!std::isfinite(x)) return false;
-  }
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 struct Drawn {
   std::vector<int32_t> tokens;
