@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
 #if PRL_WITH_CUDA
     const int device = options.device.index;
     kernels::SetGemmAlgorithmSearch(options.tuned_kernels && !options.batch_invariant);
+    kernels::SetSkinnyGemm(options.tuned_kernels && !options.batch_invariant);
     PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(device));
     PRL_ASSIGN_OR_RETURN(cuda::Stream convert, cuda::Stream::Create(device));
     PRL_ASSIGN_OR_RETURN(cuda::Event converted, cuda::Event::Create(device));

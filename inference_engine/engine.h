@@ -63,12 +63,13 @@ struct EngineOptions {
   // one beside decoding and a Step flips to it without waiting (one more copy of the weights
   // in memory). False: one copy, converted into before the Step after SwapWeights runs.
   bool double_buffered_weights = true;
-  // CUDA, fast order: the tuned decode kernels — cuBLASLt's algorithms searched per shape (a
-  // process-wide choice: kernels/cuda/gemm.h), residuals read by the projections' GEMMs,
-  // RoPE fused with the KV-cache write, decode attention without a per-layer tile plan, and
-  // split-vocabulary sampling (kernels/sampling.h). The batch-invariant mode ignores it. Off
-  // here (the kernels of before, which the engine tests pin); the actors' config turns it on
-  // (actors.tuned_kernels).
+  // CUDA, fast order: the tuned decode kernels — cuBLASLt's algorithms searched per shape and
+  // a weight-bandwidth kernel for products of at most 8 rows (process-wide choices:
+  // kernels/cuda/gemm.h, gemm_skinny.h), residuals read by the projections' GEMMs, RoPE fused
+  // with the KV-cache write, decode attention on tensor cores without a per-layer tile plan
+  // (kernels/cuda/decode_attention.h), and split-vocabulary sampling (kernels/sampling.h). The
+  // batch-invariant mode ignores it. Off here (the kernels of before, which the engine tests pin);
+  // the actors' config turns it on (actors.tuned_kernels).
   bool tuned_kernels = false;
 };
 

@@ -5,6 +5,7 @@
 #include "kernels/dispatch.h"
 #if PRL_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm_skinny.h"
 #endif
 
 namespace prl::kernels {
@@ -73,6 +74,14 @@ void MatmulForward(const Tensor& out, const Tensor& a, const Tensor& w, const Te
 void SetGemmAlgorithmSearch(bool on) {
 #if PRL_WITH_CUDA
   cuda::SetGemmAlgorithmSearch(on);
+#else
+  (void)on;
+#endif
+}
+
+void SetSkinnyGemm(bool on) {
+#if PRL_WITH_CUDA
+  cuda::SetSkinnyGemm(on);
 #else
   (void)on;
 #endif

@@ -31,6 +31,10 @@ void MatmulResidualForward(const Tensor& out, const Tensor& a, const Tensor& w,
 // timed choice costs in reproducibility). No effect on the CPU.
 void SetGemmAlgorithmSearch(bool on);
 bool GemmAlgorithmSearch();
+// CUDA, fast order: BF16 products of at most 8 rows (a small decode step's projections) run
+// on a kernel that reads the weights at memory bandwidth instead of cuBLASLt's tall tiles
+// (process-wide; kernels/cuda/gemm_skinny.h). No effect on the CPU.
+void SetSkinnyGemm(bool on);
 
 // da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a;
 // dbias (N) += column sums of dout (skipped if undefined).

@@ -1,7 +1,7 @@
 // Decode attention over the paged KV cache for steps in which every sequence has one query row
 // (row b of qkv is sequence b's): the fast order's kernel behind PagedAttentionForward's
 // single_token_rows (kernels/cuda/decode_attention.cu). A key row is read once for all the
-// query heads of its kv head, with 16-byte loads, and the context is split over CTAs (flash
+// query heads of its kv head (BF16: on tensor cores), and the context is split over CTAs (flash
 // decoding) when the batch alone cannot fill the GPU. Caches (num_blocks, KV, block_size, D).
 #pragma once
 
@@ -11,7 +11,8 @@
 
 namespace prl::kernels::cuda {
 
-// BF16 or F32, D of 64 or 128, at most 8 query heads per kv head.
+// D of 64 or 128; BF16 with at most 16 query heads per kv head (tensor cores), F32 with at
+// most 8.
 bool DecodeAttentionSupported(DType dt, int64_t H, int64_t KV, int64_t D);
 
 // out (B, H D) =; asynchronous on the current stream, capturable in a CUDA graph.

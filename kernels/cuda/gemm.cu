@@ -21,6 +21,7 @@
 #include "core/cuda/caching_allocator.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_skinny.h"
 
 namespace prl::kernels::cuda {
 namespace {
@@ -246,6 +247,7 @@ void Gemm(int device, cudaStream_t stream, const GemmArgs& g) {
   PRL_CHECK(g.lda >= (g.trans_a ? g.M : g.K) && g.ldb >= (g.trans_b ? g.K : g.N) && g.ldd >= g.N,
             "Gemm: a row stride is shorter than its row (lda ", g.lda, " ldb ", g.ldb, " ldd ",
             g.ldd, " for M=", g.M, " N=", g.N, " K=", g.K, ")");
+  if (SkinnyGemm() && SkinnyGemmSupported(g)) return SkinnyGemmRun(device, stream, g);
   SetDevice(device);
   const cublasLtHandle_t handle = Handle(device);
   const void* c = g.c != nullptr ? g.c : g.d;

@@ -14,6 +14,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -182,73 +183,94 @@ TEST(CudaTunedKernelsTest, FusedRopeAndKvWriteEqualsTheTwoCallsBitForBit) {
   }
 }
 
-// Decode rows (one per sequence) without the tile plan: the CPU's attention within the mode's
-// tolerance, and in the batch-invariant order the planned kernel's bits.
+struct DecodeShape {
+  int64_t H, KV, D;
+};
+
+// Decode rows (one per sequence, the last token of each of `lengths`) without the tile plan:
+// the CPU's attention within the mode's tolerance, and in the batch-invariant order the
+// planned kernel's bits.
+void CheckDecodeRows(const DecodeShape& sh, const std::vector<int32_t>& lengths) {
+  const int64_t H = sh.H, KV = sh.KV, D = sh.D, bs = 16, width = (H + 2 * KV) * D, HD = H * D;
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  const AttentionShape shape{H, KV, D};
+  int64_t max_blocks = 0;
+  for (int32_t l : lengths) max_blocks = std::max<int64_t>(max_blocks, (l + bs - 1) / bs);
+  const int64_t num_blocks = B * max_blocks;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    std::vector<int32_t> cu = {0};
+    for (int32_t l : lengths) cu.push_back(cu.back() + l);
+    const int64_t T_full = cu.back();
+    const std::vector<float> qkv = AsStored(Random(T_full * width, 8, 0.5f), dt);
+    std::vector<float> out_full(T_full * HD), lse_full(T_full * H), want;
+    AttentionForward(View(out_full, {T_full, HD}), View(lse_full, {T_full, H}),
+                     View(const_cast<std::vector<float>&>(qkv), {T_full, width}), View(cu, {B + 1}),
+                     shape);
+    std::vector<int32_t> tables(B * max_blocks), slots, q_start(B + 1), context(lengths);
+    std::iota(tables.begin(), tables.end(), 0);
+    std::shuffle(tables.begin(), tables.end(), std::mt19937(3));
+    std::iota(q_start.begin(), q_start.end(), 0);
+    std::vector<float> last_rows;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t p = 0; p < lengths[b]; ++p) {
+        slots.push_back(tables[b * max_blocks + p / bs] * static_cast<int32_t>(bs) +
+                        static_cast<int32_t>(p % bs));
+      }
+      const int64_t last = cu[b + 1] - 1;
+      want.insert(want.end(), out_full.begin() + last * HD, out_full.begin() + (last + 1) * HD);
+      last_rows.insert(last_rows.end(), qkv.begin() + last * width,
+                       qkv.begin() + (last + 1) * width);
+    }
+    DeviceTensor k_cache(dt, {num_blocks, KV, bs, D}), v_cache(dt, {num_blocks, KV, bs, D});
+    DeviceTensor d_all(dt, {T_full, width}), d_slots(DType::kI32, {T_full});
+    DeviceTensor d_step(dt, {B, width}), d_tables(DType::kI32, {B, max_blocks});
+    DeviceTensor d_q(DType::kI32, {B + 1}), d_context(DType::kI32, {B}), d_out(dt, {B, HD});
+    d_all.Upload(qkv);
+    d_slots.Upload(slots);
+    KvCacheWrite(k_cache.t, v_cache.t, d_all.t, d_slots.t, shape);
+    d_step.Upload(last_rows);
+    d_tables.Upload(tables);
+    d_q.Upload(q_start);
+    d_context.Upload(context);
+    std::vector<float> got[2][2];  // [invariant][single_token_rows]
+    for (int inv = 0; inv < 2; ++inv) {
+      for (int single = 0; single < 2; ++single) {
+        testing::Poison(d_out.t);
+        PagedAttentionForward(
+            d_out.t, d_step.t, k_cache.t, v_cache.t, d_tables.t, d_q.t, d_context.t, shape,
+            inv ? ReductionOrder::kBatchInvariant : ReductionOrder::kFast, single == 1);
+        got[inv][single] = d_out.Download();
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " H" << H << " KV" << KV << " D" << D);
+    EXPECT_LE(RelativeError(got[0][1], want), testing::Tolerance(dt));
+    EXPECT_LE(RelativeError(got[1][1], want), testing::Tolerance(dt));
+    EXPECT_TRUE(BitEqual(got[1][0], got[1][1])) << "batch-invariant bits changed";
+  }
+}
+
+// A few sequences: the context is split over CTAs (flash decoding) and the splits merged. GQA
+// 7:1 (Qwen2.5-0.5B), 8:1 at head_dim 128, MHA, and 16:1 (BF16: the tensor-core kernel's
+// largest group; F32: beyond the SIMT kernel's 8, the row kernel without the plan).
 TEST(CudaTunedKernelsTest, DecodeAttentionWithoutTilePlanMatchesCpuAndPlannedBits) {
   PRL_SKIP_WITHOUT_GPU();
-  struct Shape {
-    int64_t H, KV, D;
-  };
-  // GQA 7:1 (Qwen2.5-0.5B), 8:1 at head_dim 128, MHA, and 16:1 (beyond the decode kernel's
-  // 8 query heads per kv head: the row kernel without the plan).
-  for (const Shape sh : {Shape{14, 2, 64}, Shape{8, 1, 128}, Shape{4, 4, 64}, Shape{16, 1, 64}}) {
-    const int64_t H = sh.H, KV = sh.KV, D = sh.D, bs = 16, width = (H + 2 * KV) * D, HD = H * D;
-    const std::vector<int32_t> lengths = {1, 17, 300, 700, 64, 33};
-    const int64_t B = static_cast<int64_t>(lengths.size());
-    const AttentionShape shape{H, KV, D};
-    int64_t max_blocks = 0;
-    for (int32_t l : lengths) max_blocks = std::max<int64_t>(max_blocks, (l + bs - 1) / bs);
-    const int64_t num_blocks = B * max_blocks;
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      std::vector<int32_t> cu = {0};
-      for (int32_t l : lengths) cu.push_back(cu.back() + l);
-      const int64_t T_full = cu.back();
-      const std::vector<float> qkv = AsStored(Random(T_full * width, 8, 0.5f), dt);
-      std::vector<float> out_full(T_full * HD), lse_full(T_full * H), want;
-      AttentionForward(View(out_full, {T_full, HD}), View(lse_full, {T_full, H}),
-                       View(const_cast<std::vector<float>&>(qkv), {T_full, width}),
-                       View(cu, {B + 1}), shape);
-      std::vector<int32_t> tables(B * max_blocks), slots, q_start(B + 1), context(lengths);
-      std::iota(tables.begin(), tables.end(), 0);
-      std::shuffle(tables.begin(), tables.end(), std::mt19937(3));
-      std::iota(q_start.begin(), q_start.end(), 0);
-      std::vector<float> last_rows;
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t p = 0; p < lengths[b]; ++p) {
-          slots.push_back(tables[b * max_blocks + p / bs] * static_cast<int32_t>(bs) +
-                          static_cast<int32_t>(p % bs));
-        }
-        const int64_t last = cu[b + 1] - 1;
-        want.insert(want.end(), out_full.begin() + last * HD, out_full.begin() + (last + 1) * HD);
-        last_rows.insert(last_rows.end(), qkv.begin() + last * width,
-                         qkv.begin() + (last + 1) * width);
-      }
-      DeviceTensor k_cache(dt, {num_blocks, KV, bs, D}), v_cache(dt, {num_blocks, KV, bs, D});
-      DeviceTensor d_all(dt, {T_full, width}), d_slots(DType::kI32, {T_full});
-      DeviceTensor d_step(dt, {B, width}), d_tables(DType::kI32, {B, max_blocks});
-      DeviceTensor d_q(DType::kI32, {B + 1}), d_context(DType::kI32, {B}), d_out(dt, {B, HD});
-      d_all.Upload(qkv);
-      d_slots.Upload(slots);
-      KvCacheWrite(k_cache.t, v_cache.t, d_all.t, d_slots.t, shape);
-      d_step.Upload(last_rows);
-      d_tables.Upload(tables);
-      d_q.Upload(q_start);
-      d_context.Upload(context);
-      std::vector<float> got[2][2];  // [invariant][single_token_rows]
-      for (int inv = 0; inv < 2; ++inv) {
-        for (int single = 0; single < 2; ++single) {
-          testing::Poison(d_out.t);
-          PagedAttentionForward(
-              d_out.t, d_step.t, k_cache.t, v_cache.t, d_tables.t, d_q.t, d_context.t, shape,
-              inv ? ReductionOrder::kBatchInvariant : ReductionOrder::kFast, single == 1);
-          got[inv][single] = d_out.Download();
-        }
-      }
-      SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " H" << H << " KV" << KV << " D" << D);
-      EXPECT_LE(RelativeError(got[0][1], want), testing::Tolerance(dt));
-      EXPECT_LE(RelativeError(got[1][1], want), testing::Tolerance(dt));
-      EXPECT_TRUE(BitEqual(got[1][0], got[1][1])) << "batch-invariant bits changed";
-    }
+  for (const DecodeShape sh : {DecodeShape{14, 2, 64}, DecodeShape{8, 1, 128},
+                               DecodeShape{4, 4, 64}, DecodeShape{16, 1, 64}}) {
+    CheckDecodeRows(sh, {1, 17, 300, 700, 64, 33});
+  }
+}
+
+// Enough sequences to fill the GPU without splitting the context (one CTA per sequence and kv
+// head writes the output itself), with lengths that end inside and at the edge of key tiles.
+TEST(CudaTunedKernelsTest, DecodeAttentionOfALargeBatchMatchesCpuWithoutSplits) {
+  PRL_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  std::vector<int32_t> lengths(600);
+  for (int32_t& l : lengths) l = 1 + static_cast<int32_t>(rng() % 96);
+  lengths[0] = 32;
+  lengths[1] = 64;
+  for (const DecodeShape sh : {DecodeShape{14, 2, 64}, DecodeShape{16, 2, 128}}) {
+    CheckDecodeRows(sh, lengths);
   }
 }
 
@@ -280,6 +302,45 @@ TEST(CudaTunedKernelsTest, ResidualGemmWithAlgorithmSearchMatchesCpu) {
     }
   }
   SetGemmAlgorithmSearch(before);
+}
+
+// The skinny GEMM (every row count it takes, 1..8, and 9, which cuBLASLt keeps): the CPU's
+// product within BF16's tolerance with a bias, accumulating, as a residual product in place,
+// and into F32 (the LM head's logits), for N not a multiple of the 8 warps of a block and K
+// not a multiple of the 32 x 4 chunks a warp reads per pass.
+TEST(CudaTunedKernelsTest, SkinnyGemmMatchesCpuForEveryRowCount) {
+  PRL_SKIP_WITHOUT_GPU();
+  SetSkinnyGemm(true);
+  const DType dt = DType::kBF16;
+  for (int64_t M = 1; M <= 9; ++M) {
+    const std::pair<int64_t, int64_t> shapes[] = {{901, 896}, {300, 4864}, {37, 8}};  // N, K
+    for (const auto& [N, K] : shapes) {
+      auto a = AsStored(Random(M * K, 1, 0.1f), dt), w = AsStored(Random(N * K, 2, 0.1f), dt),
+           bias = AsStored(Random(N, 4), dt), residual = AsStored(Random(M * N, 3), dt);
+      std::vector<float> with_bias(M * N), accumulated = residual;
+      MatmulForward(View(with_bias, {M, N}), View(a, {M, K}), View(w, {N, K}), View(bias, {N}));
+      MatmulForward(View(accumulated, {M, N}), View(a, {M, K}), View(w, {N, K}), {}, true);
+      DeviceTensor da(dt, {M, K}), dw(dt, {N, K}), db(dt, {N}), dres(dt, {M, N}), dout(dt, {M, N}),
+          dlogits(DType::kF32, {M, N});
+      da.Upload(a);
+      dw.Upload(w);
+      db.Upload(bias);
+      dres.Upload(residual);
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+      MatmulForward(dout.t, da.t, dw.t, db.t);
+      EXPECT_LE(RelativeError(dout.Download(), with_bias), testing::Tolerance(dt));
+      dout.Upload(residual);
+      MatmulForward(dout.t, da.t, dw.t, {}, /*accumulate=*/true);
+      EXPECT_LE(RelativeError(dout.Download(), accumulated), testing::Tolerance(dt));
+      MatmulResidualForward(dres.t, da.t, dw.t, dres.t);  // in place
+      EXPECT_LE(RelativeError(dres.Download(), accumulated), testing::Tolerance(dt));
+      std::vector<float> logits(M * N);
+      MatmulForward(View(logits, {M, N}), View(a, {M, K}), View(w, {N, K}));
+      MatmulForward(dlogits.t, da.t, dw.t);
+      EXPECT_LE(RelativeError(dlogits.Download(), logits), 1e-5) << "F32 output";
+    }
+  }
+  SetSkinnyGemm(false);
 }
 
 #else
