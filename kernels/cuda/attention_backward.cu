@@ -2,10 +2,19 @@
 //   delta = rowsum(dout * out)                         DeltaKernel, a warp per (token, head)
 //   dS = P * (dP - delta), dP = dout V^T, scale = 1/sqrt(D)
 //   dQ = scale dS K                                     FlashDqKernel: per query tile and head
-//   dK = scale dS^T Q, dV = P^T dout (over the group)   FlashDkvKernel: per key tile and KV head
+//   dK = scale dS^T Q, dV = P^T dout (over the group)   FlashDkvKernel: per key tile and query
+//                                                       head, then DkvReduceKernel sums the group
 // A separate dQ pass (recomputing S and dP, 7 tile products instead of 5) instead of fp32
 // atomics: every output element is written once by one thread, so the result is deterministic
 // and needs no fp32 scratch of dQ. Both kernels double-buffer the tiles they stream.
+//
+// dK/dV per query head: with one block per key tile and KV head looping over the group's G
+// query heads, a causal sequence's first key tile ran G x (its query tiles) steps while the
+// last ran G, and the grid held too few blocks to fill the GPU (issue 31's profile: 4.6x the
+// forward kernel). One block per key tile and query head (the heads of a tile launched side by
+// side, earlier tiles first) writes an fp32 partial (T, H, 2, D); DkvReduceKernel adds the G
+// partials of each KV head in head order, so the result stays deterministic. With G = 1 the
+// block writes dK/dV directly.
 #include <cmath>
 #include <cstdint>
 
@@ -161,12 +170,16 @@ __global__ void __launch_bounds__(kThreads)
                        scale);
 }
 
+// Grid (tile slots x group, KV): block x covers key tile slot x / group and query head
+// kv * group + x % group. dkv_part (T, H, 2, D) F32 receives (scale dK, dV) of that head when
+// group > 1; with group == 1, dqkv's dK/dV rows are written directly.
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
-    FlashDkvKernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
-                   const bf16* __restrict__ qkv, const float* __restrict__ lse,
-                   const float* __restrict__ delta, const int32_t* __restrict__ cu,
-                   int64_t num_seqs, int64_t H, int64_t KV, float scale, float scale_log2) {
+    FlashDkvKernel(bf16* __restrict__ dqkv, float* __restrict__ dkv_part,
+                   const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
+                   const float* __restrict__ lse, const float* __restrict__ delta,
+                   const int32_t* __restrict__ cu, int64_t num_seqs, int64_t H, int64_t KV,
+                   float scale, float scale_log2) {
   constexpr int kStride = flash::kSmemStride<kD>, kBlockQ = kDkvQueriesPerStep<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);
@@ -182,19 +195,18 @@ __global__ void __launch_bounds__(kThreads)
   auto sDelta = [&](int buf) { return sDelta_base + buf * kBlockQ; };
 
   // Earlier key tiles are seen by more queries: launch them first (slots in sequence order).
-  const flash::TileSlot ts = flash::FindTile(cu, num_seqs, blockIdx.x, kBlockKeys);
+  const int64_t group = H / KV;
+  const flash::TileSlot ts = flash::FindTile(cu, num_seqs, blockIdx.x / group, kBlockKeys);
   if (!ts.valid) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t kv = blockIdx.y, group = H / KV, width = (H + 2 * KV) * kD;
+  const int64_t kv = blockIdx.y, hq = kv * group + blockIdx.x % group, width = (H + 2 * KV) * kD;
   const int k0 = ts.tile * kBlockKeys;
   const int key_a = k0 + warp * 16 + g;  // this thread's keys: key_a and key_a + 8
-  // Steps: the group's query heads x the query tiles that can see a key of this tile.
+  // Steps: the query tiles of head hq that can see a key of this tile.
   const int first_q_tile = k0 / kBlockQ;
-  const int num_q_tiles = (ts.len + kBlockQ - 1) / kBlockQ - first_q_tile;
-  const int steps = static_cast<int>(group) * num_q_tiles;
+  const int steps = (ts.len + kBlockQ - 1) / kBlockQ - first_q_tile;
   auto load_step = [&](int step, int buf) {
-    const int64_t hq = kv * group + step / num_q_tiles;
-    const int row0 = (first_q_tile + step % num_q_tiles) * kBlockQ;
+    const int row0 = (first_q_tile + step) * kBlockQ;
     flash::LoadTile<kBlockQ, kD>(sQ(buf), qkv + ts.start * width + hq * kD, width, row0, ts.len);
     flash::LoadTile<kBlockQ, kD>(sdO(buf), dout + ts.start * H * kD + hq * kD, H * kD, row0,
                                  ts.len);
@@ -215,7 +227,7 @@ __global__ void __launch_bounds__(kThreads)
     flash::CpAsyncCommit();
     flash::CpAsyncWait<1>();  // this step's tiles (and K, V) have landed
     __syncthreads();
-    const int row0 = (first_q_tile + step % num_q_tiles) * kBlockQ;
+    const int row0 = (first_q_tile + step) * kBlockQ;
     // S^T = K Q^T and dP^T = V dout^T: the warp's 16 keys x kBlockQ queries.
     float st[kBlockQ / 8][4] = {}, dpt[kBlockQ / 8][4] = {};
 #pragma unroll
@@ -265,10 +277,51 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // buffer `buf` is refilled at the next step
   }
   flash::CpAsyncWait<0>();
-  flash::StoreRows<kD>(dqkv + ts.start * width + (H + kv) * kD, width, k0 + warp * 16, ts.len, dk,
-                       scale, scale);
-  flash::StoreRows<kD>(dqkv + ts.start * width + (H + KV + kv) * kD, width, k0 + warp * 16, ts.len,
-                       dv, 1.0f, 1.0f);
+  if (group == 1) {
+    flash::StoreRows<kD>(dqkv + ts.start * width + (H + kv) * kD, width, k0 + warp * 16, ts.len, dk,
+                         scale, scale);
+    flash::StoreRows<kD>(dqkv + ts.start * width + (H + KV + kv) * kD, width, k0 + warp * 16,
+                         ts.len, dv, 1.0f, 1.0f);
+    return;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = key_a + 8 * half;
+    if (key >= ts.len) continue;
+    float* part = dkv_part + ((ts.start + key) * H + hq) * 2 * kD + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      *reinterpret_cast<float2*>(part + 8 * n) =
+          make_float2(dk[n][2 * half] * scale, dk[n][2 * half + 1] * scale);
+      *reinterpret_cast<float2*>(part + kD + 8 * n) =
+          make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+    }
+  }
+}
+
+// dqkv's dK and dV rows = the sums over each KV head's group of the per-head partials
+// (T, H, 2, D), added in head order; one thread per (token, KV head, element pair).
+template <int kD>
+__global__ void DkvReduceKernel(bf16* __restrict__ dqkv, const float* __restrict__ dkv_part,
+                                int64_t T, int64_t H, int64_t KV) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T * KV * (kD / 2)) return;
+  const int64_t token = i / (KV * (kD / 2)), kv = i / (kD / 2) % KV, d = 2 * (i % (kD / 2));
+  const int64_t group = H / KV;
+  float2 dk = make_float2(0.0f, 0.0f), dv = make_float2(0.0f, 0.0f);
+  for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
+    const float* part = dkv_part + (token * H + h) * 2 * kD + d;
+    const float2 a = *reinterpret_cast<const float2*>(part);
+    const float2 b = *reinterpret_cast<const float2*>(part + kD);
+    dk.x += a.x;
+    dk.y += a.y;
+    dv.x += b.x;
+    dv.y += b.y;
+  }
+  bf16* row = dqkv + token * (H + 2 * KV) * kD;
+  *reinterpret_cast<__nv_bfloat162*>(row + (H + kv) * kD + d) = __floats2bfloat162_rn(dk.x, dk.y);
+  *reinterpret_cast<__nv_bfloat162*>(row + (H + KV + kv) * kD + d) =
+      __floats2bfloat162_rn(dv.x, dv.y);
 }
 
 template <typename Kernel>
@@ -285,7 +338,7 @@ void FlashAttentionBackward(int device, void* dqkv, const void* dout, const void
   if (T == 0) return;
   SetDevice(device);
   const int64_t slots = flash::NumTileSlots(num_seqs, T, kBlockM);  // kBlockM == kBlockKeys
-  PRL_CHECK(slots <= INT32_MAX && H <= 65535, "FlashAttentionBackward: grid too large (", slots,
+  PRL_CHECK(slots * H <= INT32_MAX && H <= 65535, "FlashAttentionBackward: grid too large (", slots,
             " tiles x ", H, " heads)");
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float scale_log2 = scale * flash::kLog2e;
@@ -303,10 +356,25 @@ void FlashAttentionBackward(int device, void* dqkv, const void* dout, const void
                         DqSmemBytes<kD>(), stream>>>(
         dqkv_bf, dout_bf, qkv_bf, lse, delta, cu_seqlens, num_seqs, H, KV, scale, scale_log2);
     PRL_CUDA_CHECK(cudaGetLastError());
+    const int64_t group = H / KV;
+    float* dkv_part = nullptr;
+    if (group > 1) {
+      dkv_part = static_cast<float*>(
+          ScratchAlloc(device, static_cast<size_t>(T * H * 2 * kD) * sizeof(float)));
+    }
     AllowSmem(FlashDkvKernel<kD>, DkvSmemBytes<kD>());
-    FlashDkvKernel<kD><<<dim3(static_cast<unsigned>(slots), static_cast<unsigned>(KV)), kThreads,
-                         DkvSmemBytes<kD>(), stream>>>(
-        dqkv_bf, dout_bf, qkv_bf, lse, delta, cu_seqlens, num_seqs, H, KV, scale, scale_log2);
+    FlashDkvKernel<kD><<<dim3(static_cast<unsigned>(slots * group), static_cast<unsigned>(KV)),
+                         kThreads, DkvSmemBytes<kD>(), stream>>>(dqkv_bf, dkv_part, dout_bf, qkv_bf,
+                                                                 lse, delta, cu_seqlens, num_seqs,
+                                                                 H, KV, scale, scale_log2);
+    PRL_CUDA_CHECK(cudaGetLastError());
+    if (group > 1) {
+      const int64_t threads = T * KV * (kD / 2);
+      DkvReduceKernel<kD><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+          dqkv_bf, dkv_part, T, H, KV);
+      PRL_CUDA_CHECK(cudaGetLastError());
+      ScratchFree(device, dkv_part);
+    }
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }
