@@ -2,6 +2,7 @@
 // add, fill (kernels/cuda/cuda_ops.h). fp32 arithmetic over F32 or BF16 storage.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/rope_rotate.cuh"
@@ -137,6 +138,72 @@ __global__ void SwiGluBackwardKernel(T* dgate_up, const T* dact, const T* gate_u
   dgate_up[t * 2 * I + I + j] = FromF32<T>(d * g * sg);
 }
 
+// BF16 with I % 8 == 0 and 16-byte aligned rows: the same per-element arithmetic with a
+// thread per 8 elements of a row and 16-byte loads and stores, rows strided over grid y (no
+// 64-bit division per element: the scalar kernels above ran at about a quarter of the memory
+// bandwidth in the learner's profile).
+constexpr int kVec8Threads = 256;
+
+__device__ __forceinline__ void LoadBf16x8(const bf16* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const bf16* v = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = ToF32(v[e]);
+}
+__device__ __forceinline__ void StoreBf16x8(bf16* p, const float* in) {
+  uint4 raw;
+  bf16* v = reinterpret_cast<bf16*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = FromF32<bf16>(in[e]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+__global__ void SwiGluForwardVec8Kernel(bf16* act, const bf16* gate_up, int64_t T_, int64_t I) {
+  const int64_t j = 8 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
+  if (j >= I) return;
+  for (int64_t t = blockIdx.y; t < T_; t += gridDim.y) {
+    float g[8], u[8], a[8];
+    LoadBf16x8(gate_up + t * 2 * I + j, g);
+    LoadBf16x8(gate_up + t * 2 * I + I + j, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) a[e] = g[e] * Sigmoid(g[e]) * u[e];
+    StoreBf16x8(act + t * I + j, a);
+  }
+}
+
+__global__ void SwiGluBackwardVec8Kernel(bf16* dgate_up, const bf16* dact, const bf16* gate_up,
+                                         int64_t T_, int64_t I) {
+  const int64_t j = 8 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
+  if (j >= I) return;
+  for (int64_t t = blockIdx.y; t < T_; t += gridDim.y) {
+    float g[8], u[8], d[8], dg[8], du[8];
+    LoadBf16x8(gate_up + t * 2 * I + j, g);
+    LoadBf16x8(gate_up + t * 2 * I + I + j, u);
+    LoadBf16x8(dact + t * I + j, d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float sg = Sigmoid(g[e]);
+      dg[e] = d[e] * u[e] * sg * (1.0f + g[e] * (1.0f - sg));
+      du[e] = d[e] * g[e] * sg;
+    }
+    StoreBf16x8(dgate_up + t * 2 * I + j, dg);
+    StoreBf16x8(dgate_up + t * 2 * I + I + j, du);
+  }
+}
+
+bool Vec8Rows(DType dt, int64_t I, std::initializer_list<const void*> tensors) {
+  if (dt != DType::kBF16 || I % 8 != 0) return false;
+  for (const void* p : tensors) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+dim3 Vec8Grid(int64_t T, int64_t I) {
+  return dim3(static_cast<unsigned>((I / 8 + kVec8Threads - 1) / kVec8Threads),
+              static_cast<unsigned>(std::min<int64_t>(T, 65535)));
+}
+
 template <typename T>
 __global__ void EmbeddingForwardKernel(T* out, const T* table, const int32_t* tokens, int64_t T_,
                                        int64_t C) {
@@ -259,6 +326,12 @@ void RopeApply(int device, DType dt, void* x, int64_t T, int64_t num_heads, int6
 void SwiGluForward(int device, DType dt, void* act, const void* gate_up, int64_t T, int64_t I) {
   if (T * I == 0) return;
   SetDevice(device);
+  if (Vec8Rows(dt, I, {act, gate_up})) {
+    SwiGluForwardVec8Kernel<<<Vec8Grid(T, I), kVec8Threads, 0, CurrentStream(device)>>>(
+        static_cast<bf16*>(act), static_cast<const bf16*>(gate_up), T, I);
+    PRL_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   DispatchDType(dt, [&](auto tag) {
     using V = decltype(tag);
     SwiGluForwardKernel<V><<<Blocks(T * I, 256), 256, 0, CurrentStream(device)>>>(
@@ -271,6 +344,13 @@ void SwiGluBackward(int device, DType dt, void* dgate_up, const void* dact, cons
                     int64_t T, int64_t I) {
   if (T * I == 0) return;
   SetDevice(device);
+  if (Vec8Rows(dt, I, {dgate_up, dact, gate_up})) {
+    SwiGluBackwardVec8Kernel<<<Vec8Grid(T, I), kVec8Threads, 0, CurrentStream(device)>>>(
+        static_cast<bf16*>(dgate_up), static_cast<const bf16*>(dact),
+        static_cast<const bf16*>(gate_up), T, I);
+    PRL_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   DispatchDType(dt, [&](auto tag) {
     using V = decltype(tag);
     SwiGluBackwardKernel<V><<<Blocks(T * I, 256), 256, 0, CurrentStream(device)>>>(
