@@ -40,6 +40,9 @@ struct ModelBenchOptions {
   // CUDA: cuBLASLt algorithm search (kernels::SetGemmAlgorithmSearch) and residual GEMMs
   // (TransformerOptions::residual_in_gemm).
   bool tuned_kernels = false;
+  // CUDA: one forward+backward after the timed ones runs between cudaProfilerStart and
+  // cudaProfilerStop (for ncu --profile-from-start off); it is not part of the figures.
+  bool profile = false;
 };
 
 absl::StatusOr<Report> RunModelBench(const ModelConfig& config, const ModelBenchOptions& options);

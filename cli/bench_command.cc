@@ -127,6 +127,9 @@ void RegisterModelBench(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   model->add_flag("--tuned-kernels", f->options.tuned_kernels,
                   "CUDA: cuBLASLt algorithm search and residual GEMMs");
+  model->add_flag("--profile", f->options.profile,
+                  "CUDA: one extra forward+backward between cudaProfilerStart/Stop (for ncu "
+                  "--profile-from-start off; not timed)");
   model->add_flag("--json", f->json, "Print one JSON object instead of the table");
   registry.Add(model, [f] { return RunModelBench(*f); });
 }

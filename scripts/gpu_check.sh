@@ -28,7 +28,7 @@
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
 #   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles bench swaps e2e": a
 #   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100; the
-#   part "profile" is not in the default); TESTS (the test binaries of part tests; default all)
+#   parts "profile" and "profile_learner" are not in the default); TESTS (the test binaries of part tests; default all)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
@@ -324,16 +324,38 @@ for x in r["results"]:
 PY
 }
 
-# --- where a decode step's GPU time goes --------------------------------------------------
-# Nsight Compute times every kernel of decode step 32 (prl bench engine --profile-step: the
-# step runs between cudaProfilerStart and cudaProfilerStop; graph nodes one by one), 0.5B shape,
-# bf16, prompt 512, at batches 1, 64 and 256 with the tuned kernels and at 256 without; the
-# table sums the time per kernel name.
+# --- where the GPU time goes ---------------------------------------------------------------
+# Nsight Compute times every kernel of one decode step and of one learner pass, and the table
+# sums the time per kernel name. Part profile: decode step 32 (prl bench engine --profile-step:
+# the step runs between cudaProfilerStart and cudaProfilerStop; graph nodes one by one), 0.5B
+# shape, bf16, prompt 512, at batches 1, 64 and 256 with the tuned kernels and at 256 without.
+# Part profile_learner: one forward+backward of the 0.5B shape, bf16, 8192 tokens in sequences
+# of 2048 (prl bench model --profile), with the tuned kernels.
+find_ncu() {
+  command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null |
+    head -1
+}
+
+run_profile_learner() {
+  echo "== ncu: GPU time per kernel of one learner forward+backward"
+  local ncu
+  ncu=$(find_ncu)
+  if [ -z "$ncu" ]; then
+    echo "gpu_check: no ncu on this machine: profile skipped" >&2
+    return
+  fi
+  "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    --log-file "$OUT_DIR/ncu_learner_bf16.csv" \
+    "$PRL" bench model --config qwen2.5-0.5b --device cuda --dtype bf16 --tokens 8192 \
+    --seq-len 2048 --iters 1 --tuned-kernels --profile --json >"$OUT_DIR/ncu_learner_bf16.json" \
+    2>"$OUT_DIR/ncu_learner_bf16.log" || { tail -5 "$OUT_DIR/ncu_learner_bf16.log"; status=1; }
+  profile_table
+}
+
 run_profile() {
   echo "== ncu: GPU time per kernel of one decode step"
   local ncu tag batch flag
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null |
-    head -1)
+  ncu=$(find_ncu)
   if [ -z "$ncu" ]; then
     echo "gpu_check: no ncu on this machine: profile skipped" >&2
     return
@@ -348,6 +370,11 @@ run_profile() {
       $flag --json >"$OUT_DIR/ncu_$tag.json" 2>"$OUT_DIR/ncu_$tag.log" ||
       { tail -5 "$OUT_DIR/ncu_$tag.log"; status=1; }
   done
+  profile_table
+}
+
+# The table of every ncu_*.csv in $OUT_DIR: kernels by total time.
+profile_table() {
   python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/profile_summary.txt"
 import csv, glob, os, re, sys
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "ncu_*.csv"))):
@@ -539,7 +566,7 @@ run_e2e() {
 
 part tests && run_tests
 if part score || part learner || part engine || part roles || part bench || part swaps ||
-  part e2e || part profile; then
+  part e2e || part profile || part profile_learner; then
   if [ ! -x "$PRL" ]; then
     echo "gpu_check: no $PRL in the bundle" >&2
     status=1
@@ -548,6 +575,7 @@ if part score || part learner || part engine || part roles || part bench || part
     part learner && run_learner
     part engine && run_engine
     part profile && run_profile
+    part profile_learner && run_profile_learner
     part roles && run_roles
     part bench && run_bench
     part swaps && run_swaps
