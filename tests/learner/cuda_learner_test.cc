@@ -174,8 +174,8 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
       const bool f32 = dtype == DType::kF32;
       const Outcome direct = Step({gpu, dtype, false, kind});
       const Outcome gathered = Step({gpu, dtype, true, kind});
-      const std::string tag = absl::StrCat("learner_", sgd ? "sgd_" : "adamw_",
-                                           std::string(DTypeName(dtype)));
+      const std::string tag =
+          absl::StrCat("learner_", sgd ? "sgd_" : "adamw_", std::string(DTypeName(dtype)));
       const double grad_error = ::prl::testing::RelativeError(direct.grads, cpu.grads);
       const double update_error = ::prl::testing::RelativeError(direct.update, cpu.update);
       Record(tag + "_grad", grad_error);
@@ -191,7 +191,24 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
       Record(tag + "_sharded_vs_direct_grad", path_grad);
       Record(tag + "_sharded_vs_direct_update", path_update);
       EXPECT_LE(path_grad, 1e-6) << tag;
-      EXPECT_LE(path_update, sgd ? 1e-6 : 1e-3) << tag;
+      if (sgd) {
+        // SGD's update lr * clip * g (clip <= 1) is the gradient's image: per parameter the
+        // paths may differ by what their gradients' difference explains plus the rounding of
+        // each new parameter (half an ulp each). A relative bound on the whole update would
+        // measure that rounding against updates of ~1e-6 on parameters of ~0.02 (on the H200
+        // it read 3.8e-6 with gradients 3e-8 apart).
+        int64_t beyond = 0;
+        for (size_t i = 0; i < full_.size(); ++i) {
+          const float p = std::fabs(full_[i] + direct.update[i]);
+          const double ulp = std::nextafter(p, INFINITY) - p;
+          const double explained =
+              1e-3 * std::fabs(gathered.grads[i] - direct.grads[i]) * 1.0001 + ulp;
+          if (std::fabs(gathered.update[i] - direct.update[i]) > explained) ++beyond;
+        }
+        EXPECT_EQ(beyond, 0) << tag << ": updates beyond their gradients' difference";
+      } else {
+        EXPECT_LE(path_update, 1e-3) << tag;
+      }
     }
   }
 }
