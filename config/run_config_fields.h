@@ -201,7 +201,8 @@ void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("reward", "max_message_mb", c.reward.max_message_mb, "Largest Score message (MiB)");
   VisitSecurityFields(c, v);
   v("metrics", "enabled", c.metrics.enabled, "Serve Prometheus /metrics");
-  v("metrics", "listen", c.metrics.listen, "This process's /metrics address (port 0: any)");
+  v("metrics", "listen", c.metrics.listen,
+    "This process's /metrics address (host:port; a port alone is loopback; port 0: any)");
   v("metrics", "base_port", c.metrics.base_port,
     "prl run: 0 for free ports, else coordinator base, learner base+1, actors base+2...");
 }

@@ -63,13 +63,14 @@ absl::Status BadAddress(const std::string& address, const std::string& reason) {
                    ". Expected host:port or port, IPv4 or a host name (port 0 = any free port)"));
 }
 
-// A listening IPv4 socket on `address` ("host:port" or "port"), and the port it bound.
+// A listening IPv4 socket on `address` ("host:port", or "port" on loopback), and the port it
+// bound.
 absl::StatusOr<std::pair<int, int>> Listen(const std::string& address) {
   if (address.empty()) {
     return absl::InvalidArgumentError(
         "metrics address is empty: expected host:port or port (port 0 = any free port)");
   }
-  std::string host = "0.0.0.0", port_text = address;
+  std::string host = "127.0.0.1", port_text = address;
   const size_t colon = address.rfind(':');
   if (colon != std::string::npos) {
     host = address.substr(0, colon);

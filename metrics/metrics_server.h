@@ -44,9 +44,10 @@ class Registry;
 namespace prl::metrics {
 
 struct MetricsServerOptions {
-  // "host:port" (an IPv4 address or a host name; loopback by default) or "port" (all
-  // interfaces). Port 0 binds any free port, which port() reports: several prl processes share
-  // a node, so only deployments that give each process its own scrape port should fix one.
+  // "host:port" (an IPv4 address or a host name) or "port" (loopback, like every prl
+  // listener; "0.0.0.0:port" serves all interfaces). Port 0 binds any free port, which port()
+  // reports: several prl processes share a node, so only deployments that give each process
+  // its own scrape port should fix one.
   std::string address = "127.0.0.1:0";
   // From accept to the last byte of the response (a Prometheus scrape takes milliseconds).
   int request_timeout_ms = 5000;

@@ -3,6 +3,7 @@
 // endpoint away: a slowloris is cut off at the per-connection deadline without delaying a
 // concurrent scrape, connections beyond the bound are refused without harm, and shutdown
 // closes every connection at once.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 #include <sys/socket.h>
@@ -10,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -169,6 +172,36 @@ TEST(HealthEndpoints, ShutdownClosesOpenConnectionsAndFreesThePort) {
   auto again = Serve({.address = absl::StrCat("127.0.0.1:", port)});
   ASSERT_NE(again, nullptr);
   EXPECT_TRUE(HttpGet(port, "/healthz").ok());
+}
+
+// The IPv4 address ("7F000001" for 127.0.0.1) of the socket listening on `port`, from
+// /proc/net/tcp; empty when none listens.
+std::string ListeningAddress(int port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // header
+  while (std::getline(table, line)) {
+    unsigned address = 0, local_port = 0, state = 0;
+    if (std::sscanf(line.c_str(), " %*d: %8X:%4X %*8X:%*4X %2X", &address, &local_port, &state) ==
+            3 &&
+        static_cast<int>(local_port) == port && state == 0x0A) {
+      char text[16];
+      std::snprintf(text, sizeof(text), "%08X", ntohl(address));
+      return text;
+    }
+  }
+  return "";
+}
+
+// A port alone means loopback, as for every prl listener: a bare "9400" must not expose
+// /metrics on every interface.
+TEST(HealthEndpoints, APortAloneBindsLoopbackOnly) {
+  auto server = Serve({.address = "0"});
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(ListeningAddress(server->port()), "7F000001");
+  auto everywhere = Serve({.address = "0.0.0.0:0"});
+  ASSERT_NE(everywhere, nullptr);
+  EXPECT_EQ(ListeningAddress(everywhere->port()), "00000000");
 }
 
 TEST(HealthEndpoints, BadBoundsAreInvalidArgument) {
