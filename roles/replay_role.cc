@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
@@ -22,15 +23,26 @@ std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
   return [control, run = c.run.name](absl::Span<const RolloutRecord> group) -> absl::Status {
     if (group.empty()) return absl::InvalidArgumentError("an empty group");
     const RolloutRecord& first = group.front();
-    for (const RolloutRecord& r : group) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      const RolloutRecord& r = group[i];
       if (r.run_id != run) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "run_id: expected this run's '", run, "', found '", r.run_id, "'"));
+        return absl::PermissionDeniedError(
+            absl::StrCat("run_id: expected this run's '", run, "', found '", r.run_id, "'"));
       }
-      if (r.group_id != first.group_id || r.prompt_set_id != first.prompt_set_id ||
-          r.prompt_index != first.prompt_index) {
-        return absl::InvalidArgumentError("a group's records name different prompts or actors");
+      // One group is one lease's: one prompt, one group id, one actor.
+      auto differs = [&](absl::string_view field, const auto& expected, const auto& found) {
+        return absl::InvalidArgumentError(absl::StrCat("record ", i, " of the group: ", field,
+                                                       ": expected the group's ", expected,
+                                                       " (its first record's), found ", found));
+      };
+      if (r.prompt_set_id != first.prompt_set_id) {
+        return differs("prompt_set_id", first.prompt_set_id, r.prompt_set_id);
       }
+      if (r.prompt_index != first.prompt_index) {
+        return differs("prompt_index", first.prompt_index, r.prompt_index);
+      }
+      if (r.group_id != first.group_id) return differs("group_id", first.group_id, r.group_id);
+      if (r.actor_id != first.actor_id) return differs("actor_id", first.actor_id, r.actor_id);
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

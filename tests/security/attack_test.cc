@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
@@ -215,9 +216,8 @@ class AttackTest : public ::testing::Test {
       grpc::ClientContext lctx;
       v1::LeaseRequest lease;
       lease.set_actor_id(registered.actor_id());
-      lease.set_max_prompts(
-          static_cast<int32_t>(std::min<int64_t>(4, kPrompts - kHeldBack -
-                                                        coordinator_->Get(set)->prompts_done())));
+      lease.set_max_prompts(static_cast<int32_t>(
+          std::min<int64_t>(4, kPrompts - kHeldBack - coordinator_->Get(set)->prompts_done())));
       if (attack_done_) lease.set_max_prompts(4);
       v1::LeaseResponse leased;
       ASSERT_TRUE(actor_->LeasePrompts(&lctx, lease, &leased).ok());
@@ -403,6 +403,16 @@ TEST_F(AttackTest, OnlyGroupsOfAnOpenLeaseOfThisRunEnterTheBuffer) {
     EXPECT_EQ(other_run.code(), absl::StatusCode::kPermissionDenied) << other_run;
     const absl::Status client = client_push_->Push({Group(run_.run.name, set, 3, 1)}, &result);
     EXPECT_EQ(client.code(), absl::StatusCode::kPermissionDenied) << client;
+    // Records of one group that name different actors (or prompts) are not one lease's.
+    std::vector<RolloutRecord> mixed = Group(run_.run.name, set, 3, 1);
+    mixed[1].actor_id = "mallory";
+    const absl::Status two_actors = attacker_push_->Push({mixed}, &result);
+    EXPECT_EQ(two_actors.code(), absl::StatusCode::kInvalidArgument) << two_actors;
+    EXPECT_TRUE(absl::StrContains(two_actors.message(), "actor_id")) << two_actors;
+    mixed = Group(run_.run.name, set, 3, 1);
+    mixed[1].prompt_index = 4;
+    const absl::Status two_prompts = attacker_push_->Push({mixed}, &result);
+    EXPECT_TRUE(absl::StrContains(two_prompts.message(), "prompt_index")) << two_prompts;
     // Larger than the ingest's messages (1 MiB): refused before it is read.
     std::vector<RolloutRecord> huge = Group(run_.run.name, set, 3, 1);
     huge[0].completion_tokens.assign(600'000, 3);
