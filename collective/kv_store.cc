@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collective/store_service.h"
+#include "core/net_address.h"
 #include "core/status_macros.h"
 
 namespace prl::collective {
@@ -211,7 +212,7 @@ absl::StatusOr<std::shared_ptr<KvStore>> OpenRendezvousStore(const RendezvousCon
   std::lock_guard<std::mutex> lock(mu);
   if (std::shared_ptr<KvStore> store = hosted[config.master_port].lock()) return store;
   auto store = std::make_shared<HostedStore>();
-  const std::string host = IsLoopbackAddress(config.master_addr) ? "127.0.0.1" : "0.0.0.0";
+  const std::string host = IsLoopbackHost(config.master_addr) ? "127.0.0.1" : "0.0.0.0";
   absl::StatusOr<std::unique_ptr<StoreServer>> server =
       StoreServer::Start(&store->store_, absl::StrCat(host, ":", config.master_port));
   if (!server.ok()) {

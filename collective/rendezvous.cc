@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/net_address.h"
 #include "core/status_macros.h"
 
 namespace prl::collective {
@@ -93,21 +94,8 @@ absl::Status ValidateRendezvous(const RendezvousConfig& config) {
   return absl::OkStatus();
 }
 
-bool IsLoopbackAddress(absl::string_view host) {
-  if (host == "localhost") return true;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string text(host);
-  in_addr v4;
-  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6;
-  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
-  return false;
-}
-
 absl::StatusOr<std::string> LocalAddressFacing(const std::string& master_addr) {
-  if (IsLoopbackAddress(master_addr)) return std::string("127.0.0.1");
+  if (IsLoopbackHost(master_addr)) return std::string("127.0.0.1");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;

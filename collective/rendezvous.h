@@ -41,10 +41,6 @@ absl::Status ValidateRendezvous(const RendezvousConfig& config);
 // What a group needs whatever its store: 0 <= rank < world_size, a positive timeout, a group
 // name (ValidateRendezvous checks this too).
 absl::Status ValidateGroup(const RendezvousConfig& config);
-// True for "localhost", 127.0.0.0/8 and ::1: then every rank is on this machine and the
-// communicators listen on loopback only.
-bool IsLoopbackAddress(absl::string_view host);
-
 // The local address the other ranks can reach this one at: 127.0.0.1 when `master_addr` is a
 // loopback address, otherwise the address of the interface that routes to it (a UDP connect
 // sends nothing; it only picks the route). Unavailable if it cannot be resolved or reached.

@@ -1,7 +1,11 @@
 #include "roles/role_security.h"
 
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace prl::roles {
@@ -20,6 +24,28 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& s) {
   return r;
 }
 
+namespace {
+
+// The server addresses of the config a role calls, as (key, address).
+std::vector<std::pair<std::string, std::string>> CalledAddresses(const config::RunConfig& c,
+                                                                 rpc::Role self) {
+  std::vector<std::pair<std::string, std::string>> called = {
+      {c.coordinator.address.empty() ? "coordinator.listen" : "coordinator.address",
+       c.coordinator_address()}};
+  if (self != rpc::Role::kActor) return called;
+  if (!c.replay.address.empty()) called.emplace_back("replay.address", c.replay.address);
+  if (c.broadcast.transport == config::WeightTransport::kGrpc) {
+    called.emplace_back(c.broadcast.address.empty() ? "broadcast.listen" : "broadcast.address",
+                        c.weights_address());
+  }
+  for (const std::string& a : c.coordinator.reward_addresses) {
+    called.emplace_back("coordinator.reward_addresses", a);
+  }
+  return called;
+}
+
+}  // namespace
+
 absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optional<rpc::Role> self,
                                    std::set<rpc::Role> admitted) {
   rpc::SecuritySettings settings = SecuritySettingsFrom(config.security);
@@ -28,6 +54,18 @@ absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optiona
   if (!admitted.contains(rpc::Role::kActor)) settings.actor_token_file.clear();
   if (!admitted.contains(rpc::Role::kLearner)) settings.learner_token_file.clear();
   PRL_RETURN_IF_ERROR(rpc::ConfigureSecurity(settings, self));
+  if (self.has_value()) {
+    for (const auto& [key, address] : CalledAddresses(config, *self)) {
+      if (rpc::TokenMayTravelTo(address)) continue;
+      const std::string role(EnumName(rpc::kRoleNames, *self));
+      const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+          key, " '", address, "': the ", role, " would send its bearer token (security.", role,
+          "_token_file) in plaintext to an address that is not loopback; set "
+          "security.tls_ca_file (with TLS on the servers) or reach the server on loopback"));
+      rpc::ConfigureSecurity({}, std::nullopt).IgnoreError();  // no token stays configured
+      return refused;
+    }
+  }
   std::fprintf(stderr, "security: %s\n", rpc::DescribeSecurity().c_str());
   return absl::OkStatus();
 }

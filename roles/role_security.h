@@ -18,7 +18,10 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& securi
 // servers admit. A process reads only the token files of `self` and `admitted` (least
 // privilege: an actor's pod needs no learner token), so a token of another role is unknown
 // to its servers (UNAUTHENTICATED). Says on stderr what it configured (rpc::DescribeSecurity:
-// never a token).
+// never a token). A role whose token would go in plaintext to a server address of the config
+// that is not loopback (rpc::TokenMayTravelTo: no security.tls_ca_file) is refused
+// (FailedPrecondition naming the key and the address): the coordinator for every role, and
+// for actors the remote replay ingest, the grpc weight service and the reward services.
 absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optional<rpc::Role> self,
                                    std::set<rpc::Role> admitted);
 

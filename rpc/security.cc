@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/net_address.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_util.h"
 #include "rpc/token_authorizer.h"
@@ -55,15 +56,15 @@ absl::Status Validate(const SecuritySettings& s) {
         "(the CA that verifies client certificates)");
   }
   std::set<std::string> seen;
-  for (const std::string* file : {&s.client_token_file, &s.actor_token_file,
-                                  &s.learner_token_file}) {
+  for (const std::string* file :
+       {&s.client_token_file, &s.actor_token_file, &s.learner_token_file}) {
     if (file->empty()) continue;
     internal::TokenFile token(*file);
     absl::StatusOr<std::string> text = token.Read();
     if (!text.ok()) return text.status();
     if (!seen.insert(*text).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "security: token file '", *file, "' holds the same token as another role's"));
+      return absl::InvalidArgumentError(absl::StrCat("security: token file '", *file,
+                                                     "' holds the same token as another role's"));
     }
   }
   return absl::OkStatus();
@@ -90,8 +91,7 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
   std::shared_ptr<internal::TokenFile> token_;
 };
 
-class TokenInterceptorFactory final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit TokenInterceptorFactory(std::shared_ptr<internal::TokenFile> token)
       : token_(std::move(token)) {}
@@ -148,14 +148,6 @@ const AccessPolicy& DefaultAccessPolicy() {
   return *policy;
 }
 
-bool IsLoopback(absl::string_view address) {
-  absl::string_view host = address.substr(0, address.rfind(':'));
-  if (!host.empty() && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
-
 absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<Role> self) {
   PRL_RETURN_IF_ERROR(Validate(settings));
   ProcessSecurity& p = Current();
@@ -174,9 +166,7 @@ absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<R
 std::string DescribeSecurity() {
   const ProcessSecurity& p = Current();
   const SecuritySettings& s = p.settings;
-  std::string out = !s.tls()                ? "plaintext"
-                    : s.require_client_cert ? "mutual TLS"
-                                            : "TLS";
+  std::string out = !s.tls() ? "plaintext" : s.require_client_cert ? "mutual TLS" : "TLS";
   if (!s.tls() && !s.tls_ca_file.empty()) out = "plaintext listeners, TLS to servers";
   if (!s.tls() && !s.insecure) out += " (loopback only)";
   std::vector<std::string> checked;
@@ -184,8 +174,9 @@ std::string DescribeSecurity() {
   for (const auto& [name, role] : kRoleNames) {
     if (!files[static_cast<int>(role)]->empty()) checked.emplace_back(name);
   }
-  absl::StrAppend(&out, checked.empty() ? ", no tokens"
-                                        : absl::StrCat(", tokens of ", absl::StrJoin(checked, ", ")));
+  absl::StrAppend(&out, checked.empty()
+                            ? ", no tokens"
+                            : absl::StrCat(", tokens of ", absl::StrJoin(checked, ", ")));
   if (p.token != nullptr) absl::StrAppend(&out, ", calls as ", EnumName(kRoleNames, *p.self));
   return out;
 }
@@ -196,18 +187,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (s.tls()) {
     credentials = TlsServer(s);
-  } else if (IsLoopback(address)) {
+  } else if (IsLoopbackEndpoint(address)) {
     // Local credentials admit loopback peers only, and (unlike insecure ones) carry a token
     // processor.
     credentials = s.tokens() ? grpc::experimental::LocalServerCredentials(LOCAL_TCP)
                              : grpc::InsecureServerCredentials();
   } else if (!s.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "listening on ", address, " (not loopback) needs TLS: set security.tls_cert_file and "
+        "listening on ", address,
+        " (not loopback) needs TLS: set security.tls_cert_file and "
         "security.tls_key_file, or security.insecure = true to serve plaintext on purpose"));
   } else if (s.tokens()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "listening on ", address, " with security.insecure and token files: bearer tokens would "
+        "listening on ", address,
+        " with security.insecure and token files: bearer tokens would "
         "cross the network in plaintext; configure TLS (security.tls_cert_file, tls_key_file)"));
   } else {
     static std::once_flag logged;
@@ -218,18 +211,30 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     return grpc::InsecureServerCredentials();
   }
   if (s.tokens()) {
-    credentials->SetAuthMetadataProcessor(
-        std::make_shared<internal::TokenAuthorizer>(s, policy));
+    credentials->SetAuthMetadataProcessor(std::make_shared<internal::TokenAuthorizer>(s, policy));
   }
   return credentials;
+}
+
+bool TokenMayTravelTo(const std::string& target) {
+  const ProcessSecurity& p = Current();
+  return p.token == nullptr || !p.settings.tls_ca_file.empty() || IsLoopbackEndpoint(target);
 }
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
                                           const grpc::ChannelArguments& args) {
   const ProcessSecurity& p = Current();
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
-      p.settings.tls_ca_file.empty() ? grpc::InsecureChannelCredentials()
-                                     : TlsChannel(p.settings);
+      p.settings.tls_ca_file.empty() ? grpc::InsecureChannelCredentials() : TlsChannel(p.settings);
+  if (!TokenMayTravelTo(target)) {
+    // The roles refuse such a target at start (roles/role_security.h); any other caller gets a
+    // channel without the token, which a server that checks tokens refuses.
+    std::fprintf(stderr,
+                 "prl: not sending the %s token to %s: it is not loopback and the channel has "
+                 "no TLS (set security.tls_ca_file)\n",
+                 std::string(EnumName(kRoleNames, *p.self)).c_str(), target.c_str());
+    return grpc::CreateCustomChannel(target, credentials, args);
+  }
   if (p.token == nullptr) return grpc::CreateCustomChannel(target, credentials, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
   factories.push_back(std::make_unique<TokenInterceptorFactory>(p.token));

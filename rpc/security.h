@@ -56,8 +56,7 @@ struct SecuritySettings {
 
   bool tls() const { return !tls_cert_file.empty(); }
   bool tokens() const {
-    return !client_token_file.empty() || !actor_token_file.empty() ||
-           !learner_token_file.empty();
+    return !client_token_file.empty() || !actor_token_file.empty() || !learner_token_file.empty();
   }
 };
 
@@ -82,16 +81,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const std::string& address, const AccessPolicy& policy = DefaultAccessPolicy());
 
 // A channel to `target` under this process's settings: TLS when a CA is configured, this
-// process's token on every call; `args` as the caller sets them (rpc::ChannelArgs: message
-// limits).
+// process's token on every call where TokenMayTravelTo(target) (elsewhere none, said once on
+// stderr per channel); `args` as the caller sets them (rpc::ChannelArgs: message limits).
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
                                           const grpc::ChannelArguments& args);
+
+// Whether this process's token may go to `target`: no token, TLS to servers
+// (security.tls_ca_file), or a loopback target (core/net_address.h). NewChannel never sends the
+// token elsewhere: a bearer token in plaintext would cross the network readable.
+bool TokenMayTravelTo(const std::string& target);
 
 // This process's settings in words, for start-up lines: TLS or plaintext, mutual or not, which
 // roles' tokens it checks, and whether it sends one. Never a token or a key.
 std::string DescribeSecurity();
-
-// True for "localhost", 127.0.0.0/8 and [::1] hosts of a host:port address.
-bool IsLoopback(absl::string_view address);
 
 }  // namespace prl::rpc

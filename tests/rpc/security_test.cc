@@ -61,17 +61,19 @@ class Certificates {
     ASSERT_EQ(std::system(full.c_str()), 0) << full;
   }
   void Ca(const std::string& name) const {
-    Run(absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-                     "-keyout ", name, ".key -out ", name, ".crt -days 2 -subj /CN=prl-test-",
-                     name));
+    Run(
+        absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+                     "-keyout ",
+                     name, ".key -out ", name, ".crt -days 2 -subj /CN=prl-test-", name));
   }
   void Leaf(const std::string& name, const std::string& ca, const std::string& ext) const {
     std::ofstream(path(name + ".ext")) << ext << "\n";
-    Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-                     "-keyout ", name, ".key -out ", name, ".csr -subj /CN=prl-", name));
+    Run(
+        absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+                     "-keyout ",
+                     name, ".key -out ", name, ".csr -subj /CN=prl-", name));
     Run(absl::StrCat("openssl x509 -req -in ", name, ".csr -CA ", ca, ".crt -CAkey ", ca,
-                     ".key -CAcreateserial -out ", name, ".crt -days 2 -extfile ", name,
-                     ".ext"));
+                     ".key -CAcreateserial -out ", name, ".crt -days 2 -extfile ", name, ".ext"));
   }
   fs::path dir_;
 };
@@ -85,8 +87,9 @@ grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, const std::stri
   grpc::Slice empty{std::string()};
   grpc::ByteBuffer request(&empty, 1), response;
   return grpc::internal::BlockingUnaryCall(
-      channel.get(), grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
-      &ctx, request, &response);
+      channel.get(),
+      grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
+      request, &response);
 }
 
 bool Admitted(const grpc::Status& s) {
@@ -116,8 +119,7 @@ class SecurityTest : public ::testing::Test {
     return s;
   }
   // A channel of a client configured with `s` calling as `role` (nullopt: no token).
-  std::shared_ptr<grpc::Channel> Channel(SecuritySettings s, std::optional<Role> role,
-                                         int port) {
+  std::shared_ptr<grpc::Channel> Channel(SecuritySettings s, std::optional<Role> role, int port) {
     EXPECT_TRUE(ConfigureSecurity(s, role).ok());
     return NewChannel(absl::StrCat("127.0.0.1:", port), ChannelArgs(int64_t{1} << 20));
   }
@@ -330,9 +332,8 @@ TEST_F(SecurityTest, EveryServerRefusedAPlaintextNetworkListenerReturnsTheErrorW
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << server << ": " << status;
     EXPECT_NE(status.message().find("security.insecure"), std::string::npos) << status;
   };
-  expect_refused(
-      coordinator::CoordinatorServer::Start(servers.coordinator.get(), wide).status(),
-      "coordinator");
+  expect_refused(coordinator::CoordinatorServer::Start(servers.coordinator.get(), wide).status(),
+                 "coordinator");
   expect_refused(ReplayIngestServer::Start(servers.replay.get(), IngestAt(wide)).status(),
                  "replay ingest");
   expect_refused(GrpcWeightPublisher::Start(servers.model, {.address = wide}).status(), "weights");
@@ -376,16 +377,6 @@ TEST_F(SecurityTest, BadSettingsNameTheKey) {
   s.require_client_cert = true;
   EXPECT_NE(ConfigureSecurity(s, std::nullopt).message().find("require_client_cert"),
             std::string::npos);
-}
-
-TEST(LoopbackTest, LoopbackHostsAreRecognised) {
-  EXPECT_TRUE(IsLoopback("127.0.0.1:50051"));
-  EXPECT_TRUE(IsLoopback("127.3.4.5:1"));
-  EXPECT_TRUE(IsLoopback("localhost:80"));
-  EXPECT_TRUE(IsLoopback("[::1]:80"));
-  EXPECT_FALSE(IsLoopback("0.0.0.0:50051"));
-  EXPECT_FALSE(IsLoopback("10.0.0.1:50051"));
-  EXPECT_FALSE(IsLoopback("coordinator:50051"));
 }
 
 }  // namespace

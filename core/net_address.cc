@@ -1,0 +1,56 @@
+#include "core/net_address.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+
+namespace prl {
+
+namespace {
+
+enum class Literal { kNone, kLoopback, kOther };
+
+// An IPv4 or IPv6 literal (without brackets), and whether it is loopback.
+Literal ParseLiteral(absl::string_view host) {
+  const std::string text(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127 ? Literal::kLoopback : Literal::kOther;
+  }
+  in6_addr v6;
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6) ? Literal::kLoopback : Literal::kOther;
+  }
+  return Literal::kNone;
+}
+
+}  // namespace
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost") return true;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return ParseLiteral(host) == Literal::kLoopback;
+}
+
+bool IsLoopbackEndpoint(absl::string_view endpoint) {
+  if (absl::StartsWith(endpoint, "unix:") || absl::StartsWith(endpoint, "unix-abstract:")) {
+    return true;
+  }
+  if (!absl::ConsumePrefix(&endpoint, "dns:///") && !absl::ConsumePrefix(&endpoint, "ipv4:")) {
+    absl::ConsumePrefix(&endpoint, "ipv6:");
+  }
+  // A bare literal without a port ("::1:80" is one IPv6 address, not ::1 and a port).
+  const Literal bare = ParseLiteral(endpoint);
+  if (bare != Literal::kNone) return bare == Literal::kLoopback;
+  const size_t colon = endpoint.rfind(':');
+  if (colon == absl::string_view::npos) return false;
+  return IsLoopbackHost(endpoint.substr(0, colon));
+}
+
+}  // namespace prl
