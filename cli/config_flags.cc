@@ -1,5 +1,7 @@
 #include "cli/config_flags.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <map>
 
@@ -62,6 +64,7 @@ absl::StatusOr<config::RunConfig> ConfigFlags::Load(const std::vector<std::strin
 absl::Status ConfigFlags::Run(const std::function<absl::Status(const config::RunConfig&)>& action,
                               const std::vector<std::string>& extra) const {
   PRL_ASSIGN_OR_RETURN(const config::RunConfig config, Load(extra));
+  umask(static_cast<mode_t>(config::ParseUmask(config.run.umask)));  // validated by Load
   if (print_) {
     std::printf("%s\n", config::RunConfigToJson(config).c_str());
     return absl::OkStatus();

@@ -1,5 +1,6 @@
 // prl: one binary, one subcommand per role or tool (docs/architecture.md, "CLI").
 #include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
   std::signal(SIGTERM, SIG_DFL);  // a stop request is no failure: no trace, default exit
+  // Run data (prompts, completions, checkpoints, logs) is private unless the run config's
+  // run.umask says otherwise (cli/config_flags.cc applies it).
+  umask(077);
   // Debian's abseil is built with absl::Mutex deadlock detection on (as without NDEBUG): every
   // lock of gRPC's mutexes then updates one process-wide lock graph under a global lock, which
   // serialises the servers' threads. prl's own code uses std::mutex; the check is a debug aid.

@@ -59,7 +59,13 @@ struct RunSection {
   std::string dir;  // default: runs/<name>
   RunMode mode = RunMode::kPipeline;
   uint64_t seed = 1;
+  // The file mode creation mask of every prl command that reads the run config (octal):
+  // "077" keeps run data private (files 0600, directories 0700); "027" lets the group read.
+  std::string umask = "077";
 };
+
+// run.umask's value: 1 to 4 octal digits of at most 0777; -1 for anything else.
+int ParseUmask(const std::string& text);
 
 struct ModelSection {
   std::string path;             // a Hugging Face model directory; empty: created from preset

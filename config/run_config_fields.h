@@ -27,6 +27,8 @@ void VisitRunFields(RunConfig& c, Visitor& v) {
   v("run", "mode", Enum(c.run.mode, kRunModeNames),
     "pipeline (in-flight weight swaps) or sync (generate a batch, then train)");
   v("run", "seed", c.run.seed, "Seed of prompts and sampling");
+  v("run", "umask", c.run.umask,
+    "File mode creation mask, octal (077: run data is 0600, directories 0700)");
   v("model", "path", c.model.path, "Hugging Face model directory (empty: created from preset)");
   v("model", "preset", c.model.preset, "Shape of a created model (tiny, 40m, qwen2.5-0.5b, ...)");
   v("model", "max_position_embeddings", c.model.max_position_embeddings,

@@ -44,6 +44,8 @@ absl::Status DeviceAndDType(DeviceType device, DType dtype, absl::string_view se
 absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Range(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
                             "run.name", "a non-empty name without '/'", Quoted(c.run.name)));
+  PRL_RETURN_IF_ERROR(Range(ParseUmask(c.run.umask) >= 0, "run.umask",
+                            "1 to 4 octal digits of at most 0777, e.g. 077", Quoted(c.run.umask)));
   PRL_RETURN_IF_ERROR(Range(!c.model.path.empty() || !c.model.preset.empty(), "model.preset",
                             "a preset name when model.path is empty", "''"));
   PRL_RETURN_IF_ERROR(Range(c.model.max_position_embeddings >= 8, "model.max_position_embeddings",
@@ -82,16 +84,15 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
       Range(c.max_restarts >= 0, "coordinator.max_restarts", ">= 0", c.max_restarts));
   PRL_RETURN_IF_ERROR(Range(c.compact_log_mb >= 1 && c.compact_log_mb <= (int64_t{1} << 20),
                             "coordinator.compact_log_mb", "1 to 1048576", c.compact_log_mb));
-  PRL_RETURN_IF_ERROR(
-      Range(c.retention_s >= 0, "coordinator.retention_s", ">= 0", c.retention_s));
+  PRL_RETURN_IF_ERROR(Range(c.retention_s >= 0, "coordinator.retention_s", ">= 0", c.retention_s));
   PRL_RETURN_IF_ERROR(Range(c.max_prompts_per_set >= 1 && c.max_prompts_per_set <= 10'000'000,
                             "coordinator.max_prompts_per_set", "1 to 10000000",
                             c.max_prompts_per_set));
   PRL_RETURN_IF_ERROR(Range(c.max_watch_streams >= 1 && c.max_watch_streams <= 100'000,
                             "coordinator.max_watch_streams", "1 to 100000", c.max_watch_streams));
   for (size_t i = 0; i < c.reward_addresses.size(); ++i) {
-    PRL_RETURN_IF_ERROR(
-        Address(c.reward_addresses[i], absl::StrCat("coordinator.reward_addresses[", i, "]"), false));
+    PRL_RETURN_IF_ERROR(Address(c.reward_addresses[i],
+                                absl::StrCat("coordinator.reward_addresses[", i, "]"), false));
   }
   return Range(c.max_samples_per_prompt >= 1 && c.max_samples_per_prompt <= 65536,
                "coordinator.max_samples_per_prompt", "1 to 65536", c.max_samples_per_prompt);
@@ -197,6 +198,16 @@ absl::Status ValidateServices(const RunConfig& c) {
 }
 
 }  // namespace
+
+int ParseUmask(const std::string& text) {
+  if (text.empty() || text.size() > 4) return -1;
+  int value = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '7') return -1;
+    value = value * 8 + (ch - '0');
+  }
+  return value <= 0777 ? value : -1;
+}
 
 absl::Status ValidateRunConfig(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(ValidateRunAndTask(c));

@@ -93,15 +93,38 @@ class Run {
 
   bool Interrupted() const { return o_.interrupted != nullptr && o_.interrupted->load(); }
 
+  // A fresh run (no --resume) removes what an earlier run of this directory left, and only
+  // that: a checkpoint directory outside the run directory is the user's, so one that holds
+  // files is refused rather than deleted.
   absl::Status Prepare() {
     std::error_code ec;
     if (!o_.resume) {
+      const fs::path checkpoints = fs::weakly_canonical(c_.checkpoint_dir(), ec);
+      const fs::path run_dir = fs::weakly_canonical(dir_, ec);
+      const std::string inside = checkpoints.lexically_relative(run_dir).string();
+      const bool ours = !inside.empty() && inside != "." && !inside.starts_with("..");
+      if (!ours && fs::exists(checkpoints, ec) && !fs::is_empty(checkpoints, ec)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "learner.checkpoint_dir '", c_.checkpoint_dir(), "' is outside the run directory '",
+            dir_,
+            "' and holds files: a fresh prl run deletes only what it created in its run "
+            "directory; pass --resume to continue from these checkpoints, or empty the "
+            "directory, or choose another"));
+      }
+      std::vector<fs::path> left = {checkpoints};
       for (const char* name :
            {"model-init", "model-sft", "model-final", "sft.jsonl", "sft-checkpoints", "checkpoints",
             "coordinator", "logs", "learner_steps.jsonl", "summary.json", "config.json"}) {
-        fs::remove_all(fs::path(dir_) / name, ec);
+        left.push_back(fs::path(dir_) / name);
       }
-      fs::remove_all(c_.checkpoint_dir(), ec);
+      for (const fs::path& path : left) {
+        if (path == checkpoints && !ours) continue;
+        fs::remove_all(path, ec);
+        if (ec) {
+          return absl::InternalError(absl::StrCat("cannot remove ", path.string(),
+                                                  " (left by an earlier run): ", ec.message()));
+        }
+      }
       ReplayBuffer::Remove(c_.replay_segment(), true).IgnoreError();
       roles::RemoveWeightTransportState(c_);
     }

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,16 @@ class RunTest(unittest.TestCase):
         self.assertEqual(len(re.findall(r"^step +\d+/6 \| version", out, re.M)), 6, out)
         self.assertTrue(os.path.exists(os.path.join(summary["model_final"], "config.json")))
         self.assertEqual(glob.glob("/dev/shm/prl-%s-*" % self.name), [])
+        # Run data (prompts and completions in the step journal, the ledger, checkpoints, logs)
+        # is private: no file or directory of the run grants anything to group or others.
+        shared = []
+        for root, dirs, files in os.walk(os.path.join(self.tmp, "run")):
+            for name in dirs + files:
+                mode = os.lstat(os.path.join(root, name)).st_mode
+                if stat.S_IMODE(mode) & 0o077:
+                    shared.append("%s %o" % (os.path.join(root, name), stat.S_IMODE(mode)))
+        self.assertEqual(shared, [])
+        self.assertTrue(glob.glob(os.path.join(self.tmp, "run", "checkpoints", "*")))
 
     def test_weights_reach_the_actors_over_grpc_too(self):
         # More steps than the other runs: each actor must have been sent a version before the
@@ -225,6 +236,23 @@ class RunTest(unittest.TestCase):
             self.assertIn("usable CUDA GPU" if cuda_build else "-DPRL_CUDA=ON", proc.stderr)
             self.assertNotIn("warm-start:", proc.stdout)
 
+    def test_a_checkpoint_dir_outside_the_run_is_never_deleted(self):
+        # Without --resume, prl run starts afresh by removing what an earlier run left in its
+        # run directory; a checkpoint directory elsewhere that holds files is not its to
+        # delete: the run refuses at once, naming the key, and the files stay.
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        os.makedirs(os.path.join(elsewhere, "step_000010"))
+        with open(os.path.join(elsewhere, "step_000010", "keep.me"), "w") as f:
+            f.write("someone else's checkpoint\n")
+        proc = subprocess.run(
+            [PRL, "run", "--config", self.config(learner={"checkpoint_dir": elsewhere})],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertIn("learner.checkpoint_dir", proc.stderr)
+        self.assertIn("outside the run directory", proc.stderr)
+        self.assertTrue(os.path.exists(os.path.join(elsewhere, "step_000010", "keep.me")))
+        self.assertNotIn("warm-start:", proc.stdout)
+
     def test_a_misspelt_enumeration_lists_the_accepted_values(self):
         proc = subprocess.run([PRL, "run", "--set", "learner.advantage=grpoo"],
                               capture_output=True, text=True, timeout=60)
@@ -245,4 +273,6 @@ class RunTest(unittest.TestCase):
 
 if __name__ == "__main__":
     PRL = os.path.abspath(sys.argv.pop(1))
-    unittest.main()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import skip_aware_main  # noqa: E402 (tests/skip_aware_main.py)
+    sys.exit(skip_aware_main.main())
