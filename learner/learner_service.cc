@@ -155,11 +155,21 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
         replay_->Ack(g).IgnoreError();
         continue;
       }
-      // Quarantine: a group the model cannot take is dead-lettered and acknowledged instead.
+      // Quarantine: a group the model cannot take is dead-lettered, never trained; its prompt
+      // is handed back to be generated again (the coordinator counts the attempt and fails
+      // the prompt visibly after its last), as a stale group's is.
+      std::optional<Quarantine::RefusedPrompt> refused;
       std::optional<std::vector<RolloutRecord>> admitted =
-          quarantine_.Admit(g, state_.weight_version);
+          quarantine_.Admit(g, state_.weight_version, &refused);
       if (!admitted.has_value()) {
-        replay_->Ack(g).IgnoreError();  // a lost lease brings it back, to be refused again
+        if (refused.has_value() && options_.reopen_stale) {
+          HandBack(g,
+                   StalePrompt{refused->prompt_set_id, refused->prompt_index,
+                               absl::StrCat("quarantined: ", refused->problem)},
+                   /*quarantined=*/true);
+        } else {
+          replay_->Ack(g).IgnoreError();  // a lost lease brings it back, to be refused again
+        }
         continue;
       }
       std::vector<RolloutRecord> records = std::move(*admitted);
@@ -195,8 +205,8 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
 bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records) {
   const std::string key =
       records.empty() ? "" : PromptLedger::Key(records[0].prompt_set_id, records[0].prompt_index);
-  const bool in_step =
-      !key.empty() && std::find(step_prompts_.begin(), step_prompts_.end(), key) != step_prompts_.end();
+  const bool in_step = !key.empty() && std::find(step_prompts_.begin(), step_prompts_.end(), key) !=
+                                           step_prompts_.end();
   if (!key.empty() && (ledger_.Contains(key) || in_step)) {
     replay_->Ack(group).IgnoreError();  // a second group of a trained prompt: never trained
     ++duplicate_groups_;
@@ -209,22 +219,27 @@ bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>&
       ++stale_dropped_;
       return false;
     }
-    for (StaleGroup& held : stale_) {
-      if (held.group.group_key == group.group_key) {  // its lease expired while held:
-        held.group = group;  // acknowledge it under the new one
-        return false;
-      }
-    }
-    StalePrompt prompt{records[0].prompt_set_id, records[0].prompt_index,
-                       absl::StrCat("stale: generated from weight version ", group.min_version,
-                                    ", ", lag, " versions behind the learner's ",
-                                    state_.weight_version, " (learner.max_lag ",
-                                    options_.max_lag, ")")};
-    stale_.push_back({group, std::move(prompt)});
+    HandBack(
+        group,
+        StalePrompt{records[0].prompt_set_id, records[0].prompt_index,
+                    absl::StrCat("stale: generated from weight version ", group.min_version, ", ",
+                                 lag, " versions behind the learner's ", state_.weight_version,
+                                 " (learner.max_lag ", options_.max_lag, ")")},
+        /*quarantined=*/false);
     return false;
   }
   if (!key.empty()) step_prompts_.push_back(key);
   return true;
+}
+
+void LearnerService::HandBack(const LeasedGroup& group, StalePrompt prompt, bool quarantined) {
+  for (StaleGroup& held : stale_) {
+    if (held.group.group_key == group.group_key) {  // its lease expired while held:
+      held.group = group;                           // acknowledge it under the new one
+      return;
+    }
+  }
+  stale_.push_back({group, std::move(prompt), quarantined});
 }
 
 void LearnerService::ReopenStale() {
@@ -236,14 +251,25 @@ void LearnerService::ReopenStale() {
   if (!reopened.ok()) {  // the coordinator is away: kept, and offered again later
     if (absl::Now() - last_reopen_warning_ >= absl::Seconds(30)) {  // said once per 30 s
       last_reopen_warning_ = absl::Now();
-      std::fprintf(stderr, "learner: %zu stale prompts not yet handed back: %s\n",
-                   prompts.size(), std::string(reopened.message()).c_str());
+      std::fprintf(stderr, "learner: %zu stale prompts not yet handed back: %s\n", prompts.size(),
+                   std::string(reopened.message()).c_str());
     }
     return;
   }
-  for (const StaleGroup& held : stale_) replay_->Ack(held.group).IgnoreError();
-  stale_requeued_ += static_cast<int64_t>(stale_.size());
+  int64_t quarantined = 0;
+  for (const StaleGroup& held : stale_) {
+    replay_->Ack(held.group).IgnoreError();
+    ++(held.quarantined ? quarantined : stale_requeued_);
+  }
   stale_.clear();
+  if (quarantined > 0) {
+    quarantined_requeued_ += quarantined;
+    std::fprintf(stderr,
+                 "learner: %lld prompts of quarantined groups handed back to be generated again "
+                 "(%lld so far)\n",
+                 static_cast<long long>(quarantined),
+                 static_cast<long long>(quarantined_requeued_));
+  }
 }
 
 absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSamples(
@@ -275,9 +301,9 @@ absl::Status LearnerService::Resume() {
     PRL_ASSIGN_OR_RETURN(to_replay_, journal_->StepsAfter(state_.step));
     replay_steps = static_cast<int64_t>(to_replay_.size());
     if (resumed.has_value()) {
-      PRL_ASSIGN_OR_RETURN(ledger_, PromptLedger::Read(
-                                        CheckpointStepDir(checkpointer_.policy().dir, state_.step) +
-                                        "/" + PromptLedger::kFileName));
+      PRL_ASSIGN_OR_RETURN(
+          ledger_, PromptLedger::Read(CheckpointStepDir(checkpointer_.policy().dir, state_.step) +
+                                      "/" + PromptLedger::kFileName));
     }
     for (const JournaledStep& j : to_replay_) {
       replayed_keys_.insert(j.group_keys.begin(), j.group_keys.end());
@@ -340,8 +366,8 @@ absl::StatusOr<std::vector<uint8_t>> LearnerService::NextStepBytes(const std::at
     for (const std::string& key : prompts) ledger_.Add(state_.step + 1, key);
     return bytes;
   }
-  JournaledStep j{state_.step + 1, report->groups, report->samples, report->mean_reward, {}, {},
-                  bytes};
+  JournaledStep j{
+      state_.step + 1, report->groups, report->samples, report->mean_reward, {}, {}, bytes};
   for (const LeasedGroup& g : *leased) j.group_keys.push_back(g.group_key);
   j.prompt_keys = std::move(prompts);
   PRL_RETURN_IF_ERROR(journal_->Append(j));
@@ -397,9 +423,14 @@ absl::StatusOr<bool> LearnerService::Step(
     out.report.step = state_.step;
     out.report.version = state_.weight_version;
     out.report.unix_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    out.report.dropped_stale = replay_->Stats().dropped_stale + stale_dropped_ + stale_requeued_;
-    out.report.duplicate_groups = duplicate_groups_;
-    out.report.stale_requeued = stale_requeued_;
+    StepReport& r = out.report;
+    r.dropped_stale_total = replay_->Stats().dropped_stale + stale_dropped_ + stale_requeued_;
+    r.duplicate_groups_total = duplicate_groups_;
+    r.stale_requeued_total = stale_requeued_;
+    r.dropped_stale = r.dropped_stale_total - reported_.dropped_stale_total;
+    r.duplicate_groups = r.duplicate_groups_total - reported_.duplicate_groups_total;
+    r.stale_requeued = r.stale_requeued_total - reported_.stale_requeued_total;
+    reported_ = r;
     if (on_step) on_step(out);
     groups_in_step_ = 0;
   }

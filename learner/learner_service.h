@@ -67,11 +67,14 @@ struct LearnerServiceOptions {
   AdvantageConfig advantages;
   double lr = 0;  // the optimizer's, for the reports
   // Quarantine (replay/quarantine.h): a taken group that fails the check against the model
-  // is written here as one JSONL line (empty: counted only), acknowledged and never trained.
+  // is written here as one JSONL line (empty: counted only), acknowledged and never trained;
+  // its prompt is handed back through reopen_stale (reason "quarantined: ...").
   std::string dead_letter_path;
-  // Hands stale groups' prompts back to the coordinator (ActorControl.ReopenPrompts); called
-  // on rank 0, retried at most every reopen_retry while it fails. Null: stale groups are
-  // dropped by the buffer.
+  // Hands the prompts of stale and of quarantined groups back to the coordinator
+  // (ActorControl.ReopenPrompts: generated again, or failed after their last attempt); called
+  // on rank 0, retried at most every reopen_retry while it fails; a group is acknowledged
+  // once its prompt was taken back. Null: stale groups are dropped by the buffer, quarantined
+  // ones acknowledged.
   std::function<absl::Status(const std::vector<StalePrompt>&)> reopen_stale;
   absl::Duration reopen_retry = absl::Milliseconds(500);
 };
@@ -126,6 +129,8 @@ class LearnerService {
   // Rank 0: whether a taken group is trained (false: it was a duplicate or stale, and is
   // acknowledged or held for the coordinator). `records` are its admitted records.
   bool Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records);
+  // Rank 0: holds `group` until the coordinator took `prompt` back (once per group key).
+  void HandBack(const LeasedGroup& group, StalePrompt prompt, bool quarantined);
   // Rank 0: hands the held stale prompts to the coordinator (rate-limited) and acknowledges
   // their groups once it accepted.
   void ReopenStale();
@@ -141,21 +146,25 @@ class LearnerService {
   Quarantine quarantine_;             // rank 0: groups the model cannot take never reach a step
   std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
   TrainingState state_;
-  std::optional<StepJournal> journal_;   // rank 0, with a checkpoint directory
-  std::vector<JournaledStep> to_replay_;  // rank 0: journaled steps not yet replayed
-  std::set<uint64_t> replayed_keys_;     // rank 0: their groups, skipped if delivered again
-  PromptLedger ledger_;                  // rank 0: the prompts this lineage trained on
+  std::optional<StepJournal> journal_;     // rank 0, with a checkpoint directory
+  std::vector<JournaledStep> to_replay_;   // rank 0: journaled steps not yet replayed
+  std::set<uint64_t> replayed_keys_;       // rank 0: their groups, skipped if delivered again
+  PromptLedger ledger_;                    // rank 0: the prompts this lineage trained on
   std::vector<std::string> step_prompts_;  // rank 0: the prompts of the step being taken
+  // Groups whose prompts go back to the coordinator (stale, or quarantined: `quarantined`).
   struct StaleGroup {
     LeasedGroup group;
     StalePrompt prompt;
+    bool quarantined = false;
   };
   std::vector<StaleGroup> stale_;  // rank 0: held until the coordinator took their prompts
   absl::Time last_reopen_ = absl::InfinitePast(), last_reopen_warning_ = absl::InfinitePast();
   int64_t duplicate_groups_ = 0, stale_requeued_ = 0, stale_dropped_ = 0;  // rank 0
-  int64_t replay_through_ = 0;           // every rank: the last step replayed from the journal
-  bool skip_publish_ = false;            // every rank: the transport holds these weights
-  bool took_since_resume_ = false;       // rank 0
+  int64_t quarantined_requeued_ = 0;        // rank 0: prompts of dead-lettered groups handed back
+  StepReport reported_;                     // rank 0: the previous step's report (its totals)
+  int64_t replay_through_ = 0;              // every rank: the last step replayed from the journal
+  bool skip_publish_ = false;               // every rank: the transport holds these weights
+  bool took_since_resume_ = false;          // rank 0
   std::atomic<int64_t> groups_in_step_{0};  // rank 0
 };
 

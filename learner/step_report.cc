@@ -42,6 +42,9 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("dropped_stale", r.dropped_stale);
   v("duplicate_groups", r.duplicate_groups);
   v("stale_requeued", r.stale_requeued);
+  v("dropped_stale_total", r.dropped_stale_total, /*optional=*/true);  // added later
+  v("duplicate_groups_total", r.duplicate_groups_total, /*optional=*/true);
+  v("stale_requeued_total", r.stale_requeued_total, /*optional=*/true);
 }
 
 struct Writer {

@@ -36,11 +36,14 @@ struct StepReport {
   // ParseStepReport (0 when absent, as in reports written before it existed).
   int64_t completion_tokens_max = 0;
   double step_seconds = 0, publish_seconds = 0;
-  int64_t dropped_stale = 0;  // groups too stale to train on so far (dropped or re-queued)
-  // Groups of prompts this learner's lineage had already trained on, acknowledged untrained
-  // so far (learner/prompt_ledger.h), and stale groups whose prompts went back to the
-  // coordinator to be generated again.
-  int64_t duplicate_groups = 0, stale_requeued = 0;
+  // Groups not trained, in this step (since the previous report): too stale to train on
+  // (dropped or re-queued); of prompts this learner's lineage had already trained on,
+  // acknowledged untrained (learner/prompt_ledger.h); stale ones whose prompts went back to
+  // the coordinator to be generated again.
+  int64_t dropped_stale = 0, duplicate_groups = 0, stale_requeued = 0;
+  // The same since this learner process started (what Prometheus counters mirror). Optional
+  // in ParseStepReport (0 when absent, as in reports written before they existed).
+  int64_t dropped_stale_total = 0, duplicate_groups_total = 0, stale_requeued_total = 0;
 };
 
 // Fills the loss, ratio, token and timing fields from a training step's result.

@@ -39,7 +39,9 @@ Quarantine::~Quarantine() {
 }
 
 std::optional<std::vector<RolloutRecord>> Quarantine::Admit(const LeasedGroup& group,
-                                                            int64_t learner_version) {
+                                                            int64_t learner_version,
+                                                            std::optional<RefusedPrompt>* refused) {
+  if (refused != nullptr) refused->reset();
   absl::StatusOr<std::vector<RolloutRecord>> records = group.Decode();
   if (!records.ok()) {
     DeadLetter({}, &group,
@@ -51,6 +53,11 @@ std::optional<std::vector<RolloutRecord>> Quarantine::Admit(const LeasedGroup& g
   if (const std::optional<GroupProblem> problem =
           ValidateGroup(*records, limits_, learner_version)) {
     DeadLetter(*records, nullptr, *problem);
+    if (refused != nullptr && !records->empty()) {
+      *refused = RefusedPrompt{
+          records->front().prompt_set_id, records->front().prompt_index,
+          absl::StrCat(DeadLetterReasonName(problem->reason), ": ", problem->Describe())};
+    }
     return std::nullopt;
   }
   return std::move(records).value();

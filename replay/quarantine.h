@@ -50,11 +50,20 @@ class Quarantine {
   Quarantine(const Quarantine&) = delete;
   Quarantine& operator=(const Quarantine&) = delete;
 
+  // A dead-lettered group that decoded: its prompt, which the caller has generated again (a
+  // refused group must not leave its prompt "done" and untrained), and the problem in words.
+  struct RefusedPrompt {
+    std::string prompt_set_id;
+    uint64_t prompt_index = 0;
+    std::string problem;  // "token_id: records[1].completion_tokens[2]: expected ..."
+  };
+
   // The learner's side: decodes a leased group and checks it at `learner_version`. The records
   // when it passes; nullopt when it was dead-lettered (bytes that fail their checksum or do
   // not decode: reason "corrupt"), and the caller acknowledges it, training nothing from it.
-  std::optional<std::vector<RolloutRecord>> Admit(const LeasedGroup& group,
-                                                  int64_t learner_version);
+  // `refused` (optional) receives the prompt of a dead-lettered group that decoded.
+  std::optional<std::vector<RolloutRecord>> Admit(const LeasedGroup& group, int64_t learner_version,
+                                                  std::optional<RefusedPrompt>* refused = nullptr);
   // The ingest's side: OK, or, once the group is dead-lettered, InvalidArgument naming the
   // reason and the field.
   absl::Status Check(absl::Span<const RolloutRecord> group, int64_t learner_version);

@@ -4,10 +4,10 @@
 
 #include <chrono>
 
-#include "rpc/grpc_util.h"
 #include "absl/strings/str_cat.h"
 #include "learner/step_report.h"
 #include "roles/role_metrics.h"
+#include "rpc/grpc_util.h"
 
 namespace prl::roles {
 
@@ -53,7 +53,8 @@ absl::StatusOr<std::unique_ptr<StepSink>> StepSink::Create(const config::RunConf
       for (;;) {
         {
           std::unique_lock<std::mutex> lock(raw->mu_);
-          if (raw->stopping_.wait_for(lock, std::chrono::seconds(1), [raw] { return raw->stop_; })) {
+          if (raw->stopping_.wait_for(lock, std::chrono::seconds(1),
+                                      [raw] { return raw->stop_; })) {
             return;
           }
         }
@@ -95,7 +96,8 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   metrics::AdvanceCounterTo(replay_metrics_.groups_redelivered,
                             static_cast<double>(rs.redelivered));
   // Stale groups the buffer dropped and those the learner handed back to the coordinator.
-  metrics::AdvanceCounterTo(replay_metrics_.dropped_stale, static_cast<double>(r.dropped_stale));
+  metrics::AdvanceCounterTo(replay_metrics_.dropped_stale,
+                            static_cast<double>(r.dropped_stale_total));
   metrics::AdvanceCounterTo(replay_metrics_.dropped_full, static_cast<double>(rs.dropped_full));
 }
 

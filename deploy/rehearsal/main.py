@@ -272,21 +272,16 @@ def scale_during_run(kube, fleet):
 def learner_totals(learner_dir):
     """Steps and groups the learner trained on, and the groups it acknowledged untrained
     (stale ones whose prompts it handed back, second groups of trained prompts), from its
-    report file (learner.report_file; those two counts are cumulative per learner process)."""
-    steps = groups = 0
-    untrained, last = {"stale_requeued": 0, "duplicate_groups": 0}, {}
+    report file (learner.report_file; every line counts its own step's)."""
+    steps = groups = requeued = duplicates = 0
     path = os.path.join(learner_dir, "learner_steps.jsonl")
     for line in open(path) if os.path.exists(path) else []:
         r = json.loads(line)
         groups += r["groups"]
         steps += 1
-        if any(r[k] < last.get(k, 0) for k in untrained):  # a restarted learner counts anew
-            for k in untrained:
-                untrained[k] += last.get(k, 0)
-        last = r
-    for k in untrained:
-        untrained[k] += last.get(k, 0)
-    return steps, groups, untrained["stale_requeued"], untrained["duplicate_groups"]
+        requeued += r["stale_requeued"]
+        duplicates += r["duplicate_groups"]
+    return steps, groups, requeued, duplicates
 
 
 def drained_replay(learner, segment, groups_per_step):

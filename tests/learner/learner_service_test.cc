@@ -208,8 +208,7 @@ TEST_F(LearnerServiceTest, CheckpointsFollowThePolicyAndAResumedServiceContinues
   }
   std::sort(saved.begin(), saved.end());
   // Every 2 steps, and the last step of the bounded run; the journal of steps since, empty.
-  EXPECT_THAT(saved,
-              ::testing::ElementsAre("journal", "latest", "step-00000002", "step-00000003"));
+  EXPECT_THAT(saved, ::testing::ElementsAre("journal", "latest", "step-00000002", "step-00000003"));
   EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/journal"));
   // A new service (the process restarted) resumes at step 3 and goes on to 5. The transport
   // still holds version 3, these very weights: they are not sent again, and the steps go on
@@ -245,6 +244,7 @@ TEST_F(LearnerServiceTest, GroupsOlderThanMaxLagAreDroppedAndCountedNotTrained) 
   const std::vector<StepReport> reports = Run(1, Options(1), never_);
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].dropped_stale, 3);
+  EXPECT_EQ(reports[0].dropped_stale_total, 3);
   EXPECT_EQ(reports[0].groups, 2);
   EXPECT_DOUBLE_EQ(reports[0].lag_max, 2);
 }
@@ -312,10 +312,9 @@ TEST_F(LearnerServiceTest, ALearnerKilledBetweenCheckpointsContinuesBitIdentical
   options.checkpoint.dir = killed_dir.path();
   WriteGroups(2 * kSteps + 2, 0);
   std::atomic<bool> kill{false};
-  ASSERT_EQ(Run(1, options, kill,
-                [&](const StepReport& r) { kill = r.step == kKilledAfter; })
-                .size(),
-            static_cast<size_t>(kKilledAfter));
+  ASSERT_EQ(
+      Run(1, options, kill, [&](const StepReport& r) { kill = r.step == kKilledAfter; }).size(),
+      static_cast<size_t>(kKilledAfter));
   DieHolding(2);
   const std::vector<StepReport> resumed = Run(1, options, never_);
   ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - 4)) << "steps 5..9 after checkpoint 4";
@@ -343,7 +342,8 @@ TEST_F(LearnerServiceTest, AGroupJournaledButNotAcknowledgedIsNotTrainedTwice) {
   DieHolding(2);
   auto journal = StepJournal::Open(dir.path() + "/journal");
   ASSERT_TRUE(journal.ok());
-  JournaledStep step1{1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}, {}};
+  JournaledStep step1{
+      1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}, {}};
   step1.payload.assign(8, 0);  // its samples as broadcast bytes: none, for brevity
   ASSERT_TRUE(journal->Append(step1).ok());
   const std::vector<StepReport> resumed = Run(1, options, never_);
@@ -367,7 +367,9 @@ TEST_F(LearnerServiceTest, ASecondGroupOfATrainedPromptIsAcknowledgedWithoutTrai
   const std::vector<StepReport> reports = Run(1, Options(2), never_);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[1].groups, 2) << "prompts 2 and 3, not prompt 0 again";
-  EXPECT_EQ(reports[1].duplicate_groups, 1);
+  EXPECT_EQ(reports[1].duplicate_groups, 1) << "in step 2";
+  EXPECT_EQ(reports[1].duplicate_groups_total, 1);
+  EXPECT_EQ(reports[0].duplicate_groups, 0) << "per step, not so far";
   EXPECT_EQ(replay_->Stats().groups_out, 5) << "the duplicate acknowledged too";
 }
 
@@ -397,6 +399,35 @@ TEST_F(LearnerServiceTest, AResumedLearnerRefusesPromptsItsCheckpointTrained) {
 // A group older than max_lag is not trained: its prompt goes back to the coordinator (here a
 // callback that is unreachable at first), and the group is acknowledged only once that
 // succeeded; until then the learner holds it.
+// A dead-lettered group must not leave its prompt "done" and untrained (issue 28): with the
+// coordinator reachable, its prompt goes back to be generated again (the coordinator counts
+// the attempt), naming the problem, and the group is acknowledged once it was taken back.
+TEST_F(LearnerServiceTest, AQuarantinedGroupsPromptIsHandedBackNamingTheProblem) {
+  LearnerServiceOptions options = Options(2);
+  options.reopen_retry = absl::ZeroDuration();
+  std::vector<StalePrompt> reopened;
+  options.reopen_stale = [&](const std::vector<StalePrompt>& prompts) -> absl::Status {
+    reopened.insert(reopened.end(), prompts.begin(), prompts.end());
+    return absl::OkStatus();
+  };
+  WriteGroups(2, 0);
+  const uint64_t poisoned_prompt = next_prompt_++;
+  std::vector<RolloutRecord> poisoned = Group(poisoned_prompt, 0);
+  poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
+  ASSERT_TRUE(replay_->WriteGroup(poisoned, absl::Seconds(5)).ok());
+  WriteGroups(2, 0);
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].groups + reports[1].groups, 4) << "the four good groups were trained";
+  ASSERT_EQ(reopened.size(), 1u);
+  EXPECT_EQ(reopened[0].prompt_set_id, "set");
+  EXPECT_EQ(reopened[0].prompt_index, poisoned_prompt);
+  EXPECT_THAT(reopened[0].reason, ::testing::HasSubstr("quarantined: token_id"));
+  EXPECT_THAT(reopened[0].reason, ::testing::HasSubstr("records[1].completion_tokens[2]"));
+  EXPECT_EQ(replay_->Stats().groups_out, 5) << "acknowledged once handed back";
+  EXPECT_EQ(reports[1].stale_requeued_total, 0) << "not counted as stale";
+}
+
 TEST_F(LearnerServiceTest, AStaleGroupsPromptIsHandedBackAndItsGroupAcknowledgedOnlyThen) {
   LearnerServiceOptions options = Options(2);
   options.max_lag = 0;
@@ -413,7 +444,8 @@ TEST_F(LearnerServiceTest, AStaleGroupsPromptIsHandedBackAndItsGroupAcknowledged
   const std::vector<StepReport> reports = Run(1, options, never_);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[1].groups, 2) << "prompts 4 and 5";
-  EXPECT_EQ(reports[1].stale_requeued, 2);
+  EXPECT_EQ(reports[1].stale_requeued_total, 2);
+  EXPECT_EQ(reports[0].stale_requeued + reports[1].stale_requeued, 2) << "each once, per step";
   EXPECT_EQ(calls, 2) << "refused once, then accepted";
   ASSERT_EQ(reopened.size(), 2u);
   EXPECT_EQ(reopened[0].prompt_set_id, "set");
@@ -433,8 +465,7 @@ TEST_F(LearnerServiceTest, AJournalThatDoesNotFollowTheCheckpointIsAnErrorNaming
   ASSERT_TRUE(journal->Append({3, 1, 1, 0, {}, {}, std::vector<uint8_t>(8, 0)}).ok());
   auto steps = journal->StepsAfter(0);
   ASSERT_EQ(steps.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(steps.status().message().find("expected step 1"), std::string::npos)
-      << steps.status();
+  EXPECT_NE(steps.status().message().find("expected step 1"), std::string::npos) << steps.status();
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ StepReport Example() {
   r.step_seconds = 0.75;
   r.publish_seconds = 0.01;
   r.dropped_stale = 3;
+  r.dropped_stale_total = 7;
+  r.stale_requeued_total = 2;
   return r;
 }
 
@@ -49,6 +51,8 @@ TEST(StepReportTest, WhatIsWrittenReadsBackExactly) {
   EXPECT_EQ(StepReportToJson(*back), StepReportToJson(r));
   EXPECT_EQ(back->step, 12);
   EXPECT_EQ(back->dropped_stale, 3);
+  EXPECT_EQ(back->dropped_stale_total, 7);
+  EXPECT_EQ(back->stale_requeued_total, 2);
   EXPECT_DOUBLE_EQ(back->unix_time, r.unix_time);
   EXPECT_EQ(StepReportToJson(r).find('\n'), std::string::npos) << "one line per step";
 }
