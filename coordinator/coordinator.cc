@@ -34,12 +34,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   std::unique_ptr<Coordinator> c(new Coordinator(config));
   PromptLogOptions log_options;
   log_options.group_commit = config.group_commit;
+  log_options.before_sync = config.log_before_sync;
   PRL_ASSIGN_OR_RETURN(PromptLog::Opened opened, PromptLog::Open(config.log_path, log_options));
   c->log_ = std::move(opened.log);
   c->stats_.torn_log_bytes = opened.torn_bytes;
   std::lock_guard<std::mutex> lock(c->mu_);
   for (const prl::v1::LogRecord& record : opened.records) c->Apply(record);
-  c->RecoverFinishTimesLocked(opened.records);  // retention (coordinator_snapshot.cc)
+  c->RecoverFinishTimesLocked(opened.records);           // retention (coordinator_snapshot.cc)
   c->completed_at_report_ = c->stats_.groups_completed;  // the budget counts from here
   c->completed_at_start_ = c->stats_.groups_completed;
   c->start_unix_ns_ = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
@@ -201,11 +202,11 @@ absl::StatusOr<prl::v1::ListPromptSetsResponse> Coordinator::ListPage(
 absl::Status Coordinator::CheckGroup(const prl::v1::CheckGroupRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sets_.find(request.prompt_set_id());
-  const bool leased = it != sets_.end() && request.prompt_index() >= 0 &&
-                      request.prompt_index() < static_cast<int64_t>(it->second.prompts.size()) &&
-                      it->second.prompts[request.prompt_index()].state == PromptState::kLeased &&
-                      GroupIdOfLease(it->second.prompts[request.prompt_index()].lease_id) ==
-                          request.group_id();
+  const bool leased =
+      it != sets_.end() && request.prompt_index() >= 0 &&
+      request.prompt_index() < static_cast<int64_t>(it->second.prompts.size()) &&
+      it->second.prompts[request.prompt_index()].state == PromptState::kLeased &&
+      GroupIdOfLease(it->second.prompts[request.prompt_index()].lease_id) == request.group_id();
   if (leased) return absl::OkStatus();
   ++stats_.rejected_groups;
   return absl::FailedPreconditionError(absl::StrCat(
@@ -294,14 +295,15 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
       dropped.push_back(where);
     }
   }
-  absl::StatusOr<uint64_t> logged = uint64_t{0};
+  // Logged, not waited for: nothing the reply says depends on it, and an fsync under the
+  // mutex would stall every call (a failed log fails every later append, visibly).
   for (const auto& [set_id, index] : dropped) {
-    logged = FailAttemptLocked(
+    FailAttemptLocked(
         sets_[set_id], index,
-        absl::StrCat("dropped from the heartbeat of actor ", ActorName(request.actor_id())));
+        absl::StrCat("dropped from the heartbeat of actor ", ActorName(request.actor_id())))
+        .IgnoreError();
     ++stats_.leases_dropped;
   }
-  if (!dropped.empty()) AwaitLogged(logged).IgnoreError();  // a failed log fails every append
   prl::v1::HeartbeatResponse r;
   r.set_learner_version(stats_.learner_version);
   return r;
@@ -319,9 +321,9 @@ void Coordinator::Requeue(PromptSet& set, int64_t index) {
   queue_.AddRerun(set.submitted.prompt_set_id(), index);
 }
 
-void Coordinator::ExpireLocked(absl::Time now) {
+absl::StatusOr<uint64_t> Coordinator::ExpireLocked(absl::Time now) {
   // Every Lease call comes here: a scan only once the earliest deadline may have passed.
-  if (now <= earliest_deadline_) return;
+  if (now <= earliest_deadline_) return uint64_t{0};
   std::vector<std::pair<std::string, int64_t>> expired;
   earliest_deadline_ = absl::InfiniteFuture();
   for (const auto& [lease, where] : leases_) {
@@ -341,13 +343,15 @@ void Coordinator::ExpireLocked(absl::Time now) {
                      " neither completed nor renewed it within lease_ms"));
     ++stats_.leases_expired;
   }
-  if (!expired.empty()) AwaitLogged(logged).IgnoreError();  // a failed log fails every append
+  return logged;
 }
 
 void Coordinator::ExpireLeases() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ExpireLocked(absl::Now());
+  std::unique_lock<std::mutex> lock(mu_);
+  const absl::StatusOr<uint64_t> logged = ExpireLocked(absl::Now());
   RetireFinishedLocked(absl::Now());  // retention (coordinator_snapshot.cc)
+  lock.unlock();  // the fsync is waited for without the mutex: other calls go on meanwhile
+  if (!logged.ok() || *logged != 0) AwaitLogged(logged).IgnoreError();
 }
 
 absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRequest& request) {
@@ -359,7 +363,8 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   }
   const absl::Time now = absl::Now();
   actor->second.last_seen = now;
-  ExpireLocked(now);
+  // Expiries are logged, not waited for (the background ExpireLeases reports a failed log).
+  ExpireLocked(now).IgnoreError();
   int64_t allowed = request.max_prompts();
   if (config_.groups_per_step > 0) {
     int64_t in_flight = static_cast<int64_t>(leases_.size());
@@ -378,7 +383,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const PromptSet& set = sets_[set_id];
     if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING) return PendingQueue::SetVisit::kDrop;
     return Fits(capacity, {set.samples, set.min_tokens}) ? PendingQueue::SetVisit::kLook
-                                                        : PendingQueue::SetVisit::kPass;
+                                                         : PendingQueue::SetVisit::kPass;
   };
   const auto visit = [&](const std::string& set_id, int64_t index) {
     if (allowed <= 0) return PendingQueue::Visit::kStop;
@@ -434,10 +439,10 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
       learner_reported_ ? stats_.learner_version + kMaxVersionStep : INT64_MAX;
   if (version < 0 || version > max_version || groups_consumed < 0 || groups_waiting < 0) {
     ++stats_.rejected_progress;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "learner progress: expected 0 <= version <= ", max_version,
-        " and groups_consumed, groups_waiting >= 0; found version ", version,
-        ", groups_consumed ", groups_consumed, ", groups_waiting ", groups_waiting));
+    return absl::FailedPreconditionError(
+        absl::StrCat("learner progress: expected 0 <= version <= ", max_version,
+                     " and groups_consumed, groups_waiting >= 0; found version ", version,
+                     ", groups_consumed ", groups_consumed, ", groups_waiting ", groups_waiting));
   }
   // A restarted learner may report a lower version: its numbering continues above what the
   // actors hold, so the highest one is the newest weights.

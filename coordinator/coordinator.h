@@ -86,6 +86,8 @@ struct CoordinatorConfig {
   int64_t max_text_bytes_per_set = int64_t{16} << 20;
   // Checks a reward spec (known name, parameters); null: every name is refused.
   std::function<absl::Status(const prl::v1::RewardSpec&)> validate_reward;
+  // Tests: runs before every fsync of the prompt log (PromptLogOptions::before_sync).
+  std::function<void()> log_before_sync;
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc) ----
   // Concurrent completions share the log's fsyncs (group commit); false: one fsync per
@@ -106,9 +108,9 @@ struct CoordinatorStats {
   int64_t prompt_sets = 0;
   int64_t prompts_pending = 0, prompts_in_flight = 0, prompts_done = 0;
   int64_t groups_completed = 0, leases_expired = 0, duplicate_completions = 0;
-  int64_t leases_dropped = 0;  // re-queued because the holder's heartbeat no longer listed them
-  int64_t leases_released = 0;  // given back by their holder (Release)
-  int64_t prompts_failed = 0;   // given up on after max_attempts failed attempts
+  int64_t leases_dropped = 0;    // re-queued because the holder's heartbeat no longer listed them
+  int64_t leases_released = 0;   // given back by their holder (Release)
+  int64_t prompts_failed = 0;    // given up on after max_attempts failed attempts
   int64_t prompts_reopened = 0;  // completed prompts the learner handed back (too stale)
   // Refused requests: completions of leases the actor does not hold, out-of-bounds progress,
   // groups pushed for prompts not leased to the pushing actor.
@@ -117,7 +119,7 @@ struct CoordinatorStats {
   int64_t learner_version = 0, groups_consumed = 0;
   int64_t groups_unconsumed = 0;  // the budget's estimate of groups not yet trained on
   int64_t actors = 0;
-  int64_t torn_log_bytes = 0;  // cut off the log's end at open
+  int64_t torn_log_bytes = 0;                     // cut off the log's end at open
   int64_t log_compactions = 0, sets_retired = 0;  // since open
   // Lease calls that the staleness budget granted fewer prompts than asked while prompts were
   // pending, and the prompts leased to each actor (by the name it registered with).
@@ -187,7 +189,8 @@ class Coordinator {
   // The prompt log's counters (appends, fsyncs, compactions, size); coordinator_snapshot.cc.
   PromptLogStats LogStats() const { return log_->stats(); }
 
-  // Re-queues expired leases (also done on every Lease call).
+  // Re-queues expired leases (also done on every Lease call) and waits for their records to be
+  // durable without holding the mutex.
   void ExpireLeases();
   CoordinatorStats Stats();
 
@@ -197,9 +200,9 @@ class Coordinator {
     PromptState state = PromptState::kPending;
     std::string lease_id, actor_id;
     absl::Time deadline;
-    int32_t attempts = 0;     // failed attempts so far (< max_attempts unless kFailed)
+    int32_t attempts = 0;      // failed attempts so far (< max_attempts unless kFailed)
     int32_t stale_reruns = 0;  // hand-backs so far (< max_stale_reruns unless kFailed)
-    std::string last_reason;  // of the last failed attempt
+    std::string last_reason;   // of the last failed attempt
   };
   struct PromptSet {
     prl::v1::SubmittedPromptSet submitted;  // prompts as token ids
@@ -213,8 +216,8 @@ class Coordinator {
     double reward_sum = 0;
     int64_t reward_count = 0;
     std::vector<prl::v1::PromptSetEvent> events;  // groups, each followed by a status
-    int64_t text_bytes = 0;      // of the texts the events hold
-    size_t oldest_text = 0;      // events before this hold no texts
+    int64_t text_bytes = 0;                       // of the texts the events hold
+    size_t oldest_text = 0;                       // events before this hold no texts
   };
   struct Actor {
     std::string name;
@@ -247,8 +250,9 @@ class Coordinator {
   // Logs (not waited for) and applies a FailedAttempt record. Returns its log ticket.
   absl::StatusOr<uint64_t> LogAttemptLocked(const prl::v1::LogRecord& record);
   void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
-  // Waits (mutex held) until a failed attempt's record is durable; a log error is printed and
-  // returned (the log then refuses every append: Submit and Complete report it).
+  // Waits (mutex not held: an fsync must not stall other calls) until a failed attempt's
+  // record is durable; a log error is printed and returned (the log then refuses every
+  // append: Submit and Complete report it).
   absl::Status AwaitLogged(const absl::StatusOr<uint64_t>& ticket);
   // Complete up to the log write: the reply, and the log ticket to wait for before sending it
   // (0: nothing to wait for).
@@ -264,7 +268,9 @@ class Coordinator {
   std::string ActorName(const std::string& actor_id) const;
   static constexpr size_t kMaxFailedListed = 100;  // PromptSetStatus.failed_prompts
   // ---- end ----
-  void ExpireLocked(absl::Time now);
+  // Re-queues (or fails) leases past their deadline, mutex held; logs their failed attempts
+  // without waiting. Returns the last record's log ticket (0: none).
+  absl::StatusOr<uint64_t> ExpireLocked(absl::Time now);
   int64_t PendingOrInFlightLocked() const;
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc), mutex held ----
@@ -298,7 +304,7 @@ class Coordinator {
   // open: 0 and the count after replaying the log). See the class comment.
   bool learner_reported_ = false;
   int64_t backlog_at_report_ = 0, completed_at_report_ = 0;
-  uint64_t start_unix_ns_ = 0;  // tells this coordinator's replies from a predecessor's
+  uint64_t start_unix_ns_ = 0;      // tells this coordinator's replies from a predecessor's
   int64_t completed_at_start_ = 0;  // groups_completed after the log's replay
   // At or before every open lease's deadline (renewals only move deadlines later): ExpireLocked
   // scans the leases only once it has passed.

@@ -288,6 +288,7 @@ void PromptLog::FlushLocked(std::unique_lock<std::mutex>& lock, bool unlock_for_
   flush_end_ += batch.size();
   if (unlock_for_io) lock.unlock();
   absl::Status status = WriteAt(fd_, batch, start, path_);
+  if (status.ok() && options_.before_sync) options_.before_sync();
   if (status.ok()) status = Sync(fd_, path_);
   if (unlock_for_io) lock.lock();
   flushing_ = false;

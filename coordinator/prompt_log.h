@@ -33,6 +33,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,8 @@ struct PromptLogOptions {
   // fsyncs its record before it returns, one at a time (the baseline of
   // `prl bench coordinator`).
   bool group_commit = true;
+  // Tests: runs before every fsync of the log (e.g. to hold one while other calls proceed).
+  std::function<void()> before_sync;
 };
 
 struct PromptLogStats {

@@ -2,6 +2,10 @@
 // across a restart and a compaction (coordinator/capacity.h, coordinator/prompt_attempts.cc).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -91,7 +95,6 @@ class LeaseLifecycleTest : public CoordinatorLogTest {
               std::string::npos)
         << s.failed_prompts(0).reason();
   }
-
 };
 
 TEST_F(LeaseLifecycleTest, AnActorIsLeasedOnlyPromptsWithinItsCapacity) {
@@ -243,6 +246,49 @@ TEST_F(LeaseLifecycleTest, ExpiryAndHeartbeatDropsCountAsFailedAttempts) {
   EXPECT_EQ(s.failed_prompts(0).attempts(), 2);
   EXPECT_NE(s.failed_prompts(0).reason().find("lease expired"), std::string::npos)
       << s.failed_prompts(0).reason();
+}
+
+// Issue 28: a lease expiry waited for its record's fsync under the coordinator's mutex, so a
+// slow disk stalled every RPC. The test holds the log's fsync and asks for a set's status
+// meanwhile.
+TEST_F(LeaseLifecycleTest, ALeaseExpiryDoesNotBlockOtherCallsWhileItsRecordIsSynced) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool hold = false, holding = false;
+  config_.log_before_sync = [&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (!hold) return;
+    holding = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return !hold; });
+  };
+  config_.lease_ms = 2;
+  config_.heartbeat_ms = 1;
+  auto c = Open();
+  const std::string id = c->Submit(Request(1, 2))->prompt_set_id();
+  const std::string actor = c->RegisterActor("a").actor_id();
+  ASSERT_EQ(Lease(*c, actor, 1).prompts_size(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the 2 ms lease
+  {
+    std::lock_guard<std::mutex> lock(m);
+    hold = true;
+  }
+  std::thread expiry([&] { c->ExpireLeases(); });  // logs the failed attempt, syncs it
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return holding; });  // the expiry's fsync is held now
+  }
+  auto status = std::async(std::launch::async, [&] { return c->Get(id); });
+  // A margin, not a timing: the call needs microseconds; without the fix it waits forever.
+  const bool answered = status.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    hold = false;
+  }
+  cv.notify_all();
+  expiry.join();
+  ASSERT_TRUE(answered) << "the status call waited for the expiry's fsync";
+  EXPECT_EQ(status.get()->prompts_pending(), 1) << "the expired prompt is pending again";
 }
 
 TEST_F(LeaseLifecycleTest, AttemptsAndFailedPromptsSurviveARestart) {
