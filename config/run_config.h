@@ -119,6 +119,7 @@ struct CoordinatorSection {
   int32_t max_samples_per_prompt = 1024;
   int64_t max_prompts_per_set = 100'000;  // prompts in one submission
   int max_watch_streams = 64;             // WatchPromptSet streams open at once
+  int64_t max_actors = 1024;  // registered and alive; silent ones holding no lease are forgotten
   // The log is rewritten as a snapshot of the live state past this size (and twice the last
   // snapshot's), so it stays within a constant factor of the live state.
   int64_t compact_log_mb = 64;

@@ -84,6 +84,8 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "Most prompts one submission may carry");
   v("coordinator", "max_watch_streams", c.coordinator.max_watch_streams,
     "WatchPromptSet streams open at once; more get RESOURCE_EXHAUSTED");
+  v("coordinator", "max_actors", c.coordinator.max_actors,
+    "Actors registered at once (silent ones without leases are forgotten); more are refused");
   v("coordinator", "compact_log_mb", c.coordinator.compact_log_mb,
     "Compact the prompt log into a snapshot past this size (MiB)");
   v("coordinator", "retention_s", c.coordinator.retention_s,

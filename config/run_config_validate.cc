@@ -80,6 +80,7 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             "coordinator.max_stale_reruns", "1 to 1000", c.max_stale_reruns));
   PRL_RETURN_IF_ERROR(Range(c.max_pending_prompts >= 1, "coordinator.max_pending_prompts", ">= 1",
                             c.max_pending_prompts));
+  PRL_RETURN_IF_ERROR(Range(c.max_actors >= 1, "coordinator.max_actors", ">= 1", c.max_actors));
   PRL_RETURN_IF_ERROR(
       Range(c.max_restarts >= 0, "coordinator.max_restarts", ">= 0", c.max_restarts));
   PRL_RETURN_IF_ERROR(Range(c.compact_log_mb >= 1 && c.compact_log_mb <= (int64_t{1} << 20),

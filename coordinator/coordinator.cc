@@ -257,9 +257,19 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
 
 // ---- Actors -------------------------------------------------------------------------------
 
-prl::v1::RegisterResponse Coordinator::RegisterActor(const std::string& name,
-                                                     const prl::v1::ActorCapacity& capacity) {
+absl::StatusOr<prl::v1::RegisterResponse> Coordinator::RegisterActor(
+    const std::string& name, const prl::v1::ActorCapacity& capacity) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int64_t>(actors_.size()) >= config_.max_actors) {
+    ForgetDeadActorsLocked(absl::Now());
+  }
+  if (static_cast<int64_t>(actors_.size()) >= config_.max_actors) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("coordinator: ", actors_.size(),
+                     " actors are registered and alive, the most it takes "
+                     "(coordinator.max_actors ",
+                     config_.max_actors, "); actor '", name.substr(0, 64), "' is refused"));
+  }
   const std::string id = absl::StrCat("actor-", RandomHex().substr(0, 10));
   actors_[id] = Actor{name, 0, absl::Now(), capacity};
   stats_.actors = static_cast<int64_t>(actors_.size());
@@ -346,9 +356,22 @@ absl::StatusOr<uint64_t> Coordinator::ExpireLocked(absl::Time now) {
   return logged;
 }
 
+void Coordinator::ForgetDeadActorsLocked(absl::Time now) {
+  absl::flat_hash_set<std::string> holding;
+  for (const auto& [lease, where] : leases_) {
+    holding.insert(sets_[where.first].prompts[where.second].actor_id);
+  }
+  const absl::Duration silence = 2 * absl::Milliseconds(config_.lease_ms);
+  std::erase_if(actors_, [&](const auto& entry) {
+    return entry.second.last_seen + silence < now && !holding.contains(entry.first);
+  });
+  stats_.actors = static_cast<int64_t>(actors_.size());
+}
+
 void Coordinator::ExpireLeases() {
   std::unique_lock<std::mutex> lock(mu_);
   const absl::StatusOr<uint64_t> logged = ExpireLocked(absl::Now());
+  ForgetDeadActorsLocked(absl::Now());
   RetireFinishedLocked(absl::Now());  // retention (coordinator_snapshot.cc)
   lock.unlock();  // the fsync is waited for without the mutex: other calls go on meanwhile
   if (!logged.ok() || *logged != 0) AwaitLogged(logged).IgnoreError();

@@ -88,6 +88,11 @@ struct CoordinatorConfig {
   std::function<absl::Status(const prl::v1::RewardSpec&)> validate_reward;
   // Tests: runs before every fsync of the prompt log (PromptLogOptions::before_sync).
   std::function<void()> log_before_sync;
+  // Registered actors at most: the table is bounded whoever holds the actor token. An actor
+  // not heard from (heartbeat, lease, completion) for 2 lease_ms that holds no lease is
+  // forgotten (ExpireLeases, and a registration at the cap); a registration beyond the cap
+  // is RESOURCE_EXHAUSTED. A forgotten actor that comes back is told to register again.
+  int64_t max_actors = 1024;
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc) ----
   // Concurrent completions share the log's fsyncs (group commit); false: one fsync per
@@ -155,8 +160,9 @@ class Coordinator {
 
   // ActorControl.
   // The actor is leased only prompts within `capacity` (coordinator/capacity.h).
-  prl::v1::RegisterResponse RegisterActor(const std::string& name,
-                                          const prl::v1::ActorCapacity& capacity = {});
+  // RESOURCE_EXHAUSTED at max_actors live actors.
+  absl::StatusOr<prl::v1::RegisterResponse> RegisterActor(
+      const std::string& name, const prl::v1::ActorCapacity& capacity = {});
   // Renews the leases the request lists and re-queues the actor's others.
   absl::StatusOr<prl::v1::HeartbeatResponse> Heartbeat(const prl::v1::HeartbeatRequest& request);
   absl::StatusOr<prl::v1::LeaseResponse> Lease(const prl::v1::LeaseRequest& request);
@@ -271,6 +277,8 @@ class Coordinator {
   // Re-queues (or fails) leases past their deadline, mutex held; logs their failed attempts
   // without waiting. Returns the last record's log ticket (0: none).
   absl::StatusOr<uint64_t> ExpireLocked(absl::Time now);
+  // Forgets actors not heard from for 2 lease_ms that hold no lease, mutex held.
+  void ForgetDeadActorsLocked(absl::Time now);
   int64_t PendingOrInFlightLocked() const;
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc), mutex held ----

@@ -50,8 +50,9 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
     if (watchers_.fetch_add(1) >= max_watchers_) {
       watchers_.fetch_sub(1);
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat(max_watchers_, " watch streams are open (coordinator."
-                                                      "max_watch_streams): retry later"));
+                          absl::StrCat(max_watchers_,
+                                       " watch streams are open (coordinator."
+                                       "max_watch_streams): retry later"));
     }
     const grpc::Status status = Watch(context, request, writer);
     watchers_.fetch_sub(1);
@@ -112,8 +113,7 @@ class CoordinatorServer::Actors final : public ActorControlBase {
 
   grpc::Status Register(ServerContext*, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override {
-    *response = c_->RegisterActor(request->actor_name(), request->capacity());
-    return grpc::Status::OK;
+    return Reply(c_->RegisterActor(request->actor_name(), request->capacity()), response);
   }
   grpc::Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {

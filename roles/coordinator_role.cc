@@ -1,4 +1,3 @@
-#include "roles/role_security.h"
 #include "roles/coordinator_role.h"
 
 #include <cstdio>
@@ -11,8 +10,9 @@
 #include "core/status_macros.h"
 #include "metrics/prl_metrics.h"
 #include "reward/verifiers.h"
-#include "roles/role_metrics.h"
 #include "roles/model_text.h"
+#include "roles/role_metrics.h"
+#include "roles/role_security.h"
 
 namespace prl::roles {
 
@@ -68,6 +68,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.max_pending_prompts = c.coordinator.max_pending_prompts;
   out.max_samples_per_prompt = c.coordinator.max_samples_per_prompt;
   out.max_prompts_per_set = c.coordinator.max_prompts_per_set;
+  out.max_actors = c.coordinator.max_actors;
   out.reward_addresses = c.coordinator.reward_addresses;
   out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
   out.retention_s = c.coordinator.retention_s;

@@ -76,7 +76,7 @@ TEST_F(CoordinatorSnapshotTest, ACompactedLogReplaysToTheSameState) {
   std::string before;
   {
     auto c = Open();
-    const std::string actor = c->RegisterActor("a").actor_id();
+    const std::string actor = c->RegisterActor("a")->actor_id();
     done_key_id = c->Submit(Request(3, "key-1"))->prompt_set_id();
     cancelled_id = c->Submit(Request(4))->prompt_set_id();
     CompleteSome(*c, actor, 4, 0.5);  // 3 of the first set, 1 of the second
@@ -100,7 +100,7 @@ TEST_F(CoordinatorSnapshotTest, ACompactedLogReplaysToTheSameState) {
   EXPECT_EQ(again->prompt_set_id(), done_key_id);
   // The running set's 3 remaining prompts, and nothing of the cancelled one, are leased.
   v1::LeaseRequest lease;
-  lease.set_actor_id(c->RegisterActor("b").actor_id());
+  lease.set_actor_id(c->RegisterActor("b")->actor_id());
   lease.set_max_prompts(100);
   EXPECT_EQ(c->Lease(lease)->prompts_size(), 3);
 }
@@ -109,7 +109,7 @@ TEST_F(CoordinatorSnapshotTest, RetiredSetsLeaveTheNextSnapshotSoTheLogShrinks) 
   config_.compact_log_bytes = int64_t{1} << 30;  // no compaction while the sets accumulate
   {
     auto c = Open();
-    const std::string actor = c->RegisterActor("a").actor_id();
+    const std::string actor = c->RegisterActor("a")->actor_id();
     for (int i = 0; i < 100; ++i) {
       ASSERT_TRUE(c->Submit(Request(10)).ok());
       CompleteSome(*c, actor, 10);
@@ -135,7 +135,7 @@ TEST_F(CoordinatorSnapshotTest, RetiredSetsLeaveTheNextSnapshotSoTheLogShrinks) 
 TEST_F(CoordinatorSnapshotTest, FinishedSetsAreKeptWithinTheRetentionTime) {
   config_.retention_s = 3600;
   auto c = Open();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   const std::string id = c->Submit(Request(2))->prompt_set_id();
   CompleteSome(*c, actor, 2);
   c->ExpireLeases();
@@ -146,7 +146,7 @@ TEST_F(CoordinatorSnapshotTest, FinishedSetsAreKeptWithinTheRetentionTime) {
 TEST_F(CoordinatorSnapshotTest, SetsFinishedLongerAgoThanTheRetentionAreDropped) {
   config_.retention_s = 1;
   auto c = Open();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   const std::string done = c->Submit(Request(2, "done-key"))->prompt_set_id();
   CompleteSome(*c, actor, 2);
   const std::string cancelled = c->Submit(Request(3))->prompt_set_id();
@@ -194,7 +194,7 @@ TEST_F(CoordinatorSnapshotTest, ARestartKeepsTheRetentionClockOfFinishedSets) {
   {
     auto c = Open();
     id = c->Submit(Request(2))->prompt_set_id();
-    CompleteSome(*c, c->RegisterActor("a").actor_id(), 2);
+    CompleteSome(*c, c->RegisterActor("a")->actor_id(), 2);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto c = Open();
@@ -213,7 +213,7 @@ TEST_F(CoordinatorSnapshotTest, ConcurrentCompletionsAreAllDurable) {
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&c, t] {
-        const std::string actor = c->RegisterActor(absl::StrCat("a", t)).actor_id();
+        const std::string actor = c->RegisterActor(absl::StrCat("a", t))->actor_id();
         for (int i = 0; i < kEach; ++i) CompleteSome(*c, actor, 1);
       });
     }
@@ -230,7 +230,7 @@ TEST_F(CoordinatorSnapshotTest, WithoutGroupCommitCompletionsAreDurableToo) {
   {
     auto c = Open();
     id = c->Submit(Request(4))->prompt_set_id();
-    CompleteSome(*c, c->RegisterActor("a").actor_id(), 4);
+    CompleteSome(*c, c->RegisterActor("a")->actor_id(), 4);
   }
   EXPECT_EQ(Open()->Get(id)->state(), v1::PROMPT_SET_STATE_DONE);
 }

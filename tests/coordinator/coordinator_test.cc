@@ -28,7 +28,7 @@ TEST_F(CoordinatorTest, ASubmittedSetIsLeasedCompletedAndDone) {
   auto c = Open();
   auto submitted = c->Submit(Request(3));
   ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 10));
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prompts_size(), 3);
@@ -82,7 +82,7 @@ TEST_F(CoordinatorTest, MalformedSubmissionsAreInvalidArgumentNamingTheFieldAndC
   v1::SubmitPromptSetRequest r = Request(1);
   r.mutable_prompts(0)->set_text("hello");
   ASSERT_TRUE(c->Submit(r).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 1));
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prompts_size(), 1);
@@ -102,7 +102,7 @@ TEST_F(CoordinatorTest, ChatPromptsAreRenderedWithTheTemplateAndTokenised) {
   user->set_role("user");
   user->set_content("hi");
   ASSERT_TRUE(c->Submit(r).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 1));
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prompts_size(), 1);
@@ -139,7 +139,7 @@ TEST_F(CoordinatorTest, AbsentStopIdsAreTheModelsAndGivenOnesAreKept) {
   v1::SubmitPromptSetRequest own = Request(1);
   own.mutable_sampling()->add_stop_token_ids(3);
   ASSERT_TRUE(c->Submit(own).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 2));
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prompts_size(), 2);
@@ -161,7 +161,7 @@ TEST_F(CoordinatorTest, SampleTextsReachWatchersThatAskButNotTheLog) {
   bool finished = false;
   ASSERT_TRUE(c->WatchEvents(id, &with, absl::ZeroDuration(), &finished, true).ok());
   ASSERT_TRUE(c->WatchEvents(id, &without, absl::ZeroDuration(), &finished, false).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 2));
   ASSERT_TRUE(leased.ok());
   for (const auto& p : leased->prompts()) {
@@ -229,7 +229,7 @@ TEST_F(CoordinatorTest, ARestartKeepsAcceptedSetsAndCompletedGroupsAndReRunsTheR
   {
     auto c = Open();
     id = c->Submit(Request(4))->prompt_set_id();
-    const std::string actor = c->RegisterActor("a").actor_id();
+    const std::string actor = c->RegisterActor("a")->actor_id();
     auto leased = c->Lease(LeaseOf(actor, 3));
     ASSERT_EQ(leased->prompts_size(), 3);
     ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
@@ -240,7 +240,7 @@ TEST_F(CoordinatorTest, ARestartKeepsAcceptedSetsAndCompletedGroupsAndReRunsTheR
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->prompts_done(), 1);
   EXPECT_EQ(status->prompts_pending(), 3);
-  const std::string actor = c->RegisterActor("b").actor_id();
+  const std::string actor = c->RegisterActor("b")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 10));
   ASSERT_EQ(leased->prompts_size(), 3);
   for (const auto& p : leased->prompts()) ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
@@ -250,7 +250,7 @@ TEST_F(CoordinatorTest, ARestartKeepsAcceptedSetsAndCompletedGroupsAndReRunsTheR
 TEST_F(CoordinatorTest, GroupsAreCheckedAgainstTheOpenLeaseOfTheirPrompt) {
   auto c = Open();
   const std::string id = c->Submit(Request(2))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 1));
   ASSERT_EQ(leased->prompts_size(), 1);
   v1::CheckGroupRequest check;
@@ -348,8 +348,8 @@ TEST_F(CoordinatorTest, StatsCountThrottledLeaseRequestsAndLeasesPerActor) {
   config_.groups_per_step = 3;  // at most 3 groups ahead of the learner
   auto c = Open();
   c->Submit(Request(5)).IgnoreError();
-  const std::string a = c->RegisterActor("actors-x7k2p").actor_id();
-  const std::string b = c->RegisterActor("actors-q4m8z").actor_id();
+  const std::string a = c->RegisterActor("actors-x7k2p")->actor_id();
+  const std::string b = c->RegisterActor("actors-q4m8z")->actor_id();
   EXPECT_EQ(c->Lease(LeaseOf(a, 2))->prompts_size(), 2);  // within the budget
   EXPECT_EQ(c->Stats().lease_requests_throttled, 0);
   EXPECT_EQ(c->Lease(LeaseOf(b, 2))->prompts_size(), 1);  // cut to the budget's last group
@@ -366,7 +366,7 @@ TEST_F(CoordinatorTest, CancelledSetsAreNotLeased) {
   auto cancelled = c->Cancel(id);
   ASSERT_TRUE(cancelled.ok());
   EXPECT_EQ(cancelled->state(), v1::PROMPT_SET_STATE_CANCELLED);
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   EXPECT_EQ(c->Lease(LeaseOf(actor, 10))->prompts_size(), 0);
   EXPECT_EQ(c->Cancel("ps-missing").status().code(), absl::StatusCode::kNotFound);
 }
@@ -383,7 +383,7 @@ TEST_F(CoordinatorTest, UnknownActorsAndLeasesAreNotFound) {
 TEST_F(CoordinatorTest, ACompletionWithTheWrongNumberOfRewardsIsRefused) {
   auto c = Open();
   c->Submit(Request(1)).IgnoreError();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 1));
   v1::CompleteRequest done = Done(actor, leased->prompts(0));
   done.mutable_result()->add_rewards(1.0);
@@ -467,7 +467,7 @@ TEST_F(CoordinatorTest, OverGrpcACompletionIsAnsweredOnceDurableAndRefusalsKeepT
       grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
                                 grpc::InsecureChannelCredentials(), rpc::ChannelArgs(64 << 20)));
   ASSERT_TRUE(c->Submit(Request(2)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   grpc::ClientContext lc;
   v1::LeaseResponse leased;
   ASSERT_TRUE(actors->LeasePrompts(&lc, LeaseOf(actor, 1), &leased).ok());
@@ -502,7 +502,7 @@ TEST_F(CoordinatorTest, OverGrpcACompletionIsAnsweredOnceDurableAndRefusalsKeepT
 TEST_F(CoordinatorTest, CompleteAsyncAnswersARefusalAtOnceAndAnAcceptanceOnceDurable) {
   auto c = Open();
   ASSERT_TRUE(c->Submit(Request(1)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   const v1::LeaseResponse leased = *c->Lease(LeaseOf(actor, 1));
   ASSERT_EQ(leased.prompts_size(), 1);
 

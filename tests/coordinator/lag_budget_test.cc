@@ -18,11 +18,11 @@ TEST_F(CoordinatorTest, AnExpiredLeaseIsReRunAndTheLateCompletionIsADuplicate) {
   config_.heartbeat_ms = 50;
   auto c = Open();
   const std::string id = c->Submit(Request(1))->prompt_set_id();
-  const std::string dead = c->RegisterActor("dies").actor_id();
+  const std::string dead = c->RegisterActor("dies")->actor_id();
   auto first = c->Lease(LeaseOf(dead, 1));
   ASSERT_EQ(first->prompts_size(), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const std::string alive = c->RegisterActor("lives").actor_id();
+  const std::string alive = c->RegisterActor("lives")->actor_id();
   auto second = c->Lease(LeaseOf(alive, 1));
   ASSERT_EQ(second->prompts_size(), 1) << "the expired lease was not re-queued";
   EXPECT_EQ(second->prompts(0).prompt_index(), 0);
@@ -37,7 +37,7 @@ TEST_F(CoordinatorTest, HeartbeatsKeepTheLeasesTheyListAlive) {
   config_.heartbeat_ms = 50;
   auto c = Open();
   c->Submit(Request(1)).IgnoreError();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 1));
   ASSERT_EQ(leased->prompts_size(), 1);
   v1::HeartbeatRequest hb;
@@ -59,9 +59,9 @@ TEST_F(CoordinatorTest, ALeaseExpiresOnTimeAfterAnotherLeaseWasRenewedPastIt) {
   config_.heartbeat_ms = 50;
   auto c = Open();
   c->Submit(Request(3)).IgnoreError();
-  const std::string renewing = c->RegisterActor("renews").actor_id();
-  const std::string silent = c->RegisterActor("silent").actor_id();
-  const std::string other = c->RegisterActor("other").actor_id();
+  const std::string renewing = c->RegisterActor("renews")->actor_id();
+  const std::string silent = c->RegisterActor("silent")->actor_id();
+  const std::string other = c->RegisterActor("other")->actor_id();
   auto first = c->Lease(LeaseOf(renewing, 1));  // t = 0: deadline 1000 ms
   ASSERT_EQ(first->prompts_size(), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -86,7 +86,7 @@ TEST_F(CoordinatorTest, ALeaseExpiresOnTimeAfterAnotherLeaseWasRenewedPastIt) {
 TEST_F(CoordinatorTest, ALeaseAHeartbeatNoLongerListsIsReQueuedAtOnce) {
   auto c = Open();
   const std::string id = c->Submit(Request(2))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 2));
   ASSERT_EQ(leased->prompts_size(), 2);
   v1::HeartbeatRequest hb;
@@ -108,7 +108,7 @@ TEST_F(CoordinatorTest, TheMaxLagBudgetBoundsWorkInFlightPlusUntrainedGroups) {
   config_.groups_per_step = 2;  // at most (1 + 1) * 2 = 4 groups ahead of the learner
   auto c = Open();
   c->Submit(Request(10)).IgnoreError();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 10));
   ASSERT_EQ(leased->prompts_size(), 4);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(i))).ok());
@@ -120,8 +120,8 @@ TEST_F(CoordinatorTest, TheMaxLagBudgetBoundsWorkInFlightPlusUntrainedGroups) {
 TEST_F(CoordinatorTest, OnlyTheActorHoldingALeaseCompletesItAndNothingChangesOtherwise) {
   auto c = Open();
   const std::string id = c->Submit(Request(1))->prompt_set_id();
-  const std::string owner = c->RegisterActor("owner").actor_id();
-  const std::string thief = c->RegisterActor("thief").actor_id();
+  const std::string owner = c->RegisterActor("owner")->actor_id();
+  const std::string thief = c->RegisterActor("thief")->actor_id();
   auto leased = c->Lease(LeaseOf(owner, 1));
   ASSERT_EQ(leased->prompts_size(), 1);
   // Another actor's id with the right lease, and the owner's id with a forged nonce.
@@ -142,7 +142,7 @@ TEST_F(CoordinatorTest, LearnerProgressOutOfBoundsIsRefusedAndDoesNotPoisonTheBu
   config_.groups_per_step = 1;
   auto c = Open();
   ASSERT_TRUE(c->Submit(Request(5)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 5));
   ASSERT_EQ(leased->prompts_size(), 1);
   ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
@@ -169,7 +169,7 @@ TEST_F(CoordinatorTest, ACompletionThatOvertakesAReportThatMissedItStillCountsAg
   config_.groups_per_step = 1;  // a budget of one group
   auto c = Open();
   ASSERT_TRUE(c->Submit(Request(5)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   const v1::LearnerProgressResponse before = *c->LearnerProgress(0, 0, 0);  // first report
   auto leased = c->Lease(LeaseOf(actor, 5));
   ASSERT_EQ(leased->prompts_size(), 1);
@@ -195,7 +195,7 @@ TEST_F(CoordinatorTest, AnEchoOfAPredecessorsReplyCountsEveryCompletionSinceTheR
     old_reply = *c->LearnerProgress(0, 0, 0);
   }
   auto c = Open();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 5));
   ASSERT_EQ(leased->prompts_size(), 1);
   ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());
@@ -212,7 +212,7 @@ TEST_F(CoordinatorTest, TheBudgetFollowsARestartedLearnerThatCountsFromZero) {
   config_.groups_per_step = 1;
   auto c = Open();
   ASSERT_TRUE(c->Submit(Request(10)).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   const auto produce_one = [&] {
     auto leased = c->Lease(LeaseOf(actor, 5));
     if (leased->prompts_size() != 1) return false;
@@ -237,14 +237,14 @@ TEST_F(CoordinatorTest, TheBudgetStartsFromAnEmptyBacklogWhenTheCoordinatorResta
   {
     auto c = Open();
     ASSERT_TRUE(c->Submit(Request(10)).ok());
-    const std::string actor = c->RegisterActor("a").actor_id();
+    const std::string actor = c->RegisterActor("a")->actor_id();
     auto leased = c->Lease(LeaseOf(actor, 5));
     ASSERT_EQ(leased->prompts_size(), 2);
     for (const auto& p : leased->prompts()) ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
     EXPECT_EQ(c->Lease(LeaseOf(actor, 5))->prompts_size(), 0) << "both untrained";
   }
   auto c = Open();  // the restart
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   auto leased = c->Lease(LeaseOf(actor, 5));
   ASSERT_EQ(leased->prompts_size(), 2) << "a restarted coordinator must not stall the run";
   ASSERT_TRUE(c->Complete(Done(actor, leased->prompts(0))).ok());

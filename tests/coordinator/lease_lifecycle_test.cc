@@ -77,7 +77,7 @@ class LeaseLifecycleTest : public CoordinatorLogTest {
   // Fails prompt 0 of a one-prompt set: max_attempts releases. Returns the set id.
   std::string SubmitAndFailIt(Coordinator& c) {
     const std::string id = c.Submit(Request(1, 2))->prompt_set_id();
-    const std::string actor = c.RegisterActor("a").actor_id();
+    const std::string actor = c.RegisterActor("a")->actor_id();
     for (int i = 1; i < config_.max_attempts; ++i) {
       EXPECT_FALSE(LeaseAndRelease(c, actor, absl::StrCat("try ", i)).prompt_failed());
     }
@@ -101,12 +101,12 @@ TEST_F(LeaseLifecycleTest, AnActorIsLeasedOnlyPromptsWithinItsCapacity) {
   auto c = Open();
   const std::string big = c->Submit(Request(2, 128))->prompt_set_id();
   const std::string small = c->Submit(Request(2, 4))->prompt_set_id();
-  const std::string narrow = c->RegisterActor("narrow", Capacity(64)).actor_id();
+  const std::string narrow = c->RegisterActor("narrow", Capacity(64))->actor_id();
   v1::LeaseResponse leased = Lease(*c, narrow, 8);
   ASSERT_EQ(leased.prompts_size(), 2);
   for (const v1::LeasedPrompt& p : leased.prompts()) EXPECT_EQ(p.prompt_set_id(), small);
   // The big set's prompts kept their place: an actor that can run them gets them first.
-  const std::string wide = c->RegisterActor("wide", Capacity(128)).actor_id();
+  const std::string wide = c->RegisterActor("wide", Capacity(128))->actor_id();
   c->Submit(Request(1, 4)).IgnoreError();
   leased = Lease(*c, wide, 2);
   ASSERT_EQ(leased.prompts_size(), 2);
@@ -116,9 +116,9 @@ TEST_F(LeaseLifecycleTest, AnActorIsLeasedOnlyPromptsWithinItsCapacity) {
 TEST_F(LeaseLifecycleTest, PromptsLongerThanAnActorsSequencesGoToAnActorThatHoldsThem) {
   auto c = Open();
   const std::string id = c->Submit(Request(1, 2, /*prompt_tokens=*/20))->prompt_set_id();
-  const std::string short_actor = c->RegisterActor("short", Capacity(64, 16)).actor_id();
+  const std::string short_actor = c->RegisterActor("short", Capacity(64, 16))->actor_id();
   EXPECT_EQ(Lease(*c, short_actor, 1).prompts_size(), 0);  // 20 + 8 tokens > 16
-  const std::string long_actor = c->RegisterActor("long", Capacity(64, 28)).actor_id();
+  const std::string long_actor = c->RegisterActor("long", Capacity(64, 28))->actor_id();
   v1::LeaseResponse leased = Lease(*c, long_actor, 1);
   ASSERT_EQ(leased.prompts_size(), 1);
   EXPECT_EQ(leased.prompts(0).prompt_set_id(), id);
@@ -132,14 +132,14 @@ TEST_F(LeaseLifecycleTest, ShortPromptsOfASetPassLongOnesAnActorCannotHold) {
   for (int i : {1, 3}) mixed.mutable_prompts(i)->mutable_tokens()->mutable_ids()->Truncate(2);
   const std::string id = c->Submit(mixed)->prompt_set_id();
   const std::string later = c->Submit(Request(1, 2))->prompt_set_id();
-  const std::string short_actor = c->RegisterActor("short", Capacity(64, 16)).actor_id();
+  const std::string short_actor = c->RegisterActor("short", Capacity(64, 16))->actor_id();
   v1::LeaseResponse leased = Lease(*c, short_actor, 8);
   ASSERT_EQ(leased.prompts_size(), 3);
   EXPECT_EQ(leased.prompts(0).prompt_set_id(), id);
   EXPECT_EQ(leased.prompts(0).prompt_index(), 1);
   EXPECT_EQ(leased.prompts(1).prompt_index(), 3);
   EXPECT_EQ(leased.prompts(2).prompt_set_id(), later);
-  const std::string long_actor = c->RegisterActor("long", Capacity(64, 28)).actor_id();
+  const std::string long_actor = c->RegisterActor("long", Capacity(64, 28))->actor_id();
   leased = Lease(*c, long_actor, 8);
   ASSERT_EQ(leased.prompts_size(), 2);
   EXPECT_EQ(leased.prompts(0).prompt_index(), 0);
@@ -150,15 +150,15 @@ TEST_F(LeaseLifecycleTest, ASetNoRegisteredActorCanRunSaysSo) {
   auto c = Open();
   const std::string id = c->Submit(Request(1, 128))->prompt_set_id();
   EXPECT_EQ(c->Get(id)->message(), "");  // no actor yet: nothing to say
-  c->RegisterActor("a", Capacity(64, 16));
-  c->RegisterActor("b", Capacity(32, 24));
+  ASSERT_TRUE(c->RegisterActor("a", Capacity(64, 16)).ok());
+  ASSERT_TRUE(c->RegisterActor("b", Capacity(32, 24)).ok());
   EXPECT_EQ(c->Get(id)->message(),
             "no registered actor can run samples_per_prompt 128 (largest: 64)");
   const std::string tokens = c->Submit(Request(1, 2, 20))->prompt_set_id();
   EXPECT_EQ(c->Get(tokens)->message(),
             "no registered actor can run 28 tokens per sequence (prompt + sampling.max_tokens; "
             "largest: 24)");
-  c->RegisterActor("d", Capacity(128));
+  ASSERT_TRUE(c->RegisterActor("d", Capacity(128)).ok());
   EXPECT_EQ(c->Get(id)->message(), "");
   EXPECT_EQ(c->Get(tokens)->message(), "");
 }
@@ -166,8 +166,8 @@ TEST_F(LeaseLifecycleTest, ASetNoRegisteredActorCanRunSaysSo) {
 TEST_F(LeaseLifecycleTest, ReleaseRequeuesAtOnceWithItsReasonAndOnlyFromTheHolder) {
   auto c = Open();
   const std::string id = c->Submit(Request(1, 2))->prompt_set_id();
-  const std::string holder = c->RegisterActor("holder").actor_id();
-  const std::string other = c->RegisterActor("other").actor_id();
+  const std::string holder = c->RegisterActor("holder")->actor_id();
+  const std::string other = c->RegisterActor("other")->actor_id();
   v1::LeaseResponse leased = Lease(*c, holder, 1);
   ASSERT_EQ(leased.prompts_size(), 1);
   const std::string lease = leased.prompts(0).lease_id();
@@ -197,7 +197,7 @@ TEST_F(LeaseLifecycleTest, AfterMaxAttemptsAPromptFailsVisiblyAndItsSetFinishes)
   size_t cursor = 0;
   bool finished = false;
   ASSERT_TRUE(c->WatchEvents(id, &cursor, absl::ZeroDuration(), &finished).ok());
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   EXPECT_FALSE(LeaseAndRelease(*c, actor, "first").prompt_failed());
   EXPECT_FALSE(LeaseAndRelease(*c, actor, "second").prompt_failed());
   EXPECT_TRUE(LeaseAndRelease(*c, actor, "out of blocks").prompt_failed());
@@ -218,7 +218,7 @@ TEST_F(LeaseLifecycleTest, AReleasesLongDetailIsCutAndSaysSo) {
   config_.max_attempts = 1;
   auto c = Open();
   const std::string id = c->Submit(Request(1, 2))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   EXPECT_TRUE(LeaseAndRelease(*c, actor, std::string(5000, 'x')).prompt_failed());
   const std::string reason = c->Get(id)->failed_prompts(0).reason();
   EXPECT_LT(reason.size(), 1200u) << "the logged reason is bounded";
@@ -231,7 +231,7 @@ TEST_F(LeaseLifecycleTest, ExpiryAndHeartbeatDropsCountAsFailedAttempts) {
   config_.heartbeat_ms = 50;
   auto c = Open();
   const std::string id = c->Submit(Request(1, 2))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   ASSERT_EQ(Lease(*c, actor, 1).prompts_size(), 1);
   v1::HeartbeatRequest hb;
   hb.set_actor_id(actor);  // lists nothing: the lease was dropped
@@ -266,7 +266,7 @@ TEST_F(LeaseLifecycleTest, ALeaseExpiryDoesNotBlockOtherCallsWhileItsRecordIsSyn
   config_.heartbeat_ms = 1;
   auto c = Open();
   const std::string id = c->Submit(Request(1, 2))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   ASSERT_EQ(Lease(*c, actor, 1).prompts_size(), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the 2 ms lease
   {
@@ -291,6 +291,38 @@ TEST_F(LeaseLifecycleTest, ALeaseExpiryDoesNotBlockOtherCallsWhileItsRecordIsSyn
   EXPECT_EQ(status.get()->prompts_pending(), 1) << "the expired prompt is pending again";
 }
 
+// Issue 28: the actor table never forgot an actor, and any holder of the actor token could
+// grow it with Register. It is capped, and actors silent for 2 lease_ms that hold no lease are
+// forgotten; an actor holding a lease is kept however quiet, until its lease expires.
+TEST_F(LeaseLifecycleTest, TheActorTableIsBoundedAndForgetsSilentActors) {
+  config_.max_actors = 3;
+  config_.lease_ms = 200;  // silence: 400 ms; "later" below must not reach it during the test
+  config_.heartbeat_ms = 50;
+  auto c = Open();
+  c->Submit(Request(1, 2)).IgnoreError();
+  const std::string holder = c->RegisterActor("holder")->actor_id();
+  ASSERT_EQ(Lease(*c, holder, 1).prompts_size(), 1);
+  ASSERT_TRUE(c->RegisterActor("b").ok());
+  ASSERT_TRUE(c->RegisterActor("c").ok());
+  const absl::StatusOr<v1::RegisterResponse> refused = c->RegisterActor("flood");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("coordinator.max_actors 3"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ(c->Stats().actors, 3);
+  // Past 2 lease_ms of silence: b and c are forgotten at the next registration; the holder's
+  // lease expired meanwhile, so the expiry pass forgets it too.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const absl::StatusOr<v1::RegisterResponse> later = c->RegisterActor("later");
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(c->Stats().actors, 2) << "b and c forgotten; the holder kept while it held a lease";
+  c->ExpireLeases();
+  EXPECT_EQ(c->Stats().actors, 1) << "the holder's lease expired: forgotten";
+  v1::HeartbeatRequest hb;
+  hb.set_actor_id(holder);
+  EXPECT_EQ(c->Heartbeat(hb).status().code(), absl::StatusCode::kNotFound)
+      << "a forgotten actor is told to register again";
+}
+
 TEST_F(LeaseLifecycleTest, AttemptsAndFailedPromptsSurviveARestart) {
   config_.max_attempts = 2;
   std::string id, retried;
@@ -298,14 +330,14 @@ TEST_F(LeaseLifecycleTest, AttemptsAndFailedPromptsSurviveARestart) {
     auto c = Open();
     id = SubmitAndFailIt(*c);
     retried = c->Submit(Request(1, 2))->prompt_set_id();
-    EXPECT_FALSE(LeaseAndRelease(*c, c->RegisterActor("b").actor_id(), "once").prompt_failed());
+    EXPECT_FALSE(LeaseAndRelease(*c, c->RegisterActor("b")->actor_id(), "once").prompt_failed());
   }
   auto c = Open();
   ExpectFailedWithItsReason(*c->Get(id), 2);
   // The other prompt has one attempt left: its next failure is its last.
   EXPECT_EQ(c->Get(retried)->prompts_pending(), 1);
   EXPECT_TRUE(
-      LeaseAndRelease(*c, c->RegisterActor("c").actor_id(), "out of blocks").prompt_failed());
+      LeaseAndRelease(*c, c->RegisterActor("c")->actor_id(), "out of blocks").prompt_failed());
   ExpectFailedWithItsReason(*c->Get(retried), 2);
 }
 
@@ -317,13 +349,13 @@ TEST_F(LeaseLifecycleTest, AttemptsAndFailedPromptsSurviveACompaction) {
     auto c = Open();
     id = SubmitAndFailIt(*c);
     retried = c->Submit(Request(1, 2))->prompt_set_id();
-    EXPECT_FALSE(LeaseAndRelease(*c, c->RegisterActor("b").actor_id(), "once").prompt_failed());
+    EXPECT_FALSE(LeaseAndRelease(*c, c->RegisterActor("b")->actor_id(), "once").prompt_failed());
     EXPECT_GT(c->Stats().log_compactions, 0);
   }
   auto c = Open();
   ExpectFailedWithItsReason(*c->Get(id), 2);
   EXPECT_TRUE(
-      LeaseAndRelease(*c, c->RegisterActor("c").actor_id(), "out of blocks").prompt_failed());
+      LeaseAndRelease(*c, c->RegisterActor("c")->actor_id(), "out of blocks").prompt_failed());
   ExpectFailedWithItsReason(*c->Get(retried), 2);
 }
 

@@ -35,7 +35,7 @@ class ReopenTest : public CoordinatorLogTest {
     return r;
   }
   void CompleteLeased(Coordinator& c, int n) {
-    const std::string actor_ = c.RegisterActor("a").actor_id();
+    const std::string actor_ = c.RegisterActor("a")->actor_id();
     const v1::LeaseResponse leased = *c.Lease(LeaseOf(actor_, n));
     ASSERT_EQ(leased.prompts_size(), n);
     for (const v1::LeasedPrompt& p : leased.prompts()) {
@@ -103,7 +103,7 @@ TEST_F(ReopenTest, AHandedBackGroupFreesItsPlaceInTheLagBudget) {
   auto c = Open();
   const std::string id = SubmitAndComplete(*c, 2);
   ASSERT_TRUE(c->Submit(Prompts(1, 5)).ok());
-  const v1::LeaseRequest lease = LeaseOf(c->RegisterActor("b").actor_id(), 4);
+  const v1::LeaseRequest lease = LeaseOf(c->RegisterActor("b")->actor_id(), 4);
   EXPECT_EQ(c->Lease(lease)->prompts_size(), 0) << "two completed groups fill the budget";
   ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
   EXPECT_EQ(c->Lease(lease)->prompts_size(), 1) << "one place freed";
@@ -123,7 +123,7 @@ TEST_F(ReopenTest, PendingAndUnknownPromptsAreLeftAlone) {
 TEST_F(ReopenTest, ALeasedPromptHandedBackEndsItsLeaseAndItsLateCompleteIsRefused) {
   auto c = Open();
   const std::string id = c->Submit(Prompts(1, 1))->prompt_set_id();
-  const std::string actor = c->RegisterActor("a").actor_id();
+  const std::string actor = c->RegisterActor("a")->actor_id();
   const v1::LeasedPrompt leased = c->Lease(LeaseOf(actor, 1))->prompts(0);
   ASSERT_EQ(c->Reopen(Request(id, {0}))->reopened(), 1);
   EXPECT_EQ(c->Get(id)->prompts_pending(), 1);
@@ -164,7 +164,7 @@ TEST_F(ReopenTest, AReRunsLeaseAsksForTheLearnersNewestWeights) {
   ASSERT_TRUE(c->LearnerProgress(7, 2, 0).ok());
   ASSERT_EQ(c->Reopen(Request(id, {1}))->reopened(), 1);
   ASSERT_TRUE(c->Submit(Prompts(1, 9)).ok());
-  const v1::LeaseRequest lease = LeaseOf(c->RegisterActor("b").actor_id(), 1);
+  const v1::LeaseRequest lease = LeaseOf(c->RegisterActor("b")->actor_id(), 1);
   const v1::LeaseResponse rerun = *c->Lease(lease);  // re-queued at the front
   ASSERT_EQ(rerun.prompts_size(), 1);
   EXPECT_EQ(rerun.prompts(0).prompt_index(), 1);

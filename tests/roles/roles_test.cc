@@ -323,7 +323,7 @@ TEST(ReplayRoleTest, AdmitsOnlyGroupsOfThisRunWithAnOpenLease) {
   submit.mutable_sampling()->set_top_p(1.0f);
   submit.mutable_reward()->set_name("exact_match");
   const std::string set_id = coordinator->Submit(submit)->prompt_set_id();
-  const std::string actor = coordinator->RegisterActor("a").actor_id();
+  const std::string actor = coordinator->RegisterActor("a")->actor_id();
   v1::LeaseRequest lease;
   lease.set_actor_id(actor);
   lease.set_max_prompts(1);
