@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "coordinator/group_id.h"
+#include "core/group_id.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
@@ -500,7 +500,7 @@ absl::Status Actor::WriteWithRetry(absl::Span<const RolloutRecord> records,
 absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output,
                            const std::atomic<bool>* stop) {
   const int64_t finished = NowNanos();
-  const uint64_t group_id = coordinator::GroupIdOfLease(job.lease.lease_id());
+  const uint64_t group_id = GroupIdOfLease(job.lease.lease_id());
 
   // Rewards for the whole group, or the group fails visibly.
   absl::StatusOr<std::vector<reward::RewardInput>> inputs =

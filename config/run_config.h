@@ -22,12 +22,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "config/learner_kinds.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/enum_names.h"
-#include "learner/advantages.h"
-#include "learner/losses.h"
-#include "learner/optimizer.h"
 
 namespace prl::config {
 

@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "coordinator/capacity.h"
 #include "coordinator/field_error.h"
-#include "coordinator/group_id.h"
+#include "core/group_id.h"
 #include "coordinator/ids.h"
 #include "core/status_macros.h"
 

@@ -13,13 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "config/learner_kinds.h"
 #include "core/enum_names.h"
 
 namespace prl::learner {
-
-enum class AdvantageEstimator { kGrpo, kDrGrpo };
-inline constexpr NamedValue<AdvantageEstimator> kAdvantageEstimatorNames[] = {
-    {"grpo", AdvantageEstimator::kGrpo}, {"dr_grpo", AdvantageEstimator::kDrGrpo}};
 
 struct AdvantageConfig {
   bool scale_by_std = true;  // false: Dr. GRPO

@@ -20,30 +20,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "config/learner_kinds.h"
 #include "core/enum_names.h"
 
 namespace prl::learner {
-
-enum class LossKind { kReinforceTis, kPpoClip, kDecoupledPpo, kIcepop, kCispo, kGspo, kSft };
-inline constexpr NamedValue<LossKind> kLossKindNames[] = {
-    {"reinforce_tis", LossKind::kReinforceTis},
-    {"ppo_clip", LossKind::kPpoClip},
-    {"decoupled_ppo", LossKind::kDecoupledPpo},
-    {"icepop", LossKind::kIcepop},
-    {"cispo", LossKind::kCispo},
-    {"gspo", LossKind::kGspo},
-    {"sft", LossKind::kSft}};
-// "reinforce_tis", "ppo_clip", ...; an unknown name is an error listing the valid ones.
-inline absl::StatusOr<LossKind> ParseLossKind(absl::string_view name) {
-  return ParseEnum(kLossKindNames, name, "loss");
-}
-inline absl::string_view LossKindName(LossKind kind) { return EnumName(kLossKindNames, kind); }
-
-// The loss's denominator: every trained token of the step over all ranks, or the mean per
-// sequence.
-enum class LossNormalization { kGlobalTokens, kSequenceMean };
-inline constexpr NamedValue<LossNormalization> kLossNormalizationNames[] = {
-    {"tokens", LossNormalization::kGlobalTokens}, {"sequence", LossNormalization::kSequenceMean}};
 
 struct LossConfig {
   LossKind kind = LossKind::kReinforceTis;

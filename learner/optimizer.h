@@ -11,18 +11,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "config/learner_kinds.h"
 #include "core/buffer.h"
 #include "core/enum_names.h"
 #include "learner/fsdp.h"
 
 namespace prl::learner {
-
-enum class OptimizerKind { kAdamW, kSgd };
-inline constexpr NamedValue<OptimizerKind> kOptimizerKindNames[] = {
-    {"adamw", OptimizerKind::kAdamW}, {"sgd", OptimizerKind::kSgd}};
-inline absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
-  return ParseEnum(kOptimizerKindNames, name, "optimizer");
-}
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdamW;

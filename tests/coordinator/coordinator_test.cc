@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/group_id.h"
+#include "core/group_id.h"
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "rpc/grpc_util.h"
@@ -118,7 +118,7 @@ TEST_F(CoordinatorTest, ChatPromptsAreRenderedWithTheTemplateAndTokenised) {
   *bad.mutable_prompts(0)->mutable_chat()->add_messages() = *user;
   bad.mutable_prompts(0)->mutable_chat()->set_tools_json("{\"not\": \"a list\"}");
   EXPECT_NE(c->Submit(bad).status().message().find("prompts[0].chat.tools_json: expected a JSON "
-                                                    "array"),
+                                                   "array"),
             absl::string_view::npos);
 }
 
@@ -356,8 +356,8 @@ TEST_F(CoordinatorTest, StatsCountThrottledLeaseRequestsAndLeasesPerActor) {
   EXPECT_EQ(c->Lease(LeaseOf(b, 2))->prompts_size(), 0);  // refused: 2 prompts still pending
   const CoordinatorStats stats = c->Stats();
   EXPECT_EQ(stats.lease_requests_throttled, 2);
-  EXPECT_EQ(stats.prompts_leased, (std::map<std::string, int64_t>{{"actors-x7k2p", 2},
-                                                                   {"actors-q4m8z", 1}}));
+  EXPECT_EQ(stats.prompts_leased,
+            (std::map<std::string, int64_t>{{"actors-x7k2p", 2}, {"actors-q4m8z", 1}}));
 }
 
 TEST_F(CoordinatorTest, CancelledSetsAreNotLeased) {

@@ -13,8 +13,8 @@
 #include "config/run_config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/group_id.h"
 #include "core/device.h"
+#include "core/group_id.h"
 #include "replay/ingest_server.h"
 #include "reward/reward_service.h"
 #include "roles/coordinator_role.h"
@@ -219,8 +219,7 @@ TEST_P(WeightTransportFactoryTest, ARestartedPublisherKnowsTheNewestVersionOfIts
   absl::StatusOr<WeightEndpoint> second = StartWeightPublisher(c, model, Device::Cpu());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->publisher->newest_version(), 11);
-  EXPECT_EQ(FirstVersionToPublish(/*learner_version=*/4, second->publisher->newest_version()),
-            12);
+  EXPECT_EQ(FirstVersionToPublish(/*learner_version=*/4, second->publisher->newest_version()), 12);
   EXPECT_FALSE(second->publisher->Publish(5, weights).ok()) << "versions continue upwards";
   second->publisher.reset();
   RemoveWeightTransportState(c);
@@ -359,7 +358,7 @@ TEST(ReplayRoleTest, AdmitsOnlyGroupsOfThisRunWithAnOpenLease) {
     return std::vector<std::vector<RolloutRecord>>{{r}};
   };
   const v1::LeasedPrompt& open = leased->prompts(0);
-  const uint64_t group_id = coordinator::GroupIdOfLease(open.lease_id());
+  const uint64_t group_id = GroupIdOfLease(open.lease_id());
   PushResult result;
   // The role may still be starting: the first push retries until it is served.
   absl::Status pushed = absl::UnavailableError("not tried");
@@ -369,17 +368,14 @@ TEST(ReplayRoleTest, AdmitsOnlyGroupsOfThisRunWithAnOpenLease) {
     if (absl::IsUnavailable(pushed)) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(pushed.ok()) << pushed;
-  const absl::Status guessed =
-      (*client)->Push(group(c.run.name, open.prompt_index(), group_id + 1), &result,
-                      absl::Seconds(5));
+  const absl::Status guessed = (*client)->Push(group(c.run.name, open.prompt_index(), group_id + 1),
+                                               &result, absl::Seconds(5));
   EXPECT_EQ(guessed.code(), absl::StatusCode::kFailedPrecondition) << guessed;
-  const absl::Status unleased =
-      (*client)->Push(group(c.run.name, 1 - open.prompt_index(), group_id), &result,
-                      absl::Seconds(5));
+  const absl::Status unleased = (*client)->Push(
+      group(c.run.name, 1 - open.prompt_index(), group_id), &result, absl::Seconds(5));
   EXPECT_EQ(unleased.code(), absl::StatusCode::kFailedPrecondition) << unleased;
-  const absl::Status other_run =
-      (*client)->Push(group("another-run", open.prompt_index(), group_id), &result,
-                      absl::Seconds(5));
+  const absl::Status other_run = (*client)->Push(
+      group("another-run", open.prompt_index(), group_id), &result, absl::Seconds(5));
   EXPECT_EQ(other_run.code(), absl::StatusCode::kPermissionDenied) << other_run;
   EXPECT_THAT(other_run.message(), HasSubstr("another-run"));
 

@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/group_id.h"
+#include "core/group_id.h"
 #include "metrics/metrics_server.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
@@ -227,11 +227,11 @@ class AttackTest : public ::testing::Test {
           snooped_.push_back(p.lease_id());
         }
         PushResult pushed;
-        ASSERT_TRUE(actor_push_
-                        ->Push({Group(run_.run.name, set, p.prompt_index(),
-                                      coordinator::GroupIdOfLease(p.lease_id()))},
-                               &pushed, absl::Seconds(30))
-                        .ok());
+        ASSERT_TRUE(
+            actor_push_
+                ->Push({Group(run_.run.name, set, p.prompt_index(), GroupIdOfLease(p.lease_id()))},
+                       &pushed, absl::Seconds(30))
+                .ok());
         for (int i = 0; i < 2000 && !first_lease_released_; ++i) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }

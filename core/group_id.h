@@ -9,10 +9,10 @@
 #include "absl/strings/string_view.h"
 #include "core/xxhash_inline.h"
 
-namespace prl::coordinator {
+namespace prl {
 
 inline uint64_t GroupIdOfLease(absl::string_view lease_id) {
   return XXH3_64bits(lease_id.data(), lease_id.size());
 }
 
-}  // namespace prl::coordinator
+}  // namespace prl

@@ -1,0 +1,47 @@
+// The learner's algorithm choices as the run config names them: the enumerations and their
+// spellings (core/enum_names.h). They live below both the config and the learner, so that the
+// config, which configures the learner, does not include the learner's headers.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/enum_names.h"
+
+namespace prl::learner {
+
+// Group advantages (learner/advantages.h).
+enum class AdvantageEstimator { kGrpo, kDrGrpo };
+inline constexpr NamedValue<AdvantageEstimator> kAdvantageEstimatorNames[] = {
+    {"grpo", AdvantageEstimator::kGrpo}, {"dr_grpo", AdvantageEstimator::kDrGrpo}};
+
+// The policy loss (learner/losses.h).
+enum class LossKind { kReinforceTis, kPpoClip, kDecoupledPpo, kIcepop, kCispo, kGspo, kSft };
+inline constexpr NamedValue<LossKind> kLossKindNames[] = {
+    {"reinforce_tis", LossKind::kReinforceTis},
+    {"ppo_clip", LossKind::kPpoClip},
+    {"decoupled_ppo", LossKind::kDecoupledPpo},
+    {"icepop", LossKind::kIcepop},
+    {"cispo", LossKind::kCispo},
+    {"gspo", LossKind::kGspo},
+    {"sft", LossKind::kSft}};
+// "reinforce_tis", "ppo_clip", ...; an unknown name is an error listing the valid ones.
+inline absl::StatusOr<LossKind> ParseLossKind(absl::string_view name) {
+  return ParseEnum(kLossKindNames, name, "loss");
+}
+inline absl::string_view LossKindName(LossKind kind) { return EnumName(kLossKindNames, kind); }
+
+// The loss's denominator: every trained token of the step over all ranks, or the mean per
+// sequence.
+enum class LossNormalization { kGlobalTokens, kSequenceMean };
+inline constexpr NamedValue<LossNormalization> kLossNormalizationNames[] = {
+    {"tokens", LossNormalization::kGlobalTokens}, {"sequence", LossNormalization::kSequenceMean}};
+
+// The optimizer (learner/optimizer.h).
+enum class OptimizerKind { kAdamW, kSgd };
+inline constexpr NamedValue<OptimizerKind> kOptimizerKindNames[] = {
+    {"adamw", OptimizerKind::kAdamW}, {"sgd", OptimizerKind::kSgd}};
+inline absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
+  return ParseEnum(kOptimizerKindNames, name, "optimizer");
+}
+
+}  // namespace prl::learner
