@@ -6,20 +6,11 @@
 #if PRL_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #endif
 
 namespace prl {
-
-namespace {
-#if PRL_WITH_CUDA
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("CUDA graph: ", what, " failed: ", cudaGetErrorName(err),
-                                          ": ", cudaGetErrorString(err)));
-}
-#endif
-}  // namespace
 
 CudaGraph::CudaGraph(CudaGraph&& other) noexcept
     : device_(other.device_), exec_(std::exchange(other.exec_, nullptr)) {}
@@ -50,15 +41,15 @@ absl::StatusOr<CudaGraph> CudaGraph::Capture(Device device, const std::function<
     return absl::FailedPreconditionError(
         "CUDA graph: capture needs a non-default stream (cuda::StreamGuard)");
   }
-  absl::Status status = CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                                   "cudaStreamBeginCapture");
+  absl::Status status =
+      PRL_CUDA_STATUS(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   if (!status.ok()) return status;
   body();
   cudaGraph_t graph = nullptr;
-  status = CudaStatus(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  status = PRL_CUDA_STATUS(cudaStreamEndCapture(stream, &graph));
   if (!status.ok()) return status;
   cudaGraphExec_t exec = nullptr;
-  status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  status = PRL_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
   cudaGraphDestroy(graph);
   if (!status.ok()) return status;
   CudaGraph out;
@@ -76,9 +67,8 @@ absl::Status CudaGraph::Launch() const {
 #if PRL_WITH_CUDA
   if (exec_ == nullptr)
     return absl::FailedPreconditionError("CUDA graph: launch of an empty graph");
-  return CudaStatus(
-      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::CurrentStream(device_.index)),
-      "cudaGraphLaunch");
+  return PRL_CUDA_STATUS(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::CurrentStream(device_.index)));
 #else
   return absl::UnimplementedError("CUDA graph: prl was built without CUDA");
 #endif

@@ -8,20 +8,11 @@
 #if PRL_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #endif
 
 namespace prl {
-
-namespace {
-#if PRL_WITH_CUDA
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("engine step transfer: ", what, " failed: ",
-                                          cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
-#endif
-}  // namespace
 
 StepTransfer::~StepTransfer() {
 #if PRL_WITH_CUDA
@@ -44,7 +35,7 @@ absl::StatusOr<char*> StepTransfer::Stage(size_t bytes) {
     pinned_ = nullptr;
     capacity_ = std::max<size_t>({aligned, 2 * capacity_, size_t{1} << 20});
     void* p = nullptr;
-    PRL_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&p, capacity_), "cudaMallocHost"));
+    PRL_RETURN_IF_ERROR(PRL_CUDA_STATUS(cudaMallocHost(&p, capacity_)));
     pinned_ = static_cast<char*>(p);
   }
   char* out = pinned_ + used_;
@@ -65,9 +56,8 @@ absl::Status StepTransfer::ToDevice(const Tensor& dst, const void* src, size_t b
 #if PRL_WITH_CUDA
   PRL_ASSIGN_OR_RETURN(char* staged, Stage(bytes));
   std::memcpy(staged, src, bytes);
-  return CudaStatus(cudaMemcpyAsync(dst.data, staged, bytes, cudaMemcpyHostToDevice,
-                                    cuda::CurrentStream(device_.index)),
-                    "cudaMemcpyAsync (host to device)");
+  return PRL_CUDA_STATUS(cudaMemcpyAsync(dst.data, staged, bytes, cudaMemcpyHostToDevice,
+                                         cuda::CurrentStream(device_.index)));
 #else
   return absl::InternalError("engine step transfer: built without CUDA");
 #endif
@@ -86,9 +76,9 @@ absl::Status StepTransfer::ToDevice2D(const Tensor& dst, size_t dst_pitch_bytes,
 #if PRL_WITH_CUDA
   PRL_ASSIGN_OR_RETURN(char* staged, Stage(row_bytes * rows));
   std::memcpy(staged, src, row_bytes * rows);
-  return CudaStatus(cudaMemcpy2DAsync(dst.data, dst_pitch_bytes, staged, row_bytes, row_bytes, rows,
-                                      cudaMemcpyHostToDevice, cuda::CurrentStream(device_.index)),
-                    "cudaMemcpy2DAsync (host to device)");
+  return PRL_CUDA_STATUS(cudaMemcpy2DAsync(dst.data, dst_pitch_bytes, staged, row_bytes, row_bytes,
+                                           rows, cudaMemcpyHostToDevice,
+                                           cuda::CurrentStream(device_.index)));
 #else
   return absl::InternalError("engine step transfer: built without CUDA");
 #endif
@@ -103,9 +93,8 @@ absl::Status StepTransfer::ToHost(void* dst, const Tensor& src, size_t bytes) {
 #if PRL_WITH_CUDA
   PRL_ASSIGN_OR_RETURN(char* staged, Stage(bytes));
   pending_.push_back({dst, static_cast<size_t>(staged - pinned_), bytes});
-  return CudaStatus(cudaMemcpyAsync(staged, src.data, bytes, cudaMemcpyDeviceToHost,
-                                    cuda::CurrentStream(device_.index)),
-                    "cudaMemcpyAsync (device to host)");
+  return PRL_CUDA_STATUS(cudaMemcpyAsync(staged, src.data, bytes, cudaMemcpyDeviceToHost,
+                                         cuda::CurrentStream(device_.index)));
 #else
   return absl::InternalError("engine step transfer: built without CUDA");
 #endif
@@ -114,8 +103,7 @@ absl::Status StepTransfer::ToHost(void* dst, const Tensor& src, size_t bytes) {
 absl::Status StepTransfer::Finish() {
   if (device_.is_cpu()) return absl::OkStatus();
 #if PRL_WITH_CUDA
-  PRL_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(cuda::CurrentStream(device_.index)),
-                                 "cudaStreamSynchronize (engine step)"));
+  PRL_RETURN_IF_ERROR(PRL_CUDA_STATUS(cudaStreamSynchronize(cuda::CurrentStream(device_.index))));
   for (const PendingHostCopy& c : pending_) std::memcpy(c.dst, pinned_ + c.offset, c.bytes);
 #endif
   pending_.clear();
