@@ -82,26 +82,34 @@ class LearnerCliTest(unittest.TestCase):
 
     def test_resume_after_kill_is_bit_identical(self):
         uninterrupted = self.path("uninterrupted")
-        run(*self.train_args("ckpt_full", 6), "--out", uninterrupted, check=True)
+        run(*self.train_args("ckpt_full", 40, "--checkpoint-every", 2), "--out", uninterrupted,
+            check=True)
         # Start again in a fresh directory; kill -9 the whole process group (launcher and
-        # ranks) once two checkpoints exist, then resume.
+        # ranks) once the checkpoint of step 2 exists (of 40, one every 2 steps), then resume.
         latest = self.path("ckpt_killed/latest")
-        proc = subprocess.Popen([PRL, *map(str, self.train_args("ckpt_killed", 6))],
+        killed_args = self.train_args("ckpt_killed", 40, "--checkpoint-every", 2)
+        proc = subprocess.Popen([PRL, *map(str, killed_args)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         deadline = time.time() + 300
-        while time.time() < deadline:
+        reached = False
+        while time.time() < deadline and not reached:
             if os.path.exists(latest):
                 with open(latest) as f:
-                    if f.read().strip() >= "step-00000002":
-                        break
+                    reached = f.read().strip() >= "step-00000002"
             if proc.poll() is not None:
                 break
             time.sleep(0.01)
+        # The kill must land mid-run, after the second checkpoint and before the last step:
+        # a run that ended first (or never checkpointed) tests nothing.
+        self.assertIsNone(proc.poll(), "the run ended before the kill: nothing was tested")
+        self.assertTrue(reached, "no second checkpoint within 300 s")
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        self.assertEqual(proc.wait(), -signal.SIGKILL)
+        with open(latest) as f:
+            self.assertLess(f.read().strip(), "step-00000040", "killed after the last step")
         resumed = self.path("resumed")
-        out = run(*self.train_args("ckpt_killed", 6), "--out", resumed, check=True).stdout
+        out = run(*killed_args, "--out", resumed, check=True).stdout
         self.assertIn("resumed from", out)
         with open(os.path.join(uninterrupted, "model.safetensors"), "rb") as a, \
                 open(os.path.join(resumed, "model.safetensors"), "rb") as b:
