@@ -26,6 +26,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/enum_names.h"
+#include "core/service_defaults.h"
 
 namespace prl::config {
 
@@ -102,28 +103,30 @@ struct CoordinatorSection {
   std::string listen = "127.0.0.1:50051";
   std::string address;  // where actors, the learner and clients reach it; empty: listen
   std::string log;      // the durable prompt log; empty: <run dir>/coordinator/prompts.log
-  int64_t lease_ms = 30'000;
-  int64_t heartbeat_ms = 1'000;
+  int64_t lease_ms = defaults::kLeaseMs;
+  int64_t heartbeat_ms = defaults::kHeartbeatMs;
   // Failed attempts (released by its actor, lease expired, dropped from a heartbeat) after
   // which a prompt is failed, visibly, instead of re-queued. 3: an actor crash or two is
   // retried, a prompt that kills or is refused by every actor is not retried forever.
-  int32_t max_attempts = 3;
+  int32_t max_attempts = defaults::kMaxAttempts;
   // Hand-backs by the learner (its group came in older than learner.max_lag) after which a
   // prompt is failed. Counted apart from max_attempts (staleness is the pipeline's doing); a
   // re-run starts from the learner's newest weights, so only a prompt whose rollouts outlast
   // max_lag steps again and again reaches it.
-  int32_t max_stale_reruns = 10;
-  int64_t max_pending_prompts = 100'000;  // pending or in flight, all sets; then submits wait
-  int32_t max_samples_per_prompt = 1024;
-  int64_t max_prompts_per_set = 100'000;  // prompts in one submission
-  int max_watch_streams = 64;             // WatchPromptSet streams open at once
-  int64_t max_actors = 1024;  // registered and alive; silent ones holding no lease are forgotten
+  int32_t max_stale_reruns = defaults::kMaxStaleReruns;
+  int64_t max_pending_prompts =
+      defaults::kMaxPendingPrompts;  // pending or in flight, all sets; then submits wait
+  int32_t max_samples_per_prompt = defaults::kMaxSamplesPerPrompt;
+  int64_t max_prompts_per_set = defaults::kMaxPromptsPerSet;  // prompts in one submission
+  int max_watch_streams = 64;                                 // WatchPromptSet streams open at once
+  int64_t max_actors =
+      defaults::kMaxActors;  // registered and alive; silent ones holding no lease are forgotten
   // The log is rewritten as a snapshot of the live state past this size (and twice the last
   // snapshot's), so it stays within a constant factor of the live state.
-  int64_t compact_log_mb = 64;
+  int64_t compact_log_mb = defaults::kCompactLogMb;
   // A finished (done or cancelled) set is forgotten this long after it finished, with its
   // idempotency key; 0: kept forever. A day: long enough for any client to read its result.
-  int64_t retention_s = 86'400;
+  int64_t retention_s = defaults::kRetentionS;
   // The RewardService addresses a prompt set may name (reward "remote", params.address); any
   // other is refused at submission.
   std::vector<std::string> reward_addresses;
@@ -137,10 +140,10 @@ struct ActorsSection {
   // CUDA: the share of the GPU's memory the KV cache takes (vLLM's gpu_memory_utilization,
   // for the cache alone). On the CPU the pool is kv_cache_mb.
   double gpu_memory_fraction = 0.2;
-  int64_t kv_cache_mb = 256;
-  int32_t block_size = 16;  // tokens per KV block (vLLM's default)
-  int32_t max_num_seqs = 64;
-  int32_t max_num_batched_tokens = 2048;
+  int64_t kv_cache_mb = defaults::kKvCacheMb;
+  int32_t block_size = defaults::kBlockSize;  // tokens per KV block (vLLM's default)
+  int32_t max_num_seqs = defaults::kMaxNumSeqs;
+  int32_t max_num_batched_tokens = defaults::kMaxNumBatchedTokens;
   bool enable_prefix_caching = true;
   bool batch_invariant = false;  // bit-exact log-probs whatever the batch; slower
   bool cuda_graphs = true;
@@ -176,7 +179,7 @@ struct LearnerSection {
   double max_grad_norm = 1.0;  // 0: no clipping
   double tis_cap = 2.0;
   double clip_low = 0.2, clip_high = 0.2;
-  int64_t max_lag = 4;
+  int64_t max_lag = defaults::kMaxLag;
   int64_t micro_batch_tokens = 4096;
   int64_t checkpoint_every = 100;
   int keep_checkpoints = 2;
@@ -187,9 +190,10 @@ struct LearnerSection {
 };
 
 struct ReplaySection {
-  int64_t capacity_mb = 256;
-  int64_t lease_ms = 60'000;  // a taken group not acked within this is delivered again
-  bool drop_oldest = false;   // when full: drop the oldest groups instead of making writers wait
+  int64_t capacity_mb = defaults::kReplayCapacityMb;
+  int64_t lease_ms =
+      defaults::kReplayLeaseMs;  // a taken group not acked within this is delivered again
+  bool drop_oldest = false;      // when full: drop the oldest groups instead of making writers wait
   std::string listen = "127.0.0.1:50061";  // `prl replay serve`'s gRPC ingest
   std::string address;  // non-empty: actors push to this remote ingest instead of the segment
   int64_t max_message_mb = 256;

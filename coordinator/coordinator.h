@@ -46,6 +46,7 @@
 #include "absl/time/time.h"
 #include "coordinator/pending_queue.h"
 #include "coordinator/prompt_log.h"
+#include "core/service_defaults.h"
 #include "prl/v1/prompt.pb.h"
 #include "tokenizer/text_codec.h"
 
@@ -53,23 +54,24 @@ namespace prl::coordinator {
 
 struct CoordinatorConfig {
   std::string log_path;  // the durable prompt log
-  int64_t lease_ms = 120'000;
-  int64_t heartbeat_ms = 5'000;
+  int64_t lease_ms = defaults::kLeaseMs;
+  int64_t heartbeat_ms = defaults::kHeartbeatMs;
   // Prompts pending or in flight, all sets together; a submit beyond is RESOURCE_EXHAUSTED.
-  int64_t max_pending_prompts = 100'000;
-  int32_t max_samples_per_prompt = 1024;
-  int64_t max_prompts_per_set = 100'000;  // one submission's prompts; more: RESOURCE_EXHAUSTED
+  int64_t max_pending_prompts = defaults::kMaxPendingPrompts;
+  int32_t max_samples_per_prompt = defaults::kMaxSamplesPerPrompt;
+  int64_t max_prompts_per_set =
+      defaults::kMaxPromptsPerSet;  // one submission's prompts; more: RESOURCE_EXHAUSTED
   // RewardService addresses a prompt set's "remote" reward may name; any other is refused.
   std::vector<std::string> reward_addresses;
-  int64_t max_lag = 4;
+  int64_t max_lag = defaults::kMaxLag;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
   // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
   // failed instead of re-queued: a prompt no actor can finish is never retried forever.
-  int32_t max_attempts = 3;
+  int32_t max_attempts = defaults::kMaxAttempts;
   // Hand-backs by the learner (ReopenPrompts: its group came in too stale) after which a
   // prompt is failed: one whose rollouts always outlast learner.max_lag steps is not re-run
   // forever. Counted apart from max_attempts: staleness is the pipeline's doing.
-  int32_t max_stale_reruns = 10;
+  int32_t max_stale_reruns = defaults::kMaxStaleReruns;
   // Sync mode: the conventional loop on the same processes. At most groups_per_step prompts
   // are leased or waiting for the learner at a time (a budget of max_lag 0), and leases
   // require the learner's newest version (LeaseResponse.min_weight_version), so a step's
@@ -92,7 +94,7 @@ struct CoordinatorConfig {
   // not heard from (heartbeat, lease, completion) for 2 lease_ms that holds no lease is
   // forgotten (ExpireLeases, and a registration at the cap); a registration beyond the cap
   // is RESOURCE_EXHAUSTED. A forgotten actor that comes back is told to register again.
-  int64_t max_actors = 1024;
+  int64_t max_actors = defaults::kMaxActors;
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc) ----
   // Concurrent completions share the log's fsyncs (group commit); false: one fsync per
@@ -101,11 +103,11 @@ struct CoordinatorConfig {
   // The log is rewritten as a snapshot of the live state once it is larger than this and
   // than twice its last snapshot, so that its size stays within a constant factor of the live
   // state (each compaction stalls the coordinator for one snapshot write).
-  int64_t compact_log_bytes = int64_t{64} << 20;
+  int64_t compact_log_bytes = defaults::kCompactLogMb << 20;
   // A set done or cancelled longer ago than this is dropped from memory and from the next
   // snapshot, with its idempotency key (a later submit with that key is a new set). Measured
   // from the record that finished it. 0: finished sets are kept forever.
-  int64_t retention_s = 86'400;
+  int64_t retention_s = defaults::kRetentionS;
   // ---- end ----
 };
 

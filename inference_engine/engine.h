@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/service_defaults.h"
 #include "inference_engine/block_manager.h"
 #include "inference_engine/kv_cache.h"
 #include "inference_engine/model_runner.h"
@@ -43,12 +44,13 @@
 namespace prl {
 
 struct EngineOptions {
-  int32_t block_size = 16;                      // tokens per KV block (vLLM's default)
-  int64_t kv_cache_bytes = int64_t{512} << 20;  // KV pool, allocated once (--kv-cache-mb)
-  int32_t max_num_seqs = 64;                    // sequences in flight
-  int32_t max_num_batched_tokens = 2048;        // tokens per step; long prompts are chunked
-  bool enable_prefix_caching = true;            // reuse full blocks of equal prefixes (per version)
-  bool recompute_kv_on_swap = false;            // on a weight swap, recompute running sequences' KV
+  int32_t block_size = defaults::kBlockSize;            // tokens per KV block (vLLM's default)
+  int64_t kv_cache_bytes = defaults::kKvCacheMb << 20;  // KV pool, allocated once
+  int32_t max_num_seqs = defaults::kMaxNumSeqs;         // sequences in flight
+  // Tokens per step; long prompts are chunked.
+  int32_t max_num_batched_tokens = defaults::kMaxNumBatchedTokens;
+  bool enable_prefix_caching = true;  // reuse full blocks of equal prefixes (per version)
+  bool recompute_kv_on_swap = false;  // on a weight swap, recompute running sequences' KV
   // Bit-exact results whatever the batch, chunking or preemption, and equal to the learner's
   // log-probs in the same mode (kernels/reduction_order.h); slower.
   bool batch_invariant = false;

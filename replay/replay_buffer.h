@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/service_defaults.h"
 #include "replay/rollout_record.h"
 
 namespace prl {
@@ -43,31 +44,31 @@ enum class BackpressurePolicy : uint32_t {
 };
 
 struct ReplayConfig {
-  int64_t capacity_bytes = int64_t{1} << 30;  // ring of group frames
-  int64_t max_groups = 0;        // groups in the buffer at once; 0: capacity_bytes / 4096
+  int64_t capacity_bytes = defaults::kReplayCapacityMb << 20;  // ring of group frames
+  int64_t max_groups = 0;  // groups in the buffer at once; 0: capacity_bytes / 4096
   BackpressurePolicy backpressure = BackpressurePolicy::kBlock;
-  int64_t lease_ms = 60'000;     // a taken group is re-delivered if not acked within this
-  int32_t max_leases = 4096;     // groups taken and not yet acked, all readers together
-  int32_t max_writers = 1024;    // writes in progress at once, all writers together
-  std::string label;             // free text recorded in the header (e.g. the run id)
+  int64_t lease_ms = defaults::kReplayLeaseMs;  // a taken group not acked is delivered again
+  int32_t max_leases = 4096;   // groups taken and not yet acked, all readers together
+  int32_t max_writers = 1024;  // writes in progress at once, all writers together
+  std::string label;           // free text recorded in the header (e.g. the run id)
 };
 
 struct ReplayStats {
   int64_t capacity_bytes = 0;
-  int64_t used_bytes = 0;          // ring bytes from the oldest live frame to the newest
-  int64_t groups_ready = 0;        // committed, waiting for a reader
+  int64_t used_bytes = 0;    // ring bytes from the oldest live frame to the newest
+  int64_t groups_ready = 0;  // committed, waiting for a reader
   int64_t groups_leased = 0;
   int64_t writes_in_progress = 0;
   int64_t groups_in = 0, records_in = 0, bytes_in = 0;
   int64_t groups_out = 0, records_out = 0, bytes_out = 0;  // acknowledged
-  int64_t dropped_stale = 0;       // groups older than a reader's max_lag
-  int64_t dropped_full = 0;        // groups dropped by the drop-oldest policy
-  int64_t redelivered = 0;         // leases that expired or whose reader died
-  int64_t abandoned_writes = 0;    // writers that died mid-write
-  int64_t writer_waits = 0;        // times a writer waited for space
+  int64_t dropped_stale = 0;                               // groups older than a reader's max_lag
+  int64_t dropped_full = 0;      // groups dropped by the drop-oldest policy
+  int64_t redelivered = 0;       // leases that expired or whose reader died
+  int64_t abandoned_writes = 0;  // writers that died mid-write
+  int64_t writer_waits = 0;      // times a writer waited for space
   int64_t write_timeouts = 0;
   int64_t reader_waits = 0;
-  int64_t lock_takeovers = 0;      // locks taken over from dead holders
+  int64_t lock_takeovers = 0;  // locks taken over from dead holders
 };
 
 // A group handed to a reader: a zero-copy view into the segment, valid until Ack or Release
@@ -119,8 +120,8 @@ class ReplayBuffer {
   // dead (then it is replaced). A segment larger than /dev/shm's free space is
   // ResourceExhausted naming both sizes.
   static absl::StatusOr<std::unique_ptr<ReplayBuffer>> Create(const std::string& name,
-                                                             const ReplayConfig& config,
-                                                             bool reclaim_stale = false);
+                                                              const ReplayConfig& config,
+                                                              bool reclaim_stale = false);
   // Joins an existing segment; another layout version, a size that disagrees with the header,
   // a corrupted header, or bookkeeping that fails its checks (replay/segment_check.h) are
   // errors naming what is wrong.
