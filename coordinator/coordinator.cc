@@ -8,8 +8,8 @@
 #include "absl/time/clock.h"
 #include "coordinator/capacity.h"
 #include "coordinator/field_error.h"
-#include "core/group_id.h"
 #include "coordinator/ids.h"
+#include "core/group_id.h"
 #include "core/status_macros.h"
 
 namespace prl::coordinator {
@@ -40,10 +40,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   c->stats_.torn_log_bytes = opened.torn_bytes;
   std::lock_guard<std::mutex> lock(c->mu_);
   for (const prl::v1::LogRecord& record : opened.records) c->Apply(record);
-  c->RecoverFinishTimesLocked(opened.records);           // retention (coordinator_snapshot.cc)
-  c->completed_at_report_ = c->stats_.groups_completed;  // the budget counts from here
-  c->completed_at_start_ = c->stats_.groups_completed;
-  c->start_unix_ns_ = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
+  c->RecoverFinishTimesLocked(opened.records);  // retention (coordinator_snapshot.cc)
+  c->budget_.emplace(config.max_lag, config.groups_per_step, config.sync,
+                     c->stats_.groups_completed);  // the budget counts from here
   return c;
 }
 
@@ -315,7 +314,7 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
     ++stats_.leases_dropped;
   }
   prl::v1::HeartbeatResponse r;
-  r.set_learner_version(stats_.learner_version);
+  r.set_learner_version(budget_->learner_version());
   return r;
 }
 
@@ -388,17 +387,11 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   actor->second.last_seen = now;
   // Expiries are logged, not waited for (the background ExpireLeases reports a failed log).
   ExpireLocked(now).IgnoreError();
-  int64_t allowed = request.max_prompts();
-  if (config_.groups_per_step > 0) {
-    int64_t in_flight = static_cast<int64_t>(leases_.size());
-    const int64_t unconsumed = UnconsumedLocked();
-    const int64_t lag_budget = config_.sync ? 0 : config_.max_lag;
-    const int64_t budget = (lag_budget + 1) * config_.groups_per_step - in_flight - unconsumed;
-    if (budget < allowed && !queue_.empty()) ++stats_.lease_requests_throttled;
-    allowed = std::min(allowed, budget);
-  }
+  int64_t allowed = budget_->Allowed(request.max_prompts(), static_cast<int64_t>(leases_.size()),
+                                     stats_.groups_completed);
+  if (allowed < request.max_prompts() && !queue_.empty()) ++stats_.lease_requests_throttled;
   prl::v1::LeaseResponse response;
-  if (config_.sync) response.set_min_weight_version(stats_.learner_version);
+  if (config_.sync) response.set_min_weight_version(budget_->learner_version());
   // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
   // of whose prompts fit is passed over whole (pending_queue.h).
   const prl::v1::ActorCapacity& capacity = actor->second.capacity;
@@ -438,7 +431,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     *out->mutable_reward() = req.reward();
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
     // actor's own delay in taking new weights is no longer part of its lag.
-    if (p.stale_reruns > 0) response.set_min_weight_version(stats_.learner_version);
+    if (p.stale_reruns > 0) response.set_min_weight_version(budget_->learner_version());
     --allowed;
     return PendingQueue::Visit::kTake;
   };
@@ -448,49 +441,22 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   return response;
 }
 
-int64_t Coordinator::UnconsumedLocked() const {
-  return std::max<int64_t>(0, backlog_at_report_ + stats_.groups_completed - completed_at_report_);
-}
-
 absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
     int64_t version, int64_t groups_consumed, int64_t groups_waiting,
     const prl::v1::LearnerProgressResponse* seen) {
   std::lock_guard<std::mutex> lock(mu_);
-  // Any version after this coordinator starts (the learner's numbering goes on); then at most
-  // kMaxVersionStep ahead of the last (a learner advances one version a step).
-  const int64_t max_version =
-      learner_reported_ ? stats_.learner_version + kMaxVersionStep : INT64_MAX;
-  if (version < 0 || version > max_version || groups_consumed < 0 || groups_waiting < 0) {
-    ++stats_.rejected_progress;
-    return absl::FailedPreconditionError(
-        absl::StrCat("learner progress: expected 0 <= version <= ", max_version,
-                     " and groups_consumed, groups_waiting >= 0; found version ", version,
-                     ", groups_consumed ", groups_consumed, ", groups_waiting ", groups_waiting));
-  }
-  // A restarted learner may report a lower version: its numbering continues above what the
-  // actors hold, so the highest one is the newest weights.
-  stats_.learner_version = std::max(stats_.learner_version, version);
-  stats_.groups_consumed = groups_consumed;
-  learner_reported_ = true;
-  backlog_at_report_ = groups_waiting;
-  if (seen == nullptr) {
-    completed_at_report_ = stats_.groups_completed;  // a learner's first report
-  } else if (seen->coordinator_start() == start_unix_ns_ &&
-             seen->completions() <= stats_.groups_completed) {
-    completed_at_report_ = seen->completions();  // the learner read its backlog after this
-  } else {
-    completed_at_report_ = completed_at_start_;  // a predecessor's reply: all of ours unseen
-  }
-  prl::v1::LearnerProgressResponse response;
-  response.set_completions(stats_.groups_completed);
-  response.set_coordinator_start(start_unix_ns_);
+  absl::StatusOr<prl::v1::LearnerProgressResponse> response =
+      budget_->Report(version, groups_consumed, groups_waiting, seen, stats_.groups_completed);
+  if (!response.ok()) ++stats_.rejected_progress;
   return response;
 }
 
 CoordinatorStats Coordinator::Stats() {
   std::lock_guard<std::mutex> lock(mu_);
   CoordinatorStats s = stats_;
-  s.groups_unconsumed = UnconsumedLocked();
+  s.learner_version = budget_->learner_version();
+  s.groups_consumed = budget_->groups_consumed();
+  s.groups_unconsumed = budget_->Unconsumed(stats_.groups_completed);
   s.prompts_pending = s.prompts_in_flight = s.prompts_done = 0;
   for (const auto& [id, set] : sets_) {
     s.prompts_pending += set.state == prl::v1::PROMPT_SET_STATE_RUNNING ? set.pending : 0;

@@ -7,14 +7,11 @@
 // lease_ms is re-queued, so a crashed actor's prompts are re-run; a late Complete of a prompt
 // that another actor already completed is answered accepted = false and changes nothing.
 //
-// max_lag budget: with groups_per_step > 0, prompts in flight plus groups completed but not
-// yet trained on stay within (max_lag + 1) * groups_per_step, so that nothing generated can
-// be older than max_lag learner versions when it is trained on. "Not yet trained on" is the
-// backlog the learner last reported (LearnerProgressRequest.groups_waiting) plus the groups
-// completed since the reply the report echoes (LearnerProgressRequest.seen, read before the
-// backlog; a first report: since it arrived); a coordinator that starts counts from a backlog
-// of 0. Neither side keeps a running total the other must agree with, so a restart of either
-// never stalls the budget (docs/operations.md, "The lag budget").
+// max_lag budget (coordinator/lag_budget.h, which owns it): with groups_per_step > 0, prompts
+// in flight plus groups completed but not yet trained on stay within (max_lag + 1) *
+// groups_per_step, so that nothing generated can be older than max_lag learner versions when
+// it is trained on; restarts of either side never stall it (docs/operations.md, "The lag
+// budget").
 //
 // Lease lifecycle (coordinator/prompt_attempts.cc, coordinator/capacity.h): an actor declares
 // its capacity at registration and is leased only prompts within it (others keep their place
@@ -37,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/lag_budget.h"
 #include "coordinator/pending_queue.h"
 #include "coordinator/prompt_log.h"
 #include "core/service_defaults.h"
@@ -185,7 +184,7 @@ class Coordinator {
   absl::StatusOr<prl::v1::LearnerProgressResponse> LearnerProgress(
       int64_t version, int64_t groups_consumed, int64_t groups_waiting = 0,
       const prl::v1::LearnerProgressResponse* seen = nullptr);
-  static constexpr int64_t kMaxVersionStep = 1000;
+  static constexpr int64_t kMaxVersionStep = LagBudget::kMaxVersionStep;
 
   // Prompts the learner will not train on (too stale): each completed or leased one is pending
   // again as a stale re-run with the given reason (failed after max_stale_reruns; a leased
@@ -310,16 +309,12 @@ class Coordinator {
   std::map<std::string, Actor> actors_;
   CoordinatorStats stats_;
   uint64_t next_id_ = 1;
-  // The budget's basis: the learner's last reported backlog, and groups_completed then (at
-  // open: 0 and the count after replaying the log). See the class comment.
-  bool learner_reported_ = false;
-  int64_t backlog_at_report_ = 0, completed_at_report_ = 0;
-  uint64_t start_unix_ns_ = 0;      // tells this coordinator's replies from a predecessor's
-  int64_t completed_at_start_ = 0;  // groups_completed after the log's replay
+  // The max_lag budget and the learner's progress (coordinator/lag_budget.h), from the
+  // count of completions after the log's replay.
+  std::optional<LagBudget> budget_;
   // At or before every open lease's deadline (renewals only move deadlines later): ExpireLocked
   // scans the leases only once it has passed.
   absl::Time earliest_deadline_ = absl::InfiniteFuture();
-  int64_t UnconsumedLocked() const;
 };
 
 }  // namespace prl::coordinator

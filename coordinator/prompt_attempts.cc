@@ -62,8 +62,8 @@ absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
   if (!request.detail().empty()) {
     absl::StrAppend(&reason, ": ", request.detail().substr(0, kMaxDetailBytes));
     if (request.detail().size() > kMaxDetailBytes) {
-      absl::StrAppend(&reason, " [detail cut at ", kMaxDetailBytes, " of ",
-                      request.detail().size(), " bytes]");
+      absl::StrAppend(&reason, " [detail cut at ", kMaxDetailBytes, " of ", request.detail().size(),
+                      " bytes]");
     }
   }
   ++stats_.leases_released;
@@ -103,7 +103,7 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
     // A completed prompt's group is out of the learner's backlog now: the lag budget frees its
     // place at once (a restarted learner that hands back stale groups before its first report
     // is not stuck behind a full budget).
-    if (completed && UnconsumedLocked() > 0) ++completed_at_report_;
+    if (completed) budget_->ForgetCompletion(stats_.groups_completed);
     response.set_reopened(response.reopened() + 1);
   }
   lock.unlock();

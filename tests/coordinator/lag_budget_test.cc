@@ -1,5 +1,7 @@
 // Leases and the max_lag budget: expiry and heartbeats, who may complete a lease, and the
 // budget through learner reports and restarts of either side.
+#include "coordinator/lag_budget.h"
+
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,35 @@ namespace {
 
 namespace v1 = prl::v1;
 using ::prl::testing::IsError;
+
+// The budget on its own (coordinator/lag_budget.h): (max_lag + 1) * groups_per_step minus what
+// is in flight and what the learner has not trained; the backlog counted from the reply a
+// report echoes; out-of-bounds reports change nothing.
+TEST(LagBudgetTest, TheBudgetFollowsTheLearnersBacklogAndRefusesOutOfBoundsReports) {
+  LagBudget budget(/*max_lag=*/1, /*groups_per_step=*/4, /*sync=*/false, /*groups_completed=*/10);
+  EXPECT_EQ(budget.Allowed(100, /*in_flight=*/3, /*groups_completed=*/10), 5) << "(1 + 1) * 4 - 3";
+  EXPECT_EQ(budget.Allowed(100, 0, 14), 4) << "4 completions since start, none reported trained";
+  absl::StatusOr<v1::LearnerProgressResponse> first =
+      budget.Report(1, 4, /*waiting=*/2, nullptr, 14);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(budget.Unconsumed(14), 2) << "the learner's backlog";
+  EXPECT_EQ(budget.Unconsumed(16), 4) << "plus the completions since the report";
+  // The next report echoes the first reply: completions after it are unseen by the learner.
+  ASSERT_TRUE(budget.Report(2, 8, /*waiting=*/0, &*first, 16).ok());
+  EXPECT_EQ(budget.Unconsumed(16), 2) << "16 - 14 completions since the echoed reply";
+  budget.ForgetCompletion(16);  // one of them was handed back, never to be trained
+  EXPECT_EQ(budget.Unconsumed(16), 1);
+  EXPECT_EQ(budget.learner_version(), 2);
+  EXPECT_EQ(budget.Report(2 + LagBudget::kMaxVersionStep + 1, 8, 0, nullptr, 16).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(budget.Report(3, -1, 0, nullptr, 16).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(budget.learner_version(), 2) << "a refused report changes nothing";
+  LagBudget sync(/*max_lag=*/4, /*groups_per_step=*/4, /*sync=*/true, 0);
+  EXPECT_EQ(sync.Allowed(100, 1, 0), 3) << "sync mode: a budget of max_lag 0";
+  LagBudget none(4, /*groups_per_step=*/0, false, 0);
+  EXPECT_EQ(none.Allowed(100, 50, 50), 100) << "groups_per_step 0: no budget";
+}
 
 TEST_F(CoordinatorTest, AnExpiredLeaseIsReRunAndTheLateCompletionIsADuplicate) {
   config_.lease_ms = 200;
