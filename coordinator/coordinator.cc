@@ -259,19 +259,10 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
 absl::StatusOr<prl::v1::RegisterResponse> Coordinator::RegisterActor(
     const std::string& name, const prl::v1::ActorCapacity& capacity) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int64_t>(actors_.size()) >= config_.max_actors) {
-    ForgetDeadActorsLocked(absl::Now());
-  }
-  if (static_cast<int64_t>(actors_.size()) >= config_.max_actors) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("coordinator: ", actors_.size(),
-                     " actors are registered and alive, the most it takes "
-                     "(coordinator.max_actors ",
-                     config_.max_actors, "); actor '", name.substr(0, 64), "' is refused"));
-  }
-  const std::string id = absl::StrCat("actor-", RandomHex().substr(0, 10));
-  actors_[id] = Actor{name, 0, absl::Now(), capacity};
-  stats_.actors = static_cast<int64_t>(actors_.size());
+  const absl::Time now = absl::Now();
+  if (actors_.full()) ForgetDeadActorsLocked(now);
+  PRL_ASSIGN_OR_RETURN(const std::string id, actors_.Register(name, capacity, now));
+  stats_.actors = actors_.size();
   prl::v1::RegisterResponse r;
   r.set_actor_id(id);
   r.set_lease_ms(config_.lease_ms);
@@ -282,14 +273,14 @@ absl::StatusOr<prl::v1::RegisterResponse> Coordinator::RegisterActor(
 absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
     const prl::v1::HeartbeatRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto actor = actors_.find(request.actor_id());
-  if (actor == actors_.end()) {
+  ActorTable::Actor* actor = actors_.Find(request.actor_id());
+  if (actor == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown actor '", request.actor_id(),
                                             "': register again (the coordinator restarted?)"));
   }
   const absl::Time now = absl::Now();
-  actor->second.last_seen = now;
-  actor->second.weight_version = request.weight_version();
+  actor->last_seen = now;
+  actor->weight_version = request.weight_version();
   // A heartbeat renews the leases the actor still holds and re-queues the ones it dropped.
   const absl::flat_hash_set<std::string> held(request.held_lease_ids().begin(),
                                               request.held_lease_ids().end());
@@ -360,11 +351,8 @@ void Coordinator::ForgetDeadActorsLocked(absl::Time now) {
   for (const auto& [lease, where] : leases_) {
     holding.insert(sets_[where.first].prompts[where.second].actor_id);
   }
-  const absl::Duration silence = 2 * absl::Milliseconds(config_.lease_ms);
-  std::erase_if(actors_, [&](const auto& entry) {
-    return entry.second.last_seen + silence < now && !holding.contains(entry.first);
-  });
-  stats_.actors = static_cast<int64_t>(actors_.size());
+  actors_.Forget(now, [&](const std::string& actor) { return holding.contains(actor); });
+  stats_.actors = actors_.size();
 }
 
 void Coordinator::ExpireLeases() {
@@ -378,13 +366,13 @@ void Coordinator::ExpireLeases() {
 
 absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto actor = actors_.find(request.actor_id());
-  if (actor == actors_.end()) {
+  ActorTable::Actor* actor = actors_.Find(request.actor_id());
+  if (actor == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown actor '", request.actor_id(),
                                             "': register again (the coordinator restarted?)"));
   }
   const absl::Time now = absl::Now();
-  actor->second.last_seen = now;
+  actor->last_seen = now;
   // Expiries are logged, not waited for (the background ExpireLeases reports a failed log).
   ExpireLocked(now).IgnoreError();
   int64_t allowed = budget_->Allowed(request.max_prompts(), static_cast<int64_t>(leases_.size()),
@@ -394,7 +382,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   if (config_.sync) response.set_min_weight_version(budget_->learner_version());
   // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
   // of whose prompts fit is passed over whole (pending_queue.h).
-  const prl::v1::ActorCapacity& capacity = actor->second.capacity;
+  const prl::v1::ActorCapacity& capacity = actor->capacity;
   const auto visit_set = [&](const std::string& set_id) {
     const PromptSet& set = sets_[set_id];
     if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING) return PendingQueue::SetVisit::kDrop;
@@ -436,8 +424,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     return PendingQueue::Visit::kTake;
   };
   if (allowed > 0) queue_.Scan(visit_set, visit);
-  if (response.prompts_size() > 0)
-    stats_.prompts_leased[actor->second.name] += response.prompts_size();
+  if (response.prompts_size() > 0) stats_.prompts_leased[actor->name] += response.prompts_size();
   return response;
 }
 

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/actor_table.h"
 #include "coordinator/lag_budget.h"
 #include "coordinator/pending_queue.h"
 #include "coordinator/prompt_log.h"
@@ -226,14 +227,8 @@ class Coordinator {
     int64_t text_bytes = 0;                       // of the texts the events hold
     size_t oldest_text = 0;                       // events before this hold no texts
   };
-  struct Actor {
-    std::string name;
-    int64_t weight_version = 0;
-    absl::Time last_seen;
-    prl::v1::ActorCapacity capacity;
-  };
-
-  explicit Coordinator(const CoordinatorConfig& config) : config_(config) {}
+  explicit Coordinator(const CoordinatorConfig& config)
+      : config_(config), actors_(config.max_actors, config.lease_ms) {}
   // Submission checks (coordinator/submission.cc).
   absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
@@ -306,7 +301,7 @@ class Coordinator {
   std::map<std::string, std::string> idempotency_;                 // key -> set id
   PendingQueue queue_;                                             // pending prompts, lease order
   std::map<std::string, std::pair<std::string, int64_t>> leases_;  // lease id -> prompt
-  std::map<std::string, Actor> actors_;
+  ActorTable actors_;  // registered actors (coordinator/actor_table.h)
   CoordinatorStats stats_;
   uint64_t next_id_ = 1;
   // The max_lag budget and the learner's progress (coordinator/lag_budget.h), from the

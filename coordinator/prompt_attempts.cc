@@ -40,8 +40,7 @@ std::string ReasonName(prl::v1::ReleaseReason reason) {
 }  // namespace
 
 std::string Coordinator::ActorName(const std::string& actor_id) const {
-  auto it = actors_.find(actor_id);
-  return it == actors_.end() ? actor_id : absl::StrCat(it->second.name, " (", actor_id, ")");
+  return actors_.Describe(actor_id);
 }
 
 absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
@@ -228,12 +227,7 @@ std::string Coordinator::CapacityMessage(const PromptSet& set) const {
   if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || set.pending == 0) return "";
   // Live actors only: one that stopped heartbeating leases nothing. Called for every status a
   // completion adds: the capacities are pointed to, not copied.
-  const absl::Time since = absl::Now() - absl::Milliseconds(config_.lease_ms);
-  std::vector<const prl::v1::ActorCapacity*> live;
-  for (const auto& [id, actor] : actors_) {
-    if (actor.last_seen >= since) live.push_back(&actor.capacity);
-  }
-  return NoActorFits(live, GroupShape{set.samples, set.max_tokens});
+  return NoActorFits(actors_.LiveCapacities(absl::Now()), GroupShape{set.samples, set.max_tokens});
 }
 
 }  // namespace prl::coordinator
