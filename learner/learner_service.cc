@@ -120,7 +120,11 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
         return policy;
       }()),
       quarantine_(ModelLimits{model->config().vocab_size, model->config().max_position_embeddings},
-                  options.dead_letter_path, "learner") {}
+                  options.dead_letter_path, "learner") {
+  if (replay != nullptr && options.reopen_stale) {
+    hand_back_.emplace(replay, options.reopen_stale, options.reopen_retry);
+  }
+}
 
 absl::Status LearnerService::Publish() {
   // Every rank takes part in the gather; rank 0 publishes. The full copy is allocated once.
@@ -138,7 +142,7 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
   std::vector<TrainSample> samples;
   double reward_sum = 0;
   while (static_cast<int64_t>(leased->size()) < options_.groups_per_step && !stop->load()) {
-    ReopenStale();
+    if (hand_back_.has_value()) hand_back_->Offer();
     TakeOptions take;
     take.max_groups = static_cast<int32_t>(options_.groups_per_step - leased->size());
     take.learner_version = state_.weight_version;
@@ -162,11 +166,11 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
       std::optional<std::vector<RolloutRecord>> admitted =
           quarantine_.Admit(g, state_.weight_version, &refused);
       if (!admitted.has_value()) {
-        if (refused.has_value() && options_.reopen_stale) {
-          HandBack(g,
-                   StalePrompt{refused->prompt_set_id, refused->prompt_index,
-                               absl::StrCat("quarantined: ", refused->problem)},
-                   /*quarantined=*/true);
+        if (refused.has_value() && hand_back_.has_value()) {
+          hand_back_->Hold(g,
+                           StalePrompt{refused->prompt_set_id, refused->prompt_index,
+                                       absl::StrCat("quarantined: ", refused->problem)},
+                           /*quarantined=*/true);
         } else {
           replay_->Ack(g).IgnoreError();  // a lost lease brings it back, to be refused again
         }
@@ -196,7 +200,7 @@ absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
       leased->push_back(std::move(g));
     }
   }
-  ReopenStale();  // what this step's takes held back
+  if (hand_back_.has_value()) hand_back_->Offer();  // what this step's takes held back
   report->groups = static_cast<int64_t>(leased->size());
   report->mean_reward = report->samples > 0 ? reward_sum / report->samples : 0.0;
   return samples;
@@ -213,13 +217,13 @@ bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>&
     return false;
   }
   const int64_t lag = state_.weight_version - group.min_version;
-  if (options_.reopen_stale && lag > options_.max_lag) {
+  if (hand_back_.has_value() && lag > options_.max_lag) {
     if (key.empty()) {  // no prompt to hand back: dropped, as the buffer would have
       replay_->Ack(group).IgnoreError();
       ++stale_dropped_;
       return false;
     }
-    HandBack(
+    hand_back_->Hold(
         group,
         StalePrompt{records[0].prompt_set_id, records[0].prompt_index,
                     absl::StrCat("stale: generated from weight version ", group.min_version, ", ",
@@ -230,46 +234,6 @@ bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>&
   }
   if (!key.empty()) step_prompts_.push_back(key);
   return true;
-}
-
-void LearnerService::HandBack(const LeasedGroup& group, StalePrompt prompt, bool quarantined) {
-  for (StaleGroup& held : stale_) {
-    if (held.group.group_key == group.group_key) {  // its lease expired while held:
-      held.group = group;                           // acknowledge it under the new one
-      return;
-    }
-  }
-  stale_.push_back({group, std::move(prompt), quarantined});
-}
-
-void LearnerService::ReopenStale() {
-  if (stale_.empty() || absl::Now() - last_reopen_ < options_.reopen_retry) return;
-  last_reopen_ = absl::Now();
-  std::vector<StalePrompt> prompts;
-  for (const StaleGroup& held : stale_) prompts.push_back(held.prompt);
-  const absl::Status reopened = options_.reopen_stale(prompts);
-  if (!reopened.ok()) {  // the coordinator is away: kept, and offered again later
-    if (absl::Now() - last_reopen_warning_ >= absl::Seconds(30)) {  // said once per 30 s
-      last_reopen_warning_ = absl::Now();
-      std::fprintf(stderr, "learner: %zu stale prompts not yet handed back: %s\n", prompts.size(),
-                   std::string(reopened.message()).c_str());
-    }
-    return;
-  }
-  int64_t quarantined = 0;
-  for (const StaleGroup& held : stale_) {
-    replay_->Ack(held.group).IgnoreError();
-    ++(held.quarantined ? quarantined : stale_requeued_);
-  }
-  stale_.clear();
-  if (quarantined > 0) {
-    quarantined_requeued_ += quarantined;
-    std::fprintf(stderr,
-                 "learner: %lld prompts of quarantined groups handed back to be generated again "
-                 "(%lld so far)\n",
-                 static_cast<long long>(quarantined),
-                 static_cast<long long>(quarantined_requeued_));
-  }
 }
 
 absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSamples(
@@ -424,9 +388,10 @@ absl::StatusOr<bool> LearnerService::Step(
     out.report.version = state_.weight_version;
     out.report.unix_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
     StepReport& r = out.report;
-    r.dropped_stale_total = replay_->Stats().dropped_stale + stale_dropped_ + stale_requeued_;
+    const int64_t stale_requeued = hand_back_.has_value() ? hand_back_->stale_requeued() : 0;
+    r.dropped_stale_total = replay_->Stats().dropped_stale + stale_dropped_ + stale_requeued;
     r.duplicate_groups_total = duplicate_groups_;
-    r.stale_requeued_total = stale_requeued_;
+    r.stale_requeued_total = stale_requeued;
     r.dropped_stale = r.dropped_stale_total - reported_.dropped_stale_total;
     r.duplicate_groups = r.duplicate_groups_total - reported_.duplicate_groups_total;
     r.stale_requeued = r.stale_requeued_total - reported_.stale_requeued_total;

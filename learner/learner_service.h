@@ -21,8 +21,9 @@
 //
 // Exactly once per prompt (learner/prompt_ledger.h): a group of a prompt the lineage already
 // trained on is acknowledged without training. A group older than max_lag is not trained
-// either: with reopen_stale its prompt goes back to the coordinator to be generated again (the
-// group is acknowledged once the coordinator accepted that), else it is dropped and counted.
+// either: with reopen_stale its prompt goes back to the coordinator to be generated again, as
+// a quarantined group's does (learner/prompt_hand_back.h: the group is acknowledged once the
+// coordinator accepted that), else it is dropped and counted.
 #pragma once
 
 #include <atomic>
@@ -40,6 +41,7 @@
 #include "learner/checkpointer.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
+#include "learner/prompt_hand_back.h"
 #include "learner/prompt_ledger.h"
 #include "learner/step_journal.h"
 #include "learner/step_report.h"
@@ -49,13 +51,6 @@
 #include "weight_broadcast/weight_transport.h"
 
 namespace prl::learner {
-
-// A prompt whose group was too stale to train on, and why.
-struct StalePrompt {
-  std::string prompt_set_id;
-  uint64_t prompt_index = 0;
-  std::string reason;
-};
 
 struct LearnerServiceOptions {
   int64_t groups_per_step = 8;
@@ -129,11 +124,6 @@ class LearnerService {
   // Rank 0: whether a taken group is trained (false: it was a duplicate or stale, and is
   // acknowledged or held for the coordinator). `records` are its admitted records.
   bool Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records);
-  // Rank 0: holds `group` until the coordinator took `prompt` back (once per group key).
-  void HandBack(const LeasedGroup& group, StalePrompt prompt, bool quarantined);
-  // Rank 0: hands the held stale prompts to the coordinator (rate-limited) and acknowledges
-  // their groups once it accepted.
-  void ReopenStale();
   // Rank 0's step bytes (or its stop signal) on every rank, decoded: nullopt means stop.
   absl::StatusOr<std::optional<std::vector<TrainSample>>> ShareSamples(std::vector<uint8_t> bytes);
 
@@ -151,16 +141,9 @@ class LearnerService {
   std::set<uint64_t> replayed_keys_;       // rank 0: their groups, skipped if delivered again
   PromptLedger ledger_;                    // rank 0: the prompts this lineage trained on
   std::vector<std::string> step_prompts_;  // rank 0: the prompts of the step being taken
-  // Groups whose prompts go back to the coordinator (stale, or quarantined: `quarantined`).
-  struct StaleGroup {
-    LeasedGroup group;
-    StalePrompt prompt;
-    bool quarantined = false;
-  };
-  std::vector<StaleGroup> stale_;  // rank 0: held until the coordinator took their prompts
-  absl::Time last_reopen_ = absl::InfinitePast(), last_reopen_warning_ = absl::InfinitePast();
-  int64_t duplicate_groups_ = 0, stale_requeued_ = 0, stale_dropped_ = 0;  // rank 0
-  int64_t quarantined_requeued_ = 0;        // rank 0: prompts of dead-lettered groups handed back
+  // Rank 0: stale and quarantined groups held until the coordinator took their prompts.
+  std::optional<PromptHandBack> hand_back_;
+  int64_t duplicate_groups_ = 0, stale_dropped_ = 0;  // rank 0
   StepReport reported_;                     // rank 0: the previous step's report (its totals)
   int64_t replay_through_ = 0;              // every rank: the last step replayed from the journal
   bool skip_publish_ = false;               // every rank: the transport holds these weights
