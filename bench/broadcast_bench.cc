@@ -19,12 +19,13 @@
 #include "bench/model_bench.h"
 #include "bench/stats.h"
 #include "config/run_config.h"
+#include "core/child_process.h"
 #include "core/enum_names.h"
+#include "core/net_address.h"
 #include "core/status_macros.h"
 #include "inference_engine/engine.h"
 #include "model/presets.h"
 #include "roles/weight_transports.h"
-#include "runner/child_process.h"
 
 namespace prl::bench {
 
@@ -62,8 +63,8 @@ config::RunConfig TransportConfig(const std::string& transport, const std::strin
 // The median time of a device-to-device (or host) copy of the weights: the floor of any
 // transport that delivers a copy.
 absl::StatusOr<double> CopyFloorMs(const ParameterSet& weights) {
-  PRL_ASSIGN_OR_RETURN(ParameterSet other, ParameterSet::Allocate(weights.config,
-                                                                  weights.buffer.device(), false));
+  PRL_ASSIGN_OR_RETURN(ParameterSet other,
+                       ParameterSet::Allocate(weights.config, weights.buffer.device(), false));
   std::vector<double> ms;
   for (int i = 0; i < 5; ++i) {
     const int64_t start = MonotonicNs();
@@ -80,8 +81,7 @@ absl::StatusOr<double> CopyFloorMs(const ParameterSet& weights) {
 // readings, not from when this reads them.
 class ChildLines {
  public:
-  ChildLines(runner::ChildProcess* child, std::string path)
-      : child_(child), path_(std::move(path)) {}
+  ChildLines(ChildProcess* child, std::string path) : child_(child), path_(std::move(path)) {}
   ~ChildLines() {
     if (fd_ >= 0) close(fd_);
   }
@@ -102,20 +102,20 @@ class ChildLines {
       }
       if (!child_->running()) {
         return absl::InternalError(absl::StrCat("bench broadcast: the subscriber ",
-                                                runner::DescribeWaitStatus(*child_->Poll()),
-                                                " before '", want, "'; its log: ", path_));
+                                                DescribeWaitStatus(*child_->Poll()), " before '",
+                                                want, "'; its log: ", path_));
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "bench broadcast: no '", want, "' from the subscriber in ",
-            absl::FormatDuration(timeout), "; its log: ", path_));
+        return absl::DeadlineExceededError(
+            absl::StrCat("bench broadcast: no '", want, "' from the subscriber in ",
+                         absl::FormatDuration(timeout), "; its log: ", path_));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 
  private:
-  runner::ChildProcess* child_;
+  ChildProcess* child_;
   std::string path_;
   int fd_ = -1;
   std::string pending_;  // read, not yet a whole line
@@ -129,7 +129,7 @@ struct Timing {
 absl::StatusOr<Timing> TimeTransport(const std::string& preset, const std::string& transport,
                                      const ParameterSet& weights, const BroadcastBenchOptions& o,
                                      int index) {
-  PRL_ASSIGN_OR_RETURN(const int port, runner::PickFreePort());
+  PRL_ASSIGN_OR_RETURN(const int port, PickFreePort());
   const std::string run_name = absl::StrCat("bench-broadcast-", getpid(), "-", index);
   const std::string listen = absl::StrCat("127.0.0.1:", port);
   const config::RunConfig c = TransportConfig(transport, run_name, listen);
@@ -138,16 +138,21 @@ absl::StatusOr<Timing> TimeTransport(const std::string& preset, const std::strin
   int64_t version = std::max<int64_t>(endpoint.publisher->newest_version(), 0) + 1;
   PRL_RETURN_IF_ERROR(endpoint.publisher->Publish(version, weights));
 
-  runner::ChildSpec spec;
+  ChildSpec spec;
   spec.name = "subscriber";
   spec.log_path = absl::StrCat(o.work_dir, "/", run_name, ".log");
   std::remove(spec.log_path.c_str());
-  spec.argv = {o.prl_path, "bench", "broadcast", "--subscriber", "--configs", preset,
-               "--transports", transport, "--device", o.device.ToString(), "--dtype",
-               std::string(EnumName(kComputeDTypeNames, o.dtype)), "--run-name",
-               run_name, "--listen", listen, "--versions", absl::StrCat(o.versions), "--batch",
-               absl::StrCat(o.batch)};
-  PRL_ASSIGN_OR_RETURN(runner::ChildProcess child, runner::ChildProcess::Start(spec));
+  spec.argv = {o.prl_path,     "bench",
+               "broadcast",    "--subscriber",
+               "--configs",    preset,
+               "--transports", transport,
+               "--device",     o.device.ToString(),
+               "--dtype",      std::string(EnumName(kComputeDTypeNames, o.dtype)),
+               "--run-name",   run_name,
+               "--listen",     listen,
+               "--versions",   absl::StrCat(o.versions),
+               "--batch",      absl::StrCat(o.batch)};
+  PRL_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(spec));
   ChildLines lines(&child, spec.log_path);
   Timing t;
   absl::Status status = [&]() -> absl::Status {
@@ -291,8 +296,7 @@ absl::StatusOr<Report> RunBroadcastBench(const BroadcastBenchOptions& o) {
       PRL_ASSIGN_OR_RETURN(const Timing t, TimeTransport(preset, transport, weights, o, index++));
       const std::string tag = absl::StrCat(preset, "_", transport);
       report.results.push_back({absl::StrCat("publish_to_swapped_", tag),
-                                Median(t.publish_to_swapped_ms), "ms", "weight_copy",
-                                copy_ms});
+                                Median(t.publish_to_swapped_ms), "ms", "weight_copy", copy_ms});
       report.results.push_back(
           {absl::StrCat("publish_", tag), Median(t.publish_ms), "ms", "weight_copy", copy_ms});
       report.results.push_back({absl::StrCat("swap_stall_", tag),

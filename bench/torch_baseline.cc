@@ -1,7 +1,5 @@
 #include "bench/torch_baseline.h"
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,10 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/child_process.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
-
-extern char** environ;
 
 namespace prl::bench {
 
@@ -26,45 +23,20 @@ namespace {
 // Runs argv (PATH lookup for argv[0]) with stdout captured and stderr inherited, so that the
 // script's progress lines show; returns its stdout, or an error if it did not exit with 0.
 absl::StatusOr<std::string> RunCapturingStdout(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawn_err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (spawn_err != 0) {
-    close(fds[0]);
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot run '", argv[0], "': ", std::strerror(spawn_err)));
-  }
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = read(fds[0], buf, sizeof(buf));
-    if (n > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  ChildSpec spec;
+  spec.name = argv[0];
+  spec.argv = argv;
+  spec.search_path = true;
+  spec.capture_stdout = true;
+  spec.own_process_group = false;  // a Ctrl-C of the benchmark stops the script too
+  PRL_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(spec));
+  std::string out = child.ReadStdout();
+  const int status = child.Wait();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(
-        absl::StrCat("'", absl::StrJoin(argv, " "), "' ",
-                     WIFEXITED(status) ? absl::StrCat("exited with ", WEXITSTATUS(status))
-                                       : absl::StrCat("was killed by signal ", WTERMSIG(status)),
-                     " (its stderr is above)"));
+    return absl::InternalError(absl::StrCat("'", absl::StrJoin(argv, " "), "' ",
+                                            DescribeWaitStatus(status),
+                                            " (its stderr is above; exit code 127: it could not "
+                                            "be started)"));
   }
   return out;
 }

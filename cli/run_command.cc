@@ -18,9 +18,9 @@
 #include "cli/command.h"
 #include "cli/config_flags.h"
 #include "config/run_config.h"
+#include "core/child_process.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "runner/child_process.h"
 #include "runner/local_run.h"
 
 namespace prl::cli {
@@ -75,8 +75,7 @@ absl::StatusOr<nlohmann::json> RunMode(const E2eFlags& f, const std::string& mod
   for (const std::string& o : extra) argv.insert(argv.end(), {"--set", o});
   const std::string log = f.run_dir + "/" + mode + ".log";
   std::fprintf(stderr, "bench e2e: running %s mode (output in %s)\n", mode.c_str(), log.c_str());
-  PRL_ASSIGN_OR_RETURN(runner::ChildProcess child,
-                       runner::ChildProcess::Start({mode, argv, log, {}}));
+  PRL_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start({mode, argv, log, {}}));
   while (child.running()) {
     if (interrupted) {
       child.Stop(absl::Seconds(60));
@@ -86,8 +85,8 @@ absl::StatusOr<nlohmann::json> RunMode(const E2eFlags& f, const std::string& mod
   }
   const int status = *child.Poll();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat("prl run --mode ", mode, " ",
-                                            runner::DescribeWaitStatus(status), "; see ", log));
+    return absl::InternalError(
+        absl::StrCat("prl run --mode ", mode, " ", DescribeWaitStatus(status), "; see ", log));
   }
   std::ifstream in(f.run_dir + "/" + mode + "/summary.json");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);

@@ -2,10 +2,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
 namespace prl {
@@ -51,6 +56,24 @@ bool IsLoopbackEndpoint(absl::string_view endpoint) {
   const size_t colon = endpoint.rfind(':');
   if (colon == absl::string_view::npos) return false;
   return IsLoopbackHost(endpoint.substr(0, colon));
+}
+
+absl::StatusOr<int> PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("picking a free port: ", std::strerror(err)));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 }  // namespace prl

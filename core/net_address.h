@@ -3,6 +3,7 @@
 // to, and a host is never judged by its spelling ("127.evil.example" is a name, not 127/8).
 #pragma once
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace prl {
@@ -14,5 +15,9 @@ bool IsLoopbackHost(absl::string_view host);
 // ("dns:///host:port", "ipv4:host:port", "ipv6:[v6]:port"; "unix:" and "unix-abstract:"
 // sockets are local, hence loopback).
 bool IsLoopbackEndpoint(absl::string_view endpoint);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, read and released): for the
+// addresses prl run hands its children.
+absl::StatusOr<int> PickFreePort();
 
 }  // namespace prl

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/child_process.h"
 #include "core/status_macros.h"
 
 namespace prl::learner {
@@ -31,57 +32,57 @@ int ThreadsPerRank(const LaunchOptions& options) {
   return std::max(1, cores / options.world_size);
 }
 
-// In the forked child: becomes rank `rank` (never returns).
-[[noreturn]] void ExecRank(const std::vector<std::string>& argv, const LaunchOptions& options,
-                           int rank, const std::string& store_dir, int threads, pid_t parent) {
-  // A rank dies with its launcher (kill -9 of the launcher must not leave ranks behind
-  // holding the group's segments and ports).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(1);
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(options.world_size).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv(kStoreDirEnv, store_dir.c_str(), 1);
-  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv("/proc/self/exe", args.data());
-  std::fprintf(stderr, "prl: cannot start rank %d: %s\n", rank, std::strerror(errno));
-  _exit(127);
+// Rank `rank` of the launch: this program again (/proc/self/exe) with the rank's environment,
+// its output inherited and in the launcher's process group (killing the group kills the
+// ranks), killed by the kernel if the launcher dies (a kill -9 of the launcher must not leave
+// ranks behind holding the group's segments and ports).
+ChildSpec RankSpec(const std::vector<std::string>& argv, const LaunchOptions& options, int rank,
+                   const std::string& store_dir, int threads) {
+  ChildSpec spec;
+  spec.name = absl::StrCat("rank ", rank);
+  spec.argv = argv;
+  spec.argv[0] = "/proc/self/exe";
+  spec.own_process_group = false;
+  spec.env = {{"RANK", std::to_string(rank)},
+              {"WORLD_SIZE", std::to_string(options.world_size)},
+              {"LOCAL_RANK", std::to_string(rank)},
+              {kStoreDirEnv, store_dir},
+              {"OMP_NUM_THREADS", std::to_string(threads)}};
+  return spec;
 }
 
 // Waits for every rank; the failures as one line ("" when all exited 0). Once one has failed,
 // the others get `grace_after_failure` to notice (through their collectives' time-out) and
 // report; then they are killed, so that a rank that hangs (stopped, deadlocked) cannot hang
 // the launcher.
-std::string WaitForRanks(const std::vector<pid_t>& children, const LaunchOptions& options) {
+std::string WaitForRanks(std::vector<ChildProcess>& ranks, const LaunchOptions& options) {
   std::string failures;
-  std::vector<bool> done(children.size(), false);
-  size_t remaining = children.size();
+  std::vector<bool> done(ranks.size(), false);
+  size_t remaining = ranks.size();
   absl::Time kill_at = absl::InfiniteFuture();
   while (remaining > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      if (absl::Now() >= kill_at) {
-        for (size_t r = 0; r < children.size(); ++r) {
-          if (!done[r]) kill(children[r], SIGKILL);
-        }
-        kill_at = absl::InfiniteFuture();
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-      continue;
+    bool reaped = false;
+    for (size_t rank = 0; rank < ranks.size(); ++rank) {
+      const std::optional<int> status = done[rank] ? std::nullopt : ranks[rank].Poll();
+      if (!status.has_value()) continue;
+      done[rank] = true;
+      --remaining;
+      reaped = true;
+      if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0) continue;
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", "rank ", rank,
+                      WIFSIGNALED(*status)
+                          ? absl::StrCat(" was killed by signal ", WTERMSIG(*status))
+                          : absl::StrCat(" exited with ", WEXITSTATUS(*status)));
+      if (kill_at == absl::InfiniteFuture()) kill_at = absl::Now() + options.grace_after_failure;
     }
-    const size_t rank = std::find(children.begin(), children.end(), pid) - children.begin();
-    if (rank >= children.size()) continue;  // not one of ours
-    done[rank] = true;
-    --remaining;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-    absl::StrAppend(&failures, failures.empty() ? "" : "; ", "rank ", rank,
-                    WIFSIGNALED(status) ? absl::StrCat(" was killed by signal ", WTERMSIG(status))
-                                        : absl::StrCat(" exited with ", WEXITSTATUS(status)));
-    if (kill_at == absl::InfiniteFuture()) kill_at = absl::Now() + options.grace_after_failure;
+    if (reaped) continue;
+    if (absl::Now() >= kill_at) {
+      for (size_t rank = 0; rank < ranks.size(); ++rank) {
+        if (!done[rank]) ranks[rank].Signal(SIGKILL);
+      }
+      kill_at = absl::InfiniteFuture();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
   }
   return failures;
 }
@@ -100,18 +101,14 @@ absl::Status RunLocalRanks(const std::vector<std::string>& argv, const LaunchOpt
   }
   const std::string store_dir = dir_template;
   const int threads = ThreadsPerRank(options);
-  std::vector<pid_t> children;
-  const pid_t parent = getpid();
+  std::vector<ChildProcess> ranks;
   for (int rank = 0; rank < options.world_size; ++rank) {
-    const pid_t pid = fork();
-    if (pid < 0) {
-      for (pid_t c : children) kill(c, SIGKILL);
-      return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-    }
-    if (pid == 0) ExecRank(argv, options, rank, store_dir, threads, parent);
-    children.push_back(pid);
+    absl::StatusOr<ChildProcess> started =
+        ChildProcess::Start(RankSpec(argv, options, rank, store_dir, threads));
+    if (!started.ok()) return started.status();  // the ranks started so far are killed
+    ranks.push_back(std::move(started).value());
   }
-  const std::string failures = WaitForRanks(children, options);
+  const std::string failures = WaitForRanks(ranks, options);
   std::error_code ignored;
   std::filesystem::remove_all(store_dir, ignored);
   if (!failures.empty()) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/net_address.h"
 #include "core/status_macros.h"
 #include "runner/gpu_plan.h"
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/run_config.h"
-#include "runner/child_process.h"
+#include "core/child_process.h"
 
 namespace prl::runner {
 

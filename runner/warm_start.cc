@@ -8,13 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_model_dir.h"
+#include "core/child_process.h"
 #include "core/status_macros.h"
 #include "model/presets.h"
 #include "nlohmann/json.hpp"
-#include "runner/child_process.h"
 #include "runner/role_specs.h"
-#include "task/char_tokenizer.h"
 #include "runner/task_source.h"
+#include "task/char_tokenizer.h"
 
 namespace prl::runner {
 

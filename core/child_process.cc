@@ -1,4 +1,4 @@
-#include "runner/child_process.h"
+#include "core/child_process.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,14 +13,22 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace prl::runner {
+namespace prl {
 
 absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("child process: empty argv");
-  const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot open log ", spec.log_path, ": ", std::strerror(errno)));
+  int log = -1;
+  if (!spec.log_path.empty()) {
+    log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot open log ", spec.log_path, ": ", std::strerror(errno)));
+    }
+  }
+  int out[2] = {-1, -1};
+  if (spec.capture_stdout && ::pipe2(out, O_CLOEXEC) != 0) {
+    if (log >= 0) ::close(log);
+    return absl::InternalError(absl::StrCat("pipe for ", spec.name, ": ", std::strerror(errno)));
   }
   std::vector<char*> argv;
   for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -28,7 +36,9 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildSpec& spec) {
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
-    ::close(log);
+    for (int fd : {log, out[0], out[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     return absl::InternalError(absl::StrCat("fork for ", spec.name, ": ", std::strerror(errno)));
   }
   if (pid == 0) {
@@ -37,36 +47,69 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildSpec& spec) {
     if (::getppid() != parent) ::_exit(127);
     // Its own process group: a terminal's Ctrl-C reaches prl run only, which stops the roles
     // in order (actors, learner, coordinator).
-    ::setpgid(0, 0);
+    if (spec.own_process_group) ::setpgid(0, 0);
     for (const auto& [name, value] : spec.env) ::setenv(name.c_str(), value.c_str(), 1);
-    ::dup2(log, STDOUT_FILENO);
-    ::dup2(log, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
+    if (log >= 0) {
+      ::dup2(log, STDOUT_FILENO);
+      ::dup2(log, STDERR_FILENO);
+    }
+    if (out[1] >= 0) ::dup2(out[1], STDOUT_FILENO);
+    if (spec.search_path) {
+      ::execvp(argv[0], argv.data());
+    } else {
+      ::execv(argv[0], argv.data());
+    }
     const std::string message = absl::StrCat("exec ", argv[0], ": ", std::strerror(errno), "\n");
     [[maybe_unused]] ssize_t ignored = ::write(STDERR_FILENO, message.data(), message.size());
     ::_exit(127);
   }
-  ::close(log);
-  return ChildProcess(spec, pid);
+  if (log >= 0) ::close(log);
+  if (out[1] >= 0) ::close(out[1]);
+  return ChildProcess(spec, pid, out[0]);
+}
+
+std::string ChildProcess::ReadStdout() {
+  std::string text;
+  if (stdout_fd_ < 0) return text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(stdout_fd_);
+  stdout_fd_ = -1;
+  return text;
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
-    : spec_(std::move(other.spec_)), pid_(other.pid_), status_(other.status_) {
+    : spec_(std::move(other.spec_)),
+      pid_(other.pid_),
+      stdout_fd_(other.stdout_fd_),
+      status_(other.status_) {
   other.pid_ = -1;
+  other.stdout_fd_ = -1;
 }
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   if (this != &other) {
     if (pid_ > 0 && !status_.has_value()) Stop(absl::ZeroDuration());
+    if (stdout_fd_ >= 0) ::close(stdout_fd_);
     spec_ = std::move(other.spec_);
     pid_ = other.pid_;
+    stdout_fd_ = other.stdout_fd_;
     status_ = other.status_;
     other.pid_ = -1;
+    other.stdout_fd_ = -1;
   }
   return *this;
 }
 
 ChildProcess::~ChildProcess() {
+  if (stdout_fd_ >= 0) ::close(stdout_fd_);
   if (pid_ > 0 && !status_.has_value()) Stop(absl::ZeroDuration());
 }
 
@@ -120,22 +163,4 @@ std::string DescribeWaitStatus(int status) {
   return absl::StrCat("ended with wait status ", status);
 }
 
-absl::StatusOr<int> PickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("picking a free port: ", std::strerror(err)));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
-}
-
-}  // namespace prl::runner
+}  // namespace prl

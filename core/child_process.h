@@ -1,6 +1,9 @@
-// ChildProcess: one supervised process of `prl run` (the coordinator, a learner launcher, an
-// actor): fork + exec with stdout and stderr appended to a log file, killed by the kernel if
-// prl run itself dies (PR_SET_PDEATHSIG), so that no role outlives its supervisor.
+// ChildProcess: the one way prl starts another program: the roles of `prl run` (stdout and
+// stderr appended to a log file, each in its own process group, so that a terminal's Ctrl-C
+// reaches prl run only), the ranks of a local learner launch (output inherited, in the
+// launcher's process group, so that killing the group kills them all), and the PyTorch
+// baselines of the benchmarks (stdout captured). Every child is killed by the kernel if its
+// parent dies (PR_SET_PDEATHSIG): nothing outlives its supervisor.
 //
 // Thread-safety: a ChildProcess is used from one thread.
 #pragma once
@@ -15,14 +18,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace prl::runner {
+namespace prl {
 
 struct ChildSpec {
   std::string name;               // "actor-0": for messages
-  std::vector<std::string> argv;  // argv[0] is the executable's path
-  std::string log_path;           // stdout and stderr, appended
+  std::vector<std::string> argv;  // argv[0] is the executable's path (or name: search_path)
+  std::string log_path;           // stdout and stderr, appended; empty: inherited
   // Set in the child's environment (on top of the parent's).
   std::vector<std::pair<std::string, std::string>> env;
+  bool search_path = false;       // look argv[0] up in PATH
+  bool capture_stdout = false;    // stdout into a pipe (ReadStdout), stderr inherited
+  bool own_process_group = true;  // false: stays in the parent's process group
 };
 
 class ChildProcess {
@@ -44,22 +50,23 @@ class ChildProcess {
   // SIGTERM, then SIGKILL after `grace`; returns the wait status.
   int Stop(absl::Duration grace);
 
+  // capture_stdout: everything the child writes to stdout, read until it closes it.
+  std::string ReadStdout();
+
   const ChildSpec& spec() const { return spec_; }
   pid_t pid() const { return pid_; }
 
  private:
-  ChildProcess(ChildSpec spec, pid_t pid) : spec_(std::move(spec)), pid_(pid) {}
+  ChildProcess(ChildSpec spec, pid_t pid, int stdout_fd)
+      : spec_(std::move(spec)), pid_(pid), stdout_fd_(stdout_fd) {}
 
   ChildSpec spec_;
   pid_t pid_ = -1;
+  int stdout_fd_ = -1;  // capture_stdout: the pipe's read end
   std::optional<int> status_;
 };
 
 // "exited with code 3", "killed by signal 9 (Killed)".
 std::string DescribeWaitStatus(int status);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound, read and released): for the
-// addresses prl run hands its children.
-absl::StatusOr<int> PickFreePort();
-
-}  // namespace prl::runner
+}  // namespace prl
