@@ -434,7 +434,11 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<prl::v1::LearnerProgressResponse> response =
       budget_->Report(version, groups_consumed, groups_waiting, seen, stats_.groups_completed);
-  if (!response.ok()) ++stats_.rejected_progress;
+  if (!response.ok()) {
+    ++stats_.rejected_progress;
+    return response;
+  }
+  for (const std::string& id : recently_retired_) response->add_retired_prompt_sets(id);
   return response;
 }
 

@@ -310,6 +310,9 @@ class Coordinator {
   // At or before every open lease's deadline (renewals only move deadlines later): ExpireLocked
   // scans the leases only once it has passed.
   absl::Time earliest_deadline_ = absl::InfiniteFuture();
+  // The most recently retired set ids, told to the learner with every progress reply.
+  static constexpr size_t kRecentlyRetired = 4096;
+  std::deque<std::string> recently_retired_;
 };
 
 }  // namespace prl::coordinator

@@ -115,6 +115,8 @@ void Coordinator::RetireFinishedLocked(absl::Time now) {
   for (const std::string& id : retired) {
     sets_.erase(id);
     finished_at_.erase(id);
+    recently_retired_.push_back(id);
+    if (recently_retired_.size() > kRecentlyRetired) recently_retired_.pop_front();
   }
   stats_.sets_retired += static_cast<int64_t>(retired.size());
   stats_.prompt_sets -= static_cast<int64_t>(retired.size());

@@ -316,6 +316,9 @@ absl::StatusOr<std::vector<uint8_t>> LearnerService::NextStepBytes(const std::at
     report->mean_reward = j.mean_reward;
     return std::move(j.payload);
   }
+  if (options_.retired_prompt_sets) {  // the ledger holds the live sets' prompts only
+    for (const std::string& id : options_.retired_prompt_sets()) ledger_.ForgetSet(id);
+  }
   PRL_ASSIGN_OR_RETURN(const std::vector<TrainSample> taken, NextSamples(stop, leased, report));
   if (stop->load() && leased->size() < static_cast<size_t>(options_.groups_per_step)) {
     for (const LeasedGroup& g : *leased) replay_->Release(g).IgnoreError();

@@ -71,6 +71,10 @@ struct LearnerServiceOptions {
   // once its prompt was taken back. Null: stale groups are dropped by the buffer, quarantined
   // ones acknowledged.
   std::function<absl::Status(const std::vector<StalePrompt>&)> reopen_stale;
+  // Prompt sets the coordinator retired since the last call (LearnerProgressResponse
+  // .retired_prompt_sets): their keys leave the ledger, which stays bounded by the live sets.
+  // Called on rank 0 once per step. Null: the ledger keeps every key.
+  std::function<std::vector<std::string>()> retired_prompt_sets;
   absl::Duration reopen_retry = absl::Milliseconds(500);
 };
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -21,6 +22,22 @@ void PromptLedger::Add(int64_t step, const std::string& key) {
   if (key.empty()) return;
   order_.emplace_back(step, key);
   keys_.insert(key);
+}
+
+int64_t PromptLedger::ForgetSet(const std::string& prompt_set_id) {
+  const std::string prefix = prompt_set_id + "\t";
+  const size_t before = order_.size();
+  std::erase_if(order_, [&](const std::pair<int64_t, std::string>& entry) {
+    return absl::StartsWith(entry.second, prefix);
+  });
+  for (auto it = keys_.begin(); it != keys_.end();) {
+    if (absl::StartsWith(*it, prefix)) {
+      keys_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return static_cast<int64_t>(before - order_.size());
 }
 
 absl::Status PromptLedger::Write(const std::string& path) const {
@@ -44,7 +61,8 @@ absl::StatusOr<PromptLedger> PromptLedger::Read(const std::string& path) {
         !absl::SimpleAtoi(fields[2], &index)) {
       return absl::DataLossError(absl::StrCat(path, ": line ", line_number,
                                               ": expected <step>\\t<prompt_set_id>\\t<index>, "
-                                              "found '", line.substr(0, 200), "'"));
+                                              "found '",
+                                              line.substr(0, 200), "'"));
     }
     ledger.Add(step, Key(std::string(fields[1]), index));
   }

@@ -11,6 +11,8 @@
 //
 // A key is "<prompt_set_id>\t<prompt_index>"; groups without a prompt set id (offline rollouts)
 // have none and are never deduplicated. File: one line per trained group, "<step>\t<key>".
+// The keys of a prompt set the coordinator retired are forgotten (ForgetSet): the ledger holds
+// the live sets' prompts only.
 //
 // Thread-safety: rank 0 of the learner only; not for concurrent use.
 #pragma once
@@ -37,6 +39,11 @@ class PromptLedger {
   // Records that `step` trained a group of `key`'s prompt (empty keys are ignored).
   void Add(int64_t step, const std::string& key);
   int64_t size() const { return static_cast<int64_t>(order_.size()); }
+  // Forgets the keys of `prompt_set_id` (the coordinator retired the set: none of its prompts
+  // can be leased again), so that the ledger is bounded by the live sets. A late group of a
+  // forgotten set is far older than learner.max_lag and goes back as stale, untrained.
+  // Returns how many keys were forgotten.
+  int64_t ForgetSet(const std::string& prompt_set_id);
 
   // Written atomically (fsync'd, renamed); read back by Read. A missing file is an empty
   // ledger; a malformed line is DataLoss naming the file and line.

@@ -1,4 +1,3 @@
-#include "roles/role_security.h"
 #include "roles/learner_role.h"
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include "roles/learner_step_sink.h"
 #include "roles/replay_role.h"
 #include "roles/role_metrics.h"
+#include "roles/role_security.h"
 #include "roles/weight_transports.h"
 
 namespace prl::roles {
@@ -94,6 +94,7 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
     options.reopen_stale = [sink](const std::vector<learner::StalePrompt>& prompts) {
       return sink->ReopenPrompts(prompts);
     };
+    options.retired_prompt_sets = [sink] { return sink->RetiredPromptSets(); };
   }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);

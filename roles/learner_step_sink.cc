@@ -132,6 +132,25 @@ void StepSink::SetGroupsInStep(std::function<int64_t()> groups_in_step) {
   groups_in_step_ = std::move(groups_in_step);
 }
 
+std::vector<std::string> StepSink::RetiredPromptSets() {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  std::vector<std::string> fresh;
+  if (!seen_.has_value()) return fresh;
+  const auto& retired = seen_->retired_prompt_sets();
+  // Those after the last one returned; all of them when it is no longer listed (it left the
+  // coordinator's window, or another coordinator replied): forgetting a set twice is harmless.
+  int start = 0;
+  for (int i = retired.size() - 1; i >= 0; --i) {
+    if (retired[i] == last_retired_) {
+      start = i + 1;
+      break;
+    }
+  }
+  for (int i = start; i < retired.size(); ++i) fresh.push_back(retired[i]);
+  if (!retired.empty()) last_retired_ = retired[retired.size() - 1];
+  return fresh;
+}
+
 absl::Status StepSink::ReopenPrompts(const std::vector<learner::StalePrompt>& prompts) {
   if (coordinator_ == nullptr) return absl::FailedPreconditionError("no coordinator address");
   grpc::ClientContext ctx;

@@ -43,6 +43,10 @@ class StepSink {
   // progress), added to every progress report's backlog; null: none. Thread-safe.
   void SetGroupsInStep(std::function<int64_t()> groups_in_step);
   absl::Status ReopenPrompts(const std::vector<learner::StalePrompt>& prompts);
+  // The prompt sets the coordinator retired that this call has not returned before (from the
+  // last progress reply's retired_prompt_sets, in retirement order), for the learner's ledger.
+  // Thread-safe.
+  std::vector<std::string> RetiredPromptSets();
 
  private:
   StepSink(const config::RunConfig& config, prometheus::Registry& registry, ReplayBuffer* replay);
@@ -61,9 +65,11 @@ class StepSink {
   std::unique_ptr<prl::v1::ActorControl::Stub> coordinator_;
   // The last step's version (-1: no step yet) and groups consumed, re-reported once a second.
   std::atomic<int64_t> last_version_{-1}, last_consumed_{0};
-  std::mutex report_mu_;  // serialises progress reports (ReportProgress)
+  std::mutex report_mu_;                     // serialises progress reports (ReportProgress)
   std::function<int64_t()> groups_in_step_;  // guarded by report_mu_
   std::optional<prl::v1::LearnerProgressResponse> seen_;  // the last reply; guarded by report_mu_
+  // The last retired prompt set RetiredPromptSets returned; guarded by report_mu_.
+  std::string last_retired_;
   std::mutex mu_;
   std::condition_variable stopping_;
   bool stop_ = false;

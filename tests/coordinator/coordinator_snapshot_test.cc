@@ -67,7 +67,6 @@ class CoordinatorSnapshotTest : public CoordinatorLogTest {
     }
     return out;
   }
-
 };
 
 TEST_F(CoordinatorSnapshotTest, ACompactedLogReplaysToTheSameState) {
@@ -123,6 +122,11 @@ TEST_F(CoordinatorSnapshotTest, RetiredSetsLeaveTheNextSnapshotSoTheLogShrinks) 
   EXPECT_EQ(c->List().size(), 100u);
   c->ExpireLeases();  // every set finished over a second ago
   EXPECT_EQ(c->List().size(), 0u);
+  // The learner hears of every retired set with its next progress reply (its ledger forgets
+  // their prompts).
+  const absl::StatusOr<v1::LearnerProgressResponse> progress = c->LearnerProgress(0, 0, 0);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->retired_prompt_sets_size(), 100);
   const std::string id = c->Submit(Request(1))->prompt_set_id();  // the log is due: compacted
   EXPECT_EQ(c->Stats().log_compactions, 1);
   EXPECT_LT(LogBytes(), 1024) << "grown to " << grown << " bytes, only one live set is left";

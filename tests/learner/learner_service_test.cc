@@ -399,6 +399,29 @@ TEST_F(LearnerServiceTest, AResumedLearnerRefusesPromptsItsCheckpointTrained) {
 // A group older than max_lag is not trained: its prompt goes back to the coordinator (here a
 // callback that is unreachable at first), and the group is acknowledged only once that
 // succeeded; until then the learner holds it.
+// Issue 28 (unbounded state): the ledger forgets the prompts of sets the coordinator retired,
+// so the checkpoint's ledger lists the live sets' prompts only.
+TEST_F(LearnerServiceTest, TheLedgerForgetsTheRetiredSetsPrompts) {
+  ScratchDir dir("learner_service_retired");
+  LearnerServiceOptions options = Options(1);
+  options.checkpoint = {.dir = dir.path(), .every = 1, .keep_last = 5};
+  int calls = 0;
+  options.retired_prompt_sets = [&]() -> std::vector<std::string> {
+    return ++calls == 2 ? std::vector<std::string>{"set"} : std::vector<std::string>{};
+  };
+  WriteGroups(4, 0);  // prompts 0..3 of set "set", two per step
+  options.max_steps = 2;
+  ASSERT_EQ(Run(1, options, never_).size(), 2u);
+  std::ifstream step1(CheckpointStepDir(dir.path(), 1) + "/" + PromptLedger::kFileName);
+  std::ifstream step2(CheckpointStepDir(dir.path(), 2) + "/" + PromptLedger::kFileName);
+  std::stringstream first, second;
+  first << step1.rdbuf();
+  second << step2.rdbuf();
+  EXPECT_EQ(first.str(), "1\tset\t0\n1\tset\t1\n");
+  EXPECT_EQ(second.str(), "2\tset\t2\n2\tset\t3\n")
+      << "set retired before step 2: its earlier prompts are forgotten";
+}
+
 // A dead-lettered group must not leave its prompt "done" and untrained (issue 28): with the
 // coordinator reachable, its prompt goes back to be generated again (the coordinator counts
 // the attempt), naming the problem, and the group is acknowledged once it was taken back.

@@ -45,6 +45,21 @@ TEST(PromptLedgerTest, RoundTripsInTrainingOrderAndAMissingFileIsEmpty) {
   EXPECT_EQ(missing->size(), 0);
 }
 
+// Issue 28: the ledger kept every trained key forever. A retired set's keys leave it, and only
+// that set's ("ps-1" is not a prefix match of "ps-10").
+TEST(PromptLedgerTest, ARetiredSetsKeysAreForgottenAndNoOtherSets) {
+  PromptLedger ledger;
+  for (uint64_t i = 0; i < 3; ++i) {
+    ledger.Add(1, PromptLedger::Key("ps-1", i));
+    ledger.Add(1, PromptLedger::Key("ps-10", i));
+  }
+  EXPECT_EQ(ledger.ForgetSet("ps-1"), 3);
+  EXPECT_EQ(ledger.size(), 3);
+  EXPECT_FALSE(ledger.Contains("ps-1\t0"));
+  EXPECT_TRUE(ledger.Contains("ps-10\t0"));
+  EXPECT_EQ(ledger.ForgetSet("ps-1"), 0) << "forgetting twice is harmless";
+}
+
 TEST(PromptLedgerTest, AMalformedLineIsDataLossNamingTheLine) {
   ScratchDir dir("prompt_ledger_bad");
   std::ofstream(dir.path() + "/ledger.tsv") << "1\tps\t0\n1\tps\n";
