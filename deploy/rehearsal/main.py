@@ -236,6 +236,14 @@ def run(prl, run_id, work):
         shutil.rmtree(kube.shm, ignore_errors=True)
 
 
+def leased_by(kube, fleet, actor):
+    """Prompts the coordinator has leased to `actor` (its pod name), from its /metrics."""
+    coordinator = next(p for p in fleet.pods() if p.name == "prl-coordinator-0")
+    metrics = observe.scrape(coordinator.ip, 9400)
+    return sum(v for k, v in metrics.items()
+               if k.startswith("prl_prompts_leased_total{") and k.split('"')[1] == actor)
+
+
 def scale_during_run(kube, fleet):
     """Submits the prompt set through the Service name; scales the actors 1 -> 3 -> 1 on the way."""
     out = client(kube, fleet, ["submit", "/prompts/prompts.jsonl", "--server", "prl-coordinator:50051",
@@ -255,7 +263,10 @@ def scale_during_run(kube, fleet):
             break
         if time.time() > deadline:
             raise RuntimeError("the prompt set did not finish: %s" % s)
-        settled = not scaled or time.time() - submitted - scaled[-1][0] > 20
+        # The next step waits for the last one to take effect (every actor it left has been
+        # leased prompts), and for the set's progress: never for the clock, which ran out on
+        # fast machines (a set done before a fixed delay was over was never scaled down).
+        settled = not scaled or all(leased_by(kube, fleet, actor) > 0 for actor in scaled[-1][3])
         if steps and s["prompts_done"] >= steps[0][0] * PROMPTS and settled:
             fraction, replicas = steps.pop(0)
             t = time.time()
