@@ -89,6 +89,18 @@ class LearnerServiceTest : public ::testing::Test {
     }
   }
 
+  // Two good groups, one whose records[1].completion_tokens[2] is out of the vocabulary, two
+  // good ones; returns the poisoned group's prompt index.
+  uint64_t WriteAPoisonedGroupBetweenGoodOnes() {
+    WriteGroups(2, 0);
+    const uint64_t poisoned_prompt = next_prompt_++;
+    std::vector<RolloutRecord> poisoned = Group(poisoned_prompt, 0);
+    poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
+    EXPECT_TRUE(replay_->WriteGroup(poisoned, absl::Seconds(5)).ok());
+    WriteGroups(2, 0);
+    return poisoned_prompt;
+  }
+
   // Runs a service over `world_size` rank threads from the initial weights; returns rank 0's
   // step reports.
   std::vector<StepReport> Run(int world_size, const LearnerServiceOptions& options,
@@ -263,12 +275,7 @@ TEST_F(LearnerServiceTest, StoppingBeforeAFullStepHandsTheGroupsBack) {
 // acknowledged, never trained on, and the groups around it are trained as usual.
 TEST_F(LearnerServiceTest, APoisonedGroupIsDeadLetteredAndTheGoodOnesAroundItAreTrained) {
   ScratchDir dir("learner_service_dead_letter");
-  WriteGroups(2, 0);
-  const uint64_t poisoned_prompt = next_prompt_++;
-  std::vector<RolloutRecord> poisoned = Group(poisoned_prompt, 0);
-  poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
-  ASSERT_TRUE(replay_->WriteGroup(poisoned, absl::Seconds(5)).ok());
-  WriteGroups(2, 0);
+  const uint64_t poisoned_prompt = WriteAPoisonedGroupBetweenGoodOnes();
   LearnerServiceOptions options = Options(2);
   options.dead_letter_path = dir.path() + "/dead_letter.jsonl";
   const std::vector<StepReport> reports = Run(1, options, never_);
@@ -433,12 +440,7 @@ TEST_F(LearnerServiceTest, AQuarantinedGroupsPromptIsHandedBackNamingTheProblem)
     reopened.insert(reopened.end(), prompts.begin(), prompts.end());
     return absl::OkStatus();
   };
-  WriteGroups(2, 0);
-  const uint64_t poisoned_prompt = next_prompt_++;
-  std::vector<RolloutRecord> poisoned = Group(poisoned_prompt, 0);
-  poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
-  ASSERT_TRUE(replay_->WriteGroup(poisoned, absl::Seconds(5)).ok());
-  WriteGroups(2, 0);
+  const uint64_t poisoned_prompt = WriteAPoisonedGroupBetweenGoodOnes();
   const std::vector<StepReport> reports = Run(1, options, never_);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].groups + reports[1].groups, 4) << "the four good groups were trained";
