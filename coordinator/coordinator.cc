@@ -262,7 +262,6 @@ absl::StatusOr<prl::v1::RegisterResponse> Coordinator::RegisterActor(
   const absl::Time now = absl::Now();
   if (actors_.full()) ForgetDeadActorsLocked(now);
   PRL_ASSIGN_OR_RETURN(const std::string id, actors_.Register(name, capacity, now));
-  stats_.actors = actors_.size();
   prl::v1::RegisterResponse r;
   r.set_actor_id(id);
   r.set_lease_ms(config_.lease_ms);
@@ -352,7 +351,6 @@ void Coordinator::ForgetDeadActorsLocked(absl::Time now) {
     holding.insert(sets_[where.first].prompts[where.second].actor_id);
   }
   actors_.Forget(now, [&](const std::string& actor) { return holding.contains(actor); });
-  stats_.actors = actors_.size();
 }
 
 void Coordinator::ExpireLeases() {
@@ -438,13 +436,25 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
     ++stats_.rejected_progress;
     return response;
   }
-  for (const std::string& id : recently_retired_) response->add_retired_prompt_sets(id);
+  // The sets retired since the echoed reply (of this coordinator), else every one it still
+  // remembers: a report is answered with what the learner has not heard yet.
+  const int64_t retired = stats_.sets_retired;
+  int64_t unseen = static_cast<int64_t>(recently_retired_.size());
+  if (seen != nullptr && seen->coordinator_start() == response->coordinator_start() &&
+      seen->sets_retired() <= retired) {
+    unseen = std::min(unseen, retired - seen->sets_retired());
+  }
+  for (auto it = recently_retired_.end() - unseen; it != recently_retired_.end(); ++it) {
+    response->add_retired_prompt_sets(*it);
+  }
+  response->set_sets_retired(retired);
   return response;
 }
 
 CoordinatorStats Coordinator::Stats() {
   std::lock_guard<std::mutex> lock(mu_);
   CoordinatorStats s = stats_;
+  s.actors = actors_.size();
   s.learner_version = budget_->learner_version();
   s.groups_consumed = budget_->groups_consumed();
   s.groups_unconsumed = budget_->Unconsumed(stats_.groups_completed);

@@ -123,6 +123,8 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed, bool wit
                                 (with_step_groups && groups_in_step_ ? groups_in_step_() : 0));
     prl::v1::LearnerProgressResponse reply;
     if (!coordinator_->ReportLearnerProgress(&ctx, progress, &reply).ok()) return;  // best effort
+    for (const std::string& id : reply.retired_prompt_sets()) retired_.push_back(id);
+    while (retired_.size() > kMaxRetired) retired_.pop_front();
     seen_ = reply;
   }
 }
@@ -134,20 +136,8 @@ void StepSink::SetGroupsInStep(std::function<int64_t()> groups_in_step) {
 
 std::vector<std::string> StepSink::RetiredPromptSets() {
   std::lock_guard<std::mutex> lock(report_mu_);
-  std::vector<std::string> fresh;
-  if (!seen_.has_value()) return fresh;
-  const auto& retired = seen_->retired_prompt_sets();
-  // Those after the last one returned; all of them when it is no longer listed (it left the
-  // coordinator's window, or another coordinator replied): forgetting a set twice is harmless.
-  int start = 0;
-  for (int i = retired.size() - 1; i >= 0; --i) {
-    if (retired[i] == last_retired_) {
-      start = i + 1;
-      break;
-    }
-  }
-  for (int i = start; i < retired.size(); ++i) fresh.push_back(retired[i]);
-  if (!retired.empty()) last_retired_ = retired[retired.size() - 1];
+  std::vector<std::string> fresh(retired_.begin(), retired_.end());
+  retired_.clear();
   return fresh;
 }
 

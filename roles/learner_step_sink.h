@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,8 +44,8 @@ class StepSink {
   // progress), added to every progress report's backlog; null: none. Thread-safe.
   void SetGroupsInStep(std::function<int64_t()> groups_in_step);
   absl::Status ReopenPrompts(const std::vector<learner::StalePrompt>& prompts);
-  // The prompt sets the coordinator retired that this call has not returned before (from the
-  // last progress reply's retired_prompt_sets, in retirement order), for the learner's ledger.
+  // The prompt sets the coordinator retired that this call has not returned before (the
+  // progress replies' retired_prompt_sets, in retirement order), for the learner's ledger.
   // Thread-safe.
   std::vector<std::string> RetiredPromptSets();
 
@@ -68,8 +69,10 @@ class StepSink {
   std::mutex report_mu_;                     // serialises progress reports (ReportProgress)
   std::function<int64_t()> groups_in_step_;  // guarded by report_mu_
   std::optional<prl::v1::LearnerProgressResponse> seen_;  // the last reply; guarded by report_mu_
-  // The last retired prompt set RetiredPromptSets returned; guarded by report_mu_.
-  std::string last_retired_;
+  // Retired prompt sets the replies told and RetiredPromptSets has not returned yet (the most
+  // recent kMaxRetired); guarded by report_mu_.
+  static constexpr size_t kMaxRetired = 4096;
+  std::deque<std::string> retired_;
   std::mutex mu_;
   std::condition_variable stopping_;
   bool stop_ = false;

@@ -127,6 +127,11 @@ TEST_F(CoordinatorSnapshotTest, RetiredSetsLeaveTheNextSnapshotSoTheLogShrinks) 
   const absl::StatusOr<v1::LearnerProgressResponse> progress = c->LearnerProgress(0, 0, 0);
   ASSERT_TRUE(progress.ok()) << progress.status();
   EXPECT_EQ(progress->retired_prompt_sets_size(), 100);
+  EXPECT_EQ(progress->sets_retired(), 100);
+  // A report echoing that reply hears of none again: each retired set is told once.
+  const absl::StatusOr<v1::LearnerProgressResponse> again = c->LearnerProgress(0, 0, 0, &*progress);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->retired_prompt_sets_size(), 0);
   const std::string id = c->Submit(Request(1))->prompt_set_id();  // the log is due: compacted
   EXPECT_EQ(c->Stats().log_compactions, 1);
   EXPECT_LT(LogBytes(), 1024) << "grown to " << grown << " bytes, only one live set is left";
