@@ -4,6 +4,7 @@
 // numbering from a checkpoint or above what the transport already holds, drops stale groups
 // and hands back a partial step's groups when stopped.
 #include "learner/learner_service.h"
+#include "learner/step_samples.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -351,7 +352,7 @@ TEST_F(LearnerServiceTest, AGroupJournaledButNotAcknowledgedIsNotTrainedTwice) {
   ASSERT_TRUE(journal.ok());
   JournaledStep step1{
       1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}, {}};
-  step1.payload.assign(8, 0);  // its samples as broadcast bytes: none, for brevity
+  step1.payload = *EncodeStepSamples({});  // its samples as broadcast bytes: none, for brevity
   ASSERT_TRUE(journal->Append(step1).ok());
   const std::vector<StepReport> resumed = Run(1, options, never_);
   ASSERT_EQ(resumed.size(), 2u);
