@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/status_macros.h"
+#include "core/test_hooks.h"
 #include "learner/checkpoint.h"
 #include "learner/step_samples.h"
 
@@ -124,6 +125,7 @@ absl::StatusOr<std::vector<uint8_t>> StepIntake::Next(const std::atomic<bool>* s
   // On disk now: the buffer may let go of them.
   for (const LeasedGroup& g : *leased) replay_->Ack(g).IgnoreError();
   leased->clear();
+  FaultPoint("learner.after_journal_write");  // journaled, not yet checkpointed: a crash window
   return bytes;
 }
 
