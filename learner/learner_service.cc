@@ -19,18 +19,20 @@ void AddSampleLags(absl::Span<const TrainSample> samples, int64_t learner_versio
                    LearnerStepReport* out) {
   const double version = static_cast<double>(learner_version);
   for (const TrainSample& sample : samples) {
-    out->report.completion_tokens += static_cast<int64_t>(sample.completion.size());
-    out->report.completion_tokens_max =
-        std::max(out->report.completion_tokens_max, static_cast<int64_t>(sample.completion.size()));
-    if (sample.versions.empty()) continue;
-    int64_t oldest = sample.versions[0];
+    const int64_t trained = sample.trained_tokens();  // not an episode's environment tokens
+    out->report.completion_tokens += trained;
+    out->report.completion_tokens_max = std::max(out->report.completion_tokens_max, trained);
+    int64_t oldest = INT64_MAX, count = 0;
     double sum = 0;
-    for (int64_t v : sample.versions) {
-      oldest = std::min(oldest, v);
-      sum += static_cast<double>(v);
+    for (size_t t = 0; t < sample.versions.size(); ++t) {
+      if (!sample.trained(t)) continue;
+      oldest = std::min(oldest, sample.versions[t]);
+      sum += static_cast<double>(sample.versions[t]);
+      ++count;
     }
+    if (count == 0) continue;
     out->sample_max_lags.push_back(version - static_cast<double>(oldest));
-    out->sample_mean_lags.push_back(version - sum / static_cast<double>(sample.versions.size()));
+    out->sample_mean_lags.push_back(version - sum / static_cast<double>(count));
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/test_hooks.h"
 #include "learner/checkpoint.h"
@@ -67,12 +69,13 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
         RolloutRecord& r = (*records)[i];
         reward_sum += r.reward;
         ++report->samples;
-        if (!adv.kept[i] || r.completion_tokens.empty()) continue;
+        if (!adv.kept[i] || r.model_tokens() == 0) continue;
         TrainSample s;
         s.prompt = std::move(r.prompt_tokens);
         s.completion = std::move(r.completion_tokens);
         s.behaviour_logprobs = std::move(r.behaviour_logprobs);
         s.versions = std::move(r.token_versions);
+        s.sources = std::move(r.token_sources);
         s.reward = r.reward;
         s.advantage = adv.advantage[i];
         s.has_advantage = true;
@@ -121,6 +124,7 @@ absl::StatusOr<std::vector<uint8_t>> StepIntake::Next(const std::atomic<bool>* s
   for (const LeasedGroup& g : *leased) j.group_keys.push_back(g.group_key);
   j.prompt_keys = std::move(prompts);
   PRL_RETURN_IF_ERROR(journal_->Append(j));
+  TapLine("learner_journal", absl::StrCat("step ", j.step, "\t", absl::StrJoin(j.prompt_keys, ",")));
   admission_.Commit(j.step, j.prompt_keys);
   // On disk now: the buffer may let go of them.
   for (const LeasedGroup& g : *leased) replay_->Ack(g).IgnoreError();

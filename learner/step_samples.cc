@@ -42,6 +42,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeStepSamples(absl::Span<const TrainSam
     r.completion_tokens = s.completion;
     r.behaviour_logprobs = s.behaviour_logprobs;
     r.token_versions = s.versions;
+    r.token_sources = s.sources;
     r.reward = s.reward;
     r.reward_components = {{kAdvantage, s.advantage}};
     if (absl::Status valid = ValidateRecord(r); !valid.ok()) {
@@ -104,6 +105,7 @@ absl::StatusOr<std::optional<std::vector<TrainSample>>> DecodeStepSamples(
     s.completion = std::move(r->completion_tokens);
     s.behaviour_logprobs = std::move(r->behaviour_logprobs);
     s.versions = std::move(r->token_versions);
+    s.sources = std::move(r->token_sources);
     s.reward = r->reward;
     s.advantage = r->reward_components[0].second;
     s.has_advantage = true;
