@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/test_hooks.h"
 
 namespace prl::learner {
 
@@ -14,9 +15,19 @@ GroupAdmission::GroupAdmission(const ModelLimits& limits, ReplayBuffer* replay,
   if (options.reopen) hand_back_.emplace(replay, std::move(options.reopen), options.reopen_retry);
 }
 
+namespace {
+
+// The decision about each taken group, for crash tests' oracle (core/test_hooks.h).
+void Tap(const char* decision, const LeasedGroup& group, const std::string& prompt) {
+  TapLine("learner_admission", absl::StrCat(decision, "\t", group.group_key, "\t", prompt));
+}
+
+}  // namespace
+
 std::optional<std::vector<RolloutRecord>> GroupAdmission::Admit(const LeasedGroup& group,
                                                                 int64_t learner_version) {
   if (replayed_keys_.erase(group.group_key) > 0) {
+    Tap("replayed", group, "");
     // Journaled and trained by the learner this one replaced, which died before its Ack.
     replay_->Ack(group).IgnoreError();
     return std::nullopt;
@@ -28,6 +39,7 @@ std::optional<std::vector<RolloutRecord>> GroupAdmission::Admit(const LeasedGrou
   std::optional<std::vector<RolloutRecord>> records =
       quarantine_.Admit(group, learner_version, &refused);
   if (!records.has_value()) {
+    Tap("quarantined", group, refused.has_value() ? refused->prompt_set_id : "");
     if (refused.has_value() && hand_back_.has_value()) {
       hand_back_->Hold(group,
                        StalePrompt{refused->prompt_set_id, refused->prompt_index,
@@ -44,12 +56,14 @@ std::optional<std::vector<RolloutRecord>> GroupAdmission::Admit(const LeasedGrou
   const bool in_step = !key.empty() && std::find(step_prompts_.begin(), step_prompts_.end(),
                                                  key) != step_prompts_.end();
   if (!key.empty() && (ledger_.Contains(key) || in_step)) {
+    Tap(in_step ? "duplicate_in_step" : "duplicate", group, key);
     replay_->Ack(group).IgnoreError();  // a second group of a trained prompt: never trained
     ++duplicate_groups_;
     return std::nullopt;
   }
   const int64_t lag = learner_version - group.min_version;
   if (hand_back_.has_value() && lag > max_lag_) {
+    Tap("stale", group, key);
     if (key.empty()) {  // no prompt to hand back: dropped, as the buffer would have
       replay_->Ack(group).IgnoreError();
       ++stale_dropped_;
@@ -64,6 +78,7 @@ std::optional<std::vector<RolloutRecord>> GroupAdmission::Admit(const LeasedGrou
         /*quarantined=*/false);
     return std::nullopt;
   }
+  Tap("admitted", group, key);
   if (!key.empty()) step_prompts_.push_back(key);
   return records;
 }

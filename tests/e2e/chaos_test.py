@@ -190,6 +190,27 @@ class ChaosRun:
                         groups.add((fields[0], int(fields[1]), fields[2]))
         return groups
 
+    def admissions(self):
+        """What the learner decided about each taken group (its tap): prompt key -> decisions."""
+        decisions = collections.defaultdict(list)
+        path = os.path.join(self.taps, "learner_admission.tap")
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    fields = line.rstrip("\n").split("\t")  # decision, group key, set, index
+                    if len(fields) >= 3:
+                        decisions[":".join(fields[2:])].append(fields[0])
+        return decisions
+
+    def untrained(self, accepted, trained, failed):
+        """The accepted prompts neither trained nor failed, each with what the actors wrote for
+        it and what the learner decided about those groups: for a post-mortem."""
+        written = collections.Counter((s, i) for s, i, _ in self.written_groups())
+        decisions = self.admissions()
+        return ["%s:%d written %d, learner %s" % (s, i, written[(s, i)],
+                                                    decisions.get("%s:%d" % (s, i), []))
+                for s, i in accepted if trained[(s, i)] == 0 and (s, i) not in failed]
+
     def accounting(self):
         """(trained count per prompt, failed prompts, the printed table); prompts are
         (set id, index) pairs."""
@@ -258,8 +279,9 @@ class ChaosTest(unittest.TestCase):
                     print(table, flush=True)
                     logs = "\n".join("--- %s\n%s" % (n, chaos.log(n)[-2500:])
                                      for n in ("learner", "coordinator", "replay", "a0"))
-                    self.assertTrue(finished, "the learner did not reach step %d:\n%s\n%s" % (
-                        STEPS, table, logs))
+                    self.assertTrue(finished, "the learner did not reach step %d:\n%s\n%s\n%s" % (
+                        STEPS, table, "\n".join(chaos.untrained(accepted, trained, failed)),
+                        logs))
                     self.assertEqual(chaos.random_kills(), KILLS_PER_RUN, table)
                     # The oracle: more groups reached the replay buffer than prompts completed
                     # (the aimed actor kill made one at least), yet none was trained twice
