@@ -24,7 +24,7 @@ ModelConfig Qwen2(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_head
   return c;
 }
 
-// Qwen3 dense: head_dim is given (128 in every released size, not hidden / heads), no
+// Qwen3 dense: head_dim is given (128 in every released size, whatever hidden / heads is), no
 // attention biases, rope_theta 1e6, max_position_embeddings 40960 (the released configs).
 ModelConfig Qwen3(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
                   int64_t intermediate, int64_t vocab, bool tied) {
