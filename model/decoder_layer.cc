@@ -1,5 +1,7 @@
 #include "model/decoder_layer.h"
 
+#include <array>
+
 #include "core/status_macros.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
@@ -42,22 +44,35 @@ Tensor Prefix(const Tensor& t, int64_t rows, int64_t cols) {
   return t.Reshape({t.numel()}).Rows(0, rows * cols).Reshape({rows, cols});
 }
 
-// Qwen3: every query and key head of a.qkv RMS-normalised over its D elements, in place, with
-// the heads before the norm kept in a.q_pre / a.k_pre. The kernels' rows are (token, head)
-// pairs, so the heads are copied out of the packed qkv rows, normalised into a.attn (free
-// until the attention step writes it) and copied back.
+// The queries or the keys of the packed qkv rows, for Qwen3's per-head norms: the RMSNorm
+// kernels' rows are (token, head) pairs, so the heads are copied out of qkv into a contiguous
+// (T, heads D) matrix, normalised there and copied back.
+struct HeadGroup {
+  int64_t first_column;  // in the qkv rows
+  int64_t heads;
+  const Tensor* pre;   // (T, heads D) the heads before the norm, kept for the backward
+  const Tensor* rstd;  // (T heads)
+  const Tensor* w;     // (D)
+};
+
+std::array<HeadGroup, 2> HeadGroups(const ModelConfig& c, const LayerParams& p,
+                                    const LayerActivations& a) {
+  return {HeadGroup{0, c.num_attention_heads, &a.q_pre, &a.q_rstd, &p.q_norm},
+          HeadGroup{c.q_dim(), c.num_key_value_heads, &a.k_pre, &a.k_rstd, &p.k_norm}};
+}
+
+// Normalises every query and key head of a.qkv in place. a.attn, which the attention step
+// writes only later, holds the normalised heads on their way back.
 void QkNormForward(const ModelConfig& c, const LayerParams& p, const LayerActivations& a) {
-  const int64_t T = a.qkv.size(0), H = c.num_attention_heads, KV = c.num_key_value_heads;
-  const int64_t D = c.head_dim;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  k::CopyColumns(a.q_pre, 0, a.qkv, 0, H * D);
-  k::CopyColumns(a.k_pre, 0, a.qkv, H * D, KV * D);
-  k::RmsNormForward(a.attn.Reshape({T * H, D}), a.q_rstd, a.q_pre.Reshape({T * H, D}), p.q_norm,
-                    eps);
-  k::CopyColumns(a.qkv, 0, a.attn, 0, H * D);
-  const Tensor k_out = Prefix(a.attn, T * KV, D);
-  k::RmsNormForward(k_out, a.k_rstd, a.k_pre.Reshape({T * KV, D}), p.k_norm, eps);
-  k::CopyColumns(a.qkv, H * D, k_out.Reshape({T, KV * D}), 0, KV * D);
+  const int64_t T = a.qkv.size(0), D = c.head_dim;
+  for (const HeadGroup& g : HeadGroups(c, p, a)) {
+    const int64_t width = g.heads * D;
+    const Tensor normalised = Prefix(a.attn, T, width);
+    k::CopyColumns(*g.pre, 0, a.qkv, g.first_column, width);
+    k::RmsNormForward(normalised.Reshape({T * g.heads, D}), *g.rstd,
+                      g.pre->Reshape({T * g.heads, D}), *g.w, static_cast<float>(c.rms_norm_eps));
+    k::CopyColumns(a.qkv, g.first_column, normalised, 0, width);
+  }
 }
 
 }  // namespace
@@ -65,22 +80,19 @@ void QkNormForward(const ModelConfig& c, const LayerParams& p, const LayerActiva
 absl::Status QkNormBackward(const ModelConfig& c, const LayerParams& p, const LayerParams& g,
                             const LayerActivations& a, const Tensor& dqkv, const Tensor& scratch) {
   const int64_t T = dqkv.size(0), D = c.head_dim;
-  const int64_t first_column[2] = {0, c.q_dim()};
-  const int64_t heads[2] = {c.num_attention_heads, c.num_key_value_heads};
-  const Tensor* pre[2] = {&a.q_pre, &a.k_pre};
-  const Tensor* rstd[2] = {&a.q_rstd, &a.k_rstd};
-  const Tensor* w[2] = {&p.q_norm, &p.k_norm};
   const Tensor* dw[2] = {&g.q_norm, &g.k_norm};
   const Tensor flat = scratch.Reshape({scratch.numel()});
+  const std::array<HeadGroup, 2> groups = HeadGroups(c, p, a);
   for (int i = 0; i < 2; ++i) {
-    const int64_t width = heads[i] * D;
+    const HeadGroup& h = groups[i];
+    const int64_t width = h.heads * D;
     const Tensor dy = flat.Rows(0, T * width).Reshape({T, width});  // d(normalised heads)
     const Tensor dx = flat.Rows(T * width, 2 * T * width).Reshape({T, width});  // d(before)
-    k::CopyColumns(dy, 0, dqkv, first_column[i], width);
+    k::CopyColumns(dy, 0, dqkv, h.first_column, width);
     PRL_RETURN_IF_ERROR(ZeroTensor(dx));
-    k::RmsNormBackward(dx.Reshape({T * heads[i], D}), *dw[i], dy.Reshape({T * heads[i], D}),
-                       pre[i]->Reshape({T * heads[i], D}), *w[i], *rstd[i]);
-    k::CopyColumns(dqkv, first_column[i], dx, 0, width);
+    k::RmsNormBackward(dx.Reshape({T * h.heads, D}), *dw[i], dy.Reshape({T * h.heads, D}),
+                       h.pre->Reshape({T * h.heads, D}), *h.w, *h.rstd);
+    k::CopyColumns(dqkv, h.first_column, dx, 0, width);
   }
   return absl::OkStatus();
 }
