@@ -347,16 +347,17 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     }
   }
   // The per-architecture flags are derived from config.json; a hand-built config must agree.
+  auto word = [](bool b) { return b ? "true" : "false"; };
   if (c.qk_norm != (c.arch == Architecture::kQwen3)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("qk_norm: expected ", c.arch == Architecture::kQwen3, " for ",
-                     ArchitectureName(c.arch), ", found ", c.qk_norm));
+        absl::StrCat("qk_norm: expected ", word(c.arch == Architecture::kQwen3), " for ",
+                     ArchitectureName(c.arch), ", found ", word(c.qk_norm)));
   }
   if (c.arch == Architecture::kQwen3 ? c.o_bias != c.qkv_bias : c.o_bias) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key 'attention_bias': an o_proj bias exists only in Qwen3, together with the q/k/v "
         "biases; found qkv_bias = ",
-        c.qkv_bias, ", o_bias = ", c.o_bias, " for ", ArchitectureName(c.arch)));
+        word(c.qkv_bias), ", o_bias = ", word(c.o_bias), " for ", ArchitectureName(c.arch)));
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return absl::InvalidArgumentError(

@@ -411,7 +411,8 @@ TEST(ParseModelConfigTest, Qwen3MoeIsAnErrorNamingTheArchitecture) {
 TEST(ValidateModelConfigTest, ArchitectureFlagsMustAgreeWithTheArchitecture) {
   ModelConfig c = Parse(kQwen3ZeroSixB);
   c.qk_norm = false;  // a Qwen3 without its q/k norms would load and silently differ
-  EXPECT_TRUE(IsError(ValidateModelConfig(c), kInvalid, {"qk_norm"}));
+  EXPECT_TRUE(
+      IsError(ValidateModelConfig(c), kInvalid, {"qk_norm", "expected true", "found false"}));
   c = Parse(kQwen3ZeroSixB);
   c.o_bias = true;  // o bias without q/k/v biases: not an attention_bias value
   EXPECT_TRUE(IsError(ValidateModelConfig(c), kInvalid, {"'attention_bias'"}));
