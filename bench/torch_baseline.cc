@@ -58,6 +58,8 @@ void AppendShapeArgs(const ModelConfig& c, std::vector<std::string>& argv) {
   }
   if (c.tie_word_embeddings) argv.push_back("--tied");
   if (!c.qkv_bias) argv.push_back("--no-qkv-bias");
+  if (c.qk_norm) argv.push_back("--qk-norm");
+  if (c.o_bias) argv.push_back("--o-bias");
 }
 
 std::string DeviceArg(const Device& device) {

@@ -75,6 +75,9 @@ def parse_args():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--tied", action="store_true", help="LM head shares the embedding")
     p.add_argument("--no-qkv-bias", action="store_true", help="Llama: no q/k/v biases")
+    p.add_argument("--qk-norm", action="store_true",
+                   help="Qwen3: RMSNorm of each query and key head before RoPE")
+    p.add_argument("--o-bias", action="store_true", help="Qwen3 attention_bias: o_proj bias")
     p.add_argument("--rope-theta", type=float, default=1e6)
     p.add_argument("--rms-eps", type=float, default=1e-6)
     p.add_argument("--dtype", default="bf16", choices=["f32", "bf16"])
@@ -134,6 +137,9 @@ class Model:
         self.embed = w(V, C)
         self.layers = [dict(ln1=ones(C), qkv=w(qkv, C),
                             qkv_b=None if a.no_qkv_bias else w(qkv), o=w(C, H * D),
+                            o_b=w(C) if a.o_bias else None,
+                            q_norm=ones(D) if a.qk_norm else None,
+                            k_norm=ones(D) if a.qk_norm else None,
                             ln2=ones(C), gate_up=w(2 * I, C), down=w(C, I))
                        for _ in range(a.layers)]
         self.norm = ones(C)
@@ -197,8 +203,11 @@ class Model:
         h = self.rms(x, l["ln1"])
         qkv = F.linear(h, l["qkv"], l["qkv_b"])
         q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
-        q = self.rope(q.view(B, S, H, D).transpose(1, 2), cos, sin)
-        k = self.rope(k.view(B, S, KV, D).transpose(1, 2), cos, sin)
+        q, k = q.view(B, S, H, D), k.view(B, S, KV, D)
+        if l["q_norm"] is not None:  # Qwen3: per-head RMSNorm before RoPE
+            q, k = self.rms(q, l["q_norm"]), self.rms(k, l["k_norm"])
+        q = self.rope(q.transpose(1, 2), cos, sin)
+        k = self.rope(k.transpose(1, 2), cos, sin)
         v = v.view(B, S, KV, D).transpose(1, 2)
         if isinstance(pos, int):
             kc[:, :, pos:pos + S].copy_(k)
@@ -215,7 +224,7 @@ class Model:
             # kernels apply rather than the math fallback that repeats K/V.
             att = self.attention(q.reshape(B, KV, H // KV, D), kc, vc, mask=mask)
             att = att.reshape(B, H, 1, D)
-        x = x + F.linear(att.transpose(1, 2).reshape(B, S, H * D), l["o"])
+        x = x + F.linear(att.transpose(1, 2).reshape(B, S, H * D), l["o"], l["o_b"])
         h = self.rms(x, l["ln2"])
         gu = F.linear(h, l["gate_up"])
         return x + F.linear(F.silu(gu[..., :I]) * gu[..., I:], l["down"])

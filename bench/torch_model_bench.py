@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The PyTorch baseline of `prl bench model --torch-baseline PYTHON`.
 
-The same Qwen2/Llama-shaped decoder in plain PyTorch: token embedding, RMSNorm (fp32
-statistics), RoPE, GQA attention through F.scaled_dot_product_attention(is_causal=True,
+The same Qwen2/Llama/Qwen3-shaped decoder in plain PyTorch: token embedding, RMSNorm (fp32
+statistics; Qwen3's per-head q/k norms with --qk-norm), RoPE, GQA attention through F.scaled_dot_product_attention(is_causal=True,
 enable_gqa=True), SwiGLU MLP, LM head (tied or not) with a log-softmax + target gather (the
 fused F.cross_entropy, reduction "sum", on fp32 logits). Random weights (std 0.02), the same
 tokens per step in B = tokens / seq_len sequences of seq_len, timed like prl: forward without
@@ -47,6 +47,9 @@ def parse_args():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--tied", action="store_true", help="LM head shares the embedding")
     p.add_argument("--no-qkv-bias", action="store_true", help="Llama: no q/k/v biases")
+    p.add_argument("--qk-norm", action="store_true",
+                   help="Qwen3: RMSNorm of each query and key head before RoPE")
+    p.add_argument("--o-bias", action="store_true", help="Qwen3 attention_bias: o_proj bias")
     p.add_argument("--rope-theta", type=float, default=1e6)
     p.add_argument("--rms-eps", type=float, default=1e-6)
     p.add_argument("--dtype", default="bf16", choices=["f32", "bf16"])
@@ -109,6 +112,9 @@ class Model:
         self.embed = w(V, C)
         self.layers = [dict(ln1=ones(C), qkv=w(qkv, C),
                             qkv_b=None if a.no_qkv_bias else w(qkv), o=w(C, H * D),
+                            o_b=w(C) if a.o_bias else None,
+                            q_norm=ones(D) if a.qk_norm else None,
+                            k_norm=ones(D) if a.qk_norm else None,
                             ln2=ones(C), gate_up=w(2 * I, C), down=w(C, I))
                        for _ in range(a.layers)]
         self.norm = ones(C)
@@ -150,18 +156,21 @@ class Model:
         mask = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
         return scores.masked_fill(mask, float("-inf")).softmax(-1).to(self.dt) @ v
 
-    def block(self, x, ln1, qkv_w, qkv_b, o, ln2, gate_up, down):
+    def block(self, x, ln1, qkv_w, qkv_b, o, o_b, q_norm, k_norm, ln2, gate_up, down):
         a = self.a
         B, S = x.shape[0], x.shape[1]
         H, KV, D, I = a.heads, a.kv_heads, a.head_dim, a.intermediate
         h = self.rms(x, ln1)
         qkv = F.linear(h, qkv_w, qkv_b)
         q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
-        q = self.rope(q.view(B, S, H, D).transpose(1, 2))
-        k = self.rope(k.view(B, S, KV, D).transpose(1, 2))
+        q, k = q.view(B, S, H, D), k.view(B, S, KV, D)
+        if q_norm is not None:  # Qwen3: per-head RMSNorm before RoPE
+            q, k = self.rms(q, q_norm), self.rms(k, k_norm)
+        q = self.rope(q.transpose(1, 2))
+        k = self.rope(k.transpose(1, 2))
         v = v.view(B, S, KV, D).transpose(1, 2)
         att = self.attention(q, k, v)
-        x = x + F.linear(att.transpose(1, 2).reshape(B, S, H * D), o)
+        x = x + F.linear(att.transpose(1, 2).reshape(B, S, H * D), o, o_b)
         h = self.rms(x, ln2)
         gu = F.linear(h, gate_up)
         return x + F.linear(F.silu(gu[..., :I]) * gu[..., I:], down)
@@ -175,8 +184,8 @@ class Model:
     def loss(self, block, head):
         x = self.embed[self.tokens]
         for l in self.layers:
-            x = block(x, l["ln1"], l["qkv"], l["qkv_b"], l["o"], l["ln2"], l["gate_up"],
-                      l["down"])
+            x = block(x, l["ln1"], l["qkv"], l["qkv_b"], l["o"], l["o_b"], l["q_norm"],
+                      l["k_norm"], l["ln2"], l["gate_up"], l["down"])
         return head(x, self.norm, self.lm_head, self.targets)
 
 

@@ -2,9 +2,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/hf_model_dir.h"
 #include "cli/command.h"
 #include "core/status_macros.h"
@@ -22,6 +24,7 @@ struct InitFlags {
   int64_t vocab_size = 0, head_dim = 0, max_positions = 2048;
   double rope_theta = 10000.0, rms_norm_eps = 1e-6;
   bool tie = false;
+  bool attention_bias = false;  // qwen3 only: biases on q, k, v and o_proj
   uint64_t seed = 0;
   float init_std = 0.02f;
   std::string dtype = "f32";
@@ -68,15 +71,22 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
     }
   }
   if (given("--arch") || f.preset.empty()) {
-    if (f.arch == "qwen2")
-      config.arch = Architecture::kQwen2;
-    else if (f.arch == "llama")
-      config.arch = Architecture::kLlama;
-    else
+    std::optional<Architecture> arch;
+    for (Architecture a : {Architecture::kQwen2, Architecture::kLlama, Architecture::kQwen3}) {
+      if (f.arch == ModelTypeName(a)) arch = a;
+    }
+    if (!arch) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--arch: expected qwen2 or llama, found '", f.arch, "'"));
+          absl::StrCat("--arch: expected qwen2, llama or qwen3, found '", f.arch, "'"));
+    }
+    SetArchitecture(*arch, f.attention_bias, &config);
+  } else if (given("--attention-bias")) {
+    SetArchitecture(config.arch, f.attention_bias, &config);
   }
-  config.qkv_bias = config.arch == Architecture::kQwen2;
+  if (f.attention_bias && config.arch != Architecture::kQwen3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention-bias: only qwen3 takes it, the model is ", ArchitectureName(config.arch)));
+  }
   if (given("--hidden-size")) config.hidden_size = f.hidden_size;
   if (given("--layers")) config.num_hidden_layers = f.layers;
   if (given("--heads")) config.num_attention_heads = f.heads;
@@ -92,12 +102,17 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
   if (given("--rope-theta") || f.preset.empty()) config.rope_theta = f.rope_theta;
   if (given("--rms-norm-eps") || f.preset.empty()) config.rms_norm_eps = f.rms_norm_eps;
   if (given("--tie-embeddings") || f.preset.empty()) config.tie_word_embeddings = f.tie;
+  // Without --head-dim: hidden / heads, except that a Qwen3 preset keeps its own (128, which
+  // is not hidden / heads).
+  const bool derive_head_dim =
+      !given("--head-dim") && (f.preset.empty() || (config.arch != Architecture::kQwen3 &&
+                                                    (given("--hidden-size") || given("--heads"))));
   if (given("--head-dim")) {
     config.head_dim = f.head_dim;
-  } else if (config.num_attention_heads > 0) {
+  } else if (derive_head_dim && config.num_attention_heads > 0) {
     config.head_dim = config.hidden_size / config.num_attention_heads;
   }
-  if (config.num_attention_heads > 0 && !given("--head-dim") &&
+  if (config.num_attention_heads > 0 && derive_head_dim &&
       config.hidden_size % config.num_attention_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--hidden-size ", config.hidden_size, " is not a multiple of --heads ",
@@ -137,6 +152,10 @@ absl::Status RunInfo(const std::string& dir) {
   std::printf("  vocab_size        %lld\n", static_cast<long long>(c.vocab_size));
   std::printf("  max positions     %lld\n", static_cast<long long>(c.max_position_embeddings));
   std::printf("  tied embeddings   %s\n", c.tie_word_embeddings ? "yes" : "no");
+  std::printf("  attention biases  %s\n", c.o_bias     ? "q, k, v, o"
+                                          : c.qkv_bias ? "q, k, v"
+                                                       : "none");
+  std::printf("  q/k norms         %s\n", c.qk_norm ? "yes (per head, before RoPE)" : "no");
   std::printf("  tensors           %zu\n", params.layout.entries().size());
   return absl::OkStatus();
 }
@@ -151,12 +170,15 @@ void RegisterModelCommands(CLI::App& app, CommandRegistry& registry) {
   auto f = std::make_shared<InitFlags>();
   CLI::App* init = model->add_subcommand(
       "init",
-      "Write a randomly initialised Llama/Qwen2 model directory (config.json + "
+      "Write a randomly initialised Llama/Qwen2/Qwen3 model directory (config.json + "
       "model.safetensors)");
   init->add_option("--preset", f->preset,
-                   "Start from a named shape: tiny, 40m, qwen2.5-0.5b, "
-                   "qwen2.5-1.5b (flags below override)");
-  init->add_option("--arch", f->arch, "qwen2 (q/k/v biases) or llama")->capture_default_str();
+                   "Start from a named shape: " + absl::StrJoin(PresetNames(), ", ") +
+                       " (flags below override)");
+  init->add_option("--arch", f->arch, "qwen2 (q/k/v biases), llama, or qwen3 (per-head q/k norms)")
+      ->capture_default_str();
+  init->add_flag("--attention-bias", f->attention_bias,
+                 "qwen3: biases on q, k, v and o_proj (config.json's attention_bias)");
   init->add_option("--hidden-size", f->hidden_size, "Hidden size C");
   init->add_option("--layers", f->layers, "Number of transformer blocks");
   init->add_option("--heads", f->heads, "Query heads");

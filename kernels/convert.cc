@@ -35,4 +35,36 @@ void ConvertDType(const Tensor& dst, const Tensor& src) {
 #endif
 }
 
+void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                 int64_t width) {
+  const char* op = "CopyColumns";
+  PRL_CHECK(dst.rank == 2 && src.rank == 2, op, ": dst ", dst.ShapeString(), " and src ",
+            src.ShapeString(), " must be matrices");
+  PRL_CHECK(dst.dtype == src.dtype && (src.dtype == DType::kF32 || src.dtype == DType::kBF16), op,
+            ": one dtype, F32 or BF16; found ", DTypeName(dst.dtype), " and ",
+            DTypeName(src.dtype));
+  const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
+  PRL_CHECK(dst.size(0) == T, op, ": dst has ", dst.size(0), " rows, src ", T);
+  PRL_CHECK(
+      width >= 0 && dst_col >= 0 && src_col >= 0 && dst_col + width <= Wd && src_col + width <= Ws,
+      op, ": columns [", dst_col, ", ", dst_col + width, ") of ", Wd, " from [", src_col, ", ",
+      src_col + width, ") of ", Ws);
+  const Device device = internal::CommonDevice(op, {&dst, &src});
+  const size_t element = DTypeSize(src.dtype);
+  char* d = static_cast<char*>(dst.data) + dst_col * element;
+  const char* s = static_cast<const char*>(src.data) + src_col * element;
+  if (device.is_cpu()) {
+#pragma omp parallel for schedule(static) if (T * width >= (1 << 16))
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(d + t * Wd * element, s + t * Ws * element, width * element);
+    }
+    return;
+  }
+#if PRL_WITH_CUDA
+  return cuda::CopyColumns(device.index, d, Wd * element, s, Ws * element, width * element, T);
+#else
+  internal::NoBackend(op, device);
+#endif
+}
+
 }  // namespace prl::kernels

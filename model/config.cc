@@ -80,6 +80,9 @@ class Reader {
   absl::string_view source_;
 };
 
+constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kQwen2,
+                                           Architecture::kQwen3};
+
 absl::StatusOr<Architecture> ParseArchitecture(const Json& root, absl::string_view source) {
   std::optional<Architecture> from_arch, from_type;
   if (auto it = root.find("architectures"); it != root.end() && !it->is_null()) {
@@ -88,25 +91,24 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& root, absl::string_vi
           source, ": key 'architectures': expected one class name, found ", it->dump()));
     }
     const std::string name = (*it)[0].get<std::string>();
-    if (name == "LlamaForCausalLM")
-      from_arch = Architecture::kLlama;
-    else if (name == "Qwen2ForCausalLM")
-      from_arch = Architecture::kQwen2;
-    else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": key 'architectures': '", name,
-                       "' is not supported (expected LlamaForCausalLM or Qwen2ForCausalLM)"));
+    for (Architecture arch : kArchitectures) {
+      if (name == ArchitectureName(arch)) from_arch = arch;
+    }
+    if (!from_arch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": key 'architectures': '", name,
+          "' is not supported (expected LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)"));
     }
   }
   if (auto it = root.find("model_type"); it != root.end() && !it->is_null()) {
     const std::string type = it->is_string() ? it->get<std::string>() : it->dump();
-    if (type == "llama")
-      from_type = Architecture::kLlama;
-    else if (type == "qwen2")
-      from_type = Architecture::kQwen2;
-    else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": key 'model_type': '", type, "' is not supported (expected llama or qwen2)"));
+    for (Architecture arch : kArchitectures) {
+      if (type == ModelTypeName(arch)) from_type = arch;
+    }
+    if (!from_type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": key 'model_type': '", type,
+                       "' is not supported (expected llama, qwen2 or qwen3)"));
     }
   }
   if (from_arch && from_type && *from_arch != *from_type) {
@@ -199,6 +201,8 @@ absl::Status CheckNeutralKeys(const Json& root, const Reader& reader, Architectu
     return reader.Error("use_sliding_window", "sliding-window attention is not supported");
   PRL_ASSIGN_OR_RETURN(const bool mlp_bias, reader.Bool("mlp_bias", false));
   if (mlp_bias) return reader.Error("mlp_bias", "MLP biases are not supported");
+  // Qwen2 has no such key (its q/k/v biases are unconditional; transformers ignores it);
+  // Qwen3 reads it in ParseModelConfig.
   PRL_ASSIGN_OR_RETURN(const bool attention_bias, reader.Bool("attention_bias", false));
   if (attention_bias && arch == Architecture::kLlama) {
     return reader.Error("attention_bias", "Llama attention biases (q/k/v/o) are not supported");
@@ -219,7 +223,35 @@ absl::Status CheckNeutralKeys(const Json& root, const Reader& reader, Architectu
 }  // namespace
 
 absl::string_view ArchitectureName(Architecture arch) {
-  return arch == Architecture::kLlama ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
+  switch (arch) {
+    case Architecture::kLlama:
+      return "LlamaForCausalLM";
+    case Architecture::kQwen2:
+      return "Qwen2ForCausalLM";
+    case Architecture::kQwen3:
+      return "Qwen3ForCausalLM";
+  }
+  return "?";
+}
+
+absl::string_view ModelTypeName(Architecture arch) {
+  switch (arch) {
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kQwen2:
+      return "qwen2";
+    case Architecture::kQwen3:
+      return "qwen3";
+  }
+  return "?";
+}
+
+void SetArchitecture(Architecture arch, bool attention_bias, ModelConfig* c) {
+  c->arch = arch;
+  // Qwen3Attention: attention_bias puts a bias on q, k, v and o_proj alike.
+  c->qkv_bias = arch == Architecture::kQwen2 || (arch == Architecture::kQwen3 && attention_bias);
+  c->o_bias = arch == Architecture::kQwen3 && attention_bias;
+  c->qk_norm = arch == Architecture::kQwen3;
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
@@ -274,6 +306,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
   PRL_ASSIGN_OR_RETURN(config.num_key_value_heads,
                        reader.Int("num_key_value_heads", config.num_attention_heads));
   PRL_ASSIGN_OR_RETURN(config.vocab_size, reader.Int("vocab_size", std::nullopt));
+  // transformers' defaults for keys a config.json may leave out.
   const int64_t default_positions = config.arch == Architecture::kLlama ? 2048 : 32768;
   PRL_ASSIGN_OR_RETURN(config.max_position_embeddings,
                        reader.Int("max_position_embeddings", default_positions));
@@ -284,9 +317,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
   if (config.num_attention_heads <= 0) {
     return reader.Error("num_attention_heads", "expected a positive integer");
   }
-  PRL_ASSIGN_OR_RETURN(config.head_dim,
-                       reader.Int("head_dim", config.hidden_size / config.num_attention_heads));
-  config.qkv_bias = config.arch == Architecture::kQwen2;
+  // Qwen3Config defaults head_dim to 128; Llama and Qwen2 to hidden_size / heads.
+  const int64_t default_head_dim =
+      config.arch == Architecture::kQwen3 ? 128 : config.hidden_size / config.num_attention_heads;
+  PRL_ASSIGN_OR_RETURN(config.head_dim, reader.Int("head_dim", default_head_dim));
+  PRL_ASSIGN_OR_RETURN(const bool attention_bias, reader.Bool("attention_bias", false));
+  SetArchitecture(config.arch, attention_bias, &config);
   absl::Status valid = ValidateModelConfig(config);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", valid.message()));
@@ -309,6 +345,19 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
       return absl::InvalidArgumentError(
           absl::StrCat("key '", name, "': expected a positive integer, found ", value));
     }
+  }
+  // The per-architecture flags are derived from config.json; a hand-built config must agree.
+  auto word = [](bool b) { return b ? "true" : "false"; };
+  if (c.qk_norm != (c.arch == Architecture::kQwen3)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qk_norm: expected ", word(c.arch == Architecture::kQwen3), " for ",
+                     ArchitectureName(c.arch), ", found ", word(c.qk_norm)));
+  }
+  if (c.arch == Architecture::kQwen3 ? c.o_bias != c.qkv_bias : c.o_bias) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key 'attention_bias': an o_proj bias exists only in Qwen3, together with the q/k/v "
+        "biases; found qkv_bias = ",
+        word(c.qkv_bias), ", o_bias = ", word(c.o_bias), " for ", ArchitectureName(c.arch)));
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return absl::InvalidArgumentError(
@@ -346,7 +395,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
 std::string ModelConfigToJson(const ModelConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(ArchitectureName(c.arch))};
-  j["model_type"] = c.arch == Architecture::kLlama ? "llama" : "qwen2";
+  j["model_type"] = std::string(ModelTypeName(c.arch));
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
@@ -376,6 +425,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = "silu";
   if (c.arch == Architecture::kLlama) j["attention_bias"] = false;
+  if (c.arch == Architecture::kQwen3) j["attention_bias"] = c.o_bias;
   for (const auto& [key, text] : c.passthrough) j[key] = nlohmann::ordered_json::parse(text);
   return j.dump(2) + "\n";
 }
@@ -417,8 +467,9 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
 
 int64_t ParameterCount(const ModelConfig& c) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
-  const int64_t per_layer =
-      2 * C + c.qkv_dim() * C + (c.qkv_bias ? c.qkv_dim() : 0) + C * c.q_dim() + 3 * I * C;
+  const int64_t per_layer = 2 * C + c.qkv_dim() * C + (c.qkv_bias ? c.qkv_dim() : 0) +
+                            C * c.q_dim() + (c.o_bias ? C : 0) + (c.qk_norm ? 2 * c.head_dim : 0) +
+                            3 * I * C;
   return c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * per_layer + C;
 }
 

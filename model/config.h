@@ -1,5 +1,5 @@
-// ModelConfig: the architecture hyper-parameters of a Llama / Qwen2 decoder, read from and
-// written to a Hugging Face `config.json`.
+// ModelConfig: the architecture hyper-parameters of a Llama / Qwen2 / Qwen3 (dense) decoder,
+// read from and written to a Hugging Face `config.json` (docs/models.md lists the keys).
 //
 // Parsing is strict: every key of config.json is either understood, or known to be irrelevant
 // to the math (ids, dtype hints, bookkeeping); anything else, or a value we do not implement
@@ -17,9 +17,10 @@
 
 namespace prl {
 
-enum class Architecture { kLlama, kQwen2 };
+enum class Architecture { kLlama, kQwen2, kQwen3 };
 
 absl::string_view ArchitectureName(Architecture arch);  // "LlamaForCausalLM", ...
+absl::string_view ModelTypeName(Architecture arch);     // config.json's model_type: "llama", ...
 
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3 };
@@ -38,7 +39,7 @@ struct ModelConfig {
   int64_t num_hidden_layers = 0;        // L
   int64_t num_attention_heads = 0;      // H
   int64_t num_key_value_heads = 0;      // KV (GQA when < H)
-  int64_t head_dim = 0;                 // D; hidden_size / H unless config.json says otherwise
+  int64_t head_dim = 0;                 // D; may differ from hidden_size / H (Qwen3: 128)
   int64_t vocab_size = 0;               // V
   int64_t max_position_embeddings = 0;  // longest sequence the model accepts
   double rms_norm_eps = 1e-6;
@@ -46,8 +47,13 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   // q/k/v projection biases: always present in Qwen2, never in Llama (attention_bias=true,
-  // which also adds an o_proj bias, is rejected).
+  // which also adds an o_proj bias, is rejected); in Qwen3 iff attention_bias.
   bool qkv_bias = false;
+  // o_proj bias (C): Qwen3 with attention_bias = true (together with qkv_bias).
+  bool o_bias = false;
+  // Qwen3: RMSNorm of every query and key head (weights self_attn.q_norm / k_norm, (D) each,
+  // eps rms_norm_eps) after the projections and before RoPE.
+  bool qk_norm = false;
   // Keys that do not change the math but that a real checkpoint carries (bos/eos token ids,
   // torch_dtype, ...), kept verbatim as (key, JSON text) so that saving round-trips them.
   std::vector<std::pair<std::string, std::string>> passthrough;
@@ -56,6 +62,11 @@ struct ModelConfig {
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV * D
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }         // (H + 2 KV) * D
 };
+
+// Sets config->arch and the flags transformers derives from it: qkv_bias (Qwen2 always,
+// Qwen3 iff attention_bias, Llama never), o_bias (Qwen3 iff attention_bias) and qk_norm
+// (Qwen3). attention_bias only matters for Qwen3.
+void SetArchitecture(Architecture arch, bool attention_bias, ModelConfig* config);
 
 // Parses config.json text. `source` names the file in error messages.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text, absl::string_view source);

@@ -1,5 +1,8 @@
 #include "model/decoder_layer.h"
 
+#include <array>
+
+#include "core/status_macros.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
@@ -18,6 +21,12 @@ LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& c, int64_
   l.ln1 = arena.Take(dt, {T, C});
   l.ln1_rstd = arena.Take(DType::kF32, {T});
   l.qkv = arena.Take(dt, {T, c.qkv_dim()});
+  if (c.qk_norm) {
+    l.q_pre = arena.Take(dt, {T, c.q_dim()});
+    l.k_pre = arena.Take(dt, {T, c.kv_dim()});
+    l.q_rstd = arena.Take(DType::kF32, {T * c.num_attention_heads});
+    l.k_rstd = arena.Take(DType::kF32, {T * c.num_key_value_heads});
+  }
   l.attn = arena.Take(dt, {T, c.q_dim()});
   if (with_attention_lse) l.attn_lse = arena.Take(DType::kF32, {T, c.num_attention_heads});
   l.mid = arena.Take(dt, {T, C});
@@ -28,12 +37,73 @@ LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& c, int64_
   return l;
 }
 
+namespace {
+
+// The first rows * cols elements of `t`, as a (rows, cols) matrix.
+Tensor Prefix(const Tensor& t, int64_t rows, int64_t cols) {
+  return t.Reshape({t.numel()}).Rows(0, rows * cols).Reshape({rows, cols});
+}
+
+// The queries or the keys of the packed qkv rows, for Qwen3's per-head norms: the RMSNorm
+// kernels' rows are (token, head) pairs, so the heads are copied out of qkv into a contiguous
+// (T, heads D) matrix, normalised there and copied back.
+struct HeadGroup {
+  int64_t first_column;  // in the qkv rows
+  int64_t heads;
+  const Tensor* pre;   // (T, heads D) the heads before the norm, kept for the backward
+  const Tensor* rstd;  // (T heads)
+  const Tensor* w;     // (D)
+};
+
+std::array<HeadGroup, 2> HeadGroups(const ModelConfig& c, const LayerParams& p,
+                                    const LayerActivations& a) {
+  return {HeadGroup{0, c.num_attention_heads, &a.q_pre, &a.q_rstd, &p.q_norm},
+          HeadGroup{c.q_dim(), c.num_key_value_heads, &a.k_pre, &a.k_rstd, &p.k_norm}};
+}
+
+// Normalises every query and key head of a.qkv in place. a.attn, which the attention step
+// writes only later, holds the normalised heads on their way back.
+void QkNormForward(const ModelConfig& c, const LayerParams& p, const LayerActivations& a) {
+  const int64_t T = a.qkv.size(0), D = c.head_dim;
+  for (const HeadGroup& g : HeadGroups(c, p, a)) {
+    const int64_t width = g.heads * D;
+    const Tensor normalised = Prefix(a.attn, T, width);
+    k::CopyColumns(*g.pre, 0, a.qkv, g.first_column, width);
+    k::RmsNormForward(normalised.Reshape({T * g.heads, D}), *g.rstd,
+                      g.pre->Reshape({T * g.heads, D}), *g.w, static_cast<float>(c.rms_norm_eps));
+    k::CopyColumns(a.qkv, g.first_column, normalised, 0, width);
+  }
+}
+
+}  // namespace
+
+absl::Status QkNormBackward(const ModelConfig& c, const LayerParams& p, const LayerParams& g,
+                            const LayerActivations& a, const Tensor& dqkv, const Tensor& scratch) {
+  const int64_t T = dqkv.size(0), D = c.head_dim;
+  const Tensor* dw[2] = {&g.q_norm, &g.k_norm};
+  const Tensor flat = scratch.Reshape({scratch.numel()});
+  const std::array<HeadGroup, 2> groups = HeadGroups(c, p, a);
+  for (int i = 0; i < 2; ++i) {
+    const HeadGroup& h = groups[i];
+    const int64_t width = h.heads * D;
+    const Tensor dy = flat.Rows(0, T * width).Reshape({T, width});  // d(normalised heads)
+    const Tensor dx = flat.Rows(T * width, 2 * T * width).Reshape({T, width});  // d(before)
+    k::CopyColumns(dy, 0, dqkv, h.first_column, width);
+    PRL_RETURN_IF_ERROR(ZeroTensor(dx));
+    k::RmsNormBackward(dx.Reshape({T * h.heads, D}), *dw[i], dy.Reshape({T * h.heads, D}),
+                       h.pre->Reshape({T * h.heads, D}), *h.w, *h.rstd);
+    k::CopyColumns(dqkv, h.first_column, dx, 0, width);
+  }
+  return absl::OkStatus();
+}
+
 void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const LayerActivations& a,
                          const Tensor& next_input, AttentionStep attention) {
   const ModelConfig& c = *ctx.config;
   const float eps = static_cast<float>(c.rms_norm_eps);
   k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm, eps);
   k::MatmulForward(a.qkv, a.ln1, p.qkv_weight, p.qkv_bias, /*accumulate=*/false, ctx.order);
+  if (c.qk_norm) QkNormForward(c, p, a);
   if (!ctx.attention_applies_rope) {
     k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ctx.rope_cos,
                  ctx.rope_sin, /*inverse=*/false);
@@ -43,17 +113,20 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
   // projections. Unfused: a copy, then the projection accumulates (ConvertDType of equal dtypes
   // is a copy on the current stream, so the engine's non-blocking stream orders it and a CUDA
   // graph captures it; CopyTensor runs on the legacy stream).
-  auto project_onto = [&](const Tensor& out, const Tensor& x, const Tensor& w,
+  // A projection with a bias (Qwen3's o_proj with attention_bias) takes the unfused path.
+  auto project_onto = [&](const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           const Tensor& residual) {
-    if (ctx.residual_in_gemm) return k::MatmulResidualForward(out, x, w, residual, ctx.order);
+    if (ctx.residual_in_gemm && !bias.defined()) {
+      return k::MatmulResidualForward(out, x, w, residual, ctx.order);
+    }
     k::ConvertDType(out, residual);
-    k::MatmulForward(out, x, w, {}, /*accumulate=*/true, ctx.order);
+    k::MatmulForward(out, x, w, bias, /*accumulate=*/true, ctx.order);
   };
-  project_onto(a.mid, a.attn, p.o_weight, a.input);
+  project_onto(a.mid, a.attn, p.o_weight, p.o_bias, a.input);
   k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
   k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight, {}, /*accumulate=*/false, ctx.order);
   k::SwiGluForward(a.act, a.gate_up);
-  project_onto(next_input, a.act, p.down_weight, a.mid);
+  project_onto(next_input, a.act, p.down_weight, {}, a.mid);
 }
 
 }  // namespace prl

@@ -1,10 +1,12 @@
-// One Llama/Qwen2 decoder layer's forward, shared by the learner (Transformer: packed causal
-// attention) and the engine (ModelRunner: paged KV-cache attention). Only the attention step
-// differs between them, and it is passed in; everything else — norms, projections, RoPE, MLP,
-// residuals — is this one function, so the two paths cannot drift apart.
+// One Llama/Qwen2/Qwen3 decoder layer's forward, shared by the learner (Transformer: packed
+// causal attention) and the engine (ModelRunner: paged KV-cache attention). Only the attention
+// step differs between them, and it is passed in; everything else — norms, projections,
+// Qwen3's per-head q/k norms, RoPE, MLP, residuals — is this one function, so the two paths
+// cannot drift apart (and the engine caches keys after their norm and RoPE, as transformers).
 #pragma once
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
 #include "model/config.h"
@@ -17,7 +19,13 @@ struct LayerActivations {
   Tensor input;     // (T, C) residual stream entering the layer
   Tensor ln1;       // (T, C) input_layernorm output
   Tensor ln1_rstd;  // (T)
-  Tensor qkv;       // (T, QKV) projections + bias, RoPE applied to q and k
+  Tensor qkv;       // (T, QKV) projections + bias, [q/k norm,] RoPE applied to q and k
+  // Qwen3 (config.qk_norm) only, else undefined: the query and key heads before their RMSNorm,
+  // and its rstd per (token, head).
+  Tensor q_pre;     // (T, H D)
+  Tensor k_pre;     // (T, KV D)
+  Tensor q_rstd;    // (T H) F32
+  Tensor k_rstd;    // (T KV) F32
   Tensor attn;      // (T, H D) attention output, before o_proj
   Tensor attn_lse;  // (T, H) attention log-sum-exp (undefined when not kept)
   Tensor mid;       // (T, C) residual stream after attention
@@ -53,5 +61,12 @@ using AttentionStep = absl::FunctionRef<void(const LayerActivations& a)>;
 // (T, C), which must not alias a.input or a.mid.
 void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const LayerActivations& a,
                          const Tensor& next_input, AttentionStep attention);
+
+// Qwen3's per-head q/k RMSNorm, the backward: dqkv (T, QKV) holds the gradient with respect to
+// the normalised query and key heads (RoPE already undone) and receives, in their place, the
+// gradient with respect to the heads before the norm; g.q_norm and g.k_norm (D) +=. scratch
+// holds at least 2 T H D elements of a's dtype. The v columns are left alone.
+absl::Status QkNormBackward(const ModelConfig& config, const LayerParams& p, const LayerParams& g,
+                            const LayerActivations& a, const Tensor& dqkv, const Tensor& scratch);
 
 }  // namespace prl

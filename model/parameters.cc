@@ -32,6 +32,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
       add(p + "self_attn.v_proj.bias", {config.kv_dim()});
     }
     add(p + "self_attn.o_proj.weight", {C, config.q_dim()});
+    if (config.o_bias) add(p + "self_attn.o_proj.bias", {C});
+    if (config.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {config.head_dim});
+      add(p + "self_attn.k_norm.weight", {config.head_dim});
+    }
     add(p + "post_attention_layernorm.weight", {C});
     add(p + "mlp.gate_proj.weight", {I, C});
     add(p + "mlp.up_proj.weight", {I, C});
@@ -93,12 +98,16 @@ void ParameterLayout::BindUnit(int unit, void* unit_base, DType dtype, Device de
     const std::string pre = absl::StrCat("model.layers.", unit - 1, ".");
     LayerParams& lp = p->layers[unit - 1];
     lp.input_norm = Tensor(at(pre + "input_layernorm.weight"), dtype, device, {C});
-    lp.qkv_weight =
-        Tensor(at(pre + "self_attn.q_proj.weight"), dtype, device, {c.qkv_dim(), C});
+    lp.qkv_weight = Tensor(at(pre + "self_attn.q_proj.weight"), dtype, device, {c.qkv_dim(), C});
     if (c.qkv_bias) {
       lp.qkv_bias = Tensor(at(pre + "self_attn.q_proj.bias"), dtype, device, {c.qkv_dim()});
     }
     lp.o_weight = Tensor(at(pre + "self_attn.o_proj.weight"), dtype, device, {C, c.q_dim()});
+    if (c.o_bias) lp.o_bias = Tensor(at(pre + "self_attn.o_proj.bias"), dtype, device, {C});
+    if (c.qk_norm) {
+      lp.q_norm = Tensor(at(pre + "self_attn.q_norm.weight"), dtype, device, {c.head_dim});
+      lp.k_norm = Tensor(at(pre + "self_attn.k_norm.weight"), dtype, device, {c.head_dim});
+    }
     lp.post_norm = Tensor(at(pre + "post_attention_layernorm.weight"), dtype, device, {C});
     lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), dtype, device, {2 * I, C});
     lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), dtype, device, {C, I});
@@ -196,8 +205,8 @@ absl::StatusOr<ComputeParams> ToComputeDType(const ParameterSet& source, DType d
   RetypeView(&p.final_norm, f32_base, base, dtype);
   RetypeView(&p.lm_head, f32_base, base, dtype);
   for (LayerParams& l : p.layers) {
-    for (Tensor* t : {&l.input_norm, &l.qkv_weight, &l.qkv_bias, &l.o_weight, &l.post_norm,
-                      &l.gate_up_weight, &l.down_weight}) {
+    for (Tensor* t : {&l.input_norm, &l.qkv_weight, &l.qkv_bias, &l.o_weight, &l.o_bias, &l.q_norm,
+                      &l.k_norm, &l.post_norm, &l.gate_up_weight, &l.down_weight}) {
       RetypeView(t, f32_base, base, dtype);
     }
   }

@@ -4,8 +4,9 @@
 // tensor is still a plain view into it.
 //
 // Buffer order: embed_tokens; for each layer: input_layernorm, q_proj, k_proj, v_proj,
-// [q/k/v biases], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj; norm;
-// lm_head (untied only). A gradient buffer uses the same layout.
+// [q/k/v biases], o_proj, [o_proj bias], [q_norm, k_norm], post_attention_layernorm,
+// gate_proj, up_proj, down_proj; norm; lm_head (untied only). A gradient buffer uses the same
+// layout.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ struct LayerParams {
   Tensor qkv_weight;      // (QKV, C): rows [0, H D) q_proj, then k_proj, then v_proj
   Tensor qkv_bias;        // (QKV), undefined when the architecture has none (Llama)
   Tensor o_weight;        // (C, H D)
+  Tensor o_bias;          // (C), undefined unless config.o_bias (Qwen3 with attention_bias)
+  Tensor q_norm;          // (D) per-head query RMSNorm, undefined unless config.qk_norm (Qwen3)
+  Tensor k_norm;          // (D) per-head key RMSNorm, likewise
   Tensor post_norm;       // (C)
   Tensor gate_up_weight;  // (2 I, C): rows [0, I) gate_proj, [I, 2 I) up_proj
   Tensor down_weight;     // (C, I)

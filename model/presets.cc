@@ -9,7 +9,7 @@ namespace {
 ModelConfig Qwen2(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
                   int64_t intermediate, int64_t vocab, int64_t max_positions, double rope_theta) {
   ModelConfig c;
-  c.arch = Architecture::kQwen2;
+  SetArchitecture(Architecture::kQwen2, /*attention_bias=*/false, &c);
   c.hidden_size = hidden;
   c.num_hidden_layers = layers;
   c.num_attention_heads = heads;
@@ -21,18 +21,50 @@ ModelConfig Qwen2(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_head
   c.rms_norm_eps = 1e-6;
   c.rope_theta = rope_theta;
   c.tie_word_embeddings = true;
-  c.qkv_bias = true;
+  return c;
+}
+
+// Qwen3 dense: head_dim is given (128 in every released size, whatever hidden / heads is), no
+// attention biases, rope_theta 1e6, max_position_embeddings 40960 (the released configs).
+ModelConfig Qwen3(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                  int64_t intermediate, int64_t vocab, bool tied) {
+  ModelConfig c;
+  SetArchitecture(Architecture::kQwen3, /*attention_bias=*/false, &c);
+  c.hidden_size = hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.intermediate_size = intermediate;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 40960;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = tied;
   return c;
 }
 }  // namespace
 
-std::vector<std::string> PresetNames() { return {"tiny", "40m", "qwen2.5-0.5b", "qwen2.5-1.5b"}; }
+std::vector<std::string> PresetNames() {
+  return {"tiny",       "40m",        "qwen2.5-0.5b", "qwen2.5-1.5b",
+          "tiny-qwen3", "qwen3-0.6b", "qwen3-1.7b",   "qwen3-8b"};
+}
 
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name) {
   if (name == "tiny") return Qwen2(64, 2, 4, 2, 176, 512, 1024, 10000.0);
   if (name == "40m") return Qwen2(512, 8, 8, 4, 1408, 32000, 4096, 10000.0);
   if (name == "qwen2.5-0.5b") return Qwen2(896, 24, 14, 2, 4864, 151936, 32768, 1000000.0);
   if (name == "qwen2.5-1.5b") return Qwen2(1536, 28, 12, 2, 8960, 151936, 32768, 1000000.0);
+  if (name == "tiny-qwen3") {
+    // head_dim 32 != hidden / heads = 16, as in the real sizes (128 != 1024 / 16).
+    ModelConfig c = Qwen3(64, 2, 4, 2, 32, 176, 512, /*tied=*/true);
+    c.max_position_embeddings = 1024;
+    c.rope_theta = 10000.0;
+    return c;
+  }
+  if (name == "qwen3-0.6b") return Qwen3(1024, 28, 16, 8, 128, 3072, 151936, /*tied=*/true);
+  if (name == "qwen3-1.7b") return Qwen3(2048, 28, 16, 8, 128, 6144, 151936, /*tied=*/true);
+  if (name == "qwen3-8b") return Qwen3(4096, 36, 32, 8, 128, 12288, 151936, /*tied=*/false);
   return absl::InvalidArgumentError(absl::StrCat("unknown model preset '", name, "' (expected ",
                                                  absl::StrJoin(PresetNames(), ", "), ")"));
 }

@@ -56,7 +56,7 @@ struct Transformer::Workspace {
   Tensor dresid;    // (T, C) gradient of the residual stream
   Tensor dln;       // (T, C)
   Tensor wide_a;    // (T * max(2 I, QKV)): dgate_up, then dqkv
-  Tensor wide_b;    // (T * max(I, H D)): dact, then dattn
+  Tensor wide_b;    // (T * max(I, H D [x 2 with q/k norms])): dact, dattn, q/k-norm scratch
   Tensor dhead_in;  // (R, C)
   Tensor dlogprob;  // (R)
 
@@ -142,7 +142,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
       ws.dresid = a.Take(dt, {T, C});
       ws.dln = a.Take(dt, {T, C});
       ws.wide_a = a.Take(dt, {T * std::max(2 * I, c.qkv_dim())});
-      ws.wide_b = a.Take(dt, {T * std::max(I, c.q_dim())});
+      ws.wide_b = a.Take(dt, {T * std::max(I, c.q_dim() * (c.qk_norm ? 2 : 1))});
       ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
       ws.dlogprob = a.Take(DType::kF32, {R});
     }
@@ -263,7 +263,7 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   if (tied) PRL_RETURN_IF_ERROR(release(0, false));
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, true));
-    BackwardLayer(params.layers[l], grads.layers[l], l);
+    PRL_RETURN_IF_ERROR(BackwardLayer(params.layers[l], grads.layers[l], l));
     PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, true));
   }
   PRL_RETURN_IF_ERROR(acquire(0, false));
@@ -271,7 +271,7 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   return release(0, true);
 }
 
-void Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer) {
+absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer) {
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
   const LayerActivations& a = ws.layers[layer];
@@ -288,13 +288,15 @@ void Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int6
   k::MatmulBackward(ws.dln, g.gate_up_weight, {}, dgate_up, a.ln2, p.gate_up_weight);
   k::RmsNormBackward(ws.dresid, g.post_norm, ws.dln, a.mid, p.post_norm, a.ln2_rstd);
 
-  // Attention half: mid = input + o_proj(attention(rope(qkv(ln1)))).
-  k::MatmulBackward(dattn, g.o_weight, {}, ws.dresid, a.attn, p.o_weight);
+  // Attention half: mid = input + o_proj(attention(rope([qk_norm](qkv(ln1))))).
+  k::MatmulBackward(dattn, g.o_weight, g.o_bias, ws.dresid, a.attn, p.o_weight);
   k::AttentionBackward(dqkv, dattn, a.qkv, a.attn, a.attn_lse, ws.cu_seqlens, shape);
   k::RopeApply(dqkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ws.rope_cos,
                ws.rope_sin, /*inverse=*/true);
+  if (c.qk_norm) PRL_RETURN_IF_ERROR(QkNormBackward(c, p, g, a, dqkv, ws.wide_b));  // dattn done
   k::MatmulBackward(ws.dln, g.qkv_weight, g.qkv_bias, dqkv, a.ln1, p.qkv_weight);
   k::RmsNormBackward(ws.dresid, g.input_norm, ws.dln, a.input, p.input_norm, a.ln1_rstd);
+  return absl::OkStatus();
 }
 
 }  // namespace prl

@@ -1,4 +1,5 @@
-// Transformer: the Llama / Qwen2 decoder's training and scoring passes over a PackedBatch.
+// Transformer: the Llama / Qwen2 / Qwen3 decoder's training and scoring passes over a
+// PackedBatch.
 //
 // Forward computes, for every position with a target, log softmax(logits / temperature) of
 // that target; Backward accumulates the gradient of sum_t dlogprobs[t] * logprob[t] into a
@@ -6,8 +7,9 @@
 // so the learner's FSDP can hand in gathered blocks and the engine can share the weights.
 //
 // Memory: Forward(for_backward = true) keeps per layer ~ (3 C + QKV + H D + 3 I) floats per
-// token; without it two layers' worth are reused. The (T, V) logits never exist in full
-// (kernels/logprob.h). Not thread-safe: one Transformer per thread of work.
+// token (Qwen3: + (H + KV) (D + 1)); without it two layers' worth are reused. The (T, V)
+// logits never exist in full (kernels/logprob.h). Not thread-safe: one Transformer per thread of
+// work.
 #pragma once
 
 #include <vector>
@@ -91,7 +93,7 @@ class Transformer {
   struct Workspace;
 
   void ForwardLayer(const LayerParams& p, int64_t layer);
-  void BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer);
+  absl::Status BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer);
 
   ModelConfig config_;
   Device device_;

@@ -42,6 +42,9 @@ void RmsNormForward(int device, DType dt, void* y, float* rstd, const void* x, c
 // dx (dt) += ; dw (F32, C) += (accumulated per column in fp32, deterministic).
 void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, const void* x,
                      const void* w, const float* rstd, int64_t T, int64_t C);
+// T rows of row_bytes from src (pitch src_pitch bytes) to dst (pitch dst_pitch bytes).
+void CopyColumns(int device, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
+                 int64_t row_bytes, int64_t T);
 void RopeTables(int device, float* cos, float* sin, const int32_t* positions, const float* inv_freq,
                 int64_t T, int64_t half);
 void RopeApply(int device, DType dt, void* x, int64_t T, int64_t num_heads, int64_t D,

@@ -403,6 +403,16 @@ void AddInPlace(int device, DType dt, void* dst, const void* src, int64_t n) {
   PRL_CUDA_CHECK(cudaGetLastError());
 }
 
+void CopyColumns(int device, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
+                 int64_t row_bytes, int64_t T) {
+  if (T == 0 || row_bytes == 0) return;
+  SetDevice(device);
+  PRL_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src,
+                                   static_cast<size_t>(src_pitch), static_cast<size_t>(row_bytes),
+                                   static_cast<size_t>(T), cudaMemcpyDeviceToDevice,
+                                   CurrentStream(device)));
+}
+
 void Convert(int device, DType to, void* dst, DType from, const void* src, int64_t n) {
   if (n == 0) return;
   SetDevice(device);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,6 +55,16 @@ ModelConfig TinyTiedLlama() {
   ModelConfig c = TinyQwen2();
   c.arch = Architecture::kLlama;
   c.qkv_bias = false;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+// Qwen3: per-head q/k norms, attention_bias (q/k/v and o_proj biases), head_dim 8 != hidden /
+// heads = 4, tied embeddings (as Qwen3-0.6B).
+ModelConfig TinyQwen3() {
+  ModelConfig c = TinyQwen2();
+  SetArchitecture(Architecture::kQwen3, /*attention_bias=*/true, &c);
+  c.head_dim = 8;
   c.tie_word_embeddings = true;
   return c;
 }
@@ -221,6 +232,73 @@ TEST(HfModelDirTest, ShardedSaveWritesAnIndexAndShardsAndLoadsBackBitExact) {
   ExpectLoadsAs(dir.path(), set.config, Values(set));
 }
 
+// Qwen3's own tensors (q_norm, k_norm, o_proj.bias) are written under transformers' names and
+// shapes and come back bit for bit, from one file and from shards.
+TEST(HfModelDirTest, Qwen3SaveWritesTransformersNamesAndLoadsBackBitExactSingleAndSharded) {
+  const ParameterSet set = MakeParams(TinyQwen3(), 20);
+  for (const uint64_t max_shard_bytes : {uint64_t{0}, uint64_t{512}}) {
+    SCOPED_TRACE(max_shard_bytes);
+    ScopedTempDir dir;
+    ASSERT_TRUE(SaveModel(dir.path(), set, {.max_shard_bytes = max_shard_bytes}).ok());
+    const nlohmann::json config = ReadJson(dir.File("config.json"));
+    EXPECT_EQ(config["architectures"], nlohmann::json::array({"Qwen3ForCausalLM"}));
+    EXPECT_EQ(config["model_type"], "qwen3");
+    EXPECT_EQ(config["attention_bias"], true);
+    EXPECT_EQ(config["head_dim"], 8);
+    std::vector<std::string> files = {"model.safetensors"};
+    if (max_shard_bytes > 0) {
+      const nlohmann::json index = ReadJson(dir.File("model.safetensors.index.json"));
+      std::set<std::string> shards;
+      for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file);
+      ASSERT_GT(shards.size(), 2u);
+      files.assign(shards.begin(), shards.end());
+    }
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const std::string& file : files) {
+      absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(dir.File(file));
+      ASSERT_TRUE(f.ok()) << f.status();
+      for (const SafetensorsEntry& e : f->header().tensors) shapes[e.name] = e.shape;
+    }
+    using Shape = std::vector<int64_t>;
+    EXPECT_EQ(shapes["model.layers.1.self_attn.q_norm.weight"], (Shape{8}));
+    EXPECT_EQ(shapes["model.layers.1.self_attn.k_norm.weight"], (Shape{8}));
+    EXPECT_EQ(shapes["model.layers.1.self_attn.o_proj.bias"], (Shape{8}));
+    EXPECT_EQ(shapes["model.layers.1.self_attn.o_proj.weight"], (Shape{8, 16}));
+    EXPECT_EQ(shapes["model.layers.1.self_attn.q_proj.weight"], (Shape{16, 8}));
+    EXPECT_EQ(shapes.size(), set.layout.entries().size());
+    ExpectLoadsAs(dir.path(), set.config, Values(set));
+    absl::StatusOr<ParameterSet> loaded = LoadModel(dir.path(), Device::Cpu());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->config.qk_norm);
+    EXPECT_TRUE(loaded->config.o_bias);
+    EXPECT_EQ(loaded->config.head_dim, 8);
+  }
+}
+
+// Qwen/Qwen3-0.6B ships lm_head.weight beside tied embeddings, in a sharded layout for the
+// larger sizes: it loads, and the head stays the embedding.
+TEST(HfModelDirTest, ShardedQwen3WithTiedEmbeddingsAndAStoredLmHeadLoads) {
+  ScopedTempDir dir;
+  const ParameterSet set = MakeParams(TinyQwen3(), 21);
+  ASSERT_TRUE(WriteFileAtomically(dir.File("config.json"), ModelConfigToJson(set.config)).ok());
+  std::vector<RawTensor> tensors = RawTensors(set);
+  std::vector<float> head(10 * 8, 7.0f);
+  tensors.push_back({"lm_head.weight", "F32", {10, 8}, F32Bytes(head)});
+  std::vector<RawTensor> first, second;
+  nlohmann::json weight_map;
+  for (RawTensor& t : tensors) {
+    const bool in_second = t.name.starts_with("model.layers.1.") || t.name == "lm_head.weight";
+    weight_map[t.name] =
+        in_second ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    (in_second ? second : first).push_back(std::move(t));
+  }
+  WriteBytes(dir.File("model-00001-of-00002.safetensors"), SafetensorsBytes(first));
+  WriteBytes(dir.File("model-00002-of-00002.safetensors"), SafetensorsBytes(second));
+  const nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}};
+  ASSERT_TRUE(WriteFileAtomically(dir.File("model.safetensors.index.json"), index.dump()).ok());
+  ExpectLoadsAs(dir.path(), set.config, Values(set));
+}
+
 TEST(HfModelDirTest, UnshardedSaveAfterAShardedOneRemovesTheStaleIndexAndShards) {
   ScopedTempDir dir;
   const ParameterSet old_set = MakeParams(TinyQwen2(), 6);
@@ -276,6 +354,19 @@ TEST(HfModelDirTest, MissingTensorIsNotFoundNamingItAndItsShape) {
   EXPECT_TRUE(
       IsError(LoadModel(dir.path(), Device::Cpu()).status(), kNotFound,
               {dir.path(), "missing tensor 'model.layers.1.mlp.up_proj.weight'", "[12, 8]"}));
+}
+
+// A Qwen2 checkpoint relabelled as Qwen3 lacks the q/k norms: refused, not run without them.
+TEST(HfModelDirTest, Qwen3WithoutQkNormsIsNotFoundNamingTheTensor) {
+  ScopedTempDir dir;
+  const ParameterSet set = MakeParams(TinyQwen3(), 22);
+  std::vector<RawTensor> tensors = RawTensors(set);
+  std::erase_if(tensors, [](const RawTensor& t) {
+    return t.name.ends_with("_norm.weight") && t.name.find("self_attn") != t.name.npos;
+  });
+  WriteModelDir(dir.path(), set.config, tensors);
+  EXPECT_TRUE(IsError(LoadModel(dir.path(), Device::Cpu()).status(), kNotFound,
+                      {"missing tensor 'model.layers.0.self_attn.q_norm.weight'", "[8]"}));
 }
 
 TEST(HfModelDirTest, UntiedConfigWithoutLmHeadIsNotFound) {

@@ -37,9 +37,11 @@ EngineOptions Options(int32_t block_size = 16, int32_t max_num_seqs = 64,
   return o;
 }
 
-TEST(EngineTest, BehaviourLogprobsEqualTheLearnersScore) {
-  const ModelConfig c = TinyEngineConfig();
-  auto weights = TinyWeights(c, 1);
+// Every behaviour log-prob of sampled completions equals the learner's score of the same
+// tokens: within kFastLogprobTolerance in the default mode, bit for bit in the invariant one.
+void ExpectBehaviourLogprobsEqualTheLearnersScore(
+    const std::shared_ptr<const ParameterSet>& weights) {
+  const ModelConfig& c = weights->config;
   for (bool invariant : {false, true}) {
     auto engine = *Engine::Create(weights, 0, Options(16, 64, 2048, 0, invariant));
     std::vector<Job> jobs = RandomJobs(12, c.vocab_size, 7);
@@ -66,6 +68,15 @@ TEST(EngineTest, BehaviourLogprobsEqualTheLearnersScore) {
         }
       }
     }
+  }
+}
+
+TEST(EngineTest, BehaviourLogprobsEqualTheLearnersScore) {
+  // Qwen3 with its norms and biases spread: its keys are cached after the q/k norm and RoPE.
+  for (const ModelConfig& c : {TinyEngineConfig(), TinyQwen3EngineConfig()}) {
+    SCOPED_TRACE(ArchitectureName(c.arch));
+    ExpectBehaviourLogprobsEqualTheLearnersScore(
+        TinyWeights(c, 1, 0.35f, /*spread_norms_and_biases=*/c.qk_norm));
   }
 }
 

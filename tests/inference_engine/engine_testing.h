@@ -17,7 +17,7 @@ namespace prl::testing {
 
 inline ModelConfig TinyEngineConfig(int64_t vocab = 64) {
   ModelConfig c;
-  c.arch = Architecture::kQwen2;
+  SetArchitecture(Architecture::kQwen2, /*attention_bias=*/false, &c);
   c.hidden_size = 32;
   c.intermediate_size = 48;
   c.num_hidden_layers = 2;
@@ -27,14 +27,34 @@ inline ModelConfig TinyEngineConfig(int64_t vocab = 64) {
   c.vocab_size = vocab;
   c.max_position_embeddings = 512;
   c.tie_word_embeddings = true;
-  c.qkv_bias = true;
   return c;
 }
 
-// Weights with enough spread that sampling is far from uniform and from greedy.
-inline std::shared_ptr<const ParameterSet> TinyWeights(const ModelConfig& c, uint64_t seed) {
+// The same as Qwen3 with attention biases (q/k/v and o_proj) and head_dim 16 != hidden / heads.
+inline ModelConfig TinyQwen3EngineConfig(int64_t vocab = 64) {
+  ModelConfig c = TinyEngineConfig(vocab);
+  SetArchitecture(Architecture::kQwen3, /*attention_bias=*/true, &c);
+  c.head_dim = 16;
+  return c;
+}
+
+// Weights with enough spread that sampling is far from uniform and from greedy. Norm weights
+// are 1 and biases 0 as a fresh model has them; with spread_norms_and_biases they are moved
+// away from that (uniform +-0.3), so that a step that skipped or misplaced one (a q/k norm,
+// an o_proj bias) shows.
+inline std::shared_ptr<const ParameterSet> TinyWeights(const ModelConfig& c, uint64_t seed,
+                                                       float std = 0.35f,
+                                                       bool spread_norms_and_biases = false) {
   auto set = std::make_shared<ParameterSet>(*ParameterSet::Allocate(c, Device::Cpu(), false));
-  InitializeParameters(*set, seed, 0.35f);
+  InitializeParameters(*set, seed, std);
+  if (spread_norms_and_biases) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+    for (const ParamEntry& e : set->layout.entries()) {
+      if (!e.name.ends_with("norm.weight") && !e.name.ends_with(".bias")) continue;
+      for (int64_t i = 0; i < e.numel; ++i) set->data()[e.offset + i] += u(rng);
+    }
+  }
   return set;
 }
 

@@ -1,12 +1,14 @@
 // Paged incremental decoding equals the learner's full-sequence forward: every logit row
 // (as log-softmax, which fixes logits up to their irrelevant per-row constant) within 1e-5,
-// for block sizes 1, 16 and 64, one-shot and chunked prefills, token-by-token decoding.
+// for block sizes 1, 16 and 64, one-shot and chunked prefills, token-by-token decoding; for
+// Qwen2 and for Qwen3, whose keys must be cached after their per-head norm and RoPE.
 #include "inference_engine/model_runner.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "tests/inference_engine/engine_testing.h"
 
 namespace prl::testing {
@@ -29,12 +31,11 @@ std::vector<double> LearnerLogSoftmax(const ParameterSet& w, const std::vector<i
   return out;
 }
 
-void ExpectPagedMatchesLearner(int32_t block_size, const std::vector<int64_t>& chunks) {
-  const ModelConfig c = TinyEngineConfig(48);
+void ExpectPagedMatchesLearner(const ModelConfig& c, int32_t block_size,
+                               const std::vector<int64_t>& chunks) {
   // The two paths differ only in fp32 summation order, so their difference scales with the
   // values: weights of std 0.25 give log-probs in about [-9, -1] and differences of a few 1e-6.
-  auto weights = std::make_shared<ParameterSet>(*ParameterSet::Allocate(c, Device::Cpu(), false));
-  InitializeParameters(*weights, 21, 0.25f);
+  auto weights = TinyWeights(c, 21, 0.25f, /*spread_norms_and_biases=*/c.qk_norm);
   std::vector<int32_t> tokens;
   for (int64_t n : chunks) {
     for (int64_t i = 0; i < n; ++i)
@@ -74,21 +75,32 @@ void ExpectPagedMatchesLearner(int32_t block_size, const std::vector<int64_t>& c
   }
 }
 
-class PagedDecodingTest : public ::testing::TestWithParam<int32_t> {};
+// (block size, Qwen3 rather than Qwen2)
+class PagedDecodingTest : public ::testing::TestWithParam<std::tuple<int32_t, bool>> {
+ protected:
+  ModelConfig config() const {
+    return std::get<1>(GetParam()) ? TinyQwen3EngineConfig(48) : TinyEngineConfig(48);
+  }
+};
 
 TEST_P(PagedDecodingTest, OneShotPrefillThenDecodeMatchesTheFullForward) {
   std::vector<int64_t> chunks = {45};
   chunks.insert(chunks.end(), 30, 1);
-  ExpectPagedMatchesLearner(GetParam(), chunks);
+  ExpectPagedMatchesLearner(config(), std::get<0>(GetParam()), chunks);
 }
 
 TEST_P(PagedDecodingTest, ChunkedPrefillThenDecodeMatchesTheFullForward) {
   std::vector<int64_t> chunks = {7, 16, 1, 33, 2};
   chunks.insert(chunks.end(), 20, 1);
-  ExpectPagedMatchesLearner(GetParam(), chunks);
+  ExpectPagedMatchesLearner(config(), std::get<0>(GetParam()), chunks);
 }
 
-INSTANTIATE_TEST_SUITE_P(BlockSizes, PagedDecodingTest, ::testing::Values(1, 16, 64));
+INSTANTIATE_TEST_SUITE_P(BlockSizes, PagedDecodingTest,
+                         ::testing::Combine(::testing::Values(1, 16, 64), ::testing::Bool()),
+                         [](const auto& info) {
+                           return absl::StrCat("Block", std::get<0>(info.param),
+                                               std::get<1>(info.param) ? "Qwen3" : "Qwen2");
+                         });
 
 }  // namespace
 }  // namespace prl::testing

@@ -121,6 +121,19 @@ TEST_P(CudaKernelTest, RmsNormForwardAndBackwardMatchCpu) {
   ExpectClose("rmsnorm_dw", gdw.Download(), dw);
 }
 
+// Qwen3's q/k heads out of and back into the packed qkv rows: exact, in either dtype.
+TEST_P(CudaKernelTest, CopyColumnsMatchesCpu) {
+  const int64_t T = 13, Ws = 96, Wd = 40, width = 32, src_col = 48, dst_col = 8;
+  auto src = AsStored(Random(T * Ws, 16), dt()), dst0 = AsStored(Random(T * Wd, 17), dt());
+  std::vector<float> want = dst0;
+  CopyColumns(View(want, {T, Wd}), dst_col, View(src, {T, Ws}), src_col, width);
+  DeviceTensor gsrc(dt(), {T, Ws}), gdst(dt(), {T, Wd});
+  gsrc.Upload(src);
+  gdst.Upload(dst0);
+  CopyColumns(gdst.t, dst_col, gsrc.t, src_col, width);
+  EXPECT_EQ(gdst.Download(), want);
+}
+
 TEST_P(CudaKernelTest, RopeTablesApplyAndInverseMatchCpu) {
   const int64_t T = 23, D = 16, heads = 6, W = 128, half = D / 2;
   std::vector<int32_t> positions(T);

@@ -85,6 +85,40 @@ constexpr char kLlama32OneB[] = R"({
 }
 )";
 
+// Qwen/Qwen3-0.6B's config.json on the Hugging Face hub: head_dim 128 != hidden / heads = 64,
+// no attention biases, the sliding-window keys present but off.
+constexpr char kQwen3ZeroSixB[] = R"({
+  "architectures": [
+    "Qwen3ForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+}
+)";
+
 constexpr char kSource[] = "models/x/config.json";
 
 ModelConfig Parse(absl::string_view text) {
@@ -157,10 +191,60 @@ TEST(ParseModelConfigTest, ParsesTheLlama32OneBConfigVerbatim) {
   EXPECT_EQ(c.passthrough.front(), (std::pair<std::string, std::string>{"bos_token_id", "128000"}));
 }
 
+TEST(ParseModelConfigTest, ParsesTheQwen3ZeroSixBConfigVerbatim) {
+  const ModelConfig c = Parse(kQwen3ZeroSixB);
+  EXPECT_EQ(c.arch, Architecture::kQwen3);
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.num_attention_heads, 16);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2048);  // != hidden_size: o_proj is (1024, 2048)
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  using Pair = std::pair<std::string, std::string>;
+  EXPECT_EQ(c.passthrough, (std::vector<Pair>{{"bos_token_id", "151643"},
+                                              {"eos_token_id", "151645"},
+                                              {"initializer_range", "0.02"},
+                                              {"max_window_layers", "28"},
+                                              {"sliding_window", "null"},
+                                              {"torch_dtype", R"("bfloat16")"},
+                                              {"transformers_version", R"("4.51.0")"},
+                                              {"use_cache", "true"}}));
+}
+
+TEST(ParseModelConfigTest, Qwen3AttentionBiasPutsBiasesOnQKVAndO) {
+  nlohmann::json j = nlohmann::json::parse(kQwen3ZeroSixB);
+  j["attention_bias"] = true;
+  const ModelConfig c = Parse(j.dump());
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+  EXPECT_TRUE(c.qk_norm);
+}
+
+TEST(ParseModelConfigTest, Qwen3HeadDimDefaultsTo128AsQwen3Config) {
+  nlohmann::json j = nlohmann::json::parse(kQwen3ZeroSixB);
+  j.erase("head_dim");
+  j["hidden_size"] = 512;  // hidden / heads = 32: the default must not be that
+  EXPECT_EQ(Parse(j.dump()).head_dim, 128);
+}
+
 TEST(ParameterCountTest, MatchesThePublishedSizesOfRealModels) {
   // Qwen2.5-0.5B: 494,032,768 parameters; Llama-3.2-1B: 1,235,814,400 (both tied).
   EXPECT_EQ(ParameterCount(Parse(kQwen25HalfB)), 494'032'768);
   EXPECT_EQ(ParameterCount(Parse(kLlama32OneB)), 1'235'814'400);
+  // Qwen3-0.6B: "0.6B, 0.44B non-embedding": 28 layers of 15,730,944 (q/k norms 2 x 128 each)
+  // + the final norm = 440,467,456, and the tied 151936 x 1024 embedding.
+  EXPECT_EQ(ParameterCount(Parse(kQwen3ZeroSixB)), 440'467'456 + 151'936 * 1024);
 }
 
 void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
@@ -183,11 +267,16 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
             b.rope_scaling.original_max_position_embeddings);
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.o_bias, b.o_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.passthrough, b.passthrough);
 }
 
 TEST(ModelConfigToJsonTest, SerialisedConfigParsesBackIdentically) {
-  std::vector<std::string> sources = {kQwen25HalfB, kLlama32OneB};
+  std::vector<std::string> sources = {kQwen25HalfB, kLlama32OneB, kQwen3ZeroSixB};
+  nlohmann::json qwen3_bias = nlohmann::json::parse(kQwen3ZeroSixB);
+  qwen3_bias["attention_bias"] = true;
+  sources.push_back(qwen3_bias.dump());
   // A linear-scaled, untied variant with an odd rms_norm_eps.
   nlohmann::json linear = nlohmann::json::parse(kLlama32OneB);
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.5}};
@@ -280,6 +369,56 @@ TEST(ParseModelConfigTest, SlidingWindowAttentionIsAnError) {
   const absl::Status s =
       ParseEdited(kQwen25HalfB, [](nlohmann::json& j) { j["use_sliding_window"] = true; });
   EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'use_sliding_window'"}));
+}
+
+TEST(ParseModelConfigTest, Qwen3SlidingWindowAndUnknownRopeScalingAreErrorsNamingTheKey) {
+  EXPECT_TRUE(IsError(ParseEdited(kQwen3ZeroSixB,
+                                  [](nlohmann::json& j) {
+                                    j["use_sliding_window"] = true;
+                                    j["sliding_window"] = 4096;
+                                  }),
+                      kInvalid, {kSource, "'use_sliding_window'"}));
+  EXPECT_TRUE(IsError(ParseEdited(kQwen3ZeroSixB,
+                                  [](nlohmann::json& j) {
+                                    j["rope_scaling"] = {
+                                        {"rope_type", "yarn"},
+                                        {"factor", 4.0},
+                                        {"original_max_position_embeddings", 32768}};
+                                  }),
+                      kInvalid, {kSource, "'rope_scaling.rope_type'", "'yarn'"}));
+  EXPECT_TRUE(IsError(ParseEdited(kQwen3ZeroSixB,
+                                  [](nlohmann::json& j) {
+                                    j["layer_types"] = {"full_attention", "sliding_attention"};
+                                  }),
+                      kInvalid, {kSource, "'layer_types'", "sliding_attention"}));
+  // transformers 5 writes RoPE under rope_parameters: not read by prl, so refused by name.
+  EXPECT_TRUE(
+      IsError(ParseEdited(kQwen3ZeroSixB,
+                          [](nlohmann::json& j) {
+                            j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+                          }),
+              kInvalid, {kSource, "'rope_parameters'", "not supported"}));
+}
+
+TEST(ParseModelConfigTest, Qwen3MoeIsAnErrorNamingTheArchitecture) {
+  const absl::Status s = ParseEdited(kQwen3ZeroSixB, [](nlohmann::json& j) {
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["model_type"] = "qwen3_moe";
+  });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'architectures'", "Qwen3MoeForCausalLM"}));
+}
+
+TEST(ValidateModelConfigTest, ArchitectureFlagsMustAgreeWithTheArchitecture) {
+  ModelConfig c = Parse(kQwen3ZeroSixB);
+  c.qk_norm = false;  // a Qwen3 without its q/k norms would load and silently differ
+  EXPECT_TRUE(
+      IsError(ValidateModelConfig(c), kInvalid, {"qk_norm", "expected true", "found false"}));
+  c = Parse(kQwen3ZeroSixB);
+  c.o_bias = true;  // o bias without q/k/v biases: not an attention_bias value
+  EXPECT_TRUE(IsError(ValidateModelConfig(c), kInvalid, {"'attention_bias'"}));
+  c = Parse(kQwen25HalfB);
+  c.o_bias = true;
+  EXPECT_TRUE(IsError(ValidateModelConfig(c), kInvalid, {"'attention_bias'", "Qwen2ForCausalLM"}));
 }
 
 TEST(ParseModelConfigTest, LlamaAttentionBiasIsAnError) {

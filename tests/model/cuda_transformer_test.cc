@@ -19,8 +19,8 @@
 #include "core/buffer.h"
 #include "core/device.h"
 #include "model/parameters.h"
-#include "tests/kernels/cuda_test_util.h"
 #include "model/transformer.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace prl {
 namespace {
@@ -28,7 +28,7 @@ namespace {
 ModelConfig Config(Architecture arch, bool tied, int64_t heads, int64_t kv_heads,
                    int64_t head_dim) {
   ModelConfig c;
-  c.arch = arch;
+  SetArchitecture(arch, /*attention_bias=*/false, &c);
   c.hidden_size = heads * head_dim;
   c.intermediate_size = 3 * c.hidden_size;
   c.num_hidden_layers = 3;
@@ -38,7 +38,15 @@ ModelConfig Config(Architecture arch, bool tied, int64_t heads, int64_t kv_heads
   c.vocab_size = 300;
   c.max_position_embeddings = 512;
   c.tie_word_embeddings = tied;
-  c.qkv_bias = arch == Architecture::kQwen2;
+  return c;
+}
+
+// Qwen3: per-head q/k norms, hidden 128 != H D = 256 (as Qwen3-0.6B: 1024 != 2048).
+ModelConfig Qwen3Config(bool tied, bool attention_bias) {
+  ModelConfig c = Config(Architecture::kQwen3, tied, 4, 2, 64);
+  SetArchitecture(Architecture::kQwen3, attention_bias, &c);
+  c.hidden_size = 128;
+  c.intermediate_size = 384;
   return c;
 }
 
@@ -161,8 +169,9 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaTransformerTest,
     ::testing::Values(Case{"qwen2_tied_gqa_d64", Config(Architecture::kQwen2, true, 4, 2, 64)},
                       Case{"llama_untied_mha_d32", Config(Architecture::kLlama, false, 4, 4, 32)},
-                      Case{"qwen2_untied_kv1_d128",
-                           Config(Architecture::kQwen2, false, 2, 1, 128)}),
+                      Case{"qwen2_untied_kv1_d128", Config(Architecture::kQwen2, false, 2, 1, 128)},
+                      Case{"qwen3_tied_gqa_d64_hidden128", Qwen3Config(true, false)},
+                      Case{"qwen3_untied_attention_bias_d64_hidden128", Qwen3Config(false, true)}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -12,9 +12,9 @@
 namespace prl {
 namespace {
 
-ModelConfig SmallConfig(Architecture arch, bool tied) {
+ModelConfig SmallConfig(Architecture arch, bool tied, bool attention_bias = false) {
   ModelConfig c;
-  c.arch = arch;
+  SetArchitecture(arch, attention_bias, &c);
   c.hidden_size = 16;
   c.intermediate_size = 24;
   c.num_hidden_layers = 3;
@@ -24,18 +24,20 @@ ModelConfig SmallConfig(Architecture arch, bool tied) {
   c.vocab_size = 11;
   c.max_position_embeddings = 32;
   c.tie_word_embeddings = tied;
-  c.qkv_bias = arch == Architecture::kQwen2;
   return c;
 }
 
-// Every combination of biases (Qwen2 has them, Llama not) and tying.
+// Every combination of biases (Qwen2 has q/k/v ones, Llama none, Qwen3 q/k/v/o ones or none)
+// and tying.
 std::vector<ModelConfig> AllVariants() {
   return {SmallConfig(Architecture::kQwen2, false), SmallConfig(Architecture::kQwen2, true),
-          SmallConfig(Architecture::kLlama, false), SmallConfig(Architecture::kLlama, true)};
+          SmallConfig(Architecture::kLlama, false), SmallConfig(Architecture::kLlama, true),
+          SmallConfig(Architecture::kQwen3, false), SmallConfig(Architecture::kQwen3, true, true)};
 }
 
 std::string Describe(const ModelConfig& c) {
-  return absl::StrCat(ArchitectureName(c.arch), c.tie_word_embeddings ? " tied" : " untied");
+  return absl::StrCat(ArchitectureName(c.arch), c.tie_word_embeddings ? " tied" : " untied",
+                      c.o_bias ? " attention_bias" : "");
 }
 
 TEST(ParameterLayoutTest, ParameterCountEqualsTheSumOfTheEntries) {
@@ -65,8 +67,8 @@ TEST(ParameterLayoutTest, EntriesAreContiguousInBufferOrderWithNoGapsOrOverlaps)
     EXPECT_EQ(layout.entries().front().name, "model.embed_tokens.weight");
     EXPECT_EQ(layout.entries().back().name,
               c.tie_word_embeddings ? "model.norm.weight" : "lm_head.weight");
-    // 9 tensors per layer, 12 with q/k/v biases.
-    const size_t per_layer = c.qkv_bias ? 12 : 9;
+    // 9 tensors per layer, 3 more with q/k/v biases, 1 with an o_proj bias, 2 with q/k norms.
+    const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
     EXPECT_EQ(layout.entries().size(),
               2 + per_layer * c.num_hidden_layers + (c.tie_word_embeddings ? 0 : 1));
   }
@@ -162,6 +164,21 @@ TEST(ParameterLayoutTest, QkvAndGateUpAreEachOneContiguousView) {
       EXPECT_EQ(lp.gate_up_weight.size(0), 2 * c.intermediate_size);
       EXPECT_EQ(up->offset, gate->offset + gate->numel);
       EXPECT_EQ(lp.o_weight.data, base + layout.Find(pre + "self_attn.o_proj.weight")->offset);
+      const ParamEntry* ob = layout.Find(pre + "self_attn.o_proj.bias");
+      ASSERT_EQ(ob != nullptr, c.o_bias);
+      ASSERT_EQ(lp.o_bias.defined(), c.o_bias);
+      if (c.o_bias) {
+        EXPECT_EQ(lp.o_bias.data, base + ob->offset);
+        EXPECT_EQ(ob->shape, std::vector<int64_t>{C});
+      }
+      for (const auto& [name, view] : {std::pair{"q_norm", lp.q_norm}, {"k_norm", lp.k_norm}}) {
+        const ParamEntry* e = layout.Find(absl::StrCat(pre, "self_attn.", name, ".weight"));
+        ASSERT_EQ(e != nullptr, c.qk_norm) << name;
+        ASSERT_EQ(view.defined(), c.qk_norm) << name;
+        if (!c.qk_norm) continue;
+        EXPECT_EQ(view.data, base + e->offset) << name;
+        EXPECT_EQ(e->shape, std::vector<int64_t>{c.head_dim}) << name;  // per head, not (H D)
+      }
       EXPECT_EQ(lp.down_weight.data, base + layout.Find(pre + "mlp.down_proj.weight")->offset);
     }
     EXPECT_EQ(p.embed.data, base);
@@ -204,7 +221,8 @@ TEST(ParameterSetTest, ViewOfAnEntryHasItsShapeAndAddress) {
 }
 
 TEST(InitializeParametersTest, NormsAreOneBiasesZeroAndWeightsDependOnlyOnTheSeed) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen2, false);
+  // Qwen3 with attention biases has every kind of tensor (q/k norms, q/k/v and o biases).
+  const ModelConfig c = SmallConfig(Architecture::kQwen3, false, true);
   absl::StatusOr<ParameterSet> a = ParameterSet::Allocate(c, Device::Cpu(), false);
   absl::StatusOr<ParameterSet> b = ParameterSet::Allocate(c, Device::Cpu(), false);
   absl::StatusOr<ParameterSet> other = ParameterSet::Allocate(c, Device::Cpu(), false);

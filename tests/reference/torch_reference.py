@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch reference for Llama / Qwen2 decoders.
+"""Independent float64 PyTorch reference for Llama / Qwen2 / Qwen3 decoders.
 
 ctest uses this file to check prl's C++ forward and backward passes.  It is
 deliberately independent of prl: it shares no code with it, and it uses
 neither `transformers` nor `safetensors` (only the stdlib, numpy and torch),
 so a misreading of the Hugging Face format or of the model maths in the C++
 code cannot be silently repeated here.  The maths follows transformers'
-LlamaForCausalLM / Qwen2ForCausalLM (eager attention) in float64, and the
+LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (eager attention) in
+float64 (Qwen3: RMSNorm of each query and key head before RoPE, head_dim from
+the config, attention_bias on q/k/v and o_proj), and the
 gradients come from torch autograd.  The one deliberate non-float64 step is
 the RoPE angle, which transformers computes in float32: it is mirrored bit for
 bit, and only its cos/sin are taken in float64.
@@ -97,7 +99,7 @@ class Config:
 
     def __init__(self, raw):
         self.arch = raw.get("model_type")
-        if self.arch not in ("llama", "qwen2"):
+        if self.arch not in ("llama", "qwen2", "qwen3"):
             raise ValueError("unsupported model_type %r" % self.arch)
         if raw.get("hidden_act", "silu") != "silu":
             raise ValueError("unsupported hidden_act %r" % raw["hidden_act"])
@@ -107,12 +109,21 @@ class Config:
         self.layers, self.vocab = raw["num_hidden_layers"], raw["vocab_size"]
         self.heads = raw["num_attention_heads"]
         self.kv_heads = raw.get("num_key_value_heads") or self.heads
-        self.head_dim = raw.get("head_dim") or self.hidden // self.heads
+        # Qwen3Config's head_dim defaults to 128, not hidden / heads.
+        self.head_dim = raw.get("head_dim") or (
+            128 if self.arch == "qwen3" else self.hidden // self.heads)
         self.eps = float(raw.get("rms_norm_eps", 1e-6))
         self.theta = float(raw.get("rope_theta", 10000.0))
         self.tie = bool(raw.get("tie_word_embeddings", False))
         self.rope_scaling = raw.get("rope_scaling")
-        self.bias = self.arch == "qwen2"  # Qwen2 always has q/k/v biases
+        # Qwen2 always has q/k/v biases; Qwen3 has q/k/v and o_proj biases
+        # iff attention_bias.
+        qwen3_bias = self.arch == "qwen3" and bool(raw.get("attention_bias"))
+        self.bias = self.arch == "qwen2" or qwen3_bias
+        self.o_bias = qwen3_bias
+        self.qk_norm = self.arch == "qwen3"
+        if raw.get("use_sliding_window"):
+            raise ValueError("sliding windows are not supported")
         if self.heads % self.kv_heads:
             raise ValueError("num_attention_heads % num_key_value_heads != 0")
 
@@ -126,6 +137,10 @@ def param_shapes(cfg):
     if cfg.bias:
         attn += [("q_proj.bias", (Q,)), ("k_proj.bias", (KV,)),
                  ("v_proj.bias", (KV,))]
+    if cfg.o_bias:
+        attn.append(("o_proj.bias", (C,)))
+    if cfg.qk_norm:
+        attn += [("q_norm.weight", (D,)), ("k_norm.weight", (D,))]
     layer = ([("input_layernorm.weight", (C,))]
              + [("self_attn." + n, s) for n, s in attn]
              + [("self_attn.o_proj.weight", (C, Q)),
@@ -162,8 +177,9 @@ def make_config(args):
     """config.json contents for the make-checkpoint arguments."""
     llama = args.arch == "llama"
     raw = {
-        "architectures": ["LlamaForCausalLM" if llama
-                          else "Qwen2ForCausalLM"],
+        "architectures": [{"llama": "LlamaForCausalLM",
+                           "qwen2": "Qwen2ForCausalLM",
+                           "qwen3": "Qwen3ForCausalLM"}[args.arch]],
         "model_type": args.arch, "hidden_size": args.hidden_size,
         "intermediate_size": args.intermediate_size,
         "num_hidden_layers": args.layers,
@@ -180,6 +196,12 @@ def make_config(args):
     }
     if args.head_dim is not None:
         raw["head_dim"] = args.head_dim
+    if args.arch == "qwen3":  # the keys of a released Qwen3 config.json
+        raw.update({"attention_bias": bool(args.attention_bias),
+                    "attention_dropout": 0.0, "sliding_window": None,
+                    "max_window_layers": args.layers, "use_cache": True})
+    elif args.attention_bias:
+        raise ValueError("--attention-bias is for qwen3 only")
     if args.rope_scaling == "linear":
         raw["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
     elif args.rope_scaling == "llama3":
@@ -318,9 +340,14 @@ def forward(cfg, params, tokens, temperature=1.0):
                 y = y + w["self_attn.%s.bias" % name]
             return y.view(T, heads, D).transpose(0, 1)
 
+        def head_norm(y, name):  # Qwen3: RMSNorm over each head's D values
+            if not cfg.qk_norm:
+                return y
+            return rms_norm(y, w["self_attn.%s.weight" % name], cfg.eps)
+
         h = rms_norm(x, w["input_layernorm.weight"], cfg.eps)
-        q = apply_rope(proj(h, "q_proj", H), cos, sin)
-        k = apply_rope(proj(h, "k_proj", KV), cos, sin)
+        q = apply_rope(head_norm(proj(h, "q_proj", H), "q_norm"), cos, sin)
+        k = apply_rope(head_norm(proj(h, "k_proj", KV), "k_norm"), cos, sin)
         # GQA: query head j reads kv head j // (H / KV).
         k = k.repeat_interleave(H // KV, dim=0)
         v = proj(h, "v_proj", KV).repeat_interleave(H // KV, dim=0)
@@ -328,6 +355,8 @@ def forward(cfg, params, tokens, temperature=1.0):
         attn = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
         o = (attn @ v).transpose(0, 1).reshape(T, H * D)
         x = x + o @ w["self_attn.o_proj.weight"].t()
+        if cfg.o_bias:
+            x = x + w["self_attn.o_proj.bias"]
         h = rms_norm(x, w["post_attention_layernorm.weight"], cfg.eps)
         gate = torch.nn.functional.silu(h @ w["mlp.gate_proj.weight"].t())
         up = h @ w["mlp.up_proj.weight"].t()
@@ -470,17 +499,24 @@ def cmd_check_score(args):
 def cmd_check_grad_selftest(args):
     """Autograd vs central differences on tiny random models.
 
-    Besides the required qwen2 model, a tied llama with llama3 RoPE scaling is
-    covered too.  Also checks that log-probs are normalised and causal.
+    Besides the required qwen2 model, a tied llama with llama3 RoPE scaling and
+    two Qwen3 models (per-head q/k norms with head_dim 8 = 2 x hidden / heads;
+    with and without attention biases, so q_norm / k_norm / o_proj.bias are
+    checked) are covered too.  Also checks that log-probs are normalised and
+    causal.
     """
     ok = True
-    for arch, tie, scaling in [("qwen2", False, "none"),
-                               ("llama", True, "llama3")]:
+    for arch, tie, scaling, head_dim, bias in [
+            ("qwen2", False, "none", None, False),
+            ("llama", True, "llama3", None, False),
+            ("qwen3", True, "none", 8, True),
+            ("qwen3", False, "none", 8, False)]:
         cfg = Config(make_config(argparse.Namespace(
             arch=arch, hidden_size=16, layers=2, heads=4, kv_heads=2,
-            intermediate_size=24, vocab_size=11, head_dim=None,
+            intermediate_size=24, vocab_size=11, head_dim=head_dim,
             tie_embeddings=tie, dtype="f32", rope_theta=10000.0,
-            rope_scaling=scaling, max_position_embeddings=32)))
+            rope_scaling=scaling, max_position_embeddings=32,
+            attention_bias=bias)))
         rng = np.random.default_rng(1234)
         params = {n: torch.from_numpy(a.astype(np.float64)).requires_grad_()
                   for n, a in random_params(cfg, rng).items()}
@@ -520,8 +556,8 @@ def cmd_check_grad_selftest(args):
                     print("  %s%s: autograd %.10e, finite difference %.10e"
                           % (name, idx, ad, fd))
                     ok = False
-        print("%s (tied=%s, rope_scaling=%s): worst relative error %.3e"
-              % (arch, tie, scaling, worst))
+        print("%s (tied=%s, rope_scaling=%s, attention_bias=%s): worst "
+              "relative error %.3e" % (arch, tie, scaling, bias, worst))
     print("PASS" if ok else "FAIL: gradient self-test")
     return 0 if ok else 1
 
@@ -530,7 +566,9 @@ _REQ, _STR = {"required": True}, {}
 _INT, _FLOAT = {"type": int, "required": True}, {"type": float}
 _COMMANDS = {  # subcommand: (handler, help, [(flag, add_argument kwargs)])
     "make-checkpoint": (cmd_make_checkpoint, "write a random HF model dir", [
-        ("--arch", {"choices": ["qwen2", "llama"], "required": True}),
+        ("--arch", {"choices": ["qwen2", "llama", "qwen3"],
+                    "required": True}),
+        ("--attention-bias", {"action": "store_true"}),
         ("--hidden-size", _INT), ("--layers", _INT), ("--heads", _INT),
         ("--kv-heads", _INT), ("--intermediate-size", _INT),
         ("--vocab-size", _INT), ("--head-dim", {"type": int}),

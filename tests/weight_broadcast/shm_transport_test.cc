@@ -10,6 +10,7 @@
 #include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -69,6 +70,33 @@ TEST_F(ShmTransportTest, VersionsArriveIntactAndNewestWins) {
   EXPECT_EQ(s.bytes_received, s.versions_received * latest->weights->buffer.bytes());
   EXPECT_EQ((*publisher)->stats().versions_published, 4);
   EXPECT_EQ((*publisher)->stats().last_version, 3);
+}
+
+// A Qwen3 version arrives whole, its per-layer q/k norms and o_proj bias included (the
+// transports move the ParameterSet's buffer, which holds every tensor of the layout).
+TEST_F(ShmTransportTest, Qwen3VersionsArriveWithTheirQkNormsAndOBias) {
+  ModelConfig config = *PresetConfig("tiny-qwen3");
+  SetArchitecture(Architecture::kQwen3, /*attention_bias=*/true, &config);
+  auto publisher = ShmWeightPublisher::Create(name_, config);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  auto subscriber = ShmWeightSubscriber::Open(name_, config);
+  ASSERT_TRUE(subscriber.ok()) << subscriber.status();
+  ASSERT_TRUE((*publisher)->Publish(5, Weights(config, 5)).ok());
+  auto got = (*subscriber)->WaitNewer(-1, absl::Seconds(30));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(CheckPattern(*got->weights, 5), "");
+  const ParameterSet expected = Weights(config, 5);
+  for (const char* name :
+       {"model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight",
+        "model.layers.1.self_attn.o_proj.bias"}) {
+    const ParamEntry* e = got->weights->layout.Find(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_TRUE(
+        std::equal(got->weights->data() + e->offset, got->weights->data() + e->offset + e->numel,
+                   expected.data() + e->offset,
+                   [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }))
+        << name;
+  }
 }
 
 TEST_F(ShmTransportTest, VersionsMustIncrease) {

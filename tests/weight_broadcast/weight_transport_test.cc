@@ -50,5 +50,21 @@ TEST(ModelFingerprint, CoversEveryFieldOfTheMath) {
   EXPECT_TRUE(CheckSameModel(ModelFingerprint(base), ModelFingerprint(base), "here").ok());
 }
 
+// Qwen3's q/k norms follow from its architecture and its o_proj bias from attention_bias,
+// which also sets qkv_bias: the fingerprint's architecture and qkv_bias tell every variant
+// apart.
+TEST(ModelFingerprint, TellsQwen3FromQwen2AndQwen3WithAttentionBiasFromWithout) {
+  const ModelConfig qwen3 = *PresetConfig("tiny-qwen3");
+  ModelConfig qwen2 = qwen3;
+  SetArchitecture(Architecture::kQwen2, false, &qwen2);
+  ModelConfig biased = qwen3;
+  SetArchitecture(Architecture::kQwen3, /*attention_bias=*/true, &biased);
+  EXPECT_TRUE(IsError(CheckSameModel(ModelFingerprint(qwen3), ModelFingerprint(qwen2), "here"),
+                      absl::StatusCode::kFailedPrecondition,
+                      {"architecture is Qwen3ForCausalLM in the published model"}));
+  EXPECT_TRUE(IsError(CheckSameModel(ModelFingerprint(qwen3), ModelFingerprint(biased), "here"),
+                      absl::StatusCode::kFailedPrecondition, {"qkv_bias is false"}));
+}
+
 }  // namespace
 }  // namespace prl::testing
