@@ -1,0 +1,48 @@
+// The actor's settings (ActorOptions) and where its groups go (GroupWriter): shared by the
+// actor's parts (actor/actor.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "inference_engine/engine.h"
+#include "metrics/prl_metrics.h"
+#include "replay/replay_buffer.h"
+#include "replay/rollout_record.h"
+#include "tokenizer/text_codec.h"
+
+namespace prl::actor {
+
+// Where finished groups go: the local shared-memory buffer (LocalReplayWriter) or the remote
+// gRPC ingest (RemoteReplayWriter). Blocks while the buffer is full (backpressure), up to a
+// time-out.
+using GroupWriter = std::function<absl::Status(absl::Span<const RolloutRecord> group)>;
+GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout);
+absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout);
+
+struct ActorOptions {
+  std::string coordinator = "localhost:50051";
+  std::string name = "actor";
+  std::string run_id = "run";
+  EngineOptions engine;
+  int32_t max_prompts_in_flight = 8;  // leased and generating at once
+  // The model's text (tokenizer/text_codec.h): completions decoded for the text rewards and for
+  // clients watching samples (GroupResult.texts). Null: the ids are written as decimal numbers
+  // separated by spaces (so that exact_match can compare with a reference written the same way)
+  // and no texts are reported.
+  std::shared_ptr<const tokenizer::TextCodec> text;
+  // Prometheus metrics to update (null: none); they must outlive the actor.
+  metrics::ActorMetrics* metrics = nullptr;
+  metrics::WeightSyncMetrics* weight_metrics = nullptr;
+  metrics::ProcessMetrics* process_metrics = nullptr;
+  // How long a lease may wait for the weight version it requires (sync mode; a re-run of a
+  // group handed back as stale); then the actor fails.
+  absl::Duration weight_wait_timeout = absl::Seconds(600);
+};
+
+}  // namespace prl::actor
