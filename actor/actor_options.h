@@ -43,6 +43,8 @@ struct ActorOptions {
   // How long a lease may wait for the weight version it requires (sync mode; a re-run of a
   // group handed back as stale); then the actor fails.
   absl::Duration weight_wait_timeout = absl::Seconds(600);
+  // Threads making agentic episodes' environment calls (actor/episode_runner.h).
+  int episode_threads = 4;
 };
 
 }  // namespace prl::actor

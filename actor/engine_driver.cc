@@ -15,7 +15,77 @@ namespace v1 = prl::v1;
 
 EngineDriver::EngineDriver(std::unique_ptr<Engine> engine, WeightSubscriber* weights,
                            LeaseBook* book, ActorStatsBoard* stats, const ActorOptions& options)
-    : engine_(std::move(engine)), weights_(weights), book_(book), stats_(stats), options_(options) {}
+    : engine_(std::move(engine)),
+      weights_(weights),
+      book_(book),
+      stats_(stats),
+      options_(options),
+      episodes_(std::make_unique<EpisodeRunner>(options.text, options.episode_threads,
+                                                [book] { book->Wake(); }, options.metrics)) {}
+
+SamplingParams EngineDriver::ParamsOf(const v1::LeasedPrompt& lease) {
+  SamplingParams params;
+  params.n = lease.samples();
+  params.temperature = lease.sampling().temperature();
+  params.top_p = lease.sampling().top_p();
+  params.top_k = lease.sampling().top_k();
+  params.max_tokens = lease.sampling().max_tokens();
+  params.seed =
+      lease.sampling().seed() ^ XXH3_64bits(lease.lease_id().data(), lease.lease_id().size());
+  params.stop_token_ids.assign(lease.sampling().stop_token_ids().begin(),
+                               lease.sampling().stop_token_ids().end());
+  return params;
+}
+
+void EngineDriver::AbortGroup(const std::string& lease_id, uint64_t request_id,
+                              const absl::Status& why) {
+  std::fprintf(stderr, "actor %s: group %s failed, released: %s\n", options_.name.c_str(),
+               lease_id.c_str(), std::string(why.message()).c_str());
+  if (request_id != 0) {
+    engine_->Abort(request_id);  // its output is not handed on: it leaves in_engine_ here
+    in_engine_.erase(request_id);
+  }
+  starting_.erase(lease_id);
+  episodes_->Forget(lease_id);
+  book_->Release(lease_id, v1::RELEASE_REASON_ENVIRONMENT_FAILED, why);
+  if (options_.metrics != nullptr) options_.metrics->EnvironmentErrors(why.code()).Increment();
+}
+
+void EngineDriver::ApplyEpisodeActions() {
+  using Kind = EpisodeRunner::Action::Kind;
+  for (EpisodeRunner::Action& a : episodes_->TakeActions()) {
+    absl::Status applied = absl::OkStatus();
+    switch (a.kind) {
+      case Kind::kAddGroup: {
+        auto it = starting_.find(a.lease_id);
+        if (it == starting_.end()) break;
+        SamplingParams params = ParamsOf(it->second.lease);
+        params.multi_turn = true;
+        params.max_tokens = a.params.max_tokens;
+        params.end_turn = std::move(a.params.end_turn);
+        absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(a.tokens), params);
+        if (!id.ok()) {
+          applied = id.status();
+          break;
+        }
+        in_engine_[*id] = std::move(it->second);
+        starting_.erase(it);
+        episodes_->Bind(a.lease_id, *id);
+        break;
+      }
+      case Kind::kContinue:
+        applied = engine_->Continue(a.request_id, a.sample, a.tokens, a.max_tokens);
+        break;
+      case Kind::kFinish:
+        applied = engine_->FinishSample(a.request_id, a.sample);
+        break;
+      case Kind::kAbort:
+        applied = a.failure;
+        break;
+    }
+    if (!applied.ok()) AbortGroup(a.lease_id, a.request_id, applied);
+  }
+}
 
 absl::Status EngineDriver::SwapIfNewer() {
   if (weights_ == nullptr) return absl::OkStatus();
@@ -71,6 +141,10 @@ void EngineDriver::UpdateEngineGauges() {
   metrics::AdvanceCounterTo(options_.metrics->preemptions, static_cast<double>(s.preemptions));
   metrics::AdvanceCounterTo(options_.metrics->prefill_tokens,
                             static_cast<double>(s.prefill_tokens));
+  metrics::AdvanceCounterTo(options_.metrics->episode_context_tokens,
+                            static_cast<double>(s.turn_context_tokens));
+  metrics::AdvanceCounterTo(options_.metrics->episode_context_kept_tokens,
+                            static_cast<double>(s.turn_kept_tokens));
   // The pool is allocated whole (EngineOptions::kv_cache_bytes) and used by blocks.
   const double capacity = static_cast<double>(options_.engine.kv_cache_bytes);
   const double used_fraction =
@@ -97,18 +171,13 @@ absl::Status EngineDriver::AddGranted() {
       continue;
     }
     const v1::LeasedPrompt& lease = l.lease;
-    SamplingParams params;
-    params.n = lease.samples();
-    params.temperature = lease.sampling().temperature();
-    params.top_p = lease.sampling().top_p();
-    params.top_k = lease.sampling().top_k();
-    params.max_tokens = lease.sampling().max_tokens();
-    params.seed =
-        lease.sampling().seed() ^ XXH3_64bits(lease.lease_id().data(), lease.lease_id().size());
-    params.stop_token_ids.assign(lease.sampling().stop_token_ids().begin(),
-                                 lease.sampling().stop_token_ids().end());
+    if (lease.has_environment()) {  // its episodes start first (actor/episode_runner.h)
+      starting_[lease.lease_id()] = InEngine{lease, absl::ToUnixNanos(absl::Now())};
+      episodes_->StartGroup(lease, engine_->max_sequence_tokens());
+      continue;
+    }
     std::vector<int32_t> prompt(lease.prompt_tokens().begin(), lease.prompt_tokens().end());
-    absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(prompt), params);
+    absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(prompt), ParamsOf(lease));
     if (!id.ok()) {
       // The coordinator validated the prompt against its model and this actor's capacity;
       // this engine cannot run it all the same (e.g. the coordinator's model is not ours).
@@ -128,7 +197,20 @@ absl::Status EngineDriver::Iteration(const std::function<bool()>& halted) {
   PRL_RETURN_IF_ERROR(SwapIfNewer());
   UpdateEngineGauges();
   PRL_RETURN_IF_ERROR(AddGranted());
+  ApplyEpisodeActions();
+  HandOnFinished();  // an episode group whose last sample just finished
+  const EngineStats before_step = engine_->Stats();
+  if (engine_->HasUnfinishedRequests() && before_step.num_running == 0 &&
+      before_step.num_waiting == 0) {
+    // Every sample in the engine waits for its environment: wait for an answer (or a grant).
+    book_->Wait(absl::Milliseconds(20));
+    return absl::OkStatus();
+  }
   if (!engine_->HasUnfinishedRequests()) {
+    if (!starting_.empty() || episodes_->Busy()) {  // episodes starting
+      book_->Wait(absl::Milliseconds(20));
+      return absl::OkStatus();
+    }
     if (waiting_for_weights_) {  // nothing to run until they arrive: poll for them
       const int64_t before = engine_->Stats().weight_version;
       PRL_RETURN_IF_ERROR(engine_->Step());  // applies staged weights, runs nothing
@@ -140,20 +222,26 @@ absl::Status EngineDriver::Iteration(const std::function<bool()>& halted) {
     return absl::OkStatus();
   }
   PRL_RETURN_IF_ERROR(engine_->Step());
+  for (const TurnOutput& turn : engine_->TakeTurns()) episodes_->OnTurn(turn);
+  HandOnFinished();
+  return absl::OkStatus();
+}
+
+void EngineDriver::HandOnFinished() {
   std::vector<RequestOutput> finished = engine_->TakeFinished();
-  if (finished.empty()) return absl::OkStatus();
+  if (finished.empty()) return;
   std::vector<GeneratedGroup> groups;
   for (RequestOutput& output : finished) {
     auto it = in_engine_.find(output.request_id);
     if (it == in_engine_.end()) continue;
+    const uint64_t id = output.request_id;
     groups.push_back({std::move(it->second.lease), it->second.created_unix_nanos,
-                      std::move(output)});
+                      std::move(output), episodes_->TakeOutcome(id)});
     in_engine_.erase(it);
   }
   stats_->Update(
-      [&](ActorStats& st) { st.groups_generated += static_cast<int64_t>(finished.size()); });
+      [&](ActorStats& st) { st.groups_generated += static_cast<int64_t>(groups.size()); });
   book_->Generated(std::move(groups));
-  return absl::OkStatus();
 }
 
 }  // namespace prl::actor

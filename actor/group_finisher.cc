@@ -90,6 +90,27 @@ void GroupFinisher::CountRewardFailure(const v1::LeasedPrompt& lease, const absl
   stats_->Update([](ActorStats& st) { ++st.reward_failures; });
 }
 
+absl::StatusOr<std::vector<reward::RewardResult>> GroupFinisher::EpisodeRewards(
+    const GeneratedGroup& group) {
+  if (group.episodes.size() != group.output.samples.size()) {
+    return absl::InternalError(absl::StrCat("group ", group.lease.lease_id(), ": ",
+                                            group.episodes.size(), " episode outcomes for ",
+                                            group.output.samples.size(), " samples"));
+  }
+  std::vector<reward::RewardResult> rewards(group.episodes.size());
+  for (size_t i = 0; i < rewards.size(); ++i) {
+    rewards[i].reward = group.episodes[i].reward;
+    if (options_.metrics == nullptr) continue;
+    const SampleOutput& s = group.output.samples[i];
+    const int64_t env_tokens = std::count(s.sources.begin(), s.sources.end(), 1);
+    options_.metrics->episode_turns.Observe(static_cast<double>(group.episodes[i].turn_ends.size()));
+    options_.metrics->episode_model_tokens.Increment(
+        static_cast<double>(static_cast<int64_t>(s.tokens.size()) - env_tokens));
+    options_.metrics->episode_environment_tokens.Increment(static_cast<double>(env_tokens));
+  }
+  return rewards;
+}
+
 RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, size_t sample,
                                         const reward::RewardResult& reward, uint64_t group_id,
                                         int64_t finished_unix_nanos) const {
@@ -120,6 +141,10 @@ RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, size_t samp
                                    lease.sampling().stop_token_ids().end());
   r.created_unix_nanos = group.created_unix_nanos;
   r.finished_unix_nanos = finished_unix_nanos;
+  if (!group.episodes.empty()) {
+    r.turn_ends = group.episodes[sample].turn_ends;
+    r.turn_rewards = group.episodes[sample].turn_rewards;
+  }
   return r;
 }
 
@@ -204,10 +229,13 @@ absl::Status GroupFinisher::Finish(const GeneratedGroup& group,
   const int64_t finished = absl::ToUnixNanos(absl::Now());
   const v1::LeasedPrompt& lease = group.lease;
   const uint64_t group_id = GroupIdOfLease(lease.lease_id());
-  // Rewards for the whole group, or the group fails visibly.
+  // Rewards for the whole group, or the group fails visibly. An episode's reward is its
+  // environment's.
   absl::StatusOr<std::vector<reward::RewardInput>> inputs = RewardInputs(group, group_id);
   absl::StatusOr<std::vector<reward::RewardResult>> rewards =
-      inputs.ok() ? Score(*inputs, lease) : inputs.status();
+      !inputs.ok()              ? inputs.status()
+      : group.episodes.empty() ? Score(*inputs, lease)
+                               : EpisodeRewards(group);
   if (!rewards.ok()) {
     CountRewardFailure(lease, rewards.status());
     book_->Release(lease.lease_id(), v1::RELEASE_REASON_REWARD_FAILED, rewards.status());

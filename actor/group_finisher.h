@@ -52,6 +52,8 @@ class GroupFinisher {
   absl::StatusOr<std::vector<reward::RewardResult>> Score(
       absl::Span<const reward::RewardInput> inputs, const prl::v1::LeasedPrompt& lease);
   void CountRewardFailure(const prl::v1::LeasedPrompt& lease, const absl::Status& failure);
+  // An episode group's rewards: its environment's episode rewards (and the episode metrics).
+  absl::StatusOr<std::vector<reward::RewardResult>> EpisodeRewards(const GeneratedGroup& group);
   ScoredGroup Build(const GeneratedGroup& group, absl::Span<const reward::RewardInput> inputs,
                     const std::vector<reward::RewardResult>& rewards, uint64_t group_id,
                     int64_t finished_unix_nanos) const;

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "actor/episode_outcome.h"
 #include "inference_engine/engine.h"
 #include "prl/v1/prompt.pb.h"
 
@@ -42,6 +43,8 @@ struct GeneratedGroup {
   prl::v1::LeasedPrompt lease;
   int64_t created_unix_nanos = 0;  // when it went into the engine
   RequestOutput output;
+  // Agentic episodes (actor/episode_runner.h): each sample's outcome; empty for one turn.
+  std::vector<EpisodeOutcome> episodes;
 };
 
 class LeaseBook {

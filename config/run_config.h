@@ -130,6 +130,9 @@ struct CoordinatorSection {
   // The RewardService addresses a prompt set may name (reward "remote", params.address); any
   // other is refused at submission.
   std::vector<std::string> reward_addresses;
+  // The EnvironmentService addresses a prompt set's environment may name
+  // (docs/environments.md); any other is refused at submission. Built-in ones need none.
+  std::vector<std::string> env_addresses;
   int max_restarts = 3;  // by prl run's supervisor
 };
 

@@ -92,6 +92,8 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "Forget a finished prompt set this long after it finished (s; 0: never)");
   v("coordinator", "reward_addresses", c.coordinator.reward_addresses,
     "RewardService addresses (host:port) a prompt set may name; others are refused");
+  v("coordinator", "env_addresses", c.coordinator.env_addresses,
+    "EnvironmentService addresses (host:port) a prompt set may name; others are refused");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
     "prl run: restarts of the coordinator");
 }

@@ -95,6 +95,10 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
     PRL_RETURN_IF_ERROR(Address(c.reward_addresses[i],
                                 absl::StrCat("coordinator.reward_addresses[", i, "]"), false));
   }
+  for (size_t i = 0; i < c.env_addresses.size(); ++i) {
+    PRL_RETURN_IF_ERROR(Address(c.env_addresses[i],
+                                absl::StrCat("coordinator.env_addresses[", i, "]"), false));
+  }
   return Range(c.max_samples_per_prompt >= 1 && c.max_samples_per_prompt <= 65536,
                "coordinator.max_samples_per_prompt", "1 to 65536", c.max_samples_per_prompt);
 }

@@ -73,6 +73,9 @@ struct CoordinatorConfig {
       defaults::kMaxPromptsPerSet;  // one submission's prompts; more: RESOURCE_EXHAUSTED
   // RewardService addresses a prompt set's "remote" reward may name; any other is refused.
   std::vector<std::string> reward_addresses;
+  // EnvironmentService addresses a prompt set's environment may name (built-in ones need
+  // none); any other is refused.
+  std::vector<std::string> env_addresses;
   int64_t max_lag = defaults::kMaxLag;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
   // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
@@ -221,6 +224,9 @@ class Coordinator {
   absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateSampling(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateReward(const prl::v1::RewardSpec& reward) const;
+  // The environment of a set of agentic episodes, with its defaults filled into *out.
+  absl::Status ValidateEnvironment(const prl::v1::SubmitPromptSetRequest& request,
+                                   prl::v1::EnvironmentSpec* out) const;
   // A logged record's effect on the prompt sets and the leases (replay and live), mutex held.
   void Apply(const prl::v1::LogRecord& record);
 

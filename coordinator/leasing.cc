@@ -127,6 +127,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     out->set_samples(req.samples_per_prompt());
     *out->mutable_sampling() = req.sampling();
     *out->mutable_reward() = req.reward();
+    if (req.has_environment()) *out->mutable_environment() = req.environment();
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
     // actor's own delay in taking new weights is no longer part of its lag.
     if (set->prompts[index].stale_reruns > 0) {

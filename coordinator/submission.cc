@@ -121,12 +121,58 @@ absl::Status Coordinator::ValidateReward(const prl::v1::RewardSpec& reward) cons
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequest& request,
+                                              prl::v1::EnvironmentSpec* out) const {
+  const prl::v1::EnvironmentSpec& e = request.environment();
+  static const char* const kBuiltIn[] = {"calculator", "guess_number"};
+  if (e.address().empty()) {
+    if (std::find(std::begin(kBuiltIn), std::end(kBuiltIn), e.name()) == std::end(kBuiltIn)) {
+      return Invalid("environment.name", "a built-in environment (calculator, guess_number) "
+                     "or an environment.address", absl::StrCat("'", e.name().substr(0, 64), "'"));
+    }
+  } else if (std::find(config_.env_addresses.begin(), config_.env_addresses.end(), e.address()) ==
+             config_.env_addresses.end()) {
+    // Actors dial the address: only those the operator allowed.
+    return Invalid("environment.address",
+                   config_.env_addresses.empty()
+                       ? std::string("an address listed in coordinator.env_addresses (none is)")
+                       : absl::StrCat("one of coordinator.env_addresses: ",
+                                      absl::StrJoin(config_.env_addresses, ", ")),
+                   absl::StrCat("'", e.address().substr(0, 128), "'"));
+  }
+  if (e.max_turns() < 0 || e.max_turns() > 1024) {
+    return Invalid("environment.max_turns", "0 (8) to 1024", absl::StrCat(e.max_turns()));
+  }
+  if (e.max_tokens_per_turn() < 0 || e.max_tokens_per_turn() > request.sampling().max_tokens()) {
+    return Invalid("environment.max_tokens_per_turn",
+                   absl::StrCat("0 (sampling.max_tokens) to sampling.max_tokens (",
+                                request.sampling().max_tokens(), ")"),
+                   absl::StrCat(e.max_tokens_per_turn()));
+  }
+  if (e.max_episode_tokens() < 0) {
+    return Invalid("environment.max_episode_tokens", ">= 0 (0: no limit)",
+                   absl::StrCat(e.max_episode_tokens()));
+  }
+  if (!(e.timeout_s() >= 0 && e.timeout_s() <= 3600)) {
+    return Invalid("environment.timeout_s", "0 (30) to 3600", absl::StrCat(e.timeout_s()));
+  }
+  *out = e;  // with the defaults filled in: what the actors get
+  if (out->max_turns() == 0) out->set_max_turns(8);
+  if (out->max_tokens_per_turn() == 0) out->set_max_tokens_per_turn(request.sampling().max_tokens());
+  if (out->timeout_s() == 0) out->set_timeout_s(30);
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
                                    prl::v1::SubmitPromptSetRequest* out) const {
   *out = request;
   PRL_RETURN_IF_ERROR(ValidateShape(request));
   PRL_RETURN_IF_ERROR(ValidateSampling(request));
-  PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));
+  if (request.has_environment()) {  // the episodes' rewards come from the environment
+    PRL_RETURN_IF_ERROR(ValidateEnvironment(request, out->mutable_environment()));
+  } else {
+    PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));
+  }
   const prl::v1::RolloutSampling& s = request.sampling();
   if (s.stop_token_ids_size() == 0 && config_.text != nullptr) {
     for (int32_t id : config_.text->stop_ids()) out->mutable_sampling()->add_stop_token_ids(id);

@@ -43,6 +43,13 @@ absl::StatusOr<v1::StartEpisodeResponse> GuessNumberEnvironment::StartEpisode(
         "guess_number: max_guesses (or the actor's max_turns): expected >= 1, found ",
         s.max_guesses));
   }
+  const auto text = [&](const std::string& key, std::string fallback) {
+    auto it = request.parameters().find(key);
+    return it == request.parameters().end() ? fallback : it->second;
+  };
+  s.higher = text("higher_text", "higher");
+  s.lower = text("lower_text", "lower");
+  s.rules = text("rules_text", absl::StrCat("guess a number from ", s.low, " to ", s.high));
   episodes_.Start(request.episode_id(), [&] { return s; });
   return v1::StartEpisodeResponse();
 }
@@ -67,10 +74,7 @@ absl::StatusOr<v1::StepResponse> GuessNumberEnvironment::Step(const v1::StepRequ
     }
     v1::EnvMessage* reply = response.add_messages();
     reply->set_role("user");
-    reply->set_content(!has_guess       ? absl::StrCat("guess a number from ", s.low, " to ",
-                                                       s.high)
-                       : guess < s.secret ? "higher"
-                                          : "lower");
+    reply->set_content(!has_guess ? s.rules : guess < s.secret ? s.higher : s.lower);
     return response;
   });
 }

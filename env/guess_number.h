@@ -5,13 +5,16 @@
 // turn without an integer is answered with the rules and counts as a guess. Binary search
 // finds any secret in [1, 100] within 7 guesses.
 //
-// Parameters: low (default 1), high (default 100), max_guesses (default the actor's max_turns).
+// Parameters: low (default 1), high (default 100), max_guesses (default the actor's max_turns),
+// and the feedback's words higher_text, lower_text, rules_text (a model whose vocabulary has no
+// letters, like the built-in character tokenizer's, gets e.g. "+" and "-").
 // An episode truncated by a limit scores 0.
 //
 // Thread-safety: GuessNumberEnvironment may be called from many threads.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "env/environment.h"
 #include "env/episode_table.h"
@@ -29,6 +32,7 @@ class GuessNumberEnvironment final : public Environment {
   struct State {
     int64_t secret = 0, low = 1, high = 100;
     int64_t max_guesses = 0, guesses = 0;
+    std::string higher, lower, rules;  // the feedback's words
   };
   EpisodeTable<State> episodes_;
 };

@@ -441,6 +441,9 @@ void Engine::Append(Sequence& seq, int32_t token, float logprob) {
     reason = FinishReason::kStop;
   } else if (static_cast<int64_t>(seq.tokens.size()) - seq.turn_start >= seq.turn_max_tokens) {
     reason = FinishReason::kLength;  // (single-turn: turn_start is the prompt's end)
+  } else if (p.multi_turn && p.end_turn &&
+             p.end_turn(absl::MakeConstSpan(seq.tokens).subspan(seq.turn_start))) {
+    reason = FinishReason::kStop;  // e.g. an environment's stop string
   } else {
     return;
   }

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace prl {
 
@@ -23,6 +25,10 @@ struct SamplingParams {
   // environment's reply (Engine::Continue) or be finished (Engine::FinishSample). max_tokens
   // is then the first turn's budget.
   bool multi_turn = false;
+  // Multi-turn: called after each token a turn samples, with the turn's tokens so far; true
+  // ends the turn there (reason kStop), e.g. once its text ends with an environment's stop
+  // string. Null: only stop tokens and max_tokens end a turn. Runs on the engine's thread.
+  std::function<bool(absl::Span<const int32_t> turn_tokens)> end_turn;
 };
 
 // Errors name the field and the expected and found values.

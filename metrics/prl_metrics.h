@@ -25,6 +25,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace prl::metrics {
@@ -142,9 +143,29 @@ struct ActorMetrics {
   // "error", "unavailable"; exported from 0).
   prometheus::Counter& RewardFailures(absl::string_view reason);
 
+  // ---- Agentic episodes (docs/environments.md) ----
+  // prl_episode_turns: model turns per finished episode. Buckets 1, 2, 4, ..., 256.
+  prometheus::Histogram& episode_turns;
+  // prl_environment_latency_seconds: one environment call (StartEpisode, Step, EndEpisode),
+  // retries included. Buckets 1 ms .. 100 s (1-2.5-5 steps).
+  prometheus::Histogram& environment_latency_seconds;
+  // prl_episode_tokens_total{source}: completion tokens of finished episodes, the model's
+  // ("model") and the environments' replies ("environment").
+  prometheus::Counter& episode_model_tokens;
+  prometheus::Counter& episode_environment_tokens;
+  // prl_episode_context_tokens_total / prl_episode_context_kept_tokens_total: at each next
+  // turn, the context the sample had computed, and how much of it the KV cache still held
+  // (their ratio is the share served from the cache; the rest was computed again).
+  prometheus::Counter& episode_context_tokens;
+  prometheus::Counter& episode_context_kept_tokens;
+  // prl_environment_errors_total{reason}: episode groups failed by their environment
+  // ("unavailable", "timeout", "malformed", "error"; exported from 0).
+  prometheus::Counter& EnvironmentErrors(absl::StatusCode code);
+
  private:
   prometheus::Family<prometheus::Counter>& rollouts_finished_;
   prometheus::Family<prometheus::Counter>& reward_failures_;
+  prometheus::Family<prometheus::Counter>& environment_errors_;
 };
 
 // Weight synchronisation: the learner publishes, actors receive and swap. A process fills the

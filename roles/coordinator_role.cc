@@ -70,6 +70,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.max_prompts_per_set = c.coordinator.max_prompts_per_set;
   out.max_actors = c.coordinator.max_actors;
   out.reward_addresses = c.coordinator.reward_addresses;
+  out.env_addresses = c.coordinator.env_addresses;
   out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
   out.retention_s = c.coordinator.retention_s;
   out.max_lag = c.learner.max_lag;

@@ -41,6 +41,9 @@ std::vector<std::pair<std::string, std::string>> CalledAddresses(const config::R
   for (const std::string& a : c.coordinator.reward_addresses) {
     called.emplace_back("coordinator.reward_addresses", a);
   }
+  for (const std::string& a : c.coordinator.env_addresses) {
+    called.emplace_back("coordinator.env_addresses", a);
+  }
   return called;
 }
 

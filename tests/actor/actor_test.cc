@@ -58,6 +58,7 @@ class ActorTest : public ::testing::Test {
     cc.heartbeat_ms = 200;
     cc.text = std::make_shared<task::CharTextCodec>();
     cc.reward_addresses = {"127.0.0.1:1"};  // nobody serves it
+    cc.env_addresses = {"127.0.0.1:1"};     // nor this
     cc.validate_reward = [](const v1::RewardSpec& spec) {
       reward::RewardSpec parsed{spec.name(), {spec.params().begin(), spec.params().end()}};
       return reward::MakeRewardFunction(parsed).status();
@@ -123,6 +124,26 @@ class ActorTest : public ::testing::Test {
     auto submitted = coordinator_->Submit(r);
     EXPECT_TRUE(submitted.ok()) << submitted.status();
     return submitted->prompt_set_id();
+  }
+
+  // Agentic episodes: `prompts` prompts (text "(1-100)=") whose reference is the secret, run
+  // against `env`.
+  std::string SubmitEpisodes(int prompts, int samples, const v1::EnvironmentSpec& env) {
+    v1::SubmitPromptSetRequest r;
+    for (int i = 0; i < prompts; ++i) {
+      v1::Prompt* q = r.add_prompts();
+      q->set_text("(1-100)=");
+      q->set_reference(std::to_string(17 + 23 * i));
+    }
+    r.set_samples_per_prompt(samples);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_top_p(1.0f);
+    r.mutable_sampling()->set_max_tokens(4);
+    r.mutable_sampling()->add_stop_token_ids(task::CharTokenizer().eos_id());
+    *r.mutable_environment() = env;
+    auto submitted = coordinator_->Submit(r);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    return submitted.ok() ? submitted->prompt_set_id() : "";
   }
 
   bool WaitDone(const std::string& id, absl::Duration timeout) {
@@ -416,6 +437,73 @@ TEST_F(ActorTest, AGroupWhoseRewardFailsIsReleasedAndItsPromptFailsAfterMaxAttem
   EXPECT_EQ(actor_->stats().reward_failures, 3);
   EXPECT_EQ(actor_->stats().leases_released, 3);
   EXPECT_TRUE(TakeAll().empty());
+}
+
+// Agentic episodes with the built-in guessing game: every sample runs turns until it guesses
+// the secret or runs out of guesses; its record holds the model's turns and the game's replies
+// (source 1, log-prob 0, the version of the token before), where each turn ends, and the
+// episode reward.
+TEST_F(ActorTest, EpisodesRunTurnsAgainstTheEnvironmentAndRecordEveryToken) {
+  v1::EnvironmentSpec env;
+  env.set_name("guess_number");
+  env.set_max_turns(3);
+  (*env.mutable_parameters())["higher_text"] = "+";
+  (*env.mutable_parameters())["lower_text"] = "-";
+  (*env.mutable_parameters())["rules_text"] = "#";
+  const std::string id = SubmitEpisodes(3, 2, env);
+  StartActor();
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(120)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const auto groups = TakeAll();
+  ASSERT_EQ(groups.size(), 3u);
+  int replies = 0;
+  for (const auto& g : groups) {
+    for (const RolloutRecord& r : g) {
+      ASSERT_TRUE(ValidateRecord(r).ok()) << ValidateRecord(r);
+      ASSERT_EQ(r.token_sources.size(), r.completion_tokens.size());
+      ASSERT_GE(r.turn_ends.size(), 1u);
+      ASSERT_LE(r.turn_ends.size(), 3u);
+      EXPECT_EQ(r.turn_ends.back(), r.completion_tokens.size()) << "the last turn is the model's";
+      EXPECT_TRUE(r.reward == 0.0 || r.reward == 1.0);
+      if (r.reward == 0.0) EXPECT_EQ(r.turn_ends.size(), 3u) << "out of guesses after 3";
+      for (size_t t = 0; t < r.token_sources.size(); ++t) {
+        if (r.token_sources[t] == 1) {
+          ++replies;
+          EXPECT_EQ(r.behaviour_logprobs[t], 0.0f);
+        }
+      }
+      // Between two turns, exactly the reply: "+\n", "-\n" or "#\n".
+      for (size_t k = 0; k + 1 < r.turn_ends.size(); ++k) {
+        const size_t at = r.turn_ends[k];
+        ASSERT_LT(at + 1, r.token_sources.size());
+        EXPECT_EQ(r.token_sources[at], 1);
+        EXPECT_EQ(r.token_sources[at + 1], 1);
+        EXPECT_EQ(r.token_sources[at + 2], 0) << "the next turn starts after the reply";
+      }
+    }
+  }
+  EXPECT_GT(replies, 0) << "some episode went on after a reply";
+}
+
+// An environment that cannot be reached fails the group's attempt (released, counted), never
+// a made-up reward; after coordinator.max_attempts the prompt fails naming the environment.
+TEST_F(ActorTest, AnEnvironmentThatIsDownFailsTheAttemptAndThenThePrompt) {
+  v1::EnvironmentSpec env;
+  env.set_name("remote-game");
+  env.set_address("127.0.0.1:1");
+  env.set_timeout_s(0.5);
+  const std::string id = SubmitEpisodes(1, 2, env);
+  StartActor();
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(120)));
+  StopActor();
+  const v1::PromptSetStatus s = *coordinator_->Get(id);
+  EXPECT_EQ(s.prompts_failed(), 1);
+  ASSERT_EQ(s.failed_prompts_size(), 1);
+  EXPECT_NE(s.failed_prompts(0).reason().find("environment at 127.0.0.1:1"), std::string::npos)
+      << s.failed_prompts(0).reason();
+  EXPECT_TRUE(TakeAll().empty()) << "nothing written";
+  EXPECT_GE(actor_->stats().leases_released, 1);
 }
 
 }  // namespace

@@ -536,5 +536,45 @@ TEST_F(CoordinatorTest, CompleteAsyncAnswersARefusalAtOnceAndAnAcceptanceOnceDur
       << "acknowledged, hence in the log a restarted coordinator replays";
 }
 
+// A set of agentic episodes names its environment: a built-in one, or an address the operator
+// allowed (coordinator.env_addresses); limits are checked naming the field, and the lease
+// carries the environment with its defaults filled in.
+TEST_F(CoordinatorTest, AnEnvironmentIsBuiltInOrAllowListedAndItsLimitsAreChecked) {
+  config_.env_addresses = {"10.0.0.7:7000"};
+  auto c = Open();
+  auto submit = [&](const v1::EnvironmentSpec& env) {
+    v1::SubmitPromptSetRequest r = Request(1);
+    r.clear_reward();  // an episode's reward is its environment's
+    *r.mutable_environment() = env;
+    return c->Submit(r);
+  };
+  v1::EnvironmentSpec env;
+  env.set_name("chess");
+  EXPECT_TRUE(IsError(submit(env).status(), absl::StatusCode::kInvalidArgument,
+                      {"environment.name", "found 'chess'"}));
+  env.set_address("10.0.0.8:7000");
+  EXPECT_TRUE(IsError(submit(env).status(), absl::StatusCode::kInvalidArgument,
+                      {"environment.address: expected one of coordinator.env_addresses: "
+                       "10.0.0.7:7000, found '10.0.0.8:7000'"}));
+  env.set_address("");
+  env.set_name("calculator");
+  env.set_max_tokens_per_turn(9);
+  EXPECT_TRUE(IsError(submit(env).status(), absl::StatusCode::kInvalidArgument,
+                      {"environment.max_tokens_per_turn", "sampling.max_tokens (8)", "found 9"}));
+  env.set_max_tokens_per_turn(0);
+  ASSERT_TRUE(submit(env).ok());
+  const std::string actor = c->RegisterActor("a")->actor_id();
+  v1::LeaseRequest lease;
+  lease.set_actor_id(actor);
+  lease.set_max_prompts(1);
+  const v1::LeaseResponse leased = *c->Lease(lease);
+  ASSERT_EQ(leased.prompts_size(), 1);
+  const v1::EnvironmentSpec& got = leased.prompts(0).environment();
+  EXPECT_EQ(got.name(), "calculator");
+  EXPECT_EQ(got.max_turns(), 8);
+  EXPECT_EQ(got.max_tokens_per_turn(), 8);
+  EXPECT_EQ(got.timeout_s(), 30);
+}
+
 }  // namespace
 }  // namespace prl::coordinator
