@@ -37,6 +37,7 @@ void RegisterTaskCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterReplayCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterClientCommands(CLI::App& app, CommandRegistry& registry);
+void RegisterEnvCommands(CLI::App& app, CommandRegistry& registry);
 // After RegisterLearnerCommands and RegisterReplayCommands (adds `learner serve`, `replay serve`).
 void RegisterRoleCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv);

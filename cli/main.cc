@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   prl::cli::RegisterGenerateCommand(app, registry);
   prl::cli::RegisterReplayCommands(app, registry);
   prl::cli::RegisterClientCommands(app, registry);
+  prl::cli::RegisterEnvCommands(app, registry);
   prl::cli::RegisterLearnerCommands(app, registry, argc, argv);
   prl::cli::RegisterRoleCommands(app, registry, argc, argv);
   prl::cli::RegisterBenchCommands(app, registry, argc, argv);
