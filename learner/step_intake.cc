@@ -1,5 +1,6 @@
 #include "learner/step_intake.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,16 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
     took_since_resume_ = true;
     PRL_ASSIGN_OR_RETURN(std::vector<LeasedGroup> groups, replay_->Take(take));
     for (LeasedGroup& g : groups) {
+      // The same group again: its lease expired while this step was being taken (a slow
+      // step) and the buffer delivered it anew. It stays in the step once, under the new lease
+      // (acknowledging the new delivery now would consume it before the step is durable: a
+      // learner killed then would lose it untrained).
+      auto same = std::find_if(leased->begin(), leased->end(),
+                               [&](const LeasedGroup& l) { return l.group_key == g.group_key; });
+      if (same != leased->end()) {
+        *same = g;
+        continue;
+      }
       std::optional<std::vector<RolloutRecord>> records = admission_.Admit(g, learner_version);
       if (!records.has_value()) continue;
       std::vector<double> rewards;

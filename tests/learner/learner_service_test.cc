@@ -516,6 +516,37 @@ TEST_F(LearnerServiceTest, APromptWhoseGroupTheFullBufferDroppedIsHandedBack) {
   EXPECT_EQ(replay_->Stats().dropped_prompts_waiting, 0) << "forgotten once taken back";
 }
 
+// A group whose replay lease expires while its step is still being taken comes again: it stays
+// in the step once, under the new lease, and is acknowledged only once the step is durable. (It
+// was taken for a duplicate of itself and acknowledged at once: a learner killed before
+// journaling the step lost it untrained — found by e2e.chaos's oracle.)
+TEST_F(LearnerServiceTest, AGroupRedeliveredWhileItsStepIsTakenStaysInTheStepOnce) {
+  replay_.reset();
+  ReplayBuffer::Remove(replay_name_, true).IgnoreError();
+  ReplayConfig rc;
+  rc.capacity_bytes = 8 << 20;
+  rc.lease_ms = 1500;  // shorter than the wait for the step's second group
+  auto replay = ReplayBuffer::Create(replay_name_, rc);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  replay_ = std::move(*replay);
+  ScratchDir dir("learner_service_redelivered");
+  LearnerServiceOptions options = Options(1);
+  options.checkpoint = {.dir = dir.path(), .every = 100, .keep_last = 2};
+  options.take_timeout = absl::Seconds(30);
+  WriteGroups(1, 0);
+  std::thread second([&] {  // the second group once the first was delivered again
+    while (replay_->Stats().redelivered < 1) absl::SleepFor(absl::Milliseconds(5));
+    WriteGroups(1, 0);
+  });
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  second.join();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].groups, 2);
+  EXPECT_EQ(reports[0].duplicate_groups, 0) << "the same group, not a duplicate of its prompt";
+  EXPECT_GE(replay_->Stats().redelivered, 1);
+  EXPECT_EQ(replay_->Stats().groups_out, 2) << "each acknowledged once the step was journaled";
+}
+
 TEST_F(LearnerServiceTest, AJournalThatDoesNotFollowTheCheckpointIsAnErrorNamingTheGap) {
   ScratchDir dir("learner_service_gap");
   LearnerServiceOptions options = Options(1);
