@@ -124,6 +124,11 @@ struct SubmitFlags {
   ClientTrust trust;
   std::string server = "localhost:50051", file, name, idempotency_key, reward = "exact_match";
   std::vector<std::string> reward_params;
+  // Agentic episodes (docs/environments.md): the environment and its limits.
+  std::string environment, env_address;
+  std::vector<std::string> env_params;
+  int max_turns = 0, max_tokens_per_turn = 0, max_episode_tokens = 0;
+  double env_timeout_s = 0;
   int samples = 4, top_k = 0, max_tokens = 256;
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
@@ -151,6 +156,24 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
           absl::StrCat("--reward-param: expected KEY=VALUE, found '", kv, "'"));
     }
     (*r.mutable_reward()->mutable_params())[parts[0]] = parts[1];
+  }
+  if (!f.environment.empty()) {
+    r.clear_reward();  // an episode's reward is its environment's
+    v1::EnvironmentSpec* e = r.mutable_environment();
+    e->set_name(f.environment);
+    e->set_address(f.env_address);
+    e->set_max_turns(f.max_turns);
+    e->set_max_tokens_per_turn(f.max_tokens_per_turn);
+    e->set_max_episode_tokens(f.max_episode_tokens);
+    e->set_timeout_s(f.env_timeout_s);
+    for (const std::string& kv : f.env_params) {
+      std::vector<std::string> parts = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (parts.size() != 2 || parts[0].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--env-param: expected KEY=VALUE, found '", kv, "'"));
+      }
+      (*e->mutable_parameters())[parts[0]] = parts[1];
+    }
   }
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
                        coordinator::ReadPromptFile(f.file));
@@ -273,6 +296,20 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   submit->add_option("--reward", s->reward, "exact_match | numeric | regex | arithmetic | remote")
       ->capture_default_str();
   submit->add_option("--reward-param", s->reward_params, "KEY=VALUE for the reward (repeatable)");
+  submit->add_option("--environment", s->environment,
+                     "Agentic episodes against this environment (calculator, guess_number, or "
+                     "the name a server at --env-address hosts); its episode reward replaces "
+                     "--reward");
+  submit->add_option("--env-address", s->env_address,
+                     "host:port of the EnvironmentService (empty: built in)");
+  submit->add_option("--env-param", s->env_params, "KEY=VALUE for the environment (repeatable)");
+  submit->add_option("--max-turns", s->max_turns, "Model turns per episode (0: 8)");
+  submit->add_option("--max-tokens-per-turn", s->max_tokens_per_turn,
+                     "Tokens per model turn (0: --max-tokens)");
+  submit->add_option("--max-episode-tokens", s->max_episode_tokens,
+                     "Completion tokens per episode, the model's and the replies' (0: no limit)");
+  submit->add_option("--env-timeout-s", s->env_timeout_s,
+                     "One environment call's budget, retries included (0: 30)");
   submit->add_option("--name", s->name, "A name for humans (default: the file name)");
   submit->add_option("--idempotency-key", s->idempotency_key,
                      "Retrying with the same key does not submit twice");
