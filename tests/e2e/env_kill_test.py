@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 import e2e_util
 from e2e_util import free_port, run, tiny_model
@@ -142,6 +143,17 @@ class EnvKillTest(unittest.TestCase):
                 trained[(s, int(i))] += 1
         self.assertEqual(len(trained), STEPS * GROUPS_PER_STEP)
         self.assertEqual(max(trained.values()), 1)
+        # KV kept across turns: of the context each next turn started from, the share the
+        # actor's KV cache still held (the rest was computed again), from its metrics.
+        port = re.search(r"metrics on port (\d+)", self.log("actor")).group(1)
+        metrics = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port).read().decode()
+        value = lambda name: float(re.search(r"^%s (\S+)$" % name, metrics, re.M).group(1))  # noqa: E731
+        context = value("prl_episode_context_tokens_total")
+        kept = value("prl_episode_context_kept_tokens_total")
+        self.assertGreater(context, 0, "no episode went on after a reply")
+        self.assertGreaterEqual(kept / context, 0.95, "%g of %g context tokens kept" % (kept, context))
+        print("KV cache across turns: %d of %d context tokens kept (%.1f%%)"
+              % (kept, context, 100 * kept / context), flush=True)
         print("environment killed after %d steps; released groups re-run; %d prompts trained "
               "once" % (2, len(trained)), flush=True)
 
