@@ -41,13 +41,20 @@ absl::StatusOr<std::vector<int32_t>> RenderReply(
   }
   full.add_generation_prompt = true;
   PRL_ASSIGN_OR_RETURN(const std::string after, codec.RenderChat(full));
-  const size_t content = before->rfind(kMarker);
-  if (content == std::string::npos || after.compare(0, before->size(), *before) != 0) {
+  // What follows the stand-in assistant's content: its end of turn alone, then with the new
+  // messages after it. (What comes before may differ — Qwen3's template gives the last
+  // assistant turn an empty think block and earlier ones none — and is never re-rendered.)
+  const size_t in_before = before->rfind(kMarker), in_after = after.rfind(kMarker);
+  const std::string end_of_turn =
+      in_before == std::string::npos ? "" : before->substr(in_before + sizeof(kMarker) - 1);
+  const std::string delta =
+      in_after == std::string::npos ? "" : after.substr(in_after + sizeof(kMarker) - 1);
+  if (in_before == std::string::npos || in_after == std::string::npos ||
+      delta.compare(0, end_of_turn.size(), end_of_turn) != 0) {
     return absl::FailedPreconditionError(
-        "the chat template does not render an environment's messages as a continuation of the "
-        "conversation (it rewrites earlier text): the reply cannot be appended as a delta");
+        "the chat template does not render an environment's messages after an assistant turn "
+        "as a continuation of that turn: the reply cannot be appended as a delta");
   }
-  const std::string delta = after.substr(content + sizeof(kMarker) - 1);
   PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, codec.EncodeContinuation(delta));
   if (!tokens.empty() && tokens.front() == last_token) tokens.erase(tokens.begin());
   return tokens;

@@ -4,8 +4,10 @@
 //
 // With a chat template: the template renders a fixed stand-in conversation (a user message, an
 // assistant message) without and then with the new messages and the next assistant turn
-// opened; the reply is what the second adds after the stand-in assistant's content, checked to
-// be a continuation of the first (a template that rewrites earlier text is refused naming why).
+// opened; the reply is what the second has after the stand-in assistant's content, checked to
+// begin as the first ends that turn (a template that closes the turn differently when more
+// follows is refused naming why). What comes before the content may differ between the two
+// (Qwen3's template gives only the last assistant turn an empty think block): it is never used.
 // It starts with the template's end of an assistant turn; when the model's turn already ended
 // with that token (its stop token), it is not repeated. Without a chat template (the built-in
 // character tokenizer): each message's content and a newline.
