@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "core/group_id.h"
 #include "core/status_macros.h"
+#include "core/test_hooks.h"
 #include "core/xxhash_inline.h"
 #include "rpc/grpc_util.h"
 
@@ -527,6 +528,9 @@ absl::Status Actor::Finish(const InFlight& job, const RequestOutput& output,
   }
   PRL_RETURN_IF_ERROR(written);
   CountWritten(output, *rewards, group.tokens);
+  TapLine("actor_groups_written", absl::StrCat(job.lease.prompt_set_id(), "\t",
+                                              job.lease.prompt_index(), "\t", group_id));
+  FaultPoint("actor.after_replay_write");  // the window a crash test aims at
   return ReportComplete(group.complete);
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/child_process.h"
 #include "core/status_macros.h"
 #include "replay/replay_buffer.h"
 
@@ -59,25 +60,27 @@ double MemcpyGBps(int64_t record_bytes, int64_t ring_bytes) {
   return best;
 }
 
-[[noreturn]] void WriterMain(const std::string& segment, int writer, int64_t first, int64_t count,
-                             int64_t bytes, std::atomic<int>* ready, std::atomic<int>* go) {
+// A writer process's body (ChildProcess::Fork): its exit code.
+int WriterMain(const std::string& segment, int writer, int64_t first, int64_t count,
+               int64_t bytes, std::atomic<int>* ready, std::atomic<int>* go) {
   auto buffer = ReplayBuffer::Open(segment);
-  if (!buffer.ok()) _exit(2);
+  if (!buffer.ok()) return 2;
   RolloutRecord record = RecordOfSize(bytes, writer, 0);
   ready->fetch_add(1);
   while (go->load() == 0) {
   }
   for (int64_t seq = first; seq < first + count; ++seq) {
     record.prompt_index = record.group_id = static_cast<uint64_t>(seq);
-    if (!(*buffer)->WriteGroup({&record, 1}, absl::Seconds(60)).ok()) _exit(3);
+    if (!(*buffer)->WriteGroup({&record, 1}, absl::Seconds(60)).ok()) return 3;
   }
-  _exit(0);
+  return 0;
 }
 
-[[noreturn]] void ReaderMain(const std::string& segment, int64_t total, std::atomic<int>* ready,
-                             std::atomic<int>* go, std::atomic<int64_t>* consumed) {
+// A reader process's body: takes, verifies in place and acknowledges until all are consumed.
+int ReaderMain(const std::string& segment, int64_t total, std::atomic<int>* ready,
+               std::atomic<int>* go, std::atomic<int64_t>* consumed) {
   auto buffer = ReplayBuffer::Open(segment);
-  if (!buffer.ok()) _exit(2);
+  if (!buffer.ok()) return 2;
   ready->fetch_add(1);
   while (go->load() == 0) {
   }
@@ -86,14 +89,14 @@ double MemcpyGBps(int64_t record_bytes, int64_t ring_bytes) {
   take.timeout = absl::Milliseconds(20);
   while (consumed->load() < total) {
     auto groups = (*buffer)->Take(take);
-    if (!groups.ok()) _exit(4);
+    if (!groups.ok()) return 4;
     for (const LeasedGroup& g : *groups) {
-      if (!g.VerifyChecksum()) _exit(5);
-      if (!(*buffer)->Ack(g).ok()) _exit(6);
+      if (!g.VerifyChecksum()) return 5;
+      if (!(*buffer)->Ack(g).ok()) return 6;
       consumed->fetch_add(1);
     }
   }
-  _exit(0);
+  return 0;
 }
 
 struct Measurement {
@@ -116,27 +119,45 @@ absl::StatusOr<Measurement> Measure(const ReplayBenchOptions& o, int64_t bytes, 
   new (ready) std::atomic<int>(0);
   new (go) std::atomic<int>(0);
   new (consumed) std::atomic<int64_t>(0);
-  std::vector<pid_t> children;
-  for (int w = 0; w < writers; ++w) {
+  std::vector<ChildProcess> children;
+  bool failed = false;
+  for (int w = 0; w < writers && !failed; ++w) {
     const int64_t first = total * w / writers, count = total * (w + 1) / writers - first;
-    const pid_t pid = fork();
-    if (pid == 0) WriterMain(segment, w, first, count, bytes, ready, go);
-    children.push_back(pid);
+    absl::StatusOr<ChildProcess> child = ChildProcess::Fork(absl::StrCat("writer-", w), [&] {
+      return WriterMain(segment, w, first, count, bytes, ready, go);
+    });
+    failed = !child.ok();
+    if (child.ok()) children.push_back(std::move(*child));
   }
-  for (int r = 0; r < o.readers; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) ReaderMain(segment, total, ready, go, consumed);
-    children.push_back(pid);
+  for (int r = 0; r < o.readers && !failed; ++r) {
+    absl::StatusOr<ChildProcess> child = ChildProcess::Fork(
+        absl::StrCat("reader-", r), [&] { return ReaderMain(segment, total, ready, go, consumed); });
+    failed = !child.ok();
+    if (child.ok()) children.push_back(std::move(*child));
   }
-  while (ready->load() < writers + o.readers)
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  // Every child counts itself ready, or exits early (failed: the rest are killed below).
+  const auto all_ready = [&] {
+    if (ready->load() >= writers + o.readers) return true;
+    for (ChildProcess& c : children) failed |= !c.running();
+    return failed;
+  };
+  while (!all_ready()) std::this_thread::sleep_for(std::chrono::microseconds(100));
   const auto start = Clock::now();
   go->store(1);
-  bool failed = false;
-  for (pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  // Every child to its end; the first that fails stops the others (readers would wait
+  // forever for groups a dead writer never wrote).
+  for (size_t exited = 0; exited < children.size() && !failed;) {
+    exited = 0;
+    for (ChildProcess& c : children) {
+      const std::optional<int> status = c.Poll();
+      if (!status.has_value()) continue;
+      ++exited;
+      failed |= !WIFEXITED(*status) || WEXITSTATUS(*status) != 0;
+    }
+    if (exited < children.size()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  for (ChildProcess& c : children) {
+    if (c.running()) c.Stop(absl::ZeroDuration());
   }
   const double seconds = Seconds(start);
   const int64_t payload = buffer->Stats().bytes_out;

@@ -185,7 +185,9 @@ void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("replay", "capacity_mb", c.replay.capacity_mb, "Replay segment size (MiB)");
   v("replay", "lease_ms", c.replay.lease_ms, "Re-deliver a taken group not acked within this");
   v("replay", "drop_oldest", c.replay.drop_oldest,
-    "When full, drop the oldest groups instead of making writers wait");
+    "When full, drop the oldest groups instead of making writers wait; their prompts are "
+    "handed back to the coordinator by the learner and generated again (a dropped group is "
+    "never a prompt done untrained)");
   v("replay", "listen", c.replay.listen, "prl replay serve: the gRPC ingest's address");
   v("replay", "address", c.replay.address,
     "Actors push to this remote ingest instead of the local segment (empty: local)");

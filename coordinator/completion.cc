@@ -35,14 +35,14 @@ absl::StatusOr<Coordinator::LoggedCompletion> Coordinator::LogCompletion(
   std::lock_guard<std::mutex> lock(mu_);
   std::string set_id;
   int64_t index = 0;
-  if (!ParseLeaseId(request.lease_id(), &set_id, &index) || sets_.count(set_id) == 0 || index < 0 ||
-      index >= static_cast<int64_t>(sets_[set_id].prompts.size())) {
+  const PromptSets::Prompt* entry = nullptr;
+  if (!ParseLeaseId(request.lease_id(), &set_id, &index) ||
+      (entry = sets_.FindPrompt(set_id, index)) == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown lease '", request.lease_id(), "'"));
   }
-  PromptSet& set = sets_[set_id];
-  const PromptEntry& entry = set.prompts[index];
-  if (entry.state == PromptState::kDone || entry.state == PromptState::kFailed ||
-      set.state != prl::v1::PROMPT_SET_STATE_RUNNING) {
+  const PromptSets::Set& set = *sets_.Find(set_id);
+  if (entry->state == PromptState::kDone || entry->state == PromptState::kFailed ||
+      !set.running()) {
     ++stats_.duplicate_completions;
     LoggedCompletion duplicate;
     duplicate.response.set_accepted(false);
@@ -50,8 +50,9 @@ absl::StatusOr<Coordinator::LoggedCompletion> Coordinator::LogCompletion(
   }
   // Only the actor that holds the lease, with its nonce: a lease that expired (and may have gone
   // to another actor) or a foreign one changes nothing.
-  if (entry.state != PromptState::kLeased || entry.lease_id != request.lease_id() ||
-      entry.actor_id != request.actor_id()) {
+  const LeaseTable::Lease* lease = leases_.Find(request.lease_id());
+  if (entry->state != PromptState::kLeased || lease == nullptr ||
+      lease->actor_id != request.actor_id()) {
     ++stats_.rejected_completions;
     return absl::FailedPreconditionError(
         absl::StrCat("lease '", request.lease_id(), "' is not held by actor '", request.actor_id(),
@@ -87,28 +88,12 @@ absl::StatusOr<Coordinator::LoggedCompletion> Coordinator::LogCompletion(
   // refuses all later appends and a restarted coordinator re-runs the prompt.
   LoggedCompletion logged;
   PRL_ASSIGN_OR_RETURN(logged.ticket, log_->Write(record));
-  *record.mutable_completed()->mutable_result() = r;
+  *record.mutable_completed()->mutable_result() = r;  // watchers get the texts (bounded)
   Apply(record);
-  BoundTexts(set);
   CompactIfDueLocked();
   // ---- the caller waits for logged.ticket after the mutex is released ----
   logged.response.set_accepted(true);
   return logged;
-}
-
-void Coordinator::BoundTexts(PromptSet& set) {
-  // The group Apply just added (followed by its status).
-  auto newest = std::find_if(set.events.rbegin(), set.events.rend(),
-                             [](const prl::v1::PromptSetEvent& e) { return e.has_group(); });
-  if (newest == set.events.rend()) return;
-  for (const std::string& t : newest->group().texts()) set.text_bytes += t.size();
-  while (set.text_bytes > config_.max_text_bytes_per_set && set.oldest_text < set.events.size()) {
-    prl::v1::PromptSetEvent& e = set.events[set.oldest_text++];
-    if (!e.has_group() || e.group().texts().empty()) continue;
-    for (const std::string& t : e.group().texts()) set.text_bytes -= t.size();
-    e.mutable_group()->clear_texts();
-    e.mutable_group()->set_texts_dropped(true);
-  }
 }
 
 }  // namespace prl::coordinator

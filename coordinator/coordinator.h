@@ -24,12 +24,21 @@
 // counted apart and failed after max_stale_reruns; its next lease requires the learner's
 // newest weights.
 //
+// Parts, each owning its state (a newcomer changes one of them, not the coordinator):
+//   coordinator/prompt_sets.h   sets, prompts and their attempt counts, idempotency keys,
+//                               events and texts, the pending queue, retention, the snapshot
+//   coordinator/lease_table.h   open leases: holder, deadline, expiry, renewal
+//   coordinator/actor_table.h   registered actors: names, capacities, last heard from
+//   coordinator/lag_budget.h    the learner's progress and the max_lag budget
+// The coordinator owns the mutex, the prompt log and the rule "log first, then apply"
+// (Apply: a record's effect on the parts); no fsync is waited for under the mutex (only a
+// compaction, rare, writes its snapshot under it).
+//
 // Thread-safety: every method may be called from any thread (one mutex).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,8 +53,9 @@
 #include "absl/time/time.h"
 #include "coordinator/actor_table.h"
 #include "coordinator/lag_budget.h"
-#include "coordinator/pending_queue.h"
+#include "coordinator/lease_table.h"
 #include "coordinator/prompt_log.h"
+#include "coordinator/prompt_sets.h"
 #include "core/service_defaults.h"
 #include "prl/v1/prompt.pb.h"
 #include "tokenizer/text_codec.h"
@@ -203,55 +213,26 @@ class Coordinator {
   CoordinatorStats Stats();
 
  private:
-  enum class PromptState { kPending, kLeased, kDone, kFailed };
-  struct PromptEntry {
-    PromptState state = PromptState::kPending;
-    std::string lease_id, actor_id;
-    absl::Time deadline;
-    int32_t attempts = 0;      // failed attempts so far (< max_attempts unless kFailed)
-    int32_t stale_reruns = 0;  // hand-backs so far (< max_stale_reruns unless kFailed)
-    std::string last_reason;   // of the last failed attempt
-  };
-  struct PromptSet {
-    prl::v1::SubmittedPromptSet submitted;  // prompts as token ids
-    prl::v1::PromptSetState state = prl::v1::PROMPT_SET_STATE_RUNNING;
-    std::vector<PromptEntry> prompts;
-    int64_t pending = 0, in_flight = 0, done = 0, failed = 0;
-    int32_t samples = 0;     // per prompt
-    int64_t max_tokens = 0;  // the longest prompt's tokens + sampling.max_tokens
-    int64_t min_tokens = 0;  // the shortest prompt's tokens + sampling.max_tokens
-    std::vector<prl::v1::FailedPrompt> first_failed;  // at most kMaxFailedListed
-    double reward_sum = 0;
-    int64_t reward_count = 0;
-    std::vector<prl::v1::PromptSetEvent> events;  // groups, each followed by a status
-    int64_t text_bytes = 0;                       // of the texts the events hold
-    size_t oldest_text = 0;                       // events before this hold no texts
-  };
-  explicit Coordinator(const CoordinatorConfig& config)
-      : config_(config), actors_(config.max_actors, config.lease_ms) {}
+  using PromptState = PromptSets::PromptState;
+  explicit Coordinator(const CoordinatorConfig& config);
   // Submission checks (coordinator/submission.cc).
   absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
   absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateSampling(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateReward(const prl::v1::RewardSpec& reward) const;
-  // Keeps the set's texts within max_text_bytes_per_set, dropping the oldest, mutex held.
-  void BoundTexts(PromptSet& set);
-  void Apply(const prl::v1::LogRecord& record);  // replay and live updates, mutex held
-  prl::v1::PromptSetStatus StatusOf(const PromptSet& set) const;
-  void Requeue(PromptSet& set, int64_t index);
+  // A logged record's effect on the prompt sets and the leases (replay and live), mutex held.
+  void Apply(const prl::v1::LogRecord& record);
 
   // ---- Lease lifecycle (coordinator/prompt_attempts.cc), mutex held ----
   // Ends the prompt's lease as a failed attempt: logged (not waited for) and applied; the
   // prompt is re-queued, or failed after max_attempts. Returns the record's log ticket.
-  absl::StatusOr<uint64_t> FailAttemptLocked(PromptSet& set, int64_t index,
-                                             const std::string& reason);
+  absl::StatusOr<uint64_t> FailAttemptLocked(const PromptRef& prompt, const std::string& reason);
   // The learner handed the prompt back (ReopenPrompts): as FailAttemptLocked, but counted as a
   // stale re-run (failed after max_stale_reruns), and a completed prompt is un-completed first.
-  absl::StatusOr<uint64_t> HandBackLocked(PromptSet& set, int64_t index, const std::string& reason);
+  absl::StatusOr<uint64_t> HandBackLocked(const PromptRef& prompt, const std::string& reason);
   // Logs (not waited for) and applies a FailedAttempt record. Returns its log ticket.
   absl::StatusOr<uint64_t> LogAttemptLocked(const prl::v1::LogRecord& record);
-  void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
   // Waits (mutex not held: an fsync must not stall other calls) until a failed attempt's
   // record is durable; a log error is printed and returned (the log then refuses every
   // append: Submit and Complete report it).
@@ -263,56 +244,40 @@ class Coordinator {
     uint64_t ticket = 0;
   };
   absl::StatusOr<LoggedCompletion> LogCompletion(const prl::v1::CompleteRequest& request);
-  // Done once every prompt is completed or failed.
-  void FinishIfSettled(PromptSet& set);
   // Why the set's pending prompts wait: no live actor can run them (capacity.h); else "".
-  std::string CapacityMessage(const PromptSet& set) const;
+  std::string WaitNote(const PromptSets::Set& set) const;
   std::string ActorName(const std::string& actor_id) const;
-  static constexpr size_t kMaxFailedListed = 100;  // PromptSetStatus.failed_prompts
   // ---- end ----
-  // Re-queues (or fails) leases past their deadline, mutex held; logs their failed attempts
-  // without waiting. Returns the last record's log ticket (0: none).
+
+  // ---- Actors and leases (coordinator/leasing.cc), mutex held ----
+  // Ends (or fails) leases past their deadline as failed attempts, logged without waiting.
+  // Returns the last record's log ticket (0: none).
   absl::StatusOr<uint64_t> ExpireLocked(absl::Time now);
-  // Forgets actors not heard from for 2 lease_ms that hold no lease, mutex held.
+  // Forgets actors not heard from for 2 lease_ms that hold no lease.
   void ForgetDeadActorsLocked(absl::Time now);
-  int64_t PendingOrInFlightLocked() const;
+  // ---- end ----
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc), mutex held ----
-  // Compacts the log when compact_log_bytes says so.
+  // Compacts the log into the sets' snapshot when compact_log_bytes says so.
   void CompactIfDueLocked();
-  // The live state as log records (submissions, completions, cancellations, in set order):
-  // replaying them rebuilds sets_ and idempotency_.
-  std::vector<prl::v1::LogRecord> SnapshotLocked() const;
-  // Drops the sets that finished more than retention_s before `now`, with their leases and
-  // queue entries.
+  // Retires the sets finished more than retention_s before `now`, with their leases.
   void RetireFinishedLocked(absl::Time now);
-  // The retention clock of the sets the replayed log finished.
-  void RecoverFinishTimesLocked(const std::vector<prl::v1::LogRecord>& records);
-  std::map<std::string, absl::Time> finished_at_;  // finished sets: since when
-  int64_t compact_retry_bytes_ = 0;                // after a failed compaction: retry above
+  int64_t compact_retry_bytes_ = 0;  // after a failed compaction: retry above
   // ---- end ----
 
+  // The coordinator owns the mutex, the log and the rule "log first, then apply"; each part
+  // owns its state and is called under the mutex.
   CoordinatorConfig config_;
   std::unique_ptr<PromptLog> log_;
   std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, PromptSet> sets_;
-  std::vector<std::string> order_;                                 // set ids in submission order
-  std::map<std::string, std::string> idempotency_;                 // key -> set id
-  PendingQueue queue_;                                             // pending prompts, lease order
-  std::map<std::string, std::pair<std::string, int64_t>> leases_;  // lease id -> prompt
-  ActorTable actors_;  // registered actors (coordinator/actor_table.h)
-  CoordinatorStats stats_;
-  uint64_t next_id_ = 1;
-  // The max_lag budget and the learner's progress (coordinator/lag_budget.h), from the
-  // count of completions after the log's replay.
+  std::condition_variable changed_;  // a record was applied, or sets were retired
+  PromptSets sets_;                  // sets, prompts, keys, events, queue (prompt_sets.h)
+  LeaseTable leases_;                // open leases and their deadlines (lease_table.h)
+  ActorTable actors_;                // registered actors (actor_table.h)
+  // The max_lag budget and the learner's progress (lag_budget.h), from the count of
+  // completions after the log's replay.
   std::optional<LagBudget> budget_;
-  // At or before every open lease's deadline (renewals only move deadlines later): ExpireLocked
-  // scans the leases only once it has passed.
-  absl::Time earliest_deadline_ = absl::InfiniteFuture();
-  // The most recently retired set ids, told to the learner with every progress reply.
-  static constexpr size_t kRecentlyRetired = 4096;
-  std::deque<std::string> recently_retired_;
+  CoordinatorStats stats_;  // the calls' counters; the rest is derived in Stats()
 };
 
 }  // namespace prl::coordinator

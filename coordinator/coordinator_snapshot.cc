@@ -1,30 +1,12 @@
-// The coordinator's bounded state (declared in coordinator.h): the prompt log compacted into
-// snapshots of the live state, and finished sets retired after retention_s.
-//
-// A snapshot lists, per live set in submission order, its submission, its completed groups
-// (each prompt's one GroupResult, from the set's events), the latest failed attempt of each
-// prompt not completed (its count, reason and whether it failed: prompt_attempts.cc) and its
-// cancellation. Replaying it
-// rebuilds what replaying the whole log would, less the retired sets; leases are not durable
-// either way. Whoever adds durable state to Apply extends SnapshotLocked with it.
+// The coordinator's bounded, durable state (declared in coordinator.h): the prompt log
+// compacted into the prompt sets' snapshot (coordinator/prompt_sets_snapshot.cc), and finished
+// sets retired after retention_s together with their leases.
 #include <algorithm>
 #include <cstdio>
-#include <set>
 
 #include "coordinator/coordinator.h"
 
 namespace prl::coordinator {
-
-namespace {
-
-const std::string& SetIdOf(const prl::v1::LogRecord& record) {
-  if (record.has_submitted()) return record.submitted().prompt_set_id();
-  if (record.has_completed()) return record.completed().prompt_set_id();
-  if (record.has_failed_attempt()) return record.failed_attempt().prompt_set_id();
-  return record.cancelled();
-}
-
-}  // namespace
 
 void Coordinator::CompactIfDueLocked() {
   const PromptLogStats log = log_->stats();
@@ -32,7 +14,7 @@ void Coordinator::CompactIfDueLocked() {
       std::max({config_.compact_log_bytes, 2 * log.snapshot_bytes, compact_retry_bytes_})) {
     return;
   }
-  const absl::Status compacted = log_->Compact(SnapshotLocked());
+  const absl::Status compacted = log_->Compact(sets_.Snapshot());
   if (!compacted.ok()) {
     // The old log stays in use (Compact says so otherwise, and the next append fails).
     compact_retry_bytes_ = 2 * log.bytes;
@@ -44,97 +26,13 @@ void Coordinator::CompactIfDueLocked() {
   ++stats_.log_compactions;
 }
 
-std::vector<prl::v1::LogRecord> Coordinator::SnapshotLocked() const {
-  std::vector<prl::v1::LogRecord> out;
-  for (const std::string& id : order_) {
-    const PromptSet& set = sets_.at(id);
-    // A finished set's records carry its finishing time (the retention clock); a running
-    // set's completions are stamped by the log.
-    const auto finished = finished_at_.find(id);
-    const int64_t finished_ms =
-        finished == finished_at_.end() ? 0 : absl::ToUnixMillis(finished->second);
-    prl::v1::LogRecord& submitted = out.emplace_back();
-    *submitted.mutable_submitted() = set.submitted;
-    submitted.set_unix_ms(set.submitted.created_unix_ms());
-    for (const prl::v1::PromptSetEvent& event : set.events) {
-      if (!event.has_group()) continue;
-      // The group of a prompt the learner handed back (ReopenPrompts) no longer completes it.
-      const int64_t index = event.group().prompt_index();
-      if (index < 0 || index >= static_cast<int64_t>(set.prompts.size()) ||
-          set.prompts[index].state != PromptState::kDone) {
-        continue;
-      }
-      prl::v1::LogRecord& completed = out.emplace_back();
-      completed.mutable_completed()->set_prompt_set_id(id);
-      prl::v1::GroupResult* result = completed.mutable_completed()->mutable_result();
-      *result = event.group();
-      result->clear_texts();  // texts are for watchers only, never logged
-      result->clear_texts_dropped();
-      completed.set_unix_ms(finished_ms);
-    }
-    for (size_t i = 0; i < set.prompts.size(); ++i) {
-      const PromptEntry& p = set.prompts[i];
-      if ((p.attempts == 0 && p.stale_reruns == 0) || p.state == PromptState::kDone) continue;
-      prl::v1::LogRecord& attempt = out.emplace_back();
-      prl::v1::FailedAttempt* a = attempt.mutable_failed_attempt();
-      a->set_prompt_set_id(id);
-      a->set_prompt_index(static_cast<int64_t>(i));
-      a->set_attempts(p.attempts);
-      a->set_stale_reruns(p.stale_reruns);
-      a->set_reason(p.last_reason);
-      a->set_failed(p.state == PromptState::kFailed);
-      attempt.set_unix_ms(finished_ms);
-    }
-    if (set.state == prl::v1::PROMPT_SET_STATE_CANCELLED) {
-      prl::v1::LogRecord& cancelled = out.emplace_back();
-      cancelled.set_cancelled(id);
-      cancelled.set_unix_ms(finished_ms);
-    }
-  }
-  return out;
-}
-
 void Coordinator::RetireFinishedLocked(absl::Time now) {
-  if (config_.retention_s <= 0) return;
-  std::set<std::string> retired;
-  for (const auto& [id, set] : sets_) {
-    if (set.state == prl::v1::PROMPT_SET_STATE_RUNNING) continue;
-    const auto [since, inserted] = finished_at_.emplace(id, now);
-    if (now - since->second >= absl::Seconds(config_.retention_s)) retired.insert(id);
-  }
+  const std::vector<std::string> retired = sets_.Retire(now, config_.retention_s);
   if (retired.empty()) return;
-  auto is_retired = [&](const std::string& id) { return retired.count(id) > 0; };
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    it = is_retired(it->second.first) ? leases_.erase(it) : std::next(it);
-  }
-  for (auto it = idempotency_.begin(); it != idempotency_.end();) {
-    it = is_retired(it->second) ? idempotency_.erase(it) : std::next(it);
-  }
-  queue_.RemoveSets(is_retired);
-  order_.erase(std::remove_if(order_.begin(), order_.end(), is_retired), order_.end());
-  for (const std::string& id : retired) {
-    sets_.erase(id);
-    finished_at_.erase(id);
-    recently_retired_.push_back(id);
-    if (recently_retired_.size() > kRecentlyRetired) recently_retired_.pop_front();
-  }
-  stats_.sets_retired += static_cast<int64_t>(retired.size());
-  stats_.prompt_sets -= static_cast<int64_t>(retired.size());
+  leases_.EndSets([&](const std::string& id) {
+    return std::binary_search(retired.begin(), retired.end(), id);  // Retire returns them sorted
+  });
   changed_.notify_all();  // watchers of a retired set find it gone
-}
-
-void Coordinator::RecoverFinishTimesLocked(const std::vector<prl::v1::LogRecord>& records) {
-  std::map<std::string, int64_t> last_ms;
-  for (const prl::v1::LogRecord& record : records) {
-    int64_t& ms = last_ms[SetIdOf(record)];
-    ms = std::max(ms, record.unix_ms());
-  }
-  const absl::Time now = absl::Now();
-  for (const auto& [id, set] : sets_) {
-    if (set.state == prl::v1::PROMPT_SET_STATE_RUNNING) continue;
-    const int64_t ms = last_ms[id];
-    finished_at_[id] = ms > 0 ? absl::FromUnixMillis(ms) : now;  // older logs: from now
-  }
 }
 
 }  // namespace prl::coordinator

@@ -46,16 +46,14 @@ std::string Coordinator::ActorName(const std::string& actor_id) const {
 absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
     const prl::v1::ReleaseRequest& request) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto lease = leases_.find(request.lease_id());
-  if (lease == leases_.end() ||
-      sets_[lease->second.first].prompts[lease->second.second].actor_id != request.actor_id()) {
+  const LeaseTable::Lease* lease = leases_.Find(request.lease_id());
+  if (lease == nullptr || lease->actor_id != request.actor_id()) {
     ++stats_.rejected_releases;
     return absl::FailedPreconditionError(absl::StrCat(
         "lease '", request.lease_id(), "' is not held by actor '", request.actor_id(),
         "' (it expired, was completed or belongs to another actor): nothing is released"));
   }
-  const auto [set_id, index] = lease->second;
-  PromptSet& set = sets_[set_id];
+  const PromptRef prompt = lease->prompt;
   std::string reason = absl::StrCat("released by actor ", ActorName(request.actor_id()), ": ",
                                     ReasonName(request.reason()));
   if (!request.detail().empty()) {
@@ -66,9 +64,10 @@ absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
     }
   }
   ++stats_.leases_released;
-  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, FailAttemptLocked(set, index, reason));
+  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, FailAttemptLocked(prompt, reason));
   prl::v1::ReleaseResponse response;
-  response.set_prompt_failed(set.prompts[index].state == PromptState::kFailed);
+  response.set_prompt_failed(sets_.FindPrompt(prompt.set_id, prompt.index)->state ==
+                             PromptState::kFailed);
   lock.unlock();
   PRL_RETURN_IF_ERROR(log_->WaitDurable(ticket));
   return response;
@@ -80,29 +79,25 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
   prl::v1::ReopenPromptsResponse response;
   absl::StatusOr<uint64_t> ticket = uint64_t{0};
   for (const prl::v1::ReopenPromptsRequest::Prompt& r : request.prompts()) {
-    auto it = sets_.find(r.prompt_set_id());
-    if (it == sets_.end() || r.prompt_index() < 0 ||
-        r.prompt_index() >= static_cast<int64_t>(it->second.prompts.size())) {
-      continue;
-    }
-    PromptSet& set = it->second;
-    const PromptEntry& p = set.prompts[r.prompt_index()];
+    const PromptSets::Set* set = sets_.Find(r.prompt_set_id());
+    const PromptSets::Prompt* p = sets_.FindPrompt(r.prompt_set_id(), r.prompt_index());
+    if (p == nullptr) continue;
     const std::string reason =
         absl::StrCat("handed back by the learner: ", r.reason().substr(0, kMaxDetailBytes));
     // Pending prompts run anyway, failed ones stay failed. A leased one: its group reached the
     // learner before the completion reached us (or another attempt is running); the lease
     // ends as a failed attempt, so a late Complete is refused and the prompt runs again.
-    if (set.state == prl::v1::PROMPT_SET_STATE_CANCELLED ||
-        (p.state != PromptState::kLeased && p.state != PromptState::kDone)) {
+    if (set->state == prl::v1::PROMPT_SET_STATE_CANCELLED ||
+        (p->state != PromptState::kLeased && p->state != PromptState::kDone)) {
       continue;
     }
-    const bool completed = p.state == PromptState::kDone;
-    ticket = HandBackLocked(set, r.prompt_index(), reason);
+    const bool completed = p->state == PromptState::kDone;
+    ticket = HandBackLocked({r.prompt_set_id(), r.prompt_index()}, reason);
     PRL_RETURN_IF_ERROR(ticket.status());
     // A completed prompt's group is out of the learner's backlog now: the lag budget frees its
     // place at once (a restarted learner that hands back stale groups before its first report
     // is not stuck behind a full budget).
-    if (completed) budget_->ForgetCompletion(stats_.groups_completed);
+    if (completed) budget_->ForgetCompletion(sets_.counts().groups_completed);
     response.set_reopened(response.reopened() + 1);
   }
   lock.unlock();
@@ -126,22 +121,22 @@ prl::v1::LogRecord AttemptRecord(const std::string& set_id, int64_t index, int32
 
 }  // namespace
 
-absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(PromptSet& set, int64_t index,
+absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(const PromptRef& prompt,
                                                         const std::string& reason) {
-  const PromptEntry& p = set.prompts[index];
+  const PromptSets::Prompt& p = *sets_.FindPrompt(prompt.set_id, prompt.index);
   prl::v1::LogRecord record =
-      AttemptRecord(set.submitted.prompt_set_id(), index, p.attempts + 1, p.stale_reruns);
+      AttemptRecord(prompt.set_id, prompt.index, p.attempts + 1, p.stale_reruns);
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
   attempt->set_reason(reason);
   attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
   return LogAttemptLocked(record);
 }
 
-absl::StatusOr<uint64_t> Coordinator::HandBackLocked(PromptSet& set, int64_t index,
+absl::StatusOr<uint64_t> Coordinator::HandBackLocked(const PromptRef& prompt,
                                                      const std::string& reason) {
-  const PromptEntry& p = set.prompts[index];
+  const PromptSets::Prompt& p = *sets_.FindPrompt(prompt.set_id, prompt.index);
   prl::v1::LogRecord record =
-      AttemptRecord(set.submitted.prompt_set_id(), index, p.attempts, p.stale_reruns + 1);
+      AttemptRecord(prompt.set_id, prompt.index, p.attempts, p.stale_reruns + 1);
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
   attempt->set_failed(p.stale_reruns + 1 >= config_.max_stale_reruns);
   attempt->set_reason(
@@ -159,7 +154,7 @@ absl::StatusOr<uint64_t> Coordinator::LogAttemptLocked(const prl::v1::LogRecord&
   // Applied even if the log refuses it: the lease has ended either way (and a log that refuses
   // records refuses every later one: the coordinator must restart).
   absl::StatusOr<uint64_t> ticket = log_->Write(record);
-  ApplyFailedAttempt(record.failed_attempt());
+  Apply(record);
   CompactIfDueLocked();
   return ticket;
 }
@@ -174,57 +169,7 @@ absl::Status Coordinator::AwaitLogged(const absl::StatusOr<uint64_t>& ticket) {
   return durable;
 }
 
-void Coordinator::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
-  auto it = sets_.find(attempt.prompt_set_id());
-  if (it == sets_.end() || attempt.prompt_index() < 0 ||
-      attempt.prompt_index() >= static_cast<int64_t>(it->second.prompts.size())) {
-    return;
-  }
-  PromptSet& set = it->second;
-  const int64_t index = attempt.prompt_index();
-  PromptEntry& p = set.prompts[index];
-  if (p.state == PromptState::kDone && attempt.reopened()) {  // un-completed, re-run soon
-    p.state = PromptState::kPending;
-    --set.done;
-    ++set.pending;
-    queue_.AddRerun(set.submitted.prompt_set_id(), index);
-    if (set.state == prl::v1::PROMPT_SET_STATE_DONE) set.state = prl::v1::PROMPT_SET_STATE_RUNNING;
-    ++stats_.prompts_reopened;
-  }
-  if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return;
-  // Live: the lease ends and the prompt is pending again (re-queued at the front). Replay: it
-  // is pending already, and in the queue from its submission.
-  if (p.state == PromptState::kLeased) Requeue(set, index);
-  p.attempts = attempt.attempts();
-  p.stale_reruns = attempt.stale_reruns();
-  p.last_reason = attempt.reason();
-  if (attempt.failed()) {
-    p.state = PromptState::kFailed;  // its queue entry is skipped when reached
-    --set.pending;
-    ++set.failed;
-    ++stats_.prompts_failed;
-    prl::v1::FailedPrompt failed;
-    failed.set_prompt_index(index);
-    failed.set_attempts(p.attempts);
-    failed.set_stale_reruns(p.stale_reruns);
-    failed.set_reason(p.last_reason);
-    if (set.first_failed.size() < kMaxFailedListed) set.first_failed.push_back(failed);
-    *set.events.emplace_back().mutable_failed() = failed;
-    FinishIfSettled(set);
-    *set.events.emplace_back().mutable_status() = StatusOf(set);
-  }
-  changed_.notify_all();
-}
-
-void Coordinator::FinishIfSettled(PromptSet& set) {
-  if (set.state == prl::v1::PROMPT_SET_STATE_RUNNING &&
-      set.done + set.failed == static_cast<int64_t>(set.prompts.size())) {
-    set.state = prl::v1::PROMPT_SET_STATE_DONE;
-  }
-}
-
-std::string Coordinator::CapacityMessage(const PromptSet& set) const {
-  if (set.state != prl::v1::PROMPT_SET_STATE_RUNNING || set.pending == 0) return "";
+std::string Coordinator::WaitNote(const PromptSets::Set& set) const {
   // Live actors only: one that stopped heartbeating leases nothing. Called for every status a
   // completion adds: the capacities are pointed to, not copied.
   return NoActorFits(actors_.LiveCapacities(absl::Now()), GroupShape{set.samples, set.max_tokens});

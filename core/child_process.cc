@@ -68,6 +68,22 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildSpec& spec) {
   return ChildProcess(spec, pid, out[0]);
 }
 
+absl::StatusOr<ChildProcess> ChildProcess::Fork(const std::string& name,
+                                                const std::function<int()>& body) {
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork for ", name, ": ", std::strerror(errno)));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // as Start: never outlives its parent
+    if (::getppid() != parent) ::_exit(127);
+    ::_exit(body());
+  }
+  ChildSpec spec;
+  spec.name = name;
+  spec.own_process_group = false;
+  return ChildProcess(std::move(spec), pid, -1);
+}
+
 std::string ChildProcess::ReadStdout() {
   std::string text;
   if (stdout_fd_ < 0) return text;

@@ -1,8 +1,9 @@
-// ChildProcess: the one way prl starts another program: the roles of `prl run` (stdout and
+// ChildProcess: the one way prl starts another process: the roles of `prl run` (stdout and
 // stderr appended to a log file, each in its own process group, so that a terminal's Ctrl-C
 // reaches prl run only), the ranks of a local learner launch (output inherited, in the
-// launcher's process group, so that killing the group kills them all), and the PyTorch
-// baselines of the benchmarks (stdout captured). Every child is killed by the kernel if its
+// launcher's process group, so that killing the group kills them all), the PyTorch
+// baselines of the benchmarks (stdout captured), and the writer and reader processes of
+// `prl bench replay` (Fork: a function of this program run in a child, no exec). Every child is killed by the kernel if its
 // parent dies (PR_SET_PDEATHSIG): nothing outlives its supervisor.
 //
 // Thread-safety: a ChildProcess is used from one thread.
@@ -10,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,6 +36,10 @@ struct ChildSpec {
 class ChildProcess {
  public:
   static absl::StatusOr<ChildProcess> Start(const ChildSpec& spec);
+  // Runs `body` in a forked child (in this process group, output inherited) that exits with
+  // its return value. The child must not rely on threads of the parent (only the forking
+  // thread exists in it): call before starting any, or keep the body to plain system calls.
+  static absl::StatusOr<ChildProcess> Fork(const std::string& name, const std::function<int()>& body);
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;

@@ -202,6 +202,8 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
     seq->sample_index = j;
     seq->tokens = prompt;
     seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
+    seq->turn_start = seq->num_prompt_tokens;
+    seq->turn_max_tokens = params.max_tokens;
     request->samples.push_back(std::move(seq));
   }
   request->forked = params.n == 1;
@@ -316,7 +318,7 @@ void Engine::AfterSwap(std::chrono::steady_clock::time_point start) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.weight_swaps;
   blocks_.ClearPrefixCache();  // cached K/V belong to the old weights
-  if (options_.recompute_kv_on_swap) scheduler_.PreemptAll();
+  if (options_.recompute_kv_on_swap) scheduler_.PreemptAll();  // paused samples included
 }
 
 absl::Status Engine::Step() {
@@ -432,14 +434,21 @@ void Engine::Append(Sequence& seq, int32_t token, float logprob) {
   seq.versions.push_back(version_);
   ++stats_.generated_tokens;
   const SamplingParams& p = seq.request->params;
+  if (p.multi_turn) seq.sources.push_back(0);
+  FinishReason reason = FinishReason::kNone;
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
       p.stop_token_ids.end()) {
-    seq.finish_reason = FinishReason::kStop;
-  } else if (seq.num_completion_tokens() >= p.max_tokens) {
-    seq.finish_reason = FinishReason::kLength;
+    reason = FinishReason::kStop;
+  } else if (static_cast<int64_t>(seq.tokens.size()) - seq.turn_start >= seq.turn_max_tokens) {
+    reason = FinishReason::kLength;  // (single-turn: turn_start is the prompt's end)
   } else {
     return;
   }
+  if (p.multi_turn) {
+    turns_.push_back(PauseTurn(seq, reason));
+    return;
+  }
+  seq.finish_reason = reason;
   scheduler_.Finish(&seq);
   ++seq.request->num_finished;
 }
@@ -456,6 +465,7 @@ void Engine::FinishRequestIfDone(Request& r) {
     o.tokens.assign(s->tokens.begin() + s->num_prompt_tokens, s->tokens.end());
     o.logprobs = s->logprobs;
     o.versions = s->versions;
+    o.sources = s->sources;
     o.finish_reason = s->finish_reason;
     out.samples.push_back(std::move(o));
   }
@@ -478,6 +488,8 @@ EngineStats Engine::Stats() const {
   s.prefix_cache_hit_tokens = scheduler_.prefix_cache_hit_tokens();
   s.weight_version = version_;
   s.unfinished_requests = static_cast<int64_t>(requests_.size());
+  s.paused_samples = scheduler_.num_paused();
+  s.paused_evictions = scheduler_.paused_evictions();
   const GraphStats& g = runner_.graph_stats();
   s.graph_captures = g.captures;
   s.graph_capture_seconds = g.capture_seconds;

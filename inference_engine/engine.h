@@ -18,6 +18,14 @@
 // the one copy before it runs. Running sequences keep their KV cache across a swap by default;
 // tokens sampled after it carry the new version (Stats().weight_version is the one in use).
 //
+// Multi-turn requests (SamplingParams::multi_turn, agentic episodes; inference_engine/
+// engine_turns.cc): a sample whose turn ends is paused with its KV cache and reported by
+// TakeTurns; the caller appends the environment's reply with Continue (only the new tokens and
+// what the pool had to take back are computed; the reply's tokens are part of the completion,
+// source 1, log-prob 0, the version of the token before them) or ends the episode with
+// FinishSample. Weight swaps happen within and between turns; every sampled token keeps the
+// version that produced it.
+//
 // Thread-safety: SwapWeights may be called from any thread; everything else from one thread.
 #pragma once
 
@@ -82,7 +90,18 @@ struct SampleOutput {
   std::vector<int32_t> tokens;    // completion only
   std::vector<float> logprobs;    // behaviour log-prob per completion token
   std::vector<int64_t> versions;  // weight version per completion token
+  // Multi-turn: per completion token, 0 the model sampled it, 1 an environment's (Continue).
+  std::vector<uint8_t> sources;
   FinishReason finish_reason = FinishReason::kNone;
+};
+
+// A multi-turn sample's turn that ended; the sample is paused until Continue or FinishSample.
+struct TurnOutput {
+  uint64_t request_id = 0;
+  int32_t sample_index = 0;
+  std::vector<int32_t> tokens;  // the turn's sampled tokens (a stop token included)
+  // kStop: a stop token (or EndTurn); kLength: the turn's max_tokens.
+  FinishReason reason = FinishReason::kNone;
 };
 
 struct RequestOutput {
@@ -111,6 +130,12 @@ struct EngineStats {
   int64_t graph_replays = 0;  // decode steps run as a CUDA graph
   int64_t eager_steps = 0;
   int64_t unfinished_requests = 0;
+  // Multi-turn: turns continued, the context tokens they had computed before their pause (all
+  // before the reply but the last sampled one), and how many of those the KV cache still held
+  // (the rest was computed again: its blocks were taken back while the sample was paused). Paused samples now, and pauses whose blocks
+  // the pool took back.
+  int64_t turns_continued = 0, turn_context_tokens = 0, turn_kept_tokens = 0;
+  int64_t paused_samples = 0, paused_evictions = 0;
 };
 
 class Engine {
@@ -130,6 +155,22 @@ class Engine {
   absl::Status Step();
   // Requests whose samples have all finished since the last call.
   std::vector<RequestOutput> TakeFinished();
+
+  // ---- Multi-turn (engine_turns.cc); errors name the request, sample and what is wrong ----
+  // Turns that ended in the Steps since the last call (their samples are paused).
+  std::vector<TurnOutput> TakeTurns();
+  // Ends a running sample's turn now (the caller saw a stop string in its text): it is paused
+  // as if its last token had been a stop token. Returns the turn.
+  absl::StatusOr<TurnOutput> EndTurn(uint64_t request_id, int32_t sample_index);
+  // Appends `tokens` (the environment's reply, rendered) to a paused sample and starts its next
+  // turn of at most max_tokens. OutOfRange when the sequence would outgrow
+  // max_sequence_tokens() (the caller ends the episode as truncated instead).
+  absl::Status Continue(uint64_t request_id, int32_t sample_index,
+                        absl::Span<const int32_t> tokens, int32_t max_tokens);
+  // Ends a paused sample's episode; the request is reported by TakeFinished once all its
+  // samples ended.
+  absl::Status FinishSample(uint64_t request_id, int32_t sample_index);
+  // ---- end ----
   bool HasUnfinishedRequests() const { return !requests_.empty(); }
 
   // Stages new weights (same shapes) for the next Step; thread-safe and non-blocking. A later
@@ -158,6 +199,10 @@ class Engine {
   absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
   void Append(Sequence& seq, int32_t token, float logprob);
   void FinishRequestIfDone(Request& request);
+  // Multi-turn (engine_turns.cc): the sample of a request, or an error naming them.
+  absl::StatusOr<Sequence*> FindSample(uint64_t request_id, int32_t sample_index);
+  // Pauses a sample whose turn ended for `reason` and returns the turn.
+  TurnOutput PauseTurn(Sequence& seq, FinishReason reason);
 
   ModelConfig config_;
   EngineOptions options_;
@@ -184,6 +229,7 @@ class Engine {
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> finished_;
+  std::vector<TurnOutput> turns_;  // multi-turn: ended since TakeTurns
   EngineStats stats_;
 };
 

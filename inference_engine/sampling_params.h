@@ -18,6 +18,11 @@ struct SamplingParams {
   // completion (the policy chose to stop, and the learner trains on that choice).
   std::vector<int32_t> stop_token_ids;
   uint64_t seed = 0;  // with the sample index and position, fixes every draw
+  // Agentic episodes (Engine::TakeTurns): a sample whose turn ends (a stop token, max_tokens,
+  // Engine::EndTurn) is paused with its KV cache instead of finished, to go on with the
+  // environment's reply (Engine::Continue) or be finished (Engine::FinishSample). max_tokens
+  // is then the first turn's budget.
+  bool multi_turn = false;
 };
 
 // Errors name the field and the expected and found values.

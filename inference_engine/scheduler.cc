@@ -88,6 +88,7 @@ SchedulerOutput Scheduler::Schedule() {
     if (n <= 0) continue;
     bool scheduled = true;
     while (!EnsureBlocks(*seq, n, out.block_copies)) {
+      if (EvictPaused()) continue;  // a paused sequence's blocks before a running one's
       Sequence* victim = running_.back();
       Preempt(victim);
       if (victim == seq) {
@@ -104,16 +105,18 @@ SchedulerOutput Scheduler::Schedule() {
     Sequence* seq = waiting_.front();
     const int32_t slots = SlotsFor(*seq);
     if (used_slots_ + slots > config_.max_num_seqs) break;
-    if (seq->num_computed_tokens == 0 && seq->block_table.empty()) {
-      ApplyPrefixCache(*seq);
-    }
+    // A new or preempted sequence looks up the prefix cache; a resumed one brings its blocks.
+    const bool cache_lookup = seq->num_computed_tokens == 0 && seq->block_table.empty();
+    if (cache_lookup) ApplyPrefixCache(*seq);
     const int64_t n = std::min<int64_t>(
         static_cast<int64_t>(seq->tokens.size()) - seq->num_computed_tokens, budget);
-    if (!EnsureBlocks(*seq, n, out.block_copies)) {
-      ReleaseBlocks(*seq);  // undo the prefix-cache hits; retry in a later step
+    bool fits = EnsureBlocks(*seq, n, out.block_copies);
+    while (!fits && EvictPaused()) fits = EnsureBlocks(*seq, n, out.block_copies);
+    if (!fits) {
+      if (cache_lookup) ReleaseBlocks(*seq);  // undo the prefix-cache hits; retry later
       break;
     }
-    prefix_cache_hit_tokens_ += seq->num_computed_tokens;
+    if (cache_lookup) prefix_cache_hit_tokens_ += seq->num_computed_tokens;
     waiting_.pop_front();
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);
@@ -156,6 +159,36 @@ void Scheduler::Fork(Request* request) {
   }
 }
 
+bool Scheduler::EvictPaused() {
+  for (Sequence* seq : paused_) {
+    if (seq->block_table.empty()) continue;
+    ReleaseBlocks(*seq);
+    ++paused_evictions_;
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::Pause(Sequence* seq) {
+  if (seq->status == SequenceStatus::kRunning) {
+    auto it = std::find(running_.begin(), running_.end(), seq);
+    PRL_CHECK(it != running_.end(), "running sequence missing from the running list");
+    running_.erase(it);
+    used_slots_ -= SlotsFor(*seq);
+  } else if (seq->status == SequenceStatus::kWaiting) {
+    auto it = std::find(waiting_.begin(), waiting_.end(), seq);
+    if (it != waiting_.end()) waiting_.erase(it);
+  }
+  seq->status = SequenceStatus::kPaused;
+  paused_.push_back(seq);
+}
+
+void Scheduler::Resume(Sequence* seq) {
+  PRL_CHECK(seq->status == SequenceStatus::kPaused, "resuming a sequence that is not paused");
+  paused_.erase(std::find(paused_.begin(), paused_.end(), seq));
+  AddWaiting(seq);
+}
+
 void Scheduler::Finish(Sequence* seq) {
   Remove(seq);
   seq->status = SequenceStatus::kFinished;
@@ -170,12 +203,16 @@ void Scheduler::Remove(Sequence* seq) {
   } else if (seq->status == SequenceStatus::kWaiting) {
     auto it = std::find(waiting_.begin(), waiting_.end(), seq);
     if (it != waiting_.end()) waiting_.erase(it);  // unforked followers are in no queue
+  } else if (seq->status == SequenceStatus::kPaused) {
+    paused_.erase(std::find(paused_.begin(), paused_.end(), seq));
   }
   ReleaseBlocks(*seq);
 }
 
 void Scheduler::PreemptAll() {
   while (!running_.empty()) Preempt(running_.back());
+  while (EvictPaused()) {
+  }
 }
 
 }  // namespace prl

@@ -57,15 +57,25 @@ class Scheduler {
   void Fork(Request* request);
   // A sequence ended (stop, length): its blocks are released.
   void Finish(Sequence* seq);
+  // A multi-turn sequence's turn ended: it leaves the queues and keeps its blocks; when blocks
+  // run short, paused sequences give theirs back (oldest pause first) before any running
+  // sequence is preempted, and recompute when they go on.
+  void Pause(Sequence* seq);
+  // A paused sequence goes on (new tokens appended): it waits to be admitted again, computing
+  // only what its kept blocks do not hold.
+  void Resume(Sequence* seq);
   // Removes an unfinished sequence from the queues, releasing what it holds.
   void Remove(Sequence* seq);
-  // Every running sequence back to waiting, to be recomputed (e.g. under new weights).
+  // Every running sequence back to waiting and every paused one without its blocks, to be
+  // recomputed (e.g. under new weights).
   void PreemptAll();
 
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t prefix_cache_hit_tokens() const { return prefix_cache_hit_tokens_; }
+  int64_t num_paused() const { return static_cast<int64_t>(paused_.size()); }
+  int64_t paused_evictions() const { return paused_evictions_; }  // paused sequences' blocks taken
   int32_t used_slots() const { return used_slots_; }
 
  private:
@@ -79,11 +89,15 @@ class Scheduler {
   void ApplyPrefixCache(Sequence& seq);
   void ReleaseBlocks(Sequence& seq);
   void Preempt(Sequence* seq);
+  // Releases the blocks of the paused sequence paused longest ago that holds any; false if none.
+  bool EvictPaused();
 
   SchedulerConfig config_;
   BlockManager* blocks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
+  std::deque<Sequence*> paused_;    // in pause order
+  int64_t paused_evictions_ = 0;
   int32_t used_slots_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t prefix_cache_hit_tokens_ = 0;

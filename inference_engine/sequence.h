@@ -14,7 +14,9 @@
 
 namespace prl {
 
-enum class SequenceStatus { kWaiting, kRunning, kFinished };
+// kPaused: a multi-turn sample between turns, in no queue; it keeps its KV blocks unless the
+// scheduler needs them (then it recomputes when it goes on).
+enum class SequenceStatus { kWaiting, kRunning, kPaused, kFinished };
 enum class FinishReason { kNone, kLength, kStop, kAbort };
 
 const char* FinishReasonName(FinishReason reason);  // "length", "stop", "abort"
@@ -35,6 +37,11 @@ struct Sequence {
   // Hash of the last full block registered in the prefix cache (chain state).
   uint64_t last_block_hash = 0;
   int64_t num_hashed_blocks = 0;
+  // Multi-turn (SamplingParams::multi_turn): where the current model turn starts in tokens,
+  // its token budget, and each completion token's source (0 the model's, 1 an environment's).
+  int64_t turn_start = 0;
+  int32_t turn_max_tokens = 0;
+  std::vector<uint8_t> sources;
 
   int64_t num_completion_tokens() const {
     return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;

@@ -3,82 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "learner/checkpoint.h"
+#include "learner/step_samples.h"
 #include "weight_broadcast/versioning.h"
 
 namespace prl::learner {
 
 namespace {
-
-// The step's samples as bytes, for the broadcast from rank 0: a count (-1: stop), then per
-// sample its arrays (length-prefixed) and advantage.
-class Bytes {
- public:
-  template <typename T>
-  void Put(const T& v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    data.insert(data.end(), p, p + sizeof(T));
-  }
-  template <typename T>
-  void PutVector(const std::vector<T>& v) {
-    Put<int64_t>(static_cast<int64_t>(v.size()));
-    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
-    data.insert(data.end(), p, p + v.size() * sizeof(T));
-  }
-  template <typename T>
-  T Get() {
-    T v;
-    std::memcpy(&v, data.data() + at, sizeof(T));
-    at += sizeof(T);
-    return v;
-  }
-  template <typename T>
-  std::vector<T> GetVector() {
-    const auto n = static_cast<size_t>(Get<int64_t>());
-    std::vector<T> v(n);
-    std::memcpy(v.data(), data.data() + at, n * sizeof(T));
-    at += n * sizeof(T);
-    return v;
-  }
-  std::vector<uint8_t> data;
-  size_t at = 0;
-};
-
-std::vector<uint8_t> Encode(const std::vector<TrainSample>* samples) {
-  Bytes b;
-  b.Put<int64_t>(samples == nullptr ? -1 : static_cast<int64_t>(samples->size()));
-  if (samples == nullptr) return b.data;
-  for (const TrainSample& s : *samples) {
-    b.PutVector(s.prompt);
-    b.PutVector(s.completion);
-    b.PutVector(s.behaviour_logprobs);
-    b.PutVector(s.versions);
-    b.Put(s.advantage);
-  }
-  return b.data;
-}
-
-// nullopt: the stop signal.
-std::optional<std::vector<TrainSample>> Decode(std::vector<uint8_t> data) {
-  Bytes b;
-  b.data = std::move(data);
-  const int64_t n = b.Get<int64_t>();
-  if (n < 0) return std::nullopt;
-  std::vector<TrainSample> samples(static_cast<size_t>(n));
-  for (TrainSample& s : samples) {
-    s.prompt = b.GetVector<int32_t>();
-    s.completion = b.GetVector<int32_t>();
-    s.behaviour_logprobs = b.GetVector<float>();
-    s.versions = b.GetVector<int64_t>();
-    s.advantage = b.Get<double>();
-    s.has_advantage = true;
-  }
-  return samples;
-}
 
 // Rank 0's per-sample lags (learner version minus the oldest and the mean token version) and
 // the completion tokens of the samples trained on.
@@ -86,18 +19,20 @@ void AddSampleLags(absl::Span<const TrainSample> samples, int64_t learner_versio
                    LearnerStepReport* out) {
   const double version = static_cast<double>(learner_version);
   for (const TrainSample& sample : samples) {
-    out->report.completion_tokens += static_cast<int64_t>(sample.completion.size());
-    out->report.completion_tokens_max =
-        std::max(out->report.completion_tokens_max, static_cast<int64_t>(sample.completion.size()));
-    if (sample.versions.empty()) continue;
-    int64_t oldest = sample.versions[0];
+    const int64_t trained = sample.trained_tokens();  // not an episode's environment tokens
+    out->report.completion_tokens += trained;
+    out->report.completion_tokens_max = std::max(out->report.completion_tokens_max, trained);
+    int64_t oldest = INT64_MAX, count = 0;
     double sum = 0;
-    for (int64_t v : sample.versions) {
-      oldest = std::min(oldest, v);
-      sum += static_cast<double>(v);
+    for (size_t t = 0; t < sample.versions.size(); ++t) {
+      if (!sample.trained(t)) continue;
+      oldest = std::min(oldest, sample.versions[t]);
+      sum += static_cast<double>(sample.versions[t]);
+      ++count;
     }
+    if (count == 0) continue;
     out->sample_max_lags.push_back(version - static_cast<double>(oldest));
-    out->sample_mean_lags.push_back(version - sum / static_cast<double>(sample.versions.size()));
+    out->sample_mean_lags.push_back(version - sum / static_cast<double>(count));
   }
 }
 
@@ -118,12 +53,20 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
         CheckpointPolicy policy = options.checkpoint;
         policy.last_step = options.max_steps;
         return policy;
-      }()),
-      quarantine_(ModelLimits{model->config().vocab_size, model->config().max_position_embeddings},
-                  options.dead_letter_path, "learner") {
-  if (replay != nullptr && options.reopen_stale) {
-    hand_back_.emplace(replay, options.reopen_stale, options.reopen_retry);
-  }
+      }()) {
+  if (replay == nullptr) return;  // ranks other than 0
+  IntakeOptions intake;
+  intake.groups_per_step = options.groups_per_step;
+  intake.take_timeout = options.take_timeout;
+  intake.advantages = options.advantages;
+  intake.retired_prompt_sets = options.retired_prompt_sets;
+  intake.admission.max_lag = options.max_lag;
+  intake.admission.dead_letter_path = options.dead_letter_path;
+  intake.admission.reopen = options.reopen_stale;
+  intake.admission.reopen_retry = options.reopen_retry;
+  intake_.emplace(
+      ModelLimits{model->config().vocab_size, model->config().max_position_embeddings}, replay,
+      std::move(intake));
 }
 
 absl::Status LearnerService::Publish() {
@@ -137,105 +80,6 @@ absl::Status LearnerService::Publish() {
   return publisher_->Publish(state_.weight_version, *full_);
 }
 
-absl::StatusOr<std::vector<TrainSample>> LearnerService::NextSamples(
-    const std::atomic<bool>* stop, std::vector<LeasedGroup>* leased, StepReport* report) {
-  std::vector<TrainSample> samples;
-  double reward_sum = 0;
-  while (static_cast<int64_t>(leased->size()) < options_.groups_per_step && !stop->load()) {
-    if (hand_back_.has_value()) hand_back_->Offer();
-    TakeOptions take;
-    take.max_groups = static_cast<int32_t>(options_.groups_per_step - leased->size());
-    take.learner_version = state_.weight_version;
-    // With the coordinator to hand them back to, stale groups come here (Admit) rather than
-    // being dropped by the buffer.
-    take.max_lag = options_.reopen_stale ? INT64_MAX : options_.max_lag;
-    take.timeout = options_.take_timeout;
-    take.reclaim_first = !took_since_resume_;  // what a dead predecessor held comes first
-    took_since_resume_ = true;
-    PRL_ASSIGN_OR_RETURN(std::vector<LeasedGroup> groups, replay_->Take(take));
-    for (LeasedGroup& g : groups) {
-      if (replayed_keys_.erase(g.group_key) > 0) {
-        // Journaled and trained by the learner this one replaced, which died before its Ack.
-        replay_->Ack(g).IgnoreError();
-        continue;
-      }
-      // Quarantine: a group the model cannot take is dead-lettered, never trained; its prompt
-      // is handed back to be generated again (the coordinator counts the attempt and fails
-      // the prompt visibly after its last), as a stale group's is.
-      std::optional<Quarantine::RefusedPrompt> refused;
-      std::optional<std::vector<RolloutRecord>> admitted =
-          quarantine_.Admit(g, state_.weight_version, &refused);
-      if (!admitted.has_value()) {
-        if (refused.has_value() && hand_back_.has_value()) {
-          hand_back_->Hold(g,
-                           StalePrompt{refused->prompt_set_id, refused->prompt_index,
-                                       absl::StrCat("quarantined: ", refused->problem)},
-                           /*quarantined=*/true);
-        } else {
-          replay_->Ack(g).IgnoreError();  // a lost lease brings it back, to be refused again
-        }
-        continue;
-      }
-      std::vector<RolloutRecord> records = std::move(*admitted);
-      if (!Admit(g, records)) continue;
-      std::vector<double> rewards;
-      std::vector<std::string> ids(records.size(), "g");
-      for (const RolloutRecord& r : records) rewards.push_back(r.reward);
-      PRL_ASSIGN_OR_RETURN(const Advantages adv,
-                           GroupAdvantages(rewards, ids, options_.advantages));
-      for (size_t i = 0; i < records.size(); ++i) {
-        RolloutRecord& r = records[i];
-        reward_sum += r.reward;
-        ++report->samples;
-        if (!adv.kept[i] || r.completion_tokens.empty()) continue;
-        TrainSample s;
-        s.prompt = std::move(r.prompt_tokens);
-        s.completion = std::move(r.completion_tokens);
-        s.behaviour_logprobs = std::move(r.behaviour_logprobs);
-        s.versions = std::move(r.token_versions);
-        s.advantage = adv.advantage[i];
-        s.has_advantage = true;
-        samples.push_back(std::move(s));
-      }
-      leased->push_back(std::move(g));
-    }
-  }
-  if (hand_back_.has_value()) hand_back_->Offer();  // what this step's takes held back
-  report->groups = static_cast<int64_t>(leased->size());
-  report->mean_reward = report->samples > 0 ? reward_sum / report->samples : 0.0;
-  return samples;
-}
-
-bool LearnerService::Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records) {
-  const std::string key =
-      records.empty() ? "" : PromptLedger::Key(records[0].prompt_set_id, records[0].prompt_index);
-  const bool in_step = !key.empty() && std::find(step_prompts_.begin(), step_prompts_.end(), key) !=
-                                           step_prompts_.end();
-  if (!key.empty() && (ledger_.Contains(key) || in_step)) {
-    replay_->Ack(group).IgnoreError();  // a second group of a trained prompt: never trained
-    ++duplicate_groups_;
-    return false;
-  }
-  const int64_t lag = state_.weight_version - group.min_version;
-  if (hand_back_.has_value() && lag > options_.max_lag) {
-    if (key.empty()) {  // no prompt to hand back: dropped, as the buffer would have
-      replay_->Ack(group).IgnoreError();
-      ++stale_dropped_;
-      return false;
-    }
-    hand_back_->Hold(
-        group,
-        StalePrompt{records[0].prompt_set_id, records[0].prompt_index,
-                    absl::StrCat("stale: generated from weight version ", group.min_version, ", ",
-                                 lag, " versions behind the learner's ", state_.weight_version,
-                                 " (learner.max_lag ", options_.max_lag, ")")},
-        /*quarantined=*/false);
-    return false;
-  }
-  if (!key.empty()) step_prompts_.push_back(key);
-  return true;
-}
-
 absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSamples(
     std::vector<uint8_t> bytes) {
   int64_t size = static_cast<int64_t>(bytes.size());
@@ -244,7 +88,7 @@ absl::StatusOr<std::optional<std::vector<TrainSample>>> LearnerService::ShareSam
     bytes.resize(static_cast<size_t>(size));
     return c.BroadcastHost(absl::MakeSpan(bytes), 0);
   }));
-  return Decode(std::move(bytes));
+  return DecodeStepSamples(bytes);
 }
 
 absl::Status LearnerService::Resume() {
@@ -260,24 +104,9 @@ absl::Status LearnerService::Resume() {
     }
   }
   int64_t replay_steps = 0;
-  if (rank0 && !checkpointer_.policy().dir.empty()) {
-    PRL_ASSIGN_OR_RETURN(journal_, StepJournal::Open(checkpointer_.policy().dir + "/journal"));
-    PRL_ASSIGN_OR_RETURN(to_replay_, journal_->StepsAfter(state_.step));
-    replay_steps = static_cast<int64_t>(to_replay_.size());
-    if (resumed.has_value()) {
-      PRL_ASSIGN_OR_RETURN(
-          ledger_, PromptLedger::Read(CheckpointStepDir(checkpointer_.policy().dir, state_.step) +
-                                      "/" + PromptLedger::kFileName));
-    }
-    for (const JournaledStep& j : to_replay_) {
-      replayed_keys_.insert(j.group_keys.begin(), j.group_keys.end());
-      for (const std::string& key : j.prompt_keys) ledger_.Add(j.step, key);
-    }
-    if (replay_steps > 0) {
-      std::printf("learner: replaying steps %lld..%lld from the journal %s\n",
-                  static_cast<long long>(state_.step + 1),
-                  static_cast<long long>(state_.step + replay_steps), journal_->dir().c_str());
-    }
+  if (rank0) {
+    PRL_ASSIGN_OR_RETURN(replay_steps, intake_->Resume(checkpointer_.policy().dir, state_.step,
+                                                       resumed.has_value()));
   }
   std::fflush(stdout);
   PRL_RETURN_IF_ERROR(model_->RunCollective([&](collective::Communicator& c) {
@@ -305,47 +134,6 @@ absl::Status LearnerService::NumberAboveTransport() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint8_t>> LearnerService::NextStepBytes(const std::atomic<bool>* stop,
-                                                                   std::vector<LeasedGroup>* leased,
-                                                                   StepReport* report) {
-  if (state_.step < replay_through_) {
-    JournaledStep j = std::move(to_replay_.front());
-    to_replay_.erase(to_replay_.begin());
-    report->groups = j.groups;
-    report->samples = j.samples;
-    report->mean_reward = j.mean_reward;
-    return std::move(j.payload);
-  }
-  if (options_.retired_prompt_sets) {  // the ledger holds the live sets' prompts only
-    for (const std::string& id : options_.retired_prompt_sets()) ledger_.ForgetSet(id);
-  }
-  PRL_ASSIGN_OR_RETURN(const std::vector<TrainSample> taken, NextSamples(stop, leased, report));
-  if (stop->load() && leased->size() < static_cast<size_t>(options_.groups_per_step)) {
-    for (const LeasedGroup& g : *leased) replay_->Release(g).IgnoreError();
-    leased->clear();
-    step_prompts_.clear();
-    return Encode(nullptr);
-  }
-  std::vector<uint8_t> bytes = Encode(&taken);
-  std::vector<std::string> prompts = std::move(step_prompts_);
-  step_prompts_.clear();
-  if (!journal_.has_value()) {
-    for (const std::string& key : prompts) ledger_.Add(state_.step + 1, key);
-    return bytes;
-  }
-  JournaledStep j{
-      state_.step + 1, report->groups, report->samples, report->mean_reward, {}, {}, bytes};
-  for (const LeasedGroup& g : *leased) j.group_keys.push_back(g.group_key);
-  j.prompt_keys = std::move(prompts);
-  PRL_RETURN_IF_ERROR(journal_->Append(j));
-  for (const std::string& key : j.prompt_keys) ledger_.Add(j.step, key);
-  groups_in_step_ = static_cast<int64_t>(leased->size());  // before they leave the buffer
-  // On disk now: the buffer may let go of them.
-  for (const LeasedGroup& g : *leased) replay_->Ack(g).IgnoreError();
-  leased->clear();
-  return bytes;
-}
-
 absl::StatusOr<bool> LearnerService::Step(
     const std::atomic<bool>* stop, const std::function<void(const LearnerStepReport&)>& on_step) {
   const bool rank0 = model_->rank() == 0;
@@ -354,8 +142,8 @@ absl::StatusOr<bool> LearnerService::Step(
   std::vector<LeasedGroup> leased;
   std::vector<uint8_t> bytes;
   if (rank0) {
-    PRL_ASSIGN_OR_RETURN(bytes, NextStepBytes(stop, &leased, &out.report));
-    groups_in_step_ = out.report.groups;  // the step's, until it is reported
+    PRL_ASSIGN_OR_RETURN(bytes, intake_->Next(stop, state_.step + 1, state_.weight_version,
+                                              &leased, &out.report));
   }
   PRL_ASSIGN_OR_RETURN(std::optional<std::vector<TrainSample>> samples,
                        ShareSamples(std::move(bytes)));
@@ -382,25 +170,28 @@ absl::StatusOr<bool> LearnerService::Step(
   PRL_ASSIGN_OR_RETURN(
       const bool saved,
       checkpointer_.AfterStep(state_, *model_, *optimizer_, [&](const std::string& dir) {
-        return ledger_.Write(dir + "/" + PromptLedger::kFileName);  // rank 0's: the lineage's
+        // Rank 0's ledger: the lineage's prompts, written with the checkpoint.
+        return intake_->admission().ledger().Write(dir + "/" + PromptLedger::kFileName);
       }));
-  if (saved && journal_.has_value()) PRL_RETURN_IF_ERROR(journal_->DropThrough(state_.step));
+  if (saved && rank0) PRL_RETURN_IF_ERROR(intake_->Checkpointed(state_.step));
   if (rank0) {
     SetStepResult(result, options_.lr, &out.report);
     out.report.step = state_.step;
     out.report.version = state_.weight_version;
     out.report.unix_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
     StepReport& r = out.report;
-    const int64_t stale_requeued = hand_back_.has_value() ? hand_back_->stale_requeued() : 0;
-    r.dropped_stale_total = replay_->Stats().dropped_stale + stale_dropped_ + stale_requeued;
-    r.duplicate_groups_total = duplicate_groups_;
+    const GroupAdmission& admission = intake_->admission();
+    const int64_t stale_requeued = admission.stale_requeued();
+    r.dropped_stale_total =
+        replay_->Stats().dropped_stale + admission.stale_dropped() + stale_requeued;
+    r.duplicate_groups_total = admission.duplicate_groups();
     r.stale_requeued_total = stale_requeued;
     r.dropped_stale = r.dropped_stale_total - reported_.dropped_stale_total;
     r.duplicate_groups = r.duplicate_groups_total - reported_.duplicate_groups_total;
     r.stale_requeued = r.stale_requeued_total - reported_.stale_requeued_total;
     reported_ = r;
     if (on_step) on_step(out);
-    groups_in_step_ = 0;
+    intake_->Reported();
   }
   return true;
 }

@@ -24,6 +24,11 @@
 // either: with reopen_stale its prompt goes back to the coordinator to be generated again, as
 // a quarantined group's does (learner/prompt_hand_back.h: the group is acknowledged once the
 // coordinator accepted that), else it is dropped and counted.
+// Parts, each owning its state: learner/step_intake.h (rank 0: where a step's samples come
+// from — the journal, or the replay buffer through learner/group_admission.h, which owns the
+// ledger, the quarantine and the hand-back — and their advantages), learner/step_samples.h
+// (the step's bytes in the replay record codec), learner/checkpointer.h. The service itself
+// runs the collective step: share the samples, train, publish, checkpoint, report.
 #pragma once
 
 #include <atomic>
@@ -31,7 +36,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -42,8 +46,7 @@
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
 #include "learner/prompt_hand_back.h"
-#include "learner/prompt_ledger.h"
-#include "learner/step_journal.h"
+#include "learner/step_intake.h"
 #include "learner/step_report.h"
 #include "learner/train_step.h"
 #include "replay/quarantine.h"
@@ -103,9 +106,11 @@ class LearnerService {
   int64_t groups_consumed() const { return state_.data_position; }
   // Rank 0: the groups of the step in progress (taken, possibly acknowledged, not yet trained
   // and reported); part of the backlog the coordinator's lag budget counts. Any thread.
-  int64_t groups_in_step() const { return groups_in_step_.load(); }
+  int64_t groups_in_step() const { return intake_ ? intake_->groups_in_step() : 0; }
   // Groups dead-lettered by rank 0, by reason (prl_replay_groups_dead_lettered_total).
-  QuarantineCounts dead_letters() const { return quarantine_.counts(); }
+  QuarantineCounts dead_letters() const {
+    return intake_ ? intake_->admission().dead_letters() : QuarantineCounts{};
+  }
 
  private:
   absl::Status Resume();
@@ -116,18 +121,6 @@ class LearnerService {
   // One optimizer step on every rank; false when rank 0 was told to stop before a full step.
   absl::StatusOr<bool> Step(const std::atomic<bool>* stop,
                             const std::function<void(const LearnerStepReport&)>& on_step);
-  // Rank 0: the step's groups as samples (empty when stopping). Broadcast to every rank.
-  absl::StatusOr<std::vector<TrainSample>> NextSamples(const std::atomic<bool>* stop,
-                                                       std::vector<LeasedGroup>* leased,
-                                                       StepReport* report);
-  // Rank 0: the next step's samples as broadcast bytes (empty: stop), from the journal while
-  // replaying, else from the replay buffer (journaled, then acknowledged, when journaling).
-  absl::StatusOr<std::vector<uint8_t>> NextStepBytes(const std::atomic<bool>* stop,
-                                                     std::vector<LeasedGroup>* leased,
-                                                     StepReport* report);
-  // Rank 0: whether a taken group is trained (false: it was a duplicate or stale, and is
-  // acknowledged or held for the coordinator). `records` are its admitted records.
-  bool Admit(LeasedGroup& group, const std::vector<RolloutRecord>& records);
   // Rank 0's step bytes (or its stop signal) on every rank, decoded: nullopt means stop.
   absl::StatusOr<std::optional<std::vector<TrainSample>>> ShareSamples(std::vector<uint8_t> bytes);
 
@@ -137,22 +130,12 @@ class LearnerService {
   WeightPublisher* publisher_;
   LearnerServiceOptions options_;
   Checkpointer checkpointer_;
-  Quarantine quarantine_;             // rank 0: groups the model cannot take never reach a step
+  std::optional<StepIntake> intake_;  // rank 0: where steps come from (learner/step_intake.h)
   std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
   TrainingState state_;
-  std::optional<StepJournal> journal_;     // rank 0, with a checkpoint directory
-  std::vector<JournaledStep> to_replay_;   // rank 0: journaled steps not yet replayed
-  std::set<uint64_t> replayed_keys_;       // rank 0: their groups, skipped if delivered again
-  PromptLedger ledger_;                    // rank 0: the prompts this lineage trained on
-  std::vector<std::string> step_prompts_;  // rank 0: the prompts of the step being taken
-  // Rank 0: stale and quarantined groups held until the coordinator took their prompts.
-  std::optional<PromptHandBack> hand_back_;
-  int64_t duplicate_groups_ = 0, stale_dropped_ = 0;  // rank 0
-  StepReport reported_;                     // rank 0: the previous step's report (its totals)
-  int64_t replay_through_ = 0;              // every rank: the last step replayed from the journal
-  bool skip_publish_ = false;               // every rank: the transport holds these weights
-  bool took_since_resume_ = false;          // rank 0
-  std::atomic<int64_t> groups_in_step_{0};  // rank 0
+  StepReport reported_;         // rank 0: the previous step's report (its totals)
+  int64_t replay_through_ = 0;  // every rank: the last step replayed from the journal
+  bool skip_publish_ = false;   // every rank: the transport holds these weights
 };
 
 }  // namespace prl::learner

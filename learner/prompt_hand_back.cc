@@ -18,10 +18,20 @@ void PromptHandBack::Hold(const LeasedGroup& group, StalePrompt prompt, bool qua
 }
 
 void PromptHandBack::Offer() {
-  if (held_.empty() || absl::Now() - last_offer_ < retry_) return;
+  if (absl::Now() - last_offer_ < retry_) return;
+  // The prompts of groups the buffer dropped for room (replay.drop_oldest) go back too.
+  uint64_t dropped_through = 0;
+  const std::vector<DroppedPrompt> dropped =
+      buffer_->DroppedPrompts(kMaxDroppedPerOffer, &dropped_through);
+  if (held_.empty() && dropped.empty()) return;
   last_offer_ = absl::Now();
   std::vector<StalePrompt> prompts;
   for (const Held& held : held_) prompts.push_back(held.prompt);
+  for (const DroppedPrompt& d : dropped) {
+    prompts.push_back({d.prompt_set_id, d.prompt_index,
+                       "dropped by the replay buffer, full before the learner took the group "
+                       "(replay.drop_oldest)"});
+  }
   const absl::Status reopened = reopen_(prompts);
   if (!reopened.ok()) {  // the coordinator is away: kept, and offered again later
     if (absl::Now() - last_warning_ >= absl::Seconds(30)) {  // said once per 30 s
@@ -37,6 +47,8 @@ void PromptHandBack::Offer() {
     ++(held.quarantined ? quarantined : stale_requeued_);
   }
   held_.clear();
+  buffer_->ForgetDroppedPrompts(dropped_through);
+  dropped_requeued_ += static_cast<int64_t>(dropped.size());
   if (quarantined > 0) {
     quarantined_requeued_ += quarantined;
     std::fprintf(stderr,

@@ -1,6 +1,8 @@
 // PromptHandBack: the groups the learner will not train whose prompts go back to the
 // coordinator to be generated again (ActorControl.ReopenPrompts): stale ones (older than
-// learner.max_lag) and quarantined ones (replay/quarantine.h). A group is held until the
+// learner.max_lag), quarantined ones (replay/quarantine.h), and those the replay buffer
+// dropped for room (replay.drop_oldest: ReplayBuffer::DroppedPrompts, forgotten there once
+// the coordinator took them). A group is held until the
 // coordinator took its prompt, then acknowledged out of the replay buffer, so that a learner
 // that dies meanwhile leaves it to be delivered again and nothing is lost. Offers are
 // rate-limited (`retry`); while the coordinator is away the learner says so once per 30 s.
@@ -43,6 +45,7 @@ class PromptHandBack {
   // Prompts taken back so far: of stale groups, of quarantined ones.
   int64_t stale_requeued() const { return stale_requeued_; }
   int64_t quarantined_requeued() const { return quarantined_requeued_; }
+  int64_t dropped_requeued() const { return dropped_requeued_; }  // of dropped groups
 
  private:
   struct Held {
@@ -55,7 +58,8 @@ class PromptHandBack {
   absl::Duration retry_;
   std::vector<Held> held_;
   absl::Time last_offer_ = absl::InfinitePast(), last_warning_ = absl::InfinitePast();
-  int64_t stale_requeued_ = 0, quarantined_requeued_ = 0;
+  int64_t stale_requeued_ = 0, quarantined_requeued_ = 0, dropped_requeued_ = 0;
+  static constexpr size_t kMaxDroppedPerOffer = 1024;
 };
 
 }  // namespace prl::learner

@@ -37,14 +37,14 @@ absl::StatusOr<std::vector<int32_t>> Tokens(const nlohmann::json& j, const char*
 
 absl::Status CheckKeys(const nlohmann::json& j, const std::string& where) {
   static const char* kKeys[] = {"prompt", "completion", "behaviour_logprobs", "advantage", "reward",
-                                "group",  "versions"};
+                                "group",  "versions",   "sources"};
   for (const auto& [key, unused] : j.items()) {
     bool known = false;
     for (const char* k : kKeys) known |= key == k;
     if (!known) {
       return Bad(where, absl::StrCat("unknown key '", key,
                                      "' (expected prompt, completion, behaviour_logprobs, and "
-                                     "advantage or reward + group; optional versions)"));
+                                     "advantage or reward + group; optional versions, sources)"));
     }
   }
   return absl::OkStatus();
@@ -88,6 +88,29 @@ absl::Status ParseVersions(const nlohmann::json& j, const std::string& where, Tr
                                      "; expected an integer >= 0"));
     }
     s->versions.push_back((*v)[i].get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+// Optional: an episode's token sources, one per completion token: 0 (the model's, trained) or 1
+// (an environment's, context only); the first is 0.
+absl::Status ParseSources(const nlohmann::json& j, const std::string& where, TrainSample* s) {
+  auto v = j.find("sources");
+  if (v == j.end()) return absl::OkStatus();
+  if (!v->is_array() || v->size() != s->completion.size()) {
+    return Bad(where, absl::StrCat("\"sources\" must list one source (0 model, 1 environment) "
+                                   "per completion token (",
+                                   s->completion.size(), ")"));
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const nlohmann::json& x = (*v)[i];
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > 1 ||
+        (i == 0 && x.get<int64_t>() != 0)) {
+      return Bad(where, absl::StrCat("sources[", i, "] = ", x.dump(), "; expected ",
+                                     i == 0 ? "0 (an episode starts with the model)"
+                                            : "0 (model) or 1 (environment)"));
+    }
+    s->sources.push_back(static_cast<uint8_t>(x.get<int64_t>()));
   }
   return absl::OkStatus();
 }
@@ -143,6 +166,7 @@ absl::StatusOr<TrainSample> ParseLine(const std::string& text, const std::string
   }
   PRL_RETURN_IF_ERROR(ParseLogprobs(j, where, &s));
   PRL_RETURN_IF_ERROR(ParseVersions(j, where, &s));
+  PRL_RETURN_IF_ERROR(ParseSources(j, where, &s));
   PRL_RETURN_IF_ERROR(ParseAdvantage(j, where, &s));
   return s;
 }

@@ -4,7 +4,9 @@
 // "advantage": float} or, instead of "advantage", "reward": float and "group": "id" (the
 // advantage then comes from the configured group normalisation, learner/advantages.h).
 // Optional: "versions": [int...] (the weight version of each completion token, for lag
-// statistics), "proximal_logprobs" is never read (the learner recomputes it).
+// statistics), "sources": [0|1...] (an agentic episode's: 0 the model sampled the token, 1 an
+// environment's reply, read as context and never trained; the first is 0);
+// "proximal_logprobs" is never read (the learner recomputes it).
 #pragma once
 
 #include <cstdint>
@@ -22,14 +24,24 @@ struct TrainSample {
   std::vector<int32_t> completion;
   std::vector<float> behaviour_logprobs;  // one per completion token
   std::vector<int64_t> versions;          // one per completion token, or empty
+  // An agentic episode's token sources (replay/rollout_record.h TokenSource): empty (every
+  // completion token is the model's), or one per completion token. Environment tokens are
+  // context: read by the model, never in the loss, its denominator or the lag.
+  std::vector<uint8_t> sources;
   bool has_advantage = false;
   double advantage = 0;
   double reward = 0;
   std::string group;
 
-  // Tokens the model reads (prompt + completion - 1) and tokens trained (the completion).
+  // Tokens the model reads (prompt + completion - 1) and tokens trained (the model's).
   int64_t input_tokens() const {
     return static_cast<int64_t>(prompt.size() + completion.size()) - 1;
+  }
+  bool trained(size_t t) const { return sources.empty() || sources[t] == 0; }
+  int64_t trained_tokens() const {
+    int64_t n = 0;
+    for (size_t t = 0; t < completion.size(); ++t) n += trained(t) ? 1 : 0;
+    return n;
   }
 };
 

@@ -67,8 +67,10 @@ MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& 
     sequence.insert(sequence.end(), s.completion.begin(), s.completion.end());
     const int32_t start = static_cast<int32_t>(mb.batch.num_tokens());
     mb.batch.AddScored(sequence, static_cast<int64_t>(s.prompt.size()));
-    // Input position P - 1 + t predicts completion token t.
+    // Input position P - 1 + t predicts completion token t; an environment's tokens are read,
+    // never trained.
     for (size_t t = 0; t < s.completion.size(); ++t) {
+      if (!s.trained(t)) continue;
       mb.target_positions.push_back(start + static_cast<int32_t>(s.prompt.size() - 1 + t));
       mb.mu.push_back(s.behaviour_logprobs[t]);
       mb.advantages.push_back(static_cast<float>(s.advantage));
@@ -95,8 +97,9 @@ absl::StatusOr<StepTotals> AgreeTotals(FsdpModel& model, absl::Span<const TrainS
   double totals[3] = {0, 0, static_cast<double>(plan.size())};
   for (const auto& mb : plan) {
     for (int i : mb) {
-      totals[0] += static_cast<double>(samples[i].completion.size());
-      totals[1] += 1;
+      const int64_t trained = samples[i].trained_tokens();
+      totals[0] += static_cast<double>(trained);
+      totals[1] += trained > 0 ? 1 : 0;
     }
   }
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
@@ -115,8 +118,10 @@ struct RankSums {
   void AddLags(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
                int64_t learner_version) {
     for (int i : indices) {
-      for (int64_t v : samples[i].versions) {
-        const double lag = static_cast<double>(learner_version - v);
+      const TrainSample& s = samples[i];
+      for (size_t t = 0; t < s.versions.size(); ++t) {
+        if (!s.trained(t)) continue;  // an environment's token has no lag of its own
+        const double lag = static_cast<double>(learner_version - s.versions[t]);
         lag_sum += lag;
         lag_count += 1;
         lag_max = std::max(lag_max, lag);

@@ -233,7 +233,13 @@ ReplayMetrics::ReplayMetrics(Registry& registry)
       groups_redelivered(AddCounter(registry, "prl_replay_groups_redelivered_total",
                                     "Leases that expired or whose reader died.")),
       dropped_stale(DroppedGroups(registry, "stale")),
-      dropped_full(DroppedGroups(registry, "full")) {}
+      dropped_full(DroppedGroups(registry, "full")),
+      dropped_prompts_waiting(AddGauge(
+          registry, "prl_replay_dropped_prompts_waiting",
+          "Prompts of groups dropped for room (drop_oldest) not yet handed back to be re-run.")),
+      dropped_prompts_overwritten(AddCounter(
+          registry, "prl_replay_dropped_prompts_overwritten_total",
+          "Prompts of dropped groups overwritten before a learner handed them back (lost).")) {}
 
 QuarantineMetrics::QuarantineMetrics(Registry& registry)
     : dead_lettered_(CounterFamily(registry, "prl_replay_groups_dead_lettered_total",

@@ -190,6 +190,12 @@ struct ReplayMetrics {
   prometheus::Counter& dropped_stale;
   // prl_replay_groups_dropped_total{reason="full"}: groups dropped by the drop-oldest policy.
   prometheus::Counter& dropped_full;
+  // prl_replay_dropped_prompts_waiting: prompts of groups dropped for room, not yet handed back
+  // to the coordinator (the learner hands them back to be generated again).
+  prometheus::Gauge& dropped_prompts_waiting;
+  // prl_replay_dropped_prompts_overwritten_total: such prompts overwritten before a learner took
+  // them (the ring holds 1024): their prompts stay done untrained. Alert on any.
+  prometheus::Counter& dropped_prompts_overwritten;
 };
 
 // The dead-letter reasons (replay/group_validation.h DeadLetterReasonName, checked equal by

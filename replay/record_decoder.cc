@@ -56,10 +56,6 @@ class Reader {
 
 absl::Status Malformed(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
-bool AllZero(const uint8_t* p, size_t n) {
-  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
-}
-
 // The header of a record, once its magic, version and reserved bytes are checked and its
 // counts and lengths add up to exactly bytes.size(). Reads nothing past bytes.size().
 absl::StatusOr<RecordHeader> CheckRecordFrame(absl::Span<const uint8_t> bytes) {
@@ -75,14 +71,24 @@ absl::StatusOr<RecordHeader> CheckRecordFrame(absl::Span<const uint8_t> bytes) {
   if (h.layout_version != kRecordLayoutVersion) {
     return Invalid("layout_version", absl::StrCat(kRecordLayoutVersion), h.layout_version);
   }
-  if (h.reserved0 != 0 || !AllZero(h.reserved1, sizeof(h.reserved1))) {
+  if (h.reserved0 != 0 || h.reserved1 != 0 || h.reserved2 != 0) {
     return Malformed("reserved header bytes: expected zero, found non-zero");
   }
+  if (h.num_token_sources != 0 && h.num_token_sources != h.num_completion_tokens) {
+    return Invalid("num_token_sources",
+                   absl::StrCat("0 or the completion tokens (", h.num_completion_tokens, ")"),
+                   h.num_token_sources);
+  }
+  const uint64_t route_bytes = uint64_t{h.num_completion_tokens} * h.route_layers * h.route_top_k;
+  if (route_bytes > kMaxCount) {
+    return Invalid("route_layers", "fewer than 2^32 expert ids in all", route_bytes);
+  }
   // The component names' lengths sit at the start of the string section.
-  auto layout = [&h](uint64_t name_bytes) {
+  auto layout = [&](uint64_t name_bytes) {
     return ComputeLayout(
-        h.num_prompt_tokens, h.num_completion_tokens, h.num_stop_token_ids, h.num_reward_components,
-        uint64_t{h.run_id_bytes} + h.prompt_set_id_bytes + h.actor_id_bytes + name_bytes);
+        {h.num_prompt_tokens, h.num_completion_tokens, h.num_stop_token_ids,
+         h.num_reward_components, h.num_token_sources, h.num_turns, route_bytes,
+         uint64_t{h.run_id_bytes} + h.prompt_set_id_bytes + h.actor_id_bytes + name_bytes});
   };
   const uint64_t lengths_at = layout(0).strings;
   const uint64_t lengths_end = lengths_at + h.num_reward_components;
@@ -134,6 +140,12 @@ absl::StatusOr<RolloutRecord> DecodeRecordBody(absl::Span<const uint8_t> bytes) 
   in.GetSection(r.sampling.stop_token_ids, h.num_stop_token_ids);
   std::vector<double> values;
   in.GetSection(values, h.num_reward_components);
+  in.GetSection(r.token_sources, h.num_token_sources);
+  in.GetSection(r.turn_ends, h.num_turns);
+  in.GetSection(r.turn_rewards, h.num_turns);
+  r.route_layers = h.route_layers;
+  r.route_top_k = h.route_top_k;
+  in.GetSection(r.routes, uint64_t{h.num_completion_tokens} * h.route_layers * h.route_top_k);
   std::vector<uint8_t> name_lengths(h.num_reward_components);
   in.Get(name_lengths.data(), name_lengths.size());
   r.run_id = in.GetString(h.run_id_bytes);

@@ -22,8 +22,12 @@ void CheckEncodable(const RolloutRecord& r) {
             "EncodeRecordTo: per-token arrays disagree with completion_tokens (", n, ")");
   PRL_CHECK(r.prompt_tokens.size() <= kMaxCount && n <= kMaxCount &&
                 r.sampling.stop_token_ids.size() <= kMaxCount &&
-                r.reward_components.size() <= kMaxCount,
+                r.reward_components.size() <= kMaxCount && r.routes.size() <= kMaxCount,
             "EncodeRecordTo: an array has 2^32 entries or more");
+  PRL_CHECK((r.token_sources.empty() || r.token_sources.size() == n) &&
+                r.turn_rewards.size() == r.turn_ends.size() &&
+                r.routes.size() == uint64_t{n} * r.route_layers * r.route_top_k,
+            "EncodeRecordTo: token_sources, turns or routes disagree with their counts");
   PRL_CHECK(r.run_id.size() <= kMaxRecordIdBytes && r.prompt_set_id.size() <= kMaxRecordIdBytes &&
                 r.actor_id.size() <= kMaxRecordIdBytes,
             "EncodeRecordTo: an id is longer than ", kMaxRecordIdBytes, " bytes");
@@ -56,6 +60,10 @@ RecordHeader HeaderOf(const RolloutRecord& r) {
   h.run_id_bytes = static_cast<uint8_t>(r.run_id.size());
   h.prompt_set_id_bytes = static_cast<uint8_t>(r.prompt_set_id.size());
   h.actor_id_bytes = static_cast<uint8_t>(r.actor_id.size());
+  h.route_top_k = r.route_top_k;
+  h.route_layers = r.route_layers;
+  h.num_turns = static_cast<uint32_t>(r.turn_ends.size());
+  h.num_token_sources = static_cast<uint32_t>(r.token_sources.size());
   return h;
 }
 
@@ -109,6 +117,10 @@ absl::Status EncodeRecordWith(const RolloutRecord& r, uint8_t* dst, XXH3_state_t
   out.PutSection(r.sampling.stop_token_ids);
   for (const auto& [name, value] : r.reward_components) out.Put(&value, sizeof(value));
   out.Pad();
+  out.PutSection(r.token_sources);
+  out.PutSection(r.turn_ends);
+  out.PutSection(r.turn_rewards);
+  out.PutSection(r.routes);
   PutStrings(out, r);
   PRL_CHECK(out.at() == h.total_bytes, "encoder and ComputeLayout disagree");
   return out.error();
@@ -117,10 +129,7 @@ absl::Status EncodeRecordWith(const RolloutRecord& r, uint8_t* dst, XXH3_state_t
 }  // namespace replay_internal
 
 size_t EncodedRecordSize(const RolloutRecord& r) {
-  return replay_internal::ComputeLayout(r.prompt_tokens.size(), r.completion_tokens.size(),
-                                        r.sampling.stop_token_ids.size(),
-                                        r.reward_components.size(), replay_internal::StringBytes(r))
-      .total;
+  return replay_internal::ComputeLayout(replay_internal::CountsOf(r)).total;
 }
 
 void EncodeRecordTo(const RolloutRecord& r, uint8_t* dst) {

@@ -1,4 +1,4 @@
-// The binary layout of rollout records and groups, version 1 (kRecordLayoutVersion): what the
+// The binary layout of rollout records and groups, version 2 (kRecordLayoutVersion): what the
 // shared-memory replay buffer stores (internal to replay/; the encoder, decoder and group
 // framing share these definitions, so they cannot disagree on a byte).
 //
@@ -8,7 +8,7 @@
 //
 //   offset size  field
 //        0    4  magic "PRLR"
-//        4    2  u16 layout version (1)
+//        4    2  u16 layout version (2)
 //        6    1  u8  finish_reason (1 length, 2 stop, 3 abort)
 //        7    1  reserved
 //        8    8  u64 total_bytes: the whole record, a multiple of 8
@@ -22,19 +22,25 @@
 //       88    4  u32 P = #prompt_tokens    92  4  u32 C = #completion_tokens
 //       96    4  u32 S = #stop_token_ids  100  4  u32 R = #reward_components
 //      104    3  u8 byte lengths of run_id, prompt_set_id, actor_id
-//      107    5  reserved
-//      112       sections, each starting at a multiple of 8 (zero padding in between):
+//      107    1  u8  route_top_k (K)          108  2  u16 route_layers (L)
+//      110    2  reserved
+//      112    4  u32 T = #turns               116  4  u32 M = #token_sources (0 or C)
+//      120    8  reserved
+//      128       sections, each starting at a multiple of 8 (zero padding in between):
 //                  i32 prompt_tokens[P]      i32 completion_tokens[C]
 //                  f32 behaviour_logprobs[C] i64 token_versions[C]
 //                  i32 stop_token_ids[S]     f64 reward_component_values[R]
+//                  u8 token_sources[M]       u32 turn_ends[T]
+//                  f64 turn_rewards[T]       u8 routes[C * L * K]
 //                  strings: u8 name_lengths[R], then the bytes of run_id, prompt_set_id,
 //                  actor_id and the R component names, back to back
 //                then zero padding to total_bytes.
+// (Version 1 had a 112-byte header and no token_sources, turns or routes.)
 //
 // Group (what the buffer writes and delivers):
 //
 //        0    4  magic "PRLG"
-//        4    2  u16 layout version (1)
+//        4    2  u16 layout version (2)
 //        6    2  reserved
 //        8    4  u32 n = number of records (>= 1)
 //       12    4  reserved
@@ -60,7 +66,7 @@ static_assert(std::endian::native == std::endian::little, "the record layout is 
 inline constexpr char kRecordMagic[4] = {'P', 'R', 'L', 'R'};
 inline constexpr char kGroupMagic[4] = {'P', 'R', 'L', 'G'};
 
-// The first 112 bytes of a record, exactly as laid out above.
+// The first 128 bytes of a record, exactly as laid out above.
 struct RecordHeader {
   char magic[4];
   uint16_t layout_version;
@@ -86,9 +92,15 @@ struct RecordHeader {
   uint8_t run_id_bytes;
   uint8_t prompt_set_id_bytes;
   uint8_t actor_id_bytes;
-  uint8_t reserved1[5];
+  uint8_t route_top_k;
+  uint16_t route_layers;
+  uint16_t reserved1;
+  uint32_t num_turns;
+  uint32_t num_token_sources;
+  uint64_t reserved2;
 };
-static_assert(sizeof(RecordHeader) == 112);
+static_assert(sizeof(RecordHeader) == 128);
+static_assert(offsetof(RecordHeader, route_layers) == 108 && offsetof(RecordHeader, num_turns) == 112);
 static_assert(offsetof(RecordHeader, reward) == 40 && offsetof(RecordHeader, temperature) == 64);
 static_assert(offsetof(RecordHeader, num_prompt_tokens) == 88);
 static_assert(offsetof(RecordHeader, run_id_bytes) == 104);
@@ -105,22 +117,30 @@ static_assert(sizeof(GroupHeader) == 16);
 
 constexpr uint64_t AlignUp8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 
+// A record's counts: what its header says of its sections' sizes.
+struct RecordCounts {
+  uint64_t prompt = 0, completion = 0, stop = 0, components = 0;
+  uint64_t sources = 0, turns = 0, route_bytes = 0;  // route_bytes = C * L * K
+  uint64_t string_bytes = 0;  // ids and component names, without the name lengths
+};
+
 // Where the string section of a record starts and where the record ends, from its counts
-// (sections in the order above). Encoder and decoder both size records with this. Counts are
-// below 2^32 and strings below 2^8 (R + 3) bytes, so every value stays below 2^40: no uint64_t
-// overflow.
+// (sections in the order above). Encoder and decoder both size records with this. Counts
+// (route_bytes included) are below 2^32 and strings below 2^8 (R + 3) bytes, so every value
+// stays below 2^40: no uint64_t overflow.
 struct RecordLayout {
   uint64_t strings;
   uint64_t total;
 };
 
-inline RecordLayout ComputeLayout(uint64_t num_prompt, uint64_t num_completion, uint64_t num_stop,
-                                  uint64_t num_components, uint64_t string_bytes) {
+inline RecordLayout ComputeLayout(const RecordCounts& c) {
   uint64_t at = sizeof(RecordHeader);
-  for (const uint64_t section_bytes : {4 * num_prompt, 4 * num_completion, 4 * num_completion,
-                                       8 * num_completion, 4 * num_stop, 8 * num_components}) {
+  for (const uint64_t section_bytes :
+       {4 * c.prompt, 4 * c.completion, 4 * c.completion, 8 * c.completion, 4 * c.stop,
+        8 * c.components, c.sources, 4 * c.turns, 8 * c.turns, c.route_bytes}) {
     at = AlignUp8(at + section_bytes);
   }
+  const uint64_t num_components = c.components, string_bytes = c.string_bytes;
   // The strings: one length byte per component name, then the bytes of the ids and names.
   return {at, AlignUp8(at + num_components + string_bytes)};
 }
@@ -130,6 +150,12 @@ inline uint64_t StringBytes(const RolloutRecord& r) {
   uint64_t n = r.run_id.size() + r.prompt_set_id.size() + r.actor_id.size();
   for (const auto& [name, value] : r.reward_components) n += name.size();
   return n;
+}
+
+inline RecordCounts CountsOf(const RolloutRecord& r) {
+  return {r.prompt_tokens.size(), r.completion_tokens.size(),
+          r.sampling.stop_token_ids.size(), r.reward_components.size(),
+          r.token_sources.size(), r.turn_ends.size(), r.routes.size(), StringBytes(r)};
 }
 
 // How errors show a magic: quoted, non-printable bytes escaped.

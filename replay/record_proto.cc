@@ -49,6 +49,12 @@ void ToProto(const RolloutRecord& r, v1::RolloutRecord* p) {
                                       r.sampling.stop_token_ids.end());
   p->set_created_unix_nanos(r.created_unix_nanos);
   p->set_finished_unix_nanos(r.finished_unix_nanos);
+  p->set_token_sources(std::string(r.token_sources.begin(), r.token_sources.end()));
+  p->mutable_turn_ends()->Assign(r.turn_ends.begin(), r.turn_ends.end());
+  p->mutable_turn_rewards()->Assign(r.turn_rewards.begin(), r.turn_rewards.end());
+  p->set_route_layers(r.route_layers);
+  p->set_route_top_k(r.route_top_k);
+  p->set_routes(std::string(r.routes.begin(), r.routes.end()));
 }
 
 absl::StatusOr<RolloutRecord> FromProto(const v1::RolloutRecord& p) {
@@ -91,6 +97,20 @@ absl::StatusOr<RolloutRecord> FromProto(const v1::RolloutRecord& p) {
   r.sampling.stop_token_ids = ToVector<int32_t>(s.stop_token_ids());
   r.created_unix_nanos = p.created_unix_nanos();
   r.finished_unix_nanos = p.finished_unix_nanos();
+  r.token_sources.assign(p.token_sources().begin(), p.token_sources().end());
+  r.turn_ends = ToVector<uint32_t>(p.turn_ends());
+  r.turn_rewards = ToVector<double>(p.turn_rewards());
+  if (p.route_layers() > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("route_layers: expected at most 65535, found ", p.route_layers()));
+  }
+  if (p.route_top_k() > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("route_top_k: expected at most 255, found ", p.route_top_k()));
+  }
+  r.route_layers = static_cast<uint16_t>(p.route_layers());
+  r.route_top_k = static_cast<uint8_t>(p.route_top_k());
+  r.routes.assign(p.routes().begin(), p.routes().end());
   PRL_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
 }

@@ -217,6 +217,8 @@ ReplayStats StatsOf(const Segment& s) {
   r.write_timeouts = v(c.write_timeouts);
   r.reader_waits = v(c.reader_waits);
   r.lock_takeovers = v(h.lock.takeovers);
+  r.dropped_prompts_waiting = v(h.dropped.next) - v(h.dropped.handed);
+  r.dropped_prompts_overwritten = v(h.dropped.overwritten);
   return r;
 }
 
@@ -387,6 +389,12 @@ absl::Status ReplayBuffer::WriteGroup(absl::Span<const RolloutRecord> records,
   const int64_t start = SteadyNowNs();
   const int64_t deadline = start + absl::ToInt64Nanoseconds(timeout);
   Segment::Allocation a;
+  Segment::FramePrompt prompt;  // kept in the frame: a dropped group's prompt is handed back
+  prompt.index = records.empty() ? 0 : records[0].prompt_index;
+  if (!records.empty() && !records[0].prompt_set_id.empty() &&
+      records[0].prompt_set_id.size() <= sizeof(prompt.set_id)) {
+    std::memcpy(prompt.set_id, records[0].prompt_set_id.data(), records[0].prompt_set_id.size());
+  }
   for (bool waited = false;;) {
     uint32_t seen;
     bool reclaimed = false;
@@ -394,7 +402,7 @@ absl::Status ReplayBuffer::WriteGroup(absl::Span<const RolloutRecord> records,
       LockedSection lock(&h.lock, s.base(), s.mapped_bytes());
       reclaimed = s.Maintain(lock, /*force=*/waited);
       const replay_internal::Step step =
-          s.TryAllocate(lock, frame_bytes, info.payload_bytes, info.key, info.size, &a);
+          s.TryAllocate(lock, frame_bytes, info.payload_bytes, info.key, info.size, prompt, &a);
       if (step == replay_internal::Step::kDone) break;
       if (step == replay_internal::Step::kYield) continue;  // dropped some; go on at once
       seen = h.space_futex.load(std::memory_order_acquire);
@@ -529,6 +537,27 @@ absl::Status ReplayBuffer::Release(const LeasedGroup& group) {
   }
   FutexBumpAndWake(&h.data_futex);
   return absl::OkStatus();
+}
+
+std::vector<DroppedPrompt> ReplayBuffer::DroppedPrompts(size_t max, uint64_t* through) const {
+  Segment& s = mapping_->segment;
+  std::vector<Segment::FramePrompt> dropped;
+  {  // under the lock: a writer may be adding an entry
+    LockedSection lock(&s.header().lock, s.base(), s.mapped_bytes());
+    dropped = s.DroppedPrompts(max, through);
+  }
+  std::vector<DroppedPrompt> out;
+  for (const Segment::FramePrompt& p : dropped) {
+    const char* bytes = reinterpret_cast<const char*>(p.set_id);
+    out.push_back({std::string(bytes, strnlen(bytes, sizeof(p.set_id))), p.index});
+  }
+  return out;
+}
+
+void ReplayBuffer::ForgetDroppedPrompts(uint64_t through) {
+  Segment& s = mapping_->segment;
+  LockedSection lock(&s.header().lock, s.base(), s.mapped_bytes());
+  s.ForgetDroppedPrompts(lock, through);
 }
 
 ReplayStats ReplayBuffer::Stats() const { return StatsOf(mapping_->segment); }

@@ -69,6 +69,15 @@ struct ReplayStats {
   int64_t write_timeouts = 0;
   int64_t reader_waits = 0;
   int64_t lock_takeovers = 0;  // locks taken over from dead holders
+  // Dropped groups' prompts waiting to be handed back (DroppedPrompts), and those overwritten
+  // in the full ring before a reader took them (their prompts stay done untrained: visible).
+  int64_t dropped_prompts_waiting = 0, dropped_prompts_overwritten = 0;
+};
+
+// The prompt of a group the drop-oldest policy dropped (ReplayBuffer::DroppedPrompts).
+struct DroppedPrompt {
+  std::string prompt_set_id;
+  uint64_t prompt_index = 0;
 };
 
 // A group handed to a reader: a zero-copy view into the segment, valid until Ack or Release
@@ -148,6 +157,13 @@ class ReplayBuffer {
   // lease (a long training step) renews it meanwhile. FailedPrecondition if the lease was
   // already lost: then the caller must discard what it read.
   absl::Status Renew(const LeasedGroup& group);
+
+  // The prompts of groups dropped for room (kDropOldest; a group's prompt is that of its
+  // records, when its set id has at most 24 bytes), oldest first, at most `max`, not yet handed
+  // back; `through` receives what to pass to ForgetDroppedPrompts once the coordinator took
+  // them. They stay in the segment until then, so a reader that dies meanwhile loses none.
+  std::vector<DroppedPrompt> DroppedPrompts(size_t max, uint64_t* through) const;
+  void ForgetDroppedPrompts(uint64_t through);
 
   ReplayStats Stats() const;
   const std::string& name() const { return name_; }

@@ -146,7 +146,74 @@ absl::Status ValidatePerTokenArrays(const RolloutRecord& r, bool scan_values) {
   return absl::OkStatus();
 }
 
+// token_sources (with the environment tokens' log-probs and versions), turns and routes: the
+// episode and MoE fields.
+absl::Status ValidateEpisode(const RolloutRecord& r) {
+  const size_t n = r.completion_tokens.size();
+  if (!r.token_sources.empty()) {
+    if (r.token_sources.size() != n) {
+      return Invalid("token_sources", absl::StrCat("none or one per completion token (", n, ")"),
+                     r.token_sources.size());
+    }
+    for (size_t t = 0; t < n; ++t) {
+      const uint8_t source = r.token_sources[t];
+      if (source > static_cast<uint8_t>(TokenSource::kEnvironment)) {
+        return Invalid(absl::StrCat("token_sources[", t, "]"), "0 (model) or 1 (environment)",
+                       static_cast<int>(source));
+      }
+      if (source == static_cast<uint8_t>(TokenSource::kModel)) continue;
+      if (t == 0) return Invalid("token_sources[0]", "0: an episode starts with the model", 1);
+      if (r.behaviour_logprobs[t] != 0.0f) {
+        return Invalid(absl::StrCat("behaviour_logprobs[", t, "]"),
+                       "0 for an environment token", r.behaviour_logprobs[t]);
+      }
+      if (r.token_versions[t] != r.token_versions[t - 1]) {
+        return Invalid(absl::StrCat("token_versions[", t, "]"),
+                       absl::StrCat("the version of the token before it (",
+                                    r.token_versions[t - 1], ") for an environment token"),
+                       r.token_versions[t]);
+      }
+    }
+  }
+  if (r.turn_rewards.size() != r.turn_ends.size()) {
+    return Invalid("turn_rewards", absl::StrCat("one per turn (", r.turn_ends.size(), ")"),
+                   r.turn_rewards.size());
+  }
+  PRL_RETURN_IF_ERROR(ValidateCount("turn_ends", r.turn_ends.size()));
+  for (size_t i = 0; i < r.turn_ends.size(); ++i) {
+    const uint32_t lower = i == 0 ? 0 : r.turn_ends[i - 1];
+    if (r.turn_ends[i] <= lower || r.turn_ends[i] > n) {
+      return Invalid(absl::StrCat("turn_ends[", i, "]"),
+                     absl::StrCat("above ", lower, " and at most ", n, " (the completion tokens)"),
+                     r.turn_ends[i]);
+    }
+    if (!std::isfinite(r.turn_rewards[i])) {
+      return Invalid(absl::StrCat("turn_rewards[", i, "]"), "a finite number", r.turn_rewards[i]);
+    }
+  }
+  if ((r.route_layers == 0) != (r.route_top_k == 0)) {
+    return Invalid("route_top_k", absl::StrCat(r.route_layers == 0 ? "0" : ">= 1",
+                                               " with route_layers ", r.route_layers),
+                   static_cast<int>(r.route_top_k));
+  }
+  const uint64_t route_bytes = uint64_t{n} * r.route_layers * r.route_top_k;
+  if (route_bytes > kMaxCount) return Invalid("routes", "fewer than 2^32 expert ids", route_bytes);
+  if (r.routes.size() != route_bytes) {
+    return Invalid("routes",
+                   absl::StrCat(route_bytes, " expert ids (", n, " tokens x ", r.route_layers,
+                                " layers x top ", static_cast<int>(r.route_top_k), ")"),
+                   r.routes.size());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+int64_t RolloutRecord::model_tokens() const {
+  if (token_sources.empty()) return static_cast<int64_t>(completion_tokens.size());
+  return std::count(token_sources.begin(), token_sources.end(),
+                    static_cast<uint8_t>(TokenSource::kModel));
+}
 
 int64_t RolloutRecord::min_version() const {
   if (token_versions.empty()) return std::numeric_limits<int64_t>::max();
@@ -180,6 +247,7 @@ absl::Status ValidateRecordWith(const RolloutRecord& r, bool scan_values) {
   }
   PRL_RETURN_IF_ERROR(ValidateTokens("prompt_tokens", r.prompt_tokens));
   PRL_RETURN_IF_ERROR(ValidatePerTokenArrays(r, scan_values));
+  PRL_RETURN_IF_ERROR(ValidateEpisode(r));
   if (!std::isfinite(r.reward)) return Invalid("reward", "a finite number", r.reward);
   PRL_RETURN_IF_ERROR(ValidateRewardComponents(r));
   const auto reason = static_cast<int>(r.finish_reason);

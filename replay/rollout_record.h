@@ -25,10 +25,16 @@
 namespace prl {
 
 // The version of the binary layout (replay/record_layout.h) this build writes and reads.
-inline constexpr uint16_t kRecordLayoutVersion = 1;
+inline constexpr uint16_t kRecordLayoutVersion = 2;  // 2: episodes and MoE routes
 inline constexpr size_t kMaxRecordIdBytes = 255;  // ids and reward component names
 
 enum class RolloutFinishReason : uint8_t { kLength = 1, kStop = 2, kAbort = 3 };
+
+// Where a completion token of an agentic episode came from (RolloutRecord::token_sources).
+enum class TokenSource : uint8_t {
+  kModel = 0,        // sampled by the model: trained, counted in the lag
+  kEnvironment = 1,  // an environment's reply, appended as context: never trained
+};
 
 // The sampling parameters the completion was drawn with (inference_engine/sampling_params.h).
 struct RolloutSampling {
@@ -46,7 +52,8 @@ struct RolloutSampling {
 // component names non-empty and distinct; sample_index < group_size; tokens >= 0; one
 // behaviour log-prob (finite) and one token version (>= 0) per completion token; reward and
 // component values finite; 0 <= created_unix_nanos <= finished_unix_nanos; sampling as
-// documented above; every array and the component list hold fewer than 2^32 entries.
+// documented above; every array and the component list hold fewer than 2^32 entries;
+// token_sources, turns and routes as documented at their fields.
 struct RolloutRecord {
   std::string run_id, prompt_set_id, actor_id;  // ids (UTF-8; each at most 255 bytes)
   uint64_t prompt_index = 0, group_id = 0;
@@ -60,8 +67,34 @@ struct RolloutRecord {
   RolloutSampling sampling;
   int64_t created_unix_nanos = 0, finished_unix_nanos = 0;
 
+  // ---- Agentic episodes (docs/environments.md) ----
+  // Empty (every completion token is the model's), or one TokenSource per completion token.
+  // The first completion token is the model's; an environment token has behaviour log-prob 0
+  // and the version of the token before it, so versions never decrease through one.
+  std::vector<uint8_t> token_sources;
+  // The episode's model turns in order: the completion index just past each turn's last token
+  // (increasing, > 0, at most #completion tokens) and the reward the environment gave the turn
+  // (finite; 0 when none). Empty for a single-turn sample; turn_rewards.size() ==
+  // turn_ends.size().
+  std::vector<uint32_t> turn_ends;
+  std::vector<double> turn_rewards;
+
+  // ---- MoE routing (docs/models.md) ----
+  // For each completion token and each of route_layers MoE layers, the route_top_k experts
+  // (ids 0..255) the actor's engine routed it to: routes[(t * route_layers + l) * route_top_k
+  // + k]. All empty / 0 when none was recorded; else route_top_k >= 1 and routes holds
+  // #completion tokens * route_layers * route_top_k (< 2^32) ids.
+  uint16_t route_layers = 0;
+  uint8_t route_top_k = 0;
+  std::vector<uint8_t> routes;
+
+  // Whether completion token t was sampled by the model (trained), and how many were.
+  bool is_model_token(size_t t) const {
+    return token_sources.empty() || token_sources[t] == static_cast<uint8_t>(TokenSource::kModel);
+  }
+  int64_t model_tokens() const;
   // Oldest token version (the sample's staleness is learner version minus this);
-  // INT64_MAX when there are no completion tokens.
+  // INT64_MAX when there are no completion tokens. (Environment tokens never lower it.)
   int64_t min_version() const;
   // 64-bit key of the group (run_id, prompt_set_id, prompt_index, group_id); equal groups,
   // equal keys. XXH3-64 of a length-prefixed little-endian encoding of the four fields, so it

@@ -68,6 +68,40 @@ void Segment::DropFront(LockedSection& lock) {
   lock.Set(fh.state, kDropped);
   lock.Set(h_->live_frames, h_->live_frames.load() - 1);
   lock.Add(h_->counters.dropped_full, 1);
+  // Its prompt waits in the ring for a reader to hand it back (never to be lost silently).
+  bool known = false;
+  for (const A64& w : fh.prompt_set_id) known = known || w.load() != 0;
+  if (!known) return;
+  DroppedRing& d = h_->dropped;
+  const uint64_t next = d.next.load();
+  if (next - d.handed.load() >= kDroppedCapacity) {  // full: the oldest entry is overwritten
+    lock.Set(d.handed, next - kDroppedCapacity + 1);
+    lock.Add(d.overwritten, 1);
+  }
+  DroppedPromptEntry& e = d.entries[next % kDroppedCapacity];
+  lock.Set(e.prompt_index, fh.prompt_index.load());
+  for (int i = 0; i < kPromptSetIdWords; ++i) lock.Set(e.prompt_set_id[i], fh.prompt_set_id[i].load());
+  lock.Set(d.next, next + 1);
+}
+
+std::vector<Segment::FramePrompt> Segment::DroppedPrompts(size_t max, uint64_t* through) const {
+  const DroppedRing& d = h_->dropped;
+  std::vector<FramePrompt> out;
+  uint64_t i = d.handed.load();
+  for (const uint64_t next = d.next.load(); i < next && out.size() < max; ++i) {
+    const DroppedPromptEntry& e = d.entries[i % kDroppedCapacity];
+    FramePrompt& p = out.emplace_back();
+    p.index = e.prompt_index.load();
+    for (int w = 0; w < kPromptSetIdWords; ++w) p.set_id[w] = e.prompt_set_id[w].load();
+  }
+  *through = i;
+  return out;
+}
+
+void Segment::ForgetDroppedPrompts(LockedSection& lock, uint64_t through) {
+  DroppedRing& d = h_->dropped;
+  // Entries overwritten meanwhile moved `handed` past some of them already.
+  if (through > d.handed.load() && through <= d.next.load()) lock.Set(d.handed, through);
 }
 
 uint64_t Segment::ReclaimTail(LockedSection& lock) {
@@ -86,7 +120,8 @@ uint64_t Segment::ReclaimTail(LockedSection& lock) {
 }
 
 Step Segment::TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t payload_bytes,
-                          uint64_t group_key, uint64_t num_records, Allocation* out) {
+                          uint64_t group_key, uint64_t num_records, const FramePrompt& prompt,
+                          Allocation* out) {
   const FixedHeader& f = h_->fixed;
   const bool drop_oldest = f.backpressure == 1;
   if (h_->writing.load() >= f.max_writers) return Step::kNone;
@@ -128,6 +163,8 @@ Step Segment::TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t pa
   lock.Set(fh.payload_bytes, payload_bytes);
   lock.Set(fh.group_key, group_key);
   lock.Set(fh.num_records, num_records);
+  lock.Set(fh.prompt_index, prompt.index);
+  for (int i = 0; i < kPromptSetIdWords; ++i) lock.Set(fh.prompt_set_id[i], prompt.set_id[i]);
   lock.Set(fh.writer_slot, slot);
   WriterSlot& w = Writer(slot);
   lock.Set(w.frame_position, head);

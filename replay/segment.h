@@ -40,10 +40,22 @@ class Segment {
     uint64_t position = 0;
     uint64_t writer_slot = 0;
   };
+  // The prompt of a group being written (its frame keeps it: a dropped group's prompt is
+  // recorded for hand-back). Id words all zero: none to record.
+  struct FramePrompt {
+    uint64_t index = 0;
+    uint64_t set_id[kPromptSetIdWords] = {};
+  };
   // Reserves a frame of frame_bytes for this process's write, dropping the oldest ready groups
   // first under kDropOldest. kNone when it must wait (no space, frame or writer slot).
   Step TryAllocate(LockedSection& lock, uint64_t frame_bytes, uint64_t payload_bytes,
-                   uint64_t group_key, uint64_t num_records, Allocation* out);
+                   uint64_t group_key, uint64_t num_records, const FramePrompt& prompt,
+                   Allocation* out);
+  // The dropped groups' prompts not yet handed back (at most max), oldest first, and the
+  // sequence number just past the last one returned.
+  std::vector<FramePrompt> DroppedPrompts(size_t max, uint64_t* through) const;
+  // Entries before `through` were handed back.
+  void ForgetDroppedPrompts(LockedSection& lock, uint64_t through);
   void Commit(LockedSection& lock, const Allocation& allocation, uint64_t checksum,
               int64_t min_version);
   // Gives an allocation back unwritten (the group turned out invalid while being encoded).

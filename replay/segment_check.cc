@@ -158,6 +158,11 @@ absl::Status CheckState(const Segment& s, const std::string& name) {
     return Damaged(name, absl::StrCat("queue_tail (queue_head is ", qhead, ")"),
                    absl::StrCat("at most queue_capacity (", f.queue_capacity, ") ahead"), qtail);
   }
+  const uint64_t dnext = h.dropped.next.load(), dhanded = h.dropped.handed.load();
+  if (dhanded > dnext || dnext - dhanded > kDroppedCapacity) {
+    return Damaged(name, absl::StrCat("dropped.next (dropped.handed is ", dhanded, ")"),
+                   absl::StrCat("at most ", kDroppedCapacity, " ahead"), dnext);
+  }
   uint64_t states[8] = {};
   if (absl::Status frames = CheckFrames(s, name, states); !frames.ok()) return frames;
   return CheckQueueAndSlots(s, name, states);

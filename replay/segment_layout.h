@@ -24,7 +24,7 @@ namespace prl::replay_internal {
 using A64 = std::atomic<uint64_t>;
 
 inline constexpr uint64_t kMagic = 0x3159414c50455250ull;  // "PREPLAY1"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;  // 2: the prompts of dropped groups
 inline constexpr uint64_t kFrameAlign = 128;
 
 enum FrameState : uint64_t {
@@ -36,6 +36,9 @@ enum FrameState : uint64_t {
   kAbandoned = 6,
   kPadding = 7,
 };
+
+// A prompt set id travels in this many words (ids up to 24 bytes: the coordinator's are 15).
+inline constexpr int kPromptSetIdWords = 3;
 
 struct FrameHeader {
   A64 position;       // this frame's ring position (checks that a header is current)
@@ -50,7 +53,8 @@ struct FrameHeader {
   A64 lease_slot;     // while kLeased
   A64 writer_slot;    // while kWriting
   A64 committed_ns;   // steady clock
-  A64 reserved[4];
+  A64 prompt_index;   // of the group's records, so that a dropped group's prompt is known
+  A64 prompt_set_id[kPromptSetIdWords];  // its bytes, zero-padded; all zero: unknown or longer
 };
 static_assert(sizeof(FrameHeader) == kFrameAlign);
 
@@ -95,6 +99,22 @@ struct Counters {
   A64 writer_waits, write_timeouts, reader_waits;
 };
 
+// The prompts of groups dropped for room (kDropOldest), so that they are generated again
+// rather than lost: entries [handed, next) wait for a reader that hands them back to the
+// coordinator (ReplayBuffer::DroppedPrompts); entry i is at i % kDroppedCapacity. A drop into
+// a full ring overwrites the oldest entry and counts it in `overwritten`.
+inline constexpr uint64_t kDroppedCapacity = 1024;
+struct DroppedPromptEntry {
+  A64 prompt_index;
+  A64 prompt_set_id[kPromptSetIdWords];
+};
+static_assert(sizeof(DroppedPromptEntry) == 32);
+struct DroppedRing {
+  A64 next, handed, overwritten;
+  A64 reserved[5];
+  DroppedPromptEntry entries[kDroppedCapacity];
+};
+
 struct Header {
   FixedHeader fixed;
   uint64_t fixed_checksum;      // XXH3-64 of `fixed`
@@ -108,6 +128,7 @@ struct Header {
   A64 last_maintenance_ns;
   A64 lease_hint, writer_hint;  // where the next free-slot scan starts
   alignas(64) Counters counters;
+  alignas(64) DroppedRing dropped;
   alignas(64) std::atomic<uint32_t> data_futex;   // bumped when groups become ready
   alignas(64) std::atomic<uint32_t> space_futex;  // bumped when space or slots free up
   alignas(64) LockState lock;

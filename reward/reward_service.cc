@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_util.h"
+#include "rpc/retry.h"
 
 namespace prl::reward {
 
@@ -35,19 +35,6 @@ RewardInput FromProto(const v1::RewardSample& s) {
 
 // Codes a later attempt may not see again: the server restarting, overloaded or crashing on
 // this request. The others (INVALID_ARGUMENT, UNIMPLEMENTED, ...) would fail the same way.
-bool IsRetryable(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kUnknown:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // "group 7" or "groups 7, 8": the groups a failed batch held, for the error message.
 std::string DescribeGroups(absl::Span<const RewardInput> inputs) {
   std::vector<uint64_t> ids;
@@ -114,34 +101,28 @@ absl::StatusOr<std::vector<RewardResult>> RemoteReward::ScoreBatch(
   v1::ScoreRequest request;
   for (const RewardInput& in : inputs) ToProto(in, request.add_samples());
 
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  absl::Duration backoff = options_.initial_backoff;
-  absl::Status last;
-  int attempt = 1;
-  for (;; ++attempt) {
+  rpc::RetryPolicy policy;
+  policy.timeout = options_.timeout;
+  policy.max_attempts = options_.max_attempts;
+  policy.initial_backoff = options_.initial_backoff;
+  policy.max_backoff = options_.max_backoff;
+  v1::ScoreResponse response;
+  const rpc::RetryOutcome outcome = rpc::CallWithRetries(policy, [&](absl::Time deadline) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
-    v1::ScoreResponse response;
-    last = rpc::FromGrpcStatus(stub_->Score(&context, request, &response));
-    if (last.ok()) return ReadResponse(response, inputs);
-    if (!IsRetryable(last.code()) || attempt == options_.max_attempts) break;
-    absl::BitGen gen;  // jitter: actors that failed together do not retry together
-    const absl::Duration sleep = backoff * absl::Uniform(gen, 0.5, 1.0);
-    if (absl::Now() + sleep >= deadline) break;
-    absl::SleepFor(sleep);
-    backoff = std::min(backoff * 2, options_.max_backoff);
-  }
-  const bool transient =
-      IsRetryable(last.code()) || last.code() == absl::StatusCode::kDeadlineExceeded;
-  const char* why = attempt == options_.max_attempts ? ""
-                    : transient                      ? ", time budget spent"
-                                                     : ", error not transient: not retried";
+    response.Clear();
+    return rpc::FromGrpcStatus(stub_->Score(&context, request, &response));
+  });
+  if (outcome.status.ok()) return ReadResponse(response, inputs);
+  const absl::Status& last = outcome.status;
+  const bool all = outcome.attempts == options_.max_attempts;
   return absl::Status(
-      last.code(), absl::StrCat("reward service at ", options_.address, ": ", attempt, " of ",
-                                options_.max_attempts, " attempts failed (budget ",
-                                absl::FormatDuration(options_.timeout), why,
-                                "); last error: ", last.message(), "; no reward for the batch of ",
-                                inputs.size(), " samples (", DescribeGroups(inputs), ")"));
+      last.code(),
+      absl::StrCat("reward service at ", options_.address, ": ", outcome.attempts, " of ",
+                   options_.max_attempts, " attempts failed (budget ",
+                   absl::FormatDuration(options_.timeout), all ? "" : ", ", all ? "" : outcome.why,
+                   "); last error: ", last.message(), "; no reward for the batch of ",
+                   inputs.size(), " samples (", DescribeGroups(inputs), ")"));
 }
 
 absl::StatusOr<std::vector<RewardResult>> RemoteReward::ReadResponse(

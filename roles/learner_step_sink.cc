@@ -99,6 +99,9 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   metrics::AdvanceCounterTo(replay_metrics_.dropped_stale,
                             static_cast<double>(r.dropped_stale_total));
   metrics::AdvanceCounterTo(replay_metrics_.dropped_full, static_cast<double>(rs.dropped_full));
+  replay_metrics_.dropped_prompts_waiting.Set(static_cast<double>(rs.dropped_prompts_waiting));
+  metrics::AdvanceCounterTo(replay_metrics_.dropped_prompts_overwritten,
+                            static_cast<double>(rs.dropped_prompts_overwritten));
 }
 
 void StepSink::ReportProgress(int64_t version, int64_t groups_consumed, bool with_step_groups) {

@@ -291,6 +291,48 @@ TEST_F(LeaseLifecycleTest, ALeaseExpiryDoesNotBlockOtherCallsWhileItsRecordIsSyn
   EXPECT_EQ(status.get()->prompts_pending(), 1) << "the expired prompt is pending again";
 }
 
+// Issue 28: a Submit (and a Cancel) waited for its fsync under the coordinator's mutex, so a
+// large submission on a slow disk stalled every actor's lease. The test holds the submission's
+// fsync and leases from an earlier set meanwhile; the submit returns only once it is durable.
+TEST_F(LeaseLifecycleTest, ASubmitsFsyncDoesNotBlockLeasesOfOtherSets) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool hold = false, holding = false;
+  config_.log_before_sync = [&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (!hold) return;
+    holding = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return !hold; });
+  };
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(Request(2, 2)).ok());
+  const std::string actor = c->RegisterActor("a")->actor_id();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    hold = true;
+  }
+  auto submit = std::async(std::launch::async, [&] { return c->Submit(Request(3, 2)); });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return holding; });  // the submission's fsync is held now
+  }
+  auto lease = std::async(std::launch::async, [&] { return Lease(*c, actor, 1); });
+  // A margin, not a timing: the call needs microseconds; without the fix it waits forever.
+  const bool answered = lease.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  const bool submit_returned =
+      submit.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    hold = false;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(answered) << "the lease waited for the submission's fsync";
+  EXPECT_EQ(lease.get().prompts_size(), 1);
+  EXPECT_FALSE(submit_returned) << "a submit is answered only once its set is durable";
+  ASSERT_TRUE(submit.get().ok());
+}
+
 // Issue 28: the actor table never forgot an actor, and any holder of the actor token could
 // grow it with Register. It is capped, and actors silent for 2 lease_ms that hold no lease are
 // forgotten; an actor holding a lease is kept however quiet, until its lease expires.

@@ -4,6 +4,7 @@
 // numbering from a checkpoint or above what the transport already holds, drops stale groups
 // and hands back a partial step's groups when stopped.
 #include "learner/learner_service.h"
+#include "learner/step_samples.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -351,7 +352,7 @@ TEST_F(LearnerServiceTest, AGroupJournaledButNotAcknowledgedIsNotTrainedTwice) {
   ASSERT_TRUE(journal.ok());
   JournaledStep step1{
       1, 2, 2 * kGroupSize, 0.5, {Group(0, 0)[0].GroupKey(), Group(1, 0)[0].GroupKey()}, {}, {}};
-  step1.payload.assign(8, 0);  // its samples as broadcast bytes: none, for brevity
+  step1.payload = *EncodeStepSamples({});  // its samples as broadcast bytes: none, for brevity
   ASSERT_TRUE(journal->Append(step1).ok());
   const std::vector<StepReport> resumed = Run(1, options, never_);
   ASSERT_EQ(resumed.size(), 2u);
@@ -479,6 +480,40 @@ TEST_F(LearnerServiceTest, AStaleGroupsPromptIsHandedBackAndItsGroupAcknowledged
   EXPECT_THAT(reopened[0].reason, ::testing::HasSubstr("1 versions behind the learner's 1"));
   EXPECT_EQ(replay_->Stats().groups_out, 6);
   EXPECT_EQ(replay_->Stats().dropped_stale, 0) << "handed back, not dropped by the buffer";
+}
+
+// Issue 28: a group the replay buffer dropped for room (replay.drop_oldest) was completed at
+// the coordinator and never trained, its prompt "done". Its prompt goes back to be generated
+// again, and the buffer forgets it only once the coordinator took it.
+TEST_F(LearnerServiceTest, APromptWhoseGroupTheFullBufferDroppedIsHandedBack) {
+  replay_.reset();
+  ReplayBuffer::Remove(replay_name_, true).IgnoreError();
+  ReplayConfig rc;
+  rc.capacity_bytes = 8 << 20;
+  rc.max_groups = 4;  // the fifth group written drops the first
+  rc.backpressure = BackpressurePolicy::kDropOldest;
+  auto replay = ReplayBuffer::Create(replay_name_, rc);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  replay_ = std::move(*replay);
+  WriteGroups(6, 0);  // prompts 0 and 1 dropped; 2..5 stay
+  ASSERT_EQ(replay_->Stats().dropped_full, 2);
+  LearnerServiceOptions options = Options(2);
+  options.reopen_retry = absl::ZeroDuration();
+  std::vector<StalePrompt> reopened;
+  int calls = 0;
+  options.reopen_stale = [&](const std::vector<StalePrompt>& prompts) -> absl::Status {
+    if (++calls == 1) return absl::UnavailableError("coordinator restarting");
+    reopened.insert(reopened.end(), prompts.begin(), prompts.end());
+    return absl::OkStatus();
+  };
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  ASSERT_EQ(reports.size(), 2u);
+  ASSERT_EQ(reopened.size(), 2u) << "offered again after the refusal, once accepted";
+  EXPECT_EQ(reopened[0].prompt_set_id, "set");
+  EXPECT_EQ(reopened[0].prompt_index, 0u);
+  EXPECT_EQ(reopened[1].prompt_index, 1u);
+  EXPECT_THAT(reopened[0].reason, ::testing::HasSubstr("replay.drop_oldest"));
+  EXPECT_EQ(replay_->Stats().dropped_prompts_waiting, 0) << "forgotten once taken back";
 }
 
 TEST_F(LearnerServiceTest, AJournalThatDoesNotFollowTheCheckpointIsAnErrorNamingTheGap) {

@@ -39,10 +39,19 @@ def cmd_gen_rollouts(args):
                 base = -math.log(args.vocab_size)
                 mu = [base + float(rng.normal(0, 0.5)) for _ in completion]
                 mu = [min(m, -1e-3) for m in mu]
-                f.write(json.dumps({"prompt": prompt, "completion": completion,
-                                    "behaviour_logprobs": mu,
-                                    "reward": float(rng.integers(0, 3)),
-                                    "group": "g%d" % g}) + "\n")
+                line = {"prompt": prompt, "completion": completion, "behaviour_logprobs": mu,
+                        "reward": float(rng.integers(0, 3)), "group": "g%d" % g}
+                if args.episodes:
+                    # An agentic episode: model turn, the environment's reply (context, never
+                    # trained; log-prob 0), model turn.
+                    reply = rng.integers(0, args.vocab_size, int(rng.integers(1, 5))).tolist()
+                    turn = rng.integers(0, args.vocab_size, int(rng.integers(1, 4))).tolist()
+                    line["completion"] = completion + reply + turn
+                    line["behaviour_logprobs"] = (
+                        mu + [0.0] * len(reply) + [base + float(rng.normal(0, 0.5)) for _ in turn])
+                    line["behaviour_logprobs"] = [min(m, 0.0) for m in line["behaviour_logprobs"]]
+                    line["sources"] = [0] * len(completion) + [1] * len(reply) + [0] * len(turn)
+                f.write(json.dumps(line) + "\n")
     return 0
 
 
@@ -80,12 +89,17 @@ def reference_step(args):
     cfg, params = ref.load_checkpoint(args.model)
     lines = ref.read_jsonl(args.rollouts)
     adv = advantages(lines, args.advantage == "grpo")
-    total_tokens = sum(len(line["completion"]) for line in lines)
+    # An episode's environment tokens (sources 1) are read, never trained: outside the loss
+    # and its denominators.
+    def trained(line):
+        return [s == 0 for s in line.get("sources", [0] * len(line["completion"]))]
+    total_tokens = sum(sum(trained(line)) for line in lines)
     loss = torch.zeros((), dtype=torch.float64)
     for line, a in zip(lines, adv):
         tokens = line["prompt"] + line["completion"]
-        pi = ref.score_line(cfg, params, tokens, len(line["prompt"]))
-        mu = torch.tensor(line["behaviour_logprobs"], dtype=torch.float32).double()
+        keep = torch.tensor(trained(line))
+        pi = ref.score_line(cfg, params, tokens, len(line["prompt"]))[keep]
+        mu = torch.tensor(line["behaviour_logprobs"], dtype=torch.float32).double()[keep]
         per_token = token_loss(args.loss, pi, mu, a, args)
         if args.normalization == "tokens":
             loss = loss + per_token.sum() / total_tokens
@@ -175,6 +189,8 @@ def main(argv=None):
     for flag in ("--vocab-size", "--groups", "--samples", "--max-completion", "--seed"):
         g.add_argument(flag, type=int, required=True)
     g.add_argument("--out", required=True)
+    g.add_argument("--episodes", action="store_true",
+                   help="agentic episodes: model turn, environment reply (sources 1), model turn")
     g.set_defaults(fn=cmd_gen_rollouts)
     c = sub.add_parser("check-step")
     for flag in ("--model", "--rollouts", "--prl-out"):

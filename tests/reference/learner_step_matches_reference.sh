@@ -9,7 +9,8 @@
 #     sqrt(v) + eps, so a gradient of the size of eps (1e-8; some biases have such) moves its
 #     weight by a fraction of lr that depends on the gradient's last fp32 digits;
 #   - world sizes 1, 2, 3 and micro-batch budgets of one sequence up to the whole batch give
-#     gradients and updated weights within 1e-5 relative (the bar), SGD and AdamW.
+#     gradients and updated weights within 1e-5 relative (the bar), SGD and AdamW;
+#   - agentic episodes (environment tokens as context, never trained) against the reference.
 #
 # usage: learner_step_matches_reference.sh PRL WORKDIR ARCH-FLAGS...
 set -euo pipefail
@@ -76,4 +77,19 @@ step tis_seq --normalization sequence --optimizer sgd --lr 0.01 --world-size 3 \
 $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --prl-out tis_seq \
   --grads tis_seq.grads.safetensors --normalization sequence --optimizer sgd --lr 0.01 \
   --max-grad-norm 0.05
+
+# Agentic episodes: the environment's tokens are read as context, never trained (outside the
+# loss and its denominators), on three ranks with micro-batches that split the episodes.
+$PY "$REF" gen-rollouts --vocab-size 40 --groups 4 --samples 4 --max-completion 8 --seed 5 \
+  --episodes --out episodes.jsonl
+"$PRL" learner step --model m0 --rollouts episodes.jsonl --out episodes \
+  --dump-grads episodes.grads.safetensors --timeout-s 60 --optimizer sgd --lr 0.01 \
+  --world-size 3 --micro-batch-tokens 25 > episodes.log
+$PY "$REF" check-step --model m0 --rollouts episodes.jsonl --prl-out episodes \
+  --grads episodes.grads.safetensors --optimizer sgd --lr 0.01
+"$PRL" learner step --model m0 --rollouts episodes.jsonl --out episodes_seq \
+  --dump-grads episodes_seq.grads.safetensors --timeout-s 60 --optimizer sgd --lr 0.01 \
+  --normalization sequence --world-size 2 > episodes_seq.log
+$PY "$REF" check-step --model m0 --rollouts episodes.jsonl --prl-out episodes_seq \
+  --grads episodes_seq.grads.safetensors --optimizer sgd --lr 0.01 --normalization sequence
 echo "learner step matches the reference"

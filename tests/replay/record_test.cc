@@ -27,7 +27,7 @@ namespace {
 
 using ::prl::testing::IsError;
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
-constexpr size_t kHeaderBytes = 112;  // the record header of layout 1
+constexpr size_t kHeaderBytes = 128;  // the record header of layout 2
 
 // A record with every field set; `completion` tokens of versions 7, 8, 9, 7, ...
 RolloutRecord MakeRecord(uint32_t sample_index = 0, uint32_t group_size = 1,
@@ -141,7 +141,8 @@ TEST(RolloutRecordTest, HugeRecordOfTenMillionTokensRoundTrips) {
     r.behaviour_logprobs[i] = -static_cast<float>(i % 1000) / 100.0f;
     r.token_versions[i] = static_cast<int64_t>(i / 1'000'000);
   }
-  // Header, prompt, 4 + 4 + 8 bytes per token, 2 stop ids, 2 component values, 43 string bytes.
+  // Header, prompt, 4 + 4 + 8 bytes per token, 2 stop ids, 2 component values, 43 string bytes
+  // (no episode or route sections).
   EXPECT_EQ(EncodedRecordSize(r), kHeaderBytes + 4 * 4096 + 16 * kTokens + 8 + 16 + 48);
   ExpectRoundTrip(r);
   EXPECT_EQ(r.min_version(), 0);
@@ -225,14 +226,84 @@ TEST(RolloutRecordTest, EncodingIsTheDocumentedLayout) {
   EXPECT_EQ(at(40, double{}), r.reward);
   EXPECT_EQ(at(68, float{}), r.sampling.top_p);
   EXPECT_EQ(at(88, uint32_t{}), 4u);   // prompt tokens
-  EXPECT_EQ(at(112, int32_t{}), 1);    // prompt_tokens[0], right after the header
-  EXPECT_EQ(at(128, int32_t{}), 100);  // completion_tokens[0]
-  EXPECT_EQ(at(136, float{}), 0.0f);   // behaviour_logprobs[0]
-  EXPECT_EQ(at(144, int64_t{}), 7);    // token_versions[0]
-  EXPECT_EQ(at(152, int32_t{}), 2);    // stop_token_ids[0]
-  EXPECT_EQ(at(160, double{}), 1.0);   // reward_components[0].value
-  EXPECT_EQ(at(176, uint8_t{}), 11);   // strlen("correctness")
-  EXPECT_EQ(std::string(bytes.begin() + 178, bytes.begin() + 184), "run-42");
+  EXPECT_EQ(at(128, int32_t{}), 1);    // prompt_tokens[0], right after the header
+  EXPECT_EQ(at(144, int32_t{}), 100);  // completion_tokens[0]
+  EXPECT_EQ(at(152, float{}), 0.0f);   // behaviour_logprobs[0]
+  EXPECT_EQ(at(160, int64_t{}), 7);    // token_versions[0]
+  EXPECT_EQ(at(168, int32_t{}), 2);    // stop_token_ids[0]
+  EXPECT_EQ(at(176, double{}), 1.0);   // reward_components[0].value
+  EXPECT_EQ(at(192, uint8_t{}), 11);   // strlen("correctness"): no episode or route sections
+  EXPECT_EQ(std::string(bytes.begin() + 194, bytes.begin() + 200), "run-42");
+}
+
+// A two-turn episode: model tokens, the environment's reply, model tokens; with MoE routes of
+// 2 layers, top 2. Its sections follow the reward component values, in the documented order.
+RolloutRecord MakeEpisode() {
+  RolloutRecord r = MakeRecord(0, 1, 0);
+  r.completion_tokens = {100, 101, 500, 501, 502, 102};
+  r.behaviour_logprobs = {-0.5f, -0.25f, 0.0f, 0.0f, 0.0f, -1.0f};
+  r.token_versions = {7, 7, 7, 7, 7, 8};
+  r.token_sources = {0, 0, 1, 1, 1, 0};
+  r.turn_ends = {2, 6};
+  r.turn_rewards = {0.25, 1.0};
+  r.route_layers = 2;
+  r.route_top_k = 2;
+  for (int i = 0; i < 6 * 2 * 2; ++i) r.routes.push_back(static_cast<uint8_t>(i % 128));
+  return r;
+}
+
+TEST(RolloutRecordTest, AnEpisodesSourcesTurnsAndRoutesRoundTripInTheDocumentedLayout) {
+  const RolloutRecord r = MakeEpisode();
+  ASSERT_TRUE(ValidateRecord(r).ok()) << ValidateRecord(r);
+  ExpectRoundTrip(r);
+  EXPECT_EQ(r.model_tokens(), 3);
+  EXPECT_EQ(r.min_version(), 7);
+  const std::vector<uint8_t> bytes = Encode(r);
+  auto at = [&](size_t offset, auto value) {
+    std::memcpy(&value, bytes.data() + offset, sizeof(value));
+    return value;
+  };
+  EXPECT_EQ(at(107, uint8_t{}), 2);     // route_top_k
+  EXPECT_EQ(at(108, uint16_t{}), 2);    // route_layers
+  EXPECT_EQ(at(112, uint32_t{}), 2u);   // turns
+  EXPECT_EQ(at(116, uint32_t{}), 6u);   // token sources
+  // 128 + prompt 16 + completion 24 + log-probs 24 + versions 48 + stop 8 + values 16 = 264.
+  EXPECT_EQ(at(264 + 2, uint8_t{}), 1);  // token_sources[2]: the environment
+  EXPECT_EQ(at(272, uint32_t{}), 2u);    // turn_ends[0]
+  EXPECT_EQ(at(280, double{}), 0.25);    // turn_rewards[0]
+  EXPECT_EQ(at(296 + 5, uint8_t{}), 5);  // routes[5]
+  v1::RolloutRecord proto;
+  ToProto(r, &proto);
+  const absl::StatusOr<RolloutRecord> back = FromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == r);
+}
+
+TEST(RolloutRecordTest, EpisodeAndRouteFieldsThatDisagreeAreRefusedNamingTheField) {
+  auto refused = [](void (*edit)(RolloutRecord&), std::initializer_list<absl::string_view> parts) {
+    RolloutRecord r = MakeEpisode();
+    edit(r);
+    return IsError(ValidateRecord(r), kInvalid, parts);
+  };
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.token_sources.pop_back(); },
+                      {"token_sources: expected none or one per completion token (6), found 5"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.token_sources[0] = 1; },
+                      {"token_sources[0]", "the model"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.token_sources[1] = 2; },
+                      {"token_sources[1]: expected 0 (model) or 1 (environment), found 2"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.behaviour_logprobs[3] = -0.5f; },
+                      {"behaviour_logprobs[3]: expected 0 for an environment token"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.token_versions[4] = 6; },
+                      {"token_versions[4]", "the version of the token before it (7)"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.turn_ends = {3, 3}; },
+                      {"turn_ends[1]: expected above 3 and at most 6"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.turn_ends = {2, 7}; }, {"turn_ends[1]"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.turn_rewards.pop_back(); },
+                      {"turn_rewards: expected one per turn (2), found 1"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.turn_rewards[0] = NAN; }, {"turn_rewards[0]"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.routes.pop_back(); },
+                      {"routes: expected 24 expert ids (6 tokens x 2 layers x top 2), found 23"}));
+  EXPECT_TRUE(refused([](RolloutRecord& r) { r.route_top_k = 0; }, {"route_top_k"}));
 }
 
 // ---- Keys and versions ---------------------------------------------------------------------
@@ -449,13 +520,13 @@ TEST(DecodeRecordTest, TrailingBytesAreAnError) {
 
 TEST(DecodeRecordTest, UnknownLayoutVersionIsAnErrorNamingTheVersion) {
   std::vector<uint8_t> bytes = Encode(MakeRecord());
-  Poke<uint16_t>(bytes, 4, 2);
+  Poke<uint16_t>(bytes, 4, 1);  // a record of layout 1, which had no episodes or routes
   EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"rollout record: layout_version: expected 1, found 2"}));
+                      {"rollout record: layout_version: expected 2, found 1"}));
   std::vector<uint8_t> group = EncodeGroup(MakeGroup(2));
   Poke<uint16_t>(group, 4, 7);
   EXPECT_TRUE(IsError(DecodeGroup(group).status(), kInvalid,
-                      {"rollout group: layout_version: expected 1, found 7"}));
+                      {"rollout group: layout_version: expected 2, found 7"}));
 }
 
 TEST(DecodeRecordTest, WrongMagicIsAnError) {
@@ -476,20 +547,32 @@ TEST(DecodeRecordTest, TotalBytesThatDisagreesWithTheCountsIsAnError) {
 }
 
 TEST(DecodeRecordTest, HugeCountsInASmallInputAreAnErrorWithoutAllocating) {
-  for (size_t count_offset : {88, 92, 96, 100}) {
+  for (size_t count_offset : {88, 92, 96, 100, 112}) {
     std::vector<uint8_t> bytes = Encode(MakeRecord());
     Poke<uint32_t>(bytes, count_offset, 0xFFFFFFFFu);
     EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"truncated"})) << count_offset;
   }
+  std::vector<uint8_t> bytes = Encode(MakeRecord());  // routes: 5 tokens x 65535 layers x 255
+  Poke<uint8_t>(bytes, 107, 255);
+  Poke<uint16_t>(bytes, 108, 65535);
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"truncated"}));
+  Poke<uint32_t>(bytes, 92, 0x10000u);  // 65536 tokens: 2^40 route ids, refused before sizing
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"route_layers"}));
 }
 
 TEST(DecodeRecordTest, NonZeroPaddingOrReservedBytesAreAnError) {
   std::vector<uint8_t> bytes = Encode(MakeRecord(0, 1, 1));  // one token: 4 bytes of padding
-  bytes[132] = 1;                                            // after completion_tokens[0] at 128
+  bytes[148] = 1;                                            // after completion_tokens[0] at 144
   EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"padding between sections"}));
+  for (size_t reserved : {7, 110, 120, 127}) {
+    bytes = Encode(MakeRecord());
+    bytes[reserved] = 1;
+    EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"reserved header bytes"}))
+        << reserved;
+  }
   bytes = Encode(MakeRecord());
-  bytes[110] = 1;
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"reserved header bytes"}));
+  Poke<uint32_t>(bytes, 116, 3);  // token sources: neither none nor one per completion token
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"num_token_sources"}));
 }
 
 TEST(DecodeRecordTest, DecodedRecordsAreValidated) {

@@ -160,6 +160,27 @@ TEST_F(ReplayBufferTest, DropOldestPolicyMakesRoomAndCountsTheDrops) {
   int64_t seq;
   ASSERT_TRUE(CheckStressGroup(*newest[0].Decode(), &w, &seq));
   EXPECT_EQ(seq, kGroups - st.groups_ready) << "the oldest groups went first";
+
+  // Issue 28: a dropped group's prompt was "done" at the coordinator and never trained. The
+  // drops' prompts wait in the segment, oldest first, until a reader handed them back; beyond
+  // the ring's capacity the oldest are overwritten, and counted.
+  const int64_t recorded = std::min<int64_t>(st.dropped_full, 1024);
+  EXPECT_EQ(st.dropped_prompts_waiting, recorded);
+  EXPECT_EQ(st.dropped_prompts_overwritten, st.dropped_full - recorded);
+  uint64_t through = 0;
+  const std::vector<DroppedPrompt> dropped = b->DroppedPrompts(10, &through);
+  ASSERT_EQ(dropped.size(), 10u);
+  const int64_t first = st.dropped_full - recorded;  // the oldest still recorded
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(dropped[i].prompt_set_id, "w7");
+    EXPECT_EQ(dropped[i].prompt_index, static_cast<uint64_t>(first + i));
+  }
+  auto other = *ReplayBuffer::Open(name_);  // what one handle forgets, every handle does
+  other->ForgetDroppedPrompts(through);
+  EXPECT_EQ(b->Stats().dropped_prompts_waiting, recorded - 10);
+  const std::vector<DroppedPrompt> next = b->DroppedPrompts(1, &through);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].prompt_index, static_cast<uint64_t>(first + 10));
 }
 
 TEST_F(ReplayBufferTest, AGroupLargerThanTheBufferIsRejectedAtOnce) {

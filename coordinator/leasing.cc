@@ -1,0 +1,143 @@
+// Actors and leases (declared in coordinator.h): registration, heartbeats, leasing prompts
+// within an actor's capacity and the lag budget, and expiry. The lease table
+// (coordinator/lease_table.h) and the actor table (coordinator/actor_table.h) own the state;
+// a lease that ends without its group is a failed attempt (prompt_attempts.cc), logged without
+// waiting for its fsync while the mutex is held.
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/capacity.h"
+#include "coordinator/coordinator.h"
+#include "core/status_macros.h"
+
+namespace prl::coordinator {
+
+namespace {
+
+absl::Status UnknownActor(const std::string& actor_id) {
+  return absl::NotFoundError(absl::StrCat("unknown actor '", actor_id,
+                                          "': register again (the coordinator restarted?)"));
+}
+
+}  // namespace
+
+absl::StatusOr<prl::v1::RegisterResponse> Coordinator::RegisterActor(
+    const std::string& name, const prl::v1::ActorCapacity& capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time now = absl::Now();
+  if (actors_.full()) ForgetDeadActorsLocked(now);
+  PRL_ASSIGN_OR_RETURN(const std::string id, actors_.Register(name, capacity, now));
+  prl::v1::RegisterResponse r;
+  r.set_actor_id(id);
+  r.set_lease_ms(config_.lease_ms);
+  r.set_heartbeat_ms(config_.heartbeat_ms);
+  return r;
+}
+
+absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const prl::v1::HeartbeatRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ActorTable::Actor* actor = actors_.Find(request.actor_id());
+  if (actor == nullptr) return UnknownActor(request.actor_id());
+  const absl::Time now = absl::Now();
+  actor->last_seen = now;
+  actor->weight_version = request.weight_version();
+  // A heartbeat renews the leases the actor still holds and re-queues the ones it dropped.
+  const absl::flat_hash_set<std::string> held(request.held_lease_ids().begin(),
+                                              request.held_lease_ids().end());
+  // Logged, not waited for: nothing the reply says depends on it, and an fsync under the
+  // mutex would stall every call (a failed log fails every later append, visibly).
+  for (const PromptRef& dropped : leases_.Renew(request.actor_id(), held, now)) {
+    FailAttemptLocked(dropped, absl::StrCat("dropped from the heartbeat of actor ",
+                                            ActorName(request.actor_id())))
+        .IgnoreError();
+    ++stats_.leases_dropped;
+  }
+  prl::v1::HeartbeatResponse r;
+  r.set_learner_version(budget_->learner_version());
+  return r;
+}
+
+absl::StatusOr<uint64_t> Coordinator::ExpireLocked(absl::Time now) {
+  absl::StatusOr<uint64_t> logged = uint64_t{0};
+  for (const PromptRef& expired : leases_.Expired(now)) {
+    const LeaseTable::Lease* lease = leases_.Find(*leases_.IdOf(expired));
+    logged = FailAttemptLocked(
+        expired, absl::StrCat("lease expired: actor ", ActorName(lease->actor_id),
+                              " neither completed nor renewed it within lease_ms"));
+    ++stats_.leases_expired;
+  }
+  return logged;
+}
+
+void Coordinator::ForgetDeadActorsLocked(absl::Time now) {
+  const absl::flat_hash_set<std::string> holding = leases_.Holders();
+  actors_.Forget(now, [&](const std::string& actor) { return holding.contains(actor); });
+}
+
+void Coordinator::ExpireLeases() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const absl::StatusOr<uint64_t> logged = ExpireLocked(absl::Now());
+  ForgetDeadActorsLocked(absl::Now());
+  RetireFinishedLocked(absl::Now());  // retention (coordinator_snapshot.cc)
+  lock.unlock();  // the fsync is waited for without the mutex: other calls go on meanwhile
+  if (!logged.ok() || *logged != 0) AwaitLogged(logged).IgnoreError();
+}
+
+absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ActorTable::Actor* actor = actors_.Find(request.actor_id());
+  if (actor == nullptr) return UnknownActor(request.actor_id());
+  const absl::Time now = absl::Now();
+  actor->last_seen = now;
+  // Expiries are logged, not waited for (the background ExpireLeases reports a failed log).
+  ExpireLocked(now).IgnoreError();
+  int64_t allowed =
+      budget_->Allowed(request.max_prompts(), leases_.size(), sets_.counts().groups_completed);
+  PendingQueue& queue = sets_.queue();
+  if (allowed < request.max_prompts() && !queue.empty()) ++stats_.lease_requests_throttled;
+  prl::v1::LeaseResponse response;
+  if (config_.sync) response.set_min_weight_version(budget_->learner_version());
+  // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
+  // of whose prompts fit is passed over whole (pending_queue.h).
+  const prl::v1::ActorCapacity& capacity = actor->capacity;
+  const auto visit_set = [&](const std::string& set_id) {
+    const PromptSets::Set* set = sets_.Find(set_id);
+    if (set == nullptr || !set->running()) return PendingQueue::SetVisit::kDrop;
+    return Fits(capacity, {set->samples, set->min_tokens}) ? PendingQueue::SetVisit::kLook
+                                                           : PendingQueue::SetVisit::kPass;
+  };
+  const auto visit = [&](const std::string& set_id, int64_t index) {
+    if (allowed <= 0) return PendingQueue::Visit::kStop;
+    const PromptSets::Set* set = sets_.Find(set_id);
+    if (set == nullptr || !set->running() || set->prompts[index].state != PromptState::kPending) {
+      return PendingQueue::Visit::kDrop;  // stale
+    }
+    const prl::v1::SubmitPromptSetRequest& req = set->submitted.request();
+    const GroupShape shape{set->samples,
+                           req.prompts(index).tokens().ids_size() + req.sampling().max_tokens()};
+    if (!Fits(capacity, shape)) return PendingQueue::Visit::kKeep;
+    sets_.MarkLeased(set_id, index);
+    prl::v1::LeasedPrompt* out = response.add_prompts();
+    out->set_lease_id(leases_.Open({set_id, index}, request.actor_id(), now));
+    out->set_prompt_set_id(set_id);
+    out->set_prompt_index(index);
+    *out->mutable_prompt_tokens() = req.prompts(index).tokens().ids();
+    out->set_reference(req.prompts(index).reference());
+    out->set_samples(req.samples_per_prompt());
+    *out->mutable_sampling() = req.sampling();
+    *out->mutable_reward() = req.reward();
+    // A re-run of a group that came in too stale starts from the learner's newest weights: the
+    // actor's own delay in taking new weights is no longer part of its lag.
+    if (set->prompts[index].stale_reruns > 0) {
+      response.set_min_weight_version(budget_->learner_version());
+    }
+    --allowed;
+    return PendingQueue::Visit::kTake;
+  };
+  if (allowed > 0) queue.Scan(visit_set, visit);
+  if (response.prompts_size() > 0) stats_.prompts_leased[actor->name] += response.prompts_size();
+  return response;
+}
+
+}  // namespace prl::coordinator

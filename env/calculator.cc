@@ -1,0 +1,192 @@
+#include "env/calculator.h"
+
+#include <cctype>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace prl::env {
+
+namespace {
+
+constexpr size_t kMaxExpressionBytes = 256;
+constexpr int kMaxDepth = 32;
+
+// A recursive-descent parser over int64 with overflow checks.
+class Parser {
+ public:
+  explicit Parser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<int64_t> Parse() {
+    absl::StatusOr<int64_t> value = Sum(0);
+    if (!value.ok()) return value;
+    Skip();
+    if (at_ != text_.size()) return Error(absl::StrCat("unexpected '", text_.substr(at_, 1), "'"));
+    return value;
+  }
+
+ private:
+  absl::StatusOr<int64_t> Sum(int depth) {
+    absl::StatusOr<int64_t> left = Product(depth);
+    while (left.ok() && Peek("+-")) {
+      const char op = text_[at_++];
+      absl::StatusOr<int64_t> right = Product(depth);
+      if (!right.ok()) return right;
+      int64_t out;
+      if (op == '+' ? __builtin_add_overflow(*left, *right, &out)
+                    : __builtin_sub_overflow(*left, *right, &out)) {
+        return Error("overflow");
+      }
+      left = out;
+    }
+    return left;
+  }
+
+  absl::StatusOr<int64_t> Product(int depth) {
+    absl::StatusOr<int64_t> left = Factor(depth);
+    while (left.ok() && Peek("*/")) {
+      const char op = text_[at_++];
+      absl::StatusOr<int64_t> right = Factor(depth);
+      if (!right.ok()) return right;
+      int64_t out;
+      if (op == '*') {
+        if (__builtin_mul_overflow(*left, *right, &out)) return Error("overflow");
+      } else {
+        if (*right == 0) return Error("division by zero");
+        if (*right == -1 && *left == INT64_MIN) return Error("overflow");
+        if (*left % *right != 0) {
+          return Error(absl::StrCat(*left, "/", *right, " is not an integer"));
+        }
+        out = *left / *right;
+      }
+      left = out;
+    }
+    return left;
+  }
+
+  absl::StatusOr<int64_t> Factor(int depth) {
+    if (depth > kMaxDepth) return Error("too deeply nested");
+    Skip();
+    if (Peek("-")) {
+      ++at_;
+      absl::StatusOr<int64_t> v = Factor(depth + 1);
+      if (!v.ok()) return v;
+      if (*v == INT64_MIN) return Error("overflow");
+      return -*v;
+    }
+    if (Peek("(")) {
+      ++at_;
+      absl::StatusOr<int64_t> v = Sum(depth + 1);
+      if (!v.ok()) return v;
+      if (!Peek(")")) return Error("missing ')'");
+      ++at_;
+      return v;
+    }
+    const size_t start = at_;
+    while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+    if (start == at_) {
+      return Error(at_ < text_.size() ? absl::StrCat("unexpected '", text_.substr(at_, 1), "'")
+                                      : "a number is missing at the end");
+    }
+    int64_t v;
+    if (!absl::SimpleAtoi(text_.substr(start, at_ - start), &v)) return Error("number too large");
+    return v;
+  }
+
+  void Skip() {
+    while (at_ < text_.size() && text_[at_] == ' ') ++at_;
+  }
+  bool Peek(absl::string_view chars) {
+    Skip();
+    return at_ < text_.size() && chars.find(text_[at_]) != absl::string_view::npos;
+  }
+  static absl::Status Error(const std::string& why) { return absl::InvalidArgumentError(why); }
+
+  absl::string_view text_;
+  size_t at_ = 0;
+};
+
+std::string Param(const v1::StartEpisodeRequest& request, const std::string& key,
+                  const std::string& fallback) {
+  auto it = request.parameters().find(key);
+  return it == request.parameters().end() ? fallback : it->second;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression) {
+  if (expression.size() > kMaxExpressionBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("longer than ", kMaxExpressionBytes, " bytes"));
+  }
+  return Parser(expression).Parse();
+}
+
+bool LastInteger(absl::string_view text, int64_t* value) {
+  size_t end = text.size();
+  while (end > 0 && !std::isdigit(static_cast<unsigned char>(text[end - 1]))) --end;
+  if (end == 0) return false;
+  size_t start = end;
+  while (start > 0 && std::isdigit(static_cast<unsigned char>(text[start - 1]))) --start;
+  if (start > 0 && text[start - 1] == '-') --start;
+  return absl::SimpleAtoi(text.substr(start, end - start), value);
+}
+
+absl::StatusOr<v1::StartEpisodeResponse> CalculatorEnvironment::StartEpisode(
+    const v1::StartEpisodeRequest& request) {
+  State state;
+  if (!absl::SimpleAtoi(request.reference(), &state.answer)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calculator: reference: expected the answer as an integer, found '",
+        request.reference().substr(0, 64), "'"));
+  }
+  state.call_open = Param(request, "call_open", "<calc>");
+  state.call_close = Param(request, "call_close", "</calc>");
+  if (state.call_open.empty() || state.call_close.empty() || state.call_close.size() > 64) {
+    return absl::InvalidArgumentError(
+        "calculator: parameters call_open and call_close: expected 1 to 64 bytes each");
+  }
+  episodes_.Start(request.episode_id(), [&] { return state; });
+  v1::StartEpisodeResponse response;
+  response.add_stop_strings(state.call_close);
+  return response;
+}
+
+absl::StatusOr<v1::StepResponse> CalculatorEnvironment::Step(const v1::StepRequest& request) {
+  return episodes_.Step(request, [&](State& s) -> absl::StatusOr<v1::StepResponse> {
+    v1::StepResponse response;
+    const std::string& text = request.text();
+    const size_t open = text.rfind(s.call_open);
+    const bool call = text.size() >= s.call_close.size() &&
+                      text.compare(text.size() - s.call_close.size(), s.call_close.size(),
+                                   s.call_close) == 0 &&
+                      open != std::string::npos &&
+                      open + s.call_open.size() <= text.size() - s.call_close.size();
+    if (call && request.turn_end() == v1::TURN_END_STOP_STRING) {
+      const size_t from = open + s.call_open.size();
+      const absl::StatusOr<int64_t> value =
+          EvaluateExpression(absl::string_view(text).substr(from, text.size() -
+                                                                      s.call_close.size() - from));
+      v1::EnvMessage* result = response.add_messages();
+      result->set_role("tool");
+      result->set_name("calculator");
+      result->set_content(value.ok() ? absl::StrCat(*value)
+                                     : absl::StrCat("error: ", value.status().message()));
+      ++s.calls;
+      return response;
+    }
+    int64_t answer = 0;
+    const bool right = LastInteger(text, &answer) && answer == s.answer;
+    response.set_done(true);
+    response.set_episode_reward(right ? 1.0 : 0.0);
+    response.set_done_reason(absl::StrCat(right ? "right" : "wrong", " answer after ", s.calls,
+                                          " calculator calls"));
+    return response;
+  });
+}
+
+absl::StatusOr<v1::EndEpisodeResponse> CalculatorEnvironment::EndEpisode(
+    const v1::EndEpisodeRequest& request) {
+  return episodes_.End(request, [](State&) { return v1::EndEpisodeResponse(); });  // 0: no answer
+}
+
+}  // namespace prl::env

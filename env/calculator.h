@@ -1,0 +1,52 @@
+// The built-in calculator tool environment (docs/environments.md): the model may call a
+// calculator inside a turn, e.g. "<calc>734*58</calc>", and gets the result back as a tool
+// message ("42572"); a turn without a call is its final answer, scored against the prompt's
+// reference (an integer): episode reward 1 if the answer's last integer equals it, else 0.
+// Multi-digit multiplication is out of a tiny model's reach without the tool.
+//
+// Parameters (the prompt set's environment parameters): call_open (default "<calc>") and
+// call_close (default "</calc>", the episode's stop string): the call syntax, so that a model
+// with a small vocabulary (the built-in character tokenizer has no letters) can use e.g. "("
+// and ")=". A turn that ends with call_close after a call_open is a call of the expression
+// between them; any other turn is the answer. An episode truncated by a limit scores 0.
+//
+// Expressions (EvaluateExpression): integers, + - * /, unary minus and parentheses, in int64;
+// "/" divides exactly (a remainder is an error, as is division by zero or an overflow); at most
+// 256 characters and 32 levels of parentheses. An error is answered as the tool's message
+// ("error: division by zero"), not as a failure of the episode.
+//
+// Thread-safety: CalculatorEnvironment may be called from many threads (env/episode_table.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "env/environment.h"
+#include "env/episode_table.h"
+
+namespace prl::env {
+
+absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression);
+
+// The last integer in `text` (an optional '-' and digits), if any.
+bool LastInteger(absl::string_view text, int64_t* value);
+
+class CalculatorEnvironment final : public Environment {
+ public:
+  absl::StatusOr<v1::StartEpisodeResponse> StartEpisode(
+      const v1::StartEpisodeRequest& request) override;
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request) override;
+  absl::StatusOr<v1::EndEpisodeResponse> EndEpisode(const v1::EndEpisodeRequest& request) override;
+
+ private:
+  struct State {
+    int64_t answer = 0;
+    std::string call_open, call_close;
+    int64_t calls = 0;
+  };
+  EpisodeTable<State> episodes_;
+};
+
+}  // namespace prl::env

@@ -1,0 +1,31 @@
+// Environment: one side of an agentic episode (proto/prl/v1/environment.proto,
+// docs/environments.md) as a C++ interface: what prl's built-in environments implement
+// (env/calculator.h, env/guess_number.h), what EnvironmentServer serves over gRPC, and what the
+// actor calls through EnvironmentClient for a user's environment in another process.
+//
+// The calls follow the protocol: StartEpisode once per episode id, Step per (episode id, turn
+// index) in turn order, EndEpisode when the actor ends an episode the environment has not;
+// each is idempotent (a retry with the same arguments gets the same answer). Errors are
+// absl::Status naming what is wrong (an unknown episode, a turn out of order); an environment
+// that cannot go on returns an error and the actor fails the episode's attempt.
+//
+// Thread-safety: implementations are called from many threads at once (one episode's calls
+// never overlap: the actor waits for each answer).
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "prl/v1/environment.pb.h"
+
+namespace prl::env {
+
+class Environment {
+ public:
+  virtual ~Environment() = default;
+  virtual absl::StatusOr<v1::StartEpisodeResponse> StartEpisode(
+      const v1::StartEpisodeRequest& request) = 0;
+  virtual absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request) = 0;
+  virtual absl::StatusOr<v1::EndEpisodeResponse> EndEpisode(
+      const v1::EndEpisodeRequest& request) = 0;
+};
+
+}  // namespace prl::env

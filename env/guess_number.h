@@ -1,0 +1,36 @@
+// The built-in guessing game (docs/environments.md): a multi-turn environment whose later turns
+// depend on the earlier ones. The secret is the prompt's reference (an integer in [low, high]);
+// each model turn's last integer is a guess, answered "higher" or "lower" as a user message,
+// until the guess is right (episode reward 1, done) or the guesses run out (reward 0, done). A
+// turn without an integer is answered with the rules and counts as a guess. Binary search
+// finds any secret in [1, 100] within 7 guesses.
+//
+// Parameters: low (default 1), high (default 100), max_guesses (default the actor's max_turns).
+// An episode truncated by a limit scores 0.
+//
+// Thread-safety: GuessNumberEnvironment may be called from many threads.
+#pragma once
+
+#include <cstdint>
+
+#include "env/environment.h"
+#include "env/episode_table.h"
+
+namespace prl::env {
+
+class GuessNumberEnvironment final : public Environment {
+ public:
+  absl::StatusOr<v1::StartEpisodeResponse> StartEpisode(
+      const v1::StartEpisodeRequest& request) override;
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request) override;
+  absl::StatusOr<v1::EndEpisodeResponse> EndEpisode(const v1::EndEpisodeRequest& request) override;
+
+ private:
+  struct State {
+    int64_t secret = 0, low = 1, high = 100;
+    int64_t max_guesses = 0, guesses = 0;
+  };
+  EpisodeTable<State> episodes_;
+};
+
+}  // namespace prl::env

@@ -1,0 +1,80 @@
+#include "env/remote_environment.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "env/episode_protocol.h"
+#include "rpc/grpc_util.h"
+#include "rpc/security.h"
+
+namespace prl::env {
+
+absl::StatusOr<std::unique_ptr<RemoteEnvironment>> RemoteEnvironment::Connect(
+    const RemoteEnvironmentOptions& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("environment: address: expected host:port, found none");
+  }
+  PRL_RETURN_IF_ERROR(rpc::ValidateRetryPolicy(options.retry, "environment"));
+  auto env = std::unique_ptr<RemoteEnvironment>(new RemoteEnvironment(options));
+  env->stub_ = v1::EnvironmentService::NewStub(
+      rpc::NewChannel(options.address, rpc::ChannelArgs(options.max_message_bytes)));
+  return env;
+}
+
+template <typename Request, typename Response, typename Rpc>
+absl::StatusOr<Response> RemoteEnvironment::Call(const std::string& what, const Request& request,
+                                                 Rpc rpc) {
+  Response response;
+  const rpc::RetryOutcome outcome =
+      rpc::CallWithRetries(options_.retry, [&](absl::Time deadline) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(deadline));
+        response.Clear();
+        return rpc::FromGrpcStatus((stub_.get()->*rpc)(&context, request, &response));
+      });
+  if (!outcome.status.ok()) {
+    return absl::Status(outcome.status.code(),
+                        absl::StrCat("environment at ", options_.address, ": ", what, ": ",
+                                     outcome.why, "; last error: ", outcome.status.message()));
+  }
+  return response;
+}
+
+absl::StatusOr<v1::StartEpisodeResponse> RemoteEnvironment::StartEpisode(
+    const v1::StartEpisodeRequest& request) {
+  const std::string what = absl::StrCat("StartEpisode of episode '", request.episode_id(), "'");
+  PRL_ASSIGN_OR_RETURN(v1::StartEpisodeResponse r,
+                       (Call<v1::StartEpisodeRequest, v1::StartEpisodeResponse>(
+                           what, request, &v1::EnvironmentService::Stub::StartEpisode)));
+  if (absl::Status valid = ValidateStartResponse(r); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment at ", options_.address, ": ", what, ": ", valid.message()));
+  }
+  return r;
+}
+
+absl::StatusOr<v1::StepResponse> RemoteEnvironment::Step(const v1::StepRequest& request) {
+  const std::string what = absl::StrCat("Step turn ", request.turn_index(), " of episode '",
+                                        request.episode_id(), "'");
+  PRL_ASSIGN_OR_RETURN(v1::StepResponse r, (Call<v1::StepRequest, v1::StepResponse>(
+                                               what, request, &v1::EnvironmentService::Stub::Step)));
+  if (absl::Status valid = ValidateStepResponse(r); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment at ", options_.address, ": ", what, ": ", valid.message()));
+  }
+  return r;
+}
+
+absl::StatusOr<v1::EndEpisodeResponse> RemoteEnvironment::EndEpisode(
+    const v1::EndEpisodeRequest& request) {
+  const std::string what = absl::StrCat("EndEpisode of episode '", request.episode_id(), "'");
+  PRL_ASSIGN_OR_RETURN(v1::EndEpisodeResponse r,
+                       (Call<v1::EndEpisodeRequest, v1::EndEpisodeResponse>(
+                           what, request, &v1::EnvironmentService::Stub::EndEpisode)));
+  if (absl::Status valid = ValidateEndResponse(r); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment at ", options_.address, ": ", what, ": ", valid.message()));
+  }
+  return r;
+}
+
+}  // namespace prl::env

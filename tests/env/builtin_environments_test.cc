@@ -1,0 +1,147 @@
+// prl's built-in environments (env/calculator.h, env/guess_number.h) and the per-episode
+// idempotency they share (env/episode_table.h).
+#include <gtest/gtest.h>
+
+#include "env/calculator.h"
+#include "env/guess_number.h"
+#include "tests/status_testing.h"
+
+namespace prl::env {
+namespace {
+
+using ::prl::testing::IsError;
+
+TEST(CalculatorTest, ExpressionsAreExactIntegersAndErrorsSayWhy) {
+  EXPECT_EQ(*EvaluateExpression("734*58"), 42572);
+  EXPECT_EQ(*EvaluateExpression(" 2 + 3*(4 - 1) "), 11);
+  EXPECT_EQ(*EvaluateExpression("-(7*-6)/3"), 14);
+  EXPECT_EQ(*EvaluateExpression("999999999*999999999"), 999999998000000001);
+  EXPECT_TRUE(IsError(EvaluateExpression("1/0").status(), absl::StatusCode::kInvalidArgument,
+                      {"division by zero"}));
+  EXPECT_TRUE(IsError(EvaluateExpression("7/2").status(), absl::StatusCode::kInvalidArgument,
+                      {"7/2 is not an integer"}));
+  EXPECT_TRUE(IsError(EvaluateExpression("9999999999*9999999999").status(),
+                      absl::StatusCode::kInvalidArgument, {"overflow"}));
+  EXPECT_TRUE(IsError(EvaluateExpression("2+").status(), absl::StatusCode::kInvalidArgument,
+                      {"missing"}));
+  EXPECT_TRUE(IsError(EvaluateExpression("2+x").status(), absl::StatusCode::kInvalidArgument,
+                      {"unexpected 'x'"}));
+  EXPECT_TRUE(IsError(EvaluateExpression(std::string(40, '(') + "1" + std::string(40, ')')).status(),
+                      absl::StatusCode::kInvalidArgument, {"too deeply nested"}));
+  int64_t v = 0;
+  ASSERT_TRUE(LastInteger("so it is -42, I think 17.", &v));
+  EXPECT_EQ(v, 17);
+  EXPECT_FALSE(LastInteger("no digits", &v));
+}
+
+v1::StartEpisodeRequest Start(const std::string& id, const std::string& reference) {
+  v1::StartEpisodeRequest r;
+  r.set_episode_id(id);
+  r.set_reference(reference);
+  r.set_max_turns(8);
+  return r;
+}
+
+v1::StepRequest Turn(const std::string& id, int turn, const std::string& text,
+                     v1::TurnEnd end = v1::TURN_END_END_OF_TURN) {
+  v1::StepRequest r;
+  r.set_episode_id(id);
+  r.set_turn_index(turn);
+  r.set_text(text);
+  r.set_turn_end(end);
+  return r;
+}
+
+// A call is answered by the tool, a retried turn gets the same answer, a turn out of order is
+// refused naming the turn expected, and the answer turn ends the episode with its reward.
+TEST(CalculatorTest, AToolCallIsAnsweredAndTheFinalAnswerIsScored) {
+  CalculatorEnvironment calc;
+  absl::StatusOr<v1::StartEpisodeResponse> started = calc.StartEpisode(Start("e1", "42572"));
+  ASSERT_TRUE(started.ok()) << started.status();
+  ASSERT_EQ(started->stop_strings_size(), 1);
+  EXPECT_EQ(started->stop_strings(0), "</calc>");
+  const v1::StepRequest call =
+      Turn("e1", 0, "Let me compute <calc>734*58</calc>", v1::TURN_END_STOP_STRING);
+  absl::StatusOr<v1::StepResponse> result = calc.Step(call);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->done());
+  ASSERT_EQ(result->messages_size(), 1);
+  EXPECT_EQ(result->messages(0).role(), "tool");
+  EXPECT_EQ(result->messages(0).content(), "42572");
+  EXPECT_EQ(calc.Step(call)->SerializeAsString(), result->SerializeAsString()) << "a retry";
+  EXPECT_TRUE(IsError(calc.Step(Turn("e1", 3, "x")).status(),
+                      absl::StatusCode::kFailedPrecondition, {"out of order (expected 1)"}));
+  absl::StatusOr<v1::StepResponse> answer = calc.Step(Turn("e1", 1, "The answer is 42572"));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_TRUE(answer->done());
+  EXPECT_EQ(answer->episode_reward(), 1.0);
+  EXPECT_EQ(answer->done_reason(), "right answer after 1 calculator calls");
+  EXPECT_EQ(calc.Step(Turn("e1", 1, "The answer is 42572"))->episode_reward(), 1.0)
+      << "the final turn retried after the episode finished";
+
+  ASSERT_TRUE(calc.StartEpisode(Start("e2", "42572")).ok());
+  const v1::StepResponse bad = *calc.Step(Turn("e2", 0, "<calc>1/0</calc>", v1::TURN_END_STOP_STRING));
+  EXPECT_EQ(bad.messages(0).content(), "error: division by zero") << "a tool error is a message";
+  EXPECT_EQ(calc.Step(Turn("e2", 1, "42000"))->episode_reward(), 0.0);
+
+  ASSERT_TRUE(calc.StartEpisode(Start("e3", "5")).ok());
+  EXPECT_EQ(calc.EndEpisode([] {
+                  v1::EndEpisodeRequest r;
+                  r.set_episode_id("e3");
+                  r.set_truncated(true);
+                  return r;
+                }())
+                ->episode_reward(),
+            0.0);
+  EXPECT_TRUE(IsError(calc.StartEpisode(Start("e4", "forty")).status(),
+                      absl::StatusCode::kInvalidArgument, {"reference: expected the answer"}));
+}
+
+// The character tokenizer has no letters: the call syntax is a parameter.
+TEST(CalculatorTest, TheCallSyntaxIsAParameter) {
+  CalculatorEnvironment calc;
+  v1::StartEpisodeRequest start = Start("c", "391");
+  (*start.mutable_parameters())["call_open"] = "#";
+  (*start.mutable_parameters())["call_close"] = "=";
+  EXPECT_EQ(calc.StartEpisode(start)->stop_strings(0), "=");
+  EXPECT_EQ(calc.Step(Turn("c", 0, "#17*23=", v1::TURN_END_STOP_STRING))->messages(0).content(),
+            "391");
+}
+
+// Later turns depend on earlier ones: higher / lower until solved, or out of guesses.
+TEST(GuessNumberTest, FeedbackLeadsToTheSecretAndGuessesRunOut) {
+  GuessNumberEnvironment game;
+  ASSERT_TRUE(game.StartEpisode(Start("g", "37")).ok());
+  EXPECT_EQ(game.Step(Turn("g", 0, "50"))->messages(0).content(), "lower");
+  EXPECT_EQ(game.Step(Turn("g", 1, "25"))->messages(0).content(), "higher");
+  EXPECT_EQ(game.Step(Turn("g", 2, "hmm"))->messages(0).content(), "guess a number from 1 to 100");
+  const v1::StepResponse solved = *game.Step(Turn("g", 3, "37"));
+  EXPECT_TRUE(solved.done());
+  EXPECT_EQ(solved.episode_reward(), 1.0);
+  EXPECT_EQ(solved.done_reason(), "solved in 4 guesses");
+
+  v1::StartEpisodeRequest start = Start("h", "99");
+  (*start.mutable_parameters())["max_guesses"] = "2";
+  ASSERT_TRUE(game.StartEpisode(start).ok());
+  EXPECT_FALSE(game.Step(Turn("h", 0, "50"))->done());
+  const v1::StepResponse out = *game.Step(Turn("h", 1, "75"));
+  EXPECT_TRUE(out.done());
+  EXPECT_EQ(out.episode_reward(), 0.0);
+  EXPECT_EQ(out.done_reason(), "out of guesses (2)");
+  EXPECT_TRUE(IsError(game.StartEpisode(Start("i", "101")).status(),
+                      absl::StatusCode::kInvalidArgument, {"an integer in [1, 100]", "'101'"}));
+}
+
+TEST(EpisodeTableTest, LiveEpisodesAreBoundedOldestFirst) {
+  EpisodeTable<int> table(2);  // the environments' tables hold 100,000
+  table.Start("a", [] { return 1; });
+  table.Start("b", [] { return 2; });
+  table.Start("c", [] { return 3; });
+  EXPECT_EQ(table.live(), 2u);
+  EXPECT_TRUE(IsError(table.Step(Turn("a", 0, ""), [](int&) { return v1::StepResponse(); }).status(),
+                      absl::StatusCode::kNotFound, {"episode 'a' is unknown"}));
+  EXPECT_TRUE(table.Step(Turn("c", 0, ""), [](int&) { return v1::StepResponse(); }).ok());
+}
+
+}  // namespace
+}  // namespace prl::env

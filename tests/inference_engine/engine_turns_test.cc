@@ -1,0 +1,206 @@
+// Multi-turn requests (inference_engine/engine_turns.cc): a paused sample keeps its KV cache, so
+// the next turn computes only the reply and gives exactly what a fresh request over the whole
+// conversation gives; the behaviour log-probs of an episode's model tokens are the learner's;
+// a pool that runs short takes a paused sample's blocks first, and it recomputes them.
+#include <gtest/gtest.h>
+
+#include "inference_engine/engine.h"
+#include "tests/inference_engine/engine_testing.h"
+#include "tests/status_testing.h"
+
+namespace prl::testing {
+namespace {
+
+using kernels::ReductionOrder;
+
+EngineOptions InvariantOptions(int64_t kv_blocks = 0) {
+  EngineOptions o;
+  o.block_size = 4;
+  o.max_num_seqs = 16;
+  o.max_num_batched_tokens = 64;
+  o.kv_cache_bytes = kv_blocks > 0 ? kv_blocks * KvCache::BytesPerBlock(TinyEngineConfig(), 4)
+                                   : int64_t{16} << 20;
+  o.batch_invariant = true;
+  o.enable_prefix_caching = false;  // what is kept is kept by the pause, not found again
+  return o;
+}
+
+// Steps until nothing is running or waiting (paused samples wait for the caller).
+void RunUntilIdle(Engine& engine) {
+  for (int i = 0; i < 100000; ++i) {
+    const EngineStats s = engine.Stats();
+    if (s.num_running == 0 && s.num_waiting == 0) return;
+    ASSERT_TRUE(engine.Step().ok());
+  }
+  FAIL() << "the engine did not go idle";
+}
+
+SamplingParams Episode(float temperature, int32_t n = 1) {
+  SamplingParams p;
+  p.n = n;
+  p.temperature = temperature;
+  p.max_tokens = 6;
+  p.seed = 11;
+  p.multi_turn = true;
+  return p;
+}
+
+// Two turns of one sample, the reply between them; returns the finished output.
+RequestOutput TwoTurns(Engine& engine, const std::vector<int32_t>& prompt,
+                       const SamplingParams& params, const std::vector<int32_t>& reply,
+                       std::vector<TurnOutput>* turns) {
+  const uint64_t id = *engine.AddRequest(prompt, params);
+  RunUntilIdle(engine);
+  std::vector<TurnOutput> first = engine.TakeTurns();
+  EXPECT_EQ(first.size(), static_cast<size_t>(params.n));
+  for (const TurnOutput& t : first) {
+    EXPECT_TRUE(engine.Continue(id, t.sample_index, reply, 5).ok());
+  }
+  RunUntilIdle(engine);
+  std::vector<TurnOutput> second = engine.TakeTurns();
+  EXPECT_EQ(second.size(), static_cast<size_t>(params.n));
+  for (const TurnOutput& t : second) EXPECT_TRUE(engine.FinishSample(id, t.sample_index).ok());
+  turns->insert(turns->end(), first.begin(), first.end());
+  turns->insert(turns->end(), second.begin(), second.end());
+  std::vector<RequestOutput> done = engine.TakeFinished();
+  EXPECT_EQ(done.size(), 1u);
+  return done.empty() ? RequestOutput() : done[0];
+}
+
+TEST(EngineTurnsTest, TheNextTurnComputesOnlyTheReplyAndEqualsAFreshRequestBitForBit) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 21);
+  const std::vector<int32_t> prompt = {3, 9, 27, 17, 51, 42, 8, 1, 30};
+  const std::vector<int32_t> reply = {60, 61, 62, 63, 5};
+  auto engine = *Engine::Create(weights, 0, InvariantOptions());
+  std::vector<TurnOutput> turns;
+  const RequestOutput out = TwoTurns(*engine, prompt, Episode(0.0f), reply, &turns);
+  ASSERT_EQ(turns.size(), 2u);
+  ASSERT_EQ(out.samples.size(), 1u);
+  const SampleOutput& s = out.samples[0];
+  // The completion: turn 1, the reply, turn 2, with their sources, log-probs and versions.
+  std::vector<int32_t> expected = turns[0].tokens;
+  expected.insert(expected.end(), reply.begin(), reply.end());
+  expected.insert(expected.end(), turns[1].tokens.begin(), turns[1].tokens.end());
+  EXPECT_EQ(s.tokens, expected);
+  ASSERT_EQ(s.sources.size(), expected.size());
+  for (size_t t = 0; t < expected.size(); ++t) {
+    const bool env = t >= turns[0].tokens.size() && t < turns[0].tokens.size() + reply.size();
+    EXPECT_EQ(s.sources[t], env ? 1 : 0) << t;
+    if (env) EXPECT_EQ(s.logprobs[t], 0.0f) << t;
+  }
+  const EngineStats st = engine->Stats();
+  EXPECT_EQ(st.turns_continued, 1);
+  EXPECT_EQ(st.turn_kept_tokens, st.turn_context_tokens) << "nothing computed again";
+  EXPECT_EQ(st.turn_context_tokens, static_cast<int64_t>(prompt.size() + turns[0].tokens.size()) - 1);
+  EXPECT_EQ(st.prefill_tokens, static_cast<int64_t>(prompt.size() + 1 + reply.size()))
+      << "the prompt once, then the first turn's last token and the reply";
+
+  // A fresh request over the whole conversation gives the second turn (greedy, same bits).
+  std::vector<int32_t> conversation = prompt;
+  conversation.insert(conversation.end(), turns[0].tokens.begin(), turns[0].tokens.end());
+  conversation.insert(conversation.end(), reply.begin(), reply.end());
+  SamplingParams fresh = Episode(0.0f);
+  fresh.multi_turn = false;
+  fresh.max_tokens = 5;
+  auto other = *Engine::Create(weights, 0, InvariantOptions());
+  const std::vector<RequestOutput> ref = RunJobs(*other, {Job{conversation, fresh}});
+  ASSERT_EQ(ref[0].samples[0].tokens, turns[1].tokens);
+  const size_t off = turns[0].tokens.size() + reply.size();
+  for (size_t t = 0; t < turns[1].tokens.size(); ++t) {
+    EXPECT_EQ(s.logprobs[off + t], ref[0].samples[0].logprobs[t]) << "token " << t << " bit for bit";
+  }
+}
+
+// The learner scores the whole episode (prompt, then every completion token, the reply
+// included as context): its log-probs of the model's tokens are the behaviour log-probs.
+TEST(EngineTurnsTest, AnEpisodesBehaviourLogprobsAreTheLearnersForEveryModelToken) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 22);
+  auto engine = *Engine::Create(weights, 0, InvariantOptions());
+  std::vector<TurnOutput> turns;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
+  const RequestOutput out = TwoTurns(*engine, prompt, Episode(0.9f, /*n=*/3), {40, 41, 42}, &turns);
+  ASSERT_EQ(out.samples.size(), 3u);
+  for (const SampleOutput& s : out.samples) {
+    const std::vector<float> score =
+        ScoreCompletion(*weights, prompt, s.tokens, 0.9f, ReductionOrder::kBatchInvariant);
+    ASSERT_EQ(score.size(), s.tokens.size());
+    int model_tokens = 0;
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      if (s.sources[t] != 0) continue;
+      ++model_tokens;
+      EXPECT_EQ(s.logprobs[t], score[t]) << "sample " << s.sample_index << " token " << t;
+    }
+    EXPECT_GT(model_tokens, 1);
+  }
+}
+
+// A pool too small for a paused episode and a new request at once: the paused sample's blocks
+// go first (no running sequence is preempted), and it computes them again when it goes on,
+// with the same result.
+TEST(EngineTurnsTest, APausedSamplesBlocksAreTakenFirstAndRecomputedTheSame) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 23);
+  const std::vector<int32_t> prompt(30, 7), reply = {9, 9, 9};
+  std::vector<TurnOutput> unpressed_turns;
+  auto roomy = *Engine::Create(weights, 0, InvariantOptions());
+  const RequestOutput unpressed = TwoTurns(*roomy, prompt, Episode(0.0f), reply, &unpressed_turns);
+
+  auto engine = *Engine::Create(weights, 0, InvariantOptions(/*kv_blocks=*/12));
+  const uint64_t id = *engine->AddRequest(prompt, Episode(0.0f));
+  RunUntilIdle(*engine);
+  ASSERT_EQ(engine->TakeTurns().size(), 1u);
+  SamplingParams big;
+  big.max_tokens = 10;
+  ASSERT_TRUE(engine->AddRequest(std::vector<int32_t>(34, 3), big).ok());
+  RunUntilIdle(*engine);  // (the episode's request stays unfinished: it is paused)
+  ASSERT_EQ(engine->TakeFinished().size(), 1u);
+  EXPECT_EQ(engine->Stats().paused_evictions, 1);
+  EXPECT_EQ(engine->Stats().preemptions, 0);
+  ASSERT_TRUE(engine->Continue(id, 0, reply, 5).ok());
+  RunUntilIdle(*engine);
+  const std::vector<TurnOutput> second = engine->TakeTurns();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].tokens, unpressed_turns[1].tokens);
+  EXPECT_EQ(engine->Stats().turn_kept_tokens, 0) << "its blocks were taken: all computed again";
+  ASSERT_TRUE(engine->FinishSample(id, 0).ok());
+  EXPECT_EQ(engine->TakeFinished()[0].samples[0].logprobs, unpressed.samples[0].logprobs);
+  EXPECT_EQ(engine->Stats().free_blocks, engine->Stats().total_blocks) << "nothing leaked";
+}
+
+TEST(EngineTurnsTest, TurnCallsOutOfPlaceAreErrorsNamingTheSample) {
+  const ModelConfig c = TinyEngineConfig();
+  auto engine = *Engine::Create(TinyWeights(c, 24), 0, InvariantOptions());
+  SamplingParams p = Episode(1.0f, 2);
+  p.max_tokens = 50;
+  const uint64_t id = *engine->AddRequest({1, 2, 3}, p);
+  ASSERT_TRUE(engine->Step().ok());  // prefill and the first token
+  ASSERT_TRUE(engine->Step().ok());
+  using ::prl::testing::IsError;
+  EXPECT_TRUE(IsError(engine->Continue(id, 0, {5}, 4), absl::StatusCode::kFailedPrecondition,
+                      {"sample 0: not paused between turns"}));
+  // The caller saw a stop string: the turn ends now, with the tokens it has.
+  absl::StatusOr<TurnOutput> ended = engine->EndTurn(id, 1);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->tokens.size(), 2u);
+  EXPECT_EQ(ended->reason, FinishReason::kStop);
+  EXPECT_TRUE(IsError(engine->EndTurn(id, 1).status(), absl::StatusCode::kFailedPrecondition,
+                      {"no turn is running"}));
+  EXPECT_TRUE(IsError(engine->Continue(id, 1, {5}, 1000), absl::StatusCode::kOutOfRange,
+                      {"exceeds the 512 tokens a sequence may hold"}));
+  EXPECT_TRUE(IsError(engine->Continue(id, 1, {64}, 4), absl::StatusCode::kInvalidArgument,
+                      {"tokens[0] = 64 is not a token id"}));
+  EXPECT_TRUE(IsError(engine->Continue(id, 2, {5}, 4), absl::StatusCode::kInvalidArgument,
+                      {"sample 2 is not in [0, 2)"}));
+  SamplingParams single;
+  const uint64_t plain = *engine->AddRequest({1}, single);
+  EXPECT_TRUE(IsError(engine->FinishSample(plain, 0), absl::StatusCode::kFailedPrecondition,
+                      {"not multi-turn"}));
+  EXPECT_TRUE(engine->Abort(id)) << "a paused sample is aborted like any other";
+  EXPECT_TRUE(engine->Abort(plain));
+  EXPECT_EQ(engine->Stats().free_blocks, engine->Stats().total_blocks);
+}
+
+}  // namespace
+}  // namespace prl::testing
