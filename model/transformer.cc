@@ -320,15 +320,15 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
   const LayerActivations& a = ws.layers[layer];
   const int64_t T = ws.T, I = c.intermediate_size;
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-  const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
   const Tensor dqkv = ws.wide_a.Rows(0, T * c.qkv_dim()).Reshape({T, c.qkv_dim()});
-  const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});
   const Tensor dattn = ws.wide_b.Rows(0, T * c.q_dim()).Reshape({T, c.q_dim()});
 
   // MLP half: resid_out = mid + down(silu(gate(ln2)) * up(ln2)), or mid + MoE(ln2).
   if (p.is_moe()) {
     MoeBackward(c, p, g, a.moe, a.ln2, ws.dresid, ws.dln, ws.moe);
-  } else {
+  } else {  // (the wide buffers hold the dense MLP's width only when the model has one)
+    const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
+    const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});
     k::MatmulBackward(dact, g.down_weight, {}, ws.dresid, a.act, p.down_weight);
     k::SwiGluBackward(dgate_up, dact, a.gate_up);
     k::MatmulBackward(ws.dln, g.gate_up_weight, {}, dgate_up, a.ln2, p.gate_up_weight);

@@ -33,6 +33,9 @@ ModelConfig TinyConfig(Architecture arch, bool tied, int64_t kv_heads,
     c.moe_intermediate_size = 24;
     c.norm_topk_prob = tied;
     if (!tied) c.mlp_only_layers = {1};
+    // No dense layer, and a dense width (unused) wider than q|k|v: the backward must not lay
+    // out the dense MLP's gradients (its scratch is sized for the attention only).
+    if (tied) c.intermediate_size = 96;
   }
   c.vocab_size = 50;
   c.max_position_embeddings = 128;
