@@ -402,6 +402,9 @@ RolloutRecord Actor::MakeRecord(const InFlight& job, const RequestOutput& output
   r.completion_tokens = s.tokens;
   r.behaviour_logprobs = s.logprobs;
   r.token_versions = s.versions;
+  r.route_layers = s.route_layers;
+  r.route_top_k = s.route_top_k;
+  r.routes = s.routes;
   r.reward = reward.reward;
   for (const auto& [name, value] : reward.components) r.reward_components.emplace_back(name, value);
   r.finish_reason = ToRollout(s.finish_reason);
