@@ -37,6 +37,8 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("input_tokens", r.input_tokens);
   v("completion_tokens", r.completion_tokens);
   v("completion_tokens_max", r.completion_tokens_max, /*optional=*/true);  // added later
+  v("routed_tokens", r.routed_tokens, /*optional=*/true);
+  v("route_mismatch_fraction", r.route_mismatch_fraction, /*optional=*/true);
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);
@@ -99,6 +101,11 @@ void SetStepResult(const StepResult& result, double lr, StepReport* r) {
   r->lag_max = result.stats.lag_max;
   r->trained_tokens = static_cast<int64_t>(l.tokens);
   r->input_tokens = result.stats.input_tokens;
+  r->routed_tokens = result.stats.routed_tokens;
+  r->route_mismatch_fraction =
+      result.stats.routed_tokens > 0
+          ? static_cast<double>(result.stats.route_mismatches) / result.stats.routed_tokens
+          : 0.0;
   r->step_seconds = result.stats.seconds;
 }
 

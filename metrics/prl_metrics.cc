@@ -290,6 +290,10 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
       logprob_mismatch_kl(AddGauge(registry, "prl_logprob_mismatch_kl",
                                    "Train/inference mismatch: mean k3 estimate of "
                                    "KL(mu || pi) over the last step's tokens, in nats.")),
+      moe_route_mismatch_ratio(
+          AddGauge(registry, "prl_moe_route_mismatch_ratio",
+                   "Qwen3-MoE: share of the last step's routed completion tokens whose recomputed "
+                   "experts differ from the actor's.")),
       entropy(AddGauge(registry, "prl_learner_entropy",
                        "Mean -log pi of the last step's sampled tokens, in nats.")),
       grad_norm(AddGauge(registry, "prl_learner_grad_norm",

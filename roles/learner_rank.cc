@@ -16,6 +16,7 @@ absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection&
   c.loss.clip_low = l.clip_low;
   c.loss.clip_high = l.clip_high;
   c.micro_batch_tokens = l.micro_batch_tokens;
+  c.moe_routing = l.moe_routing;
   c.temperature = temperature;
   PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(c));
   return c;
