@@ -69,9 +69,8 @@ void Softmax(float* row, int64_t E) {
 void TopK(const float* p, int64_t E, int64_t K, int32_t* out) {
   int32_t ids[kMaxExperts];
   std::iota(ids, ids + E, 0);
-  std::partial_sort(ids, ids + K, ids + E, [p](int32_t a, int32_t b) {
-    return p[a] > p[b] || (p[a] == p[b] && a < b);
-  });
+  std::partial_sort(ids, ids + K, ids + E,
+                    [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   std::copy(ids, ids + K, out);
 }
 
@@ -120,8 +119,8 @@ void Route(const ModelConfig& c, const MoeActivations& a, int64_t T, const int32
 }  // namespace
 
 void MoeForward(const ModelConfig& c, k::ReductionOrder order, const LayerParams& p,
-                const MoeActivations& a, const Tensor& x, const Tensor& residual,
-                const Tensor& out, const int32_t* forced) {
+                const MoeActivations& a, const Tensor& x, const Tensor& residual, const Tensor& out,
+                const int32_t* forced) {
   PRL_CHECK(x.device.is_cpu() && x.dtype == DType::kF32,
             "the MoE block runs on the CPU in F32 only, found ", DTypeName(x.dtype), " on ",
             x.device.ToString());
@@ -153,15 +152,19 @@ void MoeForward(const ModelConfig& c, k::ReductionOrder order, const LayerParams
   const float* y = a.y.f32();
   const float* res = residual.f32();
   float* o = out.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> acc(C, 0.0f);
-    for (int64_t kk = 0; kk < K; ++kk) {
-      const float wk = w[t * K + kk];
-      const float* yr = y + static_cast<int64_t>(row_of[t * K + kk]) * C;
-      for (int64_t i = 0; i < C; ++i) acc[i] += wk * yr[i];
+#pragma omp parallel
+  {
+    std::vector<float> acc(C);  // one per thread
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t kk = 0; kk < K; ++kk) {
+        const float wk = w[t * K + kk];
+        const float* yr = y + static_cast<int64_t>(row_of[t * K + kk]) * C;
+        for (int64_t i = 0; i < C; ++i) acc[i] += wk * yr[i];
+      }
+      for (int64_t i = 0; i < C; ++i) o[t * C + i] = res[t * C + i] + acc[i];
     }
-    for (int64_t i = 0; i < C; ++i) o[t * C + i] = res[t * C + i] + acc[i];
   }
 }
 
