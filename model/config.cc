@@ -87,9 +87,9 @@ constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::k
 // Qwen3MoeConfig's keys; refused, naming the key, in a config of another architecture.
 const std::set<absl::string_view>& MoeKeys() {
   static const auto* keys = new std::set<absl::string_view>{
-      "num_experts",           "num_experts_per_tok", "moe_intermediate_size",
-      "norm_topk_prob",        "decoder_sparse_step", "mlp_only_layers",
-      "router_aux_loss_coef",  "output_router_logits"};
+      "num_experts",          "num_experts_per_tok", "moe_intermediate_size",
+      "norm_topk_prob",       "decoder_sparse_step", "mlp_only_layers",
+      "router_aux_loss_coef", "output_router_logits"};
   return *keys;
 }
 
@@ -364,8 +364,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
   const bool moe = config.arch == Architecture::kQwen3Moe;
   for (const auto& [key, value] : root.items()) {
     if (!moe && MoeKeys().count(key)) {
-      return reader.Error(key, absl::StrCat("a Qwen3-MoE key, not one of ",
-                                            ArchitectureName(config.arch)));
+      return reader.Error(
+          key, absl::StrCat("a Qwen3-MoE key, not one of ", ArchitectureName(config.arch)));
     }
   }
   PRL_ASSIGN_OR_RETURN(config.hidden_size, reader.Int("hidden_size", std::nullopt));
@@ -413,9 +413,9 @@ absl::Status ValidateMoe(const ModelConfig& c) {
     return absl::OkStatus();
   }
   if (c.num_experts < 1 || c.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key 'num_experts': expected 1..", kMaxExperts,
-        " (routes store expert ids as uint8), found ", c.num_experts));
+    return absl::InvalidArgumentError(absl::StrCat("key 'num_experts': expected 1..", kMaxExperts,
+                                                   " (routes store expert ids as uint8), found ",
+                                                   c.num_experts));
   }
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts) {
     return absl::InvalidArgumentError(
@@ -428,9 +428,8 @@ absl::Status ValidateMoe(const ModelConfig& c) {
                      c.moe_intermediate_size));
   }
   if (c.decoder_sparse_step <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key 'decoder_sparse_step': expected a positive integer, found ",
-                     c.decoder_sparse_step));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key 'decoder_sparse_step': expected a positive integer, found ", c.decoder_sparse_step));
   }
   for (size_t i = 0; i < c.mlp_only_layers.size(); ++i) {
     const int64_t l = c.mlp_only_layers[i];

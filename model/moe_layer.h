@@ -9,8 +9,8 @@
 //   w_k = p[routes_k], divided by sum_k p[routes_k] iff norm_topk_prob;
 //   out_t = residual_t + sum_k w_k * expert_{routes_k}(x_t), summed in k order, where
 //   expert_e(x) = down_e(silu(gate_e(x)) * up_e(x)).
-// A replayed token (MoeForward's forced_routes) uses the given experts instead of its top-K, with the
-// weights of the same formula over them, so gradients still reach the router through p.
+// A replayed token (MoeForward's forced_routes) uses the given experts instead of its top-K, with
+// the weights of the same formula over them, so gradients still reach the router through p.
 //
 // The work is grouped by expert: the (token, k) pairs are sorted by expert (then token), each
 // expert's tokens gathered into contiguous rows, and each expert runs one gate|up GEMM, SwiGLU
@@ -63,8 +63,8 @@ MoeScratch TakeMoeScratch(Arena& arena, const ModelConfig& config, int64_t T);
 // replayed when forced_routes[t K] >= 0 (then K distinct ids in [0, E), validated upstream:
 // ValidatePackedBatch) and routed by the router otherwise.
 void MoeForward(const ModelConfig& config, kernels::ReductionOrder order, const LayerParams& p,
-                const MoeActivations& a, const Tensor& x, const Tensor& residual,
-                const Tensor& out, const int32_t* forced_routes = nullptr);
+                const MoeActivations& a, const Tensor& x, const Tensor& residual, const Tensor& out,
+                const int32_t* forced_routes = nullptr);
 
 // Given dout (T, C), the gradient at out: dx (T, C) = the gradient at x (overwritten);
 // g.router_weight, g.experts_gate_up, g.experts_down +=. The residual's gradient is dout itself.

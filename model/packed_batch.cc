@@ -31,8 +31,8 @@ absl::Status ValidateRoutes(const PackedBatch& b, const ModelConfig& c) {
   const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   if (static_cast<int64_t>(b.routes.size()) != b.num_tokens() * Lm * K) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "packed batch: routes: expected tokens x MoE layers x top-k = ", b.num_tokens(), " x ",
-        Lm, " x ", K, " entries or none, found ", b.routes.size()));
+        "packed batch: routes: expected tokens x MoE layers x top-k = ", b.num_tokens(), " x ", Lm,
+        " x ", K, " entries or none, found ", b.routes.size()));
   }
   for (int64_t row = 0; row < b.num_tokens() * Lm; ++row) {
     const int32_t* r = b.routes.data() + row * K;
@@ -41,10 +41,10 @@ absl::Status ValidateRoutes(const PackedBatch& b, const ModelConfig& c) {
       bool repeated = false;
       for (int64_t j = 0; j < k; ++j) repeated |= r[j] == r[k];
       if (r[k] < 0 || r[k] >= c.num_experts || repeated) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "packed batch: routes: position ", row / Lm, " MoE layer ", row % Lm,
-            ": expected ", K, " distinct expert ids in [0, ", c.num_experts, "), found ", r[k],
-            repeated ? " twice" : ""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("packed batch: routes: position ", row / Lm, " MoE layer ", row % Lm,
+                         ": expected ", K, " distinct expert ids in [0, ", c.num_experts,
+                         "), found ", r[k], repeated ? " twice" : ""));
       }
     }
   }

@@ -226,8 +226,8 @@ absl::StatusOr<ComputeParams> ToComputeDType(const ParameterSet& source, DType d
   RetypeView(&p.lm_head, f32_base, base, dtype);
   for (LayerParams& l : p.layers) {
     for (Tensor* t : {&l.input_norm, &l.qkv_weight, &l.qkv_bias, &l.o_weight, &l.o_bias, &l.q_norm,
-                      &l.k_norm, &l.post_norm, &l.gate_up_weight, &l.down_weight,
-                      &l.router_weight, &l.experts_gate_up, &l.experts_down}) {
+                      &l.k_norm, &l.post_norm, &l.gate_up_weight, &l.down_weight, &l.router_weight,
+                      &l.experts_gate_up, &l.experts_down}) {
       RetypeView(t, f32_base, base, dtype);
     }
   }

@@ -252,9 +252,7 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   }
 }
 
-absl::Span<const uint8_t> Transformer::recomputed_routes() const {
-  return ws_->recomputed_routes;
-}
+absl::Span<const uint8_t> Transformer::recomputed_routes() const { return ws_->recomputed_routes; }
 
 absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
                                    const ModelParams& grads, UnitHooks* hooks) {

@@ -517,8 +517,8 @@ TEST(ParseModelConfigTest, MoeValuesPrlDoesNotImplementAreErrorsNamingTheKey) {
     return ParseEdited(kQwen3MoeA3B, [&](nlohmann::json& j) { j[key] = value; });
   };
   EXPECT_TRUE(IsError(edited("num_experts", 257), kInvalid, {"'num_experts'", "1..256", "257"}));
-  EXPECT_TRUE(IsError(edited("num_experts_per_tok", 129), kInvalid,
-                      {"'num_experts_per_tok'", "129"}));
+  EXPECT_TRUE(
+      IsError(edited("num_experts_per_tok", 129), kInvalid, {"'num_experts_per_tok'", "129"}));
   EXPECT_TRUE(IsError(edited("output_router_logits", true), kInvalid,
                       {"'output_router_logits'", "load-balancing"}));
   EXPECT_TRUE(IsError(edited("mlp_only_layers", {48}), kInvalid, {"'mlp_only_layers'", "48"}));

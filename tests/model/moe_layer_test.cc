@@ -250,8 +250,8 @@ TEST(MoeRoutingTest, BatchInvariantOrderGivesEveryTokenTheSameRoutesAndBitsAlone
                           c.hidden_size * sizeof(float)),
               0)
         << "token " << t;
-    EXPECT_EQ(one.Routes(), std::vector<int32_t>(all.a.routes.i32() + t * 3,
-                                                 all.a.routes.i32() + t * 3 + 3));
+    EXPECT_EQ(one.Routes(),
+              std::vector<int32_t>(all.a.routes.i32() + t * 3, all.a.routes.i32() + t * 3 + 3));
   }
 }
 

@@ -40,10 +40,14 @@ ModelConfig SmallMoeConfig(bool tied) {
 // Every combination of biases (Qwen2 has q/k/v ones, Llama none, Qwen3 q/k/v/o ones or none)
 // and tying.
 std::vector<ModelConfig> AllVariants() {
-  return {SmallConfig(Architecture::kQwen2, false), SmallConfig(Architecture::kQwen2, true),
-          SmallConfig(Architecture::kLlama, false), SmallConfig(Architecture::kLlama, true),
-          SmallConfig(Architecture::kQwen3, false), SmallConfig(Architecture::kQwen3, true, true),
-          SmallMoeConfig(false),                    SmallMoeConfig(true)};
+  return {SmallConfig(Architecture::kQwen2, false),
+          SmallConfig(Architecture::kQwen2, true),
+          SmallConfig(Architecture::kLlama, false),
+          SmallConfig(Architecture::kLlama, true),
+          SmallConfig(Architecture::kQwen3, false),
+          SmallConfig(Architecture::kQwen3, true, true),
+          SmallMoeConfig(false),
+          SmallMoeConfig(true)};
 }
 
 std::string Describe(const ModelConfig& c) {
@@ -147,13 +151,14 @@ TEST(ParameterLayoutTest, ExpertStacksAreViewsOfEachExpertsGateUpAndDown) {
   EXPECT_EQ(lp.router_weight.data, base + set->layout.Find(pre + "gate.weight")->offset);
   for (int e = 0; e < 4; ++e) {
     const float* gate_up = lp.experts_gate_up.f32() + e * 20 * 16;
-    EXPECT_EQ(gate_up, base + set->layout.Find(absl::StrCat(pre, "experts.", e,
-                                                            ".gate_proj.weight"))->offset);
-    EXPECT_EQ(gate_up + 10 * 16, base + set->layout.Find(absl::StrCat(pre, "experts.", e,
-                                                                      ".up_proj.weight"))->offset);
-    EXPECT_EQ(lp.experts_down.f32() + e * 16 * 10,
-              base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".down_proj.weight"))
-                         ->offset);
+    EXPECT_EQ(
+        gate_up,
+        base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".gate_proj.weight"))->offset);
+    EXPECT_EQ(gate_up + 10 * 16,
+              base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".up_proj.weight"))->offset);
+    EXPECT_EQ(
+        lp.experts_down.f32() + e * 16 * 10,
+        base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".down_proj.weight"))->offset);
   }
 }
 
