@@ -41,8 +41,12 @@ struct StepStats {
   int64_t micro_batches = 0;         // per rank (the most any rank ran; the others padded)
   double lag_mean = 0, lag_max = 0;  // learner_version - token version, where versions given
   // Qwen3-MoE, all ranks: completion tokens with recorded routes, and those whose recomputed
-  // experts (as a set, in any MoE layer) differ from the recorded ones.
+  // experts (as a set, in any MoE layer) differ from the recorded ones; the first pair over
+  // tokens the actor sampled with the very weights of this step (or without a version: the
+  // train/inference mismatch, 0 in the fp32 CPU batch-invariant mode), the second over
+  // tokens of older weights (where the policy's change moves routes too).
   int64_t routed_tokens = 0, route_mismatches = 0;
+  int64_t lagged_routed_tokens = 0, lagged_route_mismatches = 0;
   double seconds = 0;
 };
 

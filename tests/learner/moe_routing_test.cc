@@ -55,6 +55,9 @@ std::vector<TrainSample> RoutedSamples(const ModelConfig& c, const std::vector<f
     s.prompt.assign(seq.begin(), seq.begin() + P);
     s.completion.assign(seq.begin() + P, seq.end());
     s.behaviour_logprobs.assign(s.completion.size(), -1.0f);
+    // The step runs at learner version 1: even samples were sampled with its weights, odd ones
+    // with the version before.
+    s.versions.assign(s.completion.size(), i % 2 == 0 ? 1 : 0);
     s.has_advantage = true;
     s.advantage = i % 2 == 0 ? 1.0 : -0.5;
     PackedBatch batch;
@@ -89,7 +92,7 @@ StepOutcome Step(const ModelConfig& c, const std::vector<float>& full,
         PRL_ASSIGN_OR_RETURN(std::unique_ptr<FsdpModel> model,
                              FsdpModel::Create(c, &comm, InvariantOptions()));
         PRL_RETURN_IF_ERROR(model->LoadFull(full));
-        PRL_ASSIGN_OR_RETURN(StepStats stats, AccumulateGradients(*model, samples, config, 0));
+        PRL_ASSIGN_OR_RETURN(StepStats stats, AccumulateGradients(*model, samples, config, 1));
         std::vector<float> grads(full.size());
         PRL_RETURN_IF_ERROR(model->GatherFullGrads(absl::MakeSpan(grads)));
         if (rank == 0) {
@@ -102,9 +105,12 @@ StepOutcome Step(const ModelConfig& c, const std::vector<float>& full,
   return out;
 }
 
-int64_t CompletionTokens(const std::vector<TrainSample>& samples) {
+// Completion tokens of the samples sampled with version `version`.
+int64_t CompletionTokens(const std::vector<TrainSample>& samples, int64_t version) {
   int64_t n = 0;
-  for (const TrainSample& s : samples) n += static_cast<int64_t>(s.completion.size());
+  for (const TrainSample& s : samples) {
+    if (s.versions[0] == version) n += static_cast<int64_t>(s.completion.size());
+  }
   return n;
 }
 
@@ -119,8 +125,12 @@ TEST_P(MoeRoutingTest, RoutesOfTheSameRouterNeverMismatchAndReplayChangesNoBit) 
   const std::vector<TrainSample> samples = RoutedSamples(c, full);
   const StepOutcome recompute = Step(c, full, samples, MoeRouting::kRecompute, GetParam());
   const StepOutcome replay = Step(c, full, samples, MoeRouting::kReplay, GetParam());
-  EXPECT_EQ(recompute.stats.routed_tokens, CompletionTokens(samples));
+  // Tokens of the step's own weights and of the version before are counted apart.
+  EXPECT_EQ(recompute.stats.routed_tokens, CompletionTokens(samples, 1));
+  EXPECT_EQ(recompute.stats.lagged_routed_tokens, CompletionTokens(samples, 0));
+  EXPECT_GT(recompute.stats.lagged_routed_tokens, 0);
   EXPECT_EQ(recompute.stats.route_mismatches, 0);
+  EXPECT_EQ(recompute.stats.lagged_route_mismatches, 0);  // (the same weights, in this test)
   EXPECT_EQ(replay.stats.route_mismatches, 0);
   EXPECT_EQ(std::memcmp(recompute.grads.data(), replay.grads.data(),
                         recompute.grads.size() * sizeof(float)),
@@ -150,10 +160,10 @@ TEST_P(MoeRoutingTest, PerturbedRoutesAreCountedAndOnlyReplayTrainsOnThem) {
   const StepOutcome base = Step(c, full, exact, MoeRouting::kRecompute, GetParam());
   const StepOutcome recompute = Step(c, full, perturbed, MoeRouting::kRecompute, GetParam());
   const StepOutcome replay = Step(c, full, perturbed, MoeRouting::kReplay, GetParam());
-  EXPECT_EQ(recompute.stats.route_mismatches, changed);
+  EXPECT_EQ(recompute.stats.route_mismatches + recompute.stats.lagged_route_mismatches, changed);
   // The router's own choice is compared; replayed experts in the first MoE layer may move the
   // second's choice too.
-  EXPECT_GE(replay.stats.route_mismatches, changed);
+  EXPECT_GE(replay.stats.route_mismatches + replay.stats.lagged_route_mismatches, changed);
   EXPECT_EQ(
       std::memcmp(base.grads.data(), recompute.grads.data(), base.grads.size() * sizeof(float)), 0);
   EXPECT_NE(std::memcmp(base.grads.data(), replay.grads.data(), base.grads.size() * sizeof(float)),
