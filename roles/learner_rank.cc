@@ -63,6 +63,9 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
   }
   learner::FsdpOptions fsdp;
   fsdp.transformer.compute_dtype = l.dtype;
+  if (l.batch_invariant) {
+    fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
+  }
   fsdp.reshard_after_forward = !options.keep_gathered;
   PRL_ASSIGN_OR_RETURN(r->model, learner::FsdpModel::Create(weights.config, r->comm.get(), fsdp));
   PRL_RETURN_IF_ERROR(
