@@ -129,6 +129,9 @@ RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, size_t samp
   r.behaviour_logprobs = s.logprobs;
   r.token_versions = s.versions;
   r.token_sources = s.sources;
+  r.route_layers = s.route_layers;  // MoE: the experts the engine routed each token to
+  r.route_top_k = s.route_top_k;
+  r.routes = s.routes;
   r.reward = reward.reward;
   for (const auto& [name, value] : reward.components) r.reward_components.emplace_back(name, value);
   r.finish_reason = ToRollout(s.finish_reason);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -60,6 +61,17 @@ void AppendShapeArgs(const ModelConfig& c, std::vector<std::string>& argv) {
   if (!c.qkv_bias) argv.push_back("--no-qkv-bias");
   if (c.qk_norm) argv.push_back("--qk-norm");
   if (c.o_bias) argv.push_back("--o-bias");
+  if (c.has_moe()) {  // the same Qwen3-MoE block (torch_model_bench.py's Model.moe)
+    std::vector<int64_t> moe_layers;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (c.IsMoeLayer(l)) moe_layers.push_back(l);
+    }
+    argv.insert(argv.end(), {"--experts", absl::StrCat(c.num_experts), "--top-k",
+                             absl::StrCat(c.num_experts_per_tok), "--moe-inter",
+                             absl::StrCat(c.moe_intermediate_size), "--moe-layers",
+                             absl::StrJoin(moe_layers, ",")});
+    if (c.norm_topk_prob) argv.push_back("--norm-topk");
+  }
 }
 
 std::string DeviceArg(const Device& device) {

@@ -50,6 +50,11 @@ def parse_args():
     p.add_argument("--qk-norm", action="store_true",
                    help="Qwen3: RMSNorm of each query and key head before RoPE")
     p.add_argument("--o-bias", action="store_true", help="Qwen3 attention_bias: o_proj bias")
+    for name in ("experts", "top-k", "moe-inter"):
+        p.add_argument("--" + name, type=int, default=0, help="Qwen3-MoE (0: dense)")
+    p.add_argument("--norm-topk", action="store_true", help="Qwen3-MoE norm_topk_prob")
+    p.add_argument("--moe-layers", default="",
+                   help="Qwen3-MoE: comma-separated indices of the MoE layers")
     p.add_argument("--rope-theta", type=float, default=1e6)
     p.add_argument("--rms-eps", type=float, default=1e-6)
     p.add_argument("--dtype", default="bf16", choices=["f32", "bf16"])
@@ -65,6 +70,7 @@ def parse_args():
     if bad or not modes:
         p.error("--modes: expected eager and/or compile, found %r" % a.modes)
     a.modes = modes
+    a.moe_layers = {int(x) for x in a.moe_layers.split(",") if x}
     if a.tokens <= 0 or a.seq_len <= 0 or a.tokens % a.seq_len != 0:
         p.error("--tokens must be a positive multiple of --seq-len (B x S batch)")
     if a.heads % a.kv_heads != 0:
@@ -77,11 +83,15 @@ def forward_flops(a):
     over the visible keys only, the LM head on every position."""
     C, I, D = a.hidden, a.intermediate, a.head_dim
     q_dim, qkv_dim = a.heads * D, (a.heads + 2 * a.kv_heads) * D
-    layer_gemm = 2.0 * (C * qkv_dim + q_dim * C + 2.0 * C * I + I * C)
+    moe = len(a.moe_layers)
+    mlp = ((a.layers - moe) * 2.0 * 3.0 * C * I
+           + moe * 2.0 * (C * a.experts + a.top_k * 3.0 * C * a.moe_inter))
+    layer_gemm = 2.0 * (C * qkv_dim + q_dim * C)
     seqs = a.tokens // a.seq_len
     pairs = 0.5 * a.seq_len * (a.seq_len + 1)
     attention = seqs * 4.0 * D * a.heads * pairs
-    return a.layers * (a.tokens * layer_gemm + attention) + 2.0 * a.tokens * C * a.vocab
+    return (a.layers * (a.tokens * layer_gemm + attention) + a.tokens * mlp
+            + 2.0 * a.tokens * C * a.vocab)
 
 
 def torch_at_least(major, minor):
@@ -115,8 +125,8 @@ class Model:
                             o_b=w(C) if a.o_bias else None,
                             q_norm=ones(D) if a.qk_norm else None,
                             k_norm=ones(D) if a.qk_norm else None,
-                            ln2=ones(C), gate_up=w(2 * I, C), down=w(C, I))
-                       for _ in range(a.layers)]
+                            ln2=ones(C), **self.mlp_weights(i, w))
+                       for i in range(a.layers)]
         self.norm = ones(C)
         self.lm_head = self.embed if a.tied else w(V, C)
         B, S = a.tokens // a.seq_len, a.seq_len
@@ -132,6 +142,35 @@ class Model:
             self.attention_kind = "F.scaled_dot_product_attention(is_causal), K/V repeated"
         else:
             self.attention_kind = "matmul + masked softmax (torch < 2.0)"
+
+    def mlp_weights(self, layer, w):
+        a = self.a
+        if layer not in a.moe_layers:
+            return dict(gate_up=w(2 * a.intermediate, a.hidden), down=w(a.hidden, a.intermediate),
+                        router=None, e_gate_up=None, e_down=None)
+        E, Im, C = a.experts, a.moe_inter, a.hidden
+        return dict(gate_up=None, down=None, router=w(E, C), e_gate_up=w(E, 2 * Im, C),
+                    e_down=w(E, C, Im))
+
+    def moe(self, h, router, e_gate_up, e_down):
+        """transformers' Qwen3MoeSparseMoeBlock (eager: one pass per expert)."""
+        a = self.a
+        shape, Im = h.shape, a.moe_inter
+        x = h.reshape(-1, shape[-1])
+        probs = F.linear(x, router).float().softmax(-1)
+        top, ids = probs.topk(a.top_k, dim=-1)
+        if a.norm_topk:
+            top = top / top.sum(-1, keepdim=True)
+        top = top.to(x.dtype)
+        out = torch.zeros_like(x)
+        for e in range(a.experts):
+            rows, slot = torch.where(ids == e)
+            if rows.numel() == 0:
+                continue
+            gu = F.linear(x[rows], e_gate_up[e])
+            y = F.linear(F.silu(gu[:, :Im]) * gu[:, Im:], e_down[e])
+            out = out.index_add(0, rows, y * top[rows, slot, None])
+        return out.view(shape)
 
     def rms(self, x, weight):
         xf = x.float()
@@ -156,7 +195,8 @@ class Model:
         mask = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
         return scores.masked_fill(mask, float("-inf")).softmax(-1).to(self.dt) @ v
 
-    def block(self, x, ln1, qkv_w, qkv_b, o, o_b, q_norm, k_norm, ln2, gate_up, down):
+    def block(self, x, ln1, qkv_w, qkv_b, o, o_b, q_norm, k_norm, ln2, gate_up, down,
+              router=None, e_gate_up=None, e_down=None):
         a = self.a
         B, S = x.shape[0], x.shape[1]
         H, KV, D, I = a.heads, a.kv_heads, a.head_dim, a.intermediate
@@ -172,6 +212,8 @@ class Model:
         att = self.attention(q, k, v)
         x = x + F.linear(att.transpose(1, 2).reshape(B, S, H * D), o, o_b)
         h = self.rms(x, ln2)
+        if router is not None:
+            return x + self.moe(h, router, e_gate_up, e_down)
         gu = F.linear(h, gate_up)
         return x + F.linear(F.silu(gu[..., :I]) * gu[..., I:], down)
 
@@ -185,7 +227,8 @@ class Model:
         x = self.embed[self.tokens]
         for l in self.layers:
             x = block(x, l["ln1"], l["qkv"], l["qkv_b"], l["o"], l["o_b"], l["q_norm"],
-                      l["k_norm"], l["ln2"], l["gate_up"], l["down"])
+                      l["k_norm"], l["ln2"], l["gate_up"], l["down"], l["router"],
+                      l["e_gate_up"], l["e_down"])
         return head(x, self.norm, self.lm_head, self.targets)
 
 

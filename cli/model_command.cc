@@ -1,8 +1,10 @@
 // `prl model init` and `prl model info`.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +27,11 @@ struct InitFlags {
   double rope_theta = 10000.0, rms_norm_eps = 1e-6;
   bool tie = false;
   bool attention_bias = false;  // qwen3 only: biases on q, k, v and o_proj
+  // qwen3_moe only (a preset's values unless given).
+  int64_t num_experts = 8, num_experts_per_tok = 2, moe_intermediate_size = 0;
+  int64_t decoder_sparse_step = 1;
+  bool norm_topk_prob = false;
+  std::vector<int64_t> mlp_only_layers;
   uint64_t seed = 0;
   float init_std = 0.02f;
   std::string dtype = "f32";
@@ -72,18 +79,44 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
   }
   if (given("--arch") || f.preset.empty()) {
     std::optional<Architecture> arch;
-    for (Architecture a : {Architecture::kQwen2, Architecture::kLlama, Architecture::kQwen3}) {
+    for (Architecture a : {Architecture::kQwen2, Architecture::kLlama, Architecture::kQwen3,
+                           Architecture::kQwen3Moe}) {
       if (f.arch == ModelTypeName(a)) arch = a;
     }
     if (!arch) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--arch: expected qwen2, llama or qwen3, found '", f.arch, "'"));
+          absl::StrCat("--arch: expected qwen2, llama, qwen3 or qwen3_moe, found '", f.arch, "'"));
     }
     SetArchitecture(*arch, f.attention_bias, &config);
   } else if (given("--attention-bias")) {
     SetArchitecture(config.arch, f.attention_bias, &config);
   }
-  if (f.attention_bias && config.arch != Architecture::kQwen3) {
+  const bool moe = config.arch == Architecture::kQwen3Moe;
+  const bool moe_defaults = moe && config.num_experts == 0;  // not from a MoE preset
+  for (const char* flag : {"--num-experts", "--num-experts-per-tok", "--moe-intermediate-size",
+                           "--norm-topk-prob", "--decoder-sparse-step", "--mlp-only-layers"}) {
+    if (!moe && given(flag)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": only qwen3_moe takes it, the model is ", ArchitectureName(config.arch)));
+    }
+  }
+  if (!moe) config.num_experts = 0;
+  if (moe) {
+    if (given("--num-experts") || moe_defaults) config.num_experts = f.num_experts;
+    if (given("--num-experts-per-tok") || moe_defaults) {
+      config.num_experts_per_tok = f.num_experts_per_tok;
+    }
+    if (given("--moe-intermediate-size")) config.moe_intermediate_size = f.moe_intermediate_size;
+    if (given("--norm-topk-prob") || moe_defaults) config.norm_topk_prob = f.norm_topk_prob;
+    if (given("--decoder-sparse-step") || moe_defaults) {
+      config.decoder_sparse_step = f.decoder_sparse_step;
+    }
+    if (given("--mlp-only-layers")) {
+      config.mlp_only_layers = f.mlp_only_layers;
+      std::sort(config.mlp_only_layers.begin(), config.mlp_only_layers.end());
+    }
+  }
+  if (f.attention_bias && config.arch != Architecture::kQwen3 && !moe) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--attention-bias: only qwen3 takes it, the model is ", ArchitectureName(config.arch)));
   }
@@ -95,6 +128,10 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
   else if (f.preset.empty() || given("--heads"))
     config.num_key_value_heads = config.num_attention_heads;
   if (given("--intermediate-size")) config.intermediate_size = f.intermediate_size;
+  // Without --moe-intermediate-size (and no MoE preset): the dense MLP's width.
+  if (moe && config.moe_intermediate_size == 0) {
+    config.moe_intermediate_size = config.intermediate_size;
+  }
   if (given("--vocab-size")) config.vocab_size = f.vocab_size;
   if (given("--max-position-embeddings") || f.preset.empty()) {
     config.max_position_embeddings = f.max_positions;
@@ -105,7 +142,7 @@ absl::Status RunInit(const InitFlags& f, const CLI::App& cmd) {
   // Without --head-dim: hidden / heads, except that a Qwen3 preset keeps its own (128, which
   // is not hidden / heads).
   const bool derive_head_dim =
-      !given("--head-dim") && (f.preset.empty() || (config.arch != Architecture::kQwen3 &&
+      !given("--head-dim") && (f.preset.empty() || (config.arch != Architecture::kQwen3 && !moe &&
                                                     (given("--hidden-size") || given("--heads"))));
   if (given("--head-dim")) {
     config.head_dim = f.head_dim;
@@ -156,6 +193,19 @@ absl::Status RunInfo(const std::string& dir) {
                                           : c.qkv_bias ? "q, k, v"
                                                        : "none");
   std::printf("  q/k norms         %s\n", c.qk_norm ? "yes (per head, before RoPE)" : "no");
+  if (c.has_moe()) {
+    std::printf(
+        "  experts           %lld, top-%lld%s, width %lld\n", static_cast<long long>(c.num_experts),
+        static_cast<long long>(c.num_experts_per_tok), c.norm_topk_prob ? " renormalised" : "",
+        static_cast<long long>(c.moe_intermediate_size));
+    std::printf(
+        "  MoE layers        %lld of %lld (decoder_sparse_step %lld, mlp_only_layers [%s])\n",
+        static_cast<long long>(c.num_moe_layers()), static_cast<long long>(c.num_hidden_layers),
+        static_cast<long long>(c.decoder_sparse_step),
+        absl::StrJoin(c.mlp_only_layers, ", ").c_str());
+    std::printf("  active parameters %lld per token\n",
+                static_cast<long long>(ActiveParameterCount(c)));
+  }
   std::printf("  tensors           %zu\n", params.layout.entries().size());
   return absl::OkStatus();
 }
@@ -170,15 +220,32 @@ void RegisterModelCommands(CLI::App& app, CommandRegistry& registry) {
   auto f = std::make_shared<InitFlags>();
   CLI::App* init = model->add_subcommand(
       "init",
-      "Write a randomly initialised Llama/Qwen2/Qwen3 model directory (config.json + "
+      "Write a randomly initialised Llama/Qwen2/Qwen3/Qwen3-MoE model directory (config.json + "
       "model.safetensors)");
   init->add_option("--preset", f->preset,
                    "Start from a named shape: " + absl::StrJoin(PresetNames(), ", ") +
                        " (flags below override)");
-  init->add_option("--arch", f->arch, "qwen2 (q/k/v biases), llama, or qwen3 (per-head q/k norms)")
+  init->add_option("--arch", f->arch,
+                   "qwen2 (q/k/v biases), llama, qwen3 (per-head q/k norms) or qwen3_moe (qwen3 "
+                   "with mixture-of-experts MLPs)")
       ->capture_default_str();
   init->add_flag("--attention-bias", f->attention_bias,
-                 "qwen3: biases on q, k, v and o_proj (config.json's attention_bias)");
+                 "qwen3, qwen3_moe: biases on q, k, v and o_proj (config.json's attention_bias)");
+  init->add_option("--num-experts", f->num_experts, "qwen3_moe: experts per MoE layer (<= 256)")
+      ->capture_default_str();
+  init->add_option("--num-experts-per-tok", f->num_experts_per_tok,
+                   "qwen3_moe: experts each token is routed to (top-k)")
+      ->capture_default_str();
+  init->add_option("--moe-intermediate-size", f->moe_intermediate_size,
+                   "qwen3_moe: each expert's MLP width (default: --intermediate-size)");
+  init->add_flag("--norm-topk-prob", f->norm_topk_prob,
+                 "qwen3_moe: renormalise the kept experts' probabilities to sum 1");
+  init->add_option("--decoder-sparse-step", f->decoder_sparse_step,
+                   "qwen3_moe: layer l is MoE when (l + 1) % step == 0")
+      ->capture_default_str();
+  init->add_option("--mlp-only-layers", f->mlp_only_layers,
+                   "qwen3_moe: layers that keep the dense MLP")
+      ->delimiter(',');
   init->add_option("--hidden-size", f->hidden_size, "Hidden size C");
   init->add_option("--layers", f->layers, "Number of transformer blocks");
   init->add_option("--heads", f->heads, "Query heads");

@@ -36,6 +36,16 @@ enum class LossNormalization { kGlobalTokens, kSequenceMean };
 inline constexpr NamedValue<LossNormalization> kLossNormalizationNames[] = {
     {"tokens", LossNormalization::kGlobalTokens}, {"sequence", LossNormalization::kSequenceMean}};
 
+// Qwen3-MoE: which experts the learner's forward uses for completion tokens that carry the
+// actor's routes (learner/train_step.h). recompute: the learner's router chooses (in the fp32
+// CPU and batch-invariant modes the very experts the actor used, bit for bit); replay: the
+// recorded ones (prompt tokens are always routed by the router), with gradients through the
+// router's probabilities of those experts (model/moe_layer.h). Replay is for modes that cannot
+// promise equal routing (bf16 on a GPU).
+enum class MoeRouting { kRecompute, kReplay };
+inline constexpr NamedValue<MoeRouting> kMoeRoutingNames[] = {{"recompute", MoeRouting::kRecompute},
+                                                              {"replay", MoeRouting::kReplay}};
+
 // The optimizer (learner/optimizer.h).
 enum class OptimizerKind { kAdamW, kSgd };
 inline constexpr NamedValue<OptimizerKind> kOptimizerKindNames[] = {

@@ -184,6 +184,13 @@ struct LearnerSection {
   double clip_low = 0.2, clip_high = 0.2;
   int64_t max_lag = defaults::kMaxLag;
   int64_t micro_batch_tokens = 4096;
+  // recompute: the CPU's fp32 and the batch-invariant modes route as the actor did, so there is
+  // nothing to replay; replay is for the modes that cannot promise it.
+  learner::MoeRouting moe_routing = learner::MoeRouting::kRecompute;
+  // The learner's forward in the batch-invariant order (kernels/reduction_order.h): with
+  // actors.batch_invariant, its log-probs and Qwen3-MoE routes equal the actors' bit for bit
+  // on the CPU (slower GEMMs). Off: the fast order, equal to within rounding.
+  bool batch_invariant = false;
   int64_t checkpoint_every = 100;
   int keep_checkpoints = 2;
   std::string checkpoint_dir;  // empty: <run dir>/checkpoints

@@ -154,6 +154,10 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "clip_high", l.clip_high, "PPO ratio clip above 1");
   v("learner", "max_lag", l.max_lag, "Versions a token may lag when trained on");
   v("learner", "micro_batch_tokens", l.micro_batch_tokens, "Input tokens per micro-batch");
+  v("learner", "moe_routing", Enum(l.moe_routing, learner::kMoeRoutingNames),
+    "Qwen3-MoE: recompute the experts of completion tokens, or replay the actor's");
+  v("learner", "batch_invariant", l.batch_invariant,
+    "Forward in the batch-invariant order (with actors.batch_invariant: the actors' bits)");
   v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");
   v("learner", "keep_checkpoints", l.keep_checkpoints, "Newest checkpoints kept");
   v("learner", "checkpoint_dir", l.checkpoint_dir,

@@ -79,6 +79,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
                                                    weights->buffer.device().ToString(),
                                                    ", engine on ", options.device.ToString()));
   }
+  if (weights->config.has_moe() && !options.device.is_cpu()) {
+    return absl::UnimplementedError(
+        absl::StrCat("engine on ", options.device.ToString(),
+                     ": the Qwen3-MoE block runs on the CPU only (its CUDA kernels are not "
+                     "verified; model/moe_layer.h)"));
+  }
   const int64_t context = weights->config.max_position_embeddings;
   if (options.max_model_len > context) {
     return absl::InvalidArgumentError(absl::StrCat("engine: max_model_len ", options.max_model_len,
@@ -339,6 +345,7 @@ absl::Status Engine::StepOnStream() {
   if (step.empty()) return absl::OkStatus();
   Tensor logits;
   PRL_RETURN_IF_ERROR(runner_.Execute(ActiveParams(), step, &logits));
+  RecordRoutes(step);
   ++stats_.steps;
   for (const ScheduledChunk& c : step.chunks) {
     const bool decode =
@@ -409,6 +416,7 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
     Request& req = *c.seq->request;
     if (!req.forked) {
       scheduler_.Fork(&req);
+      for (auto& s : req.samples) s->routes = req.samples[0]->routes;  // the shared prompt's
       for (auto& s : req.samples) {
         Append(*s, tokens[k], logprobs[k]);
         ++k;
@@ -426,6 +434,25 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
     requests_.erase(it);
   }
   return absl::OkStatus();
+}
+
+void Engine::RecordRoutes(const SchedulerOutput& step) {
+  const int64_t LK = config_.num_moe_layers() * config_.num_experts_per_tok;
+  if (LK == 0) return;
+  const absl::Span<const int32_t> routes = runner_.step_routes();
+  int64_t row = 0;
+  for (const ScheduledChunk& c : step.chunks) {
+    Sequence& seq = *c.seq;
+    for (int64_t p = seq.num_computed_tokens; p < seq.num_computed_tokens + c.num_tokens;
+         ++p, ++row) {
+      // Completion token t is predicted at position P - 1 + t; record it the first time only.
+      const int64_t t = p - (seq.num_prompt_tokens - 1);
+      if (t < 0 || t != static_cast<int64_t>(seq.routes.size()) / LK) continue;
+      for (int64_t i = 0; i < LK; ++i) {
+        seq.routes.push_back(static_cast<uint8_t>(routes[row * LK + i]));
+      }
+    }
+  }
 }
 
 void Engine::Append(Sequence& seq, int32_t token, float logprob) {
@@ -469,6 +496,12 @@ void Engine::FinishRequestIfDone(Request& r) {
     o.logprobs = s->logprobs;
     o.versions = s->versions;
     o.sources = s->sources;
+    const int64_t LK = config_.num_moe_layers() * config_.num_experts_per_tok;
+    if (LK > 0 && static_cast<int64_t>(s->routes.size()) == LK * s->num_completion_tokens()) {
+      o.route_layers = static_cast<uint16_t>(config_.num_moe_layers());
+      o.route_top_k = static_cast<uint8_t>(config_.num_experts_per_tok);
+      o.routes = s->routes;
+    }
     o.finish_reason = s->finish_reason;
     out.samples.push_back(std::move(o));
   }

@@ -92,6 +92,14 @@ struct SampleOutput {
   std::vector<int64_t> versions;  // weight version per completion token
   // Multi-turn: per completion token, 0 the model sampled it, 1 an environment's (Continue).
   std::vector<uint8_t> sources;
+  // Qwen3-MoE: per completion token t, the top-k experts of each of route_layers MoE layers at
+  // the position that predicts t (the row it was sampled from; an environment's token: the
+  // prefill of its predecessor): routes[(t * route_layers + l) * route_top_k + k], the layout
+  // of RolloutRecord::routes. Empty (and 0, 0) for a dense model or an aborted sample whose
+  // prompt was never computed to its end.
+  uint16_t route_layers = 0;
+  uint8_t route_top_k = 0;
+  std::vector<uint8_t> routes;
   FinishReason finish_reason = FinishReason::kNone;
 };
 
@@ -198,6 +206,8 @@ class Engine {
   const ModelParams& ActiveParams() const;
   absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
   void Append(Sequence& seq, int32_t token, float logprob);
+  // Qwen3-MoE: appends the step's routes of the positions each chunk computed first.
+  void RecordRoutes(const SchedulerOutput& step);
   void FinishRequestIfDone(Request& request);
   // Multi-turn (engine_turns.cc): the sample of a request, or an error naming them.
   absl::StatusOr<Sequence*> FindSample(uint64_t request_id, int32_t sample_index);

@@ -140,7 +140,9 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
   LayerContext ctx{&config_, t.cos, t.sin, options_.order};
   ctx.residual_in_gemm = tuned;
   ctx.attention_applies_rope = tuned;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
+  step_routes_.assign(t.T * Lm * K, 0);
+  for (int64_t l = 0, moe_index = 0; l < c.num_hidden_layers; ++l) {
     const LayerActivations& a = t.slot[l % 2];
     const Tensor& next = l + 1 < c.num_hidden_layers ? t.slot[(l + 1) % 2].input : t.final_input;
     DecoderLayerForward(ctx, params.layers[l], a, next, [&](const LayerActivations& act) {
@@ -152,6 +154,12 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
       k::PagedAttentionForward(act.attn, act.qkv, cache_->k[l], cache_->v[l], t.tables, t.q_start,
                                t.context, shape, options_.order, tuned && single_token_rows);
     });
+    if (!params.layers[l].is_moe()) continue;
+    const int32_t* routes = a.moe.routes.i32();  // (T, K), host memory: MoE runs on the CPU
+    for (int64_t row = 0; row < t.T; ++row) {
+      std::copy_n(routes + row * K, K, step_routes_.data() + (row * Lm + moe_index) * K);
+    }
+    ++moe_index;
   }
   if (t.R > 0) {
     // Only the sampled rows need the final norm and the head (RMSNorm is per row).

@@ -75,6 +75,10 @@ class ModelRunner {
   void CaptureAlsoFor(std::vector<const ModelParams*> params) { twins_ = std::move(params); }
   const GraphStats& graph_stats() const { return graph_stats_; }
   const ModelRunnerOptions& options() const { return options_; }
+  // Qwen3-MoE (CPU): the experts the last Execute routed each of its rows to, (T, Lm, K)
+  // token-major in the step's row order (chunk after chunk, positions in order), Lm the MoE
+  // layers, K the top-k. Empty for a dense model.
+  absl::Span<const int32_t> step_routes() const { return step_routes_; }
   // The step's host <-> device copies; the engine queues its sampling I/O here too and ends
   // every step with transfer().Finish().
   StepTransfer& transfer() { return transfer_; }
@@ -129,6 +133,7 @@ class ModelRunner {
   std::map<std::pair<int64_t, const ModelParams*>, std::unique_ptr<Graph>> graphs_;
   std::vector<const ModelParams*> twins_;
   GraphStats graph_stats_;
+  std::vector<int32_t> step_routes_;  // (T, Lm, K)
 };
 
 }  // namespace prl

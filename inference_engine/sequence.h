@@ -42,6 +42,11 @@ struct Sequence {
   int64_t turn_start = 0;
   int32_t turn_max_tokens = 0;
   std::vector<uint8_t> sources;
+  // Qwen3-MoE: for each completion token t, the experts of every MoE layer at the position
+  // that predicts it (P - 1 + t: the row it was sampled from, or for an environment's token
+  // the prefill that read its predecessor), (completion tokens, Lm, K) as the record's routes.
+  // Appended as those positions are first computed (recomputation keeps the first).
+  std::vector<uint8_t> routes;
 
   int64_t num_completion_tokens() const {
     return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "checkpoint/hf_model_dir.h"
 #include "checkpoint/safetensors.h"
@@ -31,11 +32,18 @@ std::string RankFile(int rank, int world) {
 
 // What must match for a shard to be loadable here.
 std::string ModelFingerprint(const ModelConfig& c) {
-  return absl::StrCat(ArchitectureName(c.arch), " hidden=", c.hidden_size,
-                      " layers=", c.num_hidden_layers, " heads=", c.num_attention_heads, "/",
-                      c.num_key_value_heads, " head_dim=", c.head_dim,
-                      " intermediate=", c.intermediate_size, " vocab=", c.vocab_size,
-                      " tied=", c.tie_word_embeddings, " qkv_bias=", c.qkv_bias);
+  return absl::StrCat(
+      ArchitectureName(c.arch), " hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
+      " heads=", c.num_attention_heads, "/", c.num_key_value_heads, " head_dim=", c.head_dim,
+      " intermediate=", c.intermediate_size, " vocab=", c.vocab_size,
+      " tied=", c.tie_word_embeddings, " qkv_bias=", c.qkv_bias,
+      c.has_moe()
+          ? absl::StrCat(" experts=", c.num_experts, " top_k=", c.num_experts_per_tok,
+                         " moe_intermediate=", c.moe_intermediate_size,
+                         " norm_topk=", c.norm_topk_prob, " moe_layers=", c.num_moe_layers(),
+                         " sparse_step=", c.decoder_sparse_step,
+                         " mlp_only=", absl::StrJoin(c.mlp_only_layers, ","))
+          : std::string());
 }
 
 // The checkpoints a resume may use, in the order to try them: the one `latest` names, then

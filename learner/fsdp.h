@@ -103,6 +103,8 @@ class FsdpModel : public UnitHooks {
   absl::Status Forward(const PackedBatch& batch, float temperature, absl::Span<float> logprobs,
                        bool for_backward);
   absl::Status Backward(absl::Span<const float> dlogprobs);
+  // Qwen3-MoE: the router's own routes of the last Forward (Transformer::recomputed_routes).
+  absl::Span<const uint8_t> recomputed_routes() const { return transformer_.recomputed_routes(); }
   absl::Status ZeroGrad();
   // Call after changing param_shard() (an optimizer step): drops gathered copies.
   absl::Status ParametersChanged();

@@ -28,6 +28,12 @@ struct TrainSample {
   // completion token is the model's), or one per completion token. Environment tokens are
   // context: read by the model, never in the loss, its denominator or the lag.
   std::vector<uint8_t> sources;
+  // Qwen3-MoE: the experts the actor routed each completion token to (RolloutRecord::routes'
+  // layout: per token, route_layers x route_top_k ids, at the position that predicts it), or
+  // empty. learner.moe_routing = replay trains on them (learner/train_step.h).
+  uint16_t route_layers = 0;
+  uint8_t route_top_k = 0;
+  std::vector<uint8_t> routes;
   bool has_advantage = false;
   double advantage = 0;
   double reward = 0;

@@ -87,6 +87,9 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
         s.behaviour_logprobs = std::move(r.behaviour_logprobs);
         s.versions = std::move(r.token_versions);
         s.sources = std::move(r.token_sources);
+        s.route_layers = r.route_layers;
+        s.route_top_k = r.route_top_k;
+        s.routes = std::move(r.routes);
         s.reward = r.reward;
         s.advantage = adv.advantage[i];
         s.has_advantage = true;

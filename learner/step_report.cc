@@ -37,6 +37,10 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("input_tokens", r.input_tokens);
   v("completion_tokens", r.completion_tokens);
   v("completion_tokens_max", r.completion_tokens_max, /*optional=*/true);  // added later
+  v("routed_tokens", r.routed_tokens, /*optional=*/true);
+  v("route_mismatch_fraction", r.route_mismatch_fraction, /*optional=*/true);
+  v("lagged_routed_tokens", r.lagged_routed_tokens, /*optional=*/true);
+  v("lagged_route_mismatch_fraction", r.lagged_route_mismatch_fraction, /*optional=*/true);
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);
@@ -99,6 +103,15 @@ void SetStepResult(const StepResult& result, double lr, StepReport* r) {
   r->lag_max = result.stats.lag_max;
   r->trained_tokens = static_cast<int64_t>(l.tokens);
   r->input_tokens = result.stats.input_tokens;
+  r->routed_tokens = result.stats.routed_tokens;
+  const StepStats& s = result.stats;
+  r->route_mismatch_fraction =
+      s.routed_tokens > 0 ? static_cast<double>(s.route_mismatches) / s.routed_tokens : 0.0;
+  r->lagged_routed_tokens = s.lagged_routed_tokens;
+  r->lagged_route_mismatch_fraction =
+      s.lagged_routed_tokens > 0
+          ? static_cast<double>(s.lagged_route_mismatches) / s.lagged_routed_tokens
+          : 0.0;
   r->step_seconds = result.stats.seconds;
 }
 

@@ -32,6 +32,14 @@ struct StepReport {
   double lr = 0;
   double lag_mean = 0, lag_max = 0;  // learner version minus token versions (versions)
   int64_t trained_tokens = 0, input_tokens = 0, completion_tokens = 0;
+  // Qwen3-MoE: completion tokens with the actor's routes sampled with this step's weights, and
+  // the share of them whose recomputed experts differ (the train/inference routing mismatch);
+  // the same over tokens of older weights (where the policy's change moves routes too).
+  // Optional in ParseStepReport (0 when absent).
+  int64_t routed_tokens = 0;
+  double route_mismatch_fraction = 0;
+  int64_t lagged_routed_tokens = 0;
+  double lagged_route_mismatch_fraction = 0;
   // The longest completion trained on (tokens): what a sync-mode step waited for. Optional in
   // ParseStepReport (0 when absent, as in reports written before it existed).
   int64_t completion_tokens_max = 0;

@@ -43,6 +43,9 @@ absl::StatusOr<std::vector<uint8_t>> EncodeStepSamples(absl::Span<const TrainSam
     r.behaviour_logprobs = s.behaviour_logprobs;
     r.token_versions = s.versions;
     r.token_sources = s.sources;
+    r.route_layers = s.route_layers;
+    r.route_top_k = s.route_top_k;
+    r.routes = s.routes;
     r.reward = s.reward;
     r.reward_components = {{kAdvantage, s.advantage}};
     if (absl::Status valid = ValidateRecord(r); !valid.ok()) {
@@ -106,6 +109,9 @@ absl::StatusOr<std::optional<std::vector<TrainSample>>> DecodeStepSamples(
     s.behaviour_logprobs = std::move(r->behaviour_logprobs);
     s.versions = std::move(r->token_versions);
     s.sources = std::move(r->token_sources);
+    s.route_layers = r->route_layers;
+    s.route_top_k = r->route_top_k;
+    s.routes = std::move(r->routes);
     s.reward = r->reward;
     s.advantage = r->reward_components[0].second;
     s.has_advantage = true;

@@ -4,7 +4,7 @@
 // Each sample travels as a rollout record in the replay buffer's binary layout
 // (replay/record_encoder.h; one codec wherever prl stores records), carrying its prompt,
 // completion, behaviour log-probs, token versions and sources (an episode's environment
-// tokens), its reward, and its advantage as the
+// tokens), its MoE routes, its reward, and its advantage as the
 // reward component "advantage". Decoding treats the bytes as untrusted, as the replay buffer
 // does (a damaged or foreign journal file is an error naming the sample, never a crash).
 //

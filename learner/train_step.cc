@@ -55,10 +55,21 @@ struct MicroBatch {
   std::vector<int32_t> target_positions;  // (N) positions in the packed batch
   std::vector<float> mu, advantages;      // (N)
   std::vector<int32_t> seq_offsets;       // (S + 1)
+  // Completion tokens with recorded routes: their input position, the record's (Lm, K) ids,
+  // and whether the actor sampled them with the weights this forward uses (no version given
+  // counts as such).
+  struct RecordedRoute {
+    int32_t position;
+    const uint8_t* ids;
+    bool current;
+  };
+  std::vector<RecordedRoute> recorded_routes;
 };
 
-MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& indices) {
+MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
+                 const ModelConfig& config, MoeRouting routing, int64_t learner_version) {
   MicroBatch mb;
+  const int64_t LK = config.num_moe_layers() * config.num_experts_per_tok;
   mb.seq_offsets.push_back(0);
   std::vector<int32_t> sequence;
   for (int i : indices) {
@@ -76,6 +87,18 @@ MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& 
       mb.advantages.push_back(static_cast<float>(s.advantage));
     }
     mb.seq_offsets.push_back(static_cast<int32_t>(mb.mu.size()));
+    if (LK == 0 || s.routes.empty()) continue;  // (shapes checked by CheckRoutes)
+    for (size_t t = 0; t < s.completion.size(); ++t) {
+      const bool current = s.versions.empty() || s.versions[t] == learner_version;
+      mb.recorded_routes.push_back({start + static_cast<int32_t>(s.prompt.size() - 1 + t),
+                                    s.routes.data() + t * LK, current});
+    }
+  }
+  if (routing == MoeRouting::kReplay && !mb.recorded_routes.empty()) {
+    mb.batch.routes.assign(mb.batch.num_tokens() * LK, PackedBatch::kRouted);
+    for (const MicroBatch::RecordedRoute& r : mb.recorded_routes) {
+      std::copy_n(r.ids, LK, mb.batch.routes.begin() + r.position * LK);
+    }
   }
   if (indices.empty()) {  // this rank has fewer micro-batches: a pass that trains nothing
     const int32_t token = 0, none = PackedBatch::kNoTarget;
@@ -109,10 +132,37 @@ absl::StatusOr<StepTotals> AgreeTotals(FsdpModel& model, absl::Span<const TrainS
   return StepTotals{{totals[0], totals[1]}, static_cast<int64_t>(totals[2])};
 }
 
+// Every sample's routes, where it has any, fit the model (its MoE layers and top-k).
+absl::Status CheckRoutes(absl::Span<const TrainSample> samples, const ModelConfig& config) {
+  const int64_t Lm = config.num_moe_layers(), K = config.num_experts_per_tok;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const TrainSample& s = samples[i];
+    if (s.routes.empty()) continue;
+    if (s.route_layers != Lm || s.route_top_k != K ||
+        static_cast<int64_t>(s.routes.size()) !=
+            Lm * K * static_cast<int64_t>(s.completion.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample ", i, ": routes: expected ", s.completion.size(), " tokens x ", Lm,
+          " MoE layers x top-", K, " (the model's), found route_layers ", s.route_layers,
+          ", route_top_k ", s.route_top_k, ", ", s.routes.size(), " ids"));
+    }
+    for (uint8_t e : s.routes) {
+      if (e >= config.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat("sample ", i, ": routes: expert id ", e,
+                                                       " of a model with ", config.num_experts,
+                                                       " experts"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // This rank's running sums of one step, reduced over the ranks at its end.
 struct RankSums {
   LossStats loss;
   double input_tokens = 0;
+  double routed_tokens = 0, route_mismatches = 0;                // current weights
+  double lagged_routed_tokens = 0, lagged_route_mismatches = 0;  // older weights
   double lag_sum = 0, lag_count = 0, lag_max = 0;  // learner version - token version
 
   void AddLags(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
@@ -130,6 +180,28 @@ struct RankSums {
   }
 };
 
+// Adds the micro-batch's recorded tokens, and those the router sent elsewhere (as sets per
+// layer), to the sums of tokens of the current weights or of older ones.
+void CountRouteMismatches(const MicroBatch& mb, absl::Span<const uint8_t> recomputed,
+                          const ModelConfig& config, RankSums* sums) {
+  const int64_t Lm = config.num_moe_layers(), K = config.num_experts_per_tok;
+  for (const MicroBatch::RecordedRoute& r : mb.recorded_routes) {
+    const uint8_t* ids = r.ids;
+    const int64_t position = r.position;
+    bool differs = false;
+    for (int64_t l = 0; l < Lm && !differs; ++l) {
+      uint8_t a[kMaxExperts], b[kMaxExperts];  // K <= E <= 256
+      std::copy_n(ids + l * K, K, a);
+      std::copy_n(recomputed.data() + (position * Lm + l) * K, K, b);
+      std::sort(a, a + K);
+      std::sort(b, b + K);
+      differs = !std::equal(a, a + K, b);
+    }
+    (r.current ? sums->routed_tokens : sums->lagged_routed_tokens) += 1;
+    (r.current ? sums->route_mismatches : sums->lagged_route_mismatches) += differs ? 1 : 0;
+  }
+}
+
 // One micro-batch: forward, the loss on its completion tokens, backward.
 absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& config,
                      const LossNormalizer& normalizer, RankSums* sums) {
@@ -137,6 +209,7 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
   std::vector<float> logprobs(T, 0.0f);
   PRL_RETURN_IF_ERROR(model.Forward(mb.batch, config.temperature, absl::MakeSpan(logprobs),
                                     /*for_backward=*/true));
+  CountRouteMismatches(mb, model.recomputed_routes(), model.config(), sums);
   std::vector<float> pi(N), dpi(N, 0.0f);
   for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
   if (N > 0) {
@@ -158,7 +231,8 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
 absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) {
   std::vector<double> loss = r.loss.ToVector();  // kNumSums sums, then ratio_max
   std::vector<double> sums(loss.begin(), loss.begin() + LossStats::kNumSums);
-  sums.insert(sums.end(), {r.input_tokens, r.lag_sum, r.lag_count});
+  sums.insert(sums.end(), {r.input_tokens, r.lag_sum, r.lag_count, r.routed_tokens,
+                           r.route_mismatches, r.lagged_routed_tokens, r.lagged_route_mismatches});
   double maxima[] = {loss.back(), r.lag_max};
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
     PRL_RETURN_IF_ERROR(c.AllReduceHost(absl::MakeSpan(sums), collective::ReduceOp::kSum));
@@ -171,6 +245,10 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   stats->input_tokens = static_cast<int64_t>(extra[0]);
   stats->lag_mean = extra[2] > 0 ? extra[1] / extra[2] : 0;
   stats->lag_max = maxima[1];
+  stats->routed_tokens = static_cast<int64_t>(extra[3]);
+  stats->route_mismatches = static_cast<int64_t>(extra[4]);
+  stats->lagged_routed_tokens = static_cast<int64_t>(extra[5]);
+  stats->lagged_route_mismatches = static_cast<int64_t>(extra[6]);
   return absl::OkStatus();
 }
 
@@ -180,6 +258,7 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
                                               absl::Span<const TrainSample> samples,
                                               const StepConfig& config, int64_t learner_version) {
   PRL_RETURN_IF_ERROR(ValidateStepConfig(config));
+  PRL_RETURN_IF_ERROR(CheckRoutes(samples, model.config()));
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::vector<int>> plan =
       PlanMicroBatches(samples, model.rank(), model.world_size(), config.micro_batch_tokens);
@@ -188,7 +267,9 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   static const std::vector<int> kNone;
   for (int64_t p = 0; p < totals.passes; ++p) {
     const std::vector<int>& indices = p < static_cast<int64_t>(plan.size()) ? plan[p] : kNone;
-    PRL_RETURN_IF_ERROR(RunPass(model, Build(samples, indices), config, totals.normalizer, &sums));
+    PRL_RETURN_IF_ERROR(
+        RunPass(model, Build(samples, indices, model.config(), config.moe_routing, learner_version),
+                config, totals.normalizer, &sums));
     sums.AddLags(samples, indices, learner_version);
   }
   StepStats stats;

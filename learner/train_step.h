@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "config/learner_kinds.h"
 #include "learner/fsdp.h"
 #include "learner/losses.h"
 #include "learner/optimizer.h"
@@ -25,6 +26,10 @@ namespace prl::learner {
 
 struct StepConfig {
   LossConfig loss;
+  // Qwen3-MoE: the experts of completion tokens that carry the actor's routes
+  // (TrainSample::routes; config/learner_kinds.h). Either way the step counts the completion
+  // tokens whose recomputed routes differ from the recorded ones (StepStats).
+  MoeRouting moe_routing = MoeRouting::kRecompute;
   int64_t micro_batch_tokens = 4096;  // input tokens per micro-batch (a longer sequence alone)
   float temperature = 1.0f;           // the learner's log-probs use the sampling temperature
 };
@@ -35,6 +40,13 @@ struct StepStats {
   int64_t input_tokens = 0;          // tokens run through the model, all ranks
   int64_t micro_batches = 0;         // per rank (the most any rank ran; the others padded)
   double lag_mean = 0, lag_max = 0;  // learner_version - token version, where versions given
+  // Qwen3-MoE, all ranks: completion tokens with recorded routes, and those whose recomputed
+  // experts (as a set, in any MoE layer) differ from the recorded ones; the first pair over
+  // tokens the actor sampled with the very weights of this step (or without a version: the
+  // train/inference mismatch, 0 in the fp32 CPU batch-invariant mode), the second over
+  // tokens of older weights (where the policy's change moves routes too).
+  int64_t routed_tokens = 0, route_mismatches = 0;
+  int64_t lagged_routed_tokens = 0, lagged_route_mismatches = 0;
   double seconds = 0;
 };
 

@@ -70,6 +70,14 @@ Histogram& AddHistogram(Registry& registry, const char* name, const char* help,
   return BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
 }
 
+Gauge& MoeRouteMismatch(Registry& registry, const char* weights) {
+  return AddGauge(registry, "prl_moe_route_mismatch_ratio",
+                  "Qwen3-MoE: share of the last step's routed completion tokens whose recomputed "
+                  "experts differ from the actor's, by the weights they were sampled with "
+                  "(current: this step's; lagged: older).",
+                  {{"weights", weights}});
+}
+
 Counter& DroppedGroups(Registry& registry, const char* reason) {
   return AddCounter(registry, "prl_replay_groups_dropped_total",
                     "Groups dropped, by reason (stale: older than max_lag; full: drop-oldest "
@@ -320,6 +328,8 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
       logprob_mismatch_kl(AddGauge(registry, "prl_logprob_mismatch_kl",
                                    "Train/inference mismatch: mean k3 estimate of "
                                    "KL(mu || pi) over the last step's tokens, in nats.")),
+      moe_route_mismatch_ratio(MoeRouteMismatch(registry, "current")),
+      moe_lagged_route_mismatch_ratio(MoeRouteMismatch(registry, "lagged")),
       entropy(AddGauge(registry, "prl_learner_entropy",
                        "Mean -log pi of the last step's sampled tokens, in nats.")),
       grad_norm(AddGauge(registry, "prl_learner_grad_norm",

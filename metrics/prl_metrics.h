@@ -283,6 +283,13 @@ struct LearnerMetrics {
   // prl_logprob_mismatch_kl: mean k3 estimate of KL(mu || pi) in nats, the train/inference
   // log-prob mismatch; near 0 when actor and learner agree.
   prometheus::Gauge& logprob_mismatch_kl;
+  // prl_moe_route_mismatch_ratio{weights="current"|"lagged"}: Qwen3-MoE, the share of the last
+  // step's completion tokens (those with the actor's routes) whose recomputed experts differ
+  // from the actor's, in [0, 1]: over tokens sampled with the step's own weights (the
+  // train/inference mismatch; 0 in the fp32 CPU batch-invariant mode, and without MoE), and
+  // over tokens of older weights (the policy's change moves routes too).
+  prometheus::Gauge& moe_route_mismatch_ratio;
+  prometheus::Gauge& moe_lagged_route_mismatch_ratio;
   // prl_learner_entropy: mean -log pi of the sampled tokens, in nats.
   prometheus::Gauge& entropy;
   // prl_learner_grad_norm: global gradient norm before clipping.

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <set>
@@ -81,7 +82,16 @@ class Reader {
 };
 
 constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kQwen2,
-                                           Architecture::kQwen3};
+                                           Architecture::kQwen3, Architecture::kQwen3Moe};
+
+// Qwen3MoeConfig's keys; refused, naming the key, in a config of another architecture.
+const std::set<absl::string_view>& MoeKeys() {
+  static const auto* keys = new std::set<absl::string_view>{
+      "num_experts",          "num_experts_per_tok", "moe_intermediate_size",
+      "norm_topk_prob",       "decoder_sparse_step", "mlp_only_layers",
+      "router_aux_loss_coef", "output_router_logits"};
+  return *keys;
+}
 
 absl::StatusOr<Architecture> ParseArchitecture(const Json& root, absl::string_view source) {
   std::optional<Architecture> from_arch, from_type;
@@ -97,7 +107,8 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& root, absl::string_vi
     if (!from_arch) {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": key 'architectures': '", name,
-          "' is not supported (expected LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)"));
+          "' is not supported (expected LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or "
+          "Qwen3MoeForCausalLM)"));
     }
   }
   if (auto it = root.find("model_type"); it != root.end() && !it->is_null()) {
@@ -108,7 +119,7 @@ absl::StatusOr<Architecture> ParseArchitecture(const Json& root, absl::string_vi
     if (!from_type) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": key 'model_type': '", type,
-                       "' is not supported (expected llama, qwen2 or qwen3)"));
+                       "' is not supported (expected llama, qwen2, qwen3 or qwen3_moe)"));
     }
   }
   if (from_arch && from_type && *from_arch != *from_type) {
@@ -220,6 +231,37 @@ absl::Status CheckNeutralKeys(const Json& root, const Reader& reader, Architectu
   return absl::OkStatus();
 }
 
+// Qwen3MoeConfig's keys, with its defaults.
+absl::Status ParseMoeKeys(const Json& root, const Reader& reader, ModelConfig* c) {
+  PRL_ASSIGN_OR_RETURN(c->num_experts, reader.Int("num_experts", 128));
+  PRL_ASSIGN_OR_RETURN(c->num_experts_per_tok, reader.Int("num_experts_per_tok", 8));
+  PRL_ASSIGN_OR_RETURN(c->moe_intermediate_size, reader.Int("moe_intermediate_size", 768));
+  PRL_ASSIGN_OR_RETURN(c->norm_topk_prob, reader.Bool("norm_topk_prob", false));
+  PRL_ASSIGN_OR_RETURN(c->decoder_sparse_step, reader.Int("decoder_sparse_step", 1));
+  PRL_ASSIGN_OR_RETURN(c->router_aux_loss_coef, reader.Double("router_aux_loss_coef", 0.001));
+  PRL_ASSIGN_OR_RETURN(const bool router_logits, reader.Bool("output_router_logits", false));
+  if (router_logits) {
+    return reader.Error("output_router_logits",
+                        "true adds transformers' load-balancing loss, which prl does not "
+                        "compute (expected false)");
+  }
+  c->mlp_only_layers.clear();
+  if (auto it = root.find("mlp_only_layers"); it != root.end() && !it->is_null()) {
+    if (!it->is_array()) return reader.Error("mlp_only_layers", "expected a list of layer indices");
+    for (const Json& v : *it) {
+      if (!v.is_number_integer()) {
+        return reader.Error("mlp_only_layers",
+                            absl::StrCat("expected integer layer indices, found ", v.dump()));
+      }
+      c->mlp_only_layers.push_back(v.get<int64_t>());
+    }
+  }
+  std::sort(c->mlp_only_layers.begin(), c->mlp_only_layers.end());
+  c->mlp_only_layers.erase(std::unique(c->mlp_only_layers.begin(), c->mlp_only_layers.end()),
+                           c->mlp_only_layers.end());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view ArchitectureName(Architecture arch) {
@@ -230,6 +272,8 @@ absl::string_view ArchitectureName(Architecture arch) {
       return "Qwen2ForCausalLM";
     case Architecture::kQwen3:
       return "Qwen3ForCausalLM";
+    case Architecture::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
   }
   return "?";
 }
@@ -242,16 +286,34 @@ absl::string_view ModelTypeName(Architecture arch) {
       return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
+    case Architecture::kQwen3Moe:
+      return "qwen3_moe";
   }
   return "?";
 }
 
 void SetArchitecture(Architecture arch, bool attention_bias, ModelConfig* c) {
   c->arch = arch;
-  // Qwen3Attention: attention_bias puts a bias on q, k, v and o_proj alike.
-  c->qkv_bias = arch == Architecture::kQwen2 || (arch == Architecture::kQwen3 && attention_bias);
-  c->o_bias = arch == Architecture::kQwen3 && attention_bias;
-  c->qk_norm = arch == Architecture::kQwen3;
+  // Qwen3Attention (Qwen3MoeAttention is the same): attention_bias puts a bias on q, k, v and
+  // o_proj alike.
+  const bool qwen3 = arch == Architecture::kQwen3 || arch == Architecture::kQwen3Moe;
+  c->qkv_bias = arch == Architecture::kQwen2 || (qwen3 && attention_bias);
+  c->o_bias = qwen3 && attention_bias;
+  c->qk_norm = qwen3;
+}
+
+bool ModelConfig::IsMoeLayer(int64_t layer) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  for (int64_t dense : mlp_only_layers) {
+    if (dense == layer) return false;
+  }
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::num_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) n += IsMoeLayer(l) ? 1 : 0;
+  return n;
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
@@ -287,7 +349,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
                                                         "layer_types"};
   ModelConfig config;
   for (const auto& [key, value] : root.items()) {
-    if (kMathKeys.count(key)) continue;
+    if (kMathKeys.count(key) || MoeKeys().count(key)) continue;
     if (PassthroughKeys().count(key)) {
       config.passthrough.emplace_back(key, value.dump());
       continue;
@@ -299,6 +361,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
   Reader reader(root, source);
   PRL_ASSIGN_OR_RETURN(config.arch, ParseArchitecture(root, source));
   PRL_RETURN_IF_ERROR(CheckNeutralKeys(root, reader, config.arch));
+  const bool moe = config.arch == Architecture::kQwen3Moe;
+  for (const auto& [key, value] : root.items()) {
+    if (!moe && MoeKeys().count(key)) {
+      return reader.Error(
+          key, absl::StrCat("a Qwen3-MoE key, not one of ", ArchitectureName(config.arch)));
+    }
+  }
   PRL_ASSIGN_OR_RETURN(config.hidden_size, reader.Int("hidden_size", std::nullopt));
   PRL_ASSIGN_OR_RETURN(config.intermediate_size, reader.Int("intermediate_size", std::nullopt));
   PRL_ASSIGN_OR_RETURN(config.num_hidden_layers, reader.Int("num_hidden_layers", std::nullopt));
@@ -317,18 +386,63 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
   if (config.num_attention_heads <= 0) {
     return reader.Error("num_attention_heads", "expected a positive integer");
   }
-  // Qwen3Config defaults head_dim to 128; Llama and Qwen2 to hidden_size / heads.
+  // Qwen3Config defaults head_dim to 128; Llama, Qwen2 and Qwen3MoeConfig (which reads
+  // head_dim with that fallback) to hidden_size / heads.
   const int64_t default_head_dim =
       config.arch == Architecture::kQwen3 ? 128 : config.hidden_size / config.num_attention_heads;
   PRL_ASSIGN_OR_RETURN(config.head_dim, reader.Int("head_dim", default_head_dim));
   PRL_ASSIGN_OR_RETURN(const bool attention_bias, reader.Bool("attention_bias", false));
   SetArchitecture(config.arch, attention_bias, &config);
+  if (moe) PRL_RETURN_IF_ERROR(ParseMoeKeys(root, reader, &config));
   absl::Status valid = ValidateModelConfig(config);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", valid.message()));
   }
   return config;
 }
+
+namespace {
+
+absl::Status ValidateMoe(const ModelConfig& c) {
+  if (c.arch != Architecture::kQwen3Moe) {
+    if (c.num_experts != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("key 'num_experts': expected 0 for ",
+                                                     ArchitectureName(c.arch), ", found ",
+                                                     c.num_experts));
+    }
+    return absl::OkStatus();
+  }
+  if (c.num_experts < 1 || c.num_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat("key 'num_experts': expected 1..", kMaxExperts,
+                                                   " (routes store expert ids as uint8), found ",
+                                                   c.num_experts));
+  }
+  if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'num_experts_per_tok': expected 1..num_experts = ", c.num_experts,
+                     ", found ", c.num_experts_per_tok));
+  }
+  if (c.moe_intermediate_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'moe_intermediate_size': expected a positive integer, found ",
+                     c.moe_intermediate_size));
+  }
+  if (c.decoder_sparse_step <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key 'decoder_sparse_step': expected a positive integer, found ", c.decoder_sparse_step));
+  }
+  for (size_t i = 0; i < c.mlp_only_layers.size(); ++i) {
+    const int64_t l = c.mlp_only_layers[i];
+    if (l < 0 || l >= c.num_hidden_layers || (i > 0 && l <= c.mlp_only_layers[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key 'mlp_only_layers': expected distinct layer indices in [0, num_hidden_layers = ",
+          c.num_hidden_layers, "), found ", l));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateModelConfig(const ModelConfig& c) {
   const std::pair<const char*, int64_t> positive[] = {
@@ -348,12 +462,14 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   }
   // The per-architecture flags are derived from config.json; a hand-built config must agree.
   auto word = [](bool b) { return b ? "true" : "false"; };
-  if (c.qk_norm != (c.arch == Architecture::kQwen3)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("qk_norm: expected ", word(c.arch == Architecture::kQwen3), " for ",
-                     ArchitectureName(c.arch), ", found ", word(c.qk_norm)));
+  const bool qwen3 = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe;
+  if (c.qk_norm != qwen3) {
+    return absl::InvalidArgumentError(absl::StrCat("qk_norm: expected ", word(qwen3), " for ",
+                                                   ArchitectureName(c.arch), ", found ",
+                                                   word(c.qk_norm)));
   }
-  if (c.arch == Architecture::kQwen3 ? c.o_bias != c.qkv_bias : c.o_bias) {
+  PRL_RETURN_IF_ERROR(ValidateMoe(c));
+  if (qwen3 ? c.o_bias != c.qkv_bias : c.o_bias) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key 'attention_bias': an o_proj bias exists only in Qwen3, together with the q/k/v "
         "biases; found qkv_bias = ",
@@ -425,7 +541,19 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = "silu";
   if (c.arch == Architecture::kLlama) j["attention_bias"] = false;
-  if (c.arch == Architecture::kQwen3) j["attention_bias"] = c.o_bias;
+  if (c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe) {
+    j["attention_bias"] = c.o_bias;
+  }
+  if (c.arch == Architecture::kQwen3Moe) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["decoder_sparse_step"] = c.decoder_sparse_step;
+    j["mlp_only_layers"] = c.mlp_only_layers;
+    j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    j["output_router_logits"] = false;
+  }
   for (const auto& [key, text] : c.passthrough) j[key] = nlohmann::ordered_json::parse(text);
   return j.dump(2) + "\n";
 }
@@ -465,12 +593,27 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
   return inv_freq;
 }
 
-int64_t ParameterCount(const ModelConfig& c) {
+namespace {
+
+// experts_per_moe_layer: E for the stored parameters, K for those one token computes with.
+int64_t CountParameters(const ModelConfig& c, int64_t experts_per_moe_layer) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
-  const int64_t per_layer = 2 * C + c.qkv_dim() * C + (c.qkv_bias ? c.qkv_dim() : 0) +
-                            C * c.q_dim() + (c.o_bias ? C : 0) + (c.qk_norm ? 2 * c.head_dim : 0) +
-                            3 * I * C;
-  return c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * per_layer + C;
+  const int64_t attention = 2 * C + c.qkv_dim() * C + (c.qkv_bias ? c.qkv_dim() : 0) +
+                            C * c.q_dim() + (c.o_bias ? C : 0) + (c.qk_norm ? 2 * c.head_dim : 0);
+  const int64_t moe_layers = c.num_moe_layers();
+  const int64_t dense_mlp = 3 * I * C;
+  const int64_t moe_mlp =
+      c.num_experts * C + experts_per_moe_layer * 3 * c.moe_intermediate_size * C;
+  return c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * attention +
+         (c.num_hidden_layers - moe_layers) * dense_mlp + moe_layers * moe_mlp + C;
+}
+
+}  // namespace
+
+int64_t ParameterCount(const ModelConfig& c) { return CountParameters(c, c.num_experts); }
+
+int64_t ActiveParameterCount(const ModelConfig& c) {
+  return CountParameters(c, c.num_experts_per_tok);
 }
 
 }  // namespace prl

@@ -32,8 +32,11 @@ LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& c, int64_
   l.mid = arena.Take(dt, {T, C});
   l.ln2 = arena.Take(dt, {T, C});
   l.ln2_rstd = arena.Take(DType::kF32, {T});
-  l.gate_up = arena.Take(dt, {T, 2 * I});
-  l.act = arena.Take(dt, {T, I});
+  if (c.has_dense_mlp()) {
+    l.gate_up = arena.Take(dt, {T, 2 * I});
+    l.act = arena.Take(dt, {T, I});
+  }
+  if (c.has_moe()) l.moe = TakeMoeActivations(arena, c, T);
   return l;
 }
 
@@ -124,6 +127,9 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
   };
   project_onto(a.mid, a.attn, p.o_weight, p.o_bias, a.input);
   k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
+  if (p.is_moe()) {
+    return MoeForward(c, ctx.order, p, a.moe, a.ln2, a.mid, next_input, ctx.moe_forced_routes);
+  }
   k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight, {}, /*accumulate=*/false, ctx.order);
   k::SwiGluForward(a.act, a.gate_up);
   project_onto(next_input, a.act, p.down_weight, {}, a.mid);

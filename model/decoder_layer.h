@@ -10,6 +10,7 @@
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
 #include "model/config.h"
+#include "model/moe_layer.h"
 #include "model/parameters.h"
 
 namespace prl {
@@ -31,8 +32,9 @@ struct LayerActivations {
   Tensor mid;       // (T, C) residual stream after attention
   Tensor ln2;       // (T, C) post_attention_layernorm output
   Tensor ln2_rstd;  // (T)
-  Tensor gate_up;   // (T, 2 I)
+  Tensor gate_up;   // (T, 2 I) dense MLP (laid out iff the model has a dense-MLP layer)
   Tensor act;       // (T, I) silu(gate) * up
+  MoeActivations moe;  // a MoE layer's MLP (laid out iff the model has a MoE layer)
 };
 
 // Lays out one layer's activations for T tokens in an arena (Arena::Build's layout function).
@@ -51,6 +53,9 @@ struct LayerContext {
   bool residual_in_gemm = false;
   // The attention step rotates q and k itself (the engine's fused RoPE + KV-cache write).
   bool attention_applies_rope = false;
+  // A MoE layer's replayed routes, (T, K) host I32 (MoeForward's forced_routes); null routes
+  // every token by the router.
+  const int32_t* moe_forced_routes = nullptr;
 };
 
 // Fills a.attn (and a.attn_lse if kept) from a.qkv (RoPE applied, unless the context's

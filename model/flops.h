@@ -1,6 +1,7 @@
 // FLOP accounting for benchmarks: the work a pass must do, counted the way MFU figures are
 // (2 FLOPs per multiply-add of every GEMM, causal attention counted over the visible keys
-// only); recomputation done by an implementation is not counted.
+// only); recomputation done by an implementation is not counted. A Qwen3-MoE layer counts its
+// router and the K experts a token is routed to: its active parameters, not all E experts.
 #pragma once
 
 #include <cstdint>

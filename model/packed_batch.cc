@@ -24,6 +24,35 @@ void PackedBatch::AddScored(absl::Span<const int32_t> sequence, int64_t score_fr
   Add(sequence.subspan(0, n - 1), seq_targets);
 }
 
+namespace {
+
+absl::Status ValidateRoutes(const PackedBatch& b, const ModelConfig& c) {
+  if (b.routes.empty()) return absl::OkStatus();
+  const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
+  if (static_cast<int64_t>(b.routes.size()) != b.num_tokens() * Lm * K) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "packed batch: routes: expected tokens x MoE layers x top-k = ", b.num_tokens(), " x ", Lm,
+        " x ", K, " entries or none, found ", b.routes.size()));
+  }
+  for (int64_t row = 0; row < b.num_tokens() * Lm; ++row) {
+    const int32_t* r = b.routes.data() + row * K;
+    if (r[0] == PackedBatch::kRouted) continue;
+    for (int64_t k = 0; k < K; ++k) {
+      bool repeated = false;
+      for (int64_t j = 0; j < k; ++j) repeated |= r[j] == r[k];
+      if (r[k] < 0 || r[k] >= c.num_experts || repeated) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("packed batch: routes: position ", row / Lm, " MoE layer ", row % Lm,
+                         ": expected ", K, " distinct expert ids in [0, ", c.num_experts,
+                         "), found ", r[k], repeated ? " twice" : ""));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidatePackedBatch(const PackedBatch& b, const ModelConfig& config) {
   if (b.cu_seqlens.size() < 2 || b.cu_seqlens.front() != 0 ||
       b.cu_seqlens.back() != b.num_tokens()) {
@@ -62,7 +91,7 @@ absl::Status ValidatePackedBatch(const PackedBatch& b, const ModelConfig& config
       }
     }
   }
-  return absl::OkStatus();
+  return ValidateRoutes(b, config);
 }
 
 }  // namespace prl

@@ -19,7 +19,14 @@ struct PackedBatch {
   // sequence's tokens up to and including this one; kNoTarget where nothing is scored.
   std::vector<int32_t> targets;
 
+  // Qwen3-MoE routing replay (model/moe_layer.h): empty (every token routed by the router), or
+  // (T, Lm, K) token-major, Lm = config.num_moe_layers(), K = num_experts_per_tok: the experts
+  // input position t uses in the l-th MoE layer, or kRouted in [t, l, 0] for the router to
+  // choose. Replayed rows hold K distinct ids in [0, E).
+  std::vector<int32_t> routes;
+
   static constexpr int32_t kNoTarget = -1;
+  static constexpr int32_t kRouted = -1;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_seqs() const { return cu_seqlens.empty() ? 0 : cu_seqlens.size() - 1; }

@@ -14,6 +14,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
+    index_.emplace(name, entries_.size());
     entries_.push_back({std::move(name), std::move(shape), num_elements_, numel});
     num_elements_ += numel;
   };
@@ -38,9 +39,21 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
       add(p + "self_attn.k_norm.weight", {config.head_dim});
     }
     add(p + "post_attention_layernorm.weight", {C});
-    add(p + "mlp.gate_proj.weight", {I, C});
-    add(p + "mlp.up_proj.weight", {I, C});
-    add(p + "mlp.down_proj.weight", {C, I});
+    if (config.IsMoeLayer(l)) {
+      const int64_t E = config.num_experts, Im = config.moe_intermediate_size;
+      add(p + "mlp.gate.weight", {E, C});
+      for (int64_t e = 0; e < E; ++e) {
+        add(absl::StrCat(p, "mlp.experts.", e, ".gate_proj.weight"), {Im, C});
+        add(absl::StrCat(p, "mlp.experts.", e, ".up_proj.weight"), {Im, C});
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        add(absl::StrCat(p, "mlp.experts.", e, ".down_proj.weight"), {C, Im});
+      }
+    } else {
+      add(p + "mlp.gate_proj.weight", {I, C});
+      add(p + "mlp.up_proj.weight", {I, C});
+      add(p + "mlp.down_proj.weight", {C, I});
+    }
     unit_ranges_.push_back({begin, num_elements_});
   }
   const int64_t begin = num_elements_;
@@ -50,10 +63,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
 }
 
 const ParamEntry* ParameterLayout::Find(absl::string_view name) const {
-  for (const ParamEntry& e : entries_) {
-    if (e.name == name) return &e;
-  }
-  return nullptr;
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 ModelParams ParameterLayout::Bind(float* base, Device device) const {
@@ -109,8 +120,17 @@ void ParameterLayout::BindUnit(int unit, void* unit_base, DType dtype, Device de
       lp.k_norm = Tensor(at(pre + "self_attn.k_norm.weight"), dtype, device, {c.head_dim});
     }
     lp.post_norm = Tensor(at(pre + "post_attention_layernorm.weight"), dtype, device, {C});
-    lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), dtype, device, {2 * I, C});
-    lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), dtype, device, {C, I});
+    if (c.IsMoeLayer(unit - 1)) {
+      const int64_t E = c.num_experts, Im = c.moe_intermediate_size;
+      lp.router_weight = Tensor(at(pre + "mlp.gate.weight"), dtype, device, {E, C});
+      lp.experts_gate_up =
+          Tensor(at(pre + "mlp.experts.0.gate_proj.weight"), dtype, device, {E, 2 * Im, C});
+      lp.experts_down =
+          Tensor(at(pre + "mlp.experts.0.down_proj.weight"), dtype, device, {E, C, Im});
+    } else {
+      lp.gate_up_weight = Tensor(at(pre + "mlp.gate_proj.weight"), dtype, device, {2 * I, C});
+      lp.down_weight = Tensor(at(pre + "mlp.down_proj.weight"), dtype, device, {C, I});
+    }
   } else {
     p->final_norm = Tensor(at("model.norm.weight"), dtype, device, {C});
     if (!c.tie_word_embeddings) {
@@ -206,7 +226,8 @@ absl::StatusOr<ComputeParams> ToComputeDType(const ParameterSet& source, DType d
   RetypeView(&p.lm_head, f32_base, base, dtype);
   for (LayerParams& l : p.layers) {
     for (Tensor* t : {&l.input_norm, &l.qkv_weight, &l.qkv_bias, &l.o_weight, &l.o_bias, &l.q_norm,
-                      &l.k_norm, &l.post_norm, &l.gate_up_weight, &l.down_weight}) {
+                      &l.k_norm, &l.post_norm, &l.gate_up_weight, &l.down_weight, &l.router_weight,
+                      &l.experts_gate_up, &l.experts_down}) {
       RetypeView(t, f32_base, base, dtype);
     }
   }

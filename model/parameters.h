@@ -4,13 +4,16 @@
 // tensor is still a plain view into it.
 //
 // Buffer order: embed_tokens; for each layer: input_layernorm, q_proj, k_proj, v_proj,
-// [q/k/v biases], o_proj, [o_proj bias], [q_norm, k_norm], post_attention_layernorm,
-// gate_proj, up_proj, down_proj; norm; lm_head (untied only). A gradient buffer uses the same
-// layout.
+// [q/k/v biases], o_proj, [o_proj bias], [q_norm, k_norm], post_attention_layernorm, then a
+// dense MLP (gate_proj, up_proj, down_proj) or, in a Qwen3-MoE layer (ModelConfig::IsMoeLayer),
+// the router mlp.gate, every expert's gate_proj and up_proj (expert 0, 1, ...), then every
+// expert's down_proj; norm; lm_head (untied only). So each expert's gate|up is one (2 Im, C)
+// matrix and the experts' matrices are (E, ...) stacks. A gradient buffer uses the same layout.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -32,8 +35,15 @@ struct LayerParams {
   Tensor q_norm;          // (D) per-head query RMSNorm, undefined unless config.qk_norm (Qwen3)
   Tensor k_norm;          // (D) per-head key RMSNorm, likewise
   Tensor post_norm;       // (C)
-  Tensor gate_up_weight;  // (2 I, C): rows [0, I) gate_proj, [I, 2 I) up_proj
-  Tensor down_weight;     // (C, I)
+  Tensor gate_up_weight;  // (2 I, C): rows [0, I) gate_proj, [I, 2 I) up_proj; dense MLP only
+  Tensor down_weight;     // (C, I); dense MLP only
+  // A MoE layer's MLP (undefined elsewhere): the router mlp.gate.weight and the experts
+  // mlp.experts.{e}.{gate,up,down}_proj.weight.
+  Tensor router_weight;    // (E, C)
+  Tensor experts_gate_up;  // (E, 2 Im, C): expert e's rows [0, Im) gate_proj, [Im, 2 Im) up_proj
+  Tensor experts_down;     // (E, C, Im)
+
+  bool is_moe() const { return router_weight.defined(); }
 };
 
 struct ModelParams {
@@ -83,6 +93,7 @@ class ParameterLayout {
  private:
   ModelConfig config_;
   std::vector<ParamEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // name -> entries_ index (E x L experts)
   std::vector<std::pair<int64_t, int64_t>> unit_ranges_;
   int64_t num_elements_ = 0;
 };

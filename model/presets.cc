@@ -43,11 +43,24 @@ ModelConfig Qwen3(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_head
   c.tie_word_embeddings = tied;
   return c;
 }
+// Qwen3-MoE: Qwen3's attention and a sparse MoE MLP in every layer (decoder_sparse_step 1,
+// no mlp_only_layers), renormalised top-k, as the released Qwen3-30B-A3B config.json.
+ModelConfig Qwen3Moe(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                     int64_t head_dim, int64_t intermediate, int64_t experts, int64_t top_k,
+                     int64_t moe_intermediate, int64_t vocab, bool tied) {
+  ModelConfig c = Qwen3(hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied);
+  SetArchitecture(Architecture::kQwen3Moe, /*attention_bias=*/false, &c);
+  c.num_experts = experts;
+  c.num_experts_per_tok = top_k;
+  c.moe_intermediate_size = moe_intermediate;
+  c.norm_topk_prob = true;
+  return c;
+}
 }  // namespace
 
 std::vector<std::string> PresetNames() {
-  return {"tiny",       "40m",        "qwen2.5-0.5b", "qwen2.5-1.5b",
-          "tiny-qwen3", "qwen3-0.6b", "qwen3-1.7b",   "qwen3-8b"};
+  return {"tiny",       "40m",        "qwen2.5-0.5b", "qwen2.5-1.5b",   "tiny-qwen3",
+          "qwen3-0.6b", "qwen3-1.7b", "qwen3-8b",     "tiny-qwen3-moe", "qwen3-30b-a3b"};
 }
 
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name) {
@@ -65,6 +78,16 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name) {
   if (name == "qwen3-0.6b") return Qwen3(1024, 28, 16, 8, 128, 3072, 151936, /*tied=*/true);
   if (name == "qwen3-1.7b") return Qwen3(2048, 28, 16, 8, 128, 6144, 151936, /*tied=*/true);
   if (name == "qwen3-8b") return Qwen3(4096, 36, 32, 8, 128, 12288, 151936, /*tied=*/false);
+  if (name == "tiny-qwen3-moe") {
+    // tiny-qwen3's attention; 8 experts of width 64, top 2 (about 1/4 of the MLP active).
+    ModelConfig c = Qwen3Moe(64, 2, 4, 2, 32, 176, 8, 2, 64, 512, /*tied=*/true);
+    c.max_position_embeddings = 1024;
+    c.rope_theta = 10000.0;
+    return c;
+  }
+  if (name == "qwen3-30b-a3b") {
+    return Qwen3Moe(2048, 48, 32, 4, 128, 6144, 128, 8, 768, 151936, /*tied=*/false);
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown model preset '", name, "' (expected ",
                                                  absl::StrJoin(PresetNames(), ", "), ")"));
 }

@@ -59,6 +59,12 @@ struct Transformer::Workspace {
   Tensor wide_b;    // (T * max(I, H D [x 2 with q/k norms])): dact, dattn, q/k-norm scratch
   Tensor dhead_in;  // (R, C)
   Tensor dlogprob;  // (R)
+  MoeScratch moe;   // MoE layers' backward scratch
+
+  // Qwen3-MoE: the batch's replayed routes per MoE layer, (Lm, T, K) layer-major (empty: none),
+  // and the router's own routes of the last Forward, (T, Lm, K) token-major.
+  std::vector<int32_t> forced_routes;
+  std::vector<uint8_t> recomputed_routes;
 
   LayerActivations& Slot(int64_t layer) {
     return layers[for_backward ? layer : layer % static_cast<int64_t>(layers.size())];
@@ -74,6 +80,8 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
       ws_(std::make_unique<Workspace>()) {
   PRL_CHECK(ValidateModelConfig(config).ok(), "Transformer needs a valid config");
   PRL_CHECK(KernelBackendAvailable(device.type), "no kernel backend for ", device.ToString());
+  PRL_CHECK(!config.has_moe() || device.is_cpu(), "Transformer: the Qwen3-MoE block runs on the ",
+            "CPU only (its CUDA kernels are not verified), found ", device.ToString());
   PRL_CHECK(options_.compute_dtype == DType::kF32 ||
                 (options_.compute_dtype == DType::kBF16 && device.is_cuda()),
             "Transformer: compute dtype ", DTypeName(options_.compute_dtype),
@@ -141,8 +149,10 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     if (for_backward) {
       ws.dresid = a.Take(dt, {T, C});
       ws.dln = a.Take(dt, {T, C});
-      ws.wide_a = a.Take(dt, {T * std::max(2 * I, c.qkv_dim())});
-      ws.wide_b = a.Take(dt, {T * std::max(I, c.q_dim() * (c.qk_norm ? 2 : 1))});
+      const int64_t dense_I = c.has_dense_mlp() ? I : 0;
+      ws.wide_a = a.Take(dt, {T * std::max(2 * dense_I, c.qkv_dim())});
+      ws.wide_b = a.Take(dt, {T * std::max(dense_I, c.q_dim() * (c.qk_norm ? 2 : 1))});
+      if (c.has_moe()) ws.moe = TakeMoeScratch(a, c, T);
       ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
       ws.dlogprob = a.Take(DType::kF32, {R});
     }
@@ -160,6 +170,18 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.inv_freq, inv_freq_.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_rows_dev, ws.head_rows.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_targets, head_targets.data()));
+  const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
+  ws.recomputed_routes.assign(T * Lm * K, 0);
+  ws.forced_routes.clear();
+  if (!batch.routes.empty()) {  // (T, Lm, K) -> (Lm, T, K)
+    ws.forced_routes.resize(batch.routes.size());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t l = 0; l < Lm; ++l) {
+        std::copy_n(batch.routes.data() + (t * Lm + l) * K, K,
+                    ws.forced_routes.data() + (l * T + t) * K);
+      }
+    }
+  }
 
   using Pass = UnitHooks::Pass;
   const int head_unit = static_cast<int>(c.num_hidden_layers) + 1;
@@ -208,10 +230,29 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
   LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
   ctx.residual_in_gemm = options_.residual_in_gemm;
-  DecoderLayerForward(ctx, p, ws.Slot(layer), next_input, [&](const LayerActivations& a) {
-    k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape, options_.reduction_order);
+  // The layer's index among the MoE layers.
+  int64_t moe_index = 0;
+  for (int64_t l = 0; l < layer; ++l) moe_index += c.IsMoeLayer(l) ? 1 : 0;
+  const int64_t T = ws.T, Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
+  if (p.is_moe() && !ws.forced_routes.empty()) {
+    ctx.moe_forced_routes = ws.forced_routes.data() + moe_index * T * K;
+  }
+  const LayerActivations& a = ws.Slot(layer);
+  DecoderLayerForward(ctx, p, a, next_input, [&](const LayerActivations& act) {
+    k::AttentionForward(act.attn, act.attn_lse, act.qkv, ws.cu_seqlens, shape,
+                        options_.reduction_order);
   });
+  if (!p.is_moe()) return;
+  const int32_t* recomputed = a.moe.recomputed.i32();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t kk = 0; kk < K; ++kk) {
+      ws.recomputed_routes[(t * Lm + moe_index) * K + kk] =
+          static_cast<uint8_t>(recomputed[t * K + kk]);
+    }
+  }
 }
+
+absl::Span<const uint8_t> Transformer::recomputed_routes() const { return ws_->recomputed_routes; }
 
 absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
                                    const ModelParams& grads, UnitHooks* hooks) {
@@ -277,15 +318,19 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
   const LayerActivations& a = ws.layers[layer];
   const int64_t T = ws.T, I = c.intermediate_size;
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-  const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
   const Tensor dqkv = ws.wide_a.Rows(0, T * c.qkv_dim()).Reshape({T, c.qkv_dim()});
-  const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});
   const Tensor dattn = ws.wide_b.Rows(0, T * c.q_dim()).Reshape({T, c.q_dim()});
 
-  // MLP half: resid_out = mid + down(silu(gate(ln2)) * up(ln2)).
-  k::MatmulBackward(dact, g.down_weight, {}, ws.dresid, a.act, p.down_weight);
-  k::SwiGluBackward(dgate_up, dact, a.gate_up);
-  k::MatmulBackward(ws.dln, g.gate_up_weight, {}, dgate_up, a.ln2, p.gate_up_weight);
+  // MLP half: resid_out = mid + down(silu(gate(ln2)) * up(ln2)), or mid + MoE(ln2).
+  if (p.is_moe()) {
+    MoeBackward(c, p, g, a.moe, a.ln2, ws.dresid, ws.dln, ws.moe);
+  } else {  // (the wide buffers hold the dense MLP's width only when the model has one)
+    const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
+    const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});
+    k::MatmulBackward(dact, g.down_weight, {}, ws.dresid, a.act, p.down_weight);
+    k::SwiGluBackward(dgate_up, dact, a.gate_up);
+    k::MatmulBackward(ws.dln, g.gate_up_weight, {}, dgate_up, a.ln2, p.gate_up_weight);
+  }
   k::RmsNormBackward(ws.dresid, g.post_norm, ws.dln, a.mid, p.post_norm, a.ln2_rstd);
 
   // Attention half: mid = input + o_proj(attention(rope([qk_norm](qkv(ln1))))).

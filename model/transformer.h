@@ -1,5 +1,5 @@
-// Transformer: the Llama / Qwen2 / Qwen3 decoder's training and scoring passes over a
-// PackedBatch.
+// Transformer: the Llama / Qwen2 / Qwen3 / Qwen3-MoE decoder's training and scoring passes over
+// a PackedBatch (whose routes, for Qwen3-MoE, may replay recorded experts: model/moe_layer.h).
 //
 // Forward computes, for every position with a target, log softmax(logits / temperature) of
 // that target; Backward accumulates the gradient of sum_t dlogprobs[t] * logprob[t] into a
@@ -86,6 +86,11 @@ class Transformer {
                         const ModelParams& grads, UnitHooks* hooks = nullptr);
 
   const ModelConfig& config() const { return config_; }
+  // Qwen3-MoE: the experts the router chose in the last Forward, (T, Lm, K) token-major as the
+  // record's routes (replay/rollout_record.h): entry (t * Lm + l) * K + k is position t's k-th
+  // expert in the l-th MoE layer. Replayed positions report the router's choice too, so a
+  // caller can count where it differs from the replayed one. Empty for a dense model.
+  absl::Span<const uint8_t> recomputed_routes() const;
   // Bytes currently held for activations and scratch.
   size_t workspace_bytes() const;
 

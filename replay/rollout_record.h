@@ -82,8 +82,10 @@ struct RolloutRecord {
   // ---- MoE routing (docs/models.md) ----
   // For each completion token and each of route_layers MoE layers, the route_top_k experts
   // (ids 0..255) the actor's engine routed it to: routes[(t * route_layers + l) * route_top_k
-  // + k]. All empty / 0 when none was recorded; else route_top_k >= 1 and routes holds
-  // #completion tokens * route_layers * route_top_k (< 2^32) ids.
+  // + k], taken at the position that predicts token t (input position #prompt - 1 + t: the
+  // row it was sampled from, the learner's position of its log-prob; docs/models.md). All empty / 0
+  // when none was recorded; else route_top_k >= 1 and routes holds #completion tokens *
+  // route_layers * route_top_k (< 2^32) ids.
   uint16_t route_layers = 0;
   uint8_t route_top_k = 0;
   std::vector<uint8_t> routes;

@@ -16,6 +16,7 @@ absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection&
   c.loss.clip_low = l.clip_low;
   c.loss.clip_high = l.clip_high;
   c.micro_batch_tokens = l.micro_batch_tokens;
+  c.moe_routing = l.moe_routing;
   c.temperature = temperature;
   PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(c));
   return c;
@@ -62,6 +63,9 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
   }
   learner::FsdpOptions fsdp;
   fsdp.transformer.compute_dtype = l.dtype;
+  if (l.batch_invariant) {
+    fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
+  }
   fsdp.reshard_after_forward = !options.keep_gathered;
   PRL_ASSIGN_OR_RETURN(r->model, learner::FsdpModel::Create(weights.config, r->comm.get(), fsdp));
   PRL_RETURN_IF_ERROR(

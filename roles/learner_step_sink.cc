@@ -81,6 +81,8 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   learner_.clipped_tokens_ratio.Set(r.clipped_fraction);
   learner_.importance_weight_ess_ratio.Set(r.effective_sample_size);
   learner_.logprob_mismatch_kl.Set(r.kl_behaviour_learner);
+  learner_.moe_route_mismatch_ratio.Set(r.route_mismatch_fraction);
+  learner_.moe_lagged_route_mismatch_ratio.Set(r.lagged_route_mismatch_fraction);
   learner_.entropy.Set(r.entropy);
   learner_.grad_norm.Set(r.grad_norm);
   learner_.learning_rate.Set(r.lr);

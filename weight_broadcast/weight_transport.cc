@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace prl {
@@ -47,6 +48,16 @@ std::string ModelFingerprint(const ModelConfig& c) {
                     ",high_freq_factor:", Exact(r.high_freq_factor),
                     ",original_max_position_embeddings:", r.original_max_position_embeddings);
   }
+  // Qwen3-MoE's keys (a dense model's fingerprint is what it was before they existed).
+  std::string moe;
+  if (c.has_moe()) {
+    moe =
+        absl::StrCat(" num_experts=", c.num_experts, " num_experts_per_tok=", c.num_experts_per_tok,
+                     " moe_intermediate_size=", c.moe_intermediate_size,
+                     " norm_topk_prob=", c.norm_topk_prob ? "true" : "false",
+                     " decoder_sparse_step=", c.decoder_sparse_step, " mlp_only_layers=[",
+                     absl::StrJoin(c.mlp_only_layers, ","), "]");
+  }
   return absl::StrCat(
       "architecture=", ArchitectureName(c.arch), " hidden_size=", c.hidden_size,
       " intermediate_size=", c.intermediate_size, " num_hidden_layers=", c.num_hidden_layers,
@@ -55,7 +66,7 @@ std::string ModelFingerprint(const ModelConfig& c) {
       " vocab_size=", c.vocab_size, " max_position_embeddings=", c.max_position_embeddings,
       " rms_norm_eps=", Exact(c.rms_norm_eps), " rope_theta=", Exact(c.rope_theta),
       " rope_scaling=", rope, " tie_word_embeddings=", c.tie_word_embeddings ? "true" : "false",
-      " qkv_bias=", c.qkv_bias ? "true" : "false");
+      " qkv_bias=", c.qkv_bias ? "true" : "false", moe);
 }
 
 absl::Status CheckSameModel(absl::string_view published, absl::string_view local,

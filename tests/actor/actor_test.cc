@@ -45,6 +45,12 @@ class ActorTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / tag_;
     std::filesystem::remove_all(dir_);
     config_ = TinyCharModel();
+    if (moe_) {  // Qwen3-MoE: 4 experts, top 2
+      SetArchitecture(Architecture::kQwen3Moe, /*attention_bias=*/false, &config_);
+      config_.num_experts = 4;
+      config_.num_experts_per_tok = 2;
+      config_.moe_intermediate_size = 16;
+    }
     auto weights = ParameterSet::Allocate(config_, Device::Cpu(), false);
     ASSERT_TRUE(weights.ok());
     InitializeParameters(*weights, 7, 0.5f);
@@ -173,6 +179,7 @@ class ActorTest : public ::testing::Test {
     return groups;
   }
 
+  bool moe_ = false;  // set by a derived fixture's constructor
   int64_t lease_ms_ = 5'000;
   int32_t coordinator_vocab_extra_ = 0;  // the coordinator's model has more tokens than ours
   std::string tag_;
@@ -225,6 +232,35 @@ TEST_F(ActorTest, EveryLeasedPromptBecomesOneScoredGroupInTheReplayBuffer) {
   const auto status = coordinator_->Get(id);
   EXPECT_EQ(status->prompts_done(), 6);
   EXPECT_EQ(actor_->stats().groups_written, 6);
+}
+
+class ActorMoeTest : public ActorTest {
+ protected:
+  ActorMoeTest() { moe_ = true; }
+};
+
+// A Qwen3-MoE actor's records carry its engine's routes: per completion token, the top-2 of
+// the model's MoE layer (replay/rollout_record.h).
+TEST_F(ActorMoeTest, RecordsCarryTheEnginesRoutes) {
+  const std::string id = Submit(2, 2);
+  StartActor();
+  ASSERT_TRUE(WaitDone(id, absl::Seconds(120)));
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const auto groups = TakeAll();
+  ASSERT_EQ(groups.size(), 2u);
+  for (const auto& g : groups) {
+    for (const RolloutRecord& r : g) {
+      EXPECT_EQ(r.route_layers, 1);
+      EXPECT_EQ(r.route_top_k, 2);
+      ASSERT_EQ(r.routes.size(), r.completion_tokens.size() * 2);
+      for (size_t t = 0; t < r.completion_tokens.size(); ++t) {
+        EXPECT_LT(r.routes[2 * t], 4);
+        EXPECT_LT(r.routes[2 * t + 1], 4);
+        EXPECT_NE(r.routes[2 * t], r.routes[2 * t + 1]);
+      }
+    }
+  }
 }
 
 TEST_F(ActorTest, TokensAfterAWeightSwapCarryTheNewVersion) {

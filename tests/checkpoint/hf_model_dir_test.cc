@@ -275,6 +275,57 @@ TEST(HfModelDirTest, Qwen3SaveWritesTransformersNamesAndLoadsBackBitExactSingleA
   }
 }
 
+// Qwen3-MoE: 3 experts (top 2, renormalised) of width 6 in layer 1; layer 0 is dense
+// (mlp_only_layers), untied.
+TEST(HfModelDirTest, Qwen3MoeSaveWritesPerExpertTransformersNamesAndLoadsBackBitExact) {
+  ModelConfig c = TinyQwen2();
+  SetArchitecture(Architecture::kQwen3Moe, /*attention_bias=*/false, &c);
+  c.num_experts = 3;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 6;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = {0};
+  const ParameterSet set = MakeParams(c, 21);
+  for (const uint64_t max_shard_bytes : {uint64_t{0}, uint64_t{256}}) {
+    SCOPED_TRACE(max_shard_bytes);
+    ScopedTempDir dir;
+    ASSERT_TRUE(SaveModel(dir.path(), set, {.max_shard_bytes = max_shard_bytes}).ok());
+    const nlohmann::json config = ReadJson(dir.File("config.json"));
+    EXPECT_EQ(config["architectures"], nlohmann::json::array({"Qwen3MoeForCausalLM"}));
+    EXPECT_EQ(config["model_type"], "qwen3_moe");
+    EXPECT_EQ(config["num_experts"], 3);
+    EXPECT_EQ(config["mlp_only_layers"], nlohmann::json::array({0}));
+    std::vector<std::string> files = {"model.safetensors"};
+    if (max_shard_bytes > 0) {
+      const nlohmann::json index = ReadJson(dir.File("model.safetensors.index.json"));
+      std::set<std::string> shards;
+      for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file);
+      ASSERT_GT(shards.size(), 2u);
+      files.assign(shards.begin(), shards.end());
+    }
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const std::string& file : files) {
+      absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(dir.File(file));
+      ASSERT_TRUE(f.ok()) << f.status();
+      for (const SafetensorsEntry& e : f->header().tensors) shapes[e.name] = e.shape;
+    }
+    using Shape = std::vector<int64_t>;
+    EXPECT_EQ(shapes["model.layers.0.mlp.gate_proj.weight"], (Shape{12, 8}));
+    EXPECT_EQ(shapes["model.layers.1.mlp.gate.weight"], (Shape{3, 8}));
+    EXPECT_EQ(shapes["model.layers.1.mlp.experts.2.gate_proj.weight"], (Shape{6, 8}));
+    EXPECT_EQ(shapes["model.layers.1.mlp.experts.2.up_proj.weight"], (Shape{6, 8}));
+    EXPECT_EQ(shapes["model.layers.1.mlp.experts.2.down_proj.weight"], (Shape{8, 6}));
+    EXPECT_EQ(shapes.size(), set.layout.entries().size());
+    ExpectLoadsAs(dir.path(), set.config, Values(set));
+    absl::StatusOr<ParameterSet> loaded = LoadModel(dir.path(), Device::Cpu());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->config.num_experts, 3);
+    EXPECT_TRUE(loaded->config.norm_topk_prob);
+    EXPECT_TRUE(loaded->config.IsMoeLayer(1));
+    EXPECT_FALSE(loaded->config.IsMoeLayer(0));
+  }
+}
+
 // Qwen/Qwen3-0.6B ships lm_head.weight beside tied embeddings, in a sharded layout for the
 // larger sizes: it loads, and the head stays the embedding.
 TEST(HfModelDirTest, ShardedQwen3WithTiedEmbeddingsAndAStoredLmHeadLoads) {

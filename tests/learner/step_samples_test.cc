@@ -16,6 +16,10 @@ std::vector<TrainSample> Samples() {
   out[0].reward = 1.0;
   out[0].advantage = 0.75;
   out[0].has_advantage = true;
+  // Qwen3-MoE routes: 2 tokens x 2 MoE layers x top-2.
+  out[0].route_layers = 2;
+  out[0].route_top_k = 2;
+  out[0].routes = {0, 3, 1, 2, 7, 4, 255, 9};
   out[1].prompt = {9};
   out[1].completion = {10};
   out[1].behaviour_logprobs = {-3.0f};
@@ -41,6 +45,9 @@ TEST(StepSamplesTest, DecodingGivesBackExactlyTheSamplesEncodedAndTheStopSignal)
     EXPECT_EQ(a.completion, b.completion);
     EXPECT_EQ(a.behaviour_logprobs, b.behaviour_logprobs);
     EXPECT_EQ(a.versions, b.versions);
+    EXPECT_EQ(a.route_layers, b.route_layers);
+    EXPECT_EQ(a.route_top_k, b.route_top_k);
+    EXPECT_EQ(a.routes, b.routes);
     EXPECT_EQ(a.reward, b.reward);
     EXPECT_EQ(a.advantage, b.advantage);
     EXPECT_TRUE(b.has_advantage);

@@ -119,6 +119,47 @@ constexpr char kQwen3ZeroSixB[] = R"({
 }
 )";
 
+// Qwen/Qwen3-30B-A3B's config.json.
+constexpr char kQwen3MoeA3B[] = R"({
+  "architectures": [
+    "Qwen3MoeForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 6144,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 48,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+}
+)";
+
 constexpr char kSource[] = "models/x/config.json";
 
 ModelConfig Parse(absl::string_view text) {
@@ -269,6 +310,13 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.o_bias, b.o_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.num_experts, b.num_experts);
+  EXPECT_EQ(a.num_experts_per_tok, b.num_experts_per_tok);
+  EXPECT_EQ(a.moe_intermediate_size, b.moe_intermediate_size);
+  EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
+  EXPECT_EQ(a.decoder_sparse_step, b.decoder_sparse_step);
+  EXPECT_EQ(a.mlp_only_layers, b.mlp_only_layers);
+  EXPECT_EQ(a.router_aux_loss_coef, b.router_aux_loss_coef);
   EXPECT_EQ(a.passthrough, b.passthrough);
 }
 
@@ -277,6 +325,12 @@ TEST(ModelConfigToJsonTest, SerialisedConfigParsesBackIdentically) {
   nlohmann::json qwen3_bias = nlohmann::json::parse(kQwen3ZeroSixB);
   qwen3_bias["attention_bias"] = true;
   sources.push_back(qwen3_bias.dump());
+  nlohmann::json moe = nlohmann::json::parse(kQwen3MoeA3B);
+  moe["norm_topk_prob"] = false;
+  moe["decoder_sparse_step"] = 2;
+  moe["mlp_only_layers"] = {5, 7};
+  sources.push_back(kQwen3MoeA3B);
+  sources.push_back(moe.dump());
   // A linear-scaled, untied variant with an odd rms_norm_eps.
   nlohmann::json linear = nlohmann::json::parse(kLlama32OneB);
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.5}};
@@ -400,12 +454,87 @@ TEST(ParseModelConfigTest, Qwen3SlidingWindowAndUnknownRopeScalingAreErrorsNamin
               kInvalid, {kSource, "'rope_parameters'", "not supported"}));
 }
 
-TEST(ParseModelConfigTest, Qwen3MoeIsAnErrorNamingTheArchitecture) {
-  const absl::Status s = ParseEdited(kQwen3ZeroSixB, [](nlohmann::json& j) {
-    j["architectures"] = {"Qwen3MoeForCausalLM"};
-    j["model_type"] = "qwen3_moe";
+TEST(ParseModelConfigTest, ParsesTheQwen3MoeA3BConfigVerbatim) {
+  const ModelConfig c = Parse(kQwen3MoeA3B);
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.num_hidden_layers, 48);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 768);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.decoder_sparse_step, 1);
+  EXPECT_TRUE(c.mlp_only_layers.empty());
+  EXPECT_EQ(c.router_aux_loss_coef, 0.001);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.num_moe_layers(), 48);
+  EXPECT_FALSE(c.has_dense_mlp());
+}
+
+TEST(ParameterCountTest, Qwen3MoeA3BHas30Point5BParametersAnd3Point3BActive) {
+  // The model card: 30.5B in total, 29.9B non-embedding, 3.3B activated.
+  const ModelConfig c = Parse(kQwen3MoeA3B);
+  EXPECT_EQ(ParameterCount(c), 30'532'122'624);
+  EXPECT_EQ(ParameterCount(c) - 2 * 151'936 * 2048, 29'909'792'768);
+  EXPECT_EQ(ActiveParameterCount(c), 3'353'032'704);
+  EXPECT_EQ(ActiveParameterCount(Parse(kQwen3ZeroSixB)), ParameterCount(Parse(kQwen3ZeroSixB)));
+}
+
+TEST(ParseModelConfigTest, MoeLayersFollowTransformersSparseStepAndMlpOnlyLayers) {
+  nlohmann::json j = nlohmann::json::parse(kQwen3MoeA3B);
+  j["num_hidden_layers"] = 6;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3, 1};
+  const ModelConfig c = Parse(j.dump());
+  // (l + 1) % 2 == 0 gives layers 1, 3, 5; 1 and 3 stay dense.
+  std::vector<bool> moe;
+  for (int64_t l = 0; l < 6; ++l) moe.push_back(c.IsMoeLayer(l));
+  EXPECT_EQ(moe, (std::vector<bool>{false, false, false, false, false, true}));
+  EXPECT_EQ(c.mlp_only_layers, (std::vector<int64_t>{1, 3}));
+  EXPECT_TRUE(c.has_dense_mlp());
+}
+
+TEST(ParseModelConfigTest, Qwen3MoeDefaultsAreQwen3MoeConfigs) {
+  nlohmann::json j = nlohmann::json::parse(kQwen3MoeA3B);
+  for (const char* key : {"head_dim", "num_experts", "num_experts_per_tok", "norm_topk_prob",
+                          "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers"}) {
+    j.erase(key);
+  }
+  const ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.head_dim, 2048 / 32);  // hidden / heads, unlike Qwen3's 128
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.moe_intermediate_size, 768);
+  EXPECT_EQ(c.decoder_sparse_step, 1);
+}
+
+TEST(ParseModelConfigTest, MoeValuesPrlDoesNotImplementAreErrorsNamingTheKey) {
+  auto edited = [](const char* key, nlohmann::json value) {
+    return ParseEdited(kQwen3MoeA3B, [&](nlohmann::json& j) { j[key] = value; });
+  };
+  EXPECT_TRUE(IsError(edited("num_experts", 257), kInvalid, {"'num_experts'", "1..256", "257"}));
+  EXPECT_TRUE(
+      IsError(edited("num_experts_per_tok", 129), kInvalid, {"'num_experts_per_tok'", "129"}));
+  EXPECT_TRUE(IsError(edited("output_router_logits", true), kInvalid,
+                      {"'output_router_logits'", "load-balancing"}));
+  EXPECT_TRUE(IsError(edited("mlp_only_layers", {48}), kInvalid, {"'mlp_only_layers'", "48"}));
+  EXPECT_TRUE(IsError(edited("mlp_only_layers", "all"), kInvalid, {"'mlp_only_layers'"}));
+  EXPECT_TRUE(IsError(edited("decoder_sparse_step", 0), kInvalid, {"'decoder_sparse_step'"}));
+  EXPECT_TRUE(IsError(edited("moe_intermediate_size", 0), kInvalid, {"'moe_intermediate_size'"}));
+}
+
+TEST(ParseModelConfigTest, MoeKeysInADenseConfigAreErrorsNamingTheKey) {
+  const absl::Status s =
+      ParseEdited(kQwen3ZeroSixB, [](nlohmann::json& j) { j["num_experts"] = 8; });
+  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'num_experts'", "Qwen3ForCausalLM"}));
+  const absl::Status mixed = ParseEdited(kQwen3MoeA3B, [](nlohmann::json& j) {
+    j["architectures"] = {"Qwen3ForCausalLM"};  // model_type still qwen3_moe
   });
-  EXPECT_TRUE(IsError(s, kInvalid, {kSource, "'architectures'", "Qwen3MoeForCausalLM"}));
+  EXPECT_TRUE(IsError(mixed, kInvalid, {"'architectures' and 'model_type' disagree"}));
 }
 
 TEST(ValidateModelConfigTest, ArchitectureFlagsMustAgreeWithTheArchitecture) {

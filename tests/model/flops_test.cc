@@ -41,5 +41,26 @@ TEST(ForwardFlopsTest, Qwen3ZeroSixBHasTheAttentionWidthOfItsHeadsNotOfItsHidden
   EXPECT_DOUBLE_EQ(ForwardFlops(c, {1}, 0), per_token + 4.0 * 128 * 16 * 28);
 }
 
+// A MoE layer counts the router and the K experts a token is routed to: its GEMM FLOPs are
+// 2 x (the layer's matrices less the E - K experts it skips) per token.
+TEST(ForwardFlopsTest, MoeLayersCountTheRouterAndTheActiveExpertsOnly) {
+  for (const char* preset : {"tiny-qwen3-moe", "qwen3-30b-a3b"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = *PresetConfig(preset);
+    c.mlp_only_layers = {0};  // a dense layer beside the MoE ones
+    const double skipped = 2.0 * c.num_moe_layers() * (c.num_experts - c.num_experts_per_tok) *
+                           3.0 * c.hidden_size * c.moe_intermediate_size;
+    const double attention = 4.0 * c.head_dim * c.num_attention_heads * c.num_hidden_layers;
+    EXPECT_NEAR(ForwardFlops(c, {1}, 0), LayerGemmFlopsPerToken(c) - skipped + attention,
+                1e-9 * ForwardFlops(c, {1}, 0));
+  }
+  // Qwen3-30B-A3B: 2 FLOPs per active non-embedding parameter (3.35B active, two 311M
+  // embedding matrices, the norms' 2 x 128 + 2 x 2048 per layer not in GEMMs), no head.
+  const ModelConfig a3b = *PresetConfig("qwen3-30b-a3b");
+  const double gemm_params =
+      ActiveParameterCount(a3b) - 2.0 * 151936 * 2048 - 48.0 * (2 * 128 + 2 * 2048) - 2048;
+  EXPECT_NEAR(ForwardFlops(a3b, {1}, 0) - 4.0 * 128 * 32 * 48, 2.0 * gemm_params, 1.0);
+}
+
 }  // namespace
 }  // namespace prl

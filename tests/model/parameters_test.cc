@@ -27,17 +27,32 @@ ModelConfig SmallConfig(Architecture arch, bool tied, bool attention_bias = fals
   return c;
 }
 
+// Qwen3-MoE with 4 experts (top 2) of width 10 in layers 1 and 2; layer 0 stays dense.
+ModelConfig SmallMoeConfig(bool tied) {
+  ModelConfig c = SmallConfig(Architecture::kQwen3Moe, tied);
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 10;
+  c.mlp_only_layers = {0};
+  return c;
+}
+
 // Every combination of biases (Qwen2 has q/k/v ones, Llama none, Qwen3 q/k/v/o ones or none)
 // and tying.
 std::vector<ModelConfig> AllVariants() {
-  return {SmallConfig(Architecture::kQwen2, false), SmallConfig(Architecture::kQwen2, true),
-          SmallConfig(Architecture::kLlama, false), SmallConfig(Architecture::kLlama, true),
-          SmallConfig(Architecture::kQwen3, false), SmallConfig(Architecture::kQwen3, true, true)};
+  return {SmallConfig(Architecture::kQwen2, false),
+          SmallConfig(Architecture::kQwen2, true),
+          SmallConfig(Architecture::kLlama, false),
+          SmallConfig(Architecture::kLlama, true),
+          SmallConfig(Architecture::kQwen3, false),
+          SmallConfig(Architecture::kQwen3, true, true),
+          SmallMoeConfig(false),
+          SmallMoeConfig(true)};
 }
 
 std::string Describe(const ModelConfig& c) {
   return absl::StrCat(ArchitectureName(c.arch), c.tie_word_embeddings ? " tied" : " untied",
-                      c.o_bias ? " attention_bias" : "");
+                      c.o_bias ? " attention_bias" : "", c.has_moe() ? " moe" : "");
 }
 
 TEST(ParameterLayoutTest, ParameterCountEqualsTheSumOfTheEntries) {
@@ -67,10 +82,13 @@ TEST(ParameterLayoutTest, EntriesAreContiguousInBufferOrderWithNoGapsOrOverlaps)
     EXPECT_EQ(layout.entries().front().name, "model.embed_tokens.weight");
     EXPECT_EQ(layout.entries().back().name,
               c.tie_word_embeddings ? "model.norm.weight" : "lm_head.weight");
-    // 9 tensors per layer, 3 more with q/k/v biases, 1 with an o_proj bias, 2 with q/k norms.
+    // 9 tensors per layer, 3 more with q/k/v biases, 1 with an o_proj bias, 2 with q/k norms;
+    // a MoE layer has the router and 3 per expert instead of 3 MLP tensors.
     const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
-    EXPECT_EQ(layout.entries().size(),
-              2 + per_layer * c.num_hidden_layers + (c.tie_word_embeddings ? 0 : 1));
+    const size_t moe_extra = 1 + 3 * c.num_experts - 3;
+    EXPECT_EQ(layout.entries().size(), 2 + per_layer * c.num_hidden_layers +
+                                           moe_extra * c.num_moe_layers() +
+                                           (c.tie_word_embeddings ? 0 : 1));
   }
 }
 
@@ -93,6 +111,55 @@ TEST(ParameterLayoutTest, EntriesHaveTransformersNamesAndShapes) {
   EXPECT_EQ(shape("model.layers.2.mlp.down_proj.weight"), (Shape{16, 24}));
   EXPECT_EQ(shape("lm_head.weight"), (Shape{11, 16}));
   EXPECT_EQ(layout.Find("model.layers.3.input_layernorm.weight"), nullptr);
+}
+
+TEST(ParameterLayoutTest, MoeLayersHaveTheRouterAndPerExpertTensorsUnderTransformersNames) {
+  const ModelConfig c = SmallMoeConfig(false);
+  const ParameterLayout layout(c);
+  using Shape = std::vector<int64_t>;
+  const auto shape = [&](const std::string& name) {
+    const ParamEntry* e = layout.Find(name);
+    EXPECT_NE(e, nullptr) << name;
+    return e ? e->shape : Shape{};
+  };
+  EXPECT_EQ(shape("model.layers.0.mlp.gate_proj.weight"), (Shape{24, 16}));  // mlp_only_layers
+  EXPECT_EQ(layout.Find("model.layers.0.mlp.gate.weight"), nullptr);
+  for (int l : {1, 2}) {
+    const std::string pre = absl::StrCat("model.layers.", l, ".mlp.");
+    EXPECT_EQ(shape(pre + "gate.weight"), (Shape{4, 16}));
+    EXPECT_EQ(layout.Find(pre + "gate_proj.weight"), nullptr);
+    for (int e = 0; e < 4; ++e) {
+      EXPECT_EQ(shape(absl::StrCat(pre, "experts.", e, ".gate_proj.weight")), (Shape{10, 16}));
+      EXPECT_EQ(shape(absl::StrCat(pre, "experts.", e, ".up_proj.weight")), (Shape{10, 16}));
+      EXPECT_EQ(shape(absl::StrCat(pre, "experts.", e, ".down_proj.weight")), (Shape{16, 10}));
+    }
+  }
+}
+
+TEST(ParameterLayoutTest, ExpertStacksAreViewsOfEachExpertsGateUpAndDown) {
+  const ModelConfig c = SmallMoeConfig(true);
+  auto set = ParameterSet::Allocate(c, Device::Cpu(), /*zeroed=*/true);
+  ASSERT_TRUE(set.ok());
+  const float* base = set->data();
+  const LayerParams& dense = set->params.layers[0];
+  EXPECT_FALSE(dense.is_moe());
+  EXPECT_TRUE(dense.gate_up_weight.defined());
+  const LayerParams& lp = set->params.layers[2];
+  ASSERT_TRUE(lp.is_moe());
+  EXPECT_FALSE(lp.gate_up_weight.defined());
+  const std::string pre = "model.layers.2.mlp.";
+  EXPECT_EQ(lp.router_weight.data, base + set->layout.Find(pre + "gate.weight")->offset);
+  for (int e = 0; e < 4; ++e) {
+    const float* gate_up = lp.experts_gate_up.f32() + e * 20 * 16;
+    EXPECT_EQ(
+        gate_up,
+        base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".gate_proj.weight"))->offset);
+    EXPECT_EQ(gate_up + 10 * 16,
+              base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".up_proj.weight"))->offset);
+    EXPECT_EQ(
+        lp.experts_down.f32() + e * 16 * 10,
+        base + set->layout.Find(absl::StrCat(pre, "experts.", e, ".down_proj.weight"))->offset);
+  }
 }
 
 TEST(ParameterLayoutTest, UnitRangesCoverTheBufferInOrderOnePerLayerPlusTwo) {
@@ -159,6 +226,7 @@ TEST(ParameterLayoutTest, QkvAndGateUpAreEachOneContiguousView) {
       }
       const auto* gate = layout.Find(pre + "mlp.gate_proj.weight");
       const auto* up = layout.Find(pre + "mlp.up_proj.weight");
+      if (c.IsMoeLayer(l)) continue;  // ExpertStacksAreViewsOfEachExpertsGateUpAndDown
       ASSERT_TRUE(gate && up);
       EXPECT_EQ(lp.gate_up_weight.data, base + gate->offset);
       EXPECT_EQ(lp.gate_up_weight.size(0), 2 * c.intermediate_size);

@@ -24,7 +24,19 @@ ModelConfig TinyConfig(Architecture arch, bool tied, int64_t kv_heads,
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
   c.num_key_value_heads = kv_heads;
-  c.head_dim = arch == Architecture::kQwen3 ? 16 : 8;
+  c.head_dim = arch == Architecture::kQwen3 || arch == Architecture::kQwen3Moe ? 16 : 8;
+  if (arch == Architecture::kQwen3Moe) {
+    // Tied: both layers MoE, renormalised top-2 of 4; untied: layer 1 dense
+    // (mlp_only_layers), raw top-3 of 5.
+    c.num_experts = tied ? 4 : 5;
+    c.num_experts_per_tok = tied ? 2 : 3;
+    c.moe_intermediate_size = 24;
+    c.norm_topk_prob = tied;
+    if (!tied) c.mlp_only_layers = {1};
+    // No dense layer, and a dense width (unused) wider than q|k|v: the backward must not lay
+    // out the dense MLP's gradients (its scratch is sized for the attention only).
+    if (tied) c.intermediate_size = 96;
+  }
   c.vocab_size = 50;
   c.max_position_embeddings = 128;
   c.tie_word_embeddings = tied;
@@ -245,7 +257,10 @@ INSTANTIATE_TEST_SUITE_P(Architectures, TransformerTest,
                                            std::make_tuple(Architecture::kLlama, false, 1, false),
                                            std::make_tuple(Architecture::kLlama, true, 4, false),
                                            std::make_tuple(Architecture::kQwen3, true, 2, false),
-                                           std::make_tuple(Architecture::kQwen3, false, 1, true)),
+                                           std::make_tuple(Architecture::kQwen3, false, 1, true),
+                                           std::make_tuple(Architecture::kQwen3Moe, true, 2, false),
+                                           std::make_tuple(Architecture::kQwen3Moe, false, 1,
+                                                           true)),
                          [](const auto& info) {
                            return absl::StrCat(ModelTypeName(std::get<0>(info.param)),
                                                std::get<1>(info.param) ? "Tied" : "Untied", "Kv",
@@ -292,6 +307,64 @@ TEST(Qwen3GradientTest, QkNormAndOBiasGradientsMatchFiniteDifferences) {
     EXPECT_GT(norm, 1e-2) << name << ": a gradient this small checks nothing";
     EXPECT_LT(std::sqrt(diff / norm), 1e-2) << name;
   }
+}
+
+// Qwen3-MoE routing replay through PackedBatch::routes (model/moe_layer.h).
+TEST(MoeTransformerTest, ReplayingTheRecomputedRoutesChangesNothingBitForBit) {
+  Fixture f = Fixture::Make(TinyConfig(Architecture::kQwen3Moe, true, 2), 11);
+  Transformer model(f.config, Device::Cpu());
+  PackedBatch batch = f.Batch(0, f.sequences.size());
+  ParameterSet grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const std::vector<float> recompute = Score(model, f, batch, &grads);
+  const std::vector<uint8_t> routes(model.recomputed_routes().begin(),
+                                    model.recomputed_routes().end());
+  ASSERT_EQ(static_cast<int64_t>(routes.size()), batch.num_tokens() * 2 * 2);  // T x Lm x K
+  batch.routes.assign(routes.begin(), routes.end());
+  ParameterSet replay_grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  const std::vector<float> replay = Score(model, f, batch, &replay_grads);
+  EXPECT_EQ(recompute, replay);
+  EXPECT_EQ(std::memcmp(grads.data(), replay_grads.data(), grads.buffer.bytes()), 0);
+}
+
+TEST(MoeTransformerTest, ReplayedRoutesChangeTheForwardAndTheRouterStillReportsItsOwn) {
+  Fixture f = Fixture::Make(TinyConfig(Architecture::kQwen3Moe, true, 2), 12);
+  // Batch-invariant: the experts' row counts change with the replay, and no other bit may.
+  Transformer model(f.config, Device::Cpu(),
+                    {.reduction_order = kernels::ReductionOrder::kBatchInvariant});
+  PackedBatch batch = f.Batch(1, 2);  // 17 tokens
+  const std::vector<float> recompute = Score(model, f, batch, nullptr);
+  const std::vector<uint8_t> own(model.recomputed_routes().begin(),
+                                 model.recomputed_routes().end());
+  // Replay, at positions >= 8, two experts the router did not pick (of 4, top 2).
+  const int64_t T = batch.num_tokens(), Lm = 2, K = 2;
+  batch.routes.assign(T * Lm * K, PackedBatch::kRouted);
+  for (int64_t t = 8; t < T; ++t) {
+    for (int64_t l = 0; l < Lm; ++l) {
+      const uint8_t* r = own.data() + (t * Lm + l) * K;
+      int32_t* out = batch.routes.data() + (t * Lm + l) * K;
+      for (int32_t e = 0, k = 0; e < 4; ++e) {
+        if (e != r[0] && e != r[1]) out[k++] = e;
+      }
+    }
+  }
+  const std::vector<float> replay = Score(model, f, batch, nullptr);
+  for (int64_t t = 0; t < T; ++t) {
+    if (t < 8) {
+      EXPECT_EQ(replay[t], recompute[t]) << t;  // causal: earlier positions unchanged
+    } else {
+      EXPECT_NE(replay[t], recompute[t]) << t;
+    }
+  }
+  // The router's own choice is still what recomputed_routes reports at replayed positions
+  // (layer 0 sees the same input; layer 1's input changed after the replayed layer 0).
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_EQ(model.recomputed_routes()[(t * Lm + 0) * K], own[(t * Lm + 0) * K]) << t;
+  }
+  batch.routes[8 * Lm * K + 1] = batch.routes[8 * Lm * K];  // a repeated expert is refused
+  std::vector<float> lp(T);
+  const absl::Status s = model.Forward(f.params.params, batch, 1.0f, absl::MakeSpan(lp), false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("routes: position 8 MoE layer 0"), std::string::npos) << s;
 }
 
 TEST(TransformerErrorsTest, PositionsWithoutTargetScoreZeroAndGetNoGradient) {

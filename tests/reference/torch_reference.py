@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch reference for Llama / Qwen2 / Qwen3 decoders.
+"""Independent float64 PyTorch reference for Llama / Qwen2 / Qwen3 / Qwen3-MoE decoders.
 
 ctest uses this file to check prl's C++ forward and backward passes.  It is
 deliberately independent of prl: it shares no code with it, and it uses
@@ -8,7 +8,10 @@ so a misreading of the Hugging Face format or of the model maths in the C++
 code cannot be silently repeated here.  The maths follows transformers'
 LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (eager attention) in
 float64 (Qwen3: RMSNorm of each query and key head before RoPE, head_dim from
-the config, attention_bias on q/k/v and o_proj), and the
+the config, attention_bias on q/k/v and o_proj; Qwen3-MoE: transformers'
+Qwen3MoeSparseMoeBlock, a softmax router over all experts, the top k kept,
+renormalised iff norm_topk_prob, in the layers decoder_sparse_step and
+mlp_only_layers select), and the
 gradients come from torch autograd.  The one deliberate non-float64 step is
 the RoPE angle, which transformers computes in float32: it is mirrored bit for
 bit, and only its cos/sin are taken in float64.
@@ -99,7 +102,7 @@ class Config:
 
     def __init__(self, raw):
         self.arch = raw.get("model_type")
-        if self.arch not in ("llama", "qwen2", "qwen3"):
+        if self.arch not in ("llama", "qwen2", "qwen3", "qwen3_moe"):
             raise ValueError("unsupported model_type %r" % self.arch)
         if raw.get("hidden_act", "silu") != "silu":
             raise ValueError("unsupported hidden_act %r" % raw["hidden_act"])
@@ -110,6 +113,7 @@ class Config:
         self.heads = raw["num_attention_heads"]
         self.kv_heads = raw.get("num_key_value_heads") or self.heads
         # Qwen3Config's head_dim defaults to 128, not hidden / heads.
+        # (Qwen3MoeConfig's falls back to hidden / heads.)
         self.head_dim = raw.get("head_dim") or (
             128 if self.arch == "qwen3" else self.hidden // self.heads)
         self.eps = float(raw.get("rms_norm_eps", 1e-6))
@@ -118,14 +122,29 @@ class Config:
         self.rope_scaling = raw.get("rope_scaling")
         # Qwen2 always has q/k/v biases; Qwen3 has q/k/v and o_proj biases
         # iff attention_bias.
-        qwen3_bias = self.arch == "qwen3" and bool(raw.get("attention_bias"))
+        qwen3 = self.arch in ("qwen3", "qwen3_moe")
+        qwen3_bias = qwen3 and bool(raw.get("attention_bias"))
         self.bias = self.arch == "qwen2" or qwen3_bias
         self.o_bias = qwen3_bias
-        self.qk_norm = self.arch == "qwen3"
+        self.qk_norm = qwen3
+        moe = self.arch == "qwen3_moe"  # Qwen3MoeConfig's defaults
+        self.experts = raw.get("num_experts", 128) if moe else 0
+        self.top_k = raw.get("num_experts_per_tok", 8)
+        self.moe_inter = raw.get("moe_intermediate_size", 768)
+        self.norm_topk = bool(raw.get("norm_topk_prob", False))
+        self.sparse_step = raw.get("decoder_sparse_step", 1)
+        self.mlp_only = list(raw.get("mlp_only_layers") or [])
+        if raw.get("output_router_logits"):
+            raise ValueError("output_router_logits (the aux loss) is not modelled")
         if raw.get("use_sliding_window"):
             raise ValueError("sliding windows are not supported")
         if self.heads % self.kv_heads:
             raise ValueError("num_attention_heads % num_key_value_heads != 0")
+
+    def is_moe(self, i):
+        """transformers' Qwen3MoeDecoderLayer choice of the sparse block."""
+        return (i not in self.mlp_only and self.experts > 0
+                and (i + 1) % self.sparse_step == 0)
 
 
 def param_shapes(cfg):
@@ -144,13 +163,19 @@ def param_shapes(cfg):
     layer = ([("input_layernorm.weight", (C,))]
              + [("self_attn." + n, s) for n, s in attn]
              + [("self_attn.o_proj.weight", (C, Q)),
-                ("post_attention_layernorm.weight", (C,)),
-                ("mlp.gate_proj.weight", (I, C)),
-                ("mlp.up_proj.weight", (I, C)),
-                ("mlp.down_proj.weight", (C, I))])
+                ("post_attention_layernorm.weight", (C,))])
+    dense = [("mlp.gate_proj.weight", (I, C)), ("mlp.up_proj.weight", (I, C)),
+             ("mlp.down_proj.weight", (C, I))]
+    Im = cfg.moe_inter
+    sparse = [("mlp.gate.weight", (cfg.experts, C))]
+    for e in range(cfg.experts):
+        sparse += [("mlp.experts.%d.gate_proj.weight" % e, (Im, C)),
+                   ("mlp.experts.%d.up_proj.weight" % e, (Im, C)),
+                   ("mlp.experts.%d.down_proj.weight" % e, (C, Im))]
     out = [("model.embed_tokens.weight", (V, C))]
     for i in range(cfg.layers):
-        out += [("model.layers.%d.%s" % (i, n), s) for n, s in layer]
+        mlp = sparse if cfg.is_moe(i) else dense
+        out += [("model.layers.%d.%s" % (i, n), s) for n, s in layer + mlp]
     out.append(("model.norm.weight", (C,)))
     return out + ([] if cfg.tie else [("lm_head.weight", (V, C))])
 
@@ -179,7 +204,8 @@ def make_config(args):
     raw = {
         "architectures": [{"llama": "LlamaForCausalLM",
                            "qwen2": "Qwen2ForCausalLM",
-                           "qwen3": "Qwen3ForCausalLM"}[args.arch]],
+                           "qwen3": "Qwen3ForCausalLM",
+                           "qwen3_moe": "Qwen3MoeForCausalLM"}[args.arch]],
         "model_type": args.arch, "hidden_size": args.hidden_size,
         "intermediate_size": args.intermediate_size,
         "num_hidden_layers": args.layers,
@@ -196,12 +222,23 @@ def make_config(args):
     }
     if args.head_dim is not None:
         raw["head_dim"] = args.head_dim
-    if args.arch == "qwen3":  # the keys of a released Qwen3 config.json
+    if args.arch in ("qwen3", "qwen3_moe"):  # a released config.json's keys
         raw.update({"attention_bias": bool(args.attention_bias),
                     "attention_dropout": 0.0, "sliding_window": None,
                     "max_window_layers": args.layers, "use_cache": True})
-    elif args.attention_bias:
-        raise ValueError("--attention-bias is for qwen3 only")
+    if args.arch == "qwen3_moe":
+        raw.update({"num_experts": args.num_experts,
+                    "num_experts_per_tok": args.top_k,
+                    "moe_intermediate_size": args.moe_intermediate_size,
+                    "norm_topk_prob": bool(args.norm_topk_prob),
+                    "decoder_sparse_step": args.decoder_sparse_step,
+                    "mlp_only_layers": [int(x) for x in
+                                        (args.mlp_only_layers or "").split(",")
+                                        if x],
+                    "router_aux_loss_coef": 0.001,
+                    "output_router_logits": False})
+    if args.attention_bias and args.arch not in ("qwen3", "qwen3_moe"):
+        raise ValueError("--attention-bias is for qwen3 and qwen3_moe only")
     if args.rope_scaling == "linear":
         raw["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
     elif args.rope_scaling == "llama3":
@@ -323,6 +360,25 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
+def sparse_moe_block(cfg, w, h):
+    """transformers' Qwen3MoeSparseMoeBlock: h (T, C) -> (T, C)."""
+    probs = torch.softmax(h @ w["mlp.gate.weight"].t(), dim=-1)
+    top, chosen = torch.topk(probs, cfg.top_k, dim=-1)
+    if cfg.norm_topk:
+        top = top / top.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(cfg.experts):
+        rows, slot = torch.where(chosen == e)
+        if rows.numel() == 0:
+            continue
+        pre = "mlp.experts.%d." % e
+        x = h[rows]
+        y = (torch.nn.functional.silu(x @ w[pre + "gate_proj.weight"].t())
+             * (x @ w[pre + "up_proj.weight"].t())) @ w[pre + "down_proj.weight"].t()
+        out = out.index_add(0, rows, y * top[rows, slot, None])
+    return out
+
+
 def forward(cfg, params, tokens, temperature=1.0):
     """Log-probabilities (T, vocab) of softmax(logits / temperature)."""
     T, D, H, KV = len(tokens), cfg.head_dim, cfg.heads, cfg.kv_heads
@@ -358,6 +414,9 @@ def forward(cfg, params, tokens, temperature=1.0):
         if cfg.o_bias:
             x = x + w["self_attn.o_proj.bias"]
         h = rms_norm(x, w["post_attention_layernorm.weight"], cfg.eps)
+        if cfg.is_moe(i):
+            x = x + sparse_moe_block(cfg, w, h)
+            continue
         gate = torch.nn.functional.silu(h @ w["mlp.gate_proj.weight"].t())
         up = h @ w["mlp.up_proj.weight"].t()
         x = x + (gate * up) @ w["mlp.down_proj.weight"].t()
@@ -506,17 +565,23 @@ def cmd_check_grad_selftest(args):
     causal.
     """
     ok = True
-    for arch, tie, scaling, head_dim, bias in [
-            ("qwen2", False, "none", None, False),
-            ("llama", True, "llama3", None, False),
-            ("qwen3", True, "none", 8, True),
-            ("qwen3", False, "none", 8, False)]:
+    for arch, tie, scaling, head_dim, bias, moe in [
+            ("qwen2", False, "none", None, False, None),
+            ("llama", True, "llama3", None, False, None),
+            ("qwen3", True, "none", 8, True, None),
+            ("qwen3", False, "none", 8, False, None),
+            # Qwen3-MoE: (norm_topk_prob, decoder_sparse_step, mlp_only_layers)
+            ("qwen3_moe", True, "none", 8, False, (True, 1, "")),
+            ("qwen3_moe", False, "none", 8, True, (False, 1, "0"))]:
+        norm_topk, sparse_step, mlp_only = moe or (False, 1, "")
         cfg = Config(make_config(argparse.Namespace(
             arch=arch, hidden_size=16, layers=2, heads=4, kv_heads=2,
             intermediate_size=24, vocab_size=11, head_dim=head_dim,
             tie_embeddings=tie, dtype="f32", rope_theta=10000.0,
             rope_scaling=scaling, max_position_embeddings=32,
-            attention_bias=bias)))
+            attention_bias=bias, num_experts=4, top_k=2,
+            moe_intermediate_size=6, norm_topk_prob=norm_topk,
+            decoder_sparse_step=sparse_step, mlp_only_layers=mlp_only)))
         rng = np.random.default_rng(1234)
         params = {n: torch.from_numpy(a.astype(np.float64)).requires_grad_()
                   for n, a in random_params(cfg, rng).items()}
@@ -547,7 +612,9 @@ def cmd_check_grad_selftest(args):
                     t[idx] = orig - step
                     down = loss()
                     t[idx] = orig
-                fd, ad = (up - down) / (2 * step), t.grad[idx].item()
+                # (An expert no token was routed to has no gradient.)
+                ad = 0.0 if t.grad is None else t.grad[idx].item()
+                fd = (up - down) / (2 * step)
                 # Floor of 1e-3 in the denominator: entries with a tiny
                 # gradient are not judged by finite-difference rounding noise.
                 err = abs(fd - ad) / max(abs(fd), abs(ad), 1e-3)
@@ -556,8 +623,11 @@ def cmd_check_grad_selftest(args):
                     print("  %s%s: autograd %.10e, finite difference %.10e"
                           % (name, idx, ad, fd))
                     ok = False
-        print("%s (tied=%s, rope_scaling=%s, attention_bias=%s): worst "
-              "relative error %.3e" % (arch, tie, scaling, bias, worst))
+        print("%s (tied=%s, rope_scaling=%s, attention_bias=%s%s): worst "
+              "relative error %.3e" % (arch, tie, scaling, bias,
+                                       "" if moe is None else
+                                       ", norm_topk_prob=%s, mlp_only_layers=[%s]"
+                                       % (norm_topk, mlp_only), worst))
     print("PASS" if ok else "FAIL: gradient self-test")
     return 0 if ok else 1
 
@@ -566,9 +636,15 @@ _REQ, _STR = {"required": True}, {}
 _INT, _FLOAT = {"type": int, "required": True}, {"type": float}
 _COMMANDS = {  # subcommand: (handler, help, [(flag, add_argument kwargs)])
     "make-checkpoint": (cmd_make_checkpoint, "write a random HF model dir", [
-        ("--arch", {"choices": ["qwen2", "llama", "qwen3"],
+        ("--arch", {"choices": ["qwen2", "llama", "qwen3", "qwen3_moe"],
                     "required": True}),
         ("--attention-bias", {"action": "store_true"}),
+        ("--num-experts", {"type": int, "default": 8}),
+        ("--top-k", {"type": int, "default": 2}),
+        ("--moe-intermediate-size", {"type": int, "default": 32}),
+        ("--norm-topk-prob", {"action": "store_true"}),
+        ("--decoder-sparse-step", {"type": int, "default": 1}),
+        ("--mlp-only-layers", {"default": ""}),
         ("--hidden-size", _INT), ("--layers", _INT), ("--heads", _INT),
         ("--kv-heads", _INT), ("--intermediate-size", _INT),
         ("--vocab-size", _INT), ("--head-dim", {"type": int}),

@@ -66,5 +66,19 @@ TEST(ModelFingerprint, TellsQwen3FromQwen2AndQwen3WithAttentionBiasFromWithout) 
                       absl::StatusCode::kFailedPrecondition, {"qkv_bias is false"}));
 }
 
+// Qwen3-MoE models of one layout but other routing (top-k, renormalisation) differ.
+TEST(ModelFingerprint, TellsQwen3MoeRoutingVariantsApartAndLeavesDenseFingerprintsAlone) {
+  const ModelConfig moe = *PresetConfig("tiny-qwen3-moe");
+  ModelConfig top1 = moe;
+  top1.num_experts_per_tok = 1;
+  EXPECT_TRUE(IsError(CheckSameModel(ModelFingerprint(moe), ModelFingerprint(top1), "here"),
+                      absl::StatusCode::kFailedPrecondition, {"num_experts_per_tok is 2"}));
+  ModelConfig raw = moe;
+  raw.norm_topk_prob = false;
+  EXPECT_TRUE(IsError(CheckSameModel(ModelFingerprint(moe), ModelFingerprint(raw), "here"),
+                      absl::StatusCode::kFailedPrecondition, {"norm_topk_prob is true"}));
+  EXPECT_EQ(ModelFingerprint(*PresetConfig("tiny")).find("experts"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace prl::testing

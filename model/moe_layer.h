@@ -1,0 +1,75 @@
+// Qwen3-MoE's sparse MLP block (transformers' Qwen3MoeSparseMoeBlock), forward and backward,
+// grouped by expert. Used by DecoderLayerForward for the layers ModelConfig::IsMoeLayer names,
+// so the learner and the engine route through this one code.
+//
+// Routing, per token t:
+//   logits = x_t . W_router^T (E) in fp32; p = softmax(logits) over all E experts;
+//   routes = the K experts of largest p, by decreasing p. Ties (equal fp32 probabilities) go
+//   to the lower expert id, so routing is a deterministic function of p;
+//   w_k = p[routes_k], divided by sum_k p[routes_k] iff norm_topk_prob;
+//   out_t = residual_t + sum_k w_k * expert_{routes_k}(x_t), summed in k order, where
+//   expert_e(x) = down_e(silu(gate_e(x)) * up_e(x)).
+// A replayed token (MoeForward's forced_routes) uses the given experts instead of its top-K, with
+// the weights of the same formula over them, so gradients still reach the router through p.
+//
+// The work is grouped by expert: the (token, k) pairs are sorted by expert (then token), each
+// expert's tokens gathered into contiguous rows, and each expert runs one gate|up GEMM, SwiGLU
+// and one down GEMM over its rows; the weighted sums are a scatter over tokens. Every GEMM takes
+// the layer's reduction order, so in the batch-invariant order a token's routes and output do
+// not depend on the other tokens of the batch (the engine's routes equal the learner's).
+//
+// CPU (F32) only for now: the CUDA grouped kernels are not verified (kernels/cuda/, off).
+// The load-balancing loss (router_aux_loss_coef) is not computed: RL trains without it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/arena.h"
+#include "kernels/reduction_order.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace prl {
+
+// One MoE layer's forward state for T tokens (what the backward reads). N = T K routed rows.
+struct MoeActivations {
+  Tensor probs;         // (T, E) F32 softmax of the router logits
+  Tensor routes;        // (T, K) I32 the experts used (recomputed, or replayed)
+  Tensor recomputed;    // (T, K) I32 the router's own top-K (equal to routes unless replayed)
+  Tensor weights;       // (T, K) F32 the experts' weights w_k
+  Tensor row_of;        // (T K) I32 sorted row of pair (t, k)
+  Tensor token_of;      // (N) I32 token of each sorted row
+  Tensor expert_begin;  // (E + 1) I32 first sorted row of each expert
+  Tensor x;             // (N, C) each row's input
+  Tensor gate_up;       // (N, 2 Im)
+  Tensor act;           // (N, Im)
+  Tensor y;             // (N, C) each row's expert output, before its weight
+};
+MoeActivations TakeMoeActivations(Arena& arena, const ModelConfig& config, int64_t T);
+
+// Backward scratch, shared by the layers.
+struct MoeScratch {
+  Tensor dy;        // (N, C)
+  Tensor dact;      // (N, Im)
+  Tensor dgate_up;  // (N, 2 Im)
+  Tensor dx;        // (N, C)
+  Tensor dlogits;   // (T, E) F32
+  Tensor dweights;  // (T, K) F32
+};
+MoeScratch TakeMoeScratch(Arena& arena, const ModelConfig& config, int64_t T);
+
+// out (T, C) = residual (T, C) + MoE(x (T, C)); out must not alias x or residual.
+// forced_routes: null (every token routed by the router), or (T, K) host I32 where row t is
+// replayed when forced_routes[t K] >= 0 (then K distinct ids in [0, E), validated upstream:
+// ValidatePackedBatch) and routed by the router otherwise.
+void MoeForward(const ModelConfig& config, kernels::ReductionOrder order, const LayerParams& p,
+                const MoeActivations& a, const Tensor& x, const Tensor& residual, const Tensor& out,
+                const int32_t* forced_routes = nullptr);
+
+// Given dout (T, C), the gradient at out: dx (T, C) = the gradient at x (overwritten);
+// g.router_weight, g.experts_gate_up, g.experts_down +=. The residual's gradient is dout itself.
+void MoeBackward(const ModelConfig& config, const LayerParams& p, const LayerParams& g,
+                 const MoeActivations& a, const Tensor& x, const Tensor& dout, const Tensor& dx,
+                 const MoeScratch& s);
+
+}  // namespace prl
