@@ -17,9 +17,16 @@ constexpr char kMagic[8] = {'P', 'R', 'L', 'S', 'T', 'E', 'P', '1'};
 constexpr uint64_t kStopCount = std::numeric_limits<uint64_t>::max();
 constexpr char kAdvantage[] = "advantage";
 
-void PutU64(uint64_t v, std::vector<uint8_t>* out) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);  // little-endian hosts only (x86, arm64)
-  out->insert(out->end(), p, p + sizeof(v));
+void PutU64(uint64_t v, std::vector<uint8_t>* out) {  // little-endian hosts (x86, arm64)
+  const size_t at = out->size();
+  out->resize(at + sizeof(v));
+  std::memcpy(out->data() + at, &v, sizeof(v));
+}
+
+std::vector<uint8_t> WithMagic() {
+  std::vector<uint8_t> out(sizeof(kMagic));
+  std::memcpy(out.data(), kMagic, sizeof(kMagic));
+  return out;
 }
 
 absl::Status Damaged(const std::string& what) {
@@ -29,7 +36,7 @@ absl::Status Damaged(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::vector<uint8_t>> EncodeStepSamples(absl::Span<const TrainSample> samples) {
-  std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
+  std::vector<uint8_t> out = WithMagic();
   PutU64(samples.size(), &out);
   for (size_t i = 0; i < samples.size(); ++i) {
     const TrainSample& s = samples[i];
@@ -62,7 +69,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeStepSamples(absl::Span<const TrainSam
 }
 
 std::vector<uint8_t> EncodeStopSignal() {
-  std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
+  std::vector<uint8_t> out = WithMagic();
   PutU64(kStopCount, &out);
   return out;
 }

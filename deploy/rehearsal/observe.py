@@ -120,8 +120,14 @@ def check_queries(prometheus, queries, at):
     for q in queries:
         if q["source"].startswith("dashboard"):
             ok, series, finite, error = prometheus.query(q["expr"], at)
-            good = ok and finite > 0
-            lines.append("%s %s: %d series, %d finite" % ("ok  " if good else "FAIL", q["source"], series, finite))
+            # The rehearsal runs no agentic episodes (docs/environments.md): queries of episode
+            # metrics only have to evaluate (promtool and check-names test them otherwise).
+            episodes_only = all(re.match(r"prl_(episode|environment)_", s)
+                                for s in selectors(q["expr"]))
+            good = ok and (finite > 0 or episodes_only)
+            lines.append("%s %s: %d series, %d finite%s" % (
+                "ok  " if good else "FAIL", q["source"], series, finite,
+                " (episode metrics: no episodes in this run)" if episodes_only and not finite else ""))
         else:
             ok, series, _, error = prometheus.query(q["expr"], at)
             empty = [s for s in selectors(q["expr"]) if prometheus.query(s, at)[1] == 0]
