@@ -48,6 +48,10 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
   double reward_sum = 0;
   while (static_cast<int64_t>(leased->size()) < options_.groups_per_step && !stop->load()) {
     admission_.Offer();
+    // The groups already in the step keep their leases while the rest arrives (slow actors):
+    // renewed between waits, so that the buffer does not deliver them again. One whose lease
+    // was lost meanwhile comes again and replaces itself (below).
+    for (const LeasedGroup& g : *leased) replay_->Renew(g).IgnoreError();
     TakeOptions take;
     take.max_groups = static_cast<int32_t>(options_.groups_per_step - leased->size());
     take.learner_version = learner_version;

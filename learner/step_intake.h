@@ -1,4 +1,6 @@
-// StepIntake: where rank 0's steps come from (learner/learner_service.h). A step's samples,
+// StepIntake: where rank 0's steps come from (learner/learner_service.h). While a step's groups
+// are being taken, those already in it have their replay leases renewed between waits (every
+// take_timeout), so slow actors do not make the buffer deliver them again. A step's samples,
 // as the bytes every rank trains on (learner/step_samples.h), are either a journaled step
 // being replayed after a restart, or groups taken from the replay buffer: each admitted or
 // not (learner/group_admission.h), turned into samples with group-normalised advantages

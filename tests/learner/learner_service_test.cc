@@ -547,6 +547,32 @@ TEST_F(LearnerServiceTest, AGroupRedeliveredWhileItsStepIsTakenStaysInTheStepOnc
   EXPECT_EQ(replay_->Stats().groups_out, 2) << "each acknowledged once the step was journaled";
 }
 
+// While a step waits for its last groups, the groups already in it keep their leases (renewed
+// between waits): waiting longer than the lease delivers nothing again.
+TEST_F(LearnerServiceTest, GroupsWaitingForTheirStepKeepTheirLeases) {
+  replay_.reset();
+  ReplayBuffer::Remove(replay_name_, true).IgnoreError();
+  ReplayConfig rc;
+  rc.capacity_bytes = 8 << 20;
+  rc.lease_ms = 3000;
+  auto replay = ReplayBuffer::Create(replay_name_, rc);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  replay_ = std::move(*replay);
+  LearnerServiceOptions options = Options(1);
+  options.take_timeout = absl::Milliseconds(100);  // renewals at least this often
+  WriteGroups(1, 0);
+  std::thread second([&] {
+    while (replay_->Stats().groups_leased < 1) absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(absl::Seconds(4));  // past the 3 s lease: a margin, not a synchronisation
+    WriteGroups(1, 0);
+  });
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  second.join();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].groups, 2);
+  EXPECT_EQ(replay_->Stats().redelivered, 0) << "the waiting group's lease was renewed";
+}
+
 TEST_F(LearnerServiceTest, AJournalThatDoesNotFollowTheCheckpointIsAnErrorNamingTheGap) {
   ScratchDir dir("learner_service_gap");
   LearnerServiceOptions options = Options(1);
