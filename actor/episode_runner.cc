@@ -288,11 +288,6 @@ std::vector<EpisodeRunner::Action> EpisodeRunner::TakeActions() {
   return out;
 }
 
-bool EpisodeRunner::Owns(uint64_t request_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return by_request_.count(request_id) > 0;
-}
-
 std::vector<EpisodeOutcome> EpisodeRunner::TakeOutcome(uint64_t request_id) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<EpisodeOutcome> out;

@@ -66,9 +66,8 @@ class EpisodeRunner {
   // A sample's turn ended: its environment answers.
   void OnTurn(const TurnOutput& turn);
   std::vector<Action> TakeActions();
-  // Whether the request is an episode group's, and its outcome once every sample finished
-  // (then forgotten). Forget drops an aborted group.
-  bool Owns(uint64_t request_id) const;
+  // An episode group's outcome once every sample finished (then forgotten; empty for a request
+  // that is not an episode group's). Forget drops an aborted group.
   std::vector<EpisodeOutcome> TakeOutcome(uint64_t request_id);
   void Forget(const std::string& lease_id);
   // Environment calls in flight or actions not yet taken.

@@ -106,12 +106,6 @@ class Parser {
   size_t at_ = 0;
 };
 
-std::string Param(const v1::StartEpisodeRequest& request, const std::string& key,
-                  const std::string& fallback) {
-  auto it = request.parameters().find(key);
-  return it == request.parameters().end() ? fallback : it->second;
-}
-
 }  // namespace
 
 absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression) {
@@ -139,8 +133,8 @@ absl::StatusOr<v1::StartEpisodeResponse> CalculatorEnvironment::StartEpisode(
         "calculator: reference: expected the answer as an integer, found '",
         request.reference().substr(0, 64), "'"));
   }
-  state.call_open = Param(request, "call_open", "<calc>");
-  state.call_close = Param(request, "call_close", "</calc>");
+  state.call_open = Parameter(request, "call_open", "<calc>");
+  state.call_close = Parameter(request, "call_close", "</calc>");
   if (state.call_open.empty() || state.call_close.empty() || state.call_close.size() > 64) {
     return absl::InvalidArgumentError(
         "calculator: parameters call_open and call_close: expected 1 to 64 bytes each");

@@ -13,10 +13,19 @@
 // never overlap: the actor waits for each answer).
 #pragma once
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "prl/v1/environment.pb.h"
 
 namespace prl::env {
+
+// A StartEpisode parameter (the prompt set's environment parameters), or `fallback`.
+inline std::string Parameter(const v1::StartEpisodeRequest& request, const std::string& key,
+                             std::string fallback) {
+  auto it = request.parameters().find(key);
+  return it == request.parameters().end() ? std::move(fallback) : it->second;
+}
 
 class Environment {
  public:

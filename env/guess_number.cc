@@ -43,13 +43,10 @@ absl::StatusOr<v1::StartEpisodeResponse> GuessNumberEnvironment::StartEpisode(
         "guess_number: max_guesses (or the actor's max_turns): expected >= 1, found ",
         s.max_guesses));
   }
-  const auto text = [&](const std::string& key, std::string fallback) {
-    auto it = request.parameters().find(key);
-    return it == request.parameters().end() ? fallback : it->second;
-  };
-  s.higher = text("higher_text", "higher");
-  s.lower = text("lower_text", "lower");
-  s.rules = text("rules_text", absl::StrCat("guess a number from ", s.low, " to ", s.high));
+  s.higher = Parameter(request, "higher_text", "higher");
+  s.lower = Parameter(request, "lower_text", "lower");
+  s.rules = Parameter(request, "rules_text",
+                      absl::StrCat("guess a number from ", s.low, " to ", s.high));
   episodes_.Start(request.episode_id(), [&] { return s; });
   return v1::StartEpisodeResponse();
 }

@@ -4,6 +4,7 @@
 
 #include "env/calculator.h"
 #include "env/guess_number.h"
+#include "tests/env/env_testing.h"
 #include "tests/status_testing.h"
 
 namespace prl::env {
@@ -34,22 +35,10 @@ TEST(CalculatorTest, ExpressionsAreExactIntegersAndErrorsSayWhy) {
   EXPECT_FALSE(LastInteger("no digits", &v));
 }
 
-v1::StartEpisodeRequest Start(const std::string& id, const std::string& reference) {
-  v1::StartEpisodeRequest r;
-  r.set_episode_id(id);
-  r.set_reference(reference);
-  r.set_max_turns(8);
-  return r;
-}
+using testing::Turn;
 
-v1::StepRequest Turn(const std::string& id, int turn, const std::string& text,
-                     v1::TurnEnd end = v1::TURN_END_END_OF_TURN) {
-  v1::StepRequest r;
-  r.set_episode_id(id);
-  r.set_turn_index(turn);
-  r.set_text(text);
-  r.set_turn_end(end);
-  return r;
+v1::StartEpisodeRequest Start(const std::string& id, const std::string& reference) {
+  return testing::Start("", id, reference);
 }
 
 // A call is answered by the tool, a retried turn gets the same answer, a turn out of order is

@@ -14,6 +14,7 @@
 #include "env/environment_server.h"
 #include "env/guess_number.h"
 #include "env/remote_environment.h"
+#include "tests/env/env_testing.h"
 #include "tests/status_testing.h"
 
 namespace prl::env {
@@ -30,25 +31,8 @@ RemoteEnvironmentOptions Options(int port) {
   return o;
 }
 
-v1::StartEpisodeRequest Start(const std::string& env, const std::string& id,
-                              const std::string& reference) {
-  v1::StartEpisodeRequest r;
-  r.set_environment(env);
-  r.set_episode_id(id);
-  r.set_reference(reference);
-  r.set_max_turns(4);
-  return r;
-}
-
-v1::StepRequest Turn(const std::string& id, int turn, const std::string& text,
-                     v1::TurnEnd end = v1::TURN_END_END_OF_TURN) {
-  v1::StepRequest r;
-  r.set_episode_id(id);
-  r.set_turn_index(turn);
-  r.set_text(text);
-  r.set_turn_end(end);
-  return r;
-}
+using testing::Start;
+using testing::Turn;
 
 TEST(RemoteEnvironmentTest, BuiltInEnvironmentsServedByNameOverLoopback) {
   auto server = EnvironmentServer::Start({{"calculator", std::make_shared<CalculatorEnvironment>()},
