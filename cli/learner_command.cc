@@ -237,6 +237,7 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
       .Shorthand("--device", "learner.device")
       .Shorthand("--dtype", "learner.dtype")
       .Shorthand("--micro-batch-tokens", "learner.micro_batch_tokens")
+      .Shorthand("--router-aux-loss-coef", "learner.router_aux_loss_coef")
       .Shorthand("--loss", "learner.loss")
       .Shorthand("--normalization", "learner.normalization")
       .Shorthand("--advantage", "learner.advantage")

@@ -187,6 +187,9 @@ struct LearnerSection {
   // recompute: the CPU's fp32 and the batch-invariant modes route as the actor did, so there is
   // nothing to replay; replay is for the modes that cannot promise it.
   learner::MoeRouting moe_routing = learner::MoeRouting::kRecompute;
+  // Qwen3-MoE's load-balancing loss (transformers' router_aux_loss_coef; docs/models.md); 0:
+  // off. RL fine-tuning runs without it (a released model's routers are already balanced).
+  double router_aux_loss_coef = 0.0;
   // The learner's forward in the batch-invariant order (kernels/reduction_order.h): with
   // actors.batch_invariant, its log-probs and Qwen3-MoE routes equal the actors' bit for bit
   // on the CPU (slower GEMMs). Off: the fast order, equal to within rounding.

@@ -156,6 +156,8 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "micro_batch_tokens", l.micro_batch_tokens, "Input tokens per micro-batch");
   v("learner", "moe_routing", Enum(l.moe_routing, learner::kMoeRoutingNames),
     "Qwen3-MoE: recompute the experts of completion tokens, or replay the actor's");
+  v("learner", "router_aux_loss_coef", l.router_aux_loss_coef,
+    "Qwen3-MoE: the load-balancing loss's coefficient (0: off)");
   v("learner", "batch_invariant", l.batch_invariant,
     "Forward in the batch-invariant order (with actors.batch_invariant: the actors' bits)");
   v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");

@@ -231,10 +231,11 @@ absl::Status FsdpModel::Forward(const PackedBatch& batch, float temperature,
                               sharded() ? this : nullptr);
 }
 
-absl::Status FsdpModel::Backward(absl::Span<const float> dlogprobs) {
+absl::Status FsdpModel::Backward(absl::Span<const float> dlogprobs,
+                                 double load_balancing_weight) {
   PRL_ASSIGN_OR_RETURN(const ModelParams* params, PassParams());
-  const absl::Status pass =
-      transformer_.Backward(*params, dlogprobs, grads_, sharded() ? this : nullptr);
+  const absl::Status pass = transformer_.Backward(
+      *params, dlogprobs, grads_, sharded() ? this : nullptr, load_balancing_weight);
   const absl::Status pending = WaitPending();
   PRL_RETURN_IF_ERROR(pass);
   return pending;

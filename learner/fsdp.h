@@ -102,9 +102,11 @@ class FsdpModel : public UnitHooks {
   // Transformer passes over this rank's micro-batch; Backward accumulates into grad_shard().
   absl::Status Forward(const PackedBatch& batch, float temperature, absl::Span<float> logprobs,
                        bool for_backward);
-  absl::Status Backward(absl::Span<const float> dlogprobs);
+  // load_balancing_weight: Transformer::Backward's (the Qwen3-MoE load-balancing loss's).
+  absl::Status Backward(absl::Span<const float> dlogprobs, double load_balancing_weight = 0.0);
   // Qwen3-MoE: the router's own routes of the last Forward (Transformer::recomputed_routes).
   absl::Span<const uint8_t> recomputed_routes() const { return transformer_.recomputed_routes(); }
+  double load_balancing_loss() const { return transformer_.load_balancing_loss(); }
   absl::Status ZeroGrad();
   // Call after changing param_shard() (an optimizer step): drops gathered copies.
   absl::Status ParametersChanged();

@@ -41,6 +41,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("route_mismatch_fraction", r.route_mismatch_fraction, /*optional=*/true);
   v("lagged_routed_tokens", r.lagged_routed_tokens, /*optional=*/true);
   v("lagged_route_mismatch_fraction", r.lagged_route_mismatch_fraction, /*optional=*/true);
+  v("router_aux_loss", r.router_aux_loss, /*optional=*/true);
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);
@@ -112,6 +113,7 @@ void SetStepResult(const StepResult& result, double lr, StepReport* r) {
       s.lagged_routed_tokens > 0
           ? static_cast<double>(s.lagged_route_mismatches) / s.lagged_routed_tokens
           : 0.0;
+  r->router_aux_loss = s.router_aux_loss;
   r->step_seconds = result.stats.seconds;
 }
 

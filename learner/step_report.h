@@ -40,6 +40,8 @@ struct StepReport {
   double route_mismatch_fraction = 0;
   int64_t lagged_routed_tokens = 0;
   double lagged_route_mismatch_fraction = 0;
+  // Qwen3-MoE: the load-balancing loss (StepStats::router_aux_loss). Optional (0 when absent).
+  double router_aux_loss = 0;
   // The longest completion trained on (tokens): what a sync-mode step waited for. Optional in
   // ParseStepReport (0 when absent, as in reports written before it existed).
   int64_t completion_tokens_max = 0;

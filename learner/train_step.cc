@@ -11,6 +11,10 @@ namespace prl::learner {
 
 absl::Status ValidateStepConfig(const StepConfig& config) {
   PRL_RETURN_IF_ERROR(ValidateLossConfig(config.loss));
+  if (!(config.router_aux_loss_coef >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "router_aux_loss_coef: expected >= 0 (0: off), found ", config.router_aux_loss_coef));
+  }
   if (config.micro_batch_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch_tokens: expected >= 1, found ", config.micro_batch_tokens));
@@ -113,23 +117,25 @@ MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& 
 struct StepTotals {
   LossNormalizer normalizer;
   int64_t passes = 0;
+  double input_tokens = 0;  // of every micro-batch that trains something
 };
 
 absl::StatusOr<StepTotals> AgreeTotals(FsdpModel& model, absl::Span<const TrainSample> samples,
                                        const std::vector<std::vector<int>>& plan) {
-  double totals[3] = {0, 0, static_cast<double>(plan.size())};
+  double totals[4] = {0, 0, 0, static_cast<double>(plan.size())};
   for (const auto& mb : plan) {
     for (int i : mb) {
       const int64_t trained = samples[i].trained_tokens();
       totals[0] += static_cast<double>(trained);
       totals[1] += trained > 0 ? 1 : 0;
+      totals[2] += static_cast<double>(samples[i].input_tokens());
     }
   }
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
-    PRL_RETURN_IF_ERROR(c.AllReduceHost({totals, 2}, collective::ReduceOp::kSum));
-    return c.AllReduceHost({totals + 2, 1}, collective::ReduceOp::kMax);
+    PRL_RETURN_IF_ERROR(c.AllReduceHost({totals, 3}, collective::ReduceOp::kSum));
+    return c.AllReduceHost({totals + 3, 1}, collective::ReduceOp::kMax);
   }));
-  return StepTotals{{totals[0], totals[1]}, static_cast<int64_t>(totals[2])};
+  return StepTotals{{totals[0], totals[1]}, static_cast<int64_t>(totals[3]), totals[2]};
 }
 
 // Every sample's routes, where it has any, fit the model (its MoE layers and top-k).
@@ -164,6 +170,7 @@ struct RankSums {
   double routed_tokens = 0, route_mismatches = 0;                // current weights
   double lagged_routed_tokens = 0, lagged_route_mismatches = 0;  // older weights
   double lag_sum = 0, lag_count = 0, lag_max = 0;  // learner version - token version
+  double router_aux_loss = 0;  // token-weighted over the step's micro-batches
 
   void AddLags(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
                int64_t learner_version) {
@@ -202,14 +209,16 @@ void CountRouteMismatches(const MicroBatch& mb, absl::Span<const uint8_t> recomp
   }
 }
 
-// One micro-batch: forward, the loss on its completion tokens, backward.
+// One micro-batch: forward, the loss on its completion tokens, backward. `share`: the
+// micro-batch's part of the step's input tokens (0 for a pass that trains nothing).
 absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& config,
-                     const LossNormalizer& normalizer, RankSums* sums) {
+                     const LossNormalizer& normalizer, double share, RankSums* sums) {
   const int64_t T = mb.batch.num_tokens(), N = static_cast<int64_t>(mb.mu.size());
   std::vector<float> logprobs(T, 0.0f);
   PRL_RETURN_IF_ERROR(model.Forward(mb.batch, config.temperature, absl::MakeSpan(logprobs),
                                     /*for_backward=*/true));
   CountRouteMismatches(mb, model.recomputed_routes(), model.config(), sums);
+  sums->router_aux_loss += share * model.load_balancing_loss();
   std::vector<float> pi(N), dpi(N, 0.0f);
   for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
   if (N > 0) {
@@ -224,15 +233,16 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
   }
   std::vector<float> dlogprobs(T, 0.0f);
   for (int64_t t = 0; t < N; ++t) dlogprobs[mb.target_positions[t]] = dpi[t];
-  return model.Backward(dlogprobs);
+  return model.Backward(dlogprobs, config.router_aux_loss_coef * share);
 }
 
 // The step's statistics over all ranks: sums, then maxima.
 absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) {
   std::vector<double> loss = r.loss.ToVector();  // kNumSums sums, then ratio_max
   std::vector<double> sums(loss.begin(), loss.begin() + LossStats::kNumSums);
-  sums.insert(sums.end(), {r.input_tokens, r.lag_sum, r.lag_count, r.routed_tokens,
-                           r.route_mismatches, r.lagged_routed_tokens, r.lagged_route_mismatches});
+  sums.insert(sums.end(),
+              {r.input_tokens, r.lag_sum, r.lag_count, r.routed_tokens, r.route_mismatches,
+               r.lagged_routed_tokens, r.lagged_route_mismatches, r.router_aux_loss});
   double maxima[] = {loss.back(), r.lag_max};
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
     PRL_RETURN_IF_ERROR(c.AllReduceHost(absl::MakeSpan(sums), collective::ReduceOp::kSum));
@@ -249,6 +259,7 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   stats->route_mismatches = static_cast<int64_t>(extra[4]);
   stats->lagged_routed_tokens = static_cast<int64_t>(extra[5]);
   stats->lagged_route_mismatches = static_cast<int64_t>(extra[6]);
+  stats->router_aux_loss = extra[7];
   return absl::OkStatus();
 }
 
@@ -267,9 +278,12 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   static const std::vector<int> kNone;
   for (int64_t p = 0; p < totals.passes; ++p) {
     const std::vector<int>& indices = p < static_cast<int64_t>(plan.size()) ? plan[p] : kNone;
+    double tokens = 0;
+    for (int i : indices) tokens += static_cast<double>(samples[i].input_tokens());
+    const double share = totals.input_tokens > 0 ? tokens / totals.input_tokens : 0.0;
     PRL_RETURN_IF_ERROR(
         RunPass(model, Build(samples, indices, model.config(), config.moe_routing, learner_version),
-                config, totals.normalizer, &sums));
+                config, totals.normalizer, share, &sums));
     sums.AddLags(samples, indices, learner_version);
   }
   StepStats stats;

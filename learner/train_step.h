@@ -30,6 +30,11 @@ struct StepConfig {
   // (TrainSample::routes; config/learner_kinds.h). Either way the step counts the completion
   // tokens whose recomputed routes differ from the recorded ones (StepStats).
   MoeRouting moe_routing = MoeRouting::kRecompute;
+  // Qwen3-MoE: the load-balancing loss's coefficient (model/moe_layer.h; transformers'
+  // router_aux_loss_coef), 0: off, as RL runs. The loss is computed over each micro-batch's
+  // input tokens (prompts included), as transformers computes it over its batch, and the
+  // micro-batches of all ranks are weighted by their share of the step's input tokens.
+  double router_aux_loss_coef = 0.0;
   int64_t micro_batch_tokens = 4096;  // input tokens per micro-batch (a longer sequence alone)
   float temperature = 1.0f;           // the learner's log-probs use the sampling temperature
 };
@@ -47,6 +52,9 @@ struct StepStats {
   // tokens of older weights (where the policy's change moves routes too).
   int64_t routed_tokens = 0, route_mismatches = 0;
   int64_t lagged_routed_tokens = 0, lagged_route_mismatches = 0;
+  // Qwen3-MoE: the load-balancing loss (without its coefficient), token-weighted over the
+  // step's micro-batches as above; computed whether or not it is trained on.
+  double router_aux_loss = 0;
   double seconds = 0;
 };
 

@@ -242,8 +242,9 @@ absl::Status ParseMoeKeys(const Json& root, const Reader& reader, ModelConfig* c
   PRL_ASSIGN_OR_RETURN(const bool router_logits, reader.Bool("output_router_logits", false));
   if (router_logits) {
     return reader.Error("output_router_logits",
-                        "true adds transformers' load-balancing loss, which prl does not "
-                        "compute (expected false)");
+                        "true makes transformers return the router logits for its "
+                        "load-balancing loss; prl's learner computes that loss itself when "
+                        "learner.router_aux_loss_coef > 0 (expected false)");
   }
   c->mlp_only_layers.clear();
   if (auto it = root.find("mlp_only_layers"); it != root.end() && !it->is_null()) {

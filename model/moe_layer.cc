@@ -170,7 +170,7 @@ void MoeForward(const ModelConfig& c, k::ReductionOrder order, const LayerParams
 
 void MoeBackward(const ModelConfig& c, const LayerParams& p, const LayerParams& g,
                  const MoeActivations& a, const Tensor& x, const Tensor& dout, const Tensor& dx,
-                 const MoeScratch& s) {
+                 const MoeScratch& s, const double* aux_dprobs) {
   const int64_t T = x.size(0), C = c.hidden_size, E = c.num_experts, K = c.num_experts_per_tok;
   const int32_t* row_of = a.row_of.i32();
   const int32_t* routes = a.routes.i32();
@@ -226,7 +226,14 @@ void MoeBackward(const ModelConfig& c, const LayerParams& p, const LayerParams& 
       for (int64_t kk = 0; kk < K; ++kk) dp[rt[kk]] = dw[t * K + kk];
     }
     double p_dot_dp = 0.0;
-    for (int64_t kk = 0; kk < K; ++kk) p_dot_dp += pt[rt[kk]] * dp[rt[kk]];
+    if (aux_dprobs == nullptr) {  // dp is zero off the routes
+      for (int64_t kk = 0; kk < K; ++kk) p_dot_dp += pt[rt[kk]] * dp[rt[kk]];
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        dp[e] += aux_dprobs[e];
+        p_dot_dp += pt[e] * dp[e];
+      }
+    }
     for (int64_t e = 0; e < E; ++e) {
       dlogits[t * E + e] = static_cast<float>(pt[e] * (dp[e] - p_dot_dp));
     }

@@ -19,7 +19,13 @@
 // not depend on the other tokens of the batch (the engine's routes equal the learner's).
 //
 // CPU (F32) only for now: the CUDA grouped kernels are not verified (kernels/cuda/, off).
-// The load-balancing loss (router_aux_loss_coef) is not computed: RL trains without it.
+//
+// The optional load-balancing loss (transformers' load_balancing_loss_func, off by default in
+// RL) over a pass of T tokens and its Lm MoE layers: f_e = count_e / (Lm T), where count_e
+// is how many of the Lm T K choices of the routers' own top-K (also where routes are replayed)
+// went to expert e; P_e = the mean of p[e] over the Lm T (layer, token) rows; and
+// aux = E sum_e f_e P_e. f is a count (no gradient); the gradient reaches the routers through
+// P: d aux / d p[t, e] = E f_e / (Lm T) in every MoE layer (MoeBackward's aux_dprobs).
 #pragma once
 
 #include <cstdint>
@@ -68,8 +74,10 @@ void MoeForward(const ModelConfig& config, kernels::ReductionOrder order, const 
 
 // Given dout (T, C), the gradient at out: dx (T, C) = the gradient at x (overwritten);
 // g.router_weight, g.experts_gate_up, g.experts_down +=. The residual's gradient is dout itself.
+// aux_dprobs: null, or (E) a gradient at every token's router probabilities p[t, e] added to
+// the one the block's output gives (the load-balancing loss's, above).
 void MoeBackward(const ModelConfig& config, const LayerParams& p, const LayerParams& g,
                  const MoeActivations& a, const Tensor& x, const Tensor& dout, const Tensor& dx,
-                 const MoeScratch& s);
+                 const MoeScratch& s, const double* aux_dprobs = nullptr);
 
 }  // namespace prl

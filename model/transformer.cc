@@ -65,6 +65,11 @@ struct Transformer::Workspace {
   // and the router's own routes of the last Forward, (T, Lm, K) token-major.
   std::vector<int32_t> forced_routes;
   std::vector<uint8_t> recomputed_routes;
+  // The load-balancing loss's sums over the MoE layers of the last Forward(for_backward)
+  // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
+  // expert, (E) each; its value; and in Backward its gradient at each p[t, e], (E).
+  std::vector<double> lb_count, lb_prob_sum, lb_dprobs;
+  double lb_loss = 0.0;
 
   LayerActivations& Slot(int64_t layer) {
     return layers[for_backward ? layer : layer % static_cast<int64_t>(layers.size())];
@@ -172,6 +177,9 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_targets, head_targets.data()));
   const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   ws.recomputed_routes.assign(T * Lm * K, 0);
+  ws.lb_count.assign(c.num_experts, 0.0);
+  ws.lb_prob_sum.assign(c.num_experts, 0.0);
+  ws.lb_loss = 0.0;
   ws.forced_routes.clear();
   if (!batch.routes.empty()) {  // (T, Lm, K) -> (Lm, T, K)
     ws.forced_routes.resize(batch.routes.size());
@@ -218,6 +226,13 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   }
   PRL_RETURN_IF_ERROR(release(head_unit));
   if (tied) PRL_RETURN_IF_ERROR(release(0));
+  if (Lm > 0) {  // aux = E sum_e f_e P_e over the Lm T (layer, token) rows
+    const double rows = static_cast<double>(Lm * T);
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      ws.lb_loss += (ws.lb_count[e] / rows) * (ws.lb_prob_sum[e] / rows);
+    }
+    ws.lb_loss *= static_cast<double>(c.num_experts);
+  }
   ws.backward_ready = for_backward;
   return absl::OkStatus();
 }
@@ -244,18 +259,25 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   });
   if (!p.is_moe()) return;
   const int32_t* recomputed = a.moe.recomputed.i32();
+  const float* probs = a.moe.probs.f32();  // (the MoE block runs on the CPU)
+  const int64_t E = c.num_experts;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t kk = 0; kk < K; ++kk) {
       ws.recomputed_routes[(t * Lm + moe_index) * K + kk] =
           static_cast<uint8_t>(recomputed[t * K + kk]);
+      ws.lb_count[recomputed[t * K + kk]] += 1.0;
     }
+    for (int64_t e = 0; e < E; ++e) ws.lb_prob_sum[e] += probs[t * E + e];
   }
 }
+
+double Transformer::load_balancing_loss() const { return ws_->lb_loss; }
 
 absl::Span<const uint8_t> Transformer::recomputed_routes() const { return ws_->recomputed_routes; }
 
 absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
-                                   const ModelParams& grads, UnitHooks* hooks) {
+                                   const ModelParams& grads, UnitHooks* hooks,
+                                   double load_balancing_weight) {
   Workspace& ws = *ws_;
   if (!ws.backward_ready) {
     return absl::FailedPreconditionError(
@@ -268,6 +290,15 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   ws.backward_ready = false;  // activations are consumed: one backward per forward
   const ModelConfig& c = config_;
   const int64_t T = ws.T, R = ws.R;
+  ws.lb_dprobs.clear();
+  if (load_balancing_weight != 0.0 && c.num_moe_layers() > 0) {
+    // d(weight aux) / d p[t, e] = weight E f_e / (Lm T), f_e = count_e / (Lm T).
+    const double rows = static_cast<double>(c.num_moe_layers() * T);
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      ws.lb_dprobs.push_back(load_balancing_weight * static_cast<double>(c.num_experts) *
+                             (ws.lb_count[e] / rows) / rows);
+    }
+  }
 
   using Pass = UnitHooks::Pass;
   const int head_unit = static_cast<int>(c.num_hidden_layers) + 1;
@@ -323,7 +354,8 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
 
   // MLP half: resid_out = mid + down(silu(gate(ln2)) * up(ln2)), or mid + MoE(ln2).
   if (p.is_moe()) {
-    MoeBackward(c, p, g, a.moe, a.ln2, ws.dresid, ws.dln, ws.moe);
+    MoeBackward(c, p, g, a.moe, a.ln2, ws.dresid, ws.dln, ws.moe,
+                ws.lb_dprobs.empty() ? nullptr : ws.lb_dprobs.data());
   } else {  // (the wide buffers hold the dense MLP's width only when the model has one)
     const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
     const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});

@@ -79,11 +79,13 @@ class Transformer {
   absl::Status Forward(const ModelParams& params, const PackedBatch& batch, float temperature,
                        absl::Span<float> logprobs, bool for_backward, UnitHooks* hooks = nullptr);
 
-  // grads += d(sum_t dlogprobs[t] * logprob[t]) / d(params). Needs the immediately preceding
+  // grads += d(sum_t dlogprobs[t] * logprob[t] + load_balancing_weight * aux) / d(params),
+  // aux the last Forward's load_balancing_loss(). Needs the immediately preceding
   // Forward(for_backward = true) with the same params; dlogprobs (T) is ignored where there
   // was no target.
   absl::Status Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
-                        const ModelParams& grads, UnitHooks* hooks = nullptr);
+                        const ModelParams& grads, UnitHooks* hooks = nullptr,
+                        double load_balancing_weight = 0.0);
 
   const ModelConfig& config() const { return config_; }
   // Qwen3-MoE: the experts the router chose in the last Forward, (T, Lm, K) token-major as the
@@ -91,6 +93,9 @@ class Transformer {
   // expert in the l-th MoE layer. Replayed positions report the router's choice too, so a
   // caller can count where it differs from the replayed one. Empty for a dense model.
   absl::Span<const uint8_t> recomputed_routes() const;
+  // Qwen3-MoE: the load-balancing loss (model/moe_layer.h: E sum_e f_e P_e) over the tokens
+  // and MoE layers of the last Forward; 0 for a dense model.
+  double load_balancing_loss() const;
   // Bytes currently held for activations and scratch.
   size_t workspace_bytes() const;
 

@@ -17,6 +17,7 @@ absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection&
   c.loss.clip_high = l.clip_high;
   c.micro_batch_tokens = l.micro_batch_tokens;
   c.moe_routing = l.moe_routing;
+  c.router_aux_loss_coef = l.router_aux_loss_coef;
   c.temperature = temperature;
   PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(c));
   return c;

@@ -95,16 +95,20 @@ def reference_step(args):
         return [s == 0 for s in line.get("sources", [0] * len(line["completion"]))]
     total_tokens = sum(sum(trained(line)) for line in lines)
     loss = torch.zeros((), dtype=torch.float64)
+    router_log = [] if args.router_aux_loss_coef > 0 else None
     for line, a in zip(lines, adv):
         tokens = line["prompt"] + line["completion"]
         keep = torch.tensor(trained(line))
-        pi = ref.score_line(cfg, params, tokens, len(line["prompt"]))[keep]
+        pi = ref.score_line(cfg, params, tokens, len(line["prompt"]),
+                            router_log=router_log)[keep]
         mu = torch.tensor(line["behaviour_logprobs"], dtype=torch.float32).double()[keep]
         per_token = token_loss(args.loss, pi, mu, a, args)
         if args.normalization == "tokens":
             loss = loss + per_token.sum() / total_tokens
         else:
             loss = loss + per_token.mean() / len(lines)
+    if router_log is not None:  # over all the step's input tokens: prl's single micro-batch
+        loss = loss + args.router_aux_loss_coef * ref.load_balancing_loss(cfg, router_log)
     loss.backward()
     grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)) for n, t in params.items()}
     norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
@@ -204,7 +208,7 @@ def main(argv=None):
                           ("--beta1", 0.9), ("--beta2", 0.95), ("--eps", 1e-8),
                           ("--tis-cap", 2.0), ("--clip-low", 0.2), ("--clip-high", 0.2),
                           ("--grad-rtol", 1e-4), ("--param-rtol", 1e-5),
-                          ("--update-rtol", 1e-3)):
+                          ("--update-rtol", 1e-3), ("--router-aux-loss-coef", 0.0)):
         c.add_argument(flag, type=float, default=default)
     c.set_defaults(fn=cmd_check_step)
     m = sub.add_parser("compare-models")

@@ -10,7 +10,8 @@
 #     weight by a fraction of lr that depends on the gradient's last fp32 digits;
 #   - world sizes 1, 2, 3 and micro-batch budgets of one sequence up to the whole batch give
 #     gradients and updated weights within 1e-5 relative (the issue's bar), SGD and AdamW;
-#   - agentic episodes (environment tokens as context, never trained) against the reference.
+#   - agentic episodes (environment tokens as context, never trained) against the reference;
+#   - Qwen3-MoE: the load-balancing loss's gradient against the reference.
 #
 # usage: learner_step_matches_reference.sh PRL WORKDIR ARCH-FLAGS...
 set -euo pipefail
@@ -92,4 +93,13 @@ $PY "$REF" check-step --model m0 --rollouts episodes.jsonl --prl-out episodes \
   --normalization sequence --world-size 2 > episodes_seq.log
 $PY "$REF" check-step --model m0 --rollouts episodes.jsonl --prl-out episodes_seq \
   --grads episodes_seq.grads.safetensors --optimizer sgd --lr 0.01 --normalization sequence
+
+# Qwen3-MoE: the load-balancing loss (transformers' load_balancing_loss_func) on top of the
+# policy loss, over the step's input tokens in one micro-batch; a large coefficient so that its
+# gradient is a large part of the routers'.
+if [[ " $* " == *" qwen3_moe "* ]]; then
+  step aux --optimizer sgd --lr 0.01 --router-aux-loss-coef 0.5
+  $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --prl-out aux \
+    --grads aux.grads.safetensors --optimizer sgd --lr 0.01 --router-aux-loss-coef 0.5
+fi
 echo "learner step matches the reference"

@@ -360,10 +360,13 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
-def sparse_moe_block(cfg, w, h):
-    """transformers' Qwen3MoeSparseMoeBlock: h (T, C) -> (T, C)."""
+def sparse_moe_block(cfg, w, h, router_log=None):
+    """transformers' Qwen3MoeSparseMoeBlock: h (T, C) -> (T, C). router_log, if given,
+    receives (probs (T, E), chosen (T, K)) for the load-balancing loss."""
     probs = torch.softmax(h @ w["mlp.gate.weight"].t(), dim=-1)
     top, chosen = torch.topk(probs, cfg.top_k, dim=-1)
+    if router_log is not None:
+        router_log.append((probs, chosen))
     if cfg.norm_topk:
         top = top / top.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(h)
@@ -379,7 +382,7 @@ def sparse_moe_block(cfg, w, h):
     return out
 
 
-def forward(cfg, params, tokens, temperature=1.0):
+def forward(cfg, params, tokens, temperature=1.0, router_log=None):
     """Log-probabilities (T, vocab) of softmax(logits / temperature)."""
     T, D, H, KV = len(tokens), cfg.head_dim, cfg.heads, cfg.kv_heads
     x = params["model.embed_tokens.weight"][torch.as_tensor(tokens)]
@@ -415,7 +418,7 @@ def forward(cfg, params, tokens, temperature=1.0):
             x = x + w["self_attn.o_proj.bias"]
         h = rms_norm(x, w["post_attention_layernorm.weight"], cfg.eps)
         if cfg.is_moe(i):
-            x = x + sparse_moe_block(cfg, w, h)
+            x = x + sparse_moe_block(cfg, w, h, router_log)
             continue
         gate = torch.nn.functional.silu(h @ w["mlp.gate_proj.weight"].t())
         up = h @ w["mlp.up_proj.weight"].t()
@@ -425,11 +428,11 @@ def forward(cfg, params, tokens, temperature=1.0):
     return torch.log_softmax(x @ head.t() / temperature, dim=-1)
 
 
-def score_line(cfg, params, tokens, score_from, temperature=1.0):
+def score_line(cfg, params, tokens, score_from, temperature=1.0, router_log=None):
     """log p(tokens[i] | tokens[:i]) for i in [score_from, len(tokens))."""
     if not 1 <= score_from < len(tokens):
         raise ValueError("need 1 <= score_from < len(tokens)")
-    logp = forward(cfg, params, tokens[:-1], temperature)
+    logp = forward(cfg, params, tokens[:-1], temperature, router_log)
     rows = torch.arange(score_from - 1, len(tokens) - 1)
     return logp[rows, torch.as_tensor(tokens[score_from:])]
 
@@ -452,6 +455,18 @@ def score_all(cfg, params, requests, want_grads, temperature=1.0):
     return results, {n: (t.grad if t.grad is not None
                          else torch.zeros_like(t)).numpy()
                      for n, t in params.items()}
+
+
+def load_balancing_loss(cfg, router_log):
+    """transformers' load_balancing_loss_func over every (probs, chosen) logged, all layers and
+    tokens concatenated: E * sum_e f_e P_e, f_e the share of (row, k) choices of expert e per
+    row, P_e the mean router probability of e. Differentiable through the probabilities."""
+    probs = torch.cat([p for p, _ in router_log])
+    chosen = torch.cat([c for _, c in router_log])
+    mask = torch.nn.functional.one_hot(chosen, cfg.experts).double()  # (rows, K, E)
+    tokens_per_expert = mask.mean(dim=0)                                # (K, E)
+    prob_per_expert = probs.mean(dim=0)                                 # (E)
+    return cfg.experts * (tokens_per_expert * prob_per_expert[None, :]).sum()
 
 
 def read_jsonl(path):
