@@ -144,6 +144,12 @@ absl::Status RunE2eBench(const E2eFlags& f) {
                             pipe["eval_after"].get<double>() - pipe["eval_before"].get<double>(),
                             "accuracy", "sync eval_after - eval_before",
                             sync["eval_after"].get<double>() - sync["eval_before"].get<double>()});
+  if (pipe.contains("eval_multi_turn_after")) {  // agentic episodes (env.name)
+    report.results.push_back({"pipeline held-out multi-turn share after",
+                              pipe["eval_multi_turn_after"].get<double>(), "episodes",
+                              "sync held-out multi-turn share after",
+                              sync["eval_multi_turn_after"].get<double>()});
+  }
   // Reward versus time: mean step reward in quarters of the shorter run.
   const double span = std::min(pipe["rl_seconds"].get<double>(), sync["rl_seconds"].get<double>());
   for (int q = 0; q < 4; ++q) {

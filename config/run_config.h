@@ -42,9 +42,11 @@ inline constexpr NamedValue<WeightTransport> kWeightTransportNames[] = {
     {"cuda_ipc", WeightTransport::kCudaIpc},
     {"nccl", WeightTransport::kNccl}};
 
-// The run's task: the built-in arithmetic problems, or prompts from the user's files.
-enum class TaskName { kArithmetic, kPrompts };
+// The run's task: the built-in arithmetic problems, the built-in guessing game's secrets
+// (with env.name = guess_number), or prompts from the user's files.
+enum class TaskName { kArithmetic, kGuessNumber, kPrompts };
 inline constexpr NamedValue<TaskName> kTaskNames[] = {{"arithmetic", TaskName::kArithmetic},
+                                                      {"guess_number", TaskName::kGuessNumber},
                                                       {"prompts", TaskName::kPrompts}};
 
 // The arithmetic reward's credit: exact (1 iff the answer is right) or digits (partial credit
@@ -90,6 +92,20 @@ struct TaskSection {
   ArithmeticCredit credit = ArithmeticCredit::kExact;
 };
 
+// Agentic episodes for `prl run`'s task (docs/environments.md): every prompt of the run, in
+// training and in the held-out evaluation, is an episode against this environment, scored by
+// it (task.reward is not used). Empty name: one completion per prompt, as before.
+struct EnvSection {
+  std::string name;     // calculator, guess_number (built in), or the name address serves
+  std::string address;  // an EnvironmentService host:port; empty: built in. prl run allows it
+                        // (coordinator.env_addresses) for its own coordinator
+  std::map<std::string, std::string> params;  // StartEpisode's parameters, e.g. call_open
+  int32_t max_turns = 0;                      // model turns per episode; 0: 8
+  int32_t max_tokens_per_turn = 0;            // 0: task.max_tokens
+  int32_t max_episode_tokens = 0;             // model and environment tokens; 0: no limit
+  double timeout_s = 0;                       // one call's budget, retries included; 0: 30
+};
+
 // The supervised warm-start before RL (steps 0: none). The defaults take the tiny model to
 // about 57% greedy held-out accuracy in ~30 s on 2 cores: room for RL, and groups of samples
 // that disagree often enough for GRPO to have a signal.
@@ -97,6 +113,10 @@ struct SftSection {
   int64_t steps = 2000;
   double lr = 3e-3;
   int64_t examples_per_step = 128;
+  // With a built-in environment (env.name): the share of the warm-start's examples that
+  // demonstrate it (runner/demonstrations.h: the calculator's examples call the tool, the rest
+  // answer at once), so that RL starts from a model that sometimes uses it.
+  double env_demo_fraction = 0.25;
 };
 
 struct CoordinatorSection {
@@ -251,6 +271,7 @@ struct RunConfig {
   RunSection run;
   ModelSection model;
   TaskSection task;
+  EnvSection env;
   SftSection sft;
   CoordinatorSection coordinator;
   ActorsSection actors;

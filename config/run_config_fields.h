@@ -39,7 +39,7 @@ void VisitRunFields(RunConfig& c, Visitor& v) {
 template <typename Visitor>
 void VisitTaskFields(RunConfig& c, Visitor& v) {
   v("task", "name", Enum(c.task.name, kTaskNames),
-    "arithmetic (built-in) or prompts (train_file and eval_file)");
+    "arithmetic or guess_number (built-in), or prompts (train_file and eval_file)");
   v("task", "train_file", c.task.train_file,
     "prompts: JSONL of {\"text\" | \"messages\", \"reference\"} to train on");
   v("task", "eval_file", c.task.eval_file, "prompts: JSONL of held-out prompts (same format)");
@@ -57,9 +57,22 @@ void VisitTaskFields(RunConfig& c, Visitor& v) {
     "The reward's parameters, an object of strings (regex: pattern; remote: address)");
   v("task", "credit", Enum(c.task.credit, kArithmeticCreditNames),
     "Arithmetic reward: exact, or digits (partial credit per digit)");
+  v("env", "name", c.env.name,
+    "Agentic episodes: calculator, guess_number, or the environment at env.address (empty: "
+    "none)");
+  v("env", "address", c.env.address, "An EnvironmentService's host:port (empty: built in)");
+  v("env", "params", c.env.params, "The environment's parameters, an object of strings");
+  v("env", "max_turns", c.env.max_turns, "Model turns per episode (0: 8)");
+  v("env", "max_tokens_per_turn", c.env.max_tokens_per_turn,
+    "Tokens of one model turn (0: task.max_tokens)");
+  v("env", "max_episode_tokens", c.env.max_episode_tokens,
+    "Completion tokens of an episode, model and environment (0: no limit)");
+  v("env", "timeout_s", c.env.timeout_s, "One environment call's budget, retries included (0: 30)");
   v("sft", "steps", c.sft.steps, "Supervised warm-start steps (0: none)");
   v("sft", "lr", c.sft.lr, "Warm-start learning rate");
   v("sft", "examples_per_step", c.sft.examples_per_step, "Warm-start examples per step");
+  v("sft", "env_demo_fraction", c.sft.env_demo_fraction,
+    "Built-in environments: share of warm-start examples that demonstrate it");
 }
 
 template <typename Visitor>

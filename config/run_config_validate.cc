@@ -63,6 +63,30 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
                             "a number in (0, 1]", c.task.top_p));
   PRL_RETURN_IF_ERROR(Range(c.sft.steps >= 0, "sft.steps", ">= 0", c.sft.steps));
   PRL_RETURN_IF_ERROR(Range(c.sft.lr > 0, "sft.lr", "a number > 0", c.sft.lr));
+  PRL_RETURN_IF_ERROR(Range(c.sft.env_demo_fraction >= 0 && c.sft.env_demo_fraction <= 1,
+                            "sft.env_demo_fraction", "a number in [0, 1]",
+                            c.sft.env_demo_fraction));
+  PRL_RETURN_IF_ERROR(Range(!c.env.address.empty() || c.env.name.empty() ||
+                                c.env.name == "calculator" || c.env.name == "guess_number",
+                            "env.name", "a built-in environment (calculator, guess_number) or "
+                            "an env.address", Quoted(c.env.name)));
+  PRL_RETURN_IF_ERROR(Range(c.task.name != TaskName::kGuessNumber ||
+                                (c.env.name == "guess_number" && c.env.address.empty()),
+                            "env.name", "guess_number (built in) for task.name = guess_number",
+                            Quoted(c.env.name)));
+  PRL_RETURN_IF_ERROR(Range(c.env.address.empty() || !c.env.name.empty(), "env.name",
+                            "the name of the environment env.address serves", "''"));
+  PRL_RETURN_IF_ERROR(Address(c.env.address, "env.address", true));
+  PRL_RETURN_IF_ERROR(Range(c.env.max_turns >= 0 && c.env.max_turns <= 1024, "env.max_turns",
+                            "0 (8) to 1024", c.env.max_turns));
+  PRL_RETURN_IF_ERROR(Range(c.env.max_tokens_per_turn >= 0 &&
+                                c.env.max_tokens_per_turn <= c.task.max_tokens,
+                            "env.max_tokens_per_turn", "0 (task.max_tokens) to task.max_tokens",
+                            c.env.max_tokens_per_turn));
+  PRL_RETURN_IF_ERROR(Range(c.env.max_episode_tokens >= 0, "env.max_episode_tokens",
+                            ">= 0 (0: no limit)", c.env.max_episode_tokens));
+  PRL_RETURN_IF_ERROR(Range(c.env.timeout_s >= 0 && c.env.timeout_s <= 3600, "env.timeout_s",
+                            "0 (30) to 3600", c.env.timeout_s));
   return Range(c.sft.examples_per_step >= 1, "sft.examples_per_step", ">= 1",
                c.sft.examples_per_step);
 }

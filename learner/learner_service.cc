@@ -18,6 +18,15 @@ namespace {
 void AddSampleLags(absl::Span<const TrainSample> samples, int64_t learner_version,
                    LearnerStepReport* out) {
   const double version = static_cast<double>(learner_version);
+  int64_t multi_turn = 0;
+  for (const TrainSample& sample : samples) {
+    multi_turn += std::find(sample.sources.begin(), sample.sources.end(), 1) !=
+                          sample.sources.end()
+                      ? 1
+                      : 0;
+  }
+  out->report.multi_turn_fraction =
+      samples.empty() ? 0.0 : static_cast<double>(multi_turn) / static_cast<double>(samples.size());
   for (const TrainSample& sample : samples) {
     const int64_t trained = sample.trained_tokens();  // not an episode's environment tokens
     out->report.completion_tokens += trained;

@@ -42,6 +42,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("lagged_routed_tokens", r.lagged_routed_tokens, /*optional=*/true);
   v("lagged_route_mismatch_fraction", r.lagged_route_mismatch_fraction, /*optional=*/true);
   v("router_aux_loss", r.router_aux_loss, /*optional=*/true);
+  v("multi_turn_fraction", r.multi_turn_fraction, /*optional=*/true);
   v("step_seconds", r.step_seconds);
   v("publish_seconds", r.publish_seconds);
   v("dropped_stale", r.dropped_stale);

@@ -42,6 +42,9 @@ struct StepReport {
   double lagged_route_mismatch_fraction = 0;
   // Qwen3-MoE: the load-balancing loss (StepStats::router_aux_loss). Optional (0 when absent).
   double router_aux_loss = 0;
+  // Agentic episodes: the share of the step's samples in which the environment answered at
+  // least once (the calculator was called, the game went on). Optional (0 when absent).
+  double multi_turn_fraction = 0;
   // The longest completion trained on (tokens): what a sync-mode step waited for. Optional in
   // ParseStepReport (0 when absent, as in reports written before it existed).
   int64_t completion_tokens_max = 0;

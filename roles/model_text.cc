@@ -15,7 +15,7 @@ absl::StatusOr<std::shared_ptr<const tokenizer::TextCodec>> OpenModelText(
     codec = std::move(*hf);
   } else if (!absl::IsNotFound(hf.status())) {
     return hf.status();
-  } else if (config.task.name == config::TaskName::kArithmetic) {
+  } else if (config.task.name != config::TaskName::kPrompts) {  // a built-in task
     codec = std::make_shared<task::CharTextCodec>();
   } else {
     return absl::NotFoundError(absl::StrCat(

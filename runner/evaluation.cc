@@ -8,11 +8,16 @@
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
 #include "inference_engine/engine.h"
+#include "runner/episode_evaluation.h"
 
 namespace prl::runner {
 
 absl::StatusOr<EvalResult> Evaluate(std::shared_ptr<const ParameterSet> weights,
-                                    const TaskSource& task, int64_t count, int32_t max_tokens) {
+                                    const TaskSource& task, int64_t count, int32_t max_tokens,
+                                    const prl::v1::EnvironmentSpec& environment) {
+  if (!environment.name().empty()) {
+    return EvaluateEpisodes(std::move(weights), task, count, max_tokens, environment);
+  }
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.EvalPrompts(count));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<reward::RewardFunction> reward,

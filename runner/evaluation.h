@@ -1,6 +1,8 @@
 // Held-out evaluation of the run's task (runner/task_source.h): greedy decoding with prl's
 // engine of the task's held-out prompts (never trained on), each completion decoded with the
-// task's text and scored by its evaluation reward (the arithmetic task: exact match).
+// task's text and scored by its evaluation reward (the arithmetic task: exact match). With an
+// environment (env.name), each prompt is a greedy episode against it, run by the actor's own
+// episode machinery (actor/episode_runner.h), scored by the environment.
 // `prl run` reports it before RL (eval_before) and after (eval_after).
 #pragma once
 
@@ -17,11 +19,16 @@ struct EvalResult {
   double accuracy = 0;  // mean reward over the prompts (the arithmetic task: exact, in [0, 1])
   int64_t problems = 0;
   double seconds = 0;
+  // Episodes: the share with two or more model turns (the environment answered at least once:
+  // the calculator was called, the game went on), and the mean model turns.
+  double multi_turn_rate = 0, turns_mean = 0;
 };
 
 // Greedy (temperature 0) completions of the first `count` held-out prompts, at most
-// `max_tokens` tokens each, stopping at the text's stop ids.
+// `max_tokens` tokens each, stopping at the text's stop ids; with a non-empty `environment`
+// (EnvironmentOf) greedy episodes, max_tokens per turn within its limits.
 absl::StatusOr<EvalResult> Evaluate(std::shared_ptr<const ParameterSet> weights,
-                                    const TaskSource& task, int64_t count, int32_t max_tokens);
+                                    const TaskSource& task, int64_t count, int32_t max_tokens,
+                                    const prl::v1::EnvironmentSpec& environment = {});
 
 }  // namespace prl::runner

@@ -70,12 +70,16 @@ class Run {
                 std::string(EnumName(config::kTaskNames, c_.task.name)).c_str(),
                 task_->text().Describe().c_str());
     if (c_.sft.steps > 0) {  // what the warm-start starts from
-      PRL_ASSIGN_OR_RETURN(outcome_.eval_init, Evaluate(start, "eval_init"));
+      PRL_ASSIGN_OR_RETURN(const EvalResult init, Evaluate(start, "eval_init"));
+      outcome_.eval_init = init.accuracy;
     }
     PRL_ASSIGN_OR_RETURN(const WarmStartResult warm,
                          WarmStart(c_, *task_, start, o_.prl_path, o_.resume, o_.interrupted));
     outcome_.warm_start_seconds = warm.seconds;
-    PRL_ASSIGN_OR_RETURN(outcome_.eval_before, Evaluate(warm.model, "eval_before"));
+    PRL_ASSIGN_OR_RETURN(const EvalResult before, Evaluate(warm.model, "eval_before"));
+    outcome_.eval_before = before.accuracy;
+    outcome_.multi_turn_before = before.multi_turn_rate;
+    outcome_.turns_before = before.turns_mean;
     PRL_ASSIGN_OR_RETURN(roles_, PrepareRoles(c_, warm.model, o_.prl_path));
     outcome_.role_config = roles_.role_config_path;
     PRL_RETURN_IF_ERROR(StartRoles());
@@ -84,7 +88,10 @@ class Run {
     PRL_RETURN_IF_ERROR(Export());
     outcome_.model_final = dir_ + "/model-final";
     PRL_RETURN_IF_ERROR(CopyTokenizerFiles(start, outcome_.model_final));
-    PRL_ASSIGN_OR_RETURN(outcome_.eval_after, Evaluate(outcome_.model_final, "eval_after"));
+    PRL_ASSIGN_OR_RETURN(const EvalResult after, Evaluate(outcome_.model_final, "eval_after"));
+    outcome_.eval_after = after.accuracy;
+    outcome_.multi_turn_after = after.multi_turn_rate;
+    outcome_.turns_after = after.turns_mean;
     for (const Supervised& a : actors_) outcome_.actor_restarts += a.restarts;
     outcome_.learner_restarts = learner_.restarts;
     outcome_.coordinator_restarts = coordinator_.restarts;
@@ -133,15 +140,22 @@ class Run {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<double> Evaluate(const std::string& model_dir, const char* what) {
+  absl::StatusOr<EvalResult> Evaluate(const std::string& model_dir, const char* what) {
     PRL_ASSIGN_OR_RETURN(ParameterSet weights, LoadModel(model_dir, Device::Cpu()));
+    const prl::v1::EnvironmentSpec environment = EnvironmentOf(c_);
     PRL_ASSIGN_OR_RETURN(const EvalResult r,
                          runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)),
-                                          *task_, c_.task.eval_prompts, c_.task.max_tokens));
-    std::printf("%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)\n", what, r.accuracy,
+                                          *task_, c_.task.eval_prompts, c_.task.max_tokens,
+                                          environment));
+    std::printf("%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)", what, r.accuracy,
                 static_cast<long long>(r.problems), r.seconds);
+    if (!environment.name().empty()) {
+      std::printf("; %s episodes: %.3f of two or more model turns, %.2f turns on average",
+                  environment.name().c_str(), r.multi_turn_rate, r.turns_mean);
+    }
+    std::printf("\n");
     std::fflush(stdout);
-    return r.accuracy;
+    return r;
   }
 
   absl::Status StartRoles() {

@@ -1,5 +1,6 @@
 #include "runner/role_specs.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -72,6 +73,12 @@ absl::StatusOr<RoleSpecs> PrepareRoles(const config::RunConfig& config,
   c = config;
   c.model.path = start_model;
   c.learner.report_file = c.run_dir() + "/learner_steps.jsonl";
+  // The run's own environment server is one its coordinator allows.
+  std::vector<std::string>& allowed = c.coordinator.env_addresses;
+  if (!c.env.address.empty() &&
+      std::find(allowed.begin(), allowed.end(), c.env.address) == allowed.end()) {
+    allowed.push_back(c.env.address);
+  }
   PRL_RETURN_IF_ERROR(ResolvePort(&c.coordinator.listen));
   PRL_RETURN_IF_ERROR(ResolvePort(&c.broadcast.listen));
   out.role_config_path = c.run_dir() + "/config.json";

@@ -52,6 +52,7 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
                      {"reward", s.mean_reward},
                      {"lag_mean", s.lag_mean},
                      {"kl_behaviour_learner", s.kl_behaviour_learner}});
+    if (!config_.env.name.empty()) curve.back()["multi_turn_fraction"] = s.multi_turn_fraction;
   }
   const double seconds = rl_seconds_;
   Json j;
@@ -61,6 +62,13 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
   j["eval_before"] = o.eval_before;
   j["eval_after"] = o.eval_after;
   j["eval_prompts"] = config_.task.eval_prompts;
+  if (!config_.env.name.empty()) {
+    j["environment"] = config_.env.name;
+    j["eval_multi_turn_before"] = o.multi_turn_before;
+    j["eval_multi_turn_after"] = o.multi_turn_after;
+    j["eval_turns_before"] = o.turns_before;
+    j["eval_turns_after"] = o.turns_after;
+  }
   j["steps"] = steps_.empty() ? 0 : steps_.back().step;
   j["samples"] = samples;
   j["completion_tokens"] = completion_tokens_;

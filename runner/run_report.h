@@ -31,6 +31,9 @@ class RunReport {
     // the warm-start (before RL) and after RL.
     std::optional<double> eval_init;
     double eval_before = 0, eval_after = 0, warm_start_seconds = 0;
+    // With an environment: the held-out episodes' share of two or more model turns (the
+    // calculator's tool-use rate) and their mean model turns, before and after RL.
+    double multi_turn_before = 0, multi_turn_after = 0, turns_before = 0, turns_after = 0;
     int actor_restarts = 0, learner_restarts = 0, coordinator_restarts = 0;
     std::string model_final, role_config;
   };

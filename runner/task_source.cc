@@ -1,7 +1,10 @@
 #include "runner/task_source.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
@@ -69,6 +72,64 @@ class ArithmeticSource final : public TaskSource {
   task::CharTextCodec text_;
 };
 
+// The guessing game's secrets (env/guess_number.h) in [low, high] of env.params (1 to 100 by
+// default), as prompts "#" in the character tokenizer: train and warm-start secrets drawn
+// uniformly per seed; the held-out ones every secret of the range in turn (so the accuracy is
+// the share of the range found), at most eval_prompts of them.
+class GuessNumberSource final : public TaskSource {
+ public:
+  explicit GuessNumberSource(const config::RunConfig& c) : c_(c) {
+    auto param = [&](const char* key, int64_t fallback) {
+      auto it = c.env.params.find(key);
+      int64_t v = fallback;
+      if (it != c.env.params.end()) absl::SimpleAtoi(it->second, &v);
+      return v;
+    };
+    low_ = param("low", 1);
+    high_ = std::max(low_, param("high", 100));
+  }
+
+  absl::StatusOr<std::vector<v1::Prompt>> SftPrompts(int64_t count) const override {
+    return Drawn(c_.run.seed * 7919 + 1, count);
+  }
+  absl::StatusOr<std::vector<v1::Prompt>> TrainPrompts(int64_t chunk,
+                                                       int64_t count) const override {
+    return Drawn(c_.run.seed * 104729 + 17 + chunk, count);
+  }
+  absl::StatusOr<std::vector<v1::Prompt>> EvalPrompts(int64_t count) const override {
+    std::vector<v1::Prompt> out;
+    for (int64_t s = low_; s <= high_ && static_cast<int64_t>(out.size()) < count; ++s) {
+      out.push_back(Secret(s));
+    }
+    return out;
+  }
+  const tokenizer::TextCodec& text() const override { return text_; }
+  // Unused: the environment scores the episodes.
+  reward::RewardSpec TrainReward() const override { return {"exact_match", {}}; }
+  reward::RewardSpec EvalReward() const override { return {"exact_match", {}}; }
+
+ private:
+  v1::Prompt Secret(int64_t secret) const {
+    v1::Prompt p;
+    const task::CharTokenizer tokenizer;
+    p.mutable_tokens()->add_ids(tokenizer.bos_id());
+    p.mutable_tokens()->add_ids(tokenizer.Encode("#")->front());
+    p.set_reference(absl::StrCat(secret));
+    return p;
+  }
+  std::vector<v1::Prompt> Drawn(uint64_t seed, int64_t count) const {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> secret(low_, high_);
+    std::vector<v1::Prompt> out;
+    for (int64_t i = 0; i < count; ++i) out.push_back(Secret(secret(rng)));
+    return out;
+  }
+
+  const config::RunConfig& c_;
+  int64_t low_ = 1, high_ = 100;
+  task::CharTextCodec text_;
+};
+
 class PromptFileSource final : public TaskSource {
  public:
   PromptFileSource(const config::RunConfig& c, std::shared_ptr<const tokenizer::TextCodec> text,
@@ -123,6 +184,9 @@ absl::StatusOr<std::unique_ptr<TaskSource>> OpenTask(const config::RunConfig& c,
   if (c.task.name == config::TaskName::kArithmetic) {
     return std::unique_ptr<TaskSource>(new ArithmeticSource(c));
   }
+  if (c.task.name == config::TaskName::kGuessNumber) {
+    return std::unique_ptr<TaskSource>(new GuessNumberSource(c));
+  }
   PRL_ASSIGN_OR_RETURN(std::vector<v1::Prompt> train,
                        ReadTaskFile(c.task.train_file, "task.train_file"));
   PRL_ASSIGN_OR_RETURN(std::vector<v1::Prompt> eval,
@@ -135,6 +199,20 @@ absl::StatusOr<std::unique_ptr<TaskSource>> OpenTask(const config::RunConfig& c,
   }
   return std::unique_ptr<TaskSource>(
       new PromptFileSource(c, std::move(*text), std::move(train), std::move(eval)));
+}
+
+v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& c) {
+  v1::EnvironmentSpec e;
+  if (c.env.name.empty()) return e;
+  e.set_name(c.env.name);
+  e.set_address(c.env.address);
+  for (const auto& [k, v] : c.env.params) (*e.mutable_parameters())[k] = v;
+  e.set_max_turns(c.env.max_turns > 0 ? c.env.max_turns : 8);
+  e.set_max_tokens_per_turn(c.env.max_tokens_per_turn > 0 ? c.env.max_tokens_per_turn
+                                                          : c.task.max_tokens);
+  e.set_max_episode_tokens(c.env.max_episode_tokens);
+  e.set_timeout_s(c.env.timeout_s > 0 ? c.env.timeout_s : 30);
+  return e;
 }
 
 absl::StatusOr<std::vector<SftExample>> SftExamples(const TaskSource& task,

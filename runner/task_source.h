@@ -3,7 +3,8 @@
 //
 //   arithmetic  the built-in task (task/arithmetic_task.h): problems drawn from a seeded split,
 //               token prompts in the character tokenizer, the arithmetic reward (task.credit
-//               for training, exact for evaluation).
+//               for training, exact for evaluation); with env.name = calculator, episodes.
+//   guess_number  the built-in guessing game's secrets (env.name = guess_number).
 //   prompts     task.train_file and task.eval_file, JSONL prompt lines with a "reference"
 //               (coordinator/prompt_format.h), through the model's own tokenizer and chat
 //               template, scored by task.reward with task.reward_params.
@@ -24,6 +25,9 @@ namespace prl::runner {
 // A supervised example: the learner trains on the completion (the reference and a stop token).
 struct SftExample {
   std::vector<int32_t> prompt, completion;
+  // An episode's demonstration: per completion token, 0 the model's (trained), 1 the
+  // environment's (context only). Empty: every token is the model's.
+  std::vector<uint8_t> sources;
 };
 
 class TaskSource {
@@ -46,6 +50,10 @@ class TaskSource {
 absl::StatusOr<std::unique_ptr<TaskSource>> OpenTask(const config::RunConfig& config,
                                                      const std::string& model_dir,
                                                      int64_t model_vocab_size);
+
+// The run's environment (env.*) as prompt sets name it, with the defaults filled in as the
+// coordinator fills them; an empty name: the task has no episodes.
+prl::v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& config);
 
 // The warm-start's examples of `prompts`: the prompt's tokens, and the reference's followed by
 // the first stop id.

@@ -12,6 +12,7 @@
 #include "core/status_macros.h"
 #include "model/presets.h"
 #include "nlohmann/json.hpp"
+#include "runner/demonstrations.h"
 #include "runner/role_specs.h"
 #include "runner/task_source.h"
 #include "task/char_tokenizer.h"
@@ -25,7 +26,7 @@ absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& c, bool r
     std::printf("model: %s\n", c.model.path.c_str());
     return c.model.path;
   }
-  if (c.task.name != config::TaskName::kArithmetic) {
+  if (c.task.name == config::TaskName::kPrompts) {
     return absl::InvalidArgumentError(
         "model.path: task.name = prompts needs a model directory with tokenizer files (prl model "
         "init --tokenizer DIR creates one with random weights)");
@@ -46,18 +47,24 @@ absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& c, bool r
 
 namespace {
 
-// The task's warm-start examples as supervised rollout lines (completion = the reference).
+// The task's warm-start examples as supervised rollout lines: completion = the reference, or
+// with a built-in environment its demonstrations (runner/demonstrations.h).
 absl::Status WriteSftExamples(const config::RunConfig& c, const TaskSource& task,
                               int64_t vocab_size, const std::string& path) {
   const int64_t n = std::min<int64_t>(c.sft.steps * c.sft.examples_per_step, 50'000);
   PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.SftPrompts(n));
-  PRL_ASSIGN_OR_RETURN(const std::vector<SftExample> examples,
-                       SftExamples(task, prompts, vocab_size));
+  const prl::v1::EnvironmentSpec environment = EnvironmentOf(c);
+  absl::StatusOr<std::vector<SftExample>> made =
+      HasDemonstrations(environment)
+          ? Demonstrations(environment, task.text(), prompts, vocab_size, c.sft.env_demo_fraction)
+          : SftExamples(task, prompts, vocab_size);
+  PRL_ASSIGN_OR_RETURN(const std::vector<SftExample> examples, std::move(made));
   std::ofstream f(path);
   for (const SftExample& e : examples) {
     nlohmann::ordered_json line;
     line["prompt"] = e.prompt;
     line["completion"] = e.completion;
+    if (!e.sources.empty()) line["sources"] = e.sources;
     line["behaviour_logprobs"] = std::vector<float>(e.completion.size(), 0.0f);
     line["advantage"] = 1.0;
     f << line.dump() << "\n";

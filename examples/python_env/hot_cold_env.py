@@ -8,6 +8,10 @@ message, with a turn reward of 0.1 for getting closer (a process reward); the ep
 reward 1 when the guess is right, or 0 when the guesses (parameter max_guesses, default the
 actor's max_turns) run out. A truncated episode (EndEpisode) scores 0.
 
+The words are parameters (hot_text, cold_text, higher_text, lower_text, separator, ask_text),
+so that a model with a small vocabulary can read them: prl's built-in character tokenizer has
+digits and "+-*=()# " only (tests/env/python_env_test.py plays with "*", "#", "+", "-", "").
+
 Every call is idempotent, as the protocol asks: a retried StartEpisode keeps the episode, a
 retried Step of the turn just answered gets the same answer, a retried EndEpisode the same score.
 
@@ -42,9 +46,13 @@ class HotColdGame:
                                   "reference: expected the secret number, found %r"
                                   % request.reference[:32])
                 max_guesses = int(request.parameters.get("max_guesses", request.max_turns or 8))
+                words = {key: request.parameters.get(key + "_text", default) for key, default in
+                         (("hot", "hot"), ("cold", "cold"), ("higher", "higher"),
+                          ("lower", "lower"), ("ask", "say a number"))}
+                words["separator"] = request.parameters.get("separator", ", ")
                 self.episodes[request.episode_id] = {
                     "secret": secret, "max_guesses": max_guesses, "guesses": 0,
-                    "last_distance": None, "answers": {}, "end": None}
+                    "last_distance": None, "answers": {}, "end": None, "words": words}
         return pb.StartEpisodeResponse()
 
     def Step(self, request, context):
@@ -76,16 +84,18 @@ class HotColdGame:
             answer.done, answer.episode_reward = True, 0.0
             answer.done_reason = "out of guesses (%d)" % e["max_guesses"]
             return answer
+        words = e["words"]
         if not numbers:
-            answer.messages.add(role="user", content="say a number")
+            answer.messages.add(role="user", content=words["ask"])
             return answer
         guess = int(numbers[-1])
         distance = abs(guess - e["secret"])
         closer = e["last_distance"] is not None and distance < e["last_distance"]
         e["last_distance"] = distance
         answer.has_turn_reward, answer.turn_reward = True, 0.1 if closer else 0.0
-        answer.messages.add(role="user", content="%s, %s" % (
-            "hot" if closer else "cold", "higher" if guess < e["secret"] else "lower"))
+        answer.messages.add(role="user", content=words["hot" if closer else "cold"] +
+                            words["separator"] +
+                            words["higher" if guess < e["secret"] else "lower"])
         return answer
 
     def EndEpisode(self, request, context):

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """The example environment in Python (examples/python_env/hot_cold_env.py) speaks prl's
 EnvironmentService: prl's own client plays an episode against it (`prl env episode`, the
-RemoteEnvironment the actors use, answers checked against the protocol), and a retried turn
-gets the same answer. Skips (exit 77) without python3-grpcio / python3-protobuf / protoc.
+RemoteEnvironment the actors use, answers checked against the protocol), a retried turn gets
+the same answer, and `prl run` trains the built-in arithmetic task as its game (the answer is
+the secret; a wrong one gets hot/cold and higher/lower). Skips (exit 77) without
+python3-grpcio / python3-protobuf / protoc.
 
 usage: python_env_test.py PATH_TO_PRL [unittest args]
 """
+import glob
 import json
 import os
 import shutil
@@ -81,6 +84,45 @@ class PythonEnvironmentTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as out_of_order:
             step(pb.StepRequest(episode_id="e", turn_index=2, text="1"))
         self.assertEqual(out_of_order.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_prl_run_trains_against_the_python_environment(self):
+        tmp = tempfile.mkdtemp(prefix="prl_python_env_run_")
+        name = "t%d-python-env" % os.getpid()
+        address = "127.0.0.1:%d" % self.port
+        config = {
+            "run": {"name": name, "dir": os.path.join(tmp, "run")},
+            "task": {"eval_prompts": 40, "samples_per_prompt": 4},
+            # The words in the character tokenizer's alphabet.
+            "env": {"name": "hot_cold", "address": address, "max_turns": 4,
+                    "params": {"hot_text": "*", "cold_text": "#", "higher_text": "+",
+                               "lower_text": "-", "separator": "", "ask_text": "="}},
+            "sft": {"steps": 150, "examples_per_step": 64},
+            "learner": {"steps": 8, "groups_per_step": 4},
+            "coordinator": {"listen": "127.0.0.1:0"},
+            "broadcast": {"listen": "127.0.0.1:0"},
+        }
+        path = os.path.join(tmp, "config.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        try:
+            out = subprocess.run([PRL, "run", "--config", path], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=900)
+            self.assertEqual(out.returncode, 0, out.stdout[-5000:])
+            with open(os.path.join(tmp, "run", "summary.json")) as f:
+                summary = json.load(f)
+            self.assertEqual(summary["environment"], "hot_cold")
+            self.assertEqual(summary["steps"], 8)
+            self.assertIn("hot_cold episodes:", out.stdout)
+            # A model warm-started briefly answers wrong often: the game goes on, and the
+            # learner trains on those episodes (the environment's replies as context).
+            with open(os.path.join(tmp, "run", "learner_steps.jsonl")) as f:
+                steps = [json.loads(line) for line in f]
+            self.assertGreater(max(s["multi_turn_fraction"] for s in steps), 0, steps)
+            self.assertGreater(summary["eval_turns_before"], 1.0, summary)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            for shm in glob.glob("/dev/shm/prl-%s-*" % name):
+                os.remove(shm)
 
 
 if __name__ == "__main__":

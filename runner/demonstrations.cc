@@ -1,0 +1,179 @@
+#include "runner/demonstrations.h"
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "actor/turn_renderer.h"
+#include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
+#include "env/calculator.h"
+#include "env/guess_number.h"
+
+namespace prl::runner {
+
+namespace {
+
+namespace v1 = prl::v1;
+
+// A player's turn: its text and how it ends (the stop token after it, or a stop string that
+// is the text's own end).
+struct PlayerTurn {
+  std::string text;
+  bool end_of_turn = true;
+};
+// The player's next turn, given the turn index and the text of the environment's last reply.
+using Player = std::function<absl::StatusOr<PlayerTurn>(int turn, const std::string& reply)>;
+
+std::string Param(const v1::EnvironmentSpec& spec, const std::string& key, std::string fallback) {
+  auto it = spec.parameters().find(key);
+  return it == spec.parameters().end() ? std::move(fallback) : it->second;
+}
+
+// One episode of `player` against `environment`, as the actor would record it.
+absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::EnvironmentSpec& spec,
+                                const v1::Prompt& prompt, std::vector<int32_t> prompt_tokens,
+                                const tokenizer::TextCodec& codec, const std::string& episode_id,
+                                const Player& player, bool must_win) {
+  const int32_t stop = codec.stop_ids().front();
+  v1::StartEpisodeRequest start;
+  start.set_episode_id(episode_id);
+  start.set_environment(spec.name());
+  PRL_ASSIGN_OR_RETURN(*start.mutable_prompt_text(), codec.DecodeCompletion(prompt_tokens));
+  start.set_reference(prompt.reference());
+  *start.mutable_parameters() = spec.parameters();
+  start.set_max_turns(spec.max_turns());
+  PRL_ASSIGN_OR_RETURN(const v1::StartEpisodeResponse started, environment.StartEpisode(start));
+  PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> observation,
+                       actor::RenderReply(codec, started.observation(), -1));
+  SftExample example;
+  example.prompt = std::move(prompt_tokens);
+  example.prompt.insert(example.prompt.end(), observation.begin(), observation.end());
+  std::string reply;
+  for (int turn = 0; turn < spec.max_turns(); ++turn) {
+    PRL_ASSIGN_OR_RETURN(const PlayerTurn said, player(turn, reply));
+    PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, codec.EncodeContinuation(said.text));
+    if (said.end_of_turn) tokens.push_back(stop);
+    example.completion.insert(example.completion.end(), tokens.begin(), tokens.end());
+    example.sources.insert(example.sources.end(), tokens.size(), 0);
+    v1::StepRequest step;
+    step.set_episode_id(episode_id);
+    step.set_turn_index(turn);
+    step.set_text(said.text);
+    step.mutable_token_ids()->Assign(tokens.begin(), tokens.end());
+    step.set_turn_end(said.end_of_turn ? v1::TURN_END_END_OF_TURN : v1::TURN_END_STOP_STRING);
+    PRL_ASSIGN_OR_RETURN(const v1::StepResponse answer, environment.Step(step));
+    if (answer.done()) {
+      if (must_win && answer.episode_reward() < 1.0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the demonstration did not win (reward ", answer.episode_reward(), ": ",
+            answer.done_reason(), ")"));
+      }
+      return example;
+    }
+    PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> rendered,
+                         actor::RenderReply(codec, answer.messages(), tokens.back()));
+    example.completion.insert(example.completion.end(), rendered.begin(), rendered.end());
+    example.sources.insert(example.sources.end(), rendered.size(), 1);
+    reply.clear();
+    for (const v1::EnvMessage& m : answer.messages()) reply += m.content();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the demonstration did not end within env.max_turns (", spec.max_turns(), ")"));
+}
+
+// Calls the tool on the prompt's expression (the text before its last '='), then answers the
+// result; or answers the reference at once.
+Player CalculatorPlayer(const v1::EnvironmentSpec& spec, const std::string& prompt_text,
+                        const std::string& reference, bool demonstrate) {
+  const std::string open = Param(spec, "call_open", "<calc>");
+  const std::string close = Param(spec, "call_close", "</calc>");
+  const std::string expression = prompt_text.substr(0, prompt_text.rfind('='));
+  return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
+    if (!demonstrate) return PlayerTurn{reference, true};
+    if (turn == 0) return PlayerTurn{open + expression + close, false};
+    return PlayerTurn{reply, true};
+  };
+}
+
+// Guesses the middle of the range [low, high] the feedback leaves (bisection), or its first
+// quarter.
+Player GuessPlayer(const v1::EnvironmentSpec& spec, bool demonstrate) {
+  struct State {
+    int64_t low = 1, high = 100, guess = 0;
+  };
+  auto s = std::make_shared<State>();
+  absl::SimpleAtoi(Param(spec, "low", "1"), &s->low);
+  absl::SimpleAtoi(Param(spec, "high", "100"), &s->high);
+  const std::string higher = Param(spec, "higher_text", "higher");
+  const std::string lower = Param(spec, "lower_text", "lower");
+  return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
+    if (turn > 0) {
+      if (reply == higher) {
+        s->low = s->guess + 1;
+      } else if (reply == lower) {
+        s->high = s->guess - 1;
+      } else {
+        return absl::InternalError(absl::StrCat("guess_number answered '", reply,
+                                                "', neither higher_text nor lower_text"));
+      }
+    }
+    s->guess = s->low + (s->high - s->low) / (demonstrate ? 2 : 4);
+    return PlayerTurn{absl::StrCat(s->guess), true};
+  };
+}
+
+}  // namespace
+
+bool HasDemonstrations(const v1::EnvironmentSpec& environment) {
+  return environment.address().empty() &&
+         (environment.name() == "calculator" || environment.name() == "guess_number");
+}
+
+absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec& environment,
+                                                       const tokenizer::TextCodec& codec,
+                                                       absl::Span<const v1::Prompt> prompts,
+                                                       int64_t vocab_size, double demo_fraction) {
+  if (!HasDemonstrations(environment)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "env.name: demonstrations exist for the built-in calculator and guess_number, found '",
+        environment.name(), "'", environment.address().empty() ? "" : " at an address"));
+  }
+  if (codec.stop_ids().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(codec.Describe(), " has no stop token: a model turn needs one to end on"));
+  }
+  const bool calculator = environment.name() == "calculator";
+  env::CalculatorEnvironment calculator_env;
+  env::GuessNumberEnvironment guess_env;
+  env::Environment& played = calculator ? static_cast<env::Environment&>(calculator_env)
+                                        : static_cast<env::Environment&>(guess_env);
+  std::vector<SftExample> examples;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string what = absl::StrCat("warm-start prompt ", i);
+    PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                         coordinator::PromptTokens(prompts[i], &codec, vocab_size, what));
+    // The golden-ratio sequence: every prefix demonstrates about demo_fraction of its examples.
+    double unused;
+    const bool demonstrate =
+        std::modf(static_cast<double>(i + 1) * 0.6180339887498949, &unused) < demo_fraction;
+    PRL_ASSIGN_OR_RETURN(const std::string text, codec.DecodeCompletion(tokens));
+    const Player player = calculator ? CalculatorPlayer(environment, text, prompts[i].reference(),
+                                                        demonstrate)
+                                     : GuessPlayer(environment, demonstrate);
+    absl::StatusOr<SftExample> example = Play(played, environment, prompts[i], std::move(tokens),
+                                              codec, absl::StrCat("demo-", i), player, demonstrate);
+    if (!example.ok()) {
+      return absl::Status(example.status().code(),
+                          absl::StrCat(what, " ('", text.substr(0, 64), "', reference '",
+                                       prompts[i].reference().substr(0, 64),
+                                       "'): ", example.status().message()));
+    }
+    examples.push_back(*std::move(example));
+  }
+  return examples;
+}
+
+}  // namespace prl::runner

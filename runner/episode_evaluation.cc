@@ -1,0 +1,125 @@
+#include "runner/episode_evaluation.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "actor/episode_runner.h"
+#include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
+#include "inference_engine/engine.h"
+
+namespace prl::runner {
+
+namespace v1 = prl::v1;
+
+absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> weights,
+                                            const TaskSource& task, int64_t count,
+                                            int32_t max_tokens,
+                                            const v1::EnvironmentSpec& environment) {
+  const absl::Time start = absl::Now();
+  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts, task.EvalPrompts(count));
+  EngineOptions options;
+  options.kv_cache_bytes = int64_t{64} << 20;
+  const int64_t vocab = weights->config.vocab_size;
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(weights, 0, options));
+  // The task outlives the runner: a shared_ptr that owns nothing.
+  std::shared_ptr<const tokenizer::TextCodec> codec(std::shared_ptr<void>(), &task.text());
+  std::mutex mu;
+  std::condition_variable woken;
+  bool wake = false;
+  actor::EpisodeRunner episodes(codec, /*threads=*/2, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    wake = true;
+    woken.notify_one();
+  });
+  std::map<std::string, size_t> prompt_of;  // by lease id
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    v1::LeasedPrompt lease;
+    lease.set_lease_id(absl::StrCat("eval-", i));
+    PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                         coordinator::PromptTokens(prompts[i], &task.text(), vocab,
+                                                   absl::StrCat("held-out prompt ", i)));
+    lease.mutable_prompt_tokens()->Assign(ids.begin(), ids.end());
+    lease.set_reference(prompts[i].reference());
+    lease.set_samples(1);
+    lease.mutable_sampling()->set_temperature(0);
+    lease.mutable_sampling()->set_max_tokens(max_tokens);
+    for (int32_t id : task.text().stop_ids()) lease.mutable_sampling()->add_stop_token_ids(id);
+    *lease.mutable_environment() = environment;
+    prompt_of[lease.lease_id()] = i;
+    episodes.StartGroup(lease, engine->max_sequence_tokens());
+  }
+  std::map<uint64_t, size_t> by_request;
+  std::vector<actor::EpisodeOutcome> outcomes(prompts.size());
+  size_t finished = 0;
+  while (finished < prompts.size()) {
+    using Kind = actor::EpisodeRunner::Action::Kind;
+    for (actor::EpisodeRunner::Action& a : episodes.TakeActions()) {
+      switch (a.kind) {
+        case Kind::kAddGroup: {
+          SamplingParams params;
+          params.n = 1;
+          params.temperature = 0;
+          params.stop_token_ids = task.text().stop_ids();
+          params.multi_turn = true;
+          params.max_tokens = a.params.max_tokens;
+          params.end_turn = std::move(a.params.end_turn);
+          PRL_ASSIGN_OR_RETURN(const uint64_t id, engine->AddRequest(std::move(a.tokens), params));
+          by_request[id] = prompt_of.at(a.lease_id);
+          episodes.Bind(a.lease_id, id);
+          break;
+        }
+        case Kind::kContinue:
+          PRL_RETURN_IF_ERROR(engine->Continue(a.request_id, a.sample, a.tokens, a.max_tokens));
+          break;
+        case Kind::kFinish:
+          PRL_RETURN_IF_ERROR(engine->FinishSample(a.request_id, a.sample));
+          break;
+        case Kind::kAbort:
+          return absl::Status(a.failure.code(),
+                              absl::StrCat("held-out episode ", a.lease_id, ": ",
+                                           a.failure.message()));
+      }
+    }
+    const EngineStats stats = engine->Stats();
+    if (stats.num_running > 0 || stats.num_waiting > 0) {
+      PRL_RETURN_IF_ERROR(engine->Step());
+      for (const TurnOutput& turn : engine->TakeTurns()) episodes.OnTurn(turn);
+    } else {  // every episode waits for its environment
+      std::unique_lock<std::mutex> lock(mu);
+      woken.wait_for(lock, std::chrono::milliseconds(20), [&] { return wake; });
+      wake = false;
+    }
+    for (const RequestOutput& out : engine->TakeFinished()) {
+      std::vector<actor::EpisodeOutcome> outcome = episodes.TakeOutcome(out.request_id);
+      if (outcome.size() != 1) {
+        return absl::InternalError(
+            absl::StrCat("held-out request ", out.request_id, " finished without its episode"));
+      }
+      outcomes[by_request.at(out.request_id)] = std::move(outcome.front());
+      ++finished;
+    }
+  }
+  EvalResult result;
+  result.problems = static_cast<int64_t>(prompts.size());
+  double reward = 0, multi = 0, turns = 0;
+  for (const actor::EpisodeOutcome& o : outcomes) {
+    reward += o.reward;
+    multi += o.turn_ends.size() >= 2 ? 1 : 0;
+    turns += static_cast<double>(o.turn_ends.size());
+  }
+  if (result.problems > 0) {
+    const double n = static_cast<double>(result.problems);
+    result.accuracy = reward / n;
+    result.multi_turn_rate = multi / n;
+    result.turns_mean = turns / n;
+  }
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
+
+}  // namespace prl::runner

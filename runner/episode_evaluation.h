@@ -1,0 +1,24 @@
+// The held-out evaluation of a task with an environment (runner/evaluation.h): one greedy
+// episode per held-out prompt, run with prl's engine and the actor's episode machinery
+// (actor/episode_runner.h: the same turn ends, reply rendering and limits as in training),
+// scored by the environment. An episode the environment fails (down, malformed answers) is an
+// error naming it: an evaluation does not score what it could not run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/parameters.h"
+#include "prl/v1/prompt.pb.h"
+#include "runner/evaluation.h"
+#include "runner/task_source.h"
+
+namespace prl::runner {
+
+absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> weights,
+                                            const TaskSource& task, int64_t count,
+                                            int32_t max_tokens,
+                                            const prl::v1::EnvironmentSpec& environment);
+
+}  // namespace prl::runner
