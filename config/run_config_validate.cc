@@ -157,6 +157,8 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(
       Range(l.max_grad_norm >= 0, "learner.max_grad_norm", ">= 0", l.max_grad_norm));
   PRL_RETURN_IF_ERROR(Range(l.tis_cap > 0, "learner.tis_cap", "a number > 0", l.tis_cap));
+  PRL_RETURN_IF_ERROR(Range(l.router_aux_loss_coef >= 0, "learner.router_aux_loss_coef",
+                            "a number >= 0 (0: off)", l.router_aux_loss_coef));
   PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
                             "a number in (0, 1]", l.clip_low));
   return Range(l.clip_high > 0, "learner.clip_high", "a number > 0", l.clip_high);

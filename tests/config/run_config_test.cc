@@ -94,6 +94,20 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"run": )", "not valid JSON"},
       {R"({"broadcast": {"transport": "ipc"}})",
        "broadcast.transport: expected one of shm, grpc, cuda_ipc, nccl; found 'ipc'"},
+      {R"({"env": {"name": "chess"}})",
+       "env.name: expected a built-in environment (calculator, guess_number) or an env.address, "
+       "found 'chess'"},
+      {R"({"env": {"address": "127.0.0.1:7000"}})",
+       "env.name: expected the name of the environment env.address serves, found ''"},
+      {R"({"task": {"name": "guess_number"}})",
+       "env.name: expected guess_number (built in) for task.name = guess_number, found ''"},
+      {R"({"env": {"name": "calculator", "max_tokens_per_turn": 7}})",
+       "env.max_tokens_per_turn: expected 0 (task.max_tokens) to task.max_tokens, found 7"},
+      {R"({"env": {"name": "calculator", "timeout_s": -1}})",
+       "env.timeout_s: expected 0 (30) to 3600, found -1"},
+      {R"({"sft": {"env_demo_fraction": 1.5}})",
+       "sft.env_demo_fraction: expected a number in [0, 1], found 1.5"},
+      {R"({"learner": {"router_aux_loss_coef": -0.1}})", "learner.router_aux_loss_coef: expected a number >= 0 (0: off), found -0.1"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<RunConfig> parsed = ParseRunConfig(c.json, "my.json");

@@ -1,0 +1,194 @@
+// runner/demonstrations.h and runner/episode_evaluation.h: the warm-start's episodes against
+// the built-in environments are token for token what the actor would record (the model's turns,
+// the environment's replies rendered as a delta and marked as context), demonstrate in the
+// configured share, and the held-out episodes of a model run to their end.
+#include "runner/demonstrations.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "config/run_config.h"
+#include "model/parameters.h"
+#include "runner/episode_evaluation.h"
+#include "runner/task_source.h"
+#include "task/char_text_codec.h"
+#include "task/char_tokenizer.h"
+
+namespace prl::runner {
+namespace {
+
+namespace v1 = prl::v1;
+
+v1::Prompt TokenPrompt(const std::string& text, const std::string& reference) {
+  const task::CharTokenizer tokenizer;
+  v1::Prompt p;
+  p.mutable_tokens()->add_ids(tokenizer.bos_id());
+  const std::vector<int32_t> ids = *tokenizer.Encode(text);
+  for (int32_t id : ids) p.mutable_tokens()->add_ids(id);
+  p.set_reference(reference);
+  return p;
+}
+
+v1::EnvironmentSpec Calculator() {
+  v1::EnvironmentSpec e;
+  e.set_name("calculator");
+  (*e.mutable_parameters())["call_open"] = "(";
+  (*e.mutable_parameters())["call_close"] = ")=";
+  e.set_max_turns(3);
+  return e;
+}
+
+v1::EnvironmentSpec Game() {
+  v1::EnvironmentSpec e;
+  e.set_name("guess_number");
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"low", "1"}, {"high", "50"}, {"higher_text", "+"}, {"lower_text", "-"}}) {
+    (*e.mutable_parameters())[k] = v;
+  }
+  e.set_max_turns(6);
+  return e;
+}
+
+std::vector<int32_t> Encode(const std::string& text) { return *task::CharTokenizer().Encode(text); }
+
+TEST(DemonstrationsTest, ACalculatorDemonstrationCallsTheToolThenAnswersItsResultTokenForToken) {
+  const task::CharTextCodec codec;
+  const v1::Prompt prompt = TokenPrompt("734*58=", "42572");
+  auto examples = Demonstrations(Calculator(), codec, {prompt}, 22, /*demo_fraction=*/1.0);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  ASSERT_EQ(examples->size(), 1u);
+  const SftExample& e = examples->front();
+  EXPECT_EQ(e.prompt, std::vector<int32_t>(prompt.tokens().ids().begin(),
+                                           prompt.tokens().ids().end()));
+  // The call (ends at the stop string, no stop token), the tool's reply as the character
+  // codec renders it (content and a newline), the answer and the stop token.
+  std::vector<int32_t> expected = Encode("(734*58)=");
+  std::vector<uint8_t> sources(expected.size(), 0);
+  for (int32_t id : Encode("42572\n")) {
+    expected.push_back(id);
+    sources.push_back(1);
+  }
+  for (int32_t id : Encode("42572")) {
+    expected.push_back(id);
+    sources.push_back(0);
+  }
+  expected.push_back(task::CharTokenizer::kEos);
+  sources.push_back(0);
+  EXPECT_EQ(e.completion, expected);
+  EXPECT_EQ(e.sources, sources);
+}
+
+TEST(DemonstrationsTest, TheConfiguredShareDemonstratesAndTheRestAnswerAtOnce) {
+  const task::CharTextCodec codec;
+  std::vector<v1::Prompt> prompts;
+  for (int i = 0; i < 1000; ++i) {
+    const int a = 10 + i % 90, b = 3 + i % 7;
+    prompts.push_back(TokenPrompt(absl::StrCat(a, "*", b, "="), absl::StrCat(a * b)));
+  }
+  auto examples = Demonstrations(Calculator(), codec, prompts, 22, 0.3);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  int calls = 0;
+  for (size_t i = 0; i < examples->size(); ++i) {
+    const SftExample& e = (*examples)[i];
+    const bool call = std::find(e.sources.begin(), e.sources.end(), 1) != e.sources.end();
+    calls += call ? 1 : 0;
+    if (!call) {  // the reference and the stop token
+      std::vector<int32_t> direct = Encode(prompts[i].reference());
+      direct.push_back(task::CharTokenizer::kEos);
+      EXPECT_EQ(e.completion, direct) << i;
+    }
+    // Any prefix demonstrates about the share (a low-discrepancy sequence).
+    if (i + 1 == 100) EXPECT_NEAR(calls / 100.0, 0.3, 0.02);
+  }
+  EXPECT_NEAR(calls / 1000.0, 0.3, 0.005);
+}
+
+// The guesses a game demonstration makes (the model's turns), in order.
+std::vector<std::string> Guesses(const SftExample& e) {
+  std::vector<std::string> out(1);
+  for (size_t t = 0; t < e.completion.size(); ++t) {
+    if (e.sources[t] == 1) continue;
+    if (e.completion[t] == task::CharTokenizer::kEos) {
+      out.emplace_back();
+      continue;
+    }
+    out.back() += *task::CharTokenizer().Decode({&e.completion[t], 1});
+  }
+  out.pop_back();
+  return out;
+}
+
+TEST(DemonstrationsTest, AGameDemonstrationBisectsAndTheOthersGuessTheFirstQuarter) {
+  const task::CharTextCodec codec;
+  const v1::Prompt prompt = TokenPrompt("#", "37");
+  auto bisect = Demonstrations(Game(), codec, {prompt}, 22, 1.0);
+  ASSERT_TRUE(bisect.ok()) << bisect.status();
+  EXPECT_EQ(Guesses(bisect->front()),
+            (std::vector<std::string>{"25", "38", "31", "34", "36", "37"}));
+  // Replies: "+\n" after a low guess, "-\n" after a high one, as context.
+  const std::vector<int32_t> higher = Encode("+\n");
+  EXPECT_EQ(std::vector<int32_t>(bisect->front().completion.begin() + 3,
+                                 bisect->front().completion.begin() + 5),
+            higher);
+  auto quarter = Demonstrations(Game(), codec, {prompt}, 22, 0.0);
+  ASSERT_TRUE(quarter.ok()) << quarter.status();
+  // 1 + 49/4 = 13, then [14, 50] -> 23, [24, 50] -> 30, [31, 50] -> 35, [36, 50] -> 39,
+  // [36, 38] -> 36: six guesses, lost (kept: the imperfect play RL starts from).
+  EXPECT_EQ(Guesses(quarter->front()),
+            (std::vector<std::string>{"13", "23", "30", "35", "39", "36"}));
+}
+
+TEST(DemonstrationsTest, ADemonstrationThatCannotWinIsAnErrorNamingThePrompt) {
+  const task::CharTextCodec codec;
+  auto examples =
+      Demonstrations(Calculator(), codec, {TokenPrompt("12*3=", "37")}, 22, /*demo_fraction=*/1.0);
+  ASSERT_FALSE(examples.ok());
+  EXPECT_NE(examples.status().message().find("warm-start prompt 0 ('12*3='"), std::string::npos)
+      << examples.status();
+  EXPECT_NE(examples.status().message().find("did not win"), std::string::npos);
+  v1::EnvironmentSpec remote = Calculator();
+  remote.set_address("127.0.0.1:7000");
+  EXPECT_FALSE(HasDemonstrations(remote));
+  EXPECT_FALSE(Demonstrations(remote, codec, {}, 22, 1.0).ok());
+}
+
+TEST(EpisodeEvaluationTest, HeldOutGamesOfAnUntrainedModelRunToTheirEndOverEverySecret) {
+  config::RunConfig c;
+  c.task.name = config::TaskName::kGuessNumber;
+  c.task.max_tokens = 4;
+  c.env.name = "guess_number";
+  c.env.params = {{"low", "1"}, {"high", "20"}, {"higher_text", "+"}, {"lower_text", "-"},
+                  {"rules_text", "#"}};
+  c.env.max_turns = 5;
+  auto task = OpenTask(c, "", 22);
+  ASSERT_TRUE(task.ok()) << task.status();
+  ModelConfig m;
+  m.arch = Architecture::kQwen2;
+  m.hidden_size = 32;
+  m.intermediate_size = 64;
+  m.num_hidden_layers = 1;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 8;
+  m.vocab_size = 22;
+  m.max_position_embeddings = 64;
+  m.tie_word_embeddings = true;
+  m.qkv_bias = true;
+  auto weights = ParameterSet::Allocate(m, Device::Cpu(), false);
+  ASSERT_TRUE(weights.ok());
+  InitializeParameters(*weights, 3, 0.5f);
+  auto result = EvaluateEpisodes(std::make_shared<const ParameterSet>(std::move(*weights)), **task,
+                                 100, c.task.max_tokens, EnvironmentOf(c));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->problems, 20);  // every secret of [1, 20] once
+  EXPECT_GE(result->turns_mean, 1.0);
+  EXPECT_LE(result->turns_mean, 5.0);
+  EXPECT_GE(result->accuracy, 0.0);
+  EXPECT_LE(result->accuracy, 1.0);
+}
+
+}  // namespace
+}  // namespace prl::runner
