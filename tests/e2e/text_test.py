@@ -157,6 +157,30 @@ class TextTest(unittest.TestCase):
         self.assertLess(summary["eval_init"], 0.05, summary)
         self.assertGreater(summary["eval_after"], summary["eval_init"] + 0.15, summary)
 
+    def test_a_qwen3_moe_model_directory_with_its_tokenizer_runs(self):
+        # model.path: a Qwen3-MoE directory (config.json, safetensors, Qwen3's tokenizer files)
+        # trains through the whole service, its routes recorded and checked by the learner.
+        model = self.path("qwen3-moe")
+        run("model", "init", "--preset", "tiny-qwen3-moe", "--tokenizer", TOKENIZER,
+            "--max-position-embeddings", 128, "--seed", 2, "--out", model)
+        info = run("model", "info", model).stdout
+        self.assertIn("Qwen3MoeForCausalLM", info)
+        train = self.path("train.jsonl")
+        run("task", "export", "--max-digits", 1, "--count", 2000, "--out", train)
+        proc = run("run", "--run-dir", self.path("run"), "--set", "run.name=" + self.tag,
+                   "--set", "model.path=" + model, "--set", "task.name=prompts",
+                   "--set", "task.train_file=" + train, "--set", "task.eval_file=" + train,
+                   "--set", "task.reward=arithmetic", "--set", "task.eval_prompts=20",
+                   "--set", "task.max_tokens=4", "--set", "sft.steps=20",
+                   "--set", "sft.examples_per_step=16", "--set", "learner.steps=4",
+                   "--set", "learner.groups_per_step=2",
+                   "--set", "coordinator.listen=127.0.0.1:0", timeout=1500)
+        self.assertIn("text: tokenizer.json of " + model, proc.stdout)
+        with open(os.path.join(self.path("run"), "learner_steps.jsonl")) as f:
+            steps = [json.loads(line) for line in f]
+        self.assertEqual(len(steps), 4)
+        self.assertGreater(sum(s["routed_tokens"] + s["lagged_routed_tokens"] for s in steps), 0)
+
 
 if __name__ == "__main__":
     PRL = os.path.abspath(sys.argv.pop(1))
