@@ -100,7 +100,7 @@ void EpisodeRunner::StartGroup(const v1::LeasedPrompt& lease, int64_t max_sequen
   }
   absl::StatusOr<std::shared_ptr<env::Environment>> env = environments_.For(lease.environment());
   if (!env.ok() || codec_ == nullptr) {
-    Action abort{Action::Kind::kAbort, lease.lease_id()};
+    Action abort = Action::Of(Action::Kind::kAbort, lease.lease_id());
     abort.failure = !env.ok() ? env.status()
                               : absl::FailedPreconditionError(
                                     "agentic episodes need the model's text (a tokenizer)");
@@ -152,7 +152,7 @@ void EpisodeRunner::StartEpisode(const std::string& lease_id, int32_t sample) {
     }
   }
   if (++g->started < static_cast<int32_t>(g->episodes.size())) return;
-  Action action{Action::Kind::kAddGroup, lease_id};
+  Action action = Action::Of(Action::Kind::kAddGroup, lease_id);
   if (!g->failure.ok()) {
     action.kind = Action::Kind::kAbort;
     action.failure = g->failure;
@@ -213,7 +213,7 @@ void EpisodeRunner::Step(const std::string& lease_id, TurnOutput turn) {
       std::lock_guard<std::mutex> lock(mu_);
       if (g->aborted) return;
       g->aborted = true;
-      Action a{Action::Kind::kAbort, lease_id, g->request_id};
+      Action a = Action::Of(Action::Kind::kAbort, lease_id, g->request_id);
       a.failure = absl::Status(why.code(), absl::StrCat("episode ", ep.id, ": ", why.message()));
       actions_.push_back(std::move(a));
     }
@@ -222,7 +222,8 @@ void EpisodeRunner::Step(const std::string& lease_id, TurnOutput turn) {
   const auto finish = [&] {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      actions_.push_back({Action::Kind::kFinish, lease_id, g->request_id, turn.sample_index});
+      actions_.push_back(
+          Action::Of(Action::Kind::kFinish, lease_id, g->request_id, turn.sample_index));
     }
     if (wake_) wake_();
   };
@@ -275,7 +276,7 @@ void EpisodeRunner::Step(const std::string& lease_id, TurnOutput turn) {
   }
   if (room < 1) return truncate(absl::StrCat("context ", g->max_sequence_tokens));
   ep.completion_tokens = after;
-  Action next{Action::Kind::kContinue, lease_id, g->request_id, turn.sample_index};
+  Action next = Action::Of(Action::Kind::kContinue, lease_id, g->request_id, turn.sample_index);
   next.tokens = *std::move(reply);
   next.max_tokens = static_cast<int32_t>(std::min<int64_t>(room, spec.max_tokens_per_turn()));
   Push(std::move(next));

@@ -43,7 +43,7 @@ class EpisodeRunner {
  public:
   // What the engine loop does next.
   struct Action {
-    enum class Kind { kAddGroup, kContinue, kFinish, kAbort } kind;
+    enum class Kind { kAddGroup, kContinue, kFinish, kAbort } kind = Kind::kAddGroup;
     std::string lease_id;
     uint64_t request_id = 0;  // kContinue, kFinish, kAbort (0: not in the engine yet)
     int32_t sample = 0;
@@ -52,6 +52,16 @@ class EpisodeRunner {
     SamplingParams params;        // kAddGroup
     int32_t max_tokens = 0;       // kContinue
     absl::Status failure;         // kAbort
+
+    static Action Of(Kind kind, std::string lease_id, uint64_t request_id = 0,
+                     int32_t sample = 0) {
+      Action a;
+      a.kind = kind;
+      a.lease_id = std::move(lease_id);
+      a.request_id = request_id;
+      a.sample = sample;
+      return a;
+    }
   };
 
   // `codec` renders and decodes text (episodes need one); `wake` is called when actions wait.
