@@ -247,6 +247,13 @@ absl::Status AddCudaDecodeRows(std::shared_ptr<const ParameterSet> weights, int6
     report->results.push_back({name + "_tuned_kernels", main_tuned ? decode : other, "tok/s",
                                name + "_default_kernels", main_tuned ? other : decode});
   }
+  if (o.engine.norm_in_gemm && o.engine.tuned_kernels && !o.engine.batch_invariant) {
+    EngineBenchOptions separate = o;  // the same kernels with the RMSNorms as kernels of their own
+    separate.engine.norm_in_gemm = false;
+    PRL_ASSIGN_OR_RETURN(const Phases p, BestOf(weights, batch, separate));
+    report->results.push_back(
+        {name + "_norm_in_gemm", decode, "tok/s", name + "_separate_norms", tokens / p.decode_s});
+  }
   if (o.invariant_cost && !o.engine.batch_invariant) {
     EngineBenchOptions inv = o;
     inv.engine.batch_invariant = true;

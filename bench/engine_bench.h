@@ -10,7 +10,8 @@
 // graphs, a weight swap's cost (a copy into the captured weights) stands beside a graph
 // capture's, --invariant-cost adds the batch-invariant mode beside the fast one and
 // --tuned-cost the tuned decode kernels (EngineOptions::tuned_kernels) flipped beside the main
-// figure.
+// figure; with --norm-in-gemm (EngineOptions::norm_in_gemm) the main figure stands beside the
+// same kernels with the RMSNorms as kernels of their own.
 #pragma once
 
 #include <cstdint>

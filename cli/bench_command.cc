@@ -176,6 +176,9 @@ void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
                    "CUDA: also decode in the batch-invariant mode, beside the fast mode");
   engine->add_flag("--tuned-kernels", e->options.engine.tuned_kernels,
                    "CUDA: decode with the tuned kernels (actors.tuned_kernels)");
+  engine->add_flag("--norm-in-gemm", e->options.engine.norm_in_gemm,
+                   "CUDA, with --tuned-kernels: RMSNorms fused into the small projections "
+                   "(actors.norm_in_gemm)");
   engine->add_flag("--tuned-cost", e->options.tuned_cost,
                    "CUDA: also decode with the tuned kernels flipped, beside the main figure");
   engine

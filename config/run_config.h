@@ -178,6 +178,9 @@ struct ActorsSection {
   // per-layer tile plan, split-vocabulary sampling). Verified on an H200 (docs/benchmarks.md):
   // 1.3-2.5x the default decode; false keeps the kernels of before.
   bool tuned_kernels = true;
+  // CUDA, with tuned_kernels: the RMSNorms fused into the projections of decode steps of at
+  // most 8 rows (EngineOptions::norm_in_gemm). Written, never run on a GPU: off until verified.
+  bool norm_in_gemm = false;
   int32_t max_prompts_in_flight = 8;
   double replay_timeout_s = 60;  // how long a write waits while the replay buffer is full
   int max_restarts = 5;          // per actor, by prl run's supervisor

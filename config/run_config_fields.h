@@ -133,6 +133,8 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
     "CUDA: a second copy of the weights, so that a swap never pauses decoding");
   v("actors", "tuned_kernels", c.actors.tuned_kernels,
     "CUDA: the tuned decode kernels (GEMM search, flash decoding, split sampler)");
+  v("actors", "norm_in_gemm", c.actors.norm_in_gemm,
+    "CUDA, with tuned_kernels: RMSNorms fused into small decode projections (unverified)");
   v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
     "Prompts leased and generating at once, per actor");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,

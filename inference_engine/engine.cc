@@ -149,6 +149,7 @@ ModelRunnerOptions RunnerOptions(const ModelConfig& config, const EngineOptions&
   r.max_graph_batch = o.max_graph_batch > 0 ? o.max_graph_batch : o.max_num_seqs;
   r.max_blocks_per_seq = (MaxModelLen(config, o) + o.block_size - 1) / o.block_size;
   r.tuned_kernels = o.tuned_kernels && o.device.is_cuda() && !o.batch_invariant;
+  r.norm_in_gemm = r.tuned_kernels && o.norm_in_gemm;
   return r;
 }
 }  // namespace

@@ -81,6 +81,10 @@ struct EngineOptions {
   // batch-invariant mode ignores it. Off here (the kernels of before, which the engine tests pin);
   // the actors' config turns it on (actors.tuned_kernels).
   bool tuned_kernels = false;
+  // CUDA, fast order, with tuned_kernels: the input and post-attention RMSNorms fused into the
+  // QKV and gate|up projections of decode steps of at most 8 rows (kernels/norm_matmul.h). Off
+  // until a GPU session has verified it (actors.norm_in_gemm).
+  bool norm_in_gemm = false;
 };
 
 absl::Status ValidateEngineOptions(const EngineOptions& options);

@@ -140,6 +140,7 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
   LayerContext ctx{&config_, t.cos, t.sin, options_.order};
   ctx.residual_in_gemm = tuned;
   ctx.attention_applies_rope = tuned;
+  ctx.norm_in_gemm = options_.norm_in_gemm;
   const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   step_routes_.assign(t.T * Lm * K, 0);
   for (int64_t l = 0, moe_index = 0; l < c.num_hidden_layers; ++l) {

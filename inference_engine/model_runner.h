@@ -49,6 +49,8 @@ struct ModelRunnerOptions {
   // CUDA, fast order (EngineOptions::tuned_kernels): residuals in the GEMMs, RoPE fused with the
   // KV write, and graph decode steps without the attention's tile plan.
   bool tuned_kernels = false;
+  // CUDA, fast order (EngineOptions::norm_in_gemm): RMSNorms fused into small projections.
+  bool norm_in_gemm = false;
 };
 
 struct GraphStats {

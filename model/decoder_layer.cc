@@ -5,6 +5,7 @@
 #include "core/status_macros.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
+#include "kernels/norm_matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -104,8 +105,17 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
                          const Tensor& next_input, AttentionStep attention) {
   const ModelConfig& c = *ctx.config;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm, eps);
-  k::MatmulForward(a.qkv, a.ln1, p.qkv_weight, p.qkv_bias, /*accumulate=*/false, ctx.order);
+  // out = RMSNorm(x) . w^T + bias, through `normalised` (and its rstd) unless fused.
+  auto norm_then_project = [&](const Tensor& out, const Tensor& normalised, const Tensor& rstd,
+                               const Tensor& x, const Tensor& norm, const Tensor& w,
+                               const Tensor& bias) {
+    if (ctx.norm_in_gemm && k::NormMatmulSupported(out, x, norm, w, bias, ctx.order)) {
+      return k::NormMatmulForward(out, x, norm, eps, w, bias);
+    }
+    k::RmsNormForward(normalised, rstd, x, norm, eps);
+    k::MatmulForward(out, normalised, w, bias, /*accumulate=*/false, ctx.order);
+  };
+  norm_then_project(a.qkv, a.ln1, a.ln1_rstd, a.input, p.input_norm, p.qkv_weight, p.qkv_bias);
   if (c.qk_norm) QkNormForward(c, p, a);
   if (!ctx.attention_applies_rope) {
     k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ctx.rope_cos,
@@ -126,11 +136,11 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
     k::MatmulForward(out, x, w, bias, /*accumulate=*/true, ctx.order);
   };
   project_onto(a.mid, a.attn, p.o_weight, p.o_bias, a.input);
-  k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
-  if (p.is_moe()) {
+  if (p.is_moe()) {  // the router and the experts read the normalised rows
+    k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
     return MoeForward(c, ctx.order, p, a.moe, a.ln2, a.mid, next_input, ctx.moe_forced_routes);
   }
-  k::MatmulForward(a.gate_up, a.ln2, p.gate_up_weight, {}, /*accumulate=*/false, ctx.order);
+  norm_then_project(a.gate_up, a.ln2, a.ln2_rstd, a.mid, p.post_norm, p.gate_up_weight, {});
   k::SwiGluForward(a.act, a.gate_up);
   project_onto(next_input, a.act, p.down_weight, {}, a.mid);
 }

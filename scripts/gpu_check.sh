@@ -322,6 +322,20 @@ for x in r["results"]:
     print("  %-36s %12.1f %-5s | %-26s %12.1f | ratio %.3f" % (
         x["name"], x["value"], x["unit"], x["baseline_name"], x["baseline_value"], x["ratio"]))
 PY
+  # The RMSNorms fused into the small decode steps' projections (actors.norm_in_gemm, off until
+  # this and cuda_kernels_test / cuda_engine_test pass): beside the same tuned kernels without.
+  echo "-- prl bench engine --tuned-kernels --norm-in-gemm (batches 1 and 8)"
+  "$PRL" bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 --prompt-len 512 \
+    --output-len 512 --batches 1,8 --iters 1 --tuned-kernels --norm-in-gemm --json \
+    >"$OUT_DIR/bench_engine_norm_in_gemm.json" 2>"$OUT_DIR/bench_engine_norm_in_gemm.log" ||
+    { tail -20 "$OUT_DIR/bench_engine_norm_in_gemm.log"; status=1; }
+  python3 - "$OUT_DIR/bench_engine_norm_in_gemm.json" <<'PY' || true
+import json, sys
+for x in json.load(open(sys.argv[1]))["results"]:
+    if "norm_in_gemm" in x["name"]:
+        print("  %-36s %12.1f %-5s | %-26s %12.1f | ratio %.3f" % (
+            x["name"], x["value"], x["unit"], x["baseline_name"], x["baseline_value"], x["ratio"]))
+PY
 }
 
 # --- where the GPU time goes ---------------------------------------------------------------

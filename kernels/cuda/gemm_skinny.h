@@ -31,4 +31,13 @@ bool SkinnyGemmSupported(const GemmArgs& args);
 // Requires SkinnyGemmSupported; asynchronous on `stream`, capturable in a CUDA graph.
 void SkinnyGemmRun(int device, cudaStream_t stream, const GemmArgs& args);
 
+// The same product of RMSNorm(a; norm_weight, eps) instead of a (kernels/norm_matmul.h): the
+// norm's weight (K, BF16) multiplies each activation as it is read, and each output row is
+// scaled by rsqrt(mean(a_row^2) + eps) after its dot product (before the bias). Not governed by
+// SetSkinnyGemm (the caller chooses it). Supported: SkinnyGemmSupported, beta 0, the norm's
+// weight 16-byte aligned.
+bool SkinnyNormGemmSupported(const GemmArgs& args, const void* norm_weight);
+void SkinnyNormGemmRun(int device, cudaStream_t stream, const GemmArgs& args,
+                       const void* norm_weight, float eps);
+
 }  // namespace prl::kernels::cuda

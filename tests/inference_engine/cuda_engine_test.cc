@@ -197,6 +197,34 @@ TEST(CudaEngineTest, TunedKernelsKeepTheFastModesAgreementWithTheLearner) {
   kernels::SetGemmAlgorithmSearch(false);
 }
 
+// The RMSNorms fused into the projections of decode steps of at most 8 rows
+// (EngineOptions::norm_in_gemm, kernels/norm_matmul.h) keep the tuned kernels' agreement with
+// the learner, graphs and eager; 6 requests, so that every decode step takes the fused path.
+TEST(CudaEngineTest, NormInGemmKeepsTheTunedKernelsAgreementWithTheLearner) {
+  PRL_SKIP_WITHOUT_GPU();
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = OnGpu(*TinyWeights(c, 1));
+  for (bool graphs : {true, false}) {
+    EngineOptions o = GpuOptions(DType::kBF16, false, graphs);
+    o.tuned_kernels = true;
+    o.norm_in_gemm = true;
+    auto engine = *Engine::Create(weights, 0, o);
+    const std::vector<Job> jobs = UnfilteredJobs(c, 7, /*count=*/6);
+    const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
+    const Agreement a =
+        Compare(LearnerScores(*weights, DType::kBF16, ReductionOrder::kFast, jobs, out), out);
+    std::printf("agreement bf16 tuned kernels, norms in the GEMMs%s: %lld tokens, mean |diff| "
+                "%.3g, max %.3g\n",
+                graphs ? "" : " (eager)", static_cast<long long>(a.tokens), a.mean_abs,
+                a.max_abs);
+    ASSERT_GT(a.tokens, 0);
+    // The tuned kernels' bound (above); the fused norm rounds at one point fewer.
+    EXPECT_LE(a.mean_abs, 3e-2);
+    EXPECT_LE(a.max_abs, 4e-1);
+  }
+  kernels::SetGemmAlgorithmSearch(false);
+}
+
 TEST(CudaEngineTest, GraphReplayEqualsEagerDecoding) {
   PRL_SKIP_WITHOUT_GPU();
   const ModelConfig c = TinyEngineConfig();

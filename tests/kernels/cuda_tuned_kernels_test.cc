@@ -20,6 +20,8 @@
 #include "core/dtype.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/norm_matmul.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -341,6 +343,53 @@ TEST(CudaTunedKernelsTest, SkinnyGemmMatchesCpuForEveryRowCount) {
     }
   }
   SetSkinnyGemm(false);
+}
+
+// The RMSNorm fused into the skinny GEMM (kernels/norm_matmul.h): the CPU's RmsNormForward,
+// the normalised rows stored in BF16 as the unfused path stores them, then MatmulForward,
+// within BF16's tolerance, for every row count 1..8, with a bias into BF16 and without one into
+// F32; 9 rows, F32 operands and the batch-invariant order are not taken.
+TEST(CudaTunedKernelsTest, NormInGemmMatchesCpuRmsNormThenMatmul) {
+  PRL_SKIP_WITHOUT_GPU();
+  const DType dt = DType::kBF16;
+  const float eps = 1e-6f;
+  for (int64_t M = 1; M <= 9; ++M) {
+    const std::pair<int64_t, int64_t> shapes[] = {{1152, 896}, {301, 4864}, {37, 8}};  // N, K
+    for (const auto& [N, K] : shapes) {
+      std::vector<float> g = Random(K, 5, 0.2f);
+      for (float& v : g) v += 1.0f;
+      g = AsStored(g, dt);
+      auto x = AsStored(Random(M * K, 1), dt), w = AsStored(Random(N * K, 2, 0.05f), dt),
+           bias = AsStored(Random(N, 4), dt);
+      std::vector<float> normalised(M * K), rstd(M), with_bias(M * N), without(M * N);
+      RmsNormForward(View(normalised, {M, K}), View(rstd, {M}), View(x, {M, K}), View(g, {K}),
+                     eps);
+      normalised = AsStored(normalised, dt);
+      MatmulForward(View(with_bias, {M, N}), View(normalised, {M, K}), View(w, {N, K}),
+                    View(bias, {N}));
+      MatmulForward(View(without, {M, N}), View(normalised, {M, K}), View(w, {N, K}));
+      DeviceTensor dx(dt, {M, K}), dg(dt, {K}), dw(dt, {N, K}), db(dt, {N}), dout(dt, {M, N}),
+          dout32(DType::kF32, {M, N});
+      dx.Upload(x);
+      dg.Upload(g);
+      dw.Upload(w);
+      db.Upload(bias);
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+      const bool supported =
+          NormMatmulSupported(dout.t, dx.t, dg.t, dw.t, db.t, ReductionOrder::kFast);
+      ASSERT_EQ(supported, M <= 8);
+      EXPECT_FALSE(
+          NormMatmulSupported(dout.t, dx.t, dg.t, dw.t, db.t, ReductionOrder::kBatchInvariant));
+      if (!supported) continue;
+      NormMatmulForward(dout.t, dx.t, dg.t, eps, dw.t, db.t);
+      EXPECT_LE(RelativeError(dout.Download(), with_bias), testing::Tolerance(dt));
+      NormMatmulForward(dout32.t, dx.t, dg.t, eps, dw.t);
+      EXPECT_LE(RelativeError(dout32.Download(), without), testing::Tolerance(dt)) << "F32 out";
+    }
+  }
+  DeviceTensor fx(DType::kF32, {2, 8}), fg(DType::kF32, {8}), fw(DType::kF32, {4, 8}),
+      fout(DType::kF32, {2, 4});
+  EXPECT_FALSE(NormMatmulSupported(fout.t, fx.t, fg.t, fw.t, {}, ReductionOrder::kFast));
 }
 
 #else

@@ -1,0 +1,30 @@
+// The RMSNorm fused into the projection that reads it: out (M, N) = RMSNorm(x; g, eps) (M, K) .
+// w (N, K)^T + bias (N, optional), the normalised rows never written. For a small decode step's
+// QKV and gate|up projections (model/decoder_layer.cc, LayerContext::norm_in_gemm): at one to
+// eight rows a projection reads its weights once, and RMSNorm would be a kernel of its own (49
+// per step of a 24-layer model, a few microseconds each at batch 1).
+//
+// Only where NormMatmulSupported says: CUDA, the fast order, BF16 x, g and w, M <= 8 and the
+// skinny GEMM's other conditions (kernels/cuda/gemm_skinny.h); elsewhere the caller runs
+// RmsNormForward, then MatmulForward (the same math). The fused sum of squares is fp32 over the
+// BF16 x and each row's dot products are scaled by rsqrt(mean + eps) after the sum, so the
+// results are not the unfused path's bits (which rounds the normalised rows to BF16 first);
+// they agree within BF16's tolerance (tests/kernels/cuda_tuned_kernels_test.cc).
+//
+// Status: written and compiled, never run on a GPU; the engine uses it only with
+// EngineOptions::norm_in_gemm (actors.norm_in_gemm), off until a GPU session verifies it.
+#pragma once
+
+#include "core/tensor.h"
+#include "kernels/reduction_order.h"
+
+namespace prl::kernels {
+
+bool NormMatmulSupported(const Tensor& out, const Tensor& x, const Tensor& g, const Tensor& w,
+                         const Tensor& bias, ReductionOrder order);
+
+// Requires NormMatmulSupported (checked: a programming error otherwise).
+void NormMatmulForward(const Tensor& out, const Tensor& x, const Tensor& g, float eps,
+                       const Tensor& w, const Tensor& bias = {});
+
+}  // namespace prl::kernels
