@@ -168,7 +168,8 @@ void EpisodeRunner::StartEpisode(const std::string& lease_id, int32_t sample) {
       action.params.end_turn = [codec = codec_, stops = g->stop_strings](
                                    absl::Span<const int32_t> turn) {
         const size_t tail = std::min<size_t>(turn.size(), 32);
-        absl::StatusOr<std::string> text = codec->DecodeCompletion(turn.subspan(turn.size() - tail));
+        absl::StatusOr<std::string> text =
+            codec->DecodeCompletion(turn.subspan(turn.size() - tail));
         if (!text.ok()) return false;
         return std::any_of(stops.begin(), stops.end(),
                            [&](const std::string& s) { return absl::EndsWith(*text, s); });

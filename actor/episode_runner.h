@@ -64,7 +64,8 @@ class EpisodeRunner {
     }
   };
 
-  // `codec` renders and decodes text (episodes need one); `wake` is called when actions wait.
+  // `codec` renders and decodes text (episodes need one); `wake` is called when actions wait,
+  // sometimes with the runner's lock held: it must not call back into the runner.
   EpisodeRunner(std::shared_ptr<const tokenizer::TextCodec> codec, int threads,
                 std::function<void()> wake, metrics::ActorMetrics* metrics = nullptr);
   ~EpisodeRunner();

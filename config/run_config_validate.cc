@@ -2,8 +2,10 @@
 // Types and enumeration spellings are checked while reading (run_config.cc); what a role can
 // only know on its machine (is a GPU present?) is checked when the role starts
 // (roles/device_settings.h).
+#include <cmath>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "config/run_config.h"
@@ -41,6 +43,32 @@ absl::Status DeviceAndDType(DeviceType device, DType dtype, absl::string_view se
       "'bf16'");
 }
 
+// task.name = guess_number: the range in env.params (integers, low <= high) and enough turns
+// for bisection, which the warm-start demonstrates, to find every secret.
+absl::Status ValidateGuessNumber(const RunConfig& c) {
+  int64_t bound[2] = {1, 100};
+  const char* keys[2] = {"low", "high"};
+  for (int i = 0; i < 2; ++i) {
+    auto it = c.env.params.find(keys[i]);
+    if (it != c.env.params.end() && !absl::SimpleAtoi(it->second, &bound[i])) {
+      return Range(false, absl::StrCat("env.params.", keys[i]), "an integer",
+                   Quoted(it->second));
+    }
+  }
+  PRL_RETURN_IF_ERROR(Range(bound[0] <= bound[1] && bound[1] - bound[0] < (int64_t{1} << 30),
+                            "env.params.high",
+                            absl::StrCat("an integer from env.params.low (", bound[0],
+                                         ") to low + 2^30"),
+                            bound[1]));
+  int64_t needed = 1;  // guesses bisection needs: 2^needed - 1 >= the range's size
+  while ((int64_t{1} << needed) - 1 < bound[1] - bound[0] + 1) ++needed;
+  const int64_t turns = c.env.max_turns > 0 ? c.env.max_turns : 8;
+  return Range(turns >= needed, "env.max_turns",
+               absl::StrCat("at least ", needed, " (bisection's guesses over ", bound[0], "..",
+                            bound[1], ") with task.name = guess_number"),
+               turns);
+}
+
 absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Range(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
                             "run.name", "a non-empty name without '/'", Quoted(c.run.name)));
@@ -74,6 +102,14 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
                                 (c.env.name == "guess_number" && c.env.address.empty()),
                             "env.name", "guess_number (built in) for task.name = guess_number",
                             Quoted(c.env.name)));
+  // The arithmetic task's references are answers, not secrets of the game's range.
+  PRL_RETURN_IF_ERROR(Range(c.task.name != TaskName::kArithmetic || c.env.name != "guess_number" ||
+                                !c.env.address.empty(),
+                            "env.name",
+                            "calculator (or none) for task.name = arithmetic; guess_number goes "
+                            "with task.name = guess_number",
+                            Quoted(c.env.name)));
+  if (c.task.name == TaskName::kGuessNumber) PRL_RETURN_IF_ERROR(ValidateGuessNumber(c));
   PRL_RETURN_IF_ERROR(Range(c.env.address.empty() || !c.env.name.empty(), "env.name",
                             "the name of the environment env.address serves", "''"));
   PRL_RETURN_IF_ERROR(Address(c.env.address, "env.address", true));
@@ -81,7 +117,9 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
                             "0 (8) to 1024", c.env.max_turns));
   PRL_RETURN_IF_ERROR(Range(c.env.max_tokens_per_turn >= 0 &&
                                 c.env.max_tokens_per_turn <= c.task.max_tokens,
-                            "env.max_tokens_per_turn", "0 (task.max_tokens) to task.max_tokens",
+                            "env.max_tokens_per_turn",
+                            absl::StrCat("0 (task.max_tokens) to task.max_tokens (",
+                                         c.task.max_tokens, ")"),
                             c.env.max_tokens_per_turn));
   PRL_RETURN_IF_ERROR(Range(c.env.max_episode_tokens >= 0, "env.max_episode_tokens",
                             ">= 0 (0: no limit)", c.env.max_episode_tokens));
@@ -157,7 +195,8 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(
       Range(l.max_grad_norm >= 0, "learner.max_grad_norm", ">= 0", l.max_grad_norm));
   PRL_RETURN_IF_ERROR(Range(l.tis_cap > 0, "learner.tis_cap", "a number > 0", l.tis_cap));
-  PRL_RETURN_IF_ERROR(Range(l.router_aux_loss_coef >= 0, "learner.router_aux_loss_coef",
+  PRL_RETURN_IF_ERROR(Range(l.router_aux_loss_coef >= 0 && std::isfinite(l.router_aux_loss_coef),
+                            "learner.router_aux_loss_coef",
                             "a number >= 0 (0: off)", l.router_aux_loss_coef));
   PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
                             "a number in (0, 1]", l.clip_low));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -11,9 +12,10 @@ namespace prl::learner {
 
 absl::Status ValidateStepConfig(const StepConfig& config) {
   PRL_RETURN_IF_ERROR(ValidateLossConfig(config.loss));
-  if (!(config.router_aux_loss_coef >= 0)) {
+  if (!(config.router_aux_loss_coef >= 0) || !std::isfinite(config.router_aux_loss_coef)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "router_aux_loss_coef: expected >= 0 (0: off), found ", config.router_aux_loss_coef));
+        "router_aux_loss_coef: expected a finite number >= 0 (0: off), found ",
+        config.router_aux_loss_coef));
   }
   if (config.micro_batch_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -117,7 +119,7 @@ MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& 
 struct StepTotals {
   LossNormalizer normalizer;
   int64_t passes = 0;
-  double input_tokens = 0;  // of every micro-batch that trains something
+  double input_tokens = 0;  // of the step's samples, all ranks (the empty passes have none)
 };
 
 absl::StatusOr<StepTotals> AgreeTotals(FsdpModel& model, absl::Span<const TrainSample> samples,

@@ -32,11 +32,13 @@ std::string Param(const v1::EnvironmentSpec& spec, const std::string& key, std::
   return it == spec.parameters().end() ? std::move(fallback) : it->second;
 }
 
-// One episode of `player` against `environment`, as the actor would record it.
+// One episode of `player` against `environment`, as the actor would record it, within the
+// limits an episode of RL has (a turn, the episode, the model's context).
 absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::EnvironmentSpec& spec,
                                 const v1::Prompt& prompt, std::vector<int32_t> prompt_tokens,
                                 const tokenizer::TextCodec& codec, const std::string& episode_id,
-                                const Player& player, bool must_win) {
+                                const Player& player, bool must_win,
+                                int64_t max_sequence_tokens) {
   const int32_t stop = codec.stop_ids().front();
   v1::StartEpisodeRequest start;
   start.set_episode_id(episode_id);
@@ -56,6 +58,12 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
     PRL_ASSIGN_OR_RETURN(const PlayerTurn said, player(turn, reply));
     PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, codec.EncodeContinuation(said.text));
     if (said.end_of_turn) tokens.push_back(stop);
+    if (static_cast<int64_t>(tokens.size()) > spec.max_tokens_per_turn()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "turn ", turn, " ('", said.text.substr(0, 64), "') is ", tokens.size(),
+          " tokens, above env.max_tokens_per_turn (or task.max_tokens): ",
+          spec.max_tokens_per_turn(), "; raise task.max_tokens so that RL's turns fit too"));
+    }
     example.completion.insert(example.completion.end(), tokens.begin(), tokens.end());
     example.sources.insert(example.sources.end(), tokens.size(), 0);
     v1::StepRequest step;
@@ -77,9 +85,21 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
                          actor::RenderReply(codec, answer.messages(), tokens.back()));
     example.completion.insert(example.completion.end(), rendered.begin(), rendered.end());
     example.sources.insert(example.sources.end(), rendered.size(), 1);
+    const int64_t episode = static_cast<int64_t>(example.completion.size());
+    if (spec.max_episode_tokens() > 0 && episode >= spec.max_episode_tokens()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the episode reaches env.max_episode_tokens (", spec.max_episode_tokens(),
+          ") after turn ", turn, "; raise it"));
+    }
+    if (static_cast<int64_t>(example.prompt.size()) + episode >= max_sequence_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the episode reaches the model's context (", max_sequence_tokens,
+          " tokens) after turn ", turn, "; raise model.max_position_embeddings"));
+    }
     reply.clear();
     for (const v1::EnvMessage& m : answer.messages()) reply += m.content();
   }
+  if (!must_win) return example;  // truncated, as the actor ends it: the imperfect play
   return absl::FailedPreconditionError(
       absl::StrCat("the demonstration did not end within env.max_turns (", spec.max_turns(), ")"));
 }
@@ -127,18 +147,22 @@ Player GuessPlayer(const v1::EnvironmentSpec& spec, bool demonstrate) {
 
 }  // namespace
 
-bool HasDemonstrations(const v1::EnvironmentSpec& environment) {
-  return environment.address().empty() &&
-         (environment.name() == "calculator" || environment.name() == "guess_number");
+bool HasDemonstrations(const v1::EnvironmentSpec& environment, config::TaskName task) {
+  if (!environment.address().empty()) return false;
+  return (task == config::TaskName::kArithmetic && environment.name() == "calculator") ||
+         (task == config::TaskName::kGuessNumber && environment.name() == "guess_number");
 }
 
 absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec& environment,
+                                                       config::TaskName task,
                                                        const tokenizer::TextCodec& codec,
                                                        absl::Span<const v1::Prompt> prompts,
-                                                       int64_t vocab_size, double demo_fraction) {
-  if (!HasDemonstrations(environment)) {
+                                                       int64_t vocab_size, double demo_fraction,
+                                                       int64_t max_sequence_tokens) {
+  if (!HasDemonstrations(environment, task)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "env.name: demonstrations exist for the built-in calculator and guess_number, found '",
+        "env.name: demonstrations exist for the built-in calculator with task.name = "
+        "arithmetic and guess_number with task.name = guess_number, found '",
         environment.name(), "'", environment.address().empty() ? "" : " at an address"));
   }
   if (codec.stop_ids().empty()) {
@@ -163,8 +187,9 @@ absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec
     const Player player = calculator ? CalculatorPlayer(environment, text, prompts[i].reference(),
                                                         demonstrate)
                                      : GuessPlayer(environment, demonstrate);
-    absl::StatusOr<SftExample> example = Play(played, environment, prompts[i], std::move(tokens),
-                                              codec, absl::StrCat("demo-", i), player, demonstrate);
+    absl::StatusOr<SftExample> example =
+        Play(played, environment, prompts[i], std::move(tokens), codec, absl::StrCat("demo-", i),
+             player, demonstrate, max_sequence_tokens);
     if (!example.ok()) {
       return absl::Status(example.status().code(),
                           absl::StrCat(what, " ('", text.substr(0, 64), "', reference '",

@@ -23,19 +23,26 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "config/run_config.h"
 #include "prl/v1/prompt.pb.h"
 #include "runner/task_source.h"
 #include "tokenizer/text_codec.h"
 
 namespace prl::runner {
 
-// Whether `environment` (EnvironmentOf) has built-in demonstrations.
-bool HasDemonstrations(const prl::v1::EnvironmentSpec& environment);
+// Whether `environment` (EnvironmentOf) has demonstrations for `task`'s prompts: the built-in
+// calculator with the arithmetic task (its prompts are expressions), the built-in game with the
+// guess_number task. Other tasks warm-start on their references (SftExamples).
+bool HasDemonstrations(const prl::v1::EnvironmentSpec& environment, config::TaskName task);
 
 // The warm-start examples of `prompts`: example i demonstrates the environment iff its place in
 // a low-discrepancy sequence falls below demo_fraction (so any prefix has about that share).
+// A turn over environment.max_tokens_per_turn, an episode reaching max_episode_tokens or
+// max_sequence_tokens (the model's context) is an error naming the setting to raise: RL's
+// episodes would be cut where the demonstrations are not.
 absl::StatusOr<std::vector<SftExample>> Demonstrations(
-    const prl::v1::EnvironmentSpec& environment, const tokenizer::TextCodec& codec,
-    absl::Span<const prl::v1::Prompt> prompts, int64_t vocab_size, double demo_fraction);
+    const prl::v1::EnvironmentSpec& environment, config::TaskName task,
+    const tokenizer::TextCodec& codec, absl::Span<const prl::v1::Prompt> prompts,
+    int64_t vocab_size, double demo_fraction, int64_t max_sequence_tokens);
 
 }  // namespace prl::runner

@@ -18,7 +18,6 @@ namespace v1 = prl::v1;
 
 absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> weights,
                                             const TaskSource& task, int64_t count,
-                                            int32_t max_tokens,
                                             const v1::EnvironmentSpec& environment) {
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts, task.EvalPrompts(count));
@@ -47,7 +46,7 @@ absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> 
     lease.set_reference(prompts[i].reference());
     lease.set_samples(1);
     lease.mutable_sampling()->set_temperature(0);
-    lease.mutable_sampling()->set_max_tokens(max_tokens);
+    lease.mutable_sampling()->set_max_tokens(environment.max_tokens_per_turn());
     for (int32_t id : task.text().stop_ids()) lease.mutable_sampling()->add_stop_token_ids(id);
     *lease.mutable_environment() = environment;
     prompt_of[lease.lease_id()] = i;
@@ -58,7 +57,17 @@ absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> 
   size_t finished = 0;
   while (finished < prompts.size()) {
     using Kind = actor::EpisodeRunner::Action::Kind;
-    for (actor::EpisodeRunner::Action& a : episodes.TakeActions()) {
+    std::vector<actor::EpisodeRunner::Action> actions = episodes.TakeActions();
+    const EngineStats before = engine->Stats();
+    if (actions.empty() && before.num_running == 0 && before.num_waiting == 0 &&
+        !episodes.Busy()) {  // (every ended turn went to the runner right after its Step)
+      // Nothing runs, nothing is being answered, nothing waits to be applied (Busy counts the
+      // pool's jobs and the actions under one lock): an episode was lost, never to finish.
+      return absl::InternalError(absl::StrCat(
+          "held-out episodes: ", prompts.size() - finished,
+          " unfinished with nothing running or waiting for their environment"));
+    }
+    for (actor::EpisodeRunner::Action& a : actions) {
       switch (a.kind) {
         case Kind::kAddGroup: {
           SamplingParams params;

@@ -2,7 +2,11 @@
 // episode per held-out prompt, run with prl's engine and the actor's episode machinery
 // (actor/episode_runner.h: the same turn ends, reply rendering and limits as in training),
 // scored by the environment. An episode the environment fails (down, malformed answers) is an
-// error naming it: an evaluation does not score what it could not run.
+// error naming it: an evaluation does not score what it could not run. A turn's length is the
+// environment's max_tokens_per_turn.
+//
+// Thread-safety: one call runs on its thread (the episode runner's pool makes the environment
+// calls and is joined before it returns).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +22,6 @@ namespace prl::runner {
 
 absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> weights,
                                             const TaskSource& task, int64_t count,
-                                            int32_t max_tokens,
                                             const prl::v1::EnvironmentSpec& environment);
 
 }  // namespace prl::runner

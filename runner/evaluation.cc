@@ -16,7 +16,7 @@ absl::StatusOr<EvalResult> Evaluate(std::shared_ptr<const ParameterSet> weights,
                                     const TaskSource& task, int64_t count, int32_t max_tokens,
                                     const prl::v1::EnvironmentSpec& environment) {
   if (!environment.name().empty()) {
-    return EvaluateEpisodes(std::move(weights), task, count, max_tokens, environment);
+    return EvaluateEpisodes(std::move(weights), task, count, environment);
   }
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.EvalPrompts(count));

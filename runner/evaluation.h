@@ -26,7 +26,7 @@ struct EvalResult {
 
 // Greedy (temperature 0) completions of the first `count` held-out prompts, at most
 // `max_tokens` tokens each, stopping at the text's stop ids; with a non-empty `environment`
-// (EnvironmentOf) greedy episodes, max_tokens per turn within its limits.
+// (EnvironmentOf) greedy episodes within its limits (its max_tokens_per_turn per turn).
 absl::StatusOr<EvalResult> Evaluate(std::shared_ptr<const ParameterSet> weights,
                                     const TaskSource& task, int64_t count, int32_t max_tokens,
                                     const prl::v1::EnvironmentSpec& environment = {});

@@ -66,6 +66,7 @@ class Run {
     PRL_ASSIGN_OR_RETURN(std::string start, PrepareStartModel(c_, o_.resume));
     PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start));
     PRL_ASSIGN_OR_RETURN(task_, OpenTask(c_, start, model.vocab_size));
+    PRL_RETURN_IF_ERROR(CheckEnvironmentText(c_, task_->text()));
     std::printf("task: %s, text: %s\n",
                 std::string(EnumName(config::kTaskNames, c_.task.name)).c_str(),
                 task_->text().Describe().c_str());

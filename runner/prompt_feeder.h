@@ -1,7 +1,7 @@
 // PromptFeeder: `prl run`'s client of the coordinator. It keeps the task's train prompts
-// (runner/task_source.h) pending ahead of the learner — enough that the actors never wait for prompts
-// within the staleness budget — submitting a chunk at a time, each with an idempotency key so
-// that a retried submit is not duplicated.
+// (runner/task_source.h) pending ahead of the learner — enough that the actors never wait for
+// prompts within the staleness budget — submitting a chunk at a time, each with an idempotency
+// key so that a retried submit is not duplicated.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

@@ -73,9 +73,9 @@ class ArithmeticSource final : public TaskSource {
 };
 
 // The guessing game's secrets (env/guess_number.h) in [low, high] of env.params (1 to 100 by
-// default), as prompts "#" in the character tokenizer: train and warm-start secrets drawn
-// uniformly per seed; the held-out ones every secret of the range in turn (so the accuracy is
-// the share of the range found), at most eval_prompts of them.
+// default; validated with the config), as prompts "#" in the character tokenizer: train and
+// warm-start secrets drawn uniformly per seed; the held-out ones every secret of the range (so
+// the accuracy is the share of the range found), or eval_prompts of them spread evenly.
 class GuessNumberSource final : public TaskSource {
  public:
   explicit GuessNumberSource(const config::RunConfig& c) : c_(c) {
@@ -97,10 +97,10 @@ class GuessNumberSource final : public TaskSource {
     return Drawn(c_.run.seed * 104729 + 17 + chunk, count);
   }
   absl::StatusOr<std::vector<v1::Prompt>> EvalPrompts(int64_t count) const override {
+    // Every secret once, or `count` of them spread evenly over the range.
+    const int64_t size = high_ - low_ + 1, n = std::min(count, size);
     std::vector<v1::Prompt> out;
-    for (int64_t s = low_; s <= high_ && static_cast<int64_t>(out.size()) < count; ++s) {
-      out.push_back(Secret(s));
-    }
+    for (int64_t i = 0; i < n; ++i) out.push_back(Secret(low_ + i * size / n));
     return out;
   }
   const tokenizer::TextCodec& text() const override { return text_; }
@@ -145,7 +145,8 @@ class PromptFileSource final : public TaskSource {
   }
   absl::StatusOr<std::vector<v1::Prompt>> EvalPrompts(int64_t count) const override {
     return std::vector<v1::Prompt>(
-        eval_.begin(), eval_.begin() + std::min<int64_t>(count, static_cast<int64_t>(eval_.size())));
+        eval_.begin(),
+        eval_.begin() + std::min<int64_t>(count, static_cast<int64_t>(eval_.size())));
   }
   const tokenizer::TextCodec& text() const override { return *text_; }
   reward::RewardSpec TrainReward() const override { return roles::TaskRewardSpec(c_); }
@@ -213,6 +214,35 @@ v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& c) {
   e.set_max_episode_tokens(c.env.max_episode_tokens);
   e.set_timeout_s(c.env.timeout_s > 0 ? c.env.timeout_s : 30);
   return e;
+}
+
+absl::Status CheckEnvironmentText(const config::RunConfig& c, const tokenizer::TextCodec& text) {
+  if (c.env.name.empty() || !c.env.address.empty()) return absl::OkStatus();
+  std::vector<std::pair<std::string, std::string>> words;  // (key, default)
+  if (c.env.name == "calculator") {
+    words = {{"call_open", "<calc>"}, {"call_close", "</calc>"}};
+  } else {
+    auto param = [&](const char* key, const char* fallback) {
+      auto it = c.env.params.find(key);
+      return it == c.env.params.end() ? std::string(fallback) : it->second;
+    };
+    words = {{"higher_text", "higher"},
+             {"lower_text", "lower"},
+             {"rules_text", absl::StrCat("guess a number from ", param("low", "1"), " to ",
+                                         param("high", "100"))}};
+  }
+  for (const auto& [key, fallback] : words) {
+    auto it = c.env.params.find(key);
+    const bool given = it != c.env.params.end();
+    const std::string& value = given ? it->second : fallback;
+    if (!text.EncodeContinuation(value).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "env.params.", key, ": '", value.substr(0, 64), "'", given ? "" : " (the default)",
+          " cannot be written in ", text.Describe(),
+          ": give the environment words the model can read (examples/*_run.json)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<SftExample>> SftExamples(const TaskSource& task,

@@ -55,6 +55,12 @@ absl::StatusOr<std::unique_ptr<TaskSource>> OpenTask(const config::RunConfig& co
 // coordinator fills them; an empty name: the task has no episodes.
 prl::v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& config);
 
+// With a built-in environment: the words it writes and reads (the calculator's call syntax,
+// the game's feedback), given or its defaults, can be written in the task's text; else an
+// error naming the env.params key (the character tokenizer has no letters).
+absl::Status CheckEnvironmentText(const config::RunConfig& config,
+                                  const tokenizer::TextCodec& text);
+
 // The warm-start's examples of `prompts`: the prompt's tokens, and the reference's followed by
 // the first stop id.
 absl::StatusOr<std::vector<SftExample>> SftExamples(const TaskSource& task,

@@ -50,13 +50,15 @@ namespace {
 // The task's warm-start examples as supervised rollout lines: completion = the reference, or
 // with a built-in environment its demonstrations (runner/demonstrations.h).
 absl::Status WriteSftExamples(const config::RunConfig& c, const TaskSource& task,
-                              int64_t vocab_size, const std::string& path) {
+                              int64_t vocab_size, int64_t max_sequence_tokens,
+                              const std::string& path) {
   const int64_t n = std::min<int64_t>(c.sft.steps * c.sft.examples_per_step, 50'000);
   PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.SftPrompts(n));
   const prl::v1::EnvironmentSpec environment = EnvironmentOf(c);
   absl::StatusOr<std::vector<SftExample>> made =
-      HasDemonstrations(environment)
-          ? Demonstrations(environment, task.text(), prompts, vocab_size, c.sft.env_demo_fraction)
+      HasDemonstrations(environment, c.task.name)
+          ? Demonstrations(environment, c.task.name, task.text(), prompts, vocab_size,
+                           c.sft.env_demo_fraction, max_sequence_tokens)
           : SftExamples(task, prompts, vocab_size);
   PRL_ASSIGN_OR_RETURN(const std::vector<SftExample> examples, std::move(made));
   std::ofstream f(path);
@@ -115,7 +117,8 @@ absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c, const Task
   }
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start_model));
-  PRL_RETURN_IF_ERROR(WriteSftExamples(c, task, model.vocab_size, dir + "/sft.jsonl"));
+  PRL_RETURN_IF_ERROR(WriteSftExamples(c, task, model.vocab_size,
+                                       model.max_position_embeddings, dir + "/sft.jsonl"));
   std::printf("warm-start: %lld supervised steps of %lld examples (lr %g)\n",
               static_cast<long long>(c.sft.steps), static_cast<long long>(c.sft.examples_per_step),
               c.sft.lr);

@@ -2,8 +2,9 @@
 // top-k with ties to the lower id, renormalisation), the row gather, a grouped GEMM over the
 // experts' contiguous row ranges, and the weighted combine.
 //
-// Status: written and compiled only (build-cuda-check), never run on a GPU; nothing calls
-// them. tests/kernels/cuda_moe_test.cc checks each against a host reference on a GPU. MoeCudaKernelsEnabled() is the setting that will route model/moe_layer.cc here; it is
+// Status: written and compiled (build-cuda-check), not yet run on a GPU; nothing calls them.
+// tests/kernels/cuda_moe_test.cc checks each against a host reference when a GPU runs it.
+// MoeCudaKernelsEnabled() is the setting that will route model/moe_layer.cc here; it is
 // off, and a Transformer or Engine on CUDA with a MoE model is refused, until a GPU session
 // checks these against the CPU backend (the routes bit for bit in the batch-invariant mode).
 // The host side still has to sort the (token, k) pairs by expert (the CPU's counting sort, on

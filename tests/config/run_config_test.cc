@@ -102,12 +102,21 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"task": {"name": "guess_number"}})",
        "env.name: expected guess_number (built in) for task.name = guess_number, found ''"},
       {R"({"env": {"name": "calculator", "max_tokens_per_turn": 7}})",
-       "env.max_tokens_per_turn: expected 0 (task.max_tokens) to task.max_tokens, found 7"},
+       "env.max_tokens_per_turn: expected 0 (task.max_tokens) to task.max_tokens (6), found 7"},
       {R"({"env": {"name": "calculator", "timeout_s": -1}})",
        "env.timeout_s: expected 0 (30) to 3600, found -1"},
       {R"({"sft": {"env_demo_fraction": 1.5}})",
        "sft.env_demo_fraction: expected a number in [0, 1], found 1.5"},
-      {R"({"learner": {"router_aux_loss_coef": -0.1}})", "learner.router_aux_loss_coef: expected a number >= 0 (0: off), found -0.1"},
+      {R"({"task": {"name": "guess_number"}, "env": {"name": "guess_number", "max_turns": 6}})",
+       "env.max_turns: expected at least 7 (bisection's guesses over 1..100) with task.name = "
+       "guess_number, found 6"},
+      {R"({"task": {"name": "guess_number"},
+           "env": {"name": "guess_number", "params": {"low": "x"}}})",
+       "env.params.low: expected an integer, found 'x'"},
+      {R"({"env": {"name": "guess_number"}})",
+       "env.name: expected calculator (or none) for task.name = arithmetic"},
+      {R"({"learner": {"router_aux_loss_coef": -0.1}})",
+       "learner.router_aux_loss_coef: expected a number >= 0 (0: off), found -0.1"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<RunConfig> parsed = ParseRunConfig(c.json, "my.json");

@@ -21,6 +21,8 @@ namespace prl::runner {
 namespace {
 
 namespace v1 = prl::v1;
+constexpr config::TaskName kArithmetic = config::TaskName::kArithmetic;
+constexpr config::TaskName kGame = config::TaskName::kGuessNumber;
 
 v1::Prompt TokenPrompt(const std::string& text, const std::string& reference) {
   const task::CharTokenizer tokenizer;
@@ -38,6 +40,7 @@ v1::EnvironmentSpec Calculator() {
   (*e.mutable_parameters())["call_open"] = "(";
   (*e.mutable_parameters())["call_close"] = ")=";
   e.set_max_turns(3);
+  e.set_max_tokens_per_turn(12);
   return e;
 }
 
@@ -49,6 +52,7 @@ v1::EnvironmentSpec Game() {
     (*e.mutable_parameters())[k] = v;
   }
   e.set_max_turns(6);
+  e.set_max_tokens_per_turn(4);
   return e;
 }
 
@@ -57,7 +61,8 @@ std::vector<int32_t> Encode(const std::string& text) { return *task::CharTokeniz
 TEST(DemonstrationsTest, ACalculatorDemonstrationCallsTheToolThenAnswersItsResultTokenForToken) {
   const task::CharTextCodec codec;
   const v1::Prompt prompt = TokenPrompt("734*58=", "42572");
-  auto examples = Demonstrations(Calculator(), codec, {prompt}, 22, /*demo_fraction=*/1.0);
+  auto examples =
+      Demonstrations(Calculator(), kArithmetic, codec, {prompt}, 22, /*demo_fraction=*/1.0, 64);
   ASSERT_TRUE(examples.ok()) << examples.status();
   ASSERT_EQ(examples->size(), 1u);
   const SftExample& e = examples->front();
@@ -88,7 +93,7 @@ TEST(DemonstrationsTest, TheConfiguredShareDemonstratesAndTheRestAnswerAtOnce) {
     const int a = 10 + i % 90, b = 3 + i % 7;
     prompts.push_back(TokenPrompt(absl::StrCat(a, "*", b, "="), absl::StrCat(a * b)));
   }
-  auto examples = Demonstrations(Calculator(), codec, prompts, 22, 0.3);
+  auto examples = Demonstrations(Calculator(), kArithmetic, codec, prompts, 22, 0.3, 64);
   ASSERT_TRUE(examples.ok()) << examples.status();
   int calls = 0;
   for (size_t i = 0; i < examples->size(); ++i) {
@@ -124,7 +129,7 @@ std::vector<std::string> Guesses(const SftExample& e) {
 TEST(DemonstrationsTest, AGameDemonstrationBisectsAndTheOthersGuessTheFirstQuarter) {
   const task::CharTextCodec codec;
   const v1::Prompt prompt = TokenPrompt("#", "37");
-  auto bisect = Demonstrations(Game(), codec, {prompt}, 22, 1.0);
+  auto bisect = Demonstrations(Game(), kGame, codec, {prompt}, 22, 1.0, 64);
   ASSERT_TRUE(bisect.ok()) << bisect.status();
   EXPECT_EQ(Guesses(bisect->front()),
             (std::vector<std::string>{"25", "38", "31", "34", "36", "37"}));
@@ -133,7 +138,7 @@ TEST(DemonstrationsTest, AGameDemonstrationBisectsAndTheOthersGuessTheFirstQuart
   EXPECT_EQ(std::vector<int32_t>(bisect->front().completion.begin() + 3,
                                  bisect->front().completion.begin() + 5),
             higher);
-  auto quarter = Demonstrations(Game(), codec, {prompt}, 22, 0.0);
+  auto quarter = Demonstrations(Game(), kGame, codec, {prompt}, 22, 0.0, 64);
   ASSERT_TRUE(quarter.ok()) << quarter.status();
   // 1 + 49/4 = 13, then [14, 50] -> 23, [24, 50] -> 30, [31, 50] -> 35, [36, 50] -> 39,
   // [36, 38] -> 36: six guesses, lost (kept: the imperfect play RL starts from).
@@ -144,15 +149,64 @@ TEST(DemonstrationsTest, AGameDemonstrationBisectsAndTheOthersGuessTheFirstQuart
 TEST(DemonstrationsTest, ADemonstrationThatCannotWinIsAnErrorNamingThePrompt) {
   const task::CharTextCodec codec;
   auto examples =
-      Demonstrations(Calculator(), codec, {TokenPrompt("12*3=", "37")}, 22, /*demo_fraction=*/1.0);
+      Demonstrations(Calculator(), kArithmetic, codec, {TokenPrompt("12*3=", "37")}, 22,
+                     /*demo_fraction=*/1.0, 64);
   ASSERT_FALSE(examples.ok());
   EXPECT_NE(examples.status().message().find("warm-start prompt 0 ('12*3='"), std::string::npos)
       << examples.status();
   EXPECT_NE(examples.status().message().find("did not win"), std::string::npos);
   v1::EnvironmentSpec remote = Calculator();
   remote.set_address("127.0.0.1:7000");
-  EXPECT_FALSE(HasDemonstrations(remote));
-  EXPECT_FALSE(Demonstrations(remote, codec, {}, 22, 1.0).ok());
+  EXPECT_FALSE(HasDemonstrations(remote, kArithmetic));
+  EXPECT_FALSE(Demonstrations(remote, kArithmetic, codec, {}, 22, 1.0, 64).ok());
+  // The calculator's demonstrations read the arithmetic task's expressions only.
+  EXPECT_FALSE(HasDemonstrations(Calculator(), config::TaskName::kPrompts));
+  EXPECT_FALSE(HasDemonstrations(Game(), kArithmetic));
+}
+
+TEST(DemonstrationsTest, ADemonstrationOverTheLimitsOfRlsEpisodesIsAnErrorNamingTheSetting) {
+  const task::CharTextCodec codec;
+  v1::EnvironmentSpec short_turns = Calculator();
+  short_turns.set_max_tokens_per_turn(6);  // "(734*58)=" is 9
+  auto turn = Demonstrations(short_turns, kArithmetic, codec, {TokenPrompt("734*58=", "42572")},
+                             22, 1.0, 64);
+  ASSERT_FALSE(turn.ok());
+  EXPECT_NE(turn.status().message().find("env.max_tokens_per_turn (or task.max_tokens): 6"),
+            std::string::npos)
+      << turn.status();
+  v1::EnvironmentSpec short_episodes = Calculator();
+  short_episodes.set_max_episode_tokens(12);
+  auto episode = Demonstrations(short_episodes, kArithmetic, codec,
+                                {TokenPrompt("734*58=", "42572")}, 22, 1.0, 64);
+  ASSERT_FALSE(episode.ok());
+  EXPECT_NE(episode.status().message().find("env.max_episode_tokens (12)"), std::string::npos);
+  auto context =
+      Demonstrations(Calculator(), kArithmetic, codec, {TokenPrompt("734*58=", "42572")}, 22, 1.0,
+                     /*max_sequence_tokens=*/16);
+  ASSERT_FALSE(context.ok());
+  EXPECT_NE(context.status().message().find("model.max_position_embeddings"), std::string::npos);
+}
+
+TEST(TaskSourceTest, TheBuiltInEnvironmentsWordsMustBeWritableInTheTasksText) {
+  const task::CharTextCodec codec;
+  config::RunConfig c;
+  c.env.name = "calculator";  // "<calc>" by default: no letters in the character tokenizer
+  absl::Status s = CheckEnvironmentText(c, codec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("env.params.call_open: '<calc>' (the default) cannot be written"),
+            std::string::npos)
+      << s;
+  c.env.params = {{"call_open", "("}, {"call_close", ")="}};
+  EXPECT_TRUE(CheckEnvironmentText(c, codec).ok());
+  c.env.name = "guess_number";
+  c.env.params = {{"higher_text", "+"}, {"lower_text", "-"}};
+  s = CheckEnvironmentText(c, codec);
+  EXPECT_NE(s.message().find("env.params.rules_text: 'guess a number from 1 to 100' (the "
+                             "default)"),
+            std::string::npos)
+      << s;
+  c.env.address = "127.0.0.1:7000";  // a user's environment: its words are its own business
+  EXPECT_TRUE(CheckEnvironmentText(c, codec).ok());
 }
 
 TEST(EpisodeEvaluationTest, HeldOutGamesOfAnUntrainedModelRunToTheirEndOverEverySecret) {
@@ -181,7 +235,7 @@ TEST(EpisodeEvaluationTest, HeldOutGamesOfAnUntrainedModelRunToTheirEndOverEvery
   ASSERT_TRUE(weights.ok());
   InitializeParameters(*weights, 3, 0.5f);
   auto result = EvaluateEpisodes(std::make_shared<const ParameterSet>(std::move(*weights)), **task,
-                                 100, c.task.max_tokens, EnvironmentOf(c));
+                                 100, EnvironmentOf(c));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->problems, 20);  // every secret of [1, 20] once
   EXPECT_GE(result->turns_mean, 1.0);
