@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/norm_matmul.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -165,8 +166,13 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
   if (t.R > 0) {
     // Only the sampled rows need the final norm and the head (RMSNorm is per row).
     k::EmbeddingForward(t.gathered, t.final_input, t.rows);  // row gather
-    k::RmsNormForward(t.head_in, t.lnf_rstd, t.gathered, params.final_norm,
-                      static_cast<float>(c.rms_norm_eps));
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    if (options_.norm_in_gemm && k::NormMatmulSupported(t.logits, t.gathered, params.final_norm,
+                                                        params.lm_head, {}, options_.order)) {
+      k::NormMatmulForward(t.logits, t.gathered, params.final_norm, eps, params.lm_head);
+      return;  // the final norm in the LM head's GEMM (F32 logits)
+    }
+    k::RmsNormForward(t.head_in, t.lnf_rstd, t.gathered, params.final_norm, eps);
     k::MatmulForward(t.logits, t.head_in, params.lm_head, {}, /*accumulate=*/false, options_.order);
   }
 }
