@@ -54,36 +54,21 @@ void EngineDriver::AbortGroup(const std::string& lease_id, uint64_t request_id,
 void EngineDriver::ApplyEpisodeActions() {
   using Kind = EpisodeRunner::Action::Kind;
   for (EpisodeRunner::Action& a : episodes_->TakeActions()) {
-    absl::Status applied = absl::OkStatus();
-    switch (a.kind) {
-      case Kind::kAddGroup: {
-        auto it = starting_.find(a.lease_id);
-        if (it == starting_.end()) break;
-        SamplingParams params = ParamsOf(it->second.lease);
-        params.multi_turn = true;
-        params.max_tokens = a.params.max_tokens;
-        params.end_turn = std::move(a.params.end_turn);
-        absl::StatusOr<uint64_t> id = engine_->AddRequest(std::move(a.tokens), params);
-        if (!id.ok()) {
-          applied = id.status();
-          break;
-        }
-        in_engine_[*id] = std::move(it->second);
-        starting_.erase(it);
-        episodes_->Bind(a.lease_id, *id);
-        break;
-      }
-      case Kind::kContinue:
-        applied = engine_->Continue(a.request_id, a.sample, a.tokens, a.max_tokens);
-        break;
-      case Kind::kFinish:
-        applied = engine_->FinishSample(a.request_id, a.sample);
-        break;
-      case Kind::kAbort:
-        applied = a.failure;
-        break;
+    auto starting = starting_.end();
+    SamplingParams base;
+    if (a.kind == Kind::kAddGroup) {
+      starting = starting_.find(a.lease_id);
+      if (starting == starting_.end()) continue;  // released meanwhile
+      base = ParamsOf(starting->second.lease);
     }
-    if (!applied.ok()) AbortGroup(a.lease_id, a.request_id, applied);
+    absl::StatusOr<uint64_t> applied = EpisodeRunner::Apply(*engine_, a, std::move(base));
+    if (!applied.ok()) {
+      AbortGroup(a.lease_id, a.request_id, applied.status());
+    } else if (a.kind == Kind::kAddGroup) {
+      in_engine_[*applied] = std::move(starting->second);
+      starting_.erase(starting);
+      episodes_->Bind(a.lease_id, *applied);
+    }
   }
 }
 

@@ -283,6 +283,25 @@ void EpisodeRunner::Step(const std::string& lease_id, TurnOutput turn) {
   Push(std::move(next));
 }
 
+absl::StatusOr<uint64_t> EpisodeRunner::Apply(Engine& engine, Action& a, SamplingParams base) {
+  switch (a.kind) {
+    case Action::Kind::kAddGroup:
+      base.multi_turn = true;
+      base.max_tokens = a.params.max_tokens;
+      base.end_turn = std::move(a.params.end_turn);
+      return engine.AddRequest(std::move(a.tokens), base);
+    case Action::Kind::kContinue:
+      PRL_RETURN_IF_ERROR(engine.Continue(a.request_id, a.sample, a.tokens, a.max_tokens));
+      return 0;
+    case Action::Kind::kFinish:
+      PRL_RETURN_IF_ERROR(engine.FinishSample(a.request_id, a.sample));
+      return 0;
+    case Action::Kind::kAbort:
+      return a.failure;
+  }
+  return absl::InternalError("EpisodeRunner::Apply: unknown action");
+}
+
 std::vector<EpisodeRunner::Action> EpisodeRunner::TakeActions() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Action> out;

@@ -77,6 +77,12 @@ class EpisodeRunner {
   // A sample's turn ended: its environment answers.
   void OnTurn(const TurnOutput& turn);
   std::vector<Action> TakeActions();
+  // Applies one action to `engine` (from the engine loop): kAddGroup adds the group's prompt
+  // with `base` (the lease's sampling) made multi-turn with the action's turn limit and turn
+  // end, returning its request id; kContinue and kFinish go on or end a paused sample (0);
+  // kAbort returns its failure. The caller binds an added group (Bind) and, on an error,
+  // aborts the group.
+  static absl::StatusOr<uint64_t> Apply(Engine& engine, Action& action, SamplingParams base);
   // An episode group's outcome once every sample finished (then forgotten; empty for a request
   // that is not an episode group's). Forget drops an aborted group.
   std::vector<EpisodeOutcome> TakeOutcome(uint64_t request_id);

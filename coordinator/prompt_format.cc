@@ -119,6 +119,12 @@ absl::StatusOr<std::vector<v1::Prompt>> ReadPromptFile(const std::string& path) 
   return prompts;
 }
 
+void FillEnvironmentDefaults(int32_t max_tokens, v1::EnvironmentSpec* e) {
+  if (e->max_turns() == 0) e->set_max_turns(8);
+  if (e->max_tokens_per_turn() == 0) e->set_max_tokens_per_turn(max_tokens);
+  if (e->timeout_s() == 0) e->set_timeout_s(30);
+}
+
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::Prompt& p,
                                                   const tokenizer::TextCodec* text,
                                                   int64_t vocab_size, const std::string& field) {

@@ -31,4 +31,8 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const prl::v1::Prompt& prompt,
                                                   const tokenizer::TextCodec* text,
                                                   int64_t vocab_size, const std::string& field);
 
+// A prompt set's environment with its defaults filled in, as the actors get it: max_turns 8,
+// max_tokens_per_turn the set's sampling.max_tokens, timeout_s 30 (0 means the default).
+void FillEnvironmentDefaults(int32_t max_tokens, prl::v1::EnvironmentSpec* environment);
+
 }  // namespace prl::coordinator

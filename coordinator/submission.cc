@@ -157,9 +157,7 @@ absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequ
     return Invalid("environment.timeout_s", "0 (30) to 3600", absl::StrCat(e.timeout_s()));
   }
   *out = e;  // with the defaults filled in: what the actors get
-  if (out->max_turns() == 0) out->set_max_turns(8);
-  if (out->max_tokens_per_turn() == 0) out->set_max_tokens_per_turn(request.sampling().max_tokens());
-  if (out->timeout_s() == 0) out->set_timeout_s(30);
+  FillEnvironmentDefaults(request.sampling().max_tokens(), out);
   return absl::OkStatus();
 }
 

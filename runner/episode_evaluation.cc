@@ -68,30 +68,20 @@ absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> 
           " unfinished with nothing running or waiting for their environment"));
     }
     for (actor::EpisodeRunner::Action& a : actions) {
-      switch (a.kind) {
-        case Kind::kAddGroup: {
-          SamplingParams params;
-          params.n = 1;
-          params.temperature = 0;
-          params.stop_token_ids = task.text().stop_ids();
-          params.multi_turn = true;
-          params.max_tokens = a.params.max_tokens;
-          params.end_turn = std::move(a.params.end_turn);
-          PRL_ASSIGN_OR_RETURN(const uint64_t id, engine->AddRequest(std::move(a.tokens), params));
-          by_request[id] = prompt_of.at(a.lease_id);
-          episodes.Bind(a.lease_id, id);
-          break;
-        }
-        case Kind::kContinue:
-          PRL_RETURN_IF_ERROR(engine->Continue(a.request_id, a.sample, a.tokens, a.max_tokens));
-          break;
-        case Kind::kFinish:
-          PRL_RETURN_IF_ERROR(engine->FinishSample(a.request_id, a.sample));
-          break;
-        case Kind::kAbort:
-          return absl::Status(a.failure.code(),
-                              absl::StrCat("held-out episode ", a.lease_id, ": ",
-                                           a.failure.message()));
+      SamplingParams greedy;
+      greedy.n = 1;
+      greedy.temperature = 0;
+      greedy.stop_token_ids = task.text().stop_ids();
+      absl::StatusOr<uint64_t> applied =
+          actor::EpisodeRunner::Apply(*engine, a, std::move(greedy));
+      if (!applied.ok()) {
+        return absl::Status(applied.status().code(),
+                            absl::StrCat("held-out episode ", a.lease_id, ": ",
+                                         applied.status().message()));
+      }
+      if (a.kind == Kind::kAddGroup) {
+        by_request[*applied] = prompt_of.at(a.lease_id);
+        episodes.Bind(a.lease_id, *applied);
       }
     }
     const EngineStats stats = engine->Stats();

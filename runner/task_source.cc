@@ -208,11 +208,11 @@ v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& c) {
   e.set_name(c.env.name);
   e.set_address(c.env.address);
   for (const auto& [k, v] : c.env.params) (*e.mutable_parameters())[k] = v;
-  e.set_max_turns(c.env.max_turns > 0 ? c.env.max_turns : 8);
-  e.set_max_tokens_per_turn(c.env.max_tokens_per_turn > 0 ? c.env.max_tokens_per_turn
-                                                          : c.task.max_tokens);
+  e.set_max_turns(c.env.max_turns);
+  e.set_max_tokens_per_turn(c.env.max_tokens_per_turn);
   e.set_max_episode_tokens(c.env.max_episode_tokens);
-  e.set_timeout_s(c.env.timeout_s > 0 ? c.env.timeout_s : 30);
+  e.set_timeout_s(c.env.timeout_s);
+  coordinator::FillEnvironmentDefaults(c.task.max_tokens, &e);
   return e;
 }
 

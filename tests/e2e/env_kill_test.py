@@ -26,7 +26,11 @@ import e2e_util
 from e2e_util import free_port, run, tiny_model
 
 PRL = None
-STEPS, GROUPS_PER_STEP = 8, 2
+# Many more prompts than the coordinator leases ahead of the learner ((max_lag + 1) steps'
+# worth): when the environment dies after step 2, most prompts still need it, however fast the
+# learner and the actor got in between (on a loaded machine, 16 prompts could all be generated
+# by then, and no episode would fail).
+STEPS, GROUPS_PER_STEP = 24, 2
 
 
 class EnvKillTest(unittest.TestCase):
