@@ -1,3 +1,6 @@
+// The rollout record (replay/rollout_record.h): round trips of every field through the encoder
+// and decoder, the documented layout byte for byte, group keys and versions, ValidateRecord's
+// errors and DescribeGroup's. Decoding untrusted bytes: record_decode_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,77 +24,20 @@
 #include "replay/rollout_group.h"
 #include "replay/rollout_record.h"
 #include "tests/status_testing.h"
+#include "tests/replay/record_testing.h"
 
 namespace prl {
 namespace {
 
+using record_testing::Encode;
+using record_testing::EncodeGroup;
+using record_testing::ExpectRoundTrip;
+using record_testing::kHeaderBytes;
+using record_testing::kInvalid;
+using record_testing::MakeGroup;
+using record_testing::MakeRecord;
+using record_testing::Poke;
 using ::prl::testing::IsError;
-constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
-constexpr size_t kHeaderBytes = 128;  // the record header of layout 2
-
-// A record with every field set; `completion` tokens of versions 7, 8, 9, 7, ...
-RolloutRecord MakeRecord(uint32_t sample_index = 0, uint32_t group_size = 1,
-                         size_t completion = 5) {
-  RolloutRecord r;
-  r.run_id = "run-42";
-  r.prompt_set_id = "gsm8k-train";
-  r.actor_id = absl::StrCat("actor-", sample_index);
-  r.prompt_index = 1234;
-  r.group_id = 3;
-  r.sample_index = sample_index;
-  r.group_size = group_size;
-  r.prompt_tokens = {1, 15043, 29892, 3186};
-  for (size_t i = 0; i < completion; ++i) {
-    r.completion_tokens.push_back(static_cast<int32_t>(100 + i + sample_index));
-    r.behaviour_logprobs.push_back(-0.25f * static_cast<float>(i % 7));
-    r.token_versions.push_back(7 + static_cast<int64_t>(i % 3));
-  }
-  r.reward = 0.5 + sample_index;
-  r.reward_components = {{"correctness", 1.0}, {"format", -0.5}};
-  r.finish_reason = RolloutFinishReason::kStop;
-  r.sampling = {.temperature = 0.7f,
-                .top_p = 0.95f,
-                .top_k = 50,
-                .max_tokens = 64,
-                .seed = 99,
-                .stop_token_ids = {2, 32000}};
-  r.created_unix_nanos = 1'700'000'000'000'000'000;
-  r.finished_unix_nanos = r.created_unix_nanos + 1'500'000'000;
-  return r;
-}
-
-std::vector<RolloutRecord> MakeGroup(uint32_t n) {
-  std::vector<RolloutRecord> group;
-  for (uint32_t i = 0; i < n; ++i) group.push_back(MakeRecord(i, n, 3 + i));
-  return group;
-}
-
-std::vector<uint8_t> Encode(const RolloutRecord& r) {
-  std::vector<uint8_t> bytes(EncodedRecordSize(r));
-  EncodeRecordTo(r, bytes.data());
-  return bytes;
-}
-
-std::vector<uint8_t> EncodeGroup(const std::vector<RolloutRecord>& records) {
-  const absl::StatusOr<GroupInfo> info = DescribeGroup(records);
-  EXPECT_TRUE(info.ok()) << info.status();
-  std::vector<uint8_t> bytes(info->payload_bytes);
-  EncodeGroupTo(records, bytes.data());
-  return bytes;
-}
-
-template <typename T>
-void Poke(std::vector<uint8_t>& bytes, size_t offset, T value) {
-  std::memcpy(bytes.data() + offset, &value, sizeof(value));
-}
-
-void ExpectRoundTrip(const RolloutRecord& r) {
-  ASSERT_TRUE(ValidateRecord(r).ok()) << ValidateRecord(r);
-  const std::vector<uint8_t> bytes = Encode(r);
-  const absl::StatusOr<RolloutRecord> decoded = DecodeRecord(bytes);
-  ASSERT_TRUE(decoded.ok()) << decoded.status();
-  EXPECT_TRUE(*decoded == r);
-}
 
 // ---- Round trips ---------------------------------------------------------------------------
 
@@ -495,244 +441,6 @@ TEST(DescribeGroupTest, InvalidRecordIsAnErrorNamingItsPositionAndField) {
   group[1].token_versions.pop_back();
   EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
                       {"group record 1: token_versions: expected one per completion token"}));
-}
-
-// ---- Decoding untrusted bytes --------------------------------------------------------------
-
-TEST(DecodeRecordTest, TruncatedRecordAtEveryLengthIsAnError) {
-  const std::vector<uint8_t> bytes = Encode(MakeRecord());
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    const absl::Span<const uint8_t> prefix(bytes.data(), n);
-    EXPECT_TRUE(IsError(DecodeRecord(prefix).status(), kInvalid, {"rollout record: truncated"}))
-        << n;
-  }
-  EXPECT_TRUE(DecodeRecord(bytes).ok());
-}
-
-TEST(DecodeRecordTest, TrailingBytesAreAnError) {
-  std::vector<uint8_t> bytes = Encode(MakeRecord());
-  const size_t size = bytes.size();
-  bytes.resize(size + 8, 0);
-  EXPECT_TRUE(IsError(
-      DecodeRecord(bytes).status(), kInvalid,
-      {"trailing bytes", absl::StrCat("expected exactly ", size, " bytes, found ", size + 8)}));
-}
-
-TEST(DecodeRecordTest, UnknownLayoutVersionIsAnErrorNamingTheVersion) {
-  std::vector<uint8_t> bytes = Encode(MakeRecord());
-  Poke<uint16_t>(bytes, 4, 1);  // a record of layout 1, which had no episodes or routes
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"rollout record: layout_version: expected 2, found 1"}));
-  std::vector<uint8_t> group = EncodeGroup(MakeGroup(2));
-  Poke<uint16_t>(group, 4, 7);
-  EXPECT_TRUE(IsError(DecodeGroup(group).status(), kInvalid,
-                      {"rollout group: layout_version: expected 2, found 7"}));
-}
-
-TEST(DecodeRecordTest, WrongMagicIsAnError) {
-  std::vector<uint8_t> bytes = Encode(MakeRecord());
-  bytes[0] = 'X';
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"magic: expected \"PRLR\", found \"XRLR\""}));
-  // A record is not a group, nor the other way round.
-  EXPECT_TRUE(IsError(DecodeGroup(Encode(MakeRecord())).status(), kInvalid,
-                      {"magic: expected \"PRLG\", found \"PRLR\""}));
-}
-
-TEST(DecodeRecordTest, TotalBytesThatDisagreesWithTheCountsIsAnError) {
-  std::vector<uint8_t> bytes = Encode(MakeRecord());
-  Poke<uint64_t>(bytes, 8, bytes.size() + 8);
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"total_bytes: expected ", absl::StrCat("found ", bytes.size() + 8)}));
-}
-
-TEST(DecodeRecordTest, HugeCountsInASmallInputAreAnErrorWithoutAllocating) {
-  for (size_t count_offset : {88, 92, 96, 100, 112}) {
-    std::vector<uint8_t> bytes = Encode(MakeRecord());
-    Poke<uint32_t>(bytes, count_offset, 0xFFFFFFFFu);
-    EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"truncated"})) << count_offset;
-  }
-  std::vector<uint8_t> bytes = Encode(MakeRecord());  // routes: 5 tokens x 65535 layers x 255
-  Poke<uint8_t>(bytes, 107, 255);
-  Poke<uint16_t>(bytes, 108, 65535);
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"truncated"}));
-  Poke<uint32_t>(bytes, 92, 0x10000u);  // 65536 tokens: 2^40 route ids, refused before sizing
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"route_layers"}));
-}
-
-TEST(DecodeRecordTest, NonZeroPaddingOrReservedBytesAreAnError) {
-  std::vector<uint8_t> bytes = Encode(MakeRecord(0, 1, 1));  // one token: 4 bytes of padding
-  bytes[148] = 1;                                            // after completion_tokens[0] at 144
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"padding between sections"}));
-  for (size_t reserved : {7, 110, 120, 127}) {
-    bytes = Encode(MakeRecord());
-    bytes[reserved] = 1;
-    EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"reserved header bytes"}))
-        << reserved;
-  }
-  bytes = Encode(MakeRecord());
-  Poke<uint32_t>(bytes, 116, 3);  // token sources: neither none nor one per completion token
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"num_token_sources"}));
-}
-
-TEST(DecodeRecordTest, DecodedRecordsAreValidated) {
-  std::vector<uint8_t> bytes = Encode(MakeRecord());
-  Poke<double>(bytes, 40, std::numeric_limits<double>::quiet_NaN());
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"rollout record: reward: expected a finite number"}));
-  bytes = Encode(MakeRecord());
-  bytes[6] = 0;
-  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"rollout record: finish_reason: expected 1 (length)"}));
-}
-
-TEST(DecodeGroupTest, TruncatedGroupAtEveryLengthIsAnError) {
-  const std::vector<uint8_t> bytes = EncodeGroup(MakeGroup(2));
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    const absl::StatusOr<std::vector<RolloutRecord>> decoded =
-        DecodeGroup(absl::Span<const uint8_t>(bytes.data(), n));
-    EXPECT_TRUE(IsError(decoded.status(), kInvalid, {"rollout group: "})) << n;
-  }
-}
-
-TEST(DecodeGroupTest, OffsetsOutOfOrderOrOutOfRangeAreAnErrorNamingTheOffset) {
-  const std::vector<uint8_t> good = EncodeGroup(MakeGroup(3));
-  std::vector<uint8_t> bytes = good;
-  Poke<uint64_t>(bytes, 24, ~uint64_t{0});  // offsets[1]
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[1]: expected in ["}));
-  bytes = good;
-  Poke<uint64_t>(bytes, 24, 8);
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[1]: expected in ["}));
-  bytes = good;
-  Poke<uint64_t>(bytes, 16, 0);
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[0]: expected 48"}));
-  bytes = good;
-  Poke<uint64_t>(bytes, 40, good.size() - 8);
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"offsets[3]: expected"}));
-  bytes = good;
-  Poke<uint32_t>(bytes, 8, 0xFFFFFFFFu);
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"truncated", "offset table"}));
-  bytes = good;
-  Poke<uint32_t>(bytes, 8, 0);
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid, {"num_records: expected at least 1"}));
-}
-
-TEST(DecodeGroupTest, AGroupThatIsNotCompleteIsAnErrorNamingTheRecord) {
-  std::vector<uint8_t> bytes = EncodeGroup(MakeGroup(3));
-  uint64_t record2 = 0;
-  std::memcpy(&record2, bytes.data() + 32, 8);
-  Poke<uint32_t>(bytes, record2 + 32, 1);  // record 2 claims sample index 1
-  EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid,
-                      {"rollout group record 2: sample_index: expected each index once"}));
-  bytes[record2 + 6] = 9;  // a record that fails on its own names its position and offset
-  EXPECT_TRUE(IsError(
-      DecodeGroup(bytes).status(), kInvalid,
-      {absl::StrCat("rollout group: record 2 at byte ", record2, ": finish_reason: expected")}));
-}
-
-TEST(DecodeGroupTest, EverySingleByteCorruptionIsAnErrorOrAValidCanonicalGroup) {
-  const std::vector<uint8_t> good = EncodeGroup(MakeGroup(2));
-  int accepted = 0;
-  for (size_t i = 0; i < good.size(); ++i) {
-    for (uint8_t flip : {0x01, 0x10, 0x80, 0xFF}) {
-      std::vector<uint8_t> bytes = good;
-      bytes[i] ^= flip;
-      const absl::StatusOr<std::vector<RolloutRecord>> decoded = DecodeGroup(bytes);
-      if (!decoded.ok()) {
-        ASSERT_FALSE(decoded.status().message().empty());
-        continue;
-      }
-      // Accepted corruptions (a token id, a reward bit) are valid groups with one encoding.
-      ++accepted;
-      ASSERT_TRUE(DescribeGroup(*decoded).ok()) << i;
-      ASSERT_EQ(EncodeGroup(*decoded), bytes) << i;
-    }
-  }
-  EXPECT_GT(accepted, 0);
-}
-
-// ---- Protobuf ------------------------------------------------------------------------------
-
-TEST(RecordProtoTest, EveryFieldSurvivesTheWireFormat) {
-  for (const RolloutRecord& r : {MakeRecord(1, 4, 6), MakeRecord(0, 1, 0), RolloutRecord{}}) {
-    v1::RolloutRecord proto;
-    ToProto(r, &proto);
-    std::string wire;
-    ASSERT_TRUE(proto.SerializeToString(&wire));
-    v1::RolloutRecord parsed;
-    ASSERT_TRUE(parsed.ParseFromString(wire));
-    const absl::StatusOr<RolloutRecord> back = FromProto(parsed);
-    ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_TRUE(*back == r);
-  }
-}
-
-TEST(RecordProtoTest, ToProtoOverwritesWhatWasThere) {
-  v1::RolloutRecord proto;
-  ToProto(MakeRecord(0, 1, 9), &proto);
-  ToProto(MakeRecord(0, 1, 2), &proto);
-  EXPECT_EQ(proto.completion_tokens_size(), 2);
-  EXPECT_EQ(proto.reward_components_size(), 2);
-}
-
-TEST(RecordProtoTest, UnspecifiedFinishReasonIsAnErrorNamingTheField) {
-  v1::RolloutRecord proto;
-  ToProto(MakeRecord(), &proto);
-  proto.set_finish_reason(v1::FINISH_REASON_UNSPECIFIED);
-  EXPECT_TRUE(
-      IsError(FromProto(proto).status(), kInvalid,
-              {"finish_reason: expected FINISH_REASON_LENGTH", "found FINISH_REASON_UNSPECIFIED"}));
-  proto.set_finish_reason(static_cast<v1::FinishReason>(9));  // from a newer sender
-  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid, {"finish_reason:", "found 9"}));
-}
-
-TEST(RecordProtoTest, MissingSamplingIsAnError) {
-  v1::RolloutRecord proto;
-  ToProto(MakeRecord(), &proto);
-  proto.clear_sampling();
-  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid, {"sampling: expected"}));
-}
-
-TEST(RecordProtoTest, FromProtoValidatesTheRecord) {
-  v1::RolloutRecord proto;
-  ToProto(MakeRecord(), &proto);
-  proto.mutable_behaviour_logprobs()->RemoveLast();
-  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid,
-                      {"behaviour_logprobs: expected one per completion token (5), found 4"}));
-  ToProto(MakeRecord(), &proto);
-  proto.mutable_sampling()->set_top_p(0.0f);  // a sender relying on proto3 defaults
-  EXPECT_TRUE(IsError(FromProto(proto).status(), kInvalid, {"sampling.top_p"}));
-}
-
-// ---- The committed fuzz seeds ----------------------------------------------------------------
-
-// The seeds in fuzz/corpus/record_decode/ double as golden copies of layout 1: if this test
-// fails, the layout changed. Bump kRecordLayoutVersion, or if the change is intended and v1 was
-// never deployed, rewrite them with PRL_WRITE_RECORD_SEEDS=1 ./replay_record_test.
-TEST(RecordSeedsTest, CommittedFuzzSeedsAreTheCurrentEncoding) {
-  RolloutRecord unicode = MakeRecord(0, 1, 2);
-  unicode.run_id = "прогон-🚀";
-  const std::vector<std::pair<std::string, std::vector<uint8_t>>> seeds = {
-      {"group_of_one", EncodeGroup({MakeRecord(0, 1, 2)})},
-      {"group_of_three", EncodeGroup(MakeGroup(3))},
-      {"group_empty_completion", EncodeGroup({MakeRecord(0, 1, 0)})},
-      {"record_unicode", Encode(unicode)},
-  };
-  const std::filesystem::path dir = PRL_RECORD_SEED_DIR;
-  const bool write = std::getenv("PRL_WRITE_RECORD_SEEDS") != nullptr;
-  for (const auto& [name, bytes] : seeds) {
-    SCOPED_TRACE(name);
-    if (write) {
-      std::filesystem::create_directories(dir);
-      std::ofstream(dir / name, std::ios::binary)
-          .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    }
-    std::ifstream in(dir / name, std::ios::binary);
-    ASSERT_TRUE(in.good()) << (dir / name);
-    const std::vector<uint8_t> committed((std::istreambuf_iterator<char>(in)),
-                                         std::istreambuf_iterator<char>());
-    EXPECT_EQ(committed, bytes);
-  }
 }
 
 }  // namespace
