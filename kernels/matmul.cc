@@ -87,6 +87,14 @@ void SetSkinnyGemm(bool on) {
 #endif
 }
 
+void SetTensorCoreInvariantGemm(bool on) {
+#if PRL_WITH_CUDA
+  cuda::SetTensorCoreInvariantGemm(on);
+#else
+  (void)on;
+#endif
+}
+
 bool GemmAlgorithmSearch() {
 #if PRL_WITH_CUDA
   return cuda::GemmAlgorithmSearch();

@@ -35,6 +35,12 @@ bool GemmAlgorithmSearch();
 // on a kernel that reads the weights at memory bandwidth instead of cuBLASLt's tall tiles
 // (process-wide; kernels/cuda/gemm_skinny.h). No effect on the CPU.
 void SetSkinnyGemm(bool on);
+// CUDA, batch-invariant order, BF16: the products on the tensor cores through one pinned
+// cuBLASLt algorithm per shape instead of the CUDA-core kernel (kernels/cuda/gemm.h;
+// process-wide, for the engine and the learner of one process alike). Experimental: off, and
+// only `prl generate|score|bench engine --invariant-tensor-cores` turn it on, until a GPU
+// session has shown that it keeps every row's bits whatever the batch. No effect on the CPU.
+void SetTensorCoreInvariantGemm(bool on);
 
 // da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a;
 // dbias (N) += column sums of dout (skipped if undefined).

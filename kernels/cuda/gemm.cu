@@ -235,7 +235,97 @@ __global__ void AddBiasKernel(T* d, const T* bias, int64_t M, int64_t N, int64_t
   }
 }
 
+// ---- One algorithm for every M ----------------------------------------------------------
+
+std::atomic<bool> tc_invariant{false};
+
+// Everything but M, which the pinned algorithm must not depend on.
+using PinnedKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, DType,
+                             DType, bool, bool>;
+
+PinnedKey PinnedKeyOf(int device, const GemmArgs& g) {
+  return {device, g.trans_a, g.trans_b, g.N,       g.K,       g.lda,
+          g.ldb,  g.ldd,     g.ab_dtype, g.d_dtype, g.bias != nullptr, g.beta != 0};
+}
+
+struct PinnedState {
+  std::map<PinnedKey, Plan> reference;  // the algorithm, found for kPinnedReferenceRows
+  std::map<std::pair<PinnedKey, int64_t>, Plan> by_rows;  // per M: its layouts, checked algo
+  ~PinnedState() {
+    for (auto* plans : {&reference}) {
+      for (auto& [key, p] : *plans) {
+        cublasLtMatrixLayoutDestroy(p.lx);
+        cublasLtMatrixLayoutDestroy(p.ly);
+        cublasLtMatrixLayoutDestroy(p.ld);
+        cublasLtMatmulDescDestroy(p.desc);
+      }
+    }
+    for (auto& [key, p] : by_rows) {  // the descriptor is the reference plan's
+      cublasLtMatrixLayoutDestroy(p.ly);
+      cublasLtMatrixLayoutDestroy(p.ld);
+    }
+  }
+};
+thread_local PinnedState pinned;
+
+const Plan& PinnedPlan(int device, cudaStream_t stream, const GemmArgs& g) {
+  const PinnedKey key = PinnedKeyOf(device, g);
+  auto ref = pinned.reference.find(key);
+  if (ref == pinned.reference.end()) {
+    GemmArgs r = g;  // the reference shape: the same operands' layout with more rows
+    r.M = kPinnedReferenceRows;
+    Plan p = MakePlan(Handle(device), r, /*align=*/16, /*search=*/false, device, stream);
+    PRL_CHECK(!(g.bias != nullptr && !p.bias_epilogue),
+              "PinnedAlgorithmGemm: cuBLASLt has no bias epilogue for N=", g.N, " K=", g.K);
+    const int32_t one = 1;
+    const cublasLtReductionScheme_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+    PRL_CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(
+        &p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof(one)));
+    PRL_CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(
+        &p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof(none)));
+    ref = pinned.reference.emplace(key, p).first;
+  }
+  const std::pair<PinnedKey, int64_t> rows_key{key, g.M};
+  auto it = pinned.by_rows.find(rows_key);
+  if (it != pinned.by_rows.end()) return it->second;
+  Plan p = ref->second;  // the descriptor, the weights' layout and the algorithm, shared
+  const cudaDataType_t ab = CudaType(g.ab_dtype), d = CudaType(g.d_dtype);
+  PRL_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.ly, ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda));
+  PRL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.ld, d, g.N, g.M, g.ldd));
+  cublasLtMatmulHeuristicResult_t checked{};
+  const cublasStatus_t status = cublasLtMatmulAlgoCheck(Handle(device), p.desc, p.lx, p.ly, p.ld,
+                                                        p.ld, &p.algo, &checked);
+  PRL_CHECK(status == CUBLAS_STATUS_SUCCESS, "PinnedAlgorithmGemm: the algorithm pinned for N=",
+            g.N, " K=", g.K, " refuses M=", g.M, ": ", cublasLtGetStatusString(status));
+  return pinned.by_rows.emplace(rows_key, p).first->second;
+}
+
 }  // namespace
+
+void SetTensorCoreInvariantGemm(bool on) { tc_invariant.store(on, std::memory_order_relaxed); }
+bool TensorCoreInvariantGemm() { return tc_invariant.load(std::memory_order_relaxed); }
+
+bool PinnedAlgorithmGemmSupported(const GemmArgs& g) {
+  const void* c = g.c != nullptr ? g.c : g.d;
+  return g.M >= 1 && g.N >= 1 && g.K >= 1 && g.alpha == 1.0f && Alignment(g.a) >= 16 &&
+         Alignment(g.b) >= 16 && Alignment(g.d) >= 16 && Alignment(c) >= 16 &&
+         (g.bias == nullptr || Alignment(g.bias) >= 16) && (g.c == nullptr || g.c == g.d);
+}
+
+void PinnedAlgorithmGemm(int device, cudaStream_t stream, const GemmArgs& g) {
+  PRL_CHECK(PinnedAlgorithmGemmSupported(g), "PinnedAlgorithmGemm: unsupported operands (M=",
+            g.M, " N=", g.N, " K=", g.K, ")");
+  SetDevice(device);
+  const Plan& p = PinnedPlan(device, stream, g);
+  if (p.bias_epilogue) {
+    PRL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &g.bias, sizeof(g.bias)));
+  }
+  PRL_CUBLAS_CHECK(cublasLtMatmul(Handle(device), p.desc, &g.alpha, g.b, p.lx, g.a, p.ly, &g.beta,
+                                  g.d, p.ld, g.d, p.ld, &p.algo, Workspace(device, stream),
+                                  kWorkspaceBytes, stream));
+}
 
 void SetGemmAlgorithmSearch(bool on) { search_algorithms.store(on, std::memory_order_relaxed); }
 bool GemmAlgorithmSearch() { return search_algorithms.load(std::memory_order_relaxed); }

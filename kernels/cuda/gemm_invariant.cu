@@ -15,10 +15,13 @@
 //
 // CUDA-core FMAs, tiles of BM x 64 outputs (BM = 16 for M <= 16, else 64), k-steps of 32
 // through shared memory. It is several times slower than the tensor cores at large M; that is
-// the measured price of the mode (README, prl bench engine).
+// the measured price of the mode (README, prl bench engine). Experimental and off
+// (SetTensorCoreInvariantGemm): BF16 products through one pinned cuBLASLt algorithm per shape
+// instead (kernels/cuda/gemm.h), another fixed order, not yet verified on a GPU.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemm.h"
 
 namespace prl::kernels::cuda {
 namespace {
@@ -161,6 +164,26 @@ void InvariantGemm(int device, DType dt, DType out_dt, void* out, const void* a,
   PRL_CHECK(out_dt == dt || out_dt == DType::kF32, "InvariantGemm: output dtype ",
             DTypeName(out_dt), " for ", DTypeName(dt), " operands");
   SetDevice(device);
+  if (TensorCoreInvariantGemm() && dt == DType::kBF16 && (bias == nullptr || out_dt == dt)) {
+    GemmArgs g;  // experimental: one pinned cuBLASLt algorithm per (N, K) (kernels/cuda/gemm.h)
+    g.trans_b = true;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.a = a;
+    g.lda = K;
+    g.b = w;
+    g.ldb = K;
+    g.d = out;
+    g.ldd = N;
+    g.ab_dtype = dt;
+    g.d_dtype = out_dt;
+    g.beta = accumulate ? 1.0f : 0.0f;
+    g.bias = bias;
+    if (PinnedAlgorithmGemmSupported(g)) {
+      return PinnedAlgorithmGemm(device, CurrentStream(device), g);
+    }
+  }
   DispatchDType(dt, [&](auto tag) {
     using T = decltype(tag);
     DispatchDType(out_dt, [&](auto out_tag) {

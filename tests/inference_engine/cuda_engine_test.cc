@@ -197,6 +197,29 @@ TEST(CudaEngineTest, TunedKernelsKeepTheFastModesAgreementWithTheLearner) {
   kernels::SetGemmAlgorithmSearch(false);
 }
 
+// Experimental (kernels/cuda/gemm.h): the batch-invariant mode's BF16 products on the tensor
+// cores through one pinned cuBLASLt algorithm per shape keep the engine's behaviour log-probs
+// and the learner's equal bit for bit, graphs and eager.
+TEST(CudaEngineTest, InvariantTensorCoresKeepTheEngineAndTheLearnerBitIdentical) {
+  PRL_SKIP_WITHOUT_GPU();
+  kernels::SetTensorCoreInvariantGemm(true);
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = OnGpu(*TinyWeights(c, 1));
+  for (bool graphs : {true, false}) {
+    auto engine = *Engine::Create(weights, 0, GpuOptions(DType::kBF16, true, graphs));
+    const std::vector<Job> jobs = UnfilteredJobs(c, 7);
+    const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
+    const Agreement a = Compare(
+        LearnerScores(*weights, DType::kBF16, ReductionOrder::kBatchInvariant, jobs, out), out);
+    std::printf("agreement bf16 batch-invariant on tensor cores%s: %lld tokens, bit-equal %lld\n",
+                graphs ? "" : " (eager)", static_cast<long long>(a.tokens),
+                static_cast<long long>(a.bit_equal));
+    ASSERT_GT(a.tokens, 0);
+    EXPECT_EQ(a.bit_equal, a.tokens) << "must be equal bit for bit";
+  }
+  kernels::SetTensorCoreInvariantGemm(false);
+}
+
 // The RMSNorms fused into the projections of decode steps of at most 8 rows
 // (EngineOptions::norm_in_gemm, kernels/norm_matmul.h) keep the tuned kernels' agreement with
 // the learner, graphs and eager; 6 requests, so that every decode step takes the fused path.

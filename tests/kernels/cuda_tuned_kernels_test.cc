@@ -345,6 +345,49 @@ TEST(CudaTunedKernelsTest, SkinnyGemmMatchesCpuForEveryRowCount) {
   SetSkinnyGemm(false);
 }
 
+// Experimental (kernels/cuda/gemm.h): the batch-invariant order's BF16 products on the tensor
+// cores through one pinned cuBLASLt algorithm per (N, K). A row gets the same bits alone and
+// among 2 to 1500 others (with a bias into BF16, and into F32 as the LM head), and the products
+// stay within BF16's tolerance of the CPU's.
+TEST(CudaTunedKernelsTest, PinnedAlgorithmGemmGivesARowTheSameBitsWhateverM) {
+  PRL_SKIP_WITHOUT_GPU();
+  SetTensorCoreInvariantGemm(true);
+  const DType dt = DType::kBF16;
+  const std::pair<int64_t, int64_t> shapes[] = {{896, 896}, {4864, 896}, {896, 4864}, {1000, 64}};
+  for (const auto& [N, K] : shapes) {
+    std::vector<float> w = AsStored(Random(N * K, 2, 0.05f), dt),
+                       bias = AsStored(Random(N, 4), dt), row = AsStored(Random(K, 7), dt);
+    DeviceTensor dw(dt, {N, K}), db(dt, {N});
+    dw.Upload(w);
+    db.Upload(bias);
+    std::vector<float> alone, alone_f32;
+    for (int64_t M : {1, 2, 7, 64, 300, 1500}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << N << " K=" << K << " M=" << M);
+      std::vector<float> a = AsStored(Random(M * K, 10 + static_cast<uint32_t>(M)), dt);
+      const int64_t at = M / 2;
+      std::copy(row.begin(), row.end(), a.begin() + at * K);
+      DeviceTensor da(dt, {M, K}), dout(dt, {M, N}), dlogits(DType::kF32, {M, N});
+      da.Upload(a);
+      MatmulForward(dout.t, da.t, dw.t, db.t, false, ReductionOrder::kBatchInvariant);
+      MatmulForward(dlogits.t, da.t, dw.t, {}, false, ReductionOrder::kBatchInvariant);
+      const std::vector<float> out = dout.Download(), logits = dlogits.Download();
+      const std::vector<float> got(out.begin() + at * N, out.begin() + (at + 1) * N),
+          got_f32(logits.begin() + at * N, logits.begin() + (at + 1) * N);
+      if (M == 1) {
+        alone = got;
+        alone_f32 = got_f32;
+        std::vector<float> want(N);
+        MatmulForward(View(want, {1, N}), View(a, {1, K}), View(w, {N, K}), View(bias, {N}));
+        EXPECT_LE(RelativeError(got, want), testing::Tolerance(dt));
+        continue;
+      }
+      EXPECT_TRUE(BitEqual(got, alone));
+      EXPECT_TRUE(BitEqual(got_f32, alone_f32));
+    }
+  }
+  SetTensorCoreInvariantGemm(false);
+}
+
 // The RMSNorm fused into the skinny GEMM (kernels/norm_matmul.h): the CPU's RmsNormForward,
 // the normalised rows stored in BF16 as the unfused path stores them, then MatmulForward,
 // within BF16's tolerance, for every row count 1..8, with a bias into BF16 and without one into
