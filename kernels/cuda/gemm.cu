@@ -274,9 +274,9 @@ const Plan& PinnedPlan(int device, cudaStream_t stream, const GemmArgs& g) {
   if (ref == pinned.reference.end()) {
     GemmArgs r = g;  // the reference shape: the same operands' layout with more rows
     r.M = kPinnedReferenceRows;
+    // (Without a bias epilogue the bias kernel adds it after the product, as in Gemm: the same
+    // two roundings for every M.)
     Plan p = MakePlan(Handle(device), r, /*align=*/16, /*search=*/false, device, stream);
-    PRL_CHECK(!(g.bias != nullptr && !p.bias_epilogue),
-              "PinnedAlgorithmGemm: cuBLASLt has no bias epilogue for N=", g.N, " K=", g.K);
     const int32_t one = 1;
     const cublasLtReductionScheme_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
     PRL_CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(
@@ -325,6 +325,14 @@ void PinnedAlgorithmGemm(int device, cudaStream_t stream, const GemmArgs& g) {
   PRL_CUBLAS_CHECK(cublasLtMatmul(Handle(device), p.desc, &g.alpha, g.b, p.lx, g.a, p.ly, &g.beta,
                                   g.d, p.ld, g.d, p.ld, &p.algo, Workspace(device, stream),
                                   kWorkspaceBytes, stream));
+  if (g.bias != nullptr && !p.bias_epilogue) {
+    DispatchDType(g.d_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      AddBiasKernel<T><<<Blocks(g.M * g.N, 256), 256, 0, stream>>>(
+          static_cast<T*>(g.d), static_cast<const T*>(g.bias), g.M, g.N, g.ldd);
+    });
+    PRL_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 void SetGemmAlgorithmSearch(bool on) { search_algorithms.store(on, std::memory_order_relaxed); }
