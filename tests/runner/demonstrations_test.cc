@@ -6,10 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "actor/episode_runner.h"
 #include "config/run_config.h"
 #include "model/parameters.h"
 #include "runner/episode_evaluation.h"
@@ -84,6 +88,68 @@ TEST(DemonstrationsTest, ACalculatorDemonstrationCallsTheToolThenAnswersItsResul
   sources.push_back(0);
   EXPECT_EQ(e.completion, expected);
   EXPECT_EQ(e.sources, sources);
+}
+
+// The demonstration's turns played through the actor's own episode runner (no engine: its
+// turns handed in as the engine would report them): the runner appends exactly the
+// demonstration's environment tokens after the call, and ends the episode after the answer.
+TEST(DemonstrationsTest, TheEnvironmentsTokensAreWhatTheActorsEpisodeRunnerAppends) {
+  auto codec = std::make_shared<task::CharTextCodec>();
+  const v1::Prompt prompt = TokenPrompt("734*58=", "42572");
+  auto examples = Demonstrations(Calculator(), kArithmetic, *codec, {prompt}, 22, 1.0, 64);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  const SftExample& demo = examples->front();
+  // The model's call, the environment's reply, the model's answer.
+  std::vector<int32_t> call, reply, answer;
+  for (size_t t = 0; t < demo.completion.size(); ++t) {
+    (demo.sources[t] == 1 ? reply : reply.empty() ? call : answer).push_back(demo.completion[t]);
+  }
+  ASSERT_FALSE(call.empty());
+  ASSERT_FALSE(reply.empty());
+  ASSERT_FALSE(answer.empty());
+
+  // The runner may wake us with its own lock held: never call into it under `mu`.
+  std::mutex mu;
+  std::condition_variable woken;
+  bool pending = false;
+  actor::EpisodeRunner runner(codec, 1, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    pending = true;
+    woken.notify_all();
+  });
+  auto next_action = [&] {
+    for (;;) {
+      std::vector<actor::EpisodeRunner::Action> actions = runner.TakeActions();
+      if (!actions.empty()) {
+        EXPECT_EQ(actions.size(), 1u);
+        return std::move(actions.front());
+      }
+      std::unique_lock<std::mutex> lock(mu);
+      woken.wait(lock, [&] { return pending; });
+      pending = false;
+    }
+  };
+  v1::LeasedPrompt lease;
+  lease.set_lease_id("demo");
+  lease.mutable_prompt_tokens()->Assign(demo.prompt.begin(), demo.prompt.end());
+  lease.set_reference(prompt.reference());
+  lease.set_samples(1);
+  lease.mutable_sampling()->add_stop_token_ids(task::CharTokenizer::kEos);
+  *lease.mutable_environment() = Calculator();
+  runner.StartGroup(lease, 64);
+  actor::EpisodeRunner::Action added = next_action();
+  ASSERT_EQ(added.kind, actor::EpisodeRunner::Action::Kind::kAddGroup) << added.failure;
+  EXPECT_EQ(added.tokens, demo.prompt);
+  runner.Bind("demo", 7);
+  runner.OnTurn({7, 0, call, FinishReason::kStop});  // ended by the stop string ")="
+  actor::EpisodeRunner::Action continued = next_action();
+  ASSERT_EQ(continued.kind, actor::EpisodeRunner::Action::Kind::kContinue) << continued.failure;
+  EXPECT_EQ(continued.tokens, reply);
+  runner.OnTurn({7, 0, answer, FinishReason::kStop});
+  EXPECT_EQ(next_action().kind, actor::EpisodeRunner::Action::Kind::kFinish);
+  const std::vector<actor::EpisodeOutcome> outcome = runner.TakeOutcome(7);
+  ASSERT_EQ(outcome.size(), 1u);
+  EXPECT_EQ(outcome.front().reward, 1.0);
 }
 
 TEST(DemonstrationsTest, TheConfiguredShareDemonstratesAndTheRestAnswerAtOnce) {
