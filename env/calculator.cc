@@ -133,8 +133,8 @@ absl::StatusOr<v1::StartEpisodeResponse> CalculatorEnvironment::StartEpisode(
         "calculator: reference: expected the answer as an integer, found '",
         request.reference().substr(0, 64), "'"));
   }
-  state.call_open = Parameter(request, "call_open", "<calc>");
-  state.call_close = Parameter(request, "call_close", "</calc>");
+  state.call_open = Parameter(request, "call_open", kDefaultCallOpen);
+  state.call_close = Parameter(request, "call_close", kDefaultCallClose);
   if (state.call_open.empty() || state.call_close.empty() || state.call_close.size() > 64) {
     return absl::InvalidArgumentError(
         "calculator: parameters call_open and call_close: expected 1 to 64 bytes each");

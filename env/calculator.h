@@ -28,6 +28,9 @@
 
 namespace prl::env {
 
+// The call syntax's defaults (parameters call_open and call_close).
+inline constexpr char kDefaultCallOpen[] = "<calc>", kDefaultCallClose[] = "</calc>";
+
 absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression);
 
 // The last integer in `text` (an optional '-' and digits), if any.

@@ -13,18 +13,43 @@
 // never overlap: the actor waits for each answer).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "prl/v1/environment.pb.h"
 
 namespace prl::env {
 
-// A StartEpisode parameter (the prompt set's environment parameters), or `fallback`.
+// An environment parameter, or `fallback`: of `parameters`, a string-to-string map (a
+// StartEpisodeRequest's, an EnvironmentSpec's, the run config's env.params).
+template <typename Map>
+std::string Parameter(const Map& parameters, const std::string& key, std::string fallback) {
+  auto it = parameters.find(key);
+  return it == parameters.end() ? std::move(fallback) : std::string(it->second);
+}
 inline std::string Parameter(const v1::StartEpisodeRequest& request, const std::string& key,
                              std::string fallback) {
-  auto it = request.parameters().find(key);
-  return it == request.parameters().end() ? std::move(fallback) : it->second;
+  return Parameter(request.parameters(), key, std::move(fallback));
+}
+
+// An integer parameter, or `fallback`; a value that is not an integer is an error naming
+// `where` (the environment) and the key.
+template <typename Map>
+absl::StatusOr<int64_t> IntParameter(const Map& parameters, const std::string& key,
+                                     int64_t fallback, absl::string_view where) {
+  auto it = parameters.find(key);
+  if (it == parameters.end()) return fallback;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(it->second, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": parameter ", key,
+                                                   ": expected an integer, found '",
+                                                   std::string(it->second).substr(0, 32), "'"));
+  }
+  return value;
 }
 
 class Environment {

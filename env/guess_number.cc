@@ -2,36 +2,23 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "env/calculator.h"
 
 namespace prl::env {
 
-namespace {
-
-absl::Status IntParam(const v1::StartEpisodeRequest& request, const std::string& key,
-                      int64_t fallback, int64_t* out) {
-  auto it = request.parameters().find(key);
-  *out = fallback;
-  if (it == request.parameters().end()) return absl::OkStatus();
-  if (!absl::SimpleAtoi(it->second, out)) {
-    return absl::InvalidArgumentError(absl::StrCat("guess_number: parameter ", key,
-                                                   ": expected an integer, found '",
-                                                   it->second.substr(0, 32), "'"));
-  }
-  return absl::OkStatus();
+std::string DefaultRulesText(int64_t low, int64_t high) {
+  return absl::StrCat("guess a number from ", low, " to ", high);
 }
-
-}  // namespace
 
 absl::StatusOr<v1::StartEpisodeResponse> GuessNumberEnvironment::StartEpisode(
     const v1::StartEpisodeRequest& request) {
   State s;
-  if (absl::Status st = IntParam(request, "low", 1, &s.low); !st.ok()) return st;
-  if (absl::Status st = IntParam(request, "high", 100, &s.high); !st.ok()) return st;
-  if (absl::Status st = IntParam(request, "max_guesses", request.max_turns(), &s.max_guesses);
-      !st.ok()) {
-    return st;
-  }
+  const auto& params = request.parameters();
+  PRL_ASSIGN_OR_RETURN(s.low, IntParameter(params, "low", kDefaultLow, "guess_number"));
+  PRL_ASSIGN_OR_RETURN(s.high, IntParameter(params, "high", kDefaultHigh, "guess_number"));
+  PRL_ASSIGN_OR_RETURN(s.max_guesses,
+                       IntParameter(params, "max_guesses", request.max_turns(), "guess_number"));
   if (!absl::SimpleAtoi(request.reference(), &s.secret) || s.secret < s.low ||
       s.secret > s.high) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -43,10 +30,9 @@ absl::StatusOr<v1::StartEpisodeResponse> GuessNumberEnvironment::StartEpisode(
         "guess_number: max_guesses (or the actor's max_turns): expected >= 1, found ",
         s.max_guesses));
   }
-  s.higher = Parameter(request, "higher_text", "higher");
-  s.lower = Parameter(request, "lower_text", "lower");
-  s.rules = Parameter(request, "rules_text",
-                      absl::StrCat("guess a number from ", s.low, " to ", s.high));
+  s.higher = Parameter(request, "higher_text", kDefaultHigherText);
+  s.lower = Parameter(request, "lower_text", kDefaultLowerText);
+  s.rules = Parameter(request, "rules_text", DefaultRulesText(s.low, s.high));
   episodes_.Start(request.episode_id(), [&] { return s; });
   return v1::StartEpisodeResponse();
 }

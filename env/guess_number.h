@@ -21,6 +21,11 @@
 
 namespace prl::env {
 
+// The parameters' defaults (what a player must read and write when it gives none).
+inline constexpr int64_t kDefaultLow = 1, kDefaultHigh = 100;
+inline constexpr char kDefaultHigherText[] = "higher", kDefaultLowerText[] = "lower";
+std::string DefaultRulesText(int64_t low, int64_t high);
+
 class GuessNumberEnvironment final : public Environment {
  public:
   absl::StatusOr<v1::StartEpisodeResponse> StartEpisode(

@@ -55,8 +55,9 @@ absl::StatusOr<v1::StartEpisodeResponse> RemoteEnvironment::StartEpisode(
 absl::StatusOr<v1::StepResponse> RemoteEnvironment::Step(const v1::StepRequest& request) {
   const std::string what = absl::StrCat("Step turn ", request.turn_index(), " of episode '",
                                         request.episode_id(), "'");
-  PRL_ASSIGN_OR_RETURN(v1::StepResponse r, (Call<v1::StepRequest, v1::StepResponse>(
-                                               what, request, &v1::EnvironmentService::Stub::Step)));
+  PRL_ASSIGN_OR_RETURN(v1::StepResponse r,
+                       (Call<v1::StepRequest, v1::StepResponse>(
+                           what, request, &v1::EnvironmentService::Stub::Step)));
   if (absl::Status valid = ValidateStepResponse(r); !valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("environment at ", options_.address, ": ", what, ": ", valid.message()));

@@ -27,11 +27,6 @@ struct PlayerTurn {
 // The player's next turn, given the turn index and the text of the environment's last reply.
 using Player = std::function<absl::StatusOr<PlayerTurn>(int turn, const std::string& reply)>;
 
-std::string Param(const v1::EnvironmentSpec& spec, const std::string& key, std::string fallback) {
-  auto it = spec.parameters().find(key);
-  return it == spec.parameters().end() ? std::move(fallback) : it->second;
-}
-
 // One episode of `player` against `environment`, as the actor would record it, within the
 // limits an episode of RL has (a turn, the episode, the model's context).
 absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::EnvironmentSpec& spec,
@@ -108,8 +103,9 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
 // result; or answers the reference at once.
 Player CalculatorPlayer(const v1::EnvironmentSpec& spec, const std::string& prompt_text,
                         const std::string& reference, bool demonstrate) {
-  const std::string open = Param(spec, "call_open", "<calc>");
-  const std::string close = Param(spec, "call_close", "</calc>");
+  const std::string open = env::Parameter(spec.parameters(), "call_open", env::kDefaultCallOpen);
+  const std::string close =
+      env::Parameter(spec.parameters(), "call_close", env::kDefaultCallClose);
   const std::string expression = prompt_text.substr(0, prompt_text.rfind('='));
   return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
     if (!demonstrate) return PlayerTurn{reference, true};
@@ -125,10 +121,14 @@ Player GuessPlayer(const v1::EnvironmentSpec& spec, bool demonstrate) {
     int64_t low = 1, high = 100, guess = 0;
   };
   auto s = std::make_shared<State>();
-  absl::SimpleAtoi(Param(spec, "low", "1"), &s->low);
-  absl::SimpleAtoi(Param(spec, "high", "100"), &s->high);
-  const std::string higher = Param(spec, "higher_text", "higher");
-  const std::string lower = Param(spec, "lower_text", "lower");
+  // (Validated with the config; the game itself refuses what is not an integer.)
+  s->low = env::IntParameter(spec.parameters(), "low", env::kDefaultLow, "guess_number")
+               .value_or(env::kDefaultLow);
+  s->high = env::IntParameter(spec.parameters(), "high", env::kDefaultHigh, "guess_number")
+                .value_or(env::kDefaultHigh);
+  const std::string higher =
+      env::Parameter(spec.parameters(), "higher_text", env::kDefaultHigherText);
+  const std::string lower = env::Parameter(spec.parameters(), "lower_text", env::kDefaultLowerText);
   return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
     if (turn > 0) {
       if (reply == higher) {

@@ -7,6 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/prompt_format.h"
+#include "env/calculator.h"
+#include "env/guess_number.h"
 #include "core/status_macros.h"
 #include "roles/model_text.h"
 #include "roles/reward_role.h"
@@ -79,14 +81,10 @@ class ArithmeticSource final : public TaskSource {
 class GuessNumberSource final : public TaskSource {
  public:
   explicit GuessNumberSource(const config::RunConfig& c) : c_(c) {
-    auto param = [&](const char* key, int64_t fallback) {
-      auto it = c.env.params.find(key);
-      int64_t v = fallback;
-      if (it != c.env.params.end()) absl::SimpleAtoi(it->second, &v);
-      return v;
-    };
-    low_ = param("low", 1);
-    high_ = std::max(low_, param("high", 100));
+    low_ = env::IntParameter(c.env.params, "low", env::kDefaultLow, "env.params")
+               .value_or(env::kDefaultLow);
+    high_ = std::max(low_, env::IntParameter(c.env.params, "high", env::kDefaultHigh, "env.params")
+                               .value_or(env::kDefaultHigh));
   }
 
   absl::StatusOr<std::vector<v1::Prompt>> SftPrompts(int64_t count) const override {
@@ -126,7 +124,7 @@ class GuessNumberSource final : public TaskSource {
   }
 
   const config::RunConfig& c_;
-  int64_t low_ = 1, high_ = 100;
+  int64_t low_ = env::kDefaultLow, high_ = env::kDefaultHigh;
   task::CharTextCodec text_;
 };
 
@@ -220,16 +218,15 @@ absl::Status CheckEnvironmentText(const config::RunConfig& c, const tokenizer::T
   if (c.env.name.empty() || !c.env.address.empty()) return absl::OkStatus();
   std::vector<std::pair<std::string, std::string>> words;  // (key, default)
   if (c.env.name == "calculator") {
-    words = {{"call_open", "<calc>"}, {"call_close", "</calc>"}};
+    words = {{"call_open", env::kDefaultCallOpen}, {"call_close", env::kDefaultCallClose}};
   } else {
-    auto param = [&](const char* key, const char* fallback) {
-      auto it = c.env.params.find(key);
-      return it == c.env.params.end() ? std::string(fallback) : it->second;
+    const auto bound = [&](const char* key, int64_t fallback) {
+      return env::IntParameter(c.env.params, key, fallback, "env.params").value_or(fallback);
     };
-    words = {{"higher_text", "higher"},
-             {"lower_text", "lower"},
-             {"rules_text", absl::StrCat("guess a number from ", param("low", "1"), " to ",
-                                         param("high", "100"))}};
+    words = {{"higher_text", env::kDefaultHigherText},
+             {"lower_text", env::kDefaultLowerText},
+             {"rules_text", env::DefaultRulesText(bound("low", env::kDefaultLow),
+                                                  bound("high", env::kDefaultHigh))}};
   }
   for (const auto& [key, fallback] : words) {
     auto it = c.env.params.find(key);
