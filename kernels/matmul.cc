@@ -17,20 +17,8 @@ namespace {
 // cuBLASLt arguments of out (M, N) = a (M, K) . w (N, K)^T, row-major, contiguous.
 cuda::GemmArgs LinearGemm(const Tensor& out, const Tensor& a, const Tensor& w, DType dt,
                           DType out_dt) {
-  cuda::GemmArgs g;
-  g.trans_b = true;
-  g.M = a.size(0);
-  g.N = w.size(0);
-  g.K = a.size(1);
-  g.a = a.data;
-  g.lda = g.K;
-  g.b = w.data;
-  g.ldb = g.K;
-  g.d = out.data;
-  g.ldd = g.N;
-  g.ab_dtype = dt;
-  g.d_dtype = out_dt;
-  return g;
+  return cuda::LinearGemmArgs(a.size(0), w.size(0), a.size(1), a.data, w.data, out.data, dt,
+                              out_dt);
 }
 }  // namespace
 #endif

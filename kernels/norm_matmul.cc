@@ -11,19 +11,8 @@ namespace prl::kernels {
 #if PRL_WITH_CUDA
 namespace {
 cuda::GemmArgs NormGemm(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  cuda::GemmArgs g;
-  g.trans_b = true;
-  g.M = x.size(0);
-  g.N = w.size(0);
-  g.K = x.size(1);
-  g.a = x.data;
-  g.lda = g.K;
-  g.b = w.data;
-  g.ldb = g.K;
-  g.d = out.data;
-  g.ldd = g.N;
-  g.ab_dtype = x.dtype;
-  g.d_dtype = out.dtype;
+  cuda::GemmArgs g = cuda::LinearGemmArgs(x.size(0), w.size(0), x.size(1), x.data, w.data,
+                                          out.data, x.dtype, out.dtype);
   g.bias = bias.defined() ? bias.data : nullptr;
   return g;
 }

@@ -55,6 +55,26 @@ struct GemmArgs {
 
 void Gemm(int device, cudaStream_t stream, const GemmArgs& args);
 
+// The arguments of a linear layer's product over dense rows: d (M, N) = a (M, K) . w (N, K)^T
+// (beta 0, no bias; callers set those).
+inline GemmArgs LinearGemmArgs(int64_t M, int64_t N, int64_t K, const void* a, const void* w,
+                               void* d, DType ab_dtype, DType d_dtype) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.a = a;
+  g.lda = K;
+  g.b = w;
+  g.ldb = K;
+  g.d = d;
+  g.ldd = N;
+  g.ab_dtype = ab_dtype;
+  g.d_dtype = d_dtype;
+  return g;
+}
+
 // Process-wide: search for the fastest algorithm of each new plan (off: the heuristic's
 // first). Plans made before a change keep their algorithm.
 inline constexpr int kGemmSearchCandidates = 8;

@@ -165,19 +165,8 @@ void InvariantGemm(int device, DType dt, DType out_dt, void* out, const void* a,
             DTypeName(out_dt), " for ", DTypeName(dt), " operands");
   SetDevice(device);
   if (TensorCoreInvariantGemm() && dt == DType::kBF16 && (bias == nullptr || out_dt == dt)) {
-    GemmArgs g;  // experimental: one pinned cuBLASLt algorithm per (N, K) (kernels/cuda/gemm.h)
-    g.trans_b = true;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.a = a;
-    g.lda = K;
-    g.b = w;
-    g.ldb = K;
-    g.d = out;
-    g.ldd = N;
-    g.ab_dtype = dt;
-    g.d_dtype = out_dt;
+    // Experimental: one pinned cuBLASLt algorithm per (N, K) (kernels/cuda/gemm.h).
+    GemmArgs g = LinearGemmArgs(M, N, K, a, w, out, dt, out_dt);
     g.beta = accumulate ? 1.0f : 0.0f;
     g.bias = bias;
     if (PinnedAlgorithmGemmSupported(g)) {

@@ -41,20 +41,8 @@ __global__ void DlogitsKernel(T* dlogits, const float* logits, const float* dlog
 
 void LogitsChunk(int device, DType dt, float* scratch, const void* h, const void* W, int64_t rows,
                  int64_t V, int64_t C) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.M = rows;
-  g.N = V;
-  g.K = C;
-  g.a = h;
-  g.lda = C;
-  g.b = W;
-  g.ldb = C;
-  g.d = scratch;
-  g.ldd = V;
-  g.ab_dtype = dt;
-  g.d_dtype = DType::kF32;
-  Gemm(device, CurrentStream(device), g);
+  Gemm(device, CurrentStream(device),
+       LinearGemmArgs(rows, V, C, h, W, scratch, dt, DType::kF32));
 }
 
 const char* Offset(const void* p, int64_t elements, DType dt) {
