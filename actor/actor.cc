@@ -12,10 +12,11 @@ namespace prl::actor {
 
 namespace {
 
-prl::v1::ActorCapacity CapacityOf(const Engine& engine) {
+prl::v1::ActorCapacity CapacityOf(const Engine& engine, int32_t max_prompts_in_flight) {
   prl::v1::ActorCapacity capacity;
   capacity.set_max_samples_per_prompt(engine.options().max_num_seqs);
   capacity.set_max_tokens(engine.max_sequence_tokens());
+  capacity.set_max_prompts_in_flight(max_prompts_in_flight);
   return capacity;
 }
 
@@ -57,7 +58,8 @@ Actor::Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubs
              const ActorOptions& options)
     : options_(options),
       book_(options.max_prompts_in_flight),
-      link_(options.coordinator, options.name, CapacityOf(*engine), &stats_),
+      link_(options.coordinator, options.name, CapacityOf(*engine, options.max_prompts_in_flight),
+            &stats_),
       driver_(std::move(engine), weights, &book_, &stats_, options_),
       finisher_(std::move(write_group), &link_, &book_, &stats_, options_) {}
 

@@ -43,8 +43,10 @@ struct ActorOptions {
   // How long a lease may wait for the weight version it requires (sync mode; a re-run of a
   // group handed back as stale); then the actor fails.
   absl::Duration weight_wait_timeout = absl::Seconds(600);
-  // Threads making agentic episodes' environment calls (actor/episode_runner.h).
-  int episode_threads = 4;
+  // Agentic episodes (episode/episode_engine.h): environment calls in flight to one
+  // environment at once, and how long one found down may stay down while its groups wait.
+  int32_t env_calls_per_address = 16;
+  absl::Duration env_outage_budget = absl::Minutes(5);
 };
 
 }  // namespace prl::actor

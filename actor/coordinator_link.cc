@@ -63,7 +63,7 @@ absl::Status CoordinatorLink::Register(const std::atomic<bool>* stop) {
   return absl::CancelledError("actor stopped before it could register");
 }
 
-absl::Status CoordinatorLink::Heartbeat(int64_t weight_version, const LeaseBook& book) {
+absl::Status CoordinatorLink::Heartbeat(int64_t weight_version, LeaseBook& book) {
   grpc::ClientContext ctx;
   SetDeadline(ctx, 10);
   v1::HeartbeatRequest request;
@@ -71,7 +71,12 @@ absl::Status CoordinatorLink::Heartbeat(int64_t weight_version, const LeaseBook&
   request.set_actor_id(ActorId());
   for (const std::string& id : book.HeldForHeartbeat()) request.add_held_lease_ids(id);
   v1::HeartbeatResponse response;
-  return rpc::FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response));
+  PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response)));
+  if (!response.reclaim_lease_ids().empty() || !response.lost_lease_ids().empty()) {
+    book.GiveBack({response.reclaim_lease_ids().begin(), response.reclaim_lease_ids().end()},
+                  {response.lost_lease_ids().begin(), response.lost_lease_ids().end()});
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorLink::LeaseMore(LeaseBook& book) {
@@ -79,11 +84,25 @@ absl::Status CoordinatorLink::LeaseMore(LeaseBook& book) {
   if (room <= 0) return absl::OkStatus();
   v1::LeaseRequest request;
   request.set_actor_id(ActorId());
-  request.set_max_prompts(static_cast<int32_t>(room));
+  // After a response too large to receive, one prompt at a time for a while.
+  const int64_t ask = one_at_a_time_ > 0 ? 1 : room;
+  request.set_max_prompts(static_cast<int32_t>(ask));
   grpc::ClientContext ctx;
   SetDeadline(ctx, 10);
   v1::LeaseResponse response;
-  PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->LeasePrompts(&ctx, request, &response)));
+  const absl::Status leased = rpc::FromGrpcStatus(stub_->LeasePrompts(&ctx, request, &response));
+  if (absl::IsResourceExhausted(leased)) {
+    // A response beyond this actor's receive limit: those leases were never delivered (they
+    // expire and are re-run); never a reason to stop the actor.
+    std::fprintf(stderr,
+                 "actor %s: a lease response could not be received (%s); leasing one "
+                 "prompt at a time\n",
+                 name_.c_str(), std::string(leased.message()).c_str());
+    one_at_a_time_ = 100;
+    return absl::OkStatus();
+  }
+  PRL_RETURN_IF_ERROR(leased);
+  if (one_at_a_time_ > 0) --one_at_a_time_;
   if (!response.prompts().empty()) book.Grant(response);
   return absl::OkStatus();
 }

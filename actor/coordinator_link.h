@@ -32,8 +32,10 @@ class CoordinatorLink {
 
   // Registers, retrying transient errors with backoff until *stop.
   absl::Status Register(const std::atomic<bool>* stop);
-  absl::Status Heartbeat(int64_t weight_version, const LeaseBook& book);
-  // Leases up to the book's room; grants go into the book.
+  // A heartbeat; what the coordinator asks back (reclaimed or lost leases) goes to the book.
+  absl::Status Heartbeat(int64_t weight_version, LeaseBook& book);
+  // Leases up to the book's room; grants go into the book. A response too large to receive
+  // (RESOURCE_EXHAUSTED) is not an error: the next leases come one prompt at a time.
   absl::Status LeaseMore(LeaseBook& book);
   // Sends the book's queued releases. One that fails is left to the next heartbeat, which no
   // longer lists its lease.
@@ -53,6 +55,7 @@ class CoordinatorLink {
   mutable std::mutex mu_;
   std::string actor_id_;  // guarded by mu_
   std::atomic<int64_t> heartbeat_ms_{5000};
+  int64_t one_at_a_time_ = 0;  // leases left to ask one prompt at a time (the control thread)
 };
 
 }  // namespace prl::actor

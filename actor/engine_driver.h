@@ -1,25 +1,27 @@
 // EngineDriver: the actor's engine loop. Between two engine steps it swaps in the newest
 // weights the broadcaster delivered (generation never waits for them), moves granted prompts
-// into the engine (one that must come from weights not yet delivered waits aside, the engine
-// running the others), applies what agentic episodes decided (continue a sample with its
-// environment's reply, finish it, abort its group: actor/episode_runner.h), steps, hands the
-// turns that ended to the episodes, and finished groups to the finisher.
+// into the episode engine (one that must come from weights not yet delivered waits aside, the
+// engine running the others), gives back the groups the coordinator reclaimed or that lost
+// their lease, steps (episode/episode_engine.h: the engine with its groups' agentic
+// episodes), and hands finished groups to the finisher and failed ones back to the
+// coordinator.
 //
-// Owns: the engine, the prompts in it (request id -> lease), the version handed to the engine,
-// and what of the weight subscriber's statistics the metrics already show. Thread-safety: one
-// thread (the actor's engine loop).
+// Owns: the episode engine (and through it the engine and every group's state), the leases of
+// the groups in it, the version handed to the engine, and what of the weight subscriber's
+// statistics the metrics already show. Thread-safety: one thread (the actor's engine loop).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "actor/actor_options.h"
 #include "actor/actor_stats.h"
-#include "actor/episode_runner.h"
 #include "actor/lease_book.h"
+#include "episode/episode_engine.h"
 #include "inference_engine/engine.h"
 #include "weight_broadcast/weight_transport.h"
 
@@ -31,14 +33,14 @@ class EngineDriver {
   EngineDriver(std::unique_ptr<Engine> engine, WeightSubscriber* weights, LeaseBook* book,
                ActorStatsBoard* stats, const ActorOptions& options);
 
-  // One iteration: swap, take in granted prompts, step, hand finished groups on; idle, waits
-  // briefly for a grant (or `halted`).
+  // One iteration: swap, take in granted prompts, give back, step, hand groups on; idle, waits
+  // briefly for a grant, an environment's answer (or `halted`).
   absl::Status Iteration(const std::function<bool()>& halted);
 
-  const Engine& engine() const { return *engine_; }
+  const Engine& engine() const { return episodes_.engine(); }
 
  private:
-  struct InEngine {
+  struct Leased {
     prl::v1::LeasedPrompt lease;
     int64_t created_unix_nanos = 0;
   };
@@ -46,30 +48,29 @@ class EngineDriver {
   // Moves granted prompts into the engine; one whose weight version has not arrived waits
   // (a DeadlineExceeded error after weight_wait_timeout).
   absl::Status AddGranted();
+  // Reclaimed leases are released (not failed attempts), lost ones dropped: their groups leave
+  // the engine and their environments hear of it.
+  void GiveBack();
+  // Finished groups to the finisher, failed ones released with their reason.
+  void HandOn();
   void UpdateEngineGauges();
   // prl_weight_transfer_* from the subscriber's stats (it receives in the background).
   void UpdateTransferMetrics();
-  // The engine's sampling parameters of a lease (its seed mixed with the lease id).
-  static SamplingParams ParamsOf(const prl::v1::LeasedPrompt& lease);
-  // Applies the episodes' actions; an action that fails aborts its group.
-  void ApplyEpisodeActions();
-  // Hands the requests the engine finished to the finisher (with their episodes' outcomes).
-  void HandOnFinished();
-  // Ends an episode group that failed: out of the engine, released with the reason.
-  void AbortGroup(const std::string& lease_id, uint64_t request_id, const absl::Status& why);
 
-  std::unique_ptr<Engine> engine_;
+  episode::EpisodeEngine episodes_;
   WeightSubscriber* weights_;
   LeaseBook* book_;
   ActorStatsBoard* stats_;
   const ActorOptions& options_;
-  std::map<uint64_t, InEngine> in_engine_;  // engine request id -> its lease
-  std::map<std::string, InEngine> starting_;  // episode groups whose episodes are starting
-  std::unique_ptr<EpisodeRunner> episodes_;
-  int64_t staged_version_ = 0;              // newest weights handed to the engine
-  bool waiting_for_weights_ = false;        // a granted prompt waits for its version
-  int64_t versions_received_seen_ = 0;      // subscriber stats already in the metrics
+  std::map<std::string, Leased> leases_;  // the leases of the groups in episodes_, by lease id
+  int64_t staged_version_ = 0;            // newest weights handed to the engine
+  bool waiting_for_weights_ = false;      // a granted prompt waits for its version
+  int64_t versions_received_seen_ = 0;    // subscriber stats already in the metrics
   double transfer_seconds_seen_ = 0;
 };
+
+// The episode engine's request for a leased prompt: its tokens, the engine's sampling
+// parameters (its seed mixed with the lease id), and its environment when it has one.
+episode::GroupRequest GroupRequestOf(const prl::v1::LeasedPrompt& lease);
 
 }  // namespace prl::actor

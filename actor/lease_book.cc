@@ -1,5 +1,7 @@
 #include "actor/lease_book.h"
 
+#include <algorithm>
+
 #include "absl/time/clock.h"
 
 namespace prl::actor {
@@ -62,15 +64,56 @@ void LeaseBook::Drop(const std::string& lease_id) {
   changed_.notify_all();
 }
 
-void LeaseBook::Release(const std::string& lease_id, prl::v1::ReleaseReason reason,
+bool LeaseBook::Release(const std::string& lease_id, prl::v1::ReleaseReason reason,
                         const absl::Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  held_.erase(lease_id);
+  if (held_.erase(lease_id) == 0) return false;  // released or dropped already
   prl::v1::ReleaseRequest& release = releases_.emplace_back();
   release.set_lease_id(lease_id);
   release.set_reason(reason);
   release.set_detail(std::string(why.message()));
   changed_.notify_all();
+  return true;
+}
+
+void LeaseBook::GiveBack(const std::vector<std::string>& reclaimed,
+                         const std::vector<std::string>& lost) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto granted = [&](const std::string& id) {  // not in the engine yet: handled here
+    auto it = std::find_if(granted_.begin(), granted_.end(),
+                           [&](const LeasedPrompt& l) { return l.lease.lease_id() == id; });
+    if (it == granted_.end()) return false;
+    granted_.erase(it);
+    return true;
+  };
+  for (const std::string& id : reclaimed) {
+    if (held_.count(id) == 0) continue;
+    if (!granted(id)) {
+      given_back_.reclaimed.push_back(id);
+      continue;
+    }
+    held_.erase(id);
+    prl::v1::ReleaseRequest& release = releases_.emplace_back();
+    release.set_lease_id(id);
+    release.set_reason(prl::v1::RELEASE_REASON_RECLAIMED);
+    release.set_detail("reclaimed for a fair share of the actor before it started");
+  }
+  for (const std::string& id : lost) {
+    if (held_.count(id) == 0) continue;
+    if (granted(id)) {
+      held_.erase(id);
+    } else {
+      given_back_.lost.push_back(id);
+    }
+  }
+  changed_.notify_all();
+}
+
+LeaseBook::GivenBack LeaseBook::TakeGivenBack() {
+  std::lock_guard<std::mutex> lock(mu_);
+  GivenBack out;
+  std::swap(out, given_back_);
+  return out;
 }
 
 std::deque<prl::v1::ReleaseRequest> LeaseBook::TakeReleases() {

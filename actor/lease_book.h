@@ -23,7 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "actor/episode_outcome.h"
+#include "episode/group.h"
 #include "inference_engine/engine.h"
 #include "prl/v1/prompt.pb.h"
 
@@ -43,8 +43,8 @@ struct GeneratedGroup {
   prl::v1::LeasedPrompt lease;
   int64_t created_unix_nanos = 0;  // when it went into the engine
   RequestOutput output;
-  // Agentic episodes (actor/episode_runner.h): each sample's outcome; empty for one turn.
-  std::vector<EpisodeOutcome> episodes;
+  // Agentic episodes (episode/episode_engine.h): each sample's outcome; empty for one turn.
+  std::vector<episode::EpisodeOutcome> episodes;
 };
 
 class LeaseBook {
@@ -69,9 +69,18 @@ class LeaseBook {
 
   // The lease is no longer worked on (completed or dropped): the next heartbeat omits it.
   void Drop(const std::string& lease_id);
-  // Gives the lease up with a reason: dropped now, released by the control thread.
-  void Release(const std::string& lease_id, prl::v1::ReleaseReason reason,
-               const absl::Status& why);
+  // Gives the lease up with a reason: dropped now, released by the control thread. Once per
+  // lease: a lease no longer held (released, dropped) is not released again (false).
+  bool Release(const std::string& lease_id, prl::v1::ReleaseReason reason, const absl::Status& why);
+
+  // What the coordinator's heartbeat asked back (HeartbeatResponse): leases to give back for a
+  // fair share, and leases it no longer counts as ours. A granted prompt not yet in the engine
+  // is released (or dropped) here at once; the others wait for the engine loop.
+  void GiveBack(const std::vector<std::string>& reclaimed, const std::vector<std::string>& lost);
+  struct GivenBack {
+    std::vector<std::string> reclaimed, lost;
+  };
+  GivenBack TakeGivenBack();
   std::deque<prl::v1::ReleaseRequest> TakeReleases();
   // What a heartbeat lists: the held leases and those waiting to be released.
   std::vector<std::string> HeldForHeartbeat() const;
@@ -87,6 +96,7 @@ class LeaseBook {
   std::condition_variable changed_;
   std::set<std::string> held_;  // granted and not yet completed, dropped or released
   std::deque<prl::v1::ReleaseRequest> releases_;
+  GivenBack given_back_;
   std::deque<LeasedPrompt> granted_;
   std::deque<GeneratedGroup> generated_;
 };

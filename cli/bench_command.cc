@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/coordinator_bench.h"
 #include "bench/engine_bench.h"
+#include "bench/env_share_bench.h"
 #include "bench/learner_bench.h"
 #include "bench/model_bench.h"
 #include "bench/replay_bench.h"
@@ -177,10 +178,10 @@ void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
                    "CUDA: also decode in the batch-invariant mode, beside the fast mode");
   engine->add_flag("--tuned-kernels", e->options.engine.tuned_kernels,
                    "CUDA: decode with the tuned kernels (actors.tuned_kernels)");
-  engine->add_flag_callback("--invariant-tensor-cores",
-                            [] { kernels::SetTensorCoreInvariantGemm(true); },
-                            "Experimental, CUDA: the batch-invariant mode's BF16 products on the "
-                            "tensor cores (kernels/cuda/gemm.h), not yet verified on a GPU");
+  engine->add_flag_callback(
+      "--invariant-tensor-cores", [] { kernels::SetTensorCoreInvariantGemm(true); },
+      "Experimental, CUDA: the batch-invariant mode's BF16 products on the "
+      "tensor cores (kernels/cuda/gemm.h), not yet verified on a GPU");
   engine->add_flag("--norm-in-gemm", e->options.engine.norm_in_gemm,
                    "CUDA, with --tuned-kernels: RMSNorms fused into the small projections "
                    "(actors.norm_in_gemm)");
@@ -301,6 +302,26 @@ void RegisterCoordinatorBench(CLI::App* bench, CommandRegistry& registry) {
   });
 }
 
+void RegisterEnvShareBench(CLI::App* bench, CommandRegistry& registry) {
+  auto o = std::make_shared<bench::EnvShareBenchOptions>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = bench->add_subcommand(
+      "env-share",
+      "A healthy environment's prompt set beside one whose environment hangs, against it alone "
+      "(one actor, loopback gRPC): what the fair share of the actor leaves it");
+  cmd->add_option("--prompts", o->prompts, "Prompts of the healthy set")->capture_default_str();
+  cmd->add_option("--samples", o->samples_per_prompt, "Samples per prompt")->capture_default_str();
+  cmd->add_option("--slots", o->max_prompts_in_flight, "The actor's max_prompts_in_flight")
+      ->capture_default_str();
+  cmd->add_option("--max-turns", o->max_turns, "Turns per episode")->capture_default_str();
+  cmd->add_flag("--json", *json, "Print one JSON object instead of the table");
+  registry.Add(cmd, [o, json] {
+    PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunEnvShareBench(*o));
+    std::printf("%s\n", *json ? report.ToJson().c_str() : report.ToTable().c_str());
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, char** argv) {
@@ -313,6 +334,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry, int argc, c
   RegisterTokenizerBench(bench, registry);
   RegisterCoordinatorBench(bench, registry);
   RegisterBroadcastBench(bench, registry);
+  RegisterEnvShareBench(bench, registry);
 }
 
 }  // namespace prl::cli

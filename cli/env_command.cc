@@ -16,9 +16,8 @@
 #include "cli/command.h"
 #include "cli/config_flags.h"
 #include "core/status_macros.h"
-#include "env/calculator.h"
+#include "env/builtin_environments.h"
 #include "env/environment_server.h"
-#include "env/guess_number.h"
 #include "env/remote_environment.h"
 #include "google/protobuf/util/json_util.h"
 #include "roles/role_security.h"
@@ -39,25 +38,27 @@ std::string Json(const google::protobuf::Message& m) {
 }
 
 void RegisterEnvServe(CLI::App* env, CommandRegistry& registry) {
-  CLI::App* cmd = env->add_subcommand(
-      "serve", "Serve prl's built-in environments (calculator, guess_number) as a gRPC "
-               "EnvironmentService");
+  CLI::App* cmd =
+      env->add_subcommand("serve",
+                          "Serve prl's built-in environments (calculator, guess_number) as a gRPC "
+                          "EnvironmentService");
   auto flags = std::make_shared<ConfigFlags>(cmd);
   auto listen = std::make_shared<std::string>("127.0.0.1:7000");
   cmd->add_option("--listen", *listen, "host:port (loopback by default; port 0 picks one)");
-  registry.Add(cmd, [flags, listen] {
-    return flags->Run([&](const config::RunConfig& c) -> absl::Status {
-      PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(c, std::nullopt, {rpc::Role::kActor}));
+  auto token_file = std::make_shared<std::string>();
+  cmd->add_option("--token-file", *token_file,
+                  "Callers must present this bearer token (security.service_token_file)");
+  registry.Add(cmd, [flags, listen, token_file] {
+    return flags->Run([&](config::RunConfig c) -> absl::Status {
+      if (!token_file->empty()) c.security.service_token_file = *token_file;
+      PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(c, std::nullopt, {rpc::Role::kService}));
       env::EnvironmentServerOptions options;
       options.address = *listen;
-      PRL_ASSIGN_OR_RETURN(
-          auto server,
-          env::EnvironmentServer::Start(
-              {{"calculator", std::make_shared<env::CalculatorEnvironment>()},
-               {"guess_number", std::make_shared<env::GuessNumberEnvironment>()}},
-              options));
-      std::printf("environments calculator, guess_number on port %d (EnvironmentService)\n",
-                  server->port());
+      PRL_ASSIGN_OR_RETURN_IN(auto server,
+                              env::EnvironmentServer::Start(env::AllBuiltinEnvironments(), options),
+                              "--listen");
+      std::printf("environments %s on port %d (EnvironmentService)\n",
+                  env::DescribeBuiltinEnvironments().c_str(), server->port());
       std::fflush(stdout);
       const std::atomic<bool>& stop = roles::StopOnSignals();
       while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));

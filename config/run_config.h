@@ -153,6 +153,9 @@ struct CoordinatorSection {
   // The EnvironmentService addresses a prompt set's environment may name
   // (docs/environments.md); any other is refused at submission. Built-in ones need none.
   std::vector<std::string> env_addresses;
+  // The longest env.timeout_s a prompt set may give one environment call (retries included):
+  // a hung environment holds an actor's prompt slots at most this long per attempt.
+  double max_env_timeout_s = 120;
   int max_restarts = 3;  // by prl run's supervisor
 };
 
@@ -182,6 +185,13 @@ struct ActorsSection {
   // most 8 rows (EngineOptions::norm_in_gemm). Written, never run on a GPU: off until verified.
   bool norm_in_gemm = false;
   int32_t max_prompts_in_flight = 8;
+  // Agentic episodes (docs/environments.md): environment calls one actor makes to one
+  // environment (address) at once; a hung environment blocks only its own.
+  int32_t env_calls_per_address = 16;
+  // How long an environment found down (UNAVAILABLE after a call's retries) may stay down while
+  // its episodes wait for it, probed with backoff, before they fail their attempts, visibly: a
+  // restart or a short outage costs no attempt.
+  double env_outage_s = 300;
   double replay_timeout_s = 60;  // how long a write waits while the replay buffer is full
   int max_restarts = 5;          // per actor, by prl run's supervisor
 };
@@ -261,6 +271,13 @@ struct SecuritySection {
   bool require_client_cert = false;         // mutual TLS
   bool insecure = false;                    // non-loopback listeners may serve plaintext
   std::string client_token_file, actor_token_file, learner_token_file;
+  // The token prl's user-facing services (prl env serve, prl reward serve) accept, as the
+  // `service` role: what an actor presents through service_token_files.
+  std::string service_token_file;
+  // host:port -> a token file: the credential actors present to the user-written service
+  // (environment, remote reward) at that address, and to no other. A role's token never goes
+  // to those services.
+  std::map<std::string, std::string> service_token_files;
   int cert_refresh_s = 10;  // certificate files are checked for changes this often
 };
 

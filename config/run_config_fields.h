@@ -107,6 +107,8 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "RewardService addresses (host:port) a prompt set may name; others are refused");
   v("coordinator", "env_addresses", c.coordinator.env_addresses,
     "EnvironmentService addresses (host:port) a prompt set may name; others are refused");
+  v("coordinator", "max_env_timeout_s", c.coordinator.max_env_timeout_s,
+    "The longest environment.timeout_s a prompt set may give one environment call (s)");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
     "prl run: restarts of the coordinator");
 }
@@ -137,6 +139,10 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
     "CUDA, with tuned_kernels: RMSNorms fused into small decode projections (unverified)");
   v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
     "Prompts leased and generating at once, per actor");
+  v("actors", "env_calls_per_address", c.actors.env_calls_per_address,
+    "Environment calls in flight to one environment address, per actor");
+  v("actors", "env_outage_s", c.actors.env_outage_s,
+    "How long episodes wait for an environment found down before they fail (s)");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,
     "How long a write waits while the replay buffer is full (s)");
   v("actors", "max_restarts", c.actors.max_restarts, "prl run: restarts of each actor");
@@ -200,6 +206,10 @@ void VisitSecurityFields(RunConfig& c, Visitor& v) {
     "The bearer token of clients (PromptService); empty: no tokens");
   v("security", "actor_token_file", s.actor_token_file, "The bearer token of actors");
   v("security", "learner_token_file", s.learner_token_file, "The bearer token of the learner");
+  v("security", "service_token_file", s.service_token_file,
+    "prl env serve, prl reward serve: the bearer token callers must present");
+  v("security", "service_token_files", s.service_token_files,
+    "host:port -> token file: the credential sent to the user-written service there");
   v("security", "cert_refresh_s", s.cert_refresh_s, "How often certificate files are re-read (s)");
 }
 

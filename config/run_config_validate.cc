@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "config/run_config.h"
 #include "core/status_macros.h"
+#include "env/builtin_names.h"
 
 namespace prl::config {
 
@@ -51,15 +52,12 @@ absl::Status ValidateGuessNumber(const RunConfig& c) {
   for (int i = 0; i < 2; ++i) {
     auto it = c.env.params.find(keys[i]);
     if (it != c.env.params.end() && !absl::SimpleAtoi(it->second, &bound[i])) {
-      return Range(false, absl::StrCat("env.params.", keys[i]), "an integer",
-                   Quoted(it->second));
+      return Range(false, absl::StrCat("env.params.", keys[i]), "an integer", Quoted(it->second));
     }
   }
-  PRL_RETURN_IF_ERROR(Range(bound[0] <= bound[1] && bound[1] - bound[0] < (int64_t{1} << 30),
-                            "env.params.high",
-                            absl::StrCat("an integer from env.params.low (", bound[0],
-                                         ") to low + 2^30"),
-                            bound[1]));
+  PRL_RETURN_IF_ERROR(Range(
+      bound[0] <= bound[1] && bound[1] - bound[0] < (int64_t{1} << 30), "env.params.high",
+      absl::StrCat("an integer from env.params.low (", bound[0], ") to low + 2^30"), bound[1]));
   int64_t needed = 1;  // guesses bisection needs: 2^needed - 1 >= the range's size
   while ((int64_t{1} << needed) - 1 < bound[1] - bound[0] + 1) ++needed;
   const int64_t turns = c.env.max_turns > 0 ? c.env.max_turns : 8;
@@ -94,10 +92,12 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Range(c.sft.env_demo_fraction >= 0 && c.sft.env_demo_fraction <= 1,
                             "sft.env_demo_fraction", "a number in [0, 1]",
                             c.sft.env_demo_fraction));
-  PRL_RETURN_IF_ERROR(Range(!c.env.address.empty() || c.env.name.empty() ||
-                                c.env.name == "calculator" || c.env.name == "guess_number",
-                            "env.name", "a built-in environment (calculator, guess_number) or "
-                            "an env.address", Quoted(c.env.name)));
+  PRL_RETURN_IF_ERROR(
+      Range(!c.env.address.empty() || c.env.name.empty() || env::IsBuiltinEnvironment(c.env.name),
+            "env.name",
+            absl::StrCat("a built-in environment (", env::DescribeBuiltinEnvironments(),
+                         ") or an env.address"),
+            Quoted(c.env.name)));
   PRL_RETURN_IF_ERROR(Range(c.task.name != TaskName::kGuessNumber ||
                                 (c.env.name == "guess_number" && c.env.address.empty()),
                             "env.name", "guess_number (built in) for task.name = guess_number",
@@ -115,16 +115,25 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Address(c.env.address, "env.address", true));
   PRL_RETURN_IF_ERROR(Range(c.env.max_turns >= 0 && c.env.max_turns <= 1024, "env.max_turns",
                             "0 (8) to 1024", c.env.max_turns));
-  PRL_RETURN_IF_ERROR(Range(c.env.max_tokens_per_turn >= 0 &&
-                                c.env.max_tokens_per_turn <= c.task.max_tokens,
-                            "env.max_tokens_per_turn",
-                            absl::StrCat("0 (task.max_tokens) to task.max_tokens (",
-                                         c.task.max_tokens, ")"),
-                            c.env.max_tokens_per_turn));
-  PRL_RETURN_IF_ERROR(Range(c.env.max_episode_tokens >= 0, "env.max_episode_tokens",
-                            ">= 0 (0: no limit)", c.env.max_episode_tokens));
-  PRL_RETURN_IF_ERROR(Range(c.env.timeout_s >= 0 && c.env.timeout_s <= 3600, "env.timeout_s",
-                            "0 (30) to 3600", c.env.timeout_s));
+  PRL_RETURN_IF_ERROR(
+      Range(c.env.max_tokens_per_turn >= 0 && c.env.max_tokens_per_turn <= c.task.max_tokens,
+            "env.max_tokens_per_turn",
+            absl::StrCat("0 (task.max_tokens) to task.max_tokens (", c.task.max_tokens, ")"),
+            c.env.max_tokens_per_turn));
+  const int32_t turn_tokens =
+      c.env.max_tokens_per_turn > 0 ? c.env.max_tokens_per_turn : c.task.max_tokens;
+  PRL_RETURN_IF_ERROR(
+      Range(c.env.max_episode_tokens == 0 || c.env.max_episode_tokens >= turn_tokens,
+            "env.max_episode_tokens",
+            absl::StrCat("0 (no limit) or at least a turn's tokens (", turn_tokens,
+                         ": env.max_tokens_per_turn, else "
+                         "task.max_tokens)"),
+            c.env.max_episode_tokens));
+  PRL_RETURN_IF_ERROR(Range(
+      c.env.timeout_s >= 0 && c.env.timeout_s <= c.coordinator.max_env_timeout_s, "env.timeout_s",
+      absl::StrCat("0 (30) to coordinator.max_env_timeout_s (", c.coordinator.max_env_timeout_s,
+                   ")"),
+      c.env.timeout_s));
   return Range(c.sft.examples_per_step >= 1, "sft.examples_per_step", ">= 1",
                c.sft.examples_per_step);
 }
@@ -153,13 +162,15 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             c.max_prompts_per_set));
   PRL_RETURN_IF_ERROR(Range(c.max_watch_streams >= 1 && c.max_watch_streams <= 100'000,
                             "coordinator.max_watch_streams", "1 to 100000", c.max_watch_streams));
+  PRL_RETURN_IF_ERROR(Range(c.max_env_timeout_s >= 1 && c.max_env_timeout_s <= 3600,
+                            "coordinator.max_env_timeout_s", "1 to 3600", c.max_env_timeout_s));
   for (size_t i = 0; i < c.reward_addresses.size(); ++i) {
     PRL_RETURN_IF_ERROR(Address(c.reward_addresses[i],
                                 absl::StrCat("coordinator.reward_addresses[", i, "]"), false));
   }
   for (size_t i = 0; i < c.env_addresses.size(); ++i) {
-    PRL_RETURN_IF_ERROR(Address(c.env_addresses[i],
-                                absl::StrCat("coordinator.env_addresses[", i, "]"), false));
+    PRL_RETURN_IF_ERROR(
+        Address(c.env_addresses[i], absl::StrCat("coordinator.env_addresses[", i, "]"), false));
   }
   return Range(c.max_samples_per_prompt >= 1 && c.max_samples_per_prompt <= 65536,
                "coordinator.max_samples_per_prompt", "1 to 65536", c.max_samples_per_prompt);
@@ -179,6 +190,10 @@ absl::Status ValidateActors(const ActorsSection& a) {
                             a.max_num_batched_tokens));
   PRL_RETURN_IF_ERROR(Range(a.max_prompts_in_flight >= 1, "actors.max_prompts_in_flight", ">= 1",
                             a.max_prompts_in_flight));
+  PRL_RETURN_IF_ERROR(Range(a.env_calls_per_address >= 1 && a.env_calls_per_address <= 1024,
+                            "actors.env_calls_per_address", "1 to 1024", a.env_calls_per_address));
+  PRL_RETURN_IF_ERROR(Range(a.env_outage_s >= 0 && a.env_outage_s <= 86400, "actors.env_outage_s",
+                            "0 to 86400", a.env_outage_s));
   PRL_RETURN_IF_ERROR(
       Range(a.replay_timeout_s > 0, "actors.replay_timeout_s", "a number > 0", a.replay_timeout_s));
   return Range(a.max_restarts >= 0, "actors.max_restarts", ">= 0", a.max_restarts);
@@ -196,8 +211,8 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
       Range(l.max_grad_norm >= 0, "learner.max_grad_norm", ">= 0", l.max_grad_norm));
   PRL_RETURN_IF_ERROR(Range(l.tis_cap > 0, "learner.tis_cap", "a number > 0", l.tis_cap));
   PRL_RETURN_IF_ERROR(Range(l.router_aux_loss_coef >= 0 && std::isfinite(l.router_aux_loss_coef),
-                            "learner.router_aux_loss_coef",
-                            "a number >= 0 (0: off)", l.router_aux_loss_coef));
+                            "learner.router_aux_loss_coef", "a number >= 0 (0: off)",
+                            l.router_aux_loss_coef));
   PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
                             "a number in (0, 1]", l.clip_low));
   return Range(l.clip_high > 0, "learner.clip_high", "a number > 0", l.clip_high);

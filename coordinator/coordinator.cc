@@ -8,6 +8,7 @@
 #include "coordinator/capacity.h"
 #include "coordinator/field_error.h"
 #include "coordinator/ids.h"
+#include "coordinator/prompt_format.h"
 #include "core/group_id.h"
 #include "core/status_macros.h"
 
@@ -59,23 +60,34 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
     return request.idempotency_key().empty() ? nullptr
                                              : sets_.ByIdempotencyKey(request.idempotency_key());
   };
+  // A duplicate is acknowledged once the first submission is durable: it may still be in its
+  // fsync (applied, not yet answered). Everything written so far covers it.
+  const auto answer_duplicate =
+      [&](const std::string& id,
+          std::unique_lock<std::mutex>& lock) -> absl::StatusOr<prl::v1::SubmitPromptSetResponse> {
+    response.set_prompt_set_id(id);
+    response.set_duplicate(true);
+    const uint64_t written = log_->last_ticket();
+    lock.unlock();
+    PRL_RETURN_IF_ERROR(log_->WaitDurable(written));
+    return response;
+  };
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (const std::string* known = duplicate()) {
-      response.set_prompt_set_id(*known);
-      response.set_duplicate(true);
-      return response;
-    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (const std::string* known = duplicate()) return answer_duplicate(*known, lock);
   }
   // Checks and tokenisation (a chat template per prompt) run without the mutex.
   prl::v1::LogRecord record;
   prl::v1::SubmittedPromptSet* submitted = record.mutable_submitted();
   PRL_RETURN_IF_ERROR(Validate(request, submitted->mutable_request()));
+  if (request.has_environment()) {  // episodes start from the prompts as submitted
+    for (const prl::v1::Prompt& p : request.prompts()) {
+      *submitted->add_episode_prompts() = EpisodePromptOf(p);
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (const std::string* known = duplicate()) {  // the same key, submitted meanwhile
-    response.set_prompt_set_id(*known);
-    response.set_duplicate(true);
-    return response;
+    return answer_duplicate(*known, lock);
   }
   const int64_t busy = sets_.PendingOrInFlight();
   if (busy + request.prompts_size() > config_.max_pending_prompts) {
@@ -219,9 +231,8 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
     int64_t version, int64_t groups_consumed, int64_t groups_waiting,
     const prl::v1::LearnerProgressResponse* seen) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<prl::v1::LearnerProgressResponse> response =
-      budget_->Report(version, groups_consumed, groups_waiting, seen,
-                      sets_.counts().groups_completed);
+  absl::StatusOr<prl::v1::LearnerProgressResponse> response = budget_->Report(
+      version, groups_consumed, groups_waiting, seen, sets_.counts().groups_completed);
   if (!response.ok()) {
     ++stats_.rejected_progress;
     return response;

@@ -52,6 +52,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/actor_table.h"
+#include "coordinator/fair_share.h"
 #include "coordinator/lag_budget.h"
 #include "coordinator/lease_table.h"
 #include "coordinator/prompt_log.h"
@@ -76,6 +77,8 @@ struct CoordinatorConfig {
   // EnvironmentService addresses a prompt set's environment may name (built-in ones need
   // none); any other is refused.
   std::vector<std::string> env_addresses;
+  // The longest EnvironmentSpec.timeout_s a submission may give (its default: 30 or this).
+  double max_env_timeout_s = 120;
   int64_t max_lag = defaults::kMaxLag;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
   // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
@@ -130,6 +133,7 @@ struct CoordinatorStats {
   int64_t groups_completed = 0, leases_expired = 0, duplicate_completions = 0;
   int64_t leases_dropped = 0;    // re-queued because the holder's heartbeat no longer listed them
   int64_t leases_released = 0;   // given back by their holder (Release)
+  int64_t leases_reclaimed = 0;  // given back on request for a fair share (not failed attempts)
   int64_t prompts_failed = 0;    // given up on after max_attempts failed attempts
   int64_t prompts_reopened = 0;  // completed prompts the learner handed back (too stale)
   // Refused requests: completions of leases the actor does not hold, out-of-bounds progress,
@@ -261,6 +265,12 @@ class Coordinator {
   absl::StatusOr<uint64_t> ExpireLocked(absl::Time now);
   // Forgets actors not heard from for 2 lease_ms that hold no lease.
   void ForgetDeadActorsLocked(absl::Time now);
+  // How the actor's slots are shared between the classes of prompt sets (fair_share.h): its
+  // leases by class, and the classes with pending prompts it can run.
+  FairShare FairShareLocked(const std::string& actor_id, const ActorTable::Actor& actor) const;
+  // Ends the prompt's lease as given back on request (RELEASE_REASON_RECLAIMED): re-queued at
+  // the front, no attempt counted. Returns the record's log ticket.
+  absl::StatusOr<uint64_t> ReclaimLocked(const PromptRef& prompt, const std::string& reason);
   // ---- end ----
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc), mutex held ----

@@ -6,12 +6,11 @@
 
 namespace prl::coordinator {
 
-std::string LeaseTable::Open(const PromptRef& prompt, const std::string& actor_id,
-                             absl::Time now) {
+std::string LeaseTable::Open(const PromptRef& prompt, const std::string& actor_id, absl::Time now) {
   std::string id = LeaseId(prompt.set_id, prompt.index);
   const absl::Time deadline = now + absl::Milliseconds(lease_ms_);
   earliest_deadline_ = std::min(earliest_deadline_, deadline);
-  leases_[id] = Lease{prompt, actor_id, deadline};
+  leases_[id] = Lease{prompt, actor_id, deadline, now, false};
   by_prompt_[prompt] = id;
   return id;
 }
@@ -80,6 +79,20 @@ absl::flat_hash_set<std::string> LeaseTable::Holders() const {
   absl::flat_hash_set<std::string> holders;
   for (const auto& [id, lease] : leases_) holders.insert(lease.actor_id);
   return holders;
+}
+
+std::vector<std::pair<std::string, const LeaseTable::Lease*>> LeaseTable::HeldBy(
+    const std::string& actor_id) const {
+  std::vector<std::pair<std::string, const Lease*>> out;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.actor_id == actor_id) out.emplace_back(id, &lease);
+  }
+  return out;
+}
+
+void LeaseTable::MarkReclaimAsked(const std::string& lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it != leases_.end()) it->second.reclaim_asked = true;
 }
 
 }  // namespace prl::coordinator

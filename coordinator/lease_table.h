@@ -39,6 +39,8 @@ class LeaseTable {
     PromptRef prompt;
     std::string actor_id;
     absl::Time deadline;
+    absl::Time opened;
+    bool reclaim_asked = false;  // its actor was asked to give it back (a fair share)
   };
 
   explicit LeaseTable(int64_t lease_ms) : lease_ms_(lease_ms) {}
@@ -63,12 +65,16 @@ class LeaseTable {
   std::vector<PromptRef> Expired(absl::Time now);
   // The actors that hold a lease.
   absl::flat_hash_set<std::string> Holders() const;
+  // The actor's leases, by lease id.
+  std::vector<std::pair<std::string, const Lease*>> HeldBy(const std::string& actor_id) const;
+  // Records that the lease's actor was asked to give it back.
+  void MarkReclaimAsked(const std::string& lease_id);
   int64_t size() const { return static_cast<int64_t>(leases_.size()); }
 
  private:
   int64_t lease_ms_;
-  std::map<std::string, Lease> leases_;                // by lease id
-  std::map<PromptRef, std::string> by_prompt_;         // prompt -> lease id
+  std::map<std::string, Lease> leases_;         // by lease id
+  std::map<PromptRef, std::string> by_prompt_;  // prompt -> lease id
   // At or before every open lease's deadline (renewals only move deadlines later).
   absl::Time earliest_deadline_ = absl::InfiniteFuture();
 };

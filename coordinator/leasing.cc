@@ -3,6 +3,10 @@
 // (coordinator/lease_table.h) and the actor table (coordinator/actor_table.h) own the state;
 // a lease that ends without its group is a failed attempt (prompt_attempts.cc), logged without
 // waiting for its fsync while the mutex is held.
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -14,9 +18,13 @@ namespace prl::coordinator {
 
 namespace {
 
+// A lease response stops growing past this (one prompt is at most a few MiB: every submission
+// field is bounded, submission.cc).
+constexpr size_t kMaxLeaseResponseBytes = size_t{16} << 20;
+
 absl::Status UnknownActor(const std::string& actor_id) {
-  return absl::NotFoundError(absl::StrCat("unknown actor '", actor_id,
-                                          "': register again (the coordinator restarted?)"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown actor '", actor_id, "': register again (the coordinator restarted?)"));
 }
 
 }  // namespace
@@ -55,16 +63,57 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
   }
   prl::v1::HeartbeatResponse r;
   r.set_learner_version(budget_->learner_version());
+  // Leases it lists that are not its own (any more): it abandons their groups at once.
+  for (const std::string& id : request.held_lease_ids()) {
+    const LeaseTable::Lease* lease = leases_.Find(id);
+    if (lease == nullptr || lease->actor_id != request.actor_id()) r.add_lost_lease_ids(id);
+  }
+  // A class of prompt sets above its fair share while others wait gives leases back, the
+  // newest first (the least work lost).
+  const FairShare share = FairShareLocked(request.actor_id(), *actor);
+  for (const auto& [klass, n] : share.ToReclaim()) {
+    std::vector<std::pair<absl::Time, std::string>> of_class;
+    for (const auto& [id, lease] : leases_.HeldBy(request.actor_id())) {
+      const PromptSets::Set* set = sets_.Find(lease->prompt.set_id);
+      if (set != nullptr && ShareClassOf(set->submitted.request()) == klass) {
+        of_class.emplace_back(lease->opened, id);
+      }
+    }
+    std::sort(of_class.rbegin(), of_class.rend());
+    for (int64_t i = 0; i < n && i < static_cast<int64_t>(of_class.size()); ++i) {
+      r.add_reclaim_lease_ids(of_class[i].second);
+      leases_.MarkReclaimAsked(of_class[i].second);
+    }
+  }
   return r;
+}
+
+FairShare Coordinator::FairShareLocked(const std::string& actor_id,
+                                       const ActorTable::Actor& actor) const {
+  std::map<std::string, int64_t> held;
+  for (const auto& [id, lease] : leases_.HeldBy(actor_id)) {
+    const PromptSets::Set* set = sets_.Find(lease->prompt.set_id);
+    if (set != nullptr) ++held[ShareClassOf(set->submitted.request())];
+  }
+  std::set<std::string> waiting;
+  for (const std::string& id : sets_.order()) {
+    const PromptSets::Set* set = sets_.Find(id);
+    if (set == nullptr || !set->running() || set->pending == 0 ||
+        !Fits(actor.capacity, {set->samples, set->min_tokens})) {
+      continue;
+    }
+    waiting.insert(ShareClassOf(set->submitted.request()));
+  }
+  return FairShare(actor.capacity.max_prompts_in_flight(), std::move(held), std::move(waiting));
 }
 
 absl::StatusOr<uint64_t> Coordinator::ExpireLocked(absl::Time now) {
   absl::StatusOr<uint64_t> logged = uint64_t{0};
   for (const PromptRef& expired : leases_.Expired(now)) {
     const LeaseTable::Lease* lease = leases_.Find(*leases_.IdOf(expired));
-    logged = FailAttemptLocked(
-        expired, absl::StrCat("lease expired: actor ", ActorName(lease->actor_id),
-                              " neither completed nor renewed it within lease_ms"));
+    logged = FailAttemptLocked(expired,
+                               absl::StrCat("lease expired: actor ", ActorName(lease->actor_id),
+                                            " neither completed nor renewed it within lease_ms"));
     ++stats_.leases_expired;
   }
   return logged;
@@ -101,14 +150,19 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
   // of whose prompts fit is passed over whole (pending_queue.h).
   const prl::v1::ActorCapacity& capacity = actor->capacity;
+  // While other classes of sets wait, none takes more than its fair share of the actor.
+  FairShare share = FairShareLocked(request.actor_id(), *actor);
   const auto visit_set = [&](const std::string& set_id) {
     const PromptSets::Set* set = sets_.Find(set_id);
     if (set == nullptr || !set->running()) return PendingQueue::SetVisit::kDrop;
+    if (share.Blocked(ShareClassOf(set->submitted.request()))) return PendingQueue::SetVisit::kPass;
     return Fits(capacity, {set->samples, set->min_tokens}) ? PendingQueue::SetVisit::kLook
                                                            : PendingQueue::SetVisit::kPass;
   };
+  size_t response_bytes = 0;
   const auto visit = [&](const std::string& set_id, int64_t index) {
-    if (allowed <= 0) return PendingQueue::Visit::kStop;
+    // A response stays well within any actor's receive limit (64 MiB): the rest next time.
+    if (allowed <= 0 || response_bytes > kMaxLeaseResponseBytes) return PendingQueue::Visit::kStop;
     const PromptSets::Set* set = sets_.Find(set_id);
     if (set == nullptr || !set->running() || set->prompts[index].state != PromptState::kPending) {
       return PendingQueue::Visit::kDrop;  // stale
@@ -117,6 +171,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const GroupShape shape{set->samples,
                            req.prompts(index).tokens().ids_size() + req.sampling().max_tokens()};
     if (!Fits(capacity, shape)) return PendingQueue::Visit::kKeep;
+    if (!share.MayTake(ShareClassOf(req))) return PendingQueue::Visit::kKeep;
     sets_.MarkLeased(set_id, index);
     prl::v1::LeasedPrompt* out = response.add_prompts();
     out->set_lease_id(leases_.Open({set_id, index}, request.actor_id(), now));
@@ -127,13 +182,18 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     out->set_samples(req.samples_per_prompt());
     *out->mutable_sampling() = req.sampling();
     *out->mutable_reward() = req.reward();
-    if (req.has_environment()) *out->mutable_environment() = req.environment();
+    if (req.has_environment()) {
+      *out->mutable_environment() = req.environment();
+      const auto& submitted = set->submitted.episode_prompts();
+      if (index < submitted.size()) *out->mutable_episode_prompt() = submitted[index];
+    }
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
     // actor's own delay in taking new weights is no longer part of its lag.
     if (set->prompts[index].stale_reruns > 0) {
       response.set_min_weight_version(budget_->learner_version());
     }
     --allowed;
+    response_bytes += out->ByteSizeLong();
     return PendingQueue::Visit::kTake;
   };
   if (allowed > 0) queue.Scan(visit_set, visit);

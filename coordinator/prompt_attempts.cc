@@ -32,6 +32,10 @@ std::string ReasonName(prl::v1::ReleaseReason reason) {
       return "its engine refused the group";
     case prl::v1::RELEASE_REASON_REWARD_FAILED:
       return "the group's reward failed";
+    case prl::v1::RELEASE_REASON_ENVIRONMENT_FAILED:
+      return "an episode's environment failed";
+    case prl::v1::RELEASE_REASON_RECLAIMED:
+      return "given back for other prompt sets (fair share)";
     default:
       return "released";
   }
@@ -63,8 +67,14 @@ absl::StatusOr<prl::v1::ReleaseResponse> Coordinator::Release(
                       " bytes]");
     }
   }
-  ++stats_.leases_released;
-  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, FailAttemptLocked(prompt, reason));
+  uint64_t ticket = 0;
+  if (request.reason() == prl::v1::RELEASE_REASON_RECLAIMED && lease->reclaim_asked) {
+    ++stats_.leases_reclaimed;
+    PRL_ASSIGN_OR_RETURN(ticket, ReclaimLocked(prompt, reason));
+  } else {  // (a "reclaimed" lease the coordinator did not ask for is a failed attempt)
+    ++stats_.leases_released;
+    PRL_ASSIGN_OR_RETURN(ticket, FailAttemptLocked(prompt, reason));
+  }
   prl::v1::ReleaseResponse response;
   response.set_prompt_failed(sets_.FindPrompt(prompt.set_id, prompt.index)->state ==
                              PromptState::kFailed);
@@ -129,6 +139,15 @@ absl::StatusOr<uint64_t> Coordinator::FailAttemptLocked(const PromptRef& prompt,
   prl::v1::FailedAttempt* attempt = record.mutable_failed_attempt();
   attempt->set_reason(reason);
   attempt->set_failed(p.attempts + 1 >= config_.max_attempts);
+  return LogAttemptLocked(record);
+}
+
+absl::StatusOr<uint64_t> Coordinator::ReclaimLocked(const PromptRef& prompt,
+                                                    const std::string& reason) {
+  const PromptSets::Prompt& p = *sets_.FindPrompt(prompt.set_id, prompt.index);
+  prl::v1::LogRecord record =
+      AttemptRecord(prompt.set_id, prompt.index, p.attempts, p.stale_reruns);
+  record.mutable_failed_attempt()->set_reason(reason);
   return LogAttemptLocked(record);
 }
 

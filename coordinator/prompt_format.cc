@@ -1,5 +1,6 @@
 #include "coordinator/prompt_format.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +28,8 @@ absl::StatusOr<std::string> JsonField(const Json& j, const char* key, bool array
 
 absl::Status ParseChat(const Json& j, const std::string& where, v1::Chat* chat) {
   for (const auto& m : j["messages"]) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-        !m.contains("content") || !m["content"].is_string()) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": every message must be {\"role\": string, \"content\": string}, found ",
           m.dump()));
@@ -54,8 +55,7 @@ absl::Status ParseTokens(const Json& j, const std::string& where, v1::Prompt* p)
 }
 
 // A JSON value of a Chat field ("" means `empty`).
-absl::StatusOr<Json> ParseJsonField(const std::string& text, const std::string& field,
-                                    Json empty) {
+absl::StatusOr<Json> ParseJsonField(const std::string& text, const std::string& field, Json empty) {
   if (text.empty()) return empty;
   Json j = Json::parse(text, nullptr, false);
   if (j.is_discarded() || j.type() != empty.type()) {
@@ -63,6 +63,15 @@ absl::StatusOr<Json> ParseJsonField(const std::string& text, const std::string& 
                    absl::StrCat("'", text.substr(0, 80), "'"));
   }
   return j;
+}
+
+}  // namespace
+
+v1::EpisodePrompt EpisodePromptOf(const v1::Prompt& prompt) {
+  v1::EpisodePrompt out;
+  if (prompt.content_case() == v1::Prompt::kText) out.set_text(prompt.text());
+  if (prompt.content_case() == v1::Prompt::kChat) *out.mutable_chat() = prompt.chat();
+  return out;
 }
 
 absl::StatusOr<tokenizer::ChatPrompt> ToChatPrompt(const v1::Chat& chat, const std::string& field) {
@@ -79,10 +88,7 @@ absl::StatusOr<tokenizer::ChatPrompt> ToChatPrompt(const v1::Chat& chat, const s
   return out;
 }
 
-}  // namespace
-
-absl::Status ParsePromptLine(const std::string& line, const std::string& where,
-                             v1::Prompt* p) {
+absl::Status ParsePromptLine(const std::string& line, const std::string& where, v1::Prompt* p) {
   const Json j = Json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": expected one JSON object"));
@@ -119,10 +125,10 @@ absl::StatusOr<std::vector<v1::Prompt>> ReadPromptFile(const std::string& path) 
   return prompts;
 }
 
-void FillEnvironmentDefaults(int32_t max_tokens, v1::EnvironmentSpec* e) {
+void FillEnvironmentDefaults(int32_t max_tokens, double max_timeout_s, v1::EnvironmentSpec* e) {
   if (e->max_turns() == 0) e->set_max_turns(8);
   if (e->max_tokens_per_turn() == 0) e->set_max_tokens_per_turn(max_tokens);
-  if (e->timeout_s() == 0) e->set_timeout_s(30);
+  if (e->timeout_s() == 0) e->set_timeout_s(std::min(30.0, max_timeout_s));
 }
 
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::Prompt& p,

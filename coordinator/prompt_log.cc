@@ -335,6 +335,11 @@ absl::Status PromptLog::Compact(const std::vector<prl::v1::LogRecord>& live) {
   return absl::OkStatus();
 }
 
+uint64_t PromptLog::last_ticket() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_ticket_;
+}
+
 int64_t PromptLog::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_.bytes;

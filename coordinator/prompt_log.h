@@ -96,6 +96,9 @@ class PromptLog {
   absl::Status Compact(const std::vector<prl::v1::LogRecord>& live);
 
   const std::string& path() const { return path_; }
+  // The ticket of the newest record written (0: none): WaitDurable of it makes everything
+  // written so far durable.
+  uint64_t last_ticket() const;
   int64_t bytes() const;
   PromptLogStats stats() const;
 

@@ -10,6 +10,7 @@
 #include "coordinator/field_error.h"
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
+#include "env/builtin_names.h"
 
 namespace prl::coordinator {
 
@@ -21,6 +22,8 @@ constexpr int kMaxRewardParams = 16;
 constexpr size_t kMaxRewardParamBytes = 4096;
 constexpr size_t kMaxPromptBytes = 1 << 20;  // a prompt's text, messages or tools
 constexpr int kMaxStopTokens = 64;
+constexpr int kMaxEnvParams = 64;
+constexpr size_t kMaxEnvParamBytes = 4096, kMaxEnvParamsBytes = 64 << 10;
 
 size_t PromptBytes(const prl::v1::Prompt& p) {
   size_t n = p.text().size() + p.reference().size() + p.chat().tools_json().size() +
@@ -57,8 +60,7 @@ absl::Status Coordinator::ValidateShape(const prl::v1::SubmitPromptSetRequest& r
   }
   for (int i = 0; i < r.prompts_size(); ++i) {
     if (PromptBytes(r.prompts(i)) > kMaxPromptBytes) {
-      return TooLarge(absl::StrCat("prompts[", i, "]"), kMaxPromptBytes,
-                      PromptBytes(r.prompts(i)));
+      return TooLarge(absl::StrCat("prompts[", i, "]"), kMaxPromptBytes, PromptBytes(r.prompts(i)));
     }
   }
   const int32_t n = r.samples_per_prompt();
@@ -124,11 +126,32 @@ absl::Status Coordinator::ValidateReward(const prl::v1::RewardSpec& reward) cons
 absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequest& request,
                                               prl::v1::EnvironmentSpec* out) const {
   const prl::v1::EnvironmentSpec& e = request.environment();
-  static const char* const kBuiltIn[] = {"calculator", "guess_number"};
+  if (e.name().size() > kMaxNameBytes) {
+    return TooLarge("environment.name", kMaxNameBytes, e.name().size());
+  }
+  if (e.address().size() > kMaxNameBytes) {
+    return TooLarge("environment.address", kMaxNameBytes, e.address().size());
+  }
+  if (e.parameters_size() > kMaxEnvParams) {
+    return TooLarge("environment.parameters", kMaxEnvParams, e.parameters_size());
+  }
+  size_t parameter_bytes = 0;
+  for (const auto& [k, v] : e.parameters()) {
+    if (k.size() + v.size() > kMaxEnvParamBytes) {
+      return TooLarge(absl::StrCat("environment.parameters[", k.substr(0, 64), "]"),
+                      kMaxEnvParamBytes, k.size() + v.size());
+    }
+    parameter_bytes += k.size() + v.size();
+  }
+  if (parameter_bytes > kMaxEnvParamsBytes) {
+    return TooLarge("environment.parameters (bytes in all)", kMaxEnvParamsBytes, parameter_bytes);
+  }
   if (e.address().empty()) {
-    if (std::find(std::begin(kBuiltIn), std::end(kBuiltIn), e.name()) == std::end(kBuiltIn)) {
-      return Invalid("environment.name", "a built-in environment (calculator, guess_number) "
-                     "or an environment.address", absl::StrCat("'", e.name().substr(0, 64), "'"));
+    if (!env::IsBuiltinEnvironment(e.name())) {
+      return Invalid("environment.name",
+                     absl::StrCat("a built-in environment (", env::DescribeBuiltinEnvironments(),
+                                  ") or an environment.address"),
+                     absl::StrCat("'", e.name().substr(0, 64), "'"));
     }
   } else if (std::find(config_.env_addresses.begin(), config_.env_addresses.end(), e.address()) ==
              config_.env_addresses.end()) {
@@ -149,15 +172,24 @@ absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequ
                                 request.sampling().max_tokens(), ")"),
                    absl::StrCat(e.max_tokens_per_turn()));
   }
-  if (e.max_episode_tokens() < 0) {
-    return Invalid("environment.max_episode_tokens", ">= 0 (0: no limit)",
+  const int32_t turn_tokens =
+      e.max_tokens_per_turn() > 0 ? e.max_tokens_per_turn() : request.sampling().max_tokens();
+  if (e.max_episode_tokens() < 0 ||
+      (e.max_episode_tokens() > 0 && e.max_episode_tokens() < turn_tokens)) {
+    return Invalid("environment.max_episode_tokens",
+                   absl::StrCat("0 (no limit) or at least a turn's tokens (", turn_tokens,
+                                ": max_tokens_per_turn, else sampling.max_tokens)"),
                    absl::StrCat(e.max_episode_tokens()));
   }
-  if (!(e.timeout_s() >= 0 && e.timeout_s() <= 3600)) {
-    return Invalid("environment.timeout_s", "0 (30) to 3600", absl::StrCat(e.timeout_s()));
+  const double max_timeout = config_.max_env_timeout_s;
+  if (!(e.timeout_s() >= 0 && e.timeout_s() <= max_timeout)) {
+    return Invalid("environment.timeout_s",
+                   absl::StrCat("0 (the default: ", std::min(30.0, max_timeout), ") to ",
+                                max_timeout, " (coordinator.max_env_timeout_s)"),
+                   absl::StrCat(e.timeout_s()));
   }
   *out = e;  // with the defaults filled in: what the actors get
-  FillEnvironmentDefaults(request.sampling().max_tokens(), out);
+  FillEnvironmentDefaults(request.sampling().max_tokens(), max_timeout, out);
   return absl::OkStatus();
 }
 

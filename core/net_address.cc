@@ -1,6 +1,7 @@
 #include "core/net_address.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -74,6 +75,34 @@ absl::StatusOr<int> PickFreePort() {
   }
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+bool PortInUse(absl::string_view endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == absl::string_view::npos) return false;
+  std::string host(endpoint.substr(0, colon));
+  const std::string port(endpoint.substr(colon + 1));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return false;
+  }
+  bool in_use = false;
+  for (addrinfo* a = found; a != nullptr && !in_use; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;  // a port in TIME_WAIT is free to listen on again
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    in_use = ::bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return in_use;
 }
 
 }  // namespace prl

@@ -20,4 +20,8 @@ bool IsLoopbackEndpoint(absl::string_view endpoint);
 // addresses prl run hands its children.
 absl::StatusOr<int> PickFreePort();
 
+// Whether "host:port" (a literal or a name; port > 0) cannot be bound because something listens
+// there (EADDRINUSE): for errors that say why a server did not start.
+bool PortInUse(absl::string_view endpoint);
+
 }  // namespace prl

@@ -3,6 +3,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #define PRL_STATUS_CONCAT_INNER(a, b) a##b
 #define PRL_STATUS_CONCAT(a, b) PRL_STATUS_CONCAT_INNER(a, b)
@@ -21,4 +23,24 @@
 #define PRL_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return std::move(tmp).status();  \
+  lhs = std::move(tmp).value()
+
+namespace prl {
+
+// `status` with "context: " before its message (the same code): e.g. the config key whose
+// listener did not start. OK stays OK.
+inline absl::Status WithContext(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+}  // namespace prl
+
+// PRL_ASSIGN_OR_RETURN_IN(lhs, expr, context): PRL_ASSIGN_OR_RETURN with the error prefixed by
+// `context` (WithContext).
+#define PRL_ASSIGN_OR_RETURN_IN(lhs, expr, context) \
+  PRL_ASSIGN_OR_RETURN_IN_IMPL(PRL_STATUS_CONCAT(prl_statusor_, __LINE__), lhs, expr, context)
+#define PRL_ASSIGN_OR_RETURN_IN_IMPL(tmp, lhs, expr, context)                 \
+  auto tmp = (expr);                                                          \
+  if (!tmp.ok()) return ::prl::WithContext(std::move(tmp).status(), context); \
   lhs = std::move(tmp).value()

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "prl/v1/environment.pb.h"
 
 namespace prl::env {
@@ -60,6 +61,16 @@ class Environment {
   virtual absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request) = 0;
   virtual absl::StatusOr<v1::EndEpisodeResponse> EndEpisode(
       const v1::EndEpisodeRequest& request) = 0;
+
+  // Whether the environment can be reached by `deadline` (an in-process one always can): how an
+  // actor finds out that an environment it found down is back.
+  virtual absl::Status Probe(absl::Time deadline) {
+    (void)deadline;
+    return absl::OkStatus();
+  }
+  // Cancels the calls in flight and refuses new ones (CANCELLED): an actor stopping does not
+  // wait for a hung environment.
+  virtual void Shutdown() {}
 };
 
 }  // namespace prl::env

@@ -3,9 +3,10 @@
 // with the same episode id keeps the state it created, a Step retried with the turn index it
 // just answered gets the same answer again, a retried EndEpisode gets the same reward, and a
 // Step out of turn order is refused naming the turn expected. A finished episode (the
-// environment said done, or EndEpisode) leaves the live table and its last answer is kept for
-// retries among the most recent max_episodes finished ones; at most max_episodes are live (the
-// oldest started is dropped: its actor gets NOT_FOUND and fails that attempt).
+// environment said done, or EndEpisode — also an aborted one's) leaves the live table and its
+// last answer is kept for retries. At most max_episodes are kept in all: beyond, the oldest
+// finished one is forgotten first, and only when none is left the oldest live one (its actor
+// gets NOT_FOUND and fails that attempt).
 //
 // Thread-safety: every method may be called from any thread (one mutex; `step` and `end` run
 // under it, so they must be quick: a built-in game's move, not a sandbox run).
@@ -38,10 +39,7 @@ class EpisodeTable {
     const uint64_t seq = next_seq_++;
     live_.emplace(episode_id, Live{make(), seq, -1, {}});
     start_order_[seq] = episode_id;
-    if (live_.size() > max_episodes_) {  // the oldest live episode is dropped
-      live_.erase(start_order_.begin()->second);
-      start_order_.erase(start_order_.begin());
-    }
+    Bound();
   }
 
   // Runs `step` on the episode's state for turn request.turn_index (or returns the answer a
@@ -57,17 +55,16 @@ class EpisodeTable {
       if (done != finished_.end() && done->second.last_turn == request.turn_index()) {
         return done->second.step;
       }
-      return absl::NotFoundError(absl::StrCat(
-          "episode '", id, "'", done != finished_.end() ? " is over" : " is unknown",
-          ": no turn ", request.turn_index(), " (not started, finished, or dropped)"));
+      return absl::NotFoundError(
+          absl::StrCat("episode '", id, "'", done != finished_.end() ? " is over" : " is unknown",
+                       ": no turn ", request.turn_index(), " (not started, finished, or dropped)"));
     }
     Live& e = it->second;
     if (request.turn_index() == e.last_turn && e.last_turn >= 0) return e.last_answer;
     if (request.turn_index() != e.last_turn + 1) {
-      return absl::FailedPreconditionError(absl::StrCat("episode '", id, "': turn_index ",
-                                                        request.turn_index(),
-                                                        " out of order (expected ",
-                                                        e.last_turn + 1, ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("episode '", id, "': turn_index ", request.turn_index(),
+                       " out of order (expected ", e.last_turn + 1, ")"));
     }
     absl::StatusOr<v1::StepResponse> answer = step(e.state);
     if (!answer.ok()) return answer;
@@ -101,6 +98,10 @@ class EpisodeTable {
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
   }
+  size_t finished() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_.size();
+  }
 
  private:
   struct Live {
@@ -121,9 +122,18 @@ class EpisodeTable {
     live_.erase(it);
     finished_[id] = std::move(finished);
     finished_order_.push_back(id);
-    while (finished_order_.size() > max_episodes_) {
+    Bound();
+  }
+
+  // Keeps live + finished within max_episodes: the oldest finished first, then the oldest live.
+  void Bound() {
+    while (live_.size() + finished_.size() > max_episodes_ && !finished_order_.empty()) {
       finished_.erase(finished_order_.front());
       finished_order_.pop_front();
+    }
+    while (live_.size() > max_episodes_) {
+      live_.erase(start_order_.begin()->second);
+      start_order_.erase(start_order_.begin());
     }
   }
 

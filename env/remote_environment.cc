@@ -15,8 +15,12 @@ absl::StatusOr<std::unique_ptr<RemoteEnvironment>> RemoteEnvironment::Connect(
   }
   PRL_RETURN_IF_ERROR(rpc::ValidateRetryPolicy(options.retry, "environment"));
   auto env = std::unique_ptr<RemoteEnvironment>(new RemoteEnvironment(options));
-  env->stub_ = v1::EnvironmentService::NewStub(
-      rpc::NewChannel(options.address, rpc::ChannelArgs(options.max_message_bytes)));
+  grpc::ChannelArguments args = rpc::ChannelArgs(options.max_message_bytes);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  env->channel_ = rpc::NewServiceChannel(options.address, args);
+  env->stub_ = v1::EnvironmentService::NewStub(env->channel_);
   return env;
 }
 
@@ -24,13 +28,20 @@ template <typename Request, typename Response, typename Rpc>
 absl::StatusOr<Response> RemoteEnvironment::Call(const std::string& what, const Request& request,
                                                  Rpc rpc) {
   Response response;
-  const rpc::RetryOutcome outcome =
-      rpc::CallWithRetries(options_.retry, [&](absl::Time deadline) {
-        grpc::ClientContext context;
-        context.set_deadline(absl::ToChronoTime(deadline));
-        response.Clear();
-        return rpc::FromGrpcStatus((stub_.get()->*rpc)(&context, request, &response));
-      });
+  const rpc::RetryOutcome outcome = rpc::CallWithRetries(options_.retry, [&](absl::Time deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shut_down_) return absl::CancelledError("the actor is stopping");
+      live_.insert(&context);
+    }
+    response.Clear();
+    absl::Status s = rpc::FromGrpcStatus((stub_.get()->*rpc)(&context, request, &response));
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(&context);
+    return s;
+  });
   if (!outcome.status.ok()) {
     return absl::Status(outcome.status.code(),
                         absl::StrCat("environment at ", options_.address, ": ", what, ": ",
@@ -53,8 +64,8 @@ absl::StatusOr<v1::StartEpisodeResponse> RemoteEnvironment::StartEpisode(
 }
 
 absl::StatusOr<v1::StepResponse> RemoteEnvironment::Step(const v1::StepRequest& request) {
-  const std::string what = absl::StrCat("Step turn ", request.turn_index(), " of episode '",
-                                        request.episode_id(), "'");
+  const std::string what =
+      absl::StrCat("Step turn ", request.turn_index(), " of episode '", request.episode_id(), "'");
   PRL_ASSIGN_OR_RETURN(v1::StepResponse r,
                        (Call<v1::StepRequest, v1::StepResponse>(
                            what, request, &v1::EnvironmentService::Stub::Step)));
@@ -76,6 +87,18 @@ absl::StatusOr<v1::EndEpisodeResponse> RemoteEnvironment::EndEpisode(
         absl::StrCat("environment at ", options_.address, ": ", what, ": ", valid.message()));
   }
   return r;
+}
+
+absl::Status RemoteEnvironment::Probe(absl::Time deadline) {
+  if (channel_->WaitForConnected(absl::ToChronoTime(deadline))) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("environment at ", options_.address, ": not reachable"));
+}
+
+void RemoteEnvironment::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_down_ = true;
+  for (grpc::ClientContext* context : live_) context->TryCancel();
 }
 
 }  // namespace prl::env

@@ -214,6 +214,7 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
     request->samples.push_back(std::move(seq));
   }
   request->forked = params.n == 1;
+  request->route_width = config_.num_moe_layers() * config_.num_experts_per_tok;
   scheduler_.AddWaiting(request->samples[0].get());
   const uint64_t id = request->id;
   requests_.emplace(id, std::move(request));
@@ -467,11 +468,11 @@ void Engine::Append(Sequence& seq, int32_t token, float logprob) {
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
       p.stop_token_ids.end()) {
     reason = FinishReason::kStop;
-  } else if (static_cast<int64_t>(seq.tokens.size()) - seq.turn_start >= seq.turn_max_tokens) {
-    reason = FinishReason::kLength;  // (single-turn: turn_start is the prompt's end)
   } else if (p.multi_turn && p.end_turn &&
              p.end_turn(absl::MakeConstSpan(seq.tokens).subspan(seq.turn_start))) {
-    reason = FinishReason::kStop;  // e.g. an environment's stop string
+    reason = FinishReason::kStop;  // e.g. an environment's stop string, also on the last token
+  } else if (static_cast<int64_t>(seq.tokens.size()) - seq.turn_start >= seq.turn_max_tokens) {
+    reason = FinishReason::kLength;  // (single-turn: turn_start is the prompt's end)
   } else {
     return;
   }

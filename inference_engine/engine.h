@@ -144,8 +144,8 @@ struct EngineStats {
   int64_t unfinished_requests = 0;
   // Multi-turn: turns continued, the context tokens they had computed before their pause (all
   // before the reply but the last sampled one), and how many of those the KV cache still held
-  // (the rest was computed again: its blocks were taken back while the sample was paused). Paused samples now, and pauses whose blocks
-  // the pool took back.
+  // (the rest was computed again: its blocks were taken back while the sample was paused). Paused
+  // samples now, and pauses whose blocks the pool took back.
   int64_t turns_continued = 0, turn_context_tokens = 0, turn_kept_tokens = 0;
   int64_t paused_samples = 0, paused_evictions = 0;
 };
@@ -177,8 +177,8 @@ class Engine {
   // Appends `tokens` (the environment's reply, rendered) to a paused sample and starts its next
   // turn of at most max_tokens. OutOfRange when the sequence would outgrow
   // max_sequence_tokens() (the caller ends the episode as truncated instead).
-  absl::Status Continue(uint64_t request_id, int32_t sample_index,
-                        absl::Span<const int32_t> tokens, int32_t max_tokens);
+  absl::Status Continue(uint64_t request_id, int32_t sample_index, absl::Span<const int32_t> tokens,
+                        int32_t max_tokens);
   // Ends a paused sample's episode; the request is reported by TakeFinished once all its
   // samples ended.
   absl::Status FinishSample(uint64_t request_id, int32_t sample_index);

@@ -77,10 +77,10 @@ absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
   }
   const int64_t total = static_cast<int64_t>(seq->tokens.size() + tokens.size()) + max_tokens;
   if (total > max_sequence_tokens()) {
-    return absl::OutOfRangeError(absl::StrCat(
-        where, ": ", seq->tokens.size(), " tokens + ", tokens.size(), " appended + max_tokens ",
-        max_tokens, " = ", total, " exceeds the ", max_sequence_tokens(),
-        " tokens a sequence may hold"));
+    return absl::OutOfRangeError(absl::StrCat(where, ": ", seq->tokens.size(), " tokens + ",
+                                              tokens.size(), " appended + max_tokens ", max_tokens,
+                                              " = ", total, " exceeds the ", max_sequence_tokens(),
+                                              " tokens a sequence may hold"));
   }
   // The context the sample had computed before its pause (all but its last sampled token), and
   // what of it the KV cache still holds.
@@ -106,8 +106,8 @@ absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
 absl::Status Engine::FinishSample(uint64_t request_id, int32_t sample_index) {
   PRL_ASSIGN_OR_RETURN(Sequence * seq, FindSample(request_id, sample_index));
   if (seq->status != SequenceStatus::kPaused) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "request ", request_id, " sample ", sample_index, ": not paused between turns"));
+    return absl::FailedPreconditionError(absl::StrCat("request ", request_id, " sample ",
+                                                      sample_index, ": not paused between turns"));
   }
   scheduler_.Finish(seq);
   Request& r = *seq->request;

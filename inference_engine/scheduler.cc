@@ -44,7 +44,15 @@ bool Scheduler::EnsureBlocks(Sequence& seq, int64_t num_tokens,
 
 void Scheduler::ApplyPrefixCache(Sequence& seq) {
   const int64_t bs = blocks_->block_size();
-  const int64_t max_blocks = (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;
+  int64_t max_blocks = (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;
+  if (seq.request->route_width > 0) {
+    // Routes are recorded from position P - 1 on, for the first time a position is computed: a
+    // cached block may cover only positions whose routes this sequence already holds (a paused
+    // sample evicted and resumed, whose reply another sequence computed, still computes it).
+    const int64_t routed = seq.num_prompt_tokens - 1 +
+                           static_cast<int64_t>(seq.routes.size()) / seq.request->route_width;
+    max_blocks = std::min(max_blocks, std::max<int64_t>(0, routed) / bs);
+  }
   uint64_t hash = 0;
   for (int64_t b = 0; b < max_blocks; ++b) {
     const absl::Span<const int32_t> block_tokens(seq.tokens.data() + b * bs, bs);
@@ -112,6 +120,11 @@ SchedulerOutput Scheduler::Schedule() {
         static_cast<int64_t>(seq->tokens.size()) - seq->num_computed_tokens, budget);
     bool fits = EnsureBlocks(*seq, n, out.block_copies);
     while (!fits && EvictPaused()) fits = EnsureBlocks(*seq, n, out.block_copies);
+    // Nothing runs: no block would ever come back unless another waiting sequence (a resumed
+    // sample keeps its blocks while it waits) gives its own back.
+    while (!fits && running_.empty() && EvictWaiting(seq)) {
+      fits = EnsureBlocks(*seq, n, out.block_copies);
+    }
     if (!fits) {
       if (cache_lookup) ReleaseBlocks(*seq);  // undo the prefix-cache hits; retry later
       break;
@@ -157,6 +170,17 @@ void Scheduler::Fork(Request* request) {
     s.status = SequenceStatus::kRunning;
     running_.push_back(&s);
   }
+}
+
+bool Scheduler::EvictWaiting(const Sequence* keep) {
+  for (auto it = waiting_.rbegin(); it != waiting_.rend(); ++it) {
+    Sequence* seq = *it;
+    if (seq == keep || seq->block_table.empty()) continue;
+    ReleaseBlocks(*seq);
+    ++num_preemptions_;
+    return true;
+  }
+  return false;
 }
 
 bool Scheduler::EvictPaused() {

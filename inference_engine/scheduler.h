@@ -9,8 +9,10 @@
 // sequence is preempted: its blocks are released and it returns to the front of the waiting
 // queue to be recomputed later, losing nothing (its tokens stay; the sampler's draws depend
 // only on seed, sample and position). Progress is guaranteed because the engine admits only
-// requests one sequence of which fits in the whole pool, and the oldest sequence is never
-// preempted by a younger one.
+// requests one sequence of which fits in the whole pool, the oldest sequence is never
+// preempted by a younger one, and when nothing runs and the first waiting sequence does not
+// fit, paused and then other waiting sequences (resumed samples keep their blocks while they
+// wait) give their blocks back until it does.
 //
 // Not thread-safe: driven by the engine's step loop.
 #pragma once
@@ -91,6 +93,9 @@ class Scheduler {
   void Preempt(Sequence* seq);
   // Releases the blocks of the paused sequence paused longest ago that holds any; false if none.
   bool EvictPaused();
+  // Releases the blocks of the waiting sequence queued last (other than `keep`) that holds any
+  // (a resumed sample); false if none.
+  bool EvictWaiting(const Sequence* keep);
 
   SchedulerConfig config_;
   BlockManager* blocks_;

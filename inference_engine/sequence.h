@@ -61,6 +61,10 @@ struct Request {
   std::vector<std::unique_ptr<Sequence>> samples;
   bool forked = false;
   int32_t num_finished = 0;
+  // Qwen3-MoE: expert ids recorded per token (MoE layers x top-k; 0: a dense model). A
+  // position's routes are recorded when it is first computed, so the prefix cache may skip
+  // only positions whose routes a sequence already holds (Scheduler::ApplyPrefixCache).
+  int64_t route_width = 0;
 };
 
 }  // namespace prl

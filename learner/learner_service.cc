@@ -20,10 +20,8 @@ void AddSampleLags(absl::Span<const TrainSample> samples, int64_t learner_versio
   const double version = static_cast<double>(learner_version);
   int64_t multi_turn = 0;
   for (const TrainSample& sample : samples) {
-    multi_turn += std::find(sample.sources.begin(), sample.sources.end(), 1) !=
-                          sample.sources.end()
-                      ? 1
-                      : 0;
+    multi_turn +=
+        std::find(sample.sources.begin(), sample.sources.end(), 1) != sample.sources.end() ? 1 : 0;
   }
   out->report.multi_turn_fraction =
       samples.empty() ? 0.0 : static_cast<double>(multi_turn) / static_cast<double>(samples.size());
@@ -73,9 +71,7 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
   intake.admission.dead_letter_path = options.dead_letter_path;
   intake.admission.reopen = options.reopen_stale;
   intake.admission.reopen_retry = options.reopen_retry;
-  intake_.emplace(
-      ModelLimits{model->config().vocab_size, model->config().max_position_embeddings}, replay,
-      std::move(intake));
+  intake_.emplace(LimitsOfModel(model->config()), replay, std::move(intake));
 }
 
 absl::Status LearnerService::Publish() {
@@ -151,8 +147,8 @@ absl::StatusOr<bool> LearnerService::Step(
   std::vector<LeasedGroup> leased;
   std::vector<uint8_t> bytes;
   if (rank0) {
-    PRL_ASSIGN_OR_RETURN(bytes, intake_->Next(stop, state_.step + 1, state_.weight_version,
-                                              &leased, &out.report));
+    PRL_ASSIGN_OR_RETURN(
+        bytes, intake_->Next(stop, state_.step + 1, state_.weight_version, &leased, &out.report));
   }
   PRL_ASSIGN_OR_RETURN(std::optional<std::vector<TrainSample>> samples,
                        ShareSamples(std::move(bytes)));

@@ -201,7 +201,8 @@ ActorMetrics::ActorMetrics(Registry& registry)
       episode_turns(AddHistogram(registry, "prl_episode_turns",
                                  "Model turns per finished agentic episode.",
                                  {1, 2, 4, 8, 16, 32, 64, 128, 256})),
-      environment_latency_seconds(AddHistogram(registry, "prl_environment_latency_seconds",
+      environment_latency_seconds(AddHistogram(
+          registry, "prl_environment_latency_seconds",
           "One environment call (StartEpisode, Step, EndEpisode), retries included.",
           {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100})),
       episode_model_tokens(AddCounter(registry, "prl_episode_tokens_total",
@@ -210,10 +211,17 @@ ActorMetrics::ActorMetrics(Registry& registry)
       episode_environment_tokens(AddCounter(registry, "prl_episode_tokens_total",
                                             "Completion tokens of finished episodes, by source.",
                                             {{"source", "environment"}})),
-      episode_context_tokens(AddCounter(registry, "prl_episode_context_tokens_total",
-          "Context tokens a sample had computed when its next turn started.")),
-      episode_context_kept_tokens(AddCounter(registry, "prl_episode_context_kept_tokens_total",
-          "Of those, the tokens the KV cache still held (not computed again).")),
+      episode_context_tokens(
+          AddCounter(registry, "prl_episode_context_tokens_total",
+                     "Context tokens a sample had computed when its next turn started.")),
+      episode_context_kept_tokens(
+          AddCounter(registry, "prl_episode_context_kept_tokens_total",
+                     "Of those, the tokens the KV cache still held (not computed again).")),
+      episode_groups_waiting_environment(
+          AddGauge(registry, "prl_episode_groups_waiting_environment",
+                   "Episode groups waiting for their environment to come back.")),
+      leases_reclaimed(AddCounter(registry, "prl_actor_leases_reclaimed_total",
+                                  "Groups given back for other prompt sets' fair share.")),
       environment_errors_(CounterFamily(registry, "prl_environment_errors_total",
                                         "Episode groups failed by their environment, by reason.")) {
   for (const char* reason : {"stop", "length", "abort"}) RolloutsFinished(reason);

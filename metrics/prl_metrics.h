@@ -158,6 +158,12 @@ struct ActorMetrics {
   // (their ratio is the share served from the cache; the rest was computed again).
   prometheus::Counter& episode_context_tokens;
   prometheus::Counter& episode_context_kept_tokens;
+  // prl_episode_groups_waiting_environment: groups whose environment is down, waiting for it
+  // to come back (actors.env_outage_s) before they start again.
+  prometheus::Gauge& episode_groups_waiting_environment;
+  // prl_actor_leases_reclaimed_total: groups given back at the coordinator's request so that
+  // other prompt sets get a fair share of this actor (not failed attempts).
+  prometheus::Counter& leases_reclaimed;
   // prl_environment_errors_total{reason}: episode groups failed by their environment
   // ("unavailable", "timeout", "malformed", "error"; exported from 0).
   prometheus::Counter& EnvironmentErrors(absl::StatusCode code);
@@ -224,7 +230,7 @@ struct ReplayMetrics {
 // context, log-probs or versions not one per token, a log-prob not finite or above 0, a token
 // version above the learner's, not a valid complete group, bytes failing their checksum.
 inline constexpr absl::string_view kDeadLetterReasons[] = {
-    "token_id", "context", "shape", "logprob", "future_version", "malformed", "corrupt"};
+    "token_id", "context", "shape", "logprob", "future_version", "malformed", "corrupt", "routes"};
 
 // Groups refused for bad input (replay/quarantine.h), by the learner before it trains or by
 // the replay ingest before it writes; the process that checks exports them (mirror

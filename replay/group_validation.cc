@@ -26,6 +26,36 @@ std::optional<GroupProblem> CheckTokens(absl::Span<const int32_t> ids, const std
   return std::nullopt;
 }
 
+// A record's routes against the model (ModelLimits::check_routes): a dense model replays none;
+// a MoE model's are (completion tokens, its MoE layers, its top-k) expert ids below its experts.
+std::optional<GroupProblem> CheckRoutes(const RolloutRecord& r, const std::string& at,
+                                        const ModelLimits& limits) {
+  if (!limits.check_routes || r.routes.empty()) return std::nullopt;
+  if (limits.moe_layers == 0) {
+    return Problem(DeadLetterReason::kRoutes, at + ".routes", "none (the model is dense)",
+                   absl::StrCat(r.routes.size(), " expert ids"));
+  }
+  if (r.route_layers != limits.moe_layers || r.route_top_k != limits.top_k) {
+    return Problem(DeadLetterReason::kRoutes, at + ".route_layers, .route_top_k",
+                   absl::StrCat(limits.moe_layers, " and ", limits.top_k, " (the model's)"),
+                   absl::StrCat(r.route_layers, " and ", static_cast<int>(r.route_top_k)));
+  }
+  const size_t expected = r.completion_tokens.size() * limits.moe_layers * limits.top_k;
+  if (r.routes.size() != expected) {
+    return Problem(DeadLetterReason::kRoutes, at + ".routes",
+                   absl::StrCat(expected, " expert ids (tokens x layers x top-k)"),
+                   absl::StrCat(r.routes.size()));
+  }
+  for (size_t i = 0; i < r.routes.size(); ++i) {
+    if (r.routes[i] >= limits.num_experts) {
+      return Problem(DeadLetterReason::kRoutes, absl::StrCat(at, ".routes[", i, "]"),
+                     absl::StrCat("an expert id in [0, ", limits.num_experts, ")"),
+                     absl::StrCat(static_cast<int>(r.routes[i])));
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<GroupProblem> CheckRecord(const RolloutRecord& r, const std::string& at,
                                         const ModelLimits& limits, int64_t learner_version) {
   const size_t n = r.completion_tokens.size();
@@ -52,6 +82,7 @@ std::optional<GroupProblem> CheckRecord(const RolloutRecord& r, const std::strin
                      "a finite log-probability <= 0", absl::StrCat(lp));
     }
   }
+  if (auto p = CheckRoutes(r, at, limits)) return p;
   for (size_t i = 0; i < n; ++i) {
     const int64_t v = r.token_versions[i];
     if (v < 0 || v > learner_version) {
@@ -84,6 +115,8 @@ absl::string_view DeadLetterReasonName(DeadLetterReason reason) {
       return "malformed";
     case DeadLetterReason::kCorrupt:
       return "corrupt";
+    case DeadLetterReason::kRoutes:
+      return "routes";
   }
   return "malformed";
 }

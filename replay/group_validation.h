@@ -32,7 +32,24 @@ namespace prl {
 struct ModelLimits {
   int64_t vocab_size = 0;               // token ids in [0, vocab_size); 0: not checked
   int64_t max_position_embeddings = 0;  // prompt + completion at most this; 0: not checked
+  // Qwen3-MoE routes (RolloutRecord::routes) the model can replay: its MoE layers, experts per
+  // token and experts. With moe_layers 0 (a dense model) a record with routes is refused; with
+  // check_routes false nothing about routes is checked.
+  bool check_routes = false;
+  int64_t moe_layers = 0, top_k = 0, num_experts = 0;
 };
+
+// Every limit of a model (model/config.h's ModelConfig; a template, so that replay/ does not
+// depend on model/): its vocabulary, context and MoE routes.
+template <typename ModelConfig>
+ModelLimits LimitsOfModel(const ModelConfig& c) {
+  ModelLimits limits{c.vocab_size, c.max_position_embeddings};
+  limits.check_routes = true;
+  limits.moe_layers = c.num_moe_layers();
+  limits.top_k = limits.moe_layers > 0 ? c.num_experts_per_tok : 0;
+  limits.num_experts = limits.moe_layers > 0 ? c.num_experts : 0;
+  return limits;
+}
 
 enum class DeadLetterReason : int {
   kTokenId = 0,    // a token id outside the vocabulary
@@ -42,9 +59,10 @@ enum class DeadLetterReason : int {
   kFutureVersion,  // a token version above the learner's (or below 0)
   kMalformed,      // not a valid, complete group (ids, sizes, indices, values)
   kCorrupt,        // bytes that fail their checksum or do not decode
+  kRoutes,         // MoE routes that do not fit the model (layers, top-k, experts, count)
 };
-inline constexpr int kNumDeadLetterReasons = 7;
-// "token_id", "context", "shape", "logprob", "future_version", "malformed", "corrupt".
+inline constexpr int kNumDeadLetterReasons = 8;
+// "token_id", "context", "shape", "logprob", "future_version", "malformed", "corrupt", "routes".
 absl::string_view DeadLetterReasonName(DeadLetterReason reason);
 
 struct GroupProblem {

@@ -84,8 +84,7 @@ absl::StatusOr<std::unique_ptr<RemoteReward>> RemoteReward::Connect(
   };
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
-  reward->stub_ = v1::RewardService::NewStub(
-      rpc::NewChannel(options.address, args));
+  reward->stub_ = v1::RewardService::NewStub(rpc::NewServiceChannel(options.address, args));
   return reward;
 }
 

@@ -1,4 +1,3 @@
-#include "roles/role_security.h"
 #include "roles/actor_role.h"
 
 #include <unistd.h>
@@ -11,9 +10,10 @@
 #include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
 #include "roles/device_settings.h"
-#include "roles/role_metrics.h"
-#include "roles/weight_transports.h"
 #include "roles/model_text.h"
+#include "roles/role_metrics.h"
+#include "roles/role_security.h"
+#include "roles/weight_transports.h"
 
 namespace prl::roles {
 
@@ -61,6 +61,8 @@ absl::StatusOr<actor::ActorOptions> ActorOptionsFrom(const config::RunConfig& c,
   o.name = role.name.empty() ? DefaultName() : role.name;
   o.run_id = c.run.name;
   o.max_prompts_in_flight = c.actors.max_prompts_in_flight;
+  o.env_calls_per_address = c.actors.env_calls_per_address;
+  o.env_outage_budget = absl::Seconds(c.actors.env_outage_s);
   PRL_ASSIGN_OR_RETURN(o.engine, ActorEngineOptions(c.actors));
   return o;
 }

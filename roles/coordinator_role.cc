@@ -71,6 +71,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.max_actors = c.coordinator.max_actors;
   out.reward_addresses = c.coordinator.reward_addresses;
   out.env_addresses = c.coordinator.env_addresses;
+  out.max_env_timeout_s = c.coordinator.max_env_timeout_s;
   out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
   out.retention_s = c.coordinator.retention_s;
   out.max_lag = c.learner.max_lag;
@@ -103,9 +104,11 @@ absl::Status RunCoordinatorRole(const config::RunConfig& config, const std::atom
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(config.metrics));
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(settings));
   const coordinator::CoordinatorStats stats = coordinator->Stats();
-  PRL_ASSIGN_OR_RETURN(auto server, coordinator::CoordinatorServer::Start(
-                                        coordinator.get(), config.coordinator.listen,
-                                        config.coordinator.max_watch_streams));
+  PRL_ASSIGN_OR_RETURN_IN(
+      auto server,
+      coordinator::CoordinatorServer::Start(coordinator.get(), config.coordinator.listen,
+                                            config.coordinator.max_watch_streams),
+      "coordinator.listen");
   metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kCoordinator);
   metrics::CoordinatorMetrics m(*endpoint->registry);
   endpoint->SetReadiness([] { return absl::OkStatus(); });

@@ -94,10 +94,11 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   // (the learner checks token versions against its own; the ingest cannot know it).
   if (!c.model.path.empty()) {
     PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
-    options.model = ModelLimits{model.vocab_size, model.max_position_embeddings};
+    options.model = LimitsOfModel(model);
   }
   options.dead_letter_path = c.dead_letter_file("ingest");
-  PRL_ASSIGN_OR_RETURN(auto server, ReplayIngestServer::Start(buffer.get(), options));
+  PRL_ASSIGN_OR_RETURN_IN(auto server, ReplayIngestServer::Start(buffer.get(), options),
+                          "replay.listen");
   std::printf(
       "serving replay segment %s on port %d (ReplayService, health, reflection)%s; messages up "
       "to %lld MiB, writes wait %lld ms for space\n",

@@ -19,18 +19,19 @@ reward::RewardSpec TaskRewardSpec(const config::RunConfig& c) {
 }
 
 absl::Status RunRewardRole(const config::RunConfig& c, const std::atomic<bool>& stop) {
-  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, std::nullopt, {rpc::Role::kActor}));
+  PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, std::nullopt, {rpc::Role::kService}));
   const reward::RewardSpec spec = TaskRewardSpec(c);
   PRL_ASSIGN_OR_RETURN(std::shared_ptr<reward::RewardFunction> function,
                        reward::MakeRewardFunction(spec));
   reward::RewardServerOptions options;
   options.address = c.reward.listen;
   options.max_message_bytes = c.reward.max_message_mb << 20;
-  PRL_ASSIGN_OR_RETURN(auto server, reward::RewardServer::Start(
-                                        [function](absl::Span<const reward::RewardInput> in) {
-                                          return function->ScoreBatch(in);
-                                        },
-                                        options));
+  PRL_ASSIGN_OR_RETURN_IN(
+      auto server,
+      reward::RewardServer::Start(
+          [function](absl::Span<const reward::RewardInput> in) { return function->ScoreBatch(in); },
+          options),
+      "reward.listen");
   std::printf("reward %s on port %d (RewardService, health, reflection)\n", spec.name.c_str(),
               server->port());
   std::fflush(stdout);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/net_address.h"
 #include "core/status_macros.h"
 
 namespace prl::roles {
@@ -20,6 +21,8 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& s) {
   r.client_token_file = s.client_token_file;
   r.actor_token_file = s.actor_token_file;
   r.learner_token_file = s.learner_token_file;
+  r.service_token_file = s.service_token_file;
+  r.service_token_files = s.service_token_files;
   r.cert_refresh_s = s.cert_refresh_s;
   return r;
 }
@@ -38,12 +41,7 @@ std::vector<std::pair<std::string, std::string>> CalledAddresses(const config::R
     called.emplace_back(c.broadcast.address.empty() ? "broadcast.listen" : "broadcast.address",
                         c.weights_address());
   }
-  for (const std::string& a : c.coordinator.reward_addresses) {
-    called.emplace_back("coordinator.reward_addresses", a);
-  }
-  for (const std::string& a : c.coordinator.env_addresses) {
-    called.emplace_back("coordinator.env_addresses", a);
-  }
+  // (Environments and remote rewards are user-written: they never get the actor's token.)
   return called;
 }
 
@@ -56,6 +54,16 @@ absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optiona
   if (!admitted.contains(rpc::Role::kClient)) settings.client_token_file.clear();
   if (!admitted.contains(rpc::Role::kActor)) settings.actor_token_file.clear();
   if (!admitted.contains(rpc::Role::kLearner)) settings.learner_token_file.clear();
+  if (!admitted.contains(rpc::Role::kService)) settings.service_token_file.clear();
+  if (self != rpc::Role::kActor) settings.service_token_files.clear();  // only actors call them
+  for (const auto& [address, file] : settings.service_token_files) {
+    if (!settings.tls_ca_file.empty() || IsLoopbackEndpoint(address)) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "security.service_token_files['", address,
+        "']: the credential would go in plaintext to "
+        "an address that is not loopback; set security.tls_ca_file (with TLS on that service) "
+        "or reach it on loopback"));
+  }
   PRL_RETURN_IF_ERROR(rpc::ConfigureSecurity(settings, self));
   if (self.has_value()) {
     for (const auto& [key, address] : CalledAddresses(config, *self)) {

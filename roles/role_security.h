@@ -21,7 +21,10 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& securi
 // never a token). A role whose token would go in plaintext to a server address of the config
 // that is not loopback (rpc::TokenMayTravelTo: no security.tls_ca_file) is refused
 // (FailedPrecondition naming the key and the address): the coordinator for every role, and
-// for actors the remote replay ingest, the grpc weight service and the reward services.
+// for actors the remote replay ingest and the grpc weight service. Environments and remote
+// rewards are user-written and get no role token: an actor presents
+// security.service_token_files[address] to them (also refused in plaintext off loopback), and
+// prl's own (prl env serve, prl reward serve) admit the service role.
 absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optional<rpc::Role> self,
                                    std::set<rpc::Role> admitted);
 

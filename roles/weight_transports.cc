@@ -26,7 +26,8 @@ absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& con
       options.address = config.broadcast.listen;
       options.version_file = config.weight_version_file();
       options.stall_timeout = absl::Seconds(config.broadcast.timeout_s);
-      PRL_ASSIGN_OR_RETURN(auto publisher, GrpcWeightPublisher::Start(model, options));
+      PRL_ASSIGN_OR_RETURN_IN(auto publisher, GrpcWeightPublisher::Start(model, options),
+                              "broadcast.listen");
       e.description = absl::StrCat("gRPC on port ", publisher->port());
       e.publisher = std::move(publisher);
       break;
@@ -46,7 +47,8 @@ absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& con
       options.keepalive_interval = options.timeout / 6;
       options.member_timeout = options.timeout / 3;
       options.version_file = config.weight_version_file();
-      PRL_ASSIGN_OR_RETURN(auto publisher, CollectiveWeightPublisher::Start(model, options));
+      PRL_ASSIGN_OR_RETURN_IN(auto publisher, CollectiveWeightPublisher::Start(model, options),
+                              "broadcast.listen");
       e.description = absl::StrCat(device.is_cuda() ? "an NCCL" : "a Gloo",
                                    " broadcast group, store on port ", publisher->port());
       e.publisher = std::move(publisher);
@@ -72,8 +74,8 @@ absl::StatusOr<std::unique_ptr<WeightSubscriber>> OpenWeightSubscriber(
     case WeightTransport::kGrpc: {
       GrpcSubscriberOptions options;
       options.device = device;
-      PRL_ASSIGN_OR_RETURN(
-          s, GrpcWeightSubscriber::Connect(config.weights_address(), model, options));
+      PRL_ASSIGN_OR_RETURN(s,
+                           GrpcWeightSubscriber::Connect(config.weights_address(), model, options));
       break;
     }
     case WeightTransport::kCudaIpc: {

@@ -4,14 +4,14 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/net_address.h"
 
 namespace prl::rpc {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl and gRPC share the canonical status codes.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -37,6 +37,10 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int64_t max_message_by
   // cores; its hot calls use the callback API now.)
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
                               kMaxIdleServerThreads);
+  // gRPC binds with SO_REUSEPORT by default on Linux: a second server on a port in use would
+  // start too, and the kernel would split the connections between them (two runs on one
+  // machine cross-wired). One listener per port: a port in use is an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes) {
@@ -57,8 +61,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::ServerBuilder& b
   builder.AddListeningPort(address, *credentials, bound_port);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
-                                               " (address in use or not valid host:port)"));
+    if (PortInUse(address)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "cannot listen on ", address, ": port ", address.substr(address.rfind(':') + 1),
+          " is in use (another process listens there: a second run on this machine needs "
+          "other ports, or port 0 for a free one)"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (not a valid host:port on this machine)"));
   }
   return server;
 }

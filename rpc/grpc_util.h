@@ -32,7 +32,9 @@ grpc::ChannelArguments ChannelArgs(int64_t max_message_bytes);
 
 // Builds and starts a server listening on `address` (host:port; port 0 picks a free one) with
 // this process's security (rpc/security.h: TLS or loopback plaintext, bearer tokens admitted by
-// `policy`). *bound_port receives the port actually bound.
+// `policy`). *bound_port receives the port actually bound. A port another process listens on is
+// AlreadyExists naming the port (no SO_REUSEPORT: two servers never share one); callers prefix
+// the config key.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     grpc::ServerBuilder& builder, const std::string& address, int* bound_port,
     const AccessPolicy& policy = DefaultAccessPolicy());

@@ -57,7 +57,7 @@ absl::Status Validate(const SecuritySettings& s) {
   }
   std::set<std::string> seen;
   for (const std::string* file :
-       {&s.client_token_file, &s.actor_token_file, &s.learner_token_file}) {
+       {&s.client_token_file, &s.actor_token_file, &s.learner_token_file, &s.service_token_file}) {
     if (file->empty()) continue;
     internal::TokenFile token(*file);
     absl::StatusOr<std::string> text = token.Read();
@@ -142,8 +142,9 @@ const AccessPolicy& DefaultAccessPolicy() {
       {"/prl.v1.ReplayService/", {Role::kActor}},
       {"/prl.v1.WeightService/", {Role::kActor}},
       {"/prl.v1.StoreService/", {Role::kLearner}},
-      {"/prl.v1.RewardService/", {Role::kActor}},
-      {"/grpc.reflection.", {Role::kClient, Role::kActor, Role::kLearner}},
+      {"/prl.v1.RewardService/", {Role::kService}},
+      {"/prl.v1.EnvironmentService/", {Role::kService}},
+      {"/grpc.reflection.", {Role::kClient, Role::kActor, Role::kLearner, Role::kService}},
   };
   return *policy;
 }
@@ -154,9 +155,18 @@ absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<R
   p.settings = settings;
   p.self = self;
   p.token = nullptr;
+  for (const auto& [address, file] : settings.service_token_files) {
+    internal::TokenFile token(file);
+    absl::StatusOr<std::string> text = token.Read();
+    if (!text.ok()) return text.status();
+    if (text->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("security.service_token_files[", address,
+                                                     "]: the token file '", file, "' is empty"));
+    }
+  }
   if (self.has_value()) {
     const std::string* files[] = {&settings.client_token_file, &settings.actor_token_file,
-                                  &settings.learner_token_file};
+                                  &settings.learner_token_file, &settings.service_token_file};
     const std::string& file = *files[static_cast<int>(*self)];
     if (!file.empty()) p.token = std::make_shared<internal::TokenFile>(file);
   }
@@ -170,7 +180,8 @@ std::string DescribeSecurity() {
   if (!s.tls() && !s.tls_ca_file.empty()) out = "plaintext listeners, TLS to servers";
   if (!s.tls() && !s.insecure) out += " (loopback only)";
   std::vector<std::string> checked;
-  const std::string* files[] = {&s.client_token_file, &s.actor_token_file, &s.learner_token_file};
+  const std::string* files[] = {&s.client_token_file, &s.actor_token_file, &s.learner_token_file,
+                                &s.service_token_file};
   for (const auto& [name, role] : kRoleNames) {
     if (!files[static_cast<int>(role)]->empty()) checked.emplace_back(name);
   }
@@ -178,6 +189,9 @@ std::string DescribeSecurity() {
                             ? ", no tokens"
                             : absl::StrCat(", tokens of ", absl::StrJoin(checked, ", ")));
   if (p.token != nullptr) absl::StrAppend(&out, ", calls as ", EnumName(kRoleNames, *p.self));
+  if (!s.service_token_files.empty()) {
+    absl::StrAppend(&out, ", credentials for ", s.service_token_files.size(), " service(s)");
+  }
   return out;
 }
 
@@ -238,6 +252,29 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
   if (p.token == nullptr) return grpc::CreateCustomChannel(target, credentials, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
   factories.push_back(std::make_unique<TokenInterceptorFactory>(p.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, credentials, args,
+                                                                 std::move(factories));
+}
+
+std::shared_ptr<grpc::Channel> NewServiceChannel(const std::string& target,
+                                                 const grpc::ChannelArguments& args) {
+  const ProcessSecurity& p = Current();
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
+      p.settings.tls_ca_file.empty() ? grpc::InsecureChannelCredentials() : TlsChannel(p.settings);
+  auto file = p.settings.service_token_files.find(target);
+  if (file == p.settings.service_token_files.end()) {
+    return grpc::CreateCustomChannel(target, credentials, args);  // no token at all
+  }
+  if (p.settings.tls_ca_file.empty() && !IsLoopbackEndpoint(target)) {
+    std::fprintf(stderr,
+                 "prl: not sending the credential of %s (security.service_token_files): it is not "
+                 "loopback and the channel has no TLS (set security.tls_ca_file)\n",
+                 target.c_str());
+    return grpc::CreateCustomChannel(target, credentials, args);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  factories.push_back(std::make_unique<TokenInterceptorFactory>(
+      std::make_shared<internal::TokenFile>(file->second)));
   return grpc::experimental::CreateCustomChannelWithInterceptors(target, credentials, args,
                                                                  std::move(factories));
 }

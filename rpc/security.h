@@ -16,11 +16,18 @@
 // mutual TLS).
 //
 // Authorisation: with token files configured, a caller sends `authorization: Bearer TOKEN` and
-// the token names its role (client, actor or learner; compared in constant time, never logged).
+// the token names its role (client, actor, learner, or service; compared in constant time, never
+// logged).
 // Every method states which roles may call it (the AccessPolicy a server starts with; the
 // default is DefaultAccessPolicy). A missing or unknown token is UNAUTHENTICATED; a known
 // token of a role the method does not admit is PERMISSION_DENIED. gRPC health checking stays
 // open to everyone. Without token files, every caller that reaches the server is admitted.
+//
+// User-written services (an environment, a remote reward; docs/security.md) are third-party code:
+// a role's token never goes to them. NewServiceChannel reaches one with no role token, and with
+// the credential the operator configured for its address (security.service_token_files), which
+// a service checks as the `service` role (prl env serve, prl reward serve:
+// security.service_token_file).
 //
 // Thread-safety: ConfigureSecurity once, before any server or channel; the rest from any
 // thread.
@@ -41,9 +48,13 @@
 
 namespace prl::rpc {
 
-enum class Role { kClient, kActor, kLearner };
-inline constexpr NamedValue<Role> kRoleNames[] = {
-    {"client", Role::kClient}, {"actor", Role::kActor}, {"learner", Role::kLearner}};
+// kService: what callers of a user-written service present (the credential of its address).
+enum class Role { kClient, kActor, kLearner, kService };
+inline constexpr int kNumRoles = 4;
+inline constexpr NamedValue<Role> kRoleNames[] = {{"client", Role::kClient},
+                                                  {"actor", Role::kActor},
+                                                  {"learner", Role::kLearner},
+                                                  {"service", Role::kService}};
 
 struct SecuritySettings {
   std::string tls_cert_file, tls_key_file;  // this process's certificate chain and key (PEM)
@@ -52,11 +63,18 @@ struct SecuritySettings {
   bool insecure = false;                    // non-loopback listeners may serve plaintext
   // One token per role (files of one line; surrounding whitespace is ignored).
   std::string client_token_file, actor_token_file, learner_token_file;
+  // The token this process's user-facing services (EnvironmentService, RewardService) accept,
+  // as the service role.
+  std::string service_token_file;
+  // host:port -> the token file presented to the user-written service there (and to no other
+  // address): an environment's or a remote reward's own credential, never a role's.
+  std::map<std::string, std::string> service_token_files;
   int cert_refresh_s = 10;  // how often certificate files are checked for changes
 
   bool tls() const { return !tls_cert_file.empty(); }
   bool tokens() const {
-    return !client_token_file.empty() || !actor_token_file.empty() || !learner_token_file.empty();
+    return !client_token_file.empty() || !actor_token_file.empty() || !learner_token_file.empty() ||
+           !service_token_file.empty();
   }
 };
 
@@ -64,8 +82,8 @@ struct SecuritySettings {
 // longest matching prefix decides. A method no prefix matches admits no role.
 using AccessPolicy = std::map<std::string, std::set<Role>>;
 // PromptService: client; ActorControl: actor, ReportLearnerProgress, CheckGroup and
-// ReopenPrompts: learner;
-// ReplayService and WeightService: actor; StoreService: learner; RewardService: actor;
+// ReopenPrompts: learner; ReplayService and WeightService: actor; StoreService: learner;
+// EnvironmentService and RewardService: service (a user-written service's own credential);
 // server reflection: every role.
 const AccessPolicy& DefaultAccessPolicy();
 
@@ -85,6 +103,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 // stderr per channel); `args` as the caller sets them (rpc::ChannelArgs: message limits).
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
                                           const grpc::ChannelArguments& args);
+
+// A channel to a user-written service at `target` (an EnvironmentService, a RewardService): TLS
+// as NewChannel, never this process's role token; the token of
+// security.service_token_files[target] on every call where it may travel (TLS to servers, or
+// loopback; elsewhere none, said once on stderr).
+std::shared_ptr<grpc::Channel> NewServiceChannel(const std::string& target,
+                                                 const grpc::ChannelArguments& args);
 
 // Whether this process's token may go to `target`: no token, TLS to servers
 // (security.tls_ca_file), or a loopback target (core/net_address.h). NewChannel never sends the

@@ -71,7 +71,7 @@ bool TokensEqual(absl::string_view a, absl::string_view b) {
 
 TokenAuthorizer::TokenAuthorizer(const SecuritySettings& s, AccessPolicy policy)
     : files_{TokenFile(s.client_token_file), TokenFile(s.actor_token_file),
-             TokenFile(s.learner_token_file)},
+             TokenFile(s.learner_token_file), TokenFile(s.service_token_file)},
       policy_(std::move(policy)) {}
 
 std::optional<Role> TokenAuthorizer::RoleOf(absl::string_view token) {

@@ -54,7 +54,7 @@ class TokenAuthorizer final : public grpc::AuthMetadataProcessor {
   std::optional<Role> RoleOf(absl::string_view token);
 
  private:
-  std::array<TokenFile, 3> files_;  // by Role
+  std::array<TokenFile, kNumRoles> files_;  // by Role
   AccessPolicy policy_;
 };
 

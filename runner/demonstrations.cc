@@ -6,11 +6,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "actor/turn_renderer.h"
 #include "coordinator/prompt_format.h"
 #include "core/status_macros.h"
+#include "env/builtin_environments.h"
 #include "env/calculator.h"
 #include "env/guess_number.h"
+#include "episode/episode_protocol.h"
+#include "episode/turn_renderer.h"
 
 namespace prl::runner {
 
@@ -32,22 +34,19 @@ using Player = std::function<absl::StatusOr<PlayerTurn>(int turn, const std::str
 absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::EnvironmentSpec& spec,
                                 const v1::Prompt& prompt, std::vector<int32_t> prompt_tokens,
                                 const tokenizer::TextCodec& codec, const std::string& episode_id,
-                                const Player& player, bool must_win,
-                                int64_t max_sequence_tokens) {
+                                const Player& player, bool must_win, int64_t max_sequence_tokens) {
   const int32_t stop = codec.stop_ids().front();
-  v1::StartEpisodeRequest start;
-  start.set_episode_id(episode_id);
-  start.set_environment(spec.name());
-  PRL_ASSIGN_OR_RETURN(*start.mutable_prompt_text(), codec.DecodeCompletion(prompt_tokens));
-  start.set_reference(prompt.reference());
-  *start.mutable_parameters() = spec.parameters();
-  start.set_max_turns(spec.max_turns());
+  episode::GroupRequest group;  // as the actor's episode engine starts it
+  group.prompt = std::move(prompt_tokens);
+  group.environment = spec;
+  group.reference = prompt.reference();
+  group.submitted = coordinator::EpisodePromptOf(prompt);
+  const v1::StartEpisodeRequest start = episode::StartRequestOf(group, 0, episode_id, codec);
   PRL_ASSIGN_OR_RETURN(const v1::StartEpisodeResponse started, environment.StartEpisode(start));
-  PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> observation,
-                       actor::RenderReply(codec, started.observation(), -1));
+  PRL_ASSIGN_OR_RETURN(const episode::ChatContext chat, episode::ChatContextOf(group.submitted));
   SftExample example;
-  example.prompt = std::move(prompt_tokens);
-  example.prompt.insert(example.prompt.end(), observation.begin(), observation.end());
+  PRL_ASSIGN_OR_RETURN(example.prompt, episode::FirstPromptOf(codec, group.prompt, group.submitted,
+                                                              started.observation(), chat));
   std::string reply;
   for (int turn = 0; turn < spec.max_turns(); ++turn) {
     PRL_ASSIGN_OR_RETURN(const PlayerTurn said, player(turn, reply));
@@ -70,26 +69,26 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
     PRL_ASSIGN_OR_RETURN(const v1::StepResponse answer, environment.Step(step));
     if (answer.done()) {
       if (must_win && answer.episode_reward() < 1.0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the demonstration did not win (reward ", answer.episode_reward(), ": ",
-            answer.done_reason(), ")"));
+        return absl::FailedPreconditionError(absl::StrCat("the demonstration did not win (reward ",
+                                                          answer.episode_reward(), ": ",
+                                                          answer.done_reason(), ")"));
       }
       return example;
     }
     PRL_ASSIGN_OR_RETURN(const std::vector<int32_t> rendered,
-                         actor::RenderReply(codec, answer.messages(), tokens.back()));
+                         episode::RenderReply(codec, answer.messages(), tokens.back(), chat));
     example.completion.insert(example.completion.end(), rendered.begin(), rendered.end());
     example.sources.insert(example.sources.end(), rendered.size(), 1);
     const int64_t episode = static_cast<int64_t>(example.completion.size());
     if (spec.max_episode_tokens() > 0 && episode >= spec.max_episode_tokens()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the episode reaches env.max_episode_tokens (", spec.max_episode_tokens(),
-          ") after turn ", turn, "; raise it"));
+      return absl::InvalidArgumentError(absl::StrCat("the episode reaches env.max_episode_tokens (",
+                                                     spec.max_episode_tokens(), ") after turn ",
+                                                     turn, "; raise it"));
     }
     if (static_cast<int64_t>(example.prompt.size()) + episode >= max_sequence_tokens) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the episode reaches the model's context (", max_sequence_tokens,
-          " tokens) after turn ", turn, "; raise model.max_position_embeddings"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the episode reaches the model's context (", max_sequence_tokens,
+                       " tokens) after turn ", turn, "; raise model.max_position_embeddings"));
     }
     reply.clear();
     for (const v1::EnvMessage& m : answer.messages()) reply += m.content();
@@ -104,8 +103,7 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
 Player CalculatorPlayer(const v1::EnvironmentSpec& spec, const std::string& prompt_text,
                         const std::string& reference, bool demonstrate) {
   const std::string open = env::Parameter(spec.parameters(), "call_open", env::kDefaultCallOpen);
-  const std::string close =
-      env::Parameter(spec.parameters(), "call_close", env::kDefaultCallClose);
+  const std::string close = env::Parameter(spec.parameters(), "call_close", env::kDefaultCallClose);
   const std::string expression = prompt_text.substr(0, prompt_text.rfind('='));
   return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
     if (!demonstrate) return PlayerTurn{reference, true};
@@ -170,10 +168,8 @@ absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec
         absl::StrCat(codec.Describe(), " has no stop token: a model turn needs one to end on"));
   }
   const bool calculator = environment.name() == "calculator";
-  env::CalculatorEnvironment calculator_env;
-  env::GuessNumberEnvironment guess_env;
-  env::Environment& played = calculator ? static_cast<env::Environment&>(calculator_env)
-                                        : static_cast<env::Environment&>(guess_env);
+  PRL_ASSIGN_OR_RETURN(const std::shared_ptr<env::Environment> played,
+                       env::MakeBuiltinEnvironment(environment.name(), "env.name"));
   std::vector<SftExample> examples;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string what = absl::StrCat("warm-start prompt ", i);
@@ -184,17 +180,17 @@ absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec
     const bool demonstrate =
         std::modf(static_cast<double>(i + 1) * 0.6180339887498949, &unused) < demo_fraction;
     PRL_ASSIGN_OR_RETURN(const std::string text, codec.DecodeCompletion(tokens));
-    const Player player = calculator ? CalculatorPlayer(environment, text, prompts[i].reference(),
-                                                        demonstrate)
-                                     : GuessPlayer(environment, demonstrate);
+    const Player player =
+        calculator ? CalculatorPlayer(environment, text, prompts[i].reference(), demonstrate)
+                   : GuessPlayer(environment, demonstrate);
     absl::StatusOr<SftExample> example =
-        Play(played, environment, prompts[i], std::move(tokens), codec, absl::StrCat("demo-", i),
+        Play(*played, environment, prompts[i], std::move(tokens), codec, absl::StrCat("demo-", i),
              player, demonstrate, max_sequence_tokens);
     if (!example.ok()) {
-      return absl::Status(example.status().code(),
-                          absl::StrCat(what, " ('", text.substr(0, 64), "', reference '",
-                                       prompts[i].reference().substr(0, 64),
-                                       "'): ", example.status().message()));
+      return absl::Status(
+          example.status().code(),
+          absl::StrCat(what, " ('", text.substr(0, 64), "', reference '",
+                       prompts[i].reference().substr(0, 64), "'): ", example.status().message()));
     }
     examples.push_back(*std::move(example));
   }

@@ -1,6 +1,6 @@
 // Warm-start demonstrations of a built-in environment (docs/environments.md): whole episodes
 // that a scripted player plays against the environment itself, every reply rendered as the
-// actor renders it (actor/turn_renderer.h), so that the supervised warm-start teaches exactly
+// actor renders it (episode/turn_renderer.h), so that the supervised warm-start teaches exactly
 // the token format the episodes of RL and of the evaluation then have. The player's turns are
 // the model's tokens (trained); the environment's replies are context (sources 1).
 //
@@ -40,9 +40,11 @@ bool HasDemonstrations(const prl::v1::EnvironmentSpec& environment, config::Task
 // A turn over environment.max_tokens_per_turn, an episode reaching max_episode_tokens or
 // max_sequence_tokens (the model's context) is an error naming the setting to raise: RL's
 // episodes would be cut where the demonstrations are not.
-absl::StatusOr<std::vector<SftExample>> Demonstrations(
-    const prl::v1::EnvironmentSpec& environment, config::TaskName task,
-    const tokenizer::TextCodec& codec, absl::Span<const prl::v1::Prompt> prompts,
-    int64_t vocab_size, double demo_fraction, int64_t max_sequence_tokens);
+absl::StatusOr<std::vector<SftExample>> Demonstrations(const prl::v1::EnvironmentSpec& environment,
+                                                       config::TaskName task,
+                                                       const tokenizer::TextCodec& codec,
+                                                       absl::Span<const prl::v1::Prompt> prompts,
+                                                       int64_t vocab_size, double demo_fraction,
+                                                       int64_t max_sequence_tokens);
 
 }  // namespace prl::runner

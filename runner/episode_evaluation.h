@@ -1,12 +1,12 @@
 // The held-out evaluation of a task with an environment (runner/evaluation.h): one greedy
-// episode per held-out prompt, run with prl's engine and the actor's episode machinery
-// (actor/episode_runner.h: the same turn ends, reply rendering and limits as in training),
-// scored by the environment. An episode the environment fails (down, malformed answers) is an
-// error naming it: an evaluation does not score what it could not run. A turn's length is the
-// environment's max_tokens_per_turn.
+// episode per held-out prompt, run by the episode engine the actors use
+// (episode/episode_engine.h: the same turn ends, reply rendering and limits as in training),
+// scored by the environment. An episode the environment fails (malformed answers, down longer
+// than the outage budget) is an error naming it: an evaluation does not score what it could not
+// run. A turn's length is the environment's max_tokens_per_turn.
 //
-// Thread-safety: one call runs on its thread (the episode runner's pool makes the environment
-// calls and is joined before it returns).
+// Thread-safety: one call runs on its thread (the environments' call threads are joined before
+// it returns).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // engine of the task's held-out prompts (never trained on), each completion decoded with the
 // task's text and scored by its evaluation reward (the arithmetic task: exact match). With an
 // environment (env.name), each prompt is a greedy episode against it, run by the actor's own
-// episode machinery (actor/episode_runner.h), scored by the environment.
+// episode engine (episode/episode_engine.h), scored by the environment.
 // `prl run` reports it before RL (eval_before) and after (eval_after).
 #pragma once
 

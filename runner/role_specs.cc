@@ -79,6 +79,15 @@ absl::StatusOr<RoleSpecs> PrepareRoles(const config::RunConfig& config,
       std::find(allowed.begin(), allowed.end(), c.env.address) == allowed.end()) {
     allowed.push_back(c.env.address);
   }
+  // Listeners the config leaves at their defaults get free ports: two runs on one machine never
+  // share (or fight over) a port. A listen address the config names is used as it is.
+  const config::RunConfig defaults;
+  if (c.coordinator.listen == defaults.coordinator.listen && c.coordinator.address.empty()) {
+    c.coordinator.listen = "127.0.0.1:0";
+  }
+  if (c.broadcast.listen == defaults.broadcast.listen && c.broadcast.address.empty()) {
+    c.broadcast.listen = "127.0.0.1:0";
+  }
   PRL_RETURN_IF_ERROR(ResolvePort(&c.coordinator.listen));
   PRL_RETURN_IF_ERROR(ResolvePort(&c.broadcast.listen));
   out.role_config_path = c.run_dir() + "/config.json";

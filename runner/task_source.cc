@@ -7,9 +7,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
 #include "env/calculator.h"
 #include "env/guess_number.h"
-#include "core/status_macros.h"
 #include "roles/model_text.h"
 #include "roles/reward_role.h"
 #include "task/arithmetic_task.h"
@@ -210,7 +210,7 @@ v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& c) {
   e.set_max_tokens_per_turn(c.env.max_tokens_per_turn);
   e.set_max_episode_tokens(c.env.max_episode_tokens);
   e.set_timeout_s(c.env.timeout_s);
-  coordinator::FillEnvironmentDefaults(c.task.max_tokens, &e);
+  coordinator::FillEnvironmentDefaults(c.task.max_tokens, c.coordinator.max_env_timeout_s, &e);
   return e;
 }
 
@@ -233,10 +233,10 @@ absl::Status CheckEnvironmentText(const config::RunConfig& c, const tokenizer::T
     const bool given = it != c.env.params.end();
     const std::string& value = given ? it->second : fallback;
     if (!text.EncodeContinuation(value).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "env.params.", key, ": '", value.substr(0, 64), "'", given ? "" : " (the default)",
-          " cannot be written in ", text.Describe(),
-          ": give the environment words the model can read (examples/*_run.json)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("env.params.", key, ": '", value.substr(0, 64), "'",
+                       given ? "" : " (the default)", " cannot be written in ", text.Describe(),
+                       ": give the environment words the model can read (examples/*_run.json)"));
     }
   }
   return absl::OkStatus();

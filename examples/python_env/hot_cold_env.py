@@ -14,6 +14,13 @@ digits and "+-*=()# " only (tests/env/python_env_test.py plays with "*", "#", "+
 
 Every call is idempotent, as the protocol asks: a retried StartEpisode keeps the episode, a
 retried Step of the turn just answered gets the same answer, a retried EndEpisode the same score.
+State is bounded: an aborted episode (EndEpisode with aborted: the actor gave it up) is forgotten
+at once, and at most MAX_EPISODES are kept, the oldest finished ones forgotten first.
+
+With --token-file, every call must carry `authorization: Bearer <the file's token>` (what an
+actor sends when the operator lists this address in security.service_token_files); others are
+refused UNAUTHENTICATED. Off loopback, serve it behind TLS: a bearer token in plaintext is
+readable on the network.
 
 Run it (Debian: python3-grpcio, python3-protobuf, protobuf-compiler):
     protoc -I proto --python_out=/tmp/prl_py proto/prl/v1/environment.proto
@@ -23,6 +30,8 @@ then point a prompt set at it: environment {name: "hot_cold", address: "127.0.0.
     prl env episode --address 127.0.0.1:7000 --reference 42 --turn 50 --turn 30 --turn 42
 """
 import argparse
+import collections
+import hmac
 import re
 import threading
 from concurrent import futures
@@ -31,10 +40,20 @@ import grpc
 from prl.v1 import environment_pb2 as pb
 
 
+MAX_EPISODES = 10000
+
+
 class HotColdGame:
-    def __init__(self):
+    def __init__(self, max_episodes=MAX_EPISODES):
         self.lock = threading.Lock()
-        self.episodes = {}  # episode id -> state
+        self.episodes = collections.OrderedDict()  # episode id -> state, oldest started first
+        self.max_episodes = max_episodes
+
+    def bound(self):
+        """Forgets the oldest finished episodes first, then the oldest live ones."""
+        while len(self.episodes) > self.max_episodes:
+            finished = next((k for k, e in self.episodes.items() if e["finished"]), None)
+            self.episodes.pop(finished if finished is not None else next(iter(self.episodes)))
 
     def StartEpisode(self, request, context):
         with self.lock:
@@ -52,7 +71,9 @@ class HotColdGame:
                 words["separator"] = request.parameters.get("separator", ", ")
                 self.episodes[request.episode_id] = {
                     "secret": secret, "max_guesses": max_guesses, "guesses": 0,
-                    "last_distance": None, "answers": {}, "end": None, "words": words}
+                    "last_distance": None, "answers": {}, "end": None, "words": words,
+                    "finished": False}
+                self.bound()
         return pb.StartEpisodeResponse()
 
     def Step(self, request, context):
@@ -69,6 +90,7 @@ class HotColdGame:
                               % (request.turn_index, len(e["answers"])))
             answer = self.play(e, request.text)
             e["answers"][request.turn_index] = answer
+            e["finished"] = answer.done
             return answer
 
     @staticmethod
@@ -100,16 +122,37 @@ class HotColdGame:
 
     def EndEpisode(self, request, context):
         with self.lock:
+            if request.aborted:  # given up by the actor: never trained, forget it now
+                self.episodes.pop(request.episode_id, None)
+                return pb.EndEpisodeResponse()
             e = self.episodes.get(request.episode_id)
             if e is None:
                 context.abort(grpc.StatusCode.NOT_FOUND,
                               "episode %r is unknown" % request.episode_id)
             if e["end"] is None:
                 e["end"] = pb.EndEpisodeResponse(episode_reward=0.0)  # truncated: no credit
+                e["finished"] = True
             return e["end"]
 
 
-def serve(port, host="127.0.0.1"):
+class BearerToken(grpc.ServerInterceptor):
+    """Refuses calls without `authorization: Bearer <token>` (compared in constant time)."""
+
+    def __init__(self, token):
+        self.expected = ("Bearer " + token).encode()
+
+        def refuse(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
+        self.refusal = grpc.unary_unary_rpc_method_handler(refuse)
+
+    def intercept_service(self, continuation, details):
+        sent = dict(details.invocation_metadata).get("authorization", "").encode()
+        if hmac.compare_digest(sent, self.expected):
+            return continuation(details)
+        return self.refusal
+
+
+def serve(port, host="127.0.0.1", token=None):
     game = HotColdGame()
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
@@ -119,7 +162,8 @@ def serve(port, host="127.0.0.1"):
             ("StartEpisode", pb.StartEpisodeRequest, pb.StartEpisodeResponse),
             ("Step", pb.StepRequest, pb.StepResponse),
             ("EndEpisode", pb.EndEpisodeRequest, pb.EndEpisodeResponse))}
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    interceptors = [BearerToken(token)] if token else []
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("prl.v1.EnvironmentService", handlers),))
     bound = server.add_insecure_port("%s:%d" % (host, port))  # loopback: no TLS needed
@@ -130,8 +174,13 @@ def serve(port, host="127.0.0.1"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7000, help="0 picks a free one")
+    parser.add_argument("--token-file", help="callers must send this bearer token")
     args = parser.parse_args()
-    server, bound = serve(args.port)
+    token = None
+    if args.token_file:
+        with open(args.token_file) as f:
+            token = f.read().strip()
+    server, bound = serve(args.port, token=token)
     print("hot_cold environment on port %d" % bound, flush=True)
     server.wait_for_termination()
 

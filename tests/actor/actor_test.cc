@@ -502,7 +502,9 @@ TEST_F(ActorTest, EpisodesRunTurnsAgainstTheEnvironmentAndRecordEveryToken) {
       ASSERT_LE(r.turn_ends.size(), 3u);
       EXPECT_EQ(r.turn_ends.back(), r.completion_tokens.size()) << "the last turn is the model's";
       EXPECT_TRUE(r.reward == 0.0 || r.reward == 1.0);
-      if (r.reward == 0.0) EXPECT_EQ(r.turn_ends.size(), 3u) << "out of guesses after 3";
+      if (r.reward == 0.0) {
+        EXPECT_EQ(r.turn_ends.size(), 3u) << "out of guesses after 3";
+      }
       for (size_t t = 0; t < r.token_sources.size(); ++t) {
         if (r.token_sources[t] == 1) {
           ++replies;
@@ -522,9 +524,11 @@ TEST_F(ActorTest, EpisodesRunTurnsAgainstTheEnvironmentAndRecordEveryToken) {
   EXPECT_GT(replies, 0) << "some episode went on after a reply";
 }
 
-// An environment that cannot be reached fails the group's attempt (released, counted), never
-// a made-up reward; after coordinator.max_attempts the prompt fails naming the environment.
-TEST_F(ActorTest, AnEnvironmentThatIsDownFailsTheAttemptAndThenThePrompt) {
+// An environment that stays down longer than the outage budget (its groups wait for it first)
+// fails the group's attempt (released, counted), never a made-up reward; after
+// coordinator.max_attempts the prompt fails naming the environment.
+TEST_F(ActorTest, AnEnvironmentDownBeyondTheOutageBudgetFailsTheAttemptAndThenThePrompt) {
+  options_.env_outage_budget = absl::Milliseconds(300);
   v1::EnvironmentSpec env;
   env.set_name("remote-game");
   env.set_address("127.0.0.1:1");

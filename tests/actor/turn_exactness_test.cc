@@ -1,17 +1,17 @@
 // Token exactness across turns with a real chat template (Qwen3's, from the npm references):
 // an episode's record is exactly the prompt, the engine's sampled tokens and the environment's
-// replies rendered as deltas (actor/turn_renderer.h), in order; rendering the whole
+// replies rendered as deltas (episode/turn_renderer.h), in order; rendering the whole
 // conversation again at the end tokenizes differently (the drift prl avoids), and the
 // learner's log-probs of the turn-by-turn tokens equal the behaviour log-probs (fp32 CPU).
 #include <gtest/gtest.h>
 
-#include "actor/turn_renderer.h"
+#include "episode/turn_renderer.h"
 #include "inference_engine/engine.h"
 #include "model/transformer.h"
 #include "tests/tokenizer/js_reference.h"
 #include "tokenizer/hf_text_codec.h"
 
-namespace prl::actor {
+namespace prl::episode {
 namespace {
 
 v1::EnvMessage Tool(const std::string& content) {
@@ -58,7 +58,8 @@ TEST(TurnExactnessTest, AnEpisodeTrainsItsTurnByTurnTokensNotAReRenderedConversa
   p.multi_turn = true;
   const uint64_t id = *engine->AddRequest(prompt, p);
   const auto run = [&] {
-    for (int i = 0; i < 1000 && engine->Stats().num_running + engine->Stats().num_waiting > 0; ++i) {
+    for (int i = 0; i < 1000 && engine->Stats().num_running + engine->Stats().num_waiting > 0;
+         ++i) {
       ASSERT_TRUE(engine->Step().ok());
     }
   };
@@ -116,4 +117,4 @@ TEST(TurnExactnessTest, AnEpisodeTrainsItsTurnByTurnTokensNotAReRenderedConversa
 }
 
 }  // namespace
-}  // namespace prl::actor
+}  // namespace prl::episode

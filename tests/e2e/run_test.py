@@ -115,6 +115,42 @@ class RunTest(unittest.TestCase):
         self.assertEqual(shared, [])
         self.assertTrue(glob.glob(os.path.join(self.tmp, "run", "checkpoints", "*")))
 
+    def test_two_runs_on_one_machine_with_default_ports_both_complete(self):
+        # Neither config names a port: prl run gives each run's roles free ones (two
+        # coordinators on 127.0.0.1:50051 would split each other's connections).
+        runs = []
+        for i in range(2):
+            cfg = json.loads(json.dumps(BASE))
+            del cfg["coordinator"]["listen"], cfg["broadcast"]
+            cfg["run"] = {"name": "%s-%d" % (self.name, i),
+                          "dir": os.path.join(self.tmp, "run-%d" % i)}
+            path = os.path.join(self.tmp, "config-%d.json" % i)
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            out = os.path.join(self.tmp, "run-%d.out" % i)
+            with open(out, "w") as log:
+                runs.append((subprocess.Popen([PRL, "run", "--config", path], stdout=log,
+                                              stderr=subprocess.STDOUT, text=True), out))
+        ports = []
+        for proc, out in runs:
+            code = proc.wait(timeout=900)
+            with open(out) as f:
+                text = f.read()
+            self.assertEqual(code, 0, text)
+            ports.append(re.search(r"coordinator on 127\.0\.0\.1:(\d+)", text).group(1))
+            summary_line = text.strip().splitlines()[-1]
+            with open(summary_line[len("summary: "):]) as f:
+                self.assertEqual(json.load(f)["steps"], 6)
+            for name in ("actor-0", "actor-1"):
+                log = os.path.join(os.path.dirname(summary_line[len("summary: "):]), "logs",
+                                   name + ".log")
+                with open(log) as f:
+                    self.assertNotIn("CANCELLED", f.read())
+        self.assertNotEqual(ports[0], ports[1])
+        for i in range(2):
+            for path in glob.glob("/dev/shm/prl-%s-%d-*" % (self.name, i)):
+                os.remove(path)
+
     def test_weights_reach_the_actors_over_grpc_too(self):
         # More steps than the other runs: each actor must have been sent a version before the
         # learner exits, whenever its process got going.

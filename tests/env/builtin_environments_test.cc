@@ -23,12 +23,13 @@ TEST(CalculatorTest, ExpressionsAreExactIntegersAndErrorsSayWhy) {
                       {"7/2 is not an integer"}));
   EXPECT_TRUE(IsError(EvaluateExpression("9999999999*9999999999").status(),
                       absl::StatusCode::kInvalidArgument, {"overflow"}));
-  EXPECT_TRUE(IsError(EvaluateExpression("2+").status(), absl::StatusCode::kInvalidArgument,
-                      {"missing"}));
+  EXPECT_TRUE(
+      IsError(EvaluateExpression("2+").status(), absl::StatusCode::kInvalidArgument, {"missing"}));
   EXPECT_TRUE(IsError(EvaluateExpression("2+x").status(), absl::StatusCode::kInvalidArgument,
                       {"unexpected 'x'"}));
-  EXPECT_TRUE(IsError(EvaluateExpression(std::string(40, '(') + "1" + std::string(40, ')')).status(),
-                      absl::StatusCode::kInvalidArgument, {"too deeply nested"}));
+  EXPECT_TRUE(
+      IsError(EvaluateExpression(std::string(40, '(') + "1" + std::string(40, ')')).status(),
+              absl::StatusCode::kInvalidArgument, {"too deeply nested"}));
   int64_t v = 0;
   ASSERT_TRUE(LastInteger("so it is -42, I think 17.", &v));
   EXPECT_EQ(v, 17);
@@ -58,8 +59,8 @@ TEST(CalculatorTest, AToolCallIsAnsweredAndTheFinalAnswerIsScored) {
   EXPECT_EQ(result->messages(0).role(), "tool");
   EXPECT_EQ(result->messages(0).content(), "42572");
   EXPECT_EQ(calc.Step(call)->SerializeAsString(), result->SerializeAsString()) << "a retry";
-  EXPECT_TRUE(IsError(calc.Step(Turn("e1", 3, "x")).status(),
-                      absl::StatusCode::kFailedPrecondition, {"out of order (expected 1)"}));
+  EXPECT_TRUE(IsError(calc.Step(Turn("e1", 3, "x")).status(), absl::StatusCode::kFailedPrecondition,
+                      {"out of order (expected 1)"}));
   absl::StatusOr<v1::StepResponse> answer = calc.Step(Turn("e1", 1, "The answer is 42572"));
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_TRUE(answer->done());
@@ -69,7 +70,8 @@ TEST(CalculatorTest, AToolCallIsAnsweredAndTheFinalAnswerIsScored) {
       << "the final turn retried after the episode finished";
 
   ASSERT_TRUE(calc.StartEpisode(Start("e2", "42572")).ok());
-  const v1::StepResponse bad = *calc.Step(Turn("e2", 0, "<calc>1/0</calc>", v1::TURN_END_STOP_STRING));
+  const v1::StepResponse bad =
+      *calc.Step(Turn("e2", 0, "<calc>1/0</calc>", v1::TURN_END_STOP_STRING));
   EXPECT_EQ(bad.messages(0).content(), "error: division by zero") << "a tool error is a message";
   EXPECT_EQ(calc.Step(Turn("e2", 1, "42000"))->episode_reward(), 0.0);
 
@@ -127,9 +129,29 @@ TEST(EpisodeTableTest, LiveEpisodesAreBoundedOldestFirst) {
   table.Start("b", [] { return 2; });
   table.Start("c", [] { return 3; });
   EXPECT_EQ(table.live(), 2u);
-  EXPECT_TRUE(IsError(table.Step(Turn("a", 0, ""), [](int&) { return v1::StepResponse(); }).status(),
-                      absl::StatusCode::kNotFound, {"episode 'a' is unknown"}));
+  EXPECT_TRUE(
+      IsError(table.Step(Turn("a", 0, ""), [](int&) { return v1::StepResponse(); }).status(),
+              absl::StatusCode::kNotFound, {"episode 'a' is unknown"}));
   EXPECT_TRUE(table.Step(Turn("c", 0, ""), [](int&) { return v1::StepResponse(); }).ok());
+}
+
+// Finished episodes (kept for retries) make room before any live one is dropped.
+TEST(EpisodeTableTest, FinishedEpisodesAreForgottenBeforeLiveOnes) {
+  EpisodeTable<int> table(3);
+  const auto end = [](int&) { return v1::EndEpisodeResponse(); };
+  v1::EndEpisodeRequest over;
+  for (const char* id : {"a", "b", "c"}) table.Start(id, [] { return 0; });
+  over.set_episode_id("a");
+  ASSERT_TRUE(table.End(over, end).ok());
+  over.set_episode_id("b");
+  ASSERT_TRUE(table.End(over, end).ok());  // a and b finished, c live
+  table.Start("d", [] { return 0; });
+  table.Start("e", [] { return 0; });  // over the bound twice: a, then b, go
+  EXPECT_EQ(table.live(), 3u);
+  EXPECT_EQ(table.finished(), 0u);
+  for (const char* id : {"c", "d", "e"}) {
+    EXPECT_TRUE(table.Step(Turn(id, 0, ""), [](int&) { return v1::StepResponse(); }).ok()) << id;
+  }
 }
 
 }  // namespace

@@ -85,6 +85,49 @@ class PythonEnvironmentTest(unittest.TestCase):
             step(pb.StepRequest(episode_id="e", turn_index=2, text="1"))
         self.assertEqual(out_of_order.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
 
+    def test_an_aborted_episode_is_forgotten_and_state_stays_bounded(self):
+        import grpc
+        pb = self.env.pb
+        game = self.env.HotColdGame(max_episodes=3)
+
+        class Context:
+            def abort(self, code, details):
+                raise grpc.RpcError(details)
+        start = lambda i: game.StartEpisode(  # noqa: E731
+            pb.StartEpisodeRequest(episode_id="e%d" % i, reference="5"), Context())
+        for i in range(3):
+            start(i)
+        game.EndEpisode(pb.EndEpisodeRequest(episode_id="e1", aborted=True), Context())
+        self.assertEqual(list(game.episodes), ["e0", "e2"])
+        game.Step(pb.StepRequest(episode_id="e0", turn_index=0, text="5"), Context())  # done
+        for i in range(3, 5):
+            start(i)  # e4 is over the bound: the finished e0 goes, not a live one
+        self.assertEqual(list(game.episodes), ["e2", "e3", "e4"])
+        start(5)  # nothing finished left: the oldest live one goes
+        self.assertEqual(list(game.episodes), ["e3", "e4", "e5"])
+
+    def test_a_token_file_admits_its_bearer_and_refuses_others(self):
+        import grpc
+        pb = self.env.pb
+        server, port = self.env.serve(0, token="env-secret")
+        try:
+            def start(metadata):
+                channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+                call = channel.unary_unary(
+                    "/prl.v1.EnvironmentService/StartEpisode",
+                    request_serializer=pb.StartEpisodeRequest.SerializeToString,
+                    response_deserializer=pb.StartEpisodeResponse.FromString)
+                return call(pb.StartEpisodeRequest(episode_id="t", reference="5"),
+                            metadata=metadata)
+            start([("authorization", "Bearer env-secret")])
+            with self.assertRaises(grpc.RpcError) as refused:
+                start([("authorization", "Bearer actor-token")])
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            with self.assertRaises(grpc.RpcError):
+                start([])
+        finally:
+            server.stop(None)
+
     def test_prl_run_trains_against_the_python_environment(self):
         tmp = tempfile.mkdtemp(prefix="prl_python_env_run_")
         name = "t%d-python-env" % os.getpid()

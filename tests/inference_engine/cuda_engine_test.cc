@@ -236,10 +236,10 @@ TEST(CudaEngineTest, NormInGemmKeepsTheTunedKernelsAgreementWithTheLearner) {
     const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
     const Agreement a =
         Compare(LearnerScores(*weights, DType::kBF16, ReductionOrder::kFast, jobs, out), out);
-    std::printf("agreement bf16 tuned kernels, norms in the GEMMs%s: %lld tokens, mean |diff| "
-                "%.3g, max %.3g\n",
-                graphs ? "" : " (eager)", static_cast<long long>(a.tokens), a.mean_abs,
-                a.max_abs);
+    std::printf(
+        "agreement bf16 tuned kernels, norms in the GEMMs%s: %lld tokens, mean |diff| "
+        "%.3g, max %.3g\n",
+        graphs ? "" : " (eager)", static_cast<long long>(a.tokens), a.mean_abs, a.max_abs);
     ASSERT_GT(a.tokens, 0);
     // The tuned kernels' bound (above); the fused norm rounds at one point fewer.
     EXPECT_LE(a.mean_abs, 3e-2);

@@ -11,61 +11,6 @@
 namespace prl::testing {
 namespace {
 
-using kernels::ReductionOrder;
-
-// 2 MoE layers of 6 experts (top 2, renormalised) and a dense one between them.
-ModelConfig TinyMoeConfig() {
-  ModelConfig c = TinyEngineConfig();
-  SetArchitecture(Architecture::kQwen3Moe, /*attention_bias=*/false, &c);
-  c.head_dim = 16;
-  c.num_hidden_layers = 3;
-  c.num_experts = 6;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 24;
-  c.norm_topk_prob = true;
-  c.mlp_only_layers = {1};
-  return c;
-}
-
-EngineOptions InvariantOptions(const ModelConfig& c, int64_t kv_blocks, bool prefix_caching) {
-  EngineOptions o;
-  o.block_size = 4;
-  o.max_num_seqs = 16;
-  o.max_num_batched_tokens = 48;  // long prompts are chunked
-  o.kv_cache_bytes = kv_blocks * KvCache::BytesPerBlock(c, 4);
-  o.batch_invariant = true;
-  o.enable_prefix_caching = prefix_caching;
-  return o;
-}
-
-// The learner's routes (Transformer::recomputed_routes, batch-invariant) at the positions
-// that predict each completion token.
-std::vector<uint8_t> LearnerRoutes(const ParameterSet& weights, const std::vector<int32_t>& prompt,
-                                   const std::vector<int32_t>& completion) {
-  Transformer model(weights.config, Device::Cpu(),
-                    {.reduction_order = ReductionOrder::kBatchInvariant});
-  std::vector<int32_t> seq = prompt;
-  seq.insert(seq.end(), completion.begin(), completion.end());
-  PackedBatch batch;
-  batch.AddScored(seq, static_cast<int64_t>(prompt.size()));
-  std::vector<float> lp(batch.num_tokens());
-  EXPECT_TRUE(model.Forward(weights.params, batch, 1.0f, absl::MakeSpan(lp), false).ok());
-  const int64_t LK = weights.config.num_moe_layers() * weights.config.num_experts_per_tok;
-  const absl::Span<const uint8_t> all = model.recomputed_routes();
-  return std::vector<uint8_t>(all.begin() + (prompt.size() - 1) * LK, all.end());
-}
-
-void ExpectRoutesAreTheLearners(const ParameterSet& weights, const std::vector<int32_t>& prompt,
-                                const SampleOutput& s) {
-  const ModelConfig& c = weights.config;
-  EXPECT_EQ(s.route_layers, c.num_moe_layers());
-  EXPECT_EQ(s.route_top_k, c.num_experts_per_tok);
-  ASSERT_EQ(static_cast<int64_t>(s.routes.size()),
-            static_cast<int64_t>(s.tokens.size()) * c.num_moe_layers() * c.num_experts_per_tok);
-  EXPECT_EQ(s.routes, LearnerRoutes(weights, prompt, s.tokens))
-      << "sample " << s.sample_index << " of a " << prompt.size() << "-token prompt";
-}
-
 // Many requests at once (n up to 4 forked from one prefill, chunked prompts), with a pool
 // large enough and one so small that sequences are preempted and recomputed.
 TEST(EngineRoutesTest, RecordedRoutesAreTheLearnersBitForBit) {

@@ -1,5 +1,5 @@
-// Shared fixtures for the engine tests: a tiny random model, a driver that runs requests to
-// completion, and the learner-path log-probs of sequences.
+// Shared fixtures for the engine tests: a tiny random model (dense or Qwen3-MoE), a driver that
+// runs requests to completion, and the learner-path log-probs and MoE routes of sequences.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -129,6 +129,61 @@ inline std::vector<float> ScoreCompletion(const ParameterSet& weights,
   std::vector<float> lp(batch.num_tokens());
   EXPECT_TRUE(model.Forward(weights.params, batch, temperature, absl::MakeSpan(lp), false).ok());
   return std::vector<float>(lp.begin() + prompt.size() - 1, lp.end());
+}
+
+// 2 MoE layers of 6 experts (top 2, renormalised) and a dense one between them.
+inline ModelConfig TinyMoeConfig() {
+  ModelConfig c = TinyEngineConfig();
+  SetArchitecture(Architecture::kQwen3Moe, /*attention_bias=*/false, &c);
+  c.head_dim = 16;
+  c.num_hidden_layers = 3;
+  c.num_experts = 6;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 24;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = {1};
+  return c;
+}
+
+inline EngineOptions InvariantOptions(const ModelConfig& c, int64_t kv_blocks,
+                                      bool prefix_caching) {
+  EngineOptions o;
+  o.block_size = 4;
+  o.max_num_seqs = 16;
+  o.max_num_batched_tokens = 48;  // long prompts are chunked
+  o.kv_cache_bytes = kv_blocks * KvCache::BytesPerBlock(c, 4);
+  o.batch_invariant = true;
+  o.enable_prefix_caching = prefix_caching;
+  return o;
+}
+
+// The learner's routes (Transformer::recomputed_routes, batch-invariant) at the positions
+// that predict each completion token.
+inline std::vector<uint8_t> LearnerRoutes(const ParameterSet& weights,
+                                          const std::vector<int32_t>& prompt,
+                                          const std::vector<int32_t>& completion) {
+  Transformer model(weights.config, Device::Cpu(),
+                    {.reduction_order = kernels::ReductionOrder::kBatchInvariant});
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), completion.begin(), completion.end());
+  PackedBatch batch;
+  batch.AddScored(seq, static_cast<int64_t>(prompt.size()));
+  std::vector<float> lp(batch.num_tokens());
+  EXPECT_TRUE(model.Forward(weights.params, batch, 1.0f, absl::MakeSpan(lp), false).ok());
+  const int64_t LK = weights.config.num_moe_layers() * weights.config.num_experts_per_tok;
+  const absl::Span<const uint8_t> all = model.recomputed_routes();
+  return std::vector<uint8_t>(all.begin() + (prompt.size() - 1) * LK, all.end());
+}
+
+inline void ExpectRoutesAreTheLearners(const ParameterSet& weights,
+                                       const std::vector<int32_t>& prompt, const SampleOutput& s) {
+  const ModelConfig& c = weights.config;
+  EXPECT_EQ(s.route_layers, c.num_moe_layers());
+  EXPECT_EQ(s.route_top_k, c.num_experts_per_tok);
+  ASSERT_EQ(static_cast<int64_t>(s.routes.size()),
+            static_cast<int64_t>(s.tokens.size()) * c.num_moe_layers() * c.num_experts_per_tok);
+  EXPECT_EQ(s.routes, LearnerRoutes(weights, prompt, s.tokens))
+      << "sample " << s.sample_index << " of a " << prompt.size() << "-token prompt";
 }
 
 }  // namespace prl::testing

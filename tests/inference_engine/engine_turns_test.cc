@@ -18,8 +18,8 @@ EngineOptions InvariantOptions(int64_t kv_blocks = 0) {
   o.block_size = 4;
   o.max_num_seqs = 16;
   o.max_num_batched_tokens = 64;
-  o.kv_cache_bytes = kv_blocks > 0 ? kv_blocks * KvCache::BytesPerBlock(TinyEngineConfig(), 4)
-                                   : int64_t{16} << 20;
+  o.kv_cache_bytes =
+      kv_blocks > 0 ? kv_blocks * KvCache::BytesPerBlock(TinyEngineConfig(), 4) : int64_t{16} << 20;
   o.batch_invariant = true;
   o.enable_prefix_caching = false;  // what is kept is kept by the pause, not found again
   return o;
@@ -87,12 +87,15 @@ TEST(EngineTurnsTest, TheNextTurnComputesOnlyTheReplyAndEqualsAFreshRequestBitFo
   for (size_t t = 0; t < expected.size(); ++t) {
     const bool env = t >= turns[0].tokens.size() && t < turns[0].tokens.size() + reply.size();
     EXPECT_EQ(s.sources[t], env ? 1 : 0) << t;
-    if (env) EXPECT_EQ(s.logprobs[t], 0.0f) << t;
+    if (env) {
+      EXPECT_EQ(s.logprobs[t], 0.0f) << t;
+    }
   }
   const EngineStats st = engine->Stats();
   EXPECT_EQ(st.turns_continued, 1);
   EXPECT_EQ(st.turn_kept_tokens, st.turn_context_tokens) << "nothing computed again";
-  EXPECT_EQ(st.turn_context_tokens, static_cast<int64_t>(prompt.size() + turns[0].tokens.size()) - 1);
+  EXPECT_EQ(st.turn_context_tokens,
+            static_cast<int64_t>(prompt.size() + turns[0].tokens.size()) - 1);
   EXPECT_EQ(st.prefill_tokens, static_cast<int64_t>(prompt.size() + 1 + reply.size()))
       << "the prompt once, then the first turn's last token and the reply";
 
@@ -108,7 +111,8 @@ TEST(EngineTurnsTest, TheNextTurnComputesOnlyTheReplyAndEqualsAFreshRequestBitFo
   ASSERT_EQ(ref[0].samples[0].tokens, turns[1].tokens);
   const size_t off = turns[0].tokens.size() + reply.size();
   for (size_t t = 0; t < turns[1].tokens.size(); ++t) {
-    EXPECT_EQ(s.logprobs[off + t], ref[0].samples[0].logprobs[t]) << "token " << t << " bit for bit";
+    EXPECT_EQ(s.logprobs[off + t], ref[0].samples[0].logprobs[t])
+        << "token " << t << " bit for bit";
   }
 }
 

@@ -4,7 +4,6 @@
 // numbering from a checkpoint or above what the transport already holds, drops stale groups
 // and hands back a partial step's groups when stopped.
 #include "learner/learner_service.h"
-#include "learner/step_samples.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -24,6 +23,7 @@
 #include "learner/checkpoint.h"
 #include "learner/optimizer.h"
 #include "learner/prompt_ledger.h"
+#include "learner/step_samples.h"
 #include "nlohmann/json.hpp"
 #include "tests/learner/learner_testing.h"
 #include "weight_broadcast/shm_transport.h"
@@ -92,11 +92,17 @@ class LearnerServiceTest : public ::testing::Test {
 
   // Two good groups, one whose records[1].completion_tokens[2] is out of the vocabulary, two
   // good ones; returns the poisoned group's prompt index.
-  uint64_t WriteAPoisonedGroupBetweenGoodOnes() {
+  // `poison` (default: that token) spoils the group otherwise.
+  uint64_t WriteAPoisonedGroupBetweenGoodOnes(
+      const std::function<void(std::vector<RolloutRecord>&)>& poison = {}) {
     WriteGroups(2, 0);
     const uint64_t poisoned_prompt = next_prompt_++;
     std::vector<RolloutRecord> poisoned = Group(poisoned_prompt, 0);
-    poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
+    if (poison) {
+      poison(poisoned);
+    } else {
+      poisoned[1].completion_tokens[2] = static_cast<int32_t>(config_.vocab_size);
+    }
     EXPECT_TRUE(replay_->WriteGroup(poisoned, absl::Seconds(5)).ok());
     WriteGroups(2, 0);
     return poisoned_prompt;
@@ -296,6 +302,28 @@ TEST_F(LearnerServiceTest, APoisonedGroupIsDeadLetteredAndTheGoodOnesAroundItAre
   EXPECT_EQ(j["found"], absl::StrCat(config_.vocab_size));
   EXPECT_EQ(j["prompt_index"], poisoned_prompt);
   EXPECT_EQ(j["run_id"], "test");
+}
+
+// MoE routes the (dense) model cannot replay are refused at admission, like any bad input: the
+// group never reaches a step (where it would fail the step on every restart).
+TEST_F(LearnerServiceTest, AGroupWithRoutesTheModelCannotReplayIsDeadLettered) {
+  ScratchDir dir("learner_service_routes");
+  WriteAPoisonedGroupBetweenGoodOnes([](std::vector<RolloutRecord>& g) {
+    g[0].route_layers = 2;
+    g[0].route_top_k = 2;
+    g[0].routes.assign(g[0].completion_tokens.size() * 4, 1);
+  });
+  LearnerServiceOptions options = Options(2);
+  options.dead_letter_path = dir.path() + "/dead_letter.jsonl";
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].groups + reports[1].groups, 4) << "the four good groups were trained";
+  std::ifstream in(options.dead_letter_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["reason"], "routes");
+  EXPECT_EQ(j["field"], "records[0].routes");
 }
 
 TEST_F(LearnerServiceTest, ALearnerKilledBetweenCheckpointsContinuesBitIdentically) {

@@ -99,6 +99,50 @@ TEST(GroupValidationTest, EachReasonNamesTheFieldExpectedAndFound) {
   }
 }
 
+// A model's config as LimitsOfModel reads it (model/config.h's ModelConfig has these).
+struct FakeModel {
+  int64_t vocab_size = 100, max_position_embeddings = 64;
+  int64_t moe_layers = 0, num_experts = 0, num_experts_per_tok = 0;
+  int64_t num_moe_layers() const { return moe_layers; }
+};
+
+// MoE routes are checked at admission: a group whose routes the learner's model cannot replay
+// is dead-lettered (reason "routes") instead of failing the training step on every restart.
+TEST(GroupValidationTest, RoutesThatDoNotFitTheModelAreRefused) {
+  const ModelLimits dense = LimitsOfModel(FakeModel{});
+  const ModelLimits moe = LimitsOfModel(FakeModel{100, 64, 2, 4, 2});
+  const auto routed = [](uint16_t layers, uint8_t k, size_t ids, uint8_t value) {
+    std::vector<RolloutRecord> g = Good();
+    g[1].route_layers = layers;
+    g[1].route_top_k = k;
+    g[1].routes.assign(ids, value);
+    return g;
+  };
+  EXPECT_FALSE(ValidateGroup(Good(), dense, 10).has_value()) << "no routes: fine for any model";
+  EXPECT_FALSE(ValidateGroup(routed(2, 2, 16, 3), moe, 10).has_value()) << "4 tokens x 2 x 2";
+  struct RouteCase {
+    std::string name;
+    std::vector<RolloutRecord> group;
+    ModelLimits limits;
+    std::string field, found;
+  };
+  const std::vector<RouteCase> cases = {
+      {"routes for a dense model", routed(2, 2, 16, 3), dense, "records[1].routes",
+       "16 expert ids"},
+      {"other layers", routed(3, 2, 24, 3), moe, "records[1].route_layers", "3 and 2"},
+      {"other top-k", routed(2, 1, 8, 3), moe, "records[1].route_layers", "2 and 1"},
+      {"too few ids", routed(2, 2, 15, 3), moe, "records[1].routes", "15"},
+      {"an expert the model lacks", routed(2, 2, 16, 4), moe, "records[1].routes[0]", "4"},
+  };
+  for (const RouteCase& c : cases) {
+    const std::optional<GroupProblem> p = ValidateGroup(c.group, c.limits, 10);
+    ASSERT_TRUE(p.has_value()) << c.name;
+    EXPECT_EQ(p->reason, DeadLetterReason::kRoutes) << c.name;
+    EXPECT_NE(p->field.find(c.field), std::string::npos) << c.name << ": " << p->Describe();
+    EXPECT_NE(p->found.find(c.found), std::string::npos) << c.name << ": " << p->Describe();
+  }
+}
+
 TEST(GroupValidationTest, UnknownLimitsAndVersionsAreNotChecked) {
   std::vector<RolloutRecord> group = Good();
   group[0].prompt_tokens[0] = 5000;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -22,6 +23,9 @@
 #include "collective/store_service.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
+#include "env/builtin_environments.h"
+#include "env/environment_server.h"
+#include "prl/v1/environment.grpc.pb.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
 #include "reward/reward_service.h"
@@ -107,6 +111,7 @@ class SecurityTest : public ::testing::Test {
     s.client_token_file = certs_.Token("client", "client-secret-1");
     s.actor_token_file = certs_.Token("actor", "actor-secret-2");
     s.learner_token_file = certs_.Token("learner", "learner-secret-3");
+    s.service_token_file = certs_.Token("service", "service-secret-4");
     return s;
   }
   SecuritySettings Tls(bool mutual) const {
@@ -143,6 +148,7 @@ struct Servers {
   collective::MemoryStore memory;
   std::unique_ptr<collective::StoreServer> store;
   std::unique_ptr<reward::RewardServer> reward;
+  std::unique_ptr<env::EnvironmentServer> environments;
   ModelConfig model;
   std::string dir, segment;
 
@@ -179,8 +185,11 @@ struct Servers {
               std::vector<reward::RewardResult>(in.size()));
         },
         {.address = "127.0.0.1:0"});
+    environments =
+        *env::EnvironmentServer::Start(env::AllBuiltinEnvironments(), {.address = "127.0.0.1:0"});
   }
   ~Servers() {
+    environments.reset();
     reward.reset();
     store.reset();
     weights.reset();
@@ -213,7 +222,9 @@ TEST_F(SecurityTest, EveryMethodOfEveryServerAdmitsOnlyItsRoles) {
       {servers.ingest->port(), "/prl.v1.ReplayService/Push", Role::kActor},
       {servers.weights->port(), "/prl.v1.WeightService/Subscribe", Role::kActor},
       {servers.store->port(), "/prl.v1.StoreService/Set", Role::kLearner},
-      {servers.reward->port(), "/prl.v1.RewardService/Score", Role::kActor},
+      // User-written services (prl reward serve, prl env serve): their own credential only.
+      {servers.reward->port(), "/prl.v1.RewardService/Score", Role::kService},
+      {servers.environments->port(), "/prl.v1.EnvironmentService/StartEpisode", Role::kService},
   };
   for (const Method& m : methods) {
     const grpc::Status anonymous = Call(Channel(Tokens(), std::nullopt, m.port), m.path);
@@ -237,6 +248,70 @@ TEST_F(SecurityTest, EveryMethodOfEveryServerAdmitsOnlyItsRoles) {
   // Health checking stays open to everyone (probes carry no token).
   EXPECT_TRUE(Admitted(Call(Channel(Tokens(), std::nullopt, servers.store->port()),
                             "/grpc.health.v1.Health/Check")));
+}
+
+// An EnvironmentService that records the authorization header of every call.
+class RecordingEnvironment final : public v1::EnvironmentService::Service {
+ public:
+  grpc::Status StartEpisode(grpc::ServerContext* context, const v1::StartEpisodeRequest*,
+                            v1::StartEpisodeResponse*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = context->client_metadata().find("authorization");
+    seen_.push_back(it == context->client_metadata().end()
+                        ? std::string()
+                        : std::string(it->second.data(), it->second.size()));
+    return grpc::Status::OK;
+  }
+  std::vector<std::string> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> seen_;
+};
+
+struct Recorder {
+  RecordingEnvironment service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  Recorder() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+  void Call() {
+    auto stub = v1::EnvironmentService::NewStub(
+        NewServiceChannel(address(), ChannelArgs(int64_t{1} << 20)));
+    grpc::ClientContext ctx;
+    v1::StartEpisodeRequest request;
+    v1::StartEpisodeResponse response;
+    EXPECT_TRUE(stub->StartEpisode(&ctx, request, &response).ok());
+  }
+};
+
+// An environment or a remote reward is third-party code: an actor's calls to it carry no role
+// token, only the credential configured for its address (and no other address gets that).
+TEST_F(SecurityTest, AUserWrittenServiceGetsItsOwnCredentialAndNeverARoleToken) {
+  Recorder with_credential, without;
+  SecuritySettings actor = Tokens();
+  actor.service_token_files[with_credential.address()] = certs_.Token("env", "env-credential-5");
+  ASSERT_TRUE(ConfigureSecurity(actor, Role::kActor).ok());
+  with_credential.Call();
+  without.Call();
+  EXPECT_EQ(with_credential.service.seen(), std::vector<std::string>{"Bearer env-credential-5"});
+  EXPECT_EQ(without.service.seen(), std::vector<std::string>{""});
+  // The role's own channels still carry its token (to prl's own servers).
+  grpc::ClientContext ctx;
+  v1::StartEpisodeResponse response;
+  ASSERT_TRUE(
+      v1::EnvironmentService::NewStub(NewChannel(without.address(), ChannelArgs(int64_t{1} << 20)))
+          ->StartEpisode(&ctx, v1::StartEpisodeRequest(), &response)
+          .ok());
+  EXPECT_EQ(without.service.seen().back(), "Bearer actor-secret-2");
 }
 
 TEST_F(SecurityTest, TokenMessagesNeverCarryTheToken) {
@@ -353,10 +428,14 @@ TEST_F(SecurityTest, TheDescriptionSaysWhatIsProtectedAndNeverATokenOrKey) {
   EXPECT_EQ(DescribeSecurity(), "plaintext (loopback only), no tokens");
   SecuritySettings s = Tls(true);
   s.learner_token_file.clear();
+  s.service_token_file.clear();
+  s.service_token_files["127.0.0.1:7000"] = certs_.Token("env", "env-credential-5");
   ASSERT_TRUE(ConfigureSecurity(s, Role::kActor).ok());
   const std::string described = DescribeSecurity();
-  EXPECT_EQ(described, "mutual TLS, tokens of client, actor, calls as actor");
-  for (const std::string& file : {s.client_token_file, s.actor_token_file}) {
+  EXPECT_EQ(described,
+            "mutual TLS, tokens of client, actor, calls as actor, credentials for 1 service(s)");
+  for (const std::string& file :
+       {s.client_token_file, s.actor_token_file, s.service_token_files.begin()->second}) {
     std::ifstream in(file);
     const std::string secret((std::istreambuf_iterator<char>(in)), {});
     EXPECT_EQ(described.find(std::string(absl::StripAsciiWhitespace(secret))), std::string::npos);

@@ -6,15 +6,15 @@
 
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "actor/episode_runner.h"
 #include "config/run_config.h"
+#include "env/calculator.h"
+#include "episode/episode_protocol.h"
+#include "episode/turn_renderer.h"
 #include "model/parameters.h"
 #include "runner/episode_evaluation.h"
 #include "runner/task_source.h"
@@ -70,8 +70,8 @@ TEST(DemonstrationsTest, ACalculatorDemonstrationCallsTheToolThenAnswersItsResul
   ASSERT_TRUE(examples.ok()) << examples.status();
   ASSERT_EQ(examples->size(), 1u);
   const SftExample& e = examples->front();
-  EXPECT_EQ(e.prompt, std::vector<int32_t>(prompt.tokens().ids().begin(),
-                                           prompt.tokens().ids().end()));
+  EXPECT_EQ(e.prompt,
+            std::vector<int32_t>(prompt.tokens().ids().begin(), prompt.tokens().ids().end()));
   // The call (ends at the stop string, no stop token), the tool's reply as the character
   // codec renders it (content and a newline), the answer and the stop token.
   std::vector<int32_t> expected = Encode("(734*58)=");
@@ -90,10 +90,12 @@ TEST(DemonstrationsTest, ACalculatorDemonstrationCallsTheToolThenAnswersItsResul
   EXPECT_EQ(e.sources, sources);
 }
 
-// The demonstration's turns played through the actor's own episode runner (no engine: its
-// turns handed in as the engine would report them): the runner appends exactly the
-// demonstration's environment tokens after the call, and ends the episode after the answer.
-TEST(DemonstrationsTest, TheEnvironmentsTokensAreWhatTheActorsEpisodeRunnerAppends) {
+// The demonstration's tokens are what the actors' episode engine appends for the same turns: it
+// starts an episode with episode::StartRequestOf and episode::FirstPromptOf and renders each
+// reply with episode::RenderReply after the turn's last token; played here against a fresh
+// built-in calculator, the reply after the call is exactly the demonstration's environment
+// tokens, and the answer ends the episode with reward 1.
+TEST(DemonstrationsTest, TheEnvironmentsTokensAreWhatTheEpisodeEngineAppends) {
   auto codec = std::make_shared<task::CharTextCodec>();
   const v1::Prompt prompt = TokenPrompt("734*58=", "42572");
   auto examples = Demonstrations(Calculator(), kArithmetic, *codec, {prompt}, 22, 1.0, 64);
@@ -108,48 +110,33 @@ TEST(DemonstrationsTest, TheEnvironmentsTokensAreWhatTheActorsEpisodeRunnerAppen
   ASSERT_FALSE(reply.empty());
   ASSERT_FALSE(answer.empty());
 
-  // The runner may wake us with its own lock held: never call into it under `mu`.
-  std::mutex mu;
-  std::condition_variable woken;
-  bool pending = false;
-  actor::EpisodeRunner runner(codec, 1, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    pending = true;
-    woken.notify_all();
-  });
-  auto next_action = [&] {
-    for (;;) {
-      std::vector<actor::EpisodeRunner::Action> actions = runner.TakeActions();
-      if (!actions.empty()) {
-        EXPECT_EQ(actions.size(), 1u);
-        return std::move(actions.front());
-      }
-      std::unique_lock<std::mutex> lock(mu);
-      woken.wait(lock, [&] { return pending; });
-      pending = false;
-    }
-  };
-  v1::LeasedPrompt lease;
-  lease.set_lease_id("demo");
-  lease.mutable_prompt_tokens()->Assign(demo.prompt.begin(), demo.prompt.end());
-  lease.set_reference(prompt.reference());
-  lease.set_samples(1);
-  lease.mutable_sampling()->add_stop_token_ids(task::CharTokenizer::kEos);
-  *lease.mutable_environment() = Calculator();
-  runner.StartGroup(lease, 64);
-  actor::EpisodeRunner::Action added = next_action();
-  ASSERT_EQ(added.kind, actor::EpisodeRunner::Action::Kind::kAddGroup) << added.failure;
-  EXPECT_EQ(added.tokens, demo.prompt);
-  runner.Bind("demo", 7);
-  runner.OnTurn({7, 0, call, FinishReason::kStop});  // ended by the stop string ")="
-  actor::EpisodeRunner::Action continued = next_action();
-  ASSERT_EQ(continued.kind, actor::EpisodeRunner::Action::Kind::kContinue) << continued.failure;
-  EXPECT_EQ(continued.tokens, reply);
-  runner.OnTurn({7, 0, answer, FinishReason::kStop});
-  EXPECT_EQ(next_action().kind, actor::EpisodeRunner::Action::Kind::kFinish);
-  const std::vector<actor::EpisodeOutcome> outcome = runner.TakeOutcome(7);
-  ASSERT_EQ(outcome.size(), 1u);
-  EXPECT_EQ(outcome.front().reward, 1.0);
+  episode::GroupRequest group;
+  group.id = "demo";
+  group.prompt.assign(prompt.tokens().ids().begin(), prompt.tokens().ids().end());
+  group.environment = Calculator();
+  group.reference = prompt.reference();
+  env::CalculatorEnvironment calculator;
+  auto started = calculator.StartEpisode(episode::StartRequestOf(group, 0, "demo/0", *codec));
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto first =
+      episode::FirstPromptOf(*codec, group.prompt, group.submitted, started->observation(), {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, demo.prompt);
+  v1::StepRequest step;
+  step.set_episode_id("demo/0");
+  step.set_text(*codec->DecodeCompletion(call));
+  auto tool = calculator.Step(step);
+  ASSERT_TRUE(tool.ok()) << tool.status();
+  ASSERT_FALSE(tool->done());
+  auto rendered = episode::RenderReply(*codec, tool->messages(), call.back());
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, reply);
+  step.set_turn_index(1);
+  step.set_text(*codec->DecodeCompletion(answer));
+  auto done = calculator.Step(step);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(done->done());
+  EXPECT_EQ(done->episode_reward(), 1.0);
 }
 
 TEST(DemonstrationsTest, TheConfiguredShareDemonstratesAndTheRestAnswerAtOnce) {
@@ -172,7 +159,9 @@ TEST(DemonstrationsTest, TheConfiguredShareDemonstratesAndTheRestAnswerAtOnce) {
       EXPECT_EQ(e.completion, direct) << i;
     }
     // Any prefix demonstrates about the share (a low-discrepancy sequence).
-    if (i + 1 == 100) EXPECT_NEAR(calls / 100.0, 0.3, 0.02);
+    if (i + 1 == 100) {
+      EXPECT_NEAR(calls / 100.0, 0.3, 0.02);
+    }
   }
   EXPECT_NEAR(calls / 1000.0, 0.3, 0.005);
 }
@@ -214,9 +203,8 @@ TEST(DemonstrationsTest, AGameDemonstrationBisectsAndTheOthersGuessTheFirstQuart
 
 TEST(DemonstrationsTest, ADemonstrationThatCannotWinIsAnErrorNamingThePrompt) {
   const task::CharTextCodec codec;
-  auto examples =
-      Demonstrations(Calculator(), kArithmetic, codec, {TokenPrompt("12*3=", "37")}, 22,
-                     /*demo_fraction=*/1.0, 64);
+  auto examples = Demonstrations(Calculator(), kArithmetic, codec, {TokenPrompt("12*3=", "37")}, 22,
+                                 /*demo_fraction=*/1.0, 64);
   ASSERT_FALSE(examples.ok());
   EXPECT_NE(examples.status().message().find("warm-start prompt 0 ('12*3='"), std::string::npos)
       << examples.status();
@@ -234,8 +222,8 @@ TEST(DemonstrationsTest, ADemonstrationOverTheLimitsOfRlsEpisodesIsAnErrorNaming
   const task::CharTextCodec codec;
   v1::EnvironmentSpec short_turns = Calculator();
   short_turns.set_max_tokens_per_turn(6);  // "(734*58)=" is 9
-  auto turn = Demonstrations(short_turns, kArithmetic, codec, {TokenPrompt("734*58=", "42572")},
-                             22, 1.0, 64);
+  auto turn = Demonstrations(short_turns, kArithmetic, codec, {TokenPrompt("734*58=", "42572")}, 22,
+                             1.0, 64);
   ASSERT_FALSE(turn.ok());
   EXPECT_NE(turn.status().message().find("env.max_tokens_per_turn (or task.max_tokens): 6"),
             std::string::npos)
@@ -280,8 +268,8 @@ TEST(EpisodeEvaluationTest, HeldOutGamesOfAnUntrainedModelRunToTheirEndOverEvery
   c.task.name = config::TaskName::kGuessNumber;
   c.task.max_tokens = 4;
   c.env.name = "guess_number";
-  c.env.params = {{"low", "1"}, {"high", "20"}, {"higher_text", "+"}, {"lower_text", "-"},
-                  {"rules_text", "#"}};
+  c.env.params = {
+      {"low", "1"}, {"high", "20"}, {"higher_text", "+"}, {"lower_text", "-"}, {"rules_text", "#"}};
   c.env.max_turns = 5;
   auto task = OpenTask(c, "", 22);
   ASSERT_TRUE(task.ok()) << task.status();

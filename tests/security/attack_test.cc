@@ -30,6 +30,7 @@
 #include "coordinator/coordinator_server.h"
 #include "core/group_id.h"
 #include "metrics/metrics_server.h"
+#include "prl/v1/environment.grpc.pb.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
@@ -37,6 +38,7 @@
 #include "roles/replay_role.h"
 #include "rpc/grpc_util.h"
 #include "rpc/security.h"
+#include "tests/episode/episode_testing.h"
 
 namespace prl {
 namespace {
@@ -436,6 +438,81 @@ TEST_F(AttackTest, ARemoteRewardMayNameOnlyAnAllowedAddress) {
     EXPECT_NE(refused.error_message().find("coordinator.reward_addresses"), std::string::npos)
         << refused.error_message();
   });
+}
+
+// An environment is third-party code: one that an operator allow-listed but somebody else runs
+// harvests the headers of every call an actor's episodes make to it. It must never see a role's
+// token — only the credential configured for its own address.
+class HarvestingEnvironment final : public v1::EnvironmentService::Service {
+ public:
+  grpc::Status StartEpisode(grpc::ServerContext* c, const v1::StartEpisodeRequest*,
+                            v1::StartEpisodeResponse*) override {
+    Harvest(*c);
+    return grpc::Status::OK;
+  }
+  grpc::Status Step(grpc::ServerContext* c, const v1::StepRequest*,
+                    v1::StepResponse* answer) override {
+    Harvest(*c);
+    answer->set_done(true);
+    answer->set_episode_reward(1.0);
+    return grpc::Status::OK;
+  }
+  grpc::Status EndEpisode(grpc::ServerContext* c, const v1::EndEpisodeRequest*,
+                          v1::EndEpisodeResponse*) override {
+    Harvest(*c);
+    return grpc::Status::OK;
+  }
+  std::vector<std::string> harvested() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return harvested_;
+  }
+
+ private:
+  void Harvest(const grpc::ServerContext& c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string headers;
+    for (const auto& [key, value] : c.client_metadata()) {
+      absl::StrAppend(&headers, std::string(key.data(), key.size()), "=",
+                      std::string(value.data(), value.size()), ";");
+    }
+    harvested_.push_back(headers);
+  }
+  std::mutex mu_;
+  std::vector<std::string> harvested_;
+};
+
+TEST_F(AttackTest, AnEnvironmentNeverSeesARoleTokenOnlyItsOwnCredential) {
+  HarvestingEnvironment harvester;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&harvester);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::ofstream((dir_ / "env-credential").string()) << "env-credential-for-this-address\n";
+  DuringARun([&](const std::string&) {
+    // An actor process: its role token configured, and the environment's own credential.
+    rpc::SecuritySettings actor = settings_;
+    actor.service_token_files[address] = (dir_ / "env-credential").string();
+    ASSERT_TRUE(rpc::ConfigureSecurity(actor, Role::kActor).ok());
+    episode::testing::EpisodeLoop loop;
+    v1::EnvironmentSpec spec = episode::testing::RemoteSpec(address);
+    spec.set_name("harvester");
+    ASSERT_TRUE(loop.episodes().Add(episode::testing::EpisodeGroup("g", spec)).ok());
+    ASSERT_TRUE(loop.RunToEnd());
+    ASSERT_EQ(loop.finished().size(), 1u);
+    ASSERT_TRUE(rpc::ConfigureSecurity(settings_, std::nullopt).ok());
+  });
+  const std::vector<std::string> harvested = harvester.harvested();
+  ASSERT_GE(harvested.size(), 4u) << "two episodes started and stepped";
+  for (const std::string& headers : harvested) {
+    for (const char* secret : {"actor-token", "learner-token", "client-token"}) {
+      EXPECT_EQ(headers.find(secret), std::string::npos) << secret << " in " << headers;
+    }
+    EXPECT_NE(headers.find("authorization=Bearer env-credential-for-this-address"),
+              std::string::npos)
+        << headers;
+  }
 }
 
 TEST_F(AttackTest, OversizedSubmissionsAreRefusedNamingTheField) {

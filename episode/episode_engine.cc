@@ -1,0 +1,529 @@
+#include "episode/episode_engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/status_macros.h"
+#include "env/episode_protocol.h"
+#include "episode/episode_protocol.h"
+#include "episode/stop_strings.h"
+
+namespace prl::episode {
+
+namespace v1 = prl::v1;
+
+// One environment call's result, left in the inbox by the call's thread.
+struct EpisodeEngine::Answer {
+  enum class Kind { kStart, kStep, kEnd } kind = Kind::kStart;
+  std::string group_id;
+  int32_t attempt = 0;  // the group's attempt the call belongs to (older ones are dropped)
+  int32_t sample = 0;
+  absl::Status status;
+  // kStart: the first prompt (the prompt and the first observation) and the stop strings.
+  // kStep: the reply rendered as a delta; the turn's token count; the environment's answer.
+  std::vector<int32_t> tokens;
+  std::vector<std::string> stop_strings;
+  int64_t turn_tokens = 0;
+  v1::StepResponse step;
+  // kEnd: the episode's reward and the limit that ended it.
+  double reward = 0;
+  std::string reason;
+};
+
+struct EpisodeEngine::Sample {
+  std::string episode_id;
+  int32_t turns = 0;              // turns the environment answered
+  int64_t completion_tokens = 0;  // the model's and the environment's so far
+  bool ended = false;             // the environment said done, or EndEpisode scored it
+  EpisodeOutcome outcome;
+};
+
+struct EpisodeEngine::Group {
+  enum class Phase { kStarting, kWaiting, kInEngine } phase = Phase::kInEngine;
+  GroupRequest request;
+  std::shared_ptr<Endpoint> endpoint;  // null: one turn
+  std::shared_ptr<env::Environment> client;
+  ChatContext chat;
+  int32_t attempt = 0;  // restarts after outages
+  uint64_t epoch = 0;   // the endpoint's outages when the episodes started
+  uint64_t request_id = 0;
+  std::vector<Sample> samples;
+  int32_t answered = 0;  // starts answered (kStarting)
+  std::optional<std::vector<int32_t>> first_prompt;
+  std::vector<std::string> stop_strings;
+};
+
+// The answers the environments' threads leave for the engine loop.
+class EpisodeEngine::Inbox {
+ public:
+  explicit Inbox(std::function<void()> wake) : wake_(std::move(wake)) {}
+  void Put(Answer a) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      answers_.push_back(std::move(a));
+    }
+    if (wake_) wake_();
+  }
+  std::vector<Answer> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Answer> out;
+    out.swap(answers_);
+    return out;
+  }
+  bool empty() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return answers_.empty();
+  }
+
+ private:
+  std::function<void()> wake_;
+  mutable std::mutex mu_;
+  std::vector<Answer> answers_;
+};
+
+namespace {
+
+// A call's latency into prl_environment_latency_seconds; the endpoint learns whether it is up.
+template <typename Call>
+auto Timed(metrics::ActorMetrics* metrics, Endpoint& endpoint, Call&& call) -> decltype(call()) {
+  const absl::Time start = absl::Now();
+  auto result = call();
+  if (metrics != nullptr) {
+    metrics->environment_latency_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  endpoint.Observe(result.status());
+  return result;
+}
+
+constexpr int32_t kMaxOutageRestarts = 8;
+
+absl::Status InEpisode(const std::string& episode_id, const absl::Status& why) {
+  return absl::Status(why.code(), absl::StrCat("episode ", episode_id, ": ", why.message()));
+}
+
+}  // namespace
+
+EpisodeEngine::EpisodeEngine(std::unique_ptr<Engine> engine,
+                             std::shared_ptr<const tokenizer::TextCodec> codec,
+                             EpisodeEngineOptions options, std::function<void()> wake)
+    : engine_(std::move(engine)),
+      codec_(std::move(codec)),
+      options_(options),
+      inbox_(std::make_unique<Inbox>(std::move(wake))),
+      pool_(options.calls_per_environment) {}
+
+EpisodeEngine::~EpisodeEngine() {
+  std::vector<std::string> ids;
+  for (const auto& [id, g] : groups_) ids.push_back(id);
+  for (const std::string& id : ids) Abort(id, "the actor is stopping");
+  // The notifications get a moment; then every call in flight is cancelled.
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  for (const std::shared_ptr<Endpoint>& e : pool_.endpoints()) {
+    while (e->calls_pending() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  }
+  pool_.Shutdown();
+}
+
+// ---- Groups in and out ----------------------------------------------------------------------
+
+absl::Status EpisodeEngine::Add(GroupRequest request) {
+  if (groups_.count(request.id) > 0) {
+    return absl::AlreadyExistsError(absl::StrCat("group ", request.id, " is already running"));
+  }
+  auto g = std::make_unique<Group>();
+  g->request = std::move(request);
+  Group& group = *g;
+  if (!group.request.environment.has_value()) {  // one turn
+    PRL_ASSIGN_OR_RETURN(group.request_id,
+                         engine_->AddRequest(group.request.prompt, group.request.params));
+    by_request_[group.request_id] = group.request.id;
+    groups_[group.request.id] = std::move(g);
+    return absl::OkStatus();
+  }
+  const std::string id = group.request.id;
+  absl::Status ready = codec_ == nullptr ? absl::FailedPreconditionError(
+                                               "agentic episodes need the model's text (a "
+                                               "tokenizer)")
+                                         : absl::OkStatus();
+  if (ready.ok()) {
+    absl::StatusOr<std::shared_ptr<Endpoint>> endpoint = pool_.For(*group.request.environment);
+    ready = endpoint.status();
+    if (endpoint.ok()) {
+      group.endpoint = *endpoint;
+      absl::StatusOr<std::shared_ptr<env::Environment>> client =
+          group.endpoint->ClientFor(*group.request.environment);
+      ready = client.status();
+      if (client.ok()) group.client = *client;
+    }
+  }
+  if (ready.ok()) {
+    absl::StatusOr<ChatContext> chat = ChatContextOf(group.request.submitted);
+    ready = chat.status();
+    if (chat.ok()) group.chat = *std::move(chat);
+  }
+  groups_[id] = std::move(g);
+  if (!ready.ok()) {
+    failed_.push_back({id, ready});
+    groups_.erase(id);
+    return absl::OkStatus();
+  }
+  if (group.endpoint->down_since().has_value()) {  // it waits for the environment
+    group.phase = Group::Phase::kWaiting;
+    return absl::OkStatus();
+  }
+  StartEpisodes(group);
+  return absl::OkStatus();
+}
+
+void EpisodeEngine::StartEpisodes(Group& g) {
+  g.phase = Group::Phase::kStarting;
+  g.epoch = g.endpoint->epoch();
+  g.answered = 0;
+  g.first_prompt.reset();
+  g.stop_strings.clear();
+  g.samples.assign(g.request.params.n, Sample{});
+  for (int32_t j = 0; j < g.request.params.n; ++j) {
+    g.samples[j].episode_id = g.attempt == 0 ? absl::StrCat(g.request.id, "/", j)
+                                             : absl::StrCat(g.request.id, "/", j, "~", g.attempt);
+    CallStart(g, j);
+  }
+}
+
+bool EpisodeEngine::Abort(const std::string& id, const std::string& reason) {
+  auto it = groups_.find(id);
+  if (it == groups_.end()) return false;
+  Group& g = *it->second;
+  AbortInEngine(g);
+  if (g.endpoint != nullptr && g.phase != Group::Phase::kWaiting) NotifyAborted(g, reason);
+  groups_.erase(it);
+  return true;
+}
+
+void EpisodeEngine::AbortInEngine(Group& g) {
+  if (g.request_id == 0) return;
+  engine_->Abort(g.request_id);  // its output is dropped: the request leaves by_request_ here
+  by_request_.erase(g.request_id);
+  g.request_id = 0;
+}
+
+void EpisodeEngine::Fail(Group& g, const absl::Status& why) {
+  const bool lost_in_outage =
+      (absl::IsNotFound(why) || absl::IsFailedPrecondition(why)) && g.endpoint->epoch() != g.epoch;
+  const std::optional<absl::Time> down = g.endpoint->down_since();
+  // (An environment that answers UNAVAILABLE itself while it is reachable would otherwise send
+  // its groups round for ever: a group starts again after at most kMaxOutageRestarts outages.)
+  if (g.endpoint->remote() && (absl::IsUnavailable(why) || lost_in_outage) &&
+      g.attempt < kMaxOutageRestarts &&
+      (!down.has_value() || absl::Now() - *down <= options_.outage_budget)) {
+    // An outage: the group waits for the environment and starts again, no attempt spent.
+    std::fprintf(stderr, "episodes: group %s waits for %s (%s)\n", g.request.id.c_str(),
+                 g.endpoint->name().c_str(), std::string(why.message()).c_str());
+    AbortInEngine(g);
+    g.phase = Group::Phase::kWaiting;
+    ++g.attempt;  // answers of this attempt still on their way are dropped
+    return;
+  }
+  AbortInEngine(g);
+  NotifyAborted(g, std::string(why.message()));
+  if (options_.metrics != nullptr) options_.metrics->EnvironmentErrors(why.code()).Increment();
+  failed_.push_back({g.request.id, why});
+  groups_.erase(g.request.id);  // g is gone
+}
+
+void EpisodeEngine::PollOutages(absl::Time now) {
+  for (const std::shared_ptr<Endpoint>& e : pool_.endpoints()) e->ProbeIfDue(now);
+  std::vector<Group*> waiting;
+  for (auto& [id, g] : groups_) {
+    if (g->phase == Group::Phase::kWaiting) waiting.push_back(g.get());
+  }
+  for (Group* g : waiting) {
+    const std::optional<absl::Time> down = g->endpoint->down_since();
+    if (!down.has_value()) {
+      StartEpisodes(*g);  // the environment is back: new episode ids
+    } else if (now - *down > options_.outage_budget) {
+      const absl::Status why = absl::UnavailableError(absl::StrCat(
+          g->endpoint->name(), " has been down for ", absl::FormatDuration(now - *down),
+          ", longer than the outage budget (actors.env_outage_s = ",
+          absl::FormatDuration(options_.outage_budget), ")"));
+      if (options_.metrics != nullptr) options_.metrics->EnvironmentErrors(why.code()).Increment();
+      failed_.push_back({g->request.id, why});
+      groups_.erase(g->request.id);
+    }
+  }
+}
+
+// ---- The loop -------------------------------------------------------------------------------
+
+absl::Status EpisodeEngine::Step() {
+  for (Answer& a : inbox_->Take()) Apply(a);
+  PollOutages(absl::Now());
+  const EngineStats s = engine_->Stats();
+  if (s.num_running > 0 || s.num_waiting > 0) {
+    PRL_RETURN_IF_ERROR(engine_->Step());
+    for (TurnOutput& turn : engine_->TakeTurns()) {
+      auto id = by_request_.find(turn.request_id);
+      if (id == by_request_.end()) continue;
+      CallStep(*groups_.at(id->second), std::move(turn));
+    }
+  }
+  CollectFinished();
+  return absl::OkStatus();
+}
+
+void EpisodeEngine::CollectFinished() {
+  for (RequestOutput& output : engine_->TakeFinished()) {
+    auto id = by_request_.find(output.request_id);
+    if (id == by_request_.end()) continue;  // aborted
+    auto it = groups_.find(id->second);
+    by_request_.erase(id);
+    Group& g = *it->second;
+    FinishedGroup done{g.request.id, std::move(output), {}};
+    if (g.endpoint != nullptr) {
+      for (Sample& s : g.samples) done.episodes.push_back(std::move(s.outcome));
+    }
+    finished_.push_back(std::move(done));
+    groups_.erase(it);
+  }
+}
+
+std::vector<FinishedGroup> EpisodeEngine::TakeFinished() {
+  std::vector<FinishedGroup> out;
+  out.swap(finished_);
+  return out;
+}
+
+std::vector<FailedGroup> EpisodeEngine::TakeFailed() {
+  std::vector<FailedGroup> out;
+  out.swap(failed_);
+  return out;
+}
+
+bool EpisodeEngine::Runnable() const {
+  const EngineStats s = engine_->Stats();
+  return s.num_running > 0 || s.num_waiting > 0 || !inbox_->empty() || !finished_.empty() ||
+         !failed_.empty();
+}
+
+EpisodeCounts EpisodeEngine::counts() const {
+  EpisodeCounts c;
+  for (const auto& [id, g] : groups_) {
+    switch (g->phase) {
+      case Group::Phase::kInEngine:
+        ++c.in_engine;
+        c.samples_in_engine += g->request.params.n;
+        break;
+      case Group::Phase::kWaiting:
+        ++c.waiting;
+        break;
+      default:
+        ++c.starting;
+    }
+  }
+  return c;
+}
+
+// ---- Calls ----------------------------------------------------------------------------------
+
+void EpisodeEngine::CallStart(Group& g, int32_t sample) {
+  v1::StartEpisodeRequest request =
+      StartRequestOf(g.request, sample, g.samples[sample].episode_id, *codec_);
+  g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
+                    client = g.client, codec = codec_, chat = g.chat, group = g.request.id,
+                    attempt = g.attempt, sample, submitted = g.request.submitted,
+                    prompt = g.request.prompt, request = std::move(request)] {
+    Answer a;
+    a.kind = Answer::Kind::kStart;
+    a.group_id = group;
+    a.attempt = attempt;
+    a.sample = sample;
+    absl::StatusOr<v1::StartEpisodeResponse> started =
+        Timed(metrics, *endpoint, [&] { return client->StartEpisode(request); });
+    absl::StatusOr<std::vector<int32_t>> first =
+        started.ok() ? FirstPromptOf(*codec, prompt, submitted, started->observation(), chat)
+                     : started.status();
+    a.status = first.status();
+    if (first.ok()) {
+      a.tokens = *std::move(first);
+      a.stop_strings.assign(started->stop_strings().begin(), started->stop_strings().end());
+    }
+    inbox->Put(std::move(a));
+  });
+}
+
+void EpisodeEngine::CallStep(Group& g, TurnOutput turn) {
+  Sample& s = g.samples[turn.sample_index];
+  v1::StepRequest request;
+  request.set_episode_id(s.episode_id);
+  request.set_turn_index(s.turns);
+  request.mutable_token_ids()->Assign(turn.tokens.begin(), turn.tokens.end());
+  request.set_turn_end(TurnEndOf(turn, g.request.params.stop_token_ids));
+  g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
+                    client = g.client, codec = codec_, chat = g.chat, group = g.request.id,
+                    attempt = g.attempt, turn = std::move(turn), request = std::move(request)] {
+    Answer a;
+    a.kind = Answer::Kind::kStep;
+    a.group_id = group;
+    a.attempt = attempt;
+    a.sample = turn.sample_index;
+    a.turn_tokens = static_cast<int64_t>(turn.tokens.size());
+    v1::StepRequest r = request;
+    absl::StatusOr<std::string> text = codec->DecodeCompletion(turn.tokens);
+    a.status = text.status();
+    if (text.ok()) {
+      r.set_text(*text);
+      absl::StatusOr<v1::StepResponse> answer =
+          Timed(metrics, *endpoint, [&] { return client->Step(r); });
+      a.status = answer.status();
+      if (answer.ok() && !answer->done()) {
+        absl::StatusOr<std::vector<int32_t>> reply = RenderReply(
+            *codec, answer->messages(), turn.tokens.empty() ? -1 : turn.tokens.back(), chat);
+        a.status = reply.status();
+        if (reply.ok()) a.tokens = *std::move(reply);
+      }
+      if (answer.ok()) a.step = *std::move(answer);
+    }
+    inbox->Put(std::move(a));
+  });
+}
+
+void EpisodeEngine::CallEnd(Group& g, int32_t sample, const std::string& reason) {
+  v1::EndEpisodeRequest request;
+  request.set_episode_id(g.samples[sample].episode_id);
+  request.set_truncated(true);
+  request.set_reason(reason);
+  g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
+                    client = g.client, group = g.request.id, attempt = g.attempt, sample,
+                    request = std::move(request)] {
+    Answer a;
+    a.kind = Answer::Kind::kEnd;
+    a.group_id = group;
+    a.attempt = attempt;
+    a.sample = sample;
+    a.reason = request.reason();
+    absl::StatusOr<v1::EndEpisodeResponse> ended =
+        Timed(metrics, *endpoint, [&] { return client->EndEpisode(request); });
+    a.status = ended.status();
+    if (ended.ok()) a.reward = ended->episode_reward();
+    inbox->Put(std::move(a));
+  });
+}
+
+void EpisodeEngine::NotifyAborted(const Group& g, const std::string& reason) {
+  for (const Sample& s : g.samples) {
+    if (s.episode_id.empty() || s.ended) continue;
+    v1::EndEpisodeRequest request;
+    request.set_episode_id(s.episode_id);
+    request.set_aborted(true);
+    request.set_reason(absl::StrCat("aborted: ", reason.substr(0, 256)));
+    // Fire and forget: the answer (and an error: the episode may be unknown there) is not used.
+    g.endpoint->Post([client = g.client, request = std::move(request)] {
+      client->EndEpisode(request).IgnoreError();
+    });
+  }
+}
+
+// ---- Answers --------------------------------------------------------------------------------
+
+void EpisodeEngine::Apply(Answer& a) {
+  auto it = groups_.find(a.group_id);
+  if (it == groups_.end() || it->second->attempt != a.attempt) return;  // gone, or restarted
+  Group& g = *it->second;
+  if (g.phase == Group::Phase::kWaiting) return;
+  if (!a.status.ok()) return Fail(g, InEpisode(g.samples[a.sample].episode_id, a.status));
+  switch (a.kind) {
+    case Answer::Kind::kStart:
+      return OnStarted(g, a);
+    case Answer::Kind::kStep:
+      return OnStepped(g, a);
+    case Answer::Kind::kEnd:
+      return OnEnded(g, a);
+  }
+}
+
+void EpisodeEngine::OnStarted(Group& g, Answer& a) {
+  if (!g.first_prompt.has_value()) {
+    g.first_prompt = std::move(a.tokens);
+    g.stop_strings = std::move(a.stop_strings);
+  } else if (*g.first_prompt != a.tokens) {
+    return Fail(g, InEpisode(g.samples[a.sample].episode_id,
+                             absl::FailedPreconditionError(
+                                 "the environment gave the samples of one group different first "
+                                 "observations; prl runs a group from one prompt (give every "
+                                 "sample the same rules)")));
+  }
+  if (++g.answered == g.request.params.n) Launch(g);
+}
+
+void EpisodeEngine::Launch(Group& g) {
+  const v1::EnvironmentSpec& spec = *g.request.environment;
+  const int64_t prompt_tokens = static_cast<int64_t>(g.first_prompt->size());
+  const TurnBudget first = NextTurnBudget(prompt_tokens, 0, engine_->max_sequence_tokens(), spec);
+  if (!first.truncate.empty()) {  // not one token of room: nothing could ever be trained
+    return Fail(g, absl::FailedPreconditionError(
+                       absl::StrCat("the prompt and the first observation (", prompt_tokens,
+                                    " tokens) leave no room for a model turn (", first.truncate,
+                                    "): shorten the observation or raise the model's context")));
+  }
+  SamplingParams params = g.request.params;
+  params.multi_turn = true;
+  params.max_tokens = first.max_tokens;
+  if (!g.stop_strings.empty()) {
+    params.end_turn = [stops = std::make_shared<StopStrings>(codec_, g.stop_strings)](
+                          absl::Span<const int32_t> turn) { return stops->CompletedBy(turn); };
+  }
+  absl::StatusOr<uint64_t> id = engine_->AddRequest(*g.first_prompt, params);
+  if (!id.ok()) {
+    return Fail(g, absl::Status(id.status().code(),
+                                absl::StrCat("the engine refused the episodes' first prompt (",
+                                             prompt_tokens, " tokens): ", id.status().message())));
+  }
+  g.phase = Group::Phase::kInEngine;
+  g.request_id = *id;
+  by_request_[*id] = g.request.id;
+}
+
+void EpisodeEngine::OnStepped(Group& g, Answer& a) {
+  Sample& s = g.samples[a.sample];
+  const v1::EnvironmentSpec& spec = *g.request.environment;
+  if (absl::Status valid = env::ValidateStepResponse(a.step); !valid.ok()) {  // built-ins too
+    return Fail(g, InEpisode(s.episode_id, valid));
+  }
+  ++s.turns;
+  s.completion_tokens += a.turn_tokens;
+  s.outcome.turn_ends.push_back(static_cast<uint32_t>(s.completion_tokens));
+  s.outcome.turn_rewards.push_back(a.step.has_turn_reward() ? a.step.turn_reward() : 0.0);
+  absl::Status applied = absl::OkStatus();
+  if (a.step.done()) {
+    s.ended = true;
+    s.outcome.reward = a.step.episode_reward();
+    s.outcome.reason = a.step.done_reason();
+    applied = engine_->FinishSample(g.request_id, a.sample);
+  } else if (s.turns >= spec.max_turns()) {
+    return CallEnd(g, a.sample, absl::StrCat("max_turns ", spec.max_turns()));
+  } else {
+    const int64_t reply = static_cast<int64_t>(a.tokens.size());
+    const int64_t sequence = static_cast<int64_t>(g.first_prompt->size()) + s.completion_tokens;
+    const TurnBudget next = NextTurnBudget(sequence + reply, s.completion_tokens + reply,
+                                           engine_->max_sequence_tokens(), spec);
+    if (!next.truncate.empty()) return CallEnd(g, a.sample, next.truncate);
+    s.completion_tokens += reply;
+    applied = engine_->Continue(g.request_id, a.sample, a.tokens, next.max_tokens);
+  }
+  if (!applied.ok()) Fail(g, InEpisode(s.episode_id, applied));
+}
+
+void EpisodeEngine::OnEnded(Group& g, Answer& a) {
+  Sample& s = g.samples[a.sample];
+  s.outcome.reward = a.reward;
+  s.outcome.truncated = true;
+  s.outcome.reason = a.reason;
+  s.ended = true;
+  if (absl::Status done = engine_->FinishSample(g.request_id, a.sample); !done.ok()) {
+    Fail(g, InEpisode(s.episode_id, done));
+  }
+}
+
+}  // namespace prl::episode

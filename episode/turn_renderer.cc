@@ -1,0 +1,119 @@
+#include "episode/turn_renderer.h"
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/prompt_format.h"
+#include "core/status_macros.h"
+
+namespace prl::episode {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json Message(const std::string& role, const std::string& content) {
+  Json m = Json::object();
+  m["role"] = role;
+  m["content"] = content;
+  return m;
+}
+
+Json MessageOf(const prl::v1::EnvMessage& m) {
+  Json message = Message(m.role(), m.content());
+  if (!m.name().empty()) message["name"] = m.name();
+  return message;
+}
+
+// The stand-in assistant's content: a marker that no message of the reply contains (a reply that
+// quoted it would otherwise be cut at the wrong place).
+std::string MarkerFor(const EnvMessages& messages) {
+  std::string marker = "PRL-STAND-IN-7f3a";
+  const auto used = [&] {
+    for (const prl::v1::EnvMessage& m : messages) {
+      if (m.content().find(marker) != std::string::npos ||
+          m.name().find(marker) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; used(); ++i) marker = absl::StrCat("PRL-STAND-IN-7f3a-", i);
+  return marker;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatContext> ChatContextOf(const prl::v1::EpisodePrompt& prompt) {
+  ChatContext context;
+  if (!prompt.has_chat()) return context;
+  PRL_ASSIGN_OR_RETURN(const tokenizer::ChatPrompt chat,
+                       coordinator::ToChatPrompt(prompt.chat(), "episode prompt chat"));
+  context.tools = chat.tools;
+  context.kwargs = chat.kwargs;
+  return context;
+}
+
+absl::StatusOr<std::vector<int32_t>> RenderReply(const tokenizer::TextCodec& codec,
+                                                 const EnvMessages& messages, int32_t last_token,
+                                                 const ChatContext& context) {
+  if (messages.empty()) return std::vector<int32_t>();
+  const std::string marker = MarkerFor(messages);
+  tokenizer::ChatPrompt base;
+  base.messages.push_back(Message("user", "PRL-STAND-IN-USER"));
+  base.messages.push_back(Message("assistant", marker));
+  base.tools = context.tools;
+  base.kwargs = context.kwargs;
+  base.add_generation_prompt = false;
+  absl::StatusOr<std::string> before = codec.RenderChat(base);
+  if (absl::IsFailedPrecondition(before.status())) {  // no chat template: plain lines
+    std::string text;
+    for (const prl::v1::EnvMessage& m : messages) absl::StrAppend(&text, m.content(), "\n");
+    return codec.EncodeContinuation(text);
+  }
+  PRL_RETURN_IF_ERROR(before.status());
+  tokenizer::ChatPrompt full = base;
+  for (const prl::v1::EnvMessage& m : messages) full.messages.push_back(MessageOf(m));
+  full.add_generation_prompt = true;
+  PRL_ASSIGN_OR_RETURN(const std::string after, codec.RenderChat(full));
+  // What follows the stand-in assistant's content: its end of turn alone, then with the new
+  // messages after it. (What comes before may differ — Qwen3's template gives the last
+  // assistant turn an empty think block and earlier ones none — and is never re-rendered.)
+  const size_t in_before = before->rfind(marker), in_after = after.rfind(marker);
+  const std::string end_of_turn =
+      in_before == std::string::npos ? "" : before->substr(in_before + marker.size());
+  const std::string delta =
+      in_after == std::string::npos ? "" : after.substr(in_after + marker.size());
+  if (in_before == std::string::npos || in_after == std::string::npos ||
+      delta.compare(0, end_of_turn.size(), end_of_turn) != 0) {
+    return absl::FailedPreconditionError(
+        "the chat template does not render an environment's messages after an assistant turn "
+        "as a continuation of that turn: the reply cannot be appended as a delta");
+  }
+  PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, codec.EncodeContinuation(delta));
+  if (!tokens.empty() && tokens.front() == last_token) tokens.erase(tokens.begin());
+  return tokens;
+}
+
+absl::StatusOr<std::vector<int32_t>> RenderFirstPrompt(const tokenizer::TextCodec& codec,
+                                                       const prl::v1::Chat& chat,
+                                                       const EnvMessages& observation) {
+  PRL_ASSIGN_OR_RETURN(tokenizer::ChatPrompt prompt,
+                       coordinator::ToChatPrompt(chat, "episode prompt chat"));
+  for (const prl::v1::EnvMessage& m : observation) prompt.messages.push_back(MessageOf(m));
+  prompt.add_generation_prompt = true;
+  return codec.EncodeChat(prompt);
+}
+
+absl::StatusOr<std::vector<int32_t>> FirstPromptOf(const tokenizer::TextCodec& codec,
+                                                   absl::Span<const int32_t> prompt,
+                                                   const prl::v1::EpisodePrompt& submitted,
+                                                   const EnvMessages& observation,
+                                                   const ChatContext& context) {
+  if (submitted.has_chat() && !observation.empty()) {
+    return RenderFirstPrompt(codec, submitted.chat(), observation);
+  }
+  PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, RenderReply(codec, observation, -1, context));
+  tokens.insert(tokens.begin(), prompt.begin(), prompt.end());
+  return tokens;
+}
+
+}  // namespace prl::episode
