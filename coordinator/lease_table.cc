@@ -12,6 +12,7 @@ std::string LeaseTable::Open(const PromptRef& prompt, const std::string& actor_i
   earliest_deadline_ = std::min(earliest_deadline_, deadline);
   leases_[id] = Lease{prompt, actor_id, deadline, now, false};
   by_prompt_[prompt] = id;
+  by_actor_[actor_id].insert(id);
   return id;
 }
 
@@ -25,10 +26,19 @@ const std::string* LeaseTable::IdOf(const PromptRef& prompt) const {
   return it == by_prompt_.end() ? nullptr : &it->second;
 }
 
+void LeaseTable::Forget(const std::string& lease_id, const std::string& actor_id) {
+  auto holder = by_actor_.find(actor_id);
+  if (holder == by_actor_.end()) return;
+  holder->second.erase(lease_id);
+  if (holder->second.empty()) by_actor_.erase(holder);
+}
+
 void LeaseTable::End(const PromptRef& prompt) {
   auto it = by_prompt_.find(prompt);
   if (it == by_prompt_.end()) return;
-  leases_.erase(it->second);
+  auto lease = leases_.find(it->second);
+  Forget(it->second, lease->second.actor_id);
+  leases_.erase(lease);
   by_prompt_.erase(it);
 }
 
@@ -39,6 +49,7 @@ void LeaseTable::EndSets(const std::function<bool(const std::string& set_id)>& r
       continue;
     }
     by_prompt_.erase(it->second.prompt);
+    Forget(it->first, it->second.actor_id);
     it = leases_.erase(it);
   }
 }
@@ -84,9 +95,9 @@ absl::flat_hash_set<std::string> LeaseTable::Holders() const {
 std::vector<std::pair<std::string, const LeaseTable::Lease*>> LeaseTable::HeldBy(
     const std::string& actor_id) const {
   std::vector<std::pair<std::string, const Lease*>> out;
-  for (const auto& [id, lease] : leases_) {
-    if (lease.actor_id == actor_id) out.emplace_back(id, &lease);
-  }
+  auto holder = by_actor_.find(actor_id);
+  if (holder == by_actor_.end()) return out;
+  for (const std::string& id : holder->second) out.emplace_back(id, &leases_.at(id));
   return out;
 }
 

@@ -7,7 +7,7 @@
 // pending again (coordinator/coordinator.h). What a lease's end does to its prompt (re-queued,
 // failed after max_attempts) is the prompt sets' business (coordinator/prompt_sets.h).
 //
-// Owns: the leases by id and by prompt, and a bound on the earliest deadline, so that the
+// Owns: the leases by id, by prompt and by actor, and a bound on the earliest deadline, so that the
 // expiry check every Lease call makes scans the table only once a deadline may have passed.
 // Not thread-safe: the coordinator calls it under its mutex.
 #pragma once
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,9 +73,12 @@ class LeaseTable {
   int64_t size() const { return static_cast<int64_t>(leases_.size()); }
 
  private:
+  void Forget(const std::string& lease_id, const std::string& actor_id);  // from by_actor_
+
   int64_t lease_ms_;
-  std::map<std::string, Lease> leases_;         // by lease id
-  std::map<PromptRef, std::string> by_prompt_;  // prompt -> lease id
+  std::map<std::string, Lease> leases_;                    // by lease id
+  std::map<PromptRef, std::string> by_prompt_;             // prompt -> lease id
+  std::map<std::string, std::set<std::string>> by_actor_;  // actor id -> its lease ids
   // At or before every open lease's deadline (renewals only move deadlines later).
   absl::Time earliest_deadline_ = absl::InfiniteFuture();
 };

@@ -90,6 +90,8 @@ absl::StatusOr<prl::v1::HeartbeatResponse> Coordinator::Heartbeat(
 
 FairShare Coordinator::FairShareLocked(const std::string& actor_id,
                                        const ActorTable::Actor& actor) const {
+  const int32_t slots = actor.capacity.max_prompts_in_flight();
+  if (slots <= 0) return FairShare(0, {}, {});  // an actor that did not say: nothing is limited
   std::map<std::string, int64_t> held;
   for (const auto& [id, lease] : leases_.HeldBy(actor_id)) {
     const PromptSets::Set* set = sets_.Find(lease->prompt.set_id);
@@ -104,7 +106,7 @@ FairShare Coordinator::FairShareLocked(const std::string& actor_id,
     }
     waiting.insert(ShareClassOf(set->submitted.request()));
   }
-  return FairShare(actor.capacity.max_prompts_in_flight(), std::move(held), std::move(waiting));
+  return FairShare(slots, std::move(held), std::move(waiting));
 }
 
 absl::StatusOr<uint64_t> Coordinator::ExpireLocked(absl::Time now) {

@@ -52,7 +52,8 @@ TEST_F(EpisodeSetsTest, EveryEnvironmentFieldIsBoundedAndTimeoutsAreCapped) {
       {[](auto& e) { e.set_name(std::string(300, 'n')); },
        {"environment.name: expected at most 256", "found 300"}},
       {[](auto& e) {
-         for (int i = 0; i < 65; ++i) (*e.mutable_parameters())[absl::StrCat("k", i)] = "v";
+         const std::string value(1, 'v');
+         for (int i = 0; i < 65; ++i) (*e.mutable_parameters())[absl::StrCat("k", i)] = value;
        },
        {"environment.parameters: expected at most 64", "found 65"}},
       {[](auto& e) { (*e.mutable_parameters())["big"] = std::string(5000, 'v'); },

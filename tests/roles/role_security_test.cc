@@ -66,11 +66,20 @@ TEST_F(RoleSecurityTest, ATokenNeverGoesInPlaintextToAnAddressThatIsNotLoopback)
 
 TEST_F(RoleSecurityTest, AnActorChecksEveryServerItCalls) {
   config_.coordinator.address = "127.0.0.1:50051";
+  // Rewards and environments are user-written: no role token goes to them, so a remote one is
+  // no reason to refuse; a credential configured for one must not travel in plaintext.
   config_.coordinator.reward_addresses = {"verifier.internal:50071"};
+  config_.coordinator.env_addresses = {"sandbox.internal:7000"};
+  EXPECT_TRUE(Configure(rpc::Role::kActor).ok());
+  config_.security.service_token_files["sandbox.internal:7000"] = "/no/such/file";
   absl::Status s = Configure(rpc::Role::kActor);
-  EXPECT_TRUE(absl::StrContains(s.message(), "coordinator.reward_addresses")) << s;
-  EXPECT_TRUE(Configure(rpc::Role::kLearner).ok()) << "the learner calls no reward service";
+  EXPECT_TRUE(
+      absl::StrContains(s.message(), "security.service_token_files['sandbox.internal:7000']"))
+      << s;
+  EXPECT_TRUE(Configure(rpc::Role::kLearner).ok()) << "only actors call user-written services";
+  config_.security.service_token_files.clear();
   config_.coordinator.reward_addresses.clear();
+  config_.coordinator.env_addresses.clear();
   config_.replay.address = "replay.prl.svc:50061";
   s = Configure(rpc::Role::kActor);
   EXPECT_TRUE(absl::StrContains(s.message(), "replay.address")) << s;

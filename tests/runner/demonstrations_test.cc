@@ -125,6 +125,7 @@ TEST(DemonstrationsTest, TheEnvironmentsTokensAreWhatTheEpisodeEngineAppends) {
   v1::StepRequest step;
   step.set_episode_id("demo/0");
   step.set_text(*codec->DecodeCompletion(call));
+  step.set_turn_end(v1::TURN_END_STOP_STRING);
   auto tool = calculator.Step(step);
   ASSERT_TRUE(tool.ok()) << tool.status();
   ASSERT_FALSE(tool->done());
@@ -133,6 +134,7 @@ TEST(DemonstrationsTest, TheEnvironmentsTokensAreWhatTheEpisodeEngineAppends) {
   EXPECT_EQ(*rendered, reply);
   step.set_turn_index(1);
   step.set_text(*codec->DecodeCompletion(answer));
+  step.set_turn_end(v1::TURN_END_END_OF_TURN);
   auto done = calculator.Step(step);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_TRUE(done->done());
