@@ -110,13 +110,17 @@ absl::StatusOr<double> Measure(const EnvShareBenchOptions& o, bool beside) {
       std::filesystem::temp_directory_path() /
       absl::StrCat("prl_env_share_bench_", getpid(), beside ? "_beside" : "_alone");
   std::filesystem::remove_all(dir);
+  // Two servers, as two environments would be (the hung one's blocked calls hold its own
+  // server's threads).
   auto hung = std::make_shared<HungEnvironment>();
   PRL_ASSIGN_OR_RETURN(
-      auto environments,
-      env::EnvironmentServer::Start(
-          {{"healthy", std::make_shared<env::GuessNumberEnvironment>()}, {"hung", hung}},
-          {.address = "127.0.0.1:0"}));
-  const std::string env_address = absl::StrCat("127.0.0.1:", environments->port());
+      auto healthy_server,
+      env::EnvironmentServer::Start({{"healthy", std::make_shared<env::GuessNumberEnvironment>()}},
+                                    {.address = "127.0.0.1:0"}));
+  PRL_ASSIGN_OR_RETURN(auto hung_server,
+                       env::EnvironmentServer::Start({{"hung", hung}}, {.address = "127.0.0.1:0"}));
+  const std::string healthy_address = absl::StrCat("127.0.0.1:", healthy_server->port());
+  const std::string hung_address = absl::StrCat("127.0.0.1:", hung_server->port());
   coordinator::CoordinatorConfig cc;
   cc.log_path = (dir / "prompts.log").string();
   cc.vocab_size = task::CharTokenizer().vocab_size();
@@ -124,7 +128,7 @@ absl::StatusOr<double> Measure(const EnvShareBenchOptions& o, bool beside) {
   cc.lease_ms = 60'000;
   cc.heartbeat_ms = 100;
   cc.text = std::make_shared<task::CharTextCodec>();
-  cc.env_addresses = {env_address};
+  cc.env_addresses = {healthy_address, hung_address};
   PRL_ASSIGN_OR_RETURN(auto coordinator, coordinator::Coordinator::Open(cc));
   PRL_ASSIGN_OR_RETURN(auto server,
                        coordinator::CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0"));
@@ -149,13 +153,13 @@ absl::StatusOr<double> Measure(const EnvShareBenchOptions& o, bool beside) {
   double rate = 0;
   if (beside) {  // the hung set holds every slot first
     measured =
-        coordinator->Submit(GameSet(o, "hung", env_address, 4 * o.max_prompts_in_flight)).status();
+        coordinator->Submit(GameSet(o, "hung", hung_address, 4 * o.max_prompts_in_flight)).status();
     if (measured.ok()) hung->WaitForSteps(int64_t{o.max_prompts_in_flight} * o.samples_per_prompt);
   }
   if (measured.ok()) {
     const absl::Time start = absl::Now();
     absl::StatusOr<v1::SubmitPromptSetResponse> healthy =
-        coordinator->Submit(GameSet(o, "healthy", env_address, o.prompts));
+        coordinator->Submit(GameSet(o, "healthy", healthy_address, o.prompts));
     measured = healthy.status();
     while (measured.ok()) {
       const v1::PromptSetStatus s = *coordinator->Get(healthy->prompt_set_id());
@@ -176,7 +180,8 @@ absl::StatusOr<double> Measure(const EnvShareBenchOptions& o, bool beside) {
   a.reset();
   server.reset();
   coordinator.reset();
-  environments.reset();
+  healthy_server.reset();
+  hung_server.reset();
   std::filesystem::remove_all(dir);
   PRL_RETURN_IF_ERROR(measured);
   PRL_RETURN_IF_ERROR(ran);

@@ -21,7 +21,7 @@
 namespace prl::bench {
 
 struct EnvShareBenchOptions {
-  int prompts = 64;  // of the healthy set
+  int prompts = 512;  // of the healthy set
   int samples_per_prompt = 4;
   int max_prompts_in_flight = 8;  // the actor's slots
   int max_turns = 4;

@@ -28,7 +28,7 @@ def catalog():
     text = open(os.path.join(ROOT, "metrics", "prl_metrics.cc")).read()
     names = set()
     for call, name in re.findall(r'(AddHistogram|AddGauge|AddCounter|CounterFamily|DroppedGroups)'
-                                 r'\((?:registry, )?"(prl_\w+)"', text):
+                                 r'\(\s*(?:registry,\s*)?"(prl_\w+)"', text):
         names.add(name)
         if call == "AddHistogram":
             names.update(name + suffix for suffix in ("_bucket", "_sum", "_count"))
