@@ -17,6 +17,7 @@
 #include "core/status_macros.h"
 #include "env/environment_server.h"
 #include "env/guess_number.h"
+#include "model/presets.h"
 #include "task/char_text_codec.h"
 #include "task/char_tokenizer.h"
 
@@ -60,21 +61,13 @@ class HungEnvironment final : public env::Environment {
   bool released_ = false;
 };
 
-std::shared_ptr<const ParameterSet> TinyModel() {
-  ModelConfig c;
-  SetArchitecture(Architecture::kQwen2, /*attention_bias=*/true, &c);
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
+// The "tiny" preset over the built-in character vocabulary, random weights.
+absl::StatusOr<std::shared_ptr<const ParameterSet>> TinyModel() {
+  PRL_ASSIGN_OR_RETURN(ModelConfig c, PresetConfig("tiny"));
   c.vocab_size = task::CharTokenizer().vocab_size();
-  c.max_position_embeddings = 256;
-  c.tie_word_embeddings = true;
-  auto set = std::make_shared<ParameterSet>(*ParameterSet::Allocate(c, Device::Cpu(), false));
-  InitializeParameters(*set, 3, 0.3f);
-  return set;
+  PRL_ASSIGN_OR_RETURN(ParameterSet set, ParameterSet::Allocate(c, Device::Cpu(), false));
+  InitializeParameters(set, 3, 0.3f);
+  return std::make_shared<const ParameterSet>(std::move(set));
 }
 
 v1::SubmitPromptSetRequest GameSet(const EnvShareBenchOptions& o, const std::string& name,
@@ -139,8 +132,9 @@ absl::StatusOr<double> Measure(const EnvShareBenchOptions& o, bool beside) {
   ao.max_prompts_in_flight = o.max_prompts_in_flight;
   ao.text = std::make_shared<task::CharTextCodec>();
   std::atomic<int64_t> groups{0};
+  PRL_ASSIGN_OR_RETURN(std::shared_ptr<const ParameterSet> model, TinyModel());
   PRL_ASSIGN_OR_RETURN(auto a, actor::Actor::Create(
-                                   TinyModel(), 0,
+                                   model, 0,
                                    [&](absl::Span<const RolloutRecord>) {
                                      ++groups;  // scored; dropped instead of written
                                      return absl::OkStatus();
