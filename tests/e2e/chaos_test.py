@@ -144,10 +144,12 @@ class ChaosRun:
         self.start("replay", "replay", "serve", "--config", self.config)
         self.start("a0", "actor", "--config", self.config, "--name", "a0",
                    fault_point="actor.after_replay_write")
-        self.start("a1", "actor", "--config", self.config, "--name", "a1")
         self.set_ids = [self.submit(0)]
-        # The aimed kills first: the windows the dedup must cover, each hit for sure.
+        # The aimed kills first: the windows the dedup must cover, each hit for sure. a1 starts
+        # only once a0 has written a group: the learner waits at its own fault point meanwhile,
+        # and an a1 that leased the whole lag budget first would leave a0 nothing to write.
         self.kill_at("a0", "actor.after_replay_write")
+        self.start("a1", "actor", "--config", self.config, "--name", "a1")
         self.kill_at("learner", "learner.after_journal_write")
         rng = random.Random(self.seed)
         deadline = time.time() + timeout
