@@ -129,6 +129,7 @@ struct SubmitFlags {
   std::vector<std::string> env_params;
   int max_turns = 0, max_tokens_per_turn = 0, max_episode_tokens = 0;
   double env_timeout_s = 0;
+  std::string tool_call_format;
   int samples = 4, top_k = 0, max_tokens = 256;
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
@@ -166,6 +167,7 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
     e->set_max_tokens_per_turn(f.max_tokens_per_turn);
     e->set_max_episode_tokens(f.max_episode_tokens);
     e->set_timeout_s(f.env_timeout_s);
+    e->set_tool_call_format(f.tool_call_format);
     for (const std::string& kv : f.env_params) {
       std::vector<std::string> parts = absl::StrSplit(kv, absl::MaxSplits('=', 1));
       if (parts.size() != 2 || parts[0].empty()) {
@@ -308,6 +310,9 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
                      "Tokens per model turn (0: --max-tokens)");
   submit->add_option("--max-episode-tokens", s->max_episode_tokens,
                      "Completion tokens per episode, the model's and the replies' (0: no limit)");
+  submit->add_option("--tool-call-format", s->tool_call_format,
+                     "How the model writes tool calls: hermes, llama3_json, none (default: from "
+                     "the model's chat template)");
   submit->add_option("--env-timeout-s", s->env_timeout_s,
                      "One environment call's budget, retries included (0: 30)");
   submit->add_option("--name", s->name, "A name for humans (default: the file name)");

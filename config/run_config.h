@@ -104,6 +104,9 @@ struct EnvSection {
   int32_t max_tokens_per_turn = 0;            // 0: task.max_tokens
   int32_t max_episode_tokens = 0;             // model and environment tokens; 0: no limit
   double timeout_s = 0;                       // one call's budget, retries included; 0: 30
+  // How the model writes tool calls (episode/tool_calls.h): hermes, llama3_json, none; "": read
+  // from the model's chat template.
+  std::string tool_call_format;
 };
 
 // The supervised warm-start before RL (steps 0: none). The defaults take the tiny model to

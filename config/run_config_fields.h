@@ -68,6 +68,8 @@ void VisitTaskFields(RunConfig& c, Visitor& v) {
   v("env", "max_episode_tokens", c.env.max_episode_tokens,
     "Completion tokens of an episode, model and environment (0: no limit)");
   v("env", "timeout_s", c.env.timeout_s, "One environment call's budget, retries included (0: 30)");
+  v("env", "tool_call_format", c.env.tool_call_format,
+    "How the model writes tool calls: hermes, llama3_json, none; empty: from the chat template");
   v("sft", "steps", c.sft.steps, "Supervised warm-start steps (0: none)");
   v("sft", "lr", c.sft.lr, "Warm-start learning rate");
   v("sft", "examples_per_step", c.sft.examples_per_step, "Warm-start examples per step");

@@ -113,6 +113,12 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Range(c.env.address.empty() || !c.env.name.empty(), "env.name",
                             "the name of the environment env.address serves", "''"));
   PRL_RETURN_IF_ERROR(Address(c.env.address, "env.address", true));
+  PRL_RETURN_IF_ERROR(Range(c.env.tool_call_format.empty() || c.env.tool_call_format == "hermes" ||
+                                c.env.tool_call_format == "llama3_json" ||
+                                c.env.tool_call_format == "none",
+                            "env.tool_call_format",
+                            "\"\" (from the chat template), hermes, llama3_json or none",
+                            Quoted(c.env.tool_call_format)));
   PRL_RETURN_IF_ERROR(Range(c.env.max_turns >= 0 && c.env.max_turns <= 1024, "env.max_turns",
                             "0 (8) to 1024", c.env.max_turns));
   PRL_RETURN_IF_ERROR(

@@ -181,6 +181,12 @@ absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequ
                                 ": max_tokens_per_turn, else sampling.max_tokens)"),
                    absl::StrCat(e.max_episode_tokens()));
   }
+  const std::string& format = e.tool_call_format();
+  if (!format.empty() && format != "hermes" && format != "llama3_json" && format != "none") {
+    return Invalid("environment.tool_call_format",
+                   "\"\" (from the chat template), hermes, llama3_json or none",
+                   absl::StrCat("'", format.substr(0, 64), "'"));
+  }
   const double max_timeout = config_.max_env_timeout_s;
   if (!(e.timeout_s() >= 0 && e.timeout_s() <= max_timeout)) {
     return Invalid("environment.timeout_s",

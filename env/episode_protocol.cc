@@ -53,6 +53,10 @@ absl::Status ValidateMessages(const std::string& field,
     }
     if (!ValidUtf8(m.content())) return Invalid(at + ".content", "valid UTF-8", "invalid bytes");
     if (!ValidUtf8(m.name())) return Invalid(at + ".name", "valid UTF-8", "invalid bytes");
+    if (m.tool_call_id().size() > 256 || !ValidUtf8(m.tool_call_id())) {
+      return Invalid(at + ".tool_call_id", "at most 256 bytes of UTF-8",
+                     absl::StrCat(m.tool_call_id().size(), " bytes"));
+    }
   }
   return absl::OkStatus();
 }
@@ -63,6 +67,11 @@ absl::Status ValidateStartResponse(const v1::StartEpisodeResponse& r) {
   if (absl::Status s = ValidateMessages("StartEpisodeResponse.observation", r.observation());
       !s.ok()) {
     return s;
+  }
+  if (r.tools_json().size() > kMaxToolsBytes || !ValidUtf8(r.tools_json())) {
+    return Invalid("StartEpisodeResponse.tools_json",
+                   absl::StrCat("at most ", kMaxToolsBytes, " bytes of UTF-8"),
+                   absl::StrCat(r.tools_json().size(), " bytes"));
   }
   if (r.stop_strings_size() > kMaxStopStrings) {
     return Invalid("StartEpisodeResponse.stop_strings",

@@ -14,6 +14,7 @@ inline constexpr int kMaxStopStrings = 8;
 inline constexpr size_t kMaxStopStringBytes = 64;
 inline constexpr size_t kMaxMessageBytes = size_t{1} << 20;  // one message's content
 inline constexpr int kMaxMessages = 64;                      // per answer
+inline constexpr size_t kMaxToolsBytes = size_t{256} << 10;  // StartEpisodeResponse.tools_json
 
 // Messages: role "user", "tool" or "system", content valid UTF-8 of at most kMaxMessageBytes.
 absl::Status ValidateStartResponse(const v1::StartEpisodeResponse& response);

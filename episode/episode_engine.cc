@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "env/episode_protocol.h"
+#include "episode/episode_engine_internal.h"
 #include "episode/episode_protocol.h"
 #include "episode/stop_strings.h"
 
@@ -15,88 +16,7 @@ namespace prl::episode {
 
 namespace v1 = prl::v1;
 
-// One environment call's result, left in the inbox by the call's thread.
-struct EpisodeEngine::Answer {
-  enum class Kind { kStart, kStep, kEnd } kind = Kind::kStart;
-  std::string group_id;
-  int32_t attempt = 0;  // the group's attempt the call belongs to (older ones are dropped)
-  int32_t sample = 0;
-  absl::Status status;
-  // kStart: the first prompt (the prompt and the first observation) and the stop strings.
-  // kStep: the reply rendered as a delta; the turn's token count; the environment's answer.
-  std::vector<int32_t> tokens;
-  std::vector<std::string> stop_strings;
-  int64_t turn_tokens = 0;
-  v1::StepResponse step;
-  // kEnd: the episode's reward and the limit that ended it.
-  double reward = 0;
-  std::string reason;
-};
-
-struct EpisodeEngine::Sample {
-  std::string episode_id;
-  int32_t turns = 0;              // turns the environment answered
-  int64_t completion_tokens = 0;  // the model's and the environment's so far
-  bool ended = false;             // the environment said done, or EndEpisode scored it
-  EpisodeOutcome outcome;
-};
-
-struct EpisodeEngine::Group {
-  enum class Phase { kStarting, kWaiting, kInEngine } phase = Phase::kInEngine;
-  GroupRequest request;
-  std::shared_ptr<Endpoint> endpoint;  // null: one turn
-  std::shared_ptr<env::Environment> client;
-  ChatContext chat;
-  int32_t attempt = 0;  // restarts after outages
-  uint64_t epoch = 0;   // the endpoint's outages when the episodes started
-  uint64_t request_id = 0;
-  std::vector<Sample> samples;
-  int32_t answered = 0;  // starts answered (kStarting)
-  std::optional<std::vector<int32_t>> first_prompt;
-  std::vector<std::string> stop_strings;
-};
-
-// The answers the environments' threads leave for the engine loop.
-class EpisodeEngine::Inbox {
- public:
-  explicit Inbox(std::function<void()> wake) : wake_(std::move(wake)) {}
-  void Put(Answer a) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      answers_.push_back(std::move(a));
-    }
-    if (wake_) wake_();
-  }
-  std::vector<Answer> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<Answer> out;
-    out.swap(answers_);
-    return out;
-  }
-  bool empty() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return answers_.empty();
-  }
-
- private:
-  std::function<void()> wake_;
-  mutable std::mutex mu_;
-  std::vector<Answer> answers_;
-};
-
 namespace {
-
-// A call's latency into prl_environment_latency_seconds; the endpoint learns whether it is up.
-template <typename Call>
-auto Timed(metrics::ActorMetrics* metrics, Endpoint& endpoint, Call&& call) -> decltype(call()) {
-  const absl::Time start = absl::Now();
-  auto result = call();
-  if (metrics != nullptr) {
-    metrics->environment_latency_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  }
-  endpoint.Observe(result.status());
-  return result;
-}
 
 constexpr int32_t kMaxOutageRestarts = 8;
 
@@ -163,6 +83,12 @@ absl::Status EpisodeEngine::Add(GroupRequest request) {
     absl::StatusOr<ChatContext> chat = ChatContextOf(group.request.submitted);
     ready = chat.status();
     if (chat.ok()) group.chat = *std::move(chat);
+  }
+  if (ready.ok()) {
+    absl::StatusOr<ToolCallFormat> format = ToolCallFormatOf(
+        group.request.environment->tool_call_format(), *codec_, "environment.tool_call_format");
+    ready = format.status();
+    if (format.ok()) group.tool_format = *format;
   }
   groups_[id] = std::move(g);
   if (!ready.ok()) {
@@ -325,106 +251,6 @@ EpisodeCounts EpisodeEngine::counts() const {
   return c;
 }
 
-// ---- Calls ----------------------------------------------------------------------------------
-
-void EpisodeEngine::CallStart(Group& g, int32_t sample) {
-  v1::StartEpisodeRequest request =
-      StartRequestOf(g.request, sample, g.samples[sample].episode_id, *codec_);
-  g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
-                    client = g.client, codec = codec_, chat = g.chat, group = g.request.id,
-                    attempt = g.attempt, sample, submitted = g.request.submitted,
-                    prompt = g.request.prompt, request = std::move(request)] {
-    Answer a;
-    a.kind = Answer::Kind::kStart;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
-    absl::StatusOr<v1::StartEpisodeResponse> started =
-        Timed(metrics, *endpoint, [&] { return client->StartEpisode(request); });
-    absl::StatusOr<std::vector<int32_t>> first =
-        started.ok() ? FirstPromptOf(*codec, prompt, submitted, started->observation(), chat)
-                     : started.status();
-    a.status = first.status();
-    if (first.ok()) {
-      a.tokens = *std::move(first);
-      a.stop_strings.assign(started->stop_strings().begin(), started->stop_strings().end());
-    }
-    inbox->Put(std::move(a));
-  });
-}
-
-void EpisodeEngine::CallStep(Group& g, TurnOutput turn) {
-  Sample& s = g.samples[turn.sample_index];
-  v1::StepRequest request;
-  request.set_episode_id(s.episode_id);
-  request.set_turn_index(s.turns);
-  request.mutable_token_ids()->Assign(turn.tokens.begin(), turn.tokens.end());
-  request.set_turn_end(TurnEndOf(turn, g.request.params.stop_token_ids));
-  g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
-                    client = g.client, codec = codec_, chat = g.chat, group = g.request.id,
-                    attempt = g.attempt, turn = std::move(turn), request = std::move(request)] {
-    Answer a;
-    a.kind = Answer::Kind::kStep;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = turn.sample_index;
-    a.turn_tokens = static_cast<int64_t>(turn.tokens.size());
-    v1::StepRequest r = request;
-    absl::StatusOr<std::string> text = codec->DecodeCompletion(turn.tokens);
-    a.status = text.status();
-    if (text.ok()) {
-      r.set_text(*text);
-      absl::StatusOr<v1::StepResponse> answer =
-          Timed(metrics, *endpoint, [&] { return client->Step(r); });
-      a.status = answer.status();
-      if (answer.ok() && !answer->done()) {
-        absl::StatusOr<std::vector<int32_t>> reply = RenderReply(
-            *codec, answer->messages(), turn.tokens.empty() ? -1 : turn.tokens.back(), chat);
-        a.status = reply.status();
-        if (reply.ok()) a.tokens = *std::move(reply);
-      }
-      if (answer.ok()) a.step = *std::move(answer);
-    }
-    inbox->Put(std::move(a));
-  });
-}
-
-void EpisodeEngine::CallEnd(Group& g, int32_t sample, const std::string& reason) {
-  v1::EndEpisodeRequest request;
-  request.set_episode_id(g.samples[sample].episode_id);
-  request.set_truncated(true);
-  request.set_reason(reason);
-  g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
-                    client = g.client, group = g.request.id, attempt = g.attempt, sample,
-                    request = std::move(request)] {
-    Answer a;
-    a.kind = Answer::Kind::kEnd;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
-    a.reason = request.reason();
-    absl::StatusOr<v1::EndEpisodeResponse> ended =
-        Timed(metrics, *endpoint, [&] { return client->EndEpisode(request); });
-    a.status = ended.status();
-    if (ended.ok()) a.reward = ended->episode_reward();
-    inbox->Put(std::move(a));
-  });
-}
-
-void EpisodeEngine::NotifyAborted(const Group& g, const std::string& reason) {
-  for (const Sample& s : g.samples) {
-    if (s.episode_id.empty() || s.ended) continue;
-    v1::EndEpisodeRequest request;
-    request.set_episode_id(s.episode_id);
-    request.set_aborted(true);
-    request.set_reason(absl::StrCat("aborted: ", reason.substr(0, 256)));
-    // Fire and forget: the answer (and an error: the episode may be unknown there) is not used.
-    g.endpoint->Post([client = g.client, request = std::move(request)] {
-      client->EndEpisode(request).IgnoreError();
-    });
-  }
-}
-
 // ---- Answers --------------------------------------------------------------------------------
 
 void EpisodeEngine::Apply(Answer& a) {
@@ -447,6 +273,7 @@ void EpisodeEngine::OnStarted(Group& g, Answer& a) {
   if (!g.first_prompt.has_value()) {
     g.first_prompt = std::move(a.tokens);
     g.stop_strings = std::move(a.stop_strings);
+    if (a.chat.has_value()) g.chat = *std::move(a.chat);
   } else if (*g.first_prompt != a.tokens) {
     return Fail(g, InEpisode(g.samples[a.sample].episode_id,
                              absl::FailedPreconditionError(

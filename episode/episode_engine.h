@@ -34,8 +34,8 @@
 // outage (NOT_FOUND or FAILED_PRECONDITION after it was down), is an outage, not a failure:
 // the group leaves the engine and waits, and starts again (new episode ids) when the
 // environment is back; only when it stays down longer than the outage budget (or a group met
-// more than 8 outages) do its groups fail. Abort gives a group up from outside (reclaimed, its lease lost, the actor stopping),
-// its environment told too.
+// more than 8 outages) do its groups fail. Abort gives a group up from outside (reclaimed, its
+// lease lost, the actor stopping), its environment told too.
 //
 // Owns: the engine, every group's state (one map, by group id), the environment pool and the
 // inbox. Thread-safety: one thread (the engine loop) calls everything; `wake` runs on the

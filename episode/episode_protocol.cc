@@ -43,6 +43,28 @@ v1::TurnEnd TurnEndOf(const TurnOutput& turn, absl::Span<const int32_t> stop_tok
   return stop_token ? v1::TURN_END_END_OF_TURN : v1::TURN_END_STOP_STRING;
 }
 
+absl::StatusOr<v1::StepRequest> StepRequestOf(const std::string& episode_id, int32_t turn_index,
+                                              const TurnOutput& turn,
+                                              const tokenizer::TextCodec& codec,
+                                              absl::Span<const int32_t> stop_token_ids,
+                                              ToolCallFormat format) {
+  v1::StepRequest r;
+  r.set_episode_id(episode_id);
+  r.set_turn_index(turn_index);
+  r.mutable_token_ids()->Assign(turn.tokens.begin(), turn.tokens.end());
+  r.set_turn_end(TurnEndOf(turn, stop_token_ids));
+  absl::StatusOr<std::string> text = codec.DecodeCompletion(turn.tokens);
+  if (!text.ok()) return text.status();
+  r.set_text(*text);
+  if (format != ToolCallFormat::kNone) {  // the turn's calls, in the model's format
+    ParsedTurn parsed = ParseToolCalls(format, r.text(), absl::StrCat(episode_id, "/", turn_index));
+    r.set_content(std::move(parsed.content));
+    for (v1::ToolCall& call : parsed.calls) *r.add_tool_calls() = std::move(call);
+    r.set_tool_call_error(std::move(parsed.error));
+  }
+  return r;
+}
+
 TurnBudget NextTurnBudget(int64_t sequence_tokens, int64_t episode_tokens,
                           int64_t max_sequence_tokens, const v1::EnvironmentSpec& spec) {
   TurnBudget budget;

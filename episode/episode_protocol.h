@@ -10,6 +10,7 @@
 
 #include "absl/types/span.h"
 #include "episode/group.h"
+#include "episode/tool_calls.h"
 #include "prl/v1/environment.pb.h"
 #include "tokenizer/text_codec.h"
 
@@ -24,6 +25,15 @@ prl::v1::StartEpisodeRequest StartRequestOf(const GroupRequest& group, int32_t s
 // Why a turn ended: a stop token (END_OF_TURN), a stop string (the engine's end_turn, or
 // EndTurn: STOP_STRING, also on the turn's last allowed token), else its budget (MAX_TOKENS).
 prl::v1::TurnEnd TurnEndOf(const TurnOutput& turn, absl::Span<const int32_t> stop_token_ids);
+
+// The StepRequest of a model turn: its text (decoded, special tokens left out) and token ids, how
+// it ended, and, with a tool-call format, its calls and content (episode/tool_calls.h; call ids
+// from "<episode id>/<turn index>", the same on every retry).
+absl::StatusOr<prl::v1::StepRequest> StepRequestOf(const std::string& episode_id,
+                                                   int32_t turn_index, const TurnOutput& turn,
+                                                   const tokenizer::TextCodec& codec,
+                                                   absl::Span<const int32_t> stop_token_ids,
+                                                   ToolCallFormat format);
 
 // The next model turn's token budget, or why the episode ends there (the actor then ends it
 // as truncated with EndEpisode): min(max_tokens_per_turn, max_episode_tokens - episode tokens,

@@ -20,6 +20,7 @@ Json Message(const std::string& role, const std::string& content) {
 Json MessageOf(const prl::v1::EnvMessage& m) {
   Json message = Message(m.role(), m.content());
   if (!m.name().empty()) message["name"] = m.name();
+  if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
   return message;
 }
 
@@ -93,11 +94,34 @@ absl::StatusOr<std::vector<int32_t>> RenderReply(const tokenizer::TextCodec& cod
   return tokens;
 }
 
+absl::StatusOr<ChatContext> WithTools(ChatContext context, const std::string& tools_json) {
+  if (tools_json.empty()) return context;
+  const Json tools = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
+  if (tools.is_discarded() || !tools.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StartEpisodeResponse.tools_json: expected a JSON array of tools, found '",
+                     tools_json.substr(0, 80), "'"));
+  }
+  if (context.tools.is_null()) context.tools = Json::array();
+  for (const Json& tool : tools) {
+    if (!tool.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("StartEpisodeResponse.tools_json: expected tool objects, found ",
+                       tool.dump().substr(0, 80)));
+    }
+    context.tools.push_back(tool);
+  }
+  return context;
+}
+
 absl::StatusOr<std::vector<int32_t>> RenderFirstPrompt(const tokenizer::TextCodec& codec,
                                                        const prl::v1::Chat& chat,
-                                                       const EnvMessages& observation) {
+                                                       const EnvMessages& observation,
+                                                       const ChatContext& context) {
   PRL_ASSIGN_OR_RETURN(tokenizer::ChatPrompt prompt,
                        coordinator::ToChatPrompt(chat, "episode prompt chat"));
+  prompt.tools = context.tools;
+  prompt.kwargs = context.kwargs;
   for (const prl::v1::EnvMessage& m : observation) prompt.messages.push_back(MessageOf(m));
   prompt.add_generation_prompt = true;
   return codec.EncodeChat(prompt);
@@ -107,9 +131,15 @@ absl::StatusOr<std::vector<int32_t>> FirstPromptOf(const tokenizer::TextCodec& c
                                                    absl::Span<const int32_t> prompt,
                                                    const prl::v1::EpisodePrompt& submitted,
                                                    const EnvMessages& observation,
-                                                   const ChatContext& context) {
-  if (submitted.has_chat() && !observation.empty()) {
-    return RenderFirstPrompt(codec, submitted.chat(), observation);
+                                                   const ChatContext& context,
+                                                   bool environment_tools) {
+  if (environment_tools && !submitted.has_chat()) {
+    return absl::FailedPreconditionError(
+        "StartEpisodeResponse.tools_json: an environment's tools need a chat prompt (messages) "
+        "to be rendered with; this prompt is text or token ids");
+  }
+  if (submitted.has_chat() && (!observation.empty() || environment_tools)) {
+    return RenderFirstPrompt(codec, submitted.chat(), observation, context);
   }
   PRL_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, RenderReply(codec, observation, -1, context));
   tokens.insert(tokens.begin(), prompt.begin(), prompt.end());

@@ -46,6 +46,9 @@ struct ChatContext {
 
 // The context of a submitted chat prompt (its tools and template variables); empty for others.
 absl::StatusOr<ChatContext> ChatContextOf(const prl::v1::EpisodePrompt& prompt);
+// `context` with an environment's tools (StartEpisodeResponse.tools_json: a JSON array of
+// objects; "" none) after the prompt's own. Errors name StartEpisodeResponse.tools_json.
+absl::StatusOr<ChatContext> WithTools(ChatContext context, const std::string& tools_json);
 
 // `last_token`: the model turn's last token (dropped from the reply's start when equal; -1:
 // none, e.g. the first observation of a prompt that is not a chat).
@@ -54,18 +57,21 @@ absl::StatusOr<std::vector<int32_t>> RenderReply(const tokenizer::TextCodec& cod
                                                  const ChatContext& context = {});
 
 // The first prompt of a chat prompt's episode: its messages, then `observation`, the generation
-// prompt opened, tokenised as EncodeChat does.
+// prompt opened, with the context's tools and template variables, tokenised as EncodeChat does.
 absl::StatusOr<std::vector<int32_t>> RenderFirstPrompt(const tokenizer::TextCodec& codec,
                                                        const prl::v1::Chat& chat,
-                                                       const EnvMessages& observation);
+                                                       const EnvMessages& observation,
+                                                       const ChatContext& context);
 
-// What an episode's first turn continues: a chat prompt with an observation as
-// RenderFirstPrompt; any other prompt's `prompt` tokens followed by the observation rendered
-// as a reply (RenderReply; none: the prompt alone).
+// What an episode's first turn continues: a chat prompt with an observation, or with tools of
+// its environment's (`environment_tools`), as RenderFirstPrompt; any other prompt's `prompt`
+// tokens followed by the observation rendered as a reply (RenderReply; none: the prompt alone).
+// An environment's tools need a chat prompt (FailedPrecondition otherwise).
 absl::StatusOr<std::vector<int32_t>> FirstPromptOf(const tokenizer::TextCodec& codec,
                                                    absl::Span<const int32_t> prompt,
                                                    const prl::v1::EpisodePrompt& submitted,
                                                    const EnvMessages& observation,
-                                                   const ChatContext& context);
+                                                   const ChatContext& context,
+                                                   bool environment_tools = false);
 
 }  // namespace prl::episode

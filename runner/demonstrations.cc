@@ -60,12 +60,13 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
     }
     example.completion.insert(example.completion.end(), tokens.begin(), tokens.end());
     example.sources.insert(example.sources.end(), tokens.size(), 0);
-    v1::StepRequest step;
-    step.set_episode_id(episode_id);
-    step.set_turn_index(turn);
-    step.set_text(said.text);
-    step.mutable_token_ids()->Assign(tokens.begin(), tokens.end());
-    step.set_turn_end(said.end_of_turn ? v1::TURN_END_END_OF_TURN : v1::TURN_END_STOP_STRING);
+    // The turn as the engine reports it: ended by its stop token, or by a stop string.
+    TurnOutput ended;
+    ended.tokens = tokens;
+    ended.reason = FinishReason::kStop;
+    PRL_ASSIGN_OR_RETURN(const v1::StepRequest step,
+                         episode::StepRequestOf(episode_id, turn, ended, codec, {stop},
+                                                episode::ToolCallFormat::kNone));
     PRL_ASSIGN_OR_RETURN(const v1::StepResponse answer, environment.Step(step));
     if (answer.done()) {
       if (must_win && answer.episode_reward() < 1.0) {

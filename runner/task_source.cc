@@ -210,6 +210,7 @@ v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& c) {
   e.set_max_tokens_per_turn(c.env.max_tokens_per_turn);
   e.set_max_episode_tokens(c.env.max_episode_tokens);
   e.set_timeout_s(c.env.timeout_s);
+  e.set_tool_call_format(c.env.tool_call_format);
   coordinator::FillEnvironmentDefaults(c.task.max_tokens, c.coordinator.max_env_timeout_s, &e);
   return e;
 }

@@ -27,6 +27,9 @@ class HfTextCodec final : public TextCodec {
   absl::StatusOr<std::string> DecodeCompletion(absl::Span<const int32_t> ids) const override;
   std::vector<int32_t> stop_ids() const override { return tokenizer_->stop_ids(); }
   int32_t vocab_size() const override { return tokenizer_->vocab_size(); }
+  std::string ChatTemplateSource() const override {
+    return tokenizer_->chat_template().value_or("");
+  }
   std::string Describe() const override;
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }

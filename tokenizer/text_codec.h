@@ -52,6 +52,9 @@ class TextCodec {
   virtual std::vector<int32_t> stop_ids() const = 0;
   // One past the largest id.
   virtual int32_t vocab_size() const = 0;
+  // The chat template's source (Jinja); "" without one. What a model family's conventions
+  // (e.g. its tool-call format: episode/tool_calls.h) are read from.
+  virtual std::string ChatTemplateSource() const { return ""; }
   // For start-up lines: "tokenizer.json of DIR (151669 tokens, chat template)".
   virtual std::string Describe() const = 0;
 };

@@ -23,7 +23,9 @@
 
 namespace prl::episode::testing {
 
-inline std::shared_ptr<const ParameterSet> TinyCharWeights(int64_t context = 128) {
+// A tiny random model over `vocab` tokens (the built-in character vocabulary by default).
+inline std::shared_ptr<const ParameterSet> TinyCharWeights(
+    int64_t context = 128, int64_t vocab = task::CharTokenizer().vocab_size()) {
   ModelConfig c;
   SetArchitecture(Architecture::kQwen2, /*attention_bias=*/true, &c);
   c.hidden_size = 32;
@@ -32,7 +34,7 @@ inline std::shared_ptr<const ParameterSet> TinyCharWeights(int64_t context = 128
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 8;
-  c.vocab_size = task::CharTokenizer().vocab_size();
+  c.vocab_size = vocab;
   c.max_position_embeddings = context;
   c.tie_word_embeddings = true;
   auto set = std::make_shared<ParameterSet>(*ParameterSet::Allocate(c, Device::Cpu(), false));
@@ -50,6 +52,7 @@ class ScriptedEnvironment final : public env::Environment {
     bool hang_steps = false;         // Step waits for Release()
     int unavailable_from_turn = -1;  // Steps of this turn and later answer UNAVAILABLE
     double end_reward = 0.25;
+    std::string tools_json;  // StartEpisodeResponse.tools_json
   };
   struct Ended {
     std::string episode_id;
@@ -65,6 +68,7 @@ class ScriptedEnvironment final : public env::Environment {
     started_.push_back(request);
     changed_.notify_all();
     v1::StartEpisodeResponse r;
+    r.set_tools_json(script_.tools_json);
     if (!script_.observation.empty()) {
       v1::EnvMessage* m = r.add_observation();
       m->set_role("user");
@@ -190,14 +194,17 @@ inline GroupRequest EpisodeGroup(const std::string& id, const v1::EnvironmentSpe
 // failed groups are collected.
 class EpisodeLoop {
  public:
+  // The tiny model over `codec`'s vocabulary (default: the character codec's).
   explicit EpisodeLoop(EpisodeEngineOptions options = {}, int64_t context = 128,
-                       int64_t kv_cache_bytes = int64_t{4} << 20) {
+                       int64_t kv_cache_bytes = int64_t{4} << 20,
+                       std::shared_ptr<const tokenizer::TextCodec> codec = nullptr) {
+    if (codec == nullptr) codec = std::make_shared<task::CharTextCodec>();
     EngineOptions o;
     o.kv_cache_bytes = kv_cache_bytes;
-    auto engine = Engine::Create(TinyCharWeights(context), 0, o);
+    auto engine = Engine::Create(TinyCharWeights(context, codec->vocab_size()), 0, o);
     EXPECT_TRUE(engine.ok()) << engine.status();
-    episodes_ = std::make_unique<EpisodeEngine>(
-        std::move(*engine), std::make_shared<task::CharTextCodec>(), options, [this] { Wake(); });
+    episodes_ = std::make_unique<EpisodeEngine>(std::move(*engine), std::move(codec), options,
+                                                [this] { Wake(); });
   }
 
   EpisodeEngine& episodes() { return *episodes_; }

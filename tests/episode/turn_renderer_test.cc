@@ -71,7 +71,8 @@ EnvMessages Observation() {
 
 TEST_F(TurnRendererTest, AChatPromptsFirstObservationFollowsItsMessagesAsTheTemplateRendersThem) {
   const v1::Chat chat = Question();
-  absl::StatusOr<std::vector<int32_t>> first = RenderFirstPrompt(*codec_, chat, Observation());
+  absl::StatusOr<std::vector<int32_t>> first =
+      RenderFirstPrompt(*codec_, chat, Observation(), ChatContext{});
   ASSERT_TRUE(first.ok()) << first.status();
   const Json context = {
       {"messages", Json::array({{{"role", "system"}, {"content", chat.messages(0).content()}},
