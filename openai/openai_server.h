@@ -1,0 +1,90 @@
+// OpenAiServer: an actor's OpenAI-compatible endpoint (docs/agents.md), over HTTP/1.1 with
+// Boost.Beast:
+//
+//   GET  /v1/models             the actor's one model
+//   POST /v1/chat/completions   openai/chat_request.h; answered in OpenAI's schema
+//                               (openai/chat_response.h), or as server-sent events with
+//                               "stream": true
+//   POST /v1/completions        the same for a text prompt
+//
+// Every request carries `Authorization: Bearer <key>`: a per-episode key the actor handed to an
+// agent (CompletionBackend::KnowsKey). It is a capability for that episode only — it generates
+// for that episode and nothing else — and never a role's token. A missing or unknown key is 401;
+// a malformed request 400 naming the field; a path or method it does not serve 404 / 405; the
+// backend's errors map to 409 (the episode is not in a state to take the call), 429
+// (limits), 503 (stopping) or 500.
+//
+// Listening: loopback by default; a non-loopback address needs TLS (security.tls_cert_file and
+// tls_key_file: HTTPS with the process's certificate) or security.insecure, like every prl
+// listener (rpc/security.h). Bounds: at most max_connections open (more get 503), headers of at
+// most 16 KiB and a body of at most max_body_bytes, a request read within request_timeout_ms;
+// a generation itself is bounded by its episode's limits, not here.
+//
+// Thread-safety: the server runs on its own thread; the backend's callbacks may come from any
+// thread (they are posted to it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "openai/chat_request.h"
+#include "openai/chat_response.h"
+
+namespace prl::openai {
+
+// What the endpoint asks of the actor.
+class CompletionBackend {
+ public:
+  using Progress = std::function<void(const std::string& text)>;
+  using Done = std::function<void(absl::StatusOr<Completion> completion)>;
+
+  virtual ~CompletionBackend() = default;
+  // The served model's name (/v1/models, and every answer's "model").
+  virtual std::string model() const = 0;
+  // Whether `key` belongs to an episode the actor runs now.
+  virtual bool KnowsKey(const std::string& key) const = 0;
+  // Generates for `call` in `key`'s episode. `progress` (for streams; may be null) gets the
+  // text so far each time it grew — always an extension of the text before; `done` gets the
+  // completion or the reason there is none (Unauthenticated: the key's episode ended;
+  // InvalidArgument: the call does not fit the episode, naming the field; ResourceExhausted:
+  // the episode's limits; FailedPrecondition: a call of the episode is still generating;
+  // Unavailable: the actor is stopping). Both may be called from any thread; `done` once.
+  virtual void Generate(const std::string& key, ChatCall call, Progress progress, Done done) = 0;
+};
+
+struct OpenAiServerOptions {
+  std::string address = "127.0.0.1:0";  // port 0: any free one
+  int max_connections = 256;
+  int64_t max_body_bytes = int64_t{16} << 20;
+  int request_timeout_ms = 30'000;  // to read a request
+  ChatLimits limits;
+  // TLS (HTTPS): the certificate chain and key (PEM); both empty: plain HTTP, which a
+  // non-loopback address refuses unless `insecure`.
+  std::string tls_cert_file, tls_key_file;
+  bool insecure = false;
+};
+
+class OpenAiServer {
+ public:
+  // `backend` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(const OpenAiServerOptions& options,
+                                                             CompletionBackend* backend);
+  ~OpenAiServer();  // stops serving; calls still generating get no answer
+  OpenAiServer(const OpenAiServer&) = delete;
+  OpenAiServer& operator=(const OpenAiServer&) = delete;
+
+  int port() const;
+  // "http://127.0.0.1:PORT/v1" (https with TLS): what an agent's client is given.
+  std::string base_url() const;
+
+  struct Impl;
+
+ private:
+  explicit OpenAiServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prl::openai
