@@ -56,10 +56,15 @@ absl::Status EpisodeEngine::Add(GroupRequest request) {
   auto g = std::make_unique<Group>();
   g->request = std::move(request);
   Group& group = *g;
+  if (group.request.agent.has_value()) {  // an agent's episodes
+    groups_[group.request.id] = std::move(g);
+    AddAgents(group);
+    return absl::OkStatus();
+  }
   if (!group.request.environment.has_value()) {  // one turn
     PRL_ASSIGN_OR_RETURN(group.request_id,
                          engine_->AddRequest(group.request.prompt, group.request.params));
-    by_request_[group.request_id] = group.request.id;
+    by_request_[group.request_id] = {group.request.id, -1};
     groups_[group.request.id] = std::move(g);
     return absl::OkStatus();
   }
@@ -124,18 +129,39 @@ bool EpisodeEngine::Abort(const std::string& id, const std::string& reason) {
   Group& g = *it->second;
   AbortInEngine(g);
   if (g.endpoint != nullptr && g.phase != Group::Phase::kWaiting) NotifyAborted(g, reason);
+  if (g.agent != nullptr) EndAgents(g, absl::CancelledError(absl::StrCat("aborted: ", reason)));
   groups_.erase(it);
   return true;
 }
 
 void EpisodeEngine::AbortInEngine(Group& g) {
+  // Their outputs are dropped: the requests leave by_request_ here.
+  for (AgentEpisode& e : g.agents) {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, ends] : e.closing) ids.push_back(id);
+    if (e.request_id != 0) ids.push_back(e.request_id);
+    for (uint64_t id : ids) {
+      engine_->Abort(id);
+      by_request_.erase(id);
+    }
+    e.closing.clear();
+    e.request_id = 0;
+  }
   if (g.request_id == 0) return;
-  engine_->Abort(g.request_id);  // its output is dropped: the request leaves by_request_ here
+  engine_->Abort(g.request_id);
   by_request_.erase(g.request_id);
   g.request_id = 0;
 }
 
 void EpisodeEngine::Fail(Group& g, const absl::Status& why) {
+  if (g.agent != nullptr) {  // an agent's failure is the attempt's: no outages to wait out
+    AbortInEngine(g);
+    EndAgents(g, why);
+    if (options_.metrics != nullptr) options_.metrics->AgentErrors(why.code()).Increment();
+    failed_.push_back({g.request.id, why});
+    groups_.erase(g.request.id);  // g is gone
+    return;
+  }
   const bool lost_in_outage =
       (absl::IsNotFound(why) || absl::IsFailedPrecondition(why)) && g.endpoint->epoch() != g.epoch;
   const std::optional<absl::Time> down = g.endpoint->down_since();
@@ -190,9 +216,14 @@ absl::Status EpisodeEngine::Step() {
   if (s.num_running > 0 || s.num_waiting > 0) {
     PRL_RETURN_IF_ERROR(engine_->Step());
     for (TurnOutput& turn : engine_->TakeTurns()) {
-      auto id = by_request_.find(turn.request_id);
-      if (id == by_request_.end()) continue;
-      CallStep(*groups_.at(id->second), std::move(turn));
+      auto owner = by_request_.find(turn.request_id);
+      if (owner == by_request_.end()) continue;
+      Group& g = *groups_.at(owner->second.group);
+      if (owner->second.sample >= 0) {
+        AnswerTurn(g, owner->second.sample, std::move(turn));
+      } else {
+        CallStep(g, std::move(turn));
+      }
     }
   }
   CollectFinished();
@@ -203,8 +234,13 @@ void EpisodeEngine::CollectFinished() {
   for (RequestOutput& output : engine_->TakeFinished()) {
     auto id = by_request_.find(output.request_id);
     if (id == by_request_.end()) continue;  // aborted
-    auto it = groups_.find(id->second);
+    const RequestOwner owner = id->second;
     by_request_.erase(id);
+    auto it = groups_.find(owner.group);
+    if (owner.sample >= 0) {  // an agent episode's trajectory
+      OnSegment(*it->second, owner.sample, std::move(output));
+      continue;
+    }
     Group& g = *it->second;
     FinishedGroup done{g.request.id, std::move(output), {}};
     if (g.endpoint != nullptr) {
@@ -255,8 +291,25 @@ EpisodeCounts EpisodeEngine::counts() const {
 
 void EpisodeEngine::Apply(Answer& a) {
   auto it = groups_.find(a.group_id);
-  if (it == groups_.end() || it->second->attempt != a.attempt) return;  // gone, or restarted
+  if (it == groups_.end() || it->second->attempt != a.attempt) {  // gone, or restarted
+    if (a.kind == Answer::Kind::kCall && a.call->Claim()) {
+      a.call->done(absl::UnauthenticatedError("the key's episode has ended"));
+    }
+    return;
+  }
   Group& g = *it->second;
+  switch (a.kind) {  // an agent's: each handles its errors
+    case Answer::Kind::kCall:
+      return OnCall(g, a);
+    case Answer::Kind::kRendered:
+      return OnRendered(g, a);
+    case Answer::Kind::kAnswered:
+      return OnAnswered(g, a);
+    case Answer::Kind::kReturned:
+      return OnReturned(g, a);
+    default:
+      break;
+  }
   if (g.phase == Group::Phase::kWaiting) return;
   if (!a.status.ok()) return Fail(g, InEpisode(g.samples[a.sample].episode_id, a.status));
   switch (a.kind) {
@@ -266,6 +319,8 @@ void EpisodeEngine::Apply(Answer& a) {
       return OnStepped(g, a);
     case Answer::Kind::kEnd:
       return OnEnded(g, a);
+    default:
+      return;
   }
 }
 
@@ -309,7 +364,7 @@ void EpisodeEngine::Launch(Group& g) {
   }
   g.phase = Group::Phase::kInEngine;
   g.request_id = *id;
-  by_request_[*id] = g.request.id;
+  by_request_[*id] = {g.request.id, -1};
 }
 
 void EpisodeEngine::OnStepped(Group& g, Answer& a) {

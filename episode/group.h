@@ -25,8 +25,19 @@ struct GroupRequest {
   SamplingParams params;
   // Agentic episodes: the environment and its limits (defaults filled in); absent: one turn.
   std::optional<prl::v1::EnvironmentSpec> environment;
+  // Agents (docs/agents.md): the agent and its limits (defaults filled in); at most one of
+  // environment and agent.
+  std::optional<prl::v1::AgentSpec> agent;
   std::string reference;             // StartEpisodeRequest.reference
   prl::v1::EpisodePrompt submitted;  // the prompt as submitted (text or chat), when known
+};
+
+// One record of an agent's episode: one trajectory of its calls (episode/trajectory.h).
+struct EpisodeSegment {
+  std::vector<int32_t> prompt;
+  SampleOutput output;                // sample_index: the episode's
+  std::vector<uint32_t> turn_ends;    // completion index past each call's answer
+  std::vector<double> turn_rewards;   // the agent's call rewards (0 when it gave none)
 };
 
 // What an agentic episode ended with, per sample, for its record
@@ -37,11 +48,17 @@ struct EpisodeOutcome {
   std::vector<double> turn_rewards;
   bool truncated = false;  // ended by a limit (max_turns, max_episode_tokens, the context)
   std::string reason;      // the environment's done_reason, or the limit reached
+  // Agents: the episode's records in order, each with its own prompt (more than one when the
+  // agent rewrote its history: docs/agents.md). Empty for an environment's episode, whose one
+  // record is the group's output sample.
+  std::vector<EpisodeSegment> segments;
 };
 
 struct FinishedGroup {
   std::string id;
-  RequestOutput output;                  // output.prompt: the prompt the samples continued
+  // output.prompt: the prompt the samples continued. Agents: each sample's last record, and
+  // sample 0's last prompt (the records are the episodes' segments).
+  RequestOutput output;
   std::vector<EpisodeOutcome> episodes;  // by sample; empty for one turn
 };
 

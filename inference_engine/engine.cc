@@ -363,6 +363,7 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
   // from its single logits row.
   std::vector<kernels::SamplingRow> rows;
   std::vector<int32_t> source_row;
+  std::vector<int32_t> top_logprobs;  // per drawn token: alternatives asked for (0: none)
   int64_t r = 0;
   for (const ScheduledChunk& c : step.chunks) {
     if (!c.samples) continue;
@@ -379,12 +380,19 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
       row.index = static_cast<uint64_t>(s.num_completion_tokens());
       rows.push_back(row);
       source_row.push_back(static_cast<int32_t>(r));
+      top_logprobs.push_back(req.params.multi_turn ? req.params.top_logprobs : 0);
     }
     ++r;
   }
   const int64_t n = static_cast<int64_t>(rows.size()), V = config_.vocab_size;
   std::vector<int32_t> tokens(n);
   std::vector<float> logprobs(n);
+  // Rows whose alternatives were asked for: their logits come to the host (a row of V each).
+  std::vector<int64_t> listed;
+  for (int64_t i = 0; i < n; ++i) {
+    if (top_logprobs[i] > 0) listed.push_back(i);
+  }
+  std::vector<float> listed_logits(listed.size() * V);
   StepTransfer& io = runner_.transfer();
   if (n > 0) {
     // Sampled on the logits' device; only the tokens and their log-probs come back.
@@ -407,8 +415,19 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
                           /*split_vocabulary=*/runner_.options().tuned_kernels);
     PRL_RETURN_IF_ERROR(io.ToHost(tokens.data(), d_tokens, n * sizeof(int32_t)));
     PRL_RETURN_IF_ERROR(io.ToHost(logprobs.data(), d_logprobs, n * sizeof(float)));
+    for (size_t l = 0; l < listed.size(); ++l) {
+      PRL_RETURN_IF_ERROR(io.ToHost(listed_logits.data() + l * V,
+                                    sample_logits.Rows(listed[l], listed[l] + 1),
+                                    V * sizeof(float)));
+    }
   }
   PRL_RETURN_IF_ERROR(io.Finish());
+  std::vector<std::vector<std::pair<int32_t, float>>> alternatives(n);
+  for (size_t l = 0; l < listed.size(); ++l) {
+    const int64_t i = listed[l];
+    alternatives[i] = kernels::TopLogprobs(absl::MakeConstSpan(listed_logits.data() + l * V, V),
+                                           rows[i], top_logprobs[i]);
+  }
 
   scheduler_.OnStepComputed(step);
   std::vector<uint64_t> done;
@@ -420,11 +439,11 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
       scheduler_.Fork(&req);
       for (auto& s : req.samples) s->routes = req.samples[0]->routes;  // the shared prompt's
       for (auto& s : req.samples) {
-        Append(*s, tokens[k], logprobs[k]);
+        Append(*s, tokens[k], logprobs[k], std::move(alternatives[k]));
         ++k;
       }
     } else {
-      Append(*c.seq, tokens[k], logprobs[k]);
+      Append(*c.seq, tokens[k], logprobs[k], std::move(alternatives[k]));
       ++k;
     }
     if (req.num_finished == req.params.n) done.push_back(req.id);
@@ -457,13 +476,15 @@ void Engine::RecordRoutes(const SchedulerOutput& step) {
   }
 }
 
-void Engine::Append(Sequence& seq, int32_t token, float logprob) {
+void Engine::Append(Sequence& seq, int32_t token, float logprob,
+                    std::vector<std::pair<int32_t, float>> alternatives) {
   seq.tokens.push_back(token);
   seq.logprobs.push_back(logprob);
   seq.versions.push_back(version_);
   ++stats_.generated_tokens;
   const SamplingParams& p = seq.request->params;
   if (p.multi_turn) seq.sources.push_back(0);
+  if (p.multi_turn && p.top_logprobs > 0) seq.turn_alternatives.push_back(std::move(alternatives));
   FinishReason reason = FinishReason::kNone;
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
       p.stop_token_ids.end()) {

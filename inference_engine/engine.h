@@ -112,6 +112,11 @@ struct TurnOutput {
   uint64_t request_id = 0;
   int32_t sample_index = 0;
   std::vector<int32_t> tokens;  // the turn's sampled tokens (a stop token included)
+  std::vector<float> logprobs;    // their behaviour log-probs
+  std::vector<int64_t> versions;  // their weight versions
+  // With SamplingParams::top_logprobs: per token, the most likely tokens of the distribution it
+  // was drawn from (id, log-prob), most likely first; empty otherwise.
+  std::vector<std::vector<std::pair<int32_t, float>>> alternatives;
   // kStop: a stop token (or EndTurn); kLength: the turn's max_tokens.
   FinishReason reason = FinishReason::kNone;
 };
@@ -176,9 +181,10 @@ class Engine {
   absl::StatusOr<TurnOutput> EndTurn(uint64_t request_id, int32_t sample_index);
   // Appends `tokens` (the environment's reply, rendered) to a paused sample and starts its next
   // turn of at most max_tokens. OutOfRange when the sequence would outgrow
-  // max_sequence_tokens() (the caller ends the episode as truncated instead).
+  // max_sequence_tokens() (the caller ends the episode as truncated instead). `sampling`: the
+  // next turn samples with these (a request of one sample only: samples share their params).
   absl::Status Continue(uint64_t request_id, int32_t sample_index, absl::Span<const int32_t> tokens,
-                        int32_t max_tokens);
+                        int32_t max_tokens, const std::optional<TurnSampling>& sampling = {});
   // Ends a paused sample's episode; the request is reported by TakeFinished once all its
   // samples ended.
   absl::Status FinishSample(uint64_t request_id, int32_t sample_index);
@@ -209,7 +215,9 @@ class Engine {
   // The weights the model runs on: the ParameterSet's on the CPU, the engine's copy on CUDA.
   const ModelParams& ActiveParams() const;
   absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
-  void Append(Sequence& seq, int32_t token, float logprob);
+  // `alternatives`: the token's top log-probs, kept when its request asks for them.
+  void Append(Sequence& seq, int32_t token, float logprob,
+              std::vector<std::pair<int32_t, float>> alternatives = {});
   // Qwen3-MoE: appends the step's routes of the positions each chunk computed first.
   void RecordRoutes(const SchedulerOutput& step);
   void FinishRequestIfDone(Request& request);

@@ -33,6 +33,11 @@ TurnOutput Engine::PauseTurn(Sequence& seq, FinishReason reason) {
   turn.request_id = seq.request->id;
   turn.sample_index = seq.sample_index;
   turn.tokens.assign(seq.tokens.begin() + seq.turn_start, seq.tokens.end());
+  const int64_t first = seq.turn_start - seq.num_prompt_tokens;  // in the completion's arrays
+  turn.logprobs.assign(seq.logprobs.begin() + first, seq.logprobs.end());
+  turn.versions.assign(seq.versions.begin() + first, seq.versions.end());
+  turn.alternatives = std::move(seq.turn_alternatives);
+  seq.turn_alternatives.clear();
   turn.reason = reason;
   return turn;
 }
@@ -58,7 +63,8 @@ absl::StatusOr<TurnOutput> Engine::EndTurn(uint64_t request_id, int32_t sample_i
 }
 
 absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
-                              absl::Span<const int32_t> tokens, int32_t max_tokens) {
+                              absl::Span<const int32_t> tokens, int32_t max_tokens,
+                              const std::optional<TurnSampling>& sampling) {
   PRL_ASSIGN_OR_RETURN(Sequence * seq, FindSample(request_id, sample_index));
   const std::string where = absl::StrCat("request ", request_id, " sample ", sample_index);
   if (seq->status != SequenceStatus::kPaused) {
@@ -73,6 +79,22 @@ absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
       return absl::InvalidArgumentError(absl::StrCat(where, ": tokens[", i, "] = ", tokens[i],
                                                      " is not a token id in [0, ",
                                                      config_.vocab_size, ")"));
+    }
+  }
+  SamplingParams params = seq->request->params;
+  if (sampling.has_value()) {
+    if (params.n != 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": a turn's own sampling needs a request of one sample (found n = ", params.n,
+          "; its samples share their parameters)"));
+    }
+    params.temperature = sampling->temperature;
+    params.top_p = sampling->top_p;
+    params.seed = sampling->seed;
+    params.top_logprobs = sampling->top_logprobs;
+    params.max_tokens = max_tokens;
+    if (absl::Status valid = ValidateSamplingParams(params, config_.vocab_size); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", valid.message()));
     }
   }
   const int64_t total = static_cast<int64_t>(seq->tokens.size() + tokens.size()) + max_tokens;
@@ -96,7 +118,9 @@ absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
     seq->versions.push_back(version);
     seq->sources.push_back(1);
   }
+  if (sampling.has_value()) seq->request->params = std::move(params);
   seq->turn_start = static_cast<int64_t>(seq->tokens.size());
+  seq->turn_alternatives.clear();
   seq->turn_max_tokens = max_tokens;
   seq->finish_reason = FinishReason::kNone;
   scheduler_.Resume(seq);

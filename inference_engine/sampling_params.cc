@@ -18,6 +18,13 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size)
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", "in (0, 1]", p.top_p);
   if (p.top_k < 0) return bad("top_k", ">= 0 (0 disables)", p.top_k);
   if (p.max_tokens < 1) return bad("max_tokens", ">= 1", p.max_tokens);
+  if (p.top_logprobs < 0 || p.top_logprobs > 20) {
+    return bad("top_logprobs", "0 to 20", p.top_logprobs);
+  }
+  if (p.top_logprobs > 0 && !p.multi_turn) {
+    return bad("top_logprobs", "0 unless multi_turn (turns report the alternatives)",
+               p.top_logprobs);
+  }
   for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
     const int32_t t = p.stop_token_ids[i];
     if (t < 0 || t >= vocab_size) {

@@ -29,6 +29,18 @@ struct SamplingParams {
   // ends the turn there (reason kStop), e.g. once its text ends with an environment's stop
   // string. Null: only stop tokens and max_tokens end a turn. Runs on the engine's thread.
   std::function<bool(absl::Span<const int32_t> turn_tokens)> end_turn;
+  // Multi-turn: the most likely alternatives (0 to 20) of each token a turn samples, with their
+  // log-probs under the distribution it was drawn from (TurnOutput::alternatives; the OpenAI
+  // endpoint's top_logprobs). Each costs a copy of the token's logits row to the host.
+  int32_t top_logprobs = 0;
+};
+
+// What a multi-turn sample's next turn samples with (Engine::Continue), when it changes.
+struct TurnSampling {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  int32_t top_logprobs = 0;
 };
 
 // Errors name the field and the expected and found values.

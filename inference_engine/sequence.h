@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "inference_engine/sampling_params.h"
@@ -42,6 +43,8 @@ struct Sequence {
   int64_t turn_start = 0;
   int32_t turn_max_tokens = 0;
   std::vector<uint8_t> sources;
+  // SamplingParams::top_logprobs: the alternatives of each token of the current turn.
+  std::vector<std::vector<std::pair<int32_t, float>>> turn_alternatives;
   // Qwen3-MoE: for each completion token t, the experts of every MoE layer at the position
   // that predicts it (P - 1 + t: the row it was sampled from, or for an environment's token
   // the prefill that read its predecessor), (completion tokens, Lm, K) as the record's routes.

@@ -35,6 +35,11 @@ void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& lo
 #endif
 }
 
+std::vector<std::pair<int32_t, float>> TopLogprobs(absl::Span<const float> logits,
+                                                   const SamplingRow& row, int32_t k) {
+  return cpu::TopLogprobs(logits.data(), static_cast<int64_t>(logits.size()), row, k);
+}
+
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
                   absl::Span<const SamplingRow> rows) {
   PRL_CHECK(static_cast<int64_t>(rows.size()) == logits.size(0), "SampleTokens: ", rows.size(),

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "core/tensor.h"
@@ -34,6 +36,14 @@ void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& lo
 // The same with the rows in host memory (CPU tensors only).
 void SampleTokens(const Tensor& tokens, const Tensor& logprobs, const Tensor& logits,
                   absl::Span<const SamplingRow> rows);
+
+// The k most likely tokens of the distribution a row of host logits (V) draws from, with their
+// log-probs, most likely first (ties: lower id): under the transform above (temperature, top-k,
+// top-p renormalised; tokens outside the kept set are not listed, so fewer than k may come
+// back), and for temperature 0 under softmax(logits), as the drawn token's is. The drawn token's
+// log-prob equals its entry when it is listed. What the OpenAI endpoint's top_logprobs shows.
+std::vector<std::pair<int32_t, float>> TopLogprobs(absl::Span<const float> logits,
+                                                   const SamplingRow& row, int32_t k);
 
 // Host SamplingRows viewed as the (R, kSamplingRowWords) I32 rows tensor.
 Tensor SamplingRowsTensor(absl::Span<const SamplingRow> rows);

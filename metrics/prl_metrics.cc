@@ -222,22 +222,62 @@ ActorMetrics::ActorMetrics(Registry& registry)
                    "Episode groups waiting for their environment to come back.")),
       leases_reclaimed(AddCounter(registry, "prl_actor_leases_reclaimed_total",
                                   "Groups given back for other prompt sets' fair share.")),
+      agent_call_latency_seconds(AddHistogram(
+          registry, "prl_agent_call_latency_seconds",
+          "One call to the actor's OpenAI-compatible endpoint, arrival to answer.",
+          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100})),
+      agent_calls_per_episode(AddHistogram(registry, "prl_agent_calls_per_episode",
+                                           "Endpoint calls of each finished agent episode.",
+                                           {1, 2, 4, 8, 16, 32, 64, 128, 256})),
+      agent_splits(AddCounter(registry, "prl_agent_splits_total",
+                              "Agent calls that rewrote the history: one more record each.")),
       environment_errors_(CounterFamily(registry, "prl_environment_errors_total",
-                                        "Episode groups failed by their environment, by reason.")) {
+                                        "Episode groups failed by their environment, by reason.")),
+      agent_call_errors_(CounterFamily(registry, "prl_agent_call_errors_total",
+                                       "Agent calls answered with an error, by reason.")),
+      agent_errors_(CounterFamily(registry, "prl_agent_errors_total",
+                                  "Agent groups failed by their agent, by reason.")) {
   for (const char* reason : {"stop", "length", "abort"}) RolloutsFinished(reason);
   for (const char* reason : {"timeout", "error", "unavailable"}) RewardFailures(reason);
   for (absl::StatusCode code : {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded,
                                 absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnknown}) {
     EnvironmentErrors(code);
+    AgentErrors(code);
+  }
+  for (absl::StatusCode code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
+        absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnauthenticated,
+        absl::StatusCode::kUnknown}) {
+    AgentCallErrors(code);
   }
 }
 
+namespace {
+
+const char* FailureReason(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable        ? "unavailable"
+         : code == absl::StatusCode::kDeadlineExceeded ? "timeout"
+         : code == absl::StatusCode::kInvalidArgument  ? "malformed"
+                                                       : "error";
+}
+
+}  // namespace
+
 Counter& ActorMetrics::EnvironmentErrors(absl::StatusCode code) {
-  const char* reason = code == absl::StatusCode::kUnavailable        ? "unavailable"
-                       : code == absl::StatusCode::kDeadlineExceeded ? "timeout"
-                       : code == absl::StatusCode::kInvalidArgument  ? "malformed"
-                                                                     : "error";
-  return environment_errors_.Add({{"reason", reason}});
+  return environment_errors_.Add({{"reason", FailureReason(code)}});
+}
+
+Counter& ActorMetrics::AgentErrors(absl::StatusCode code) {
+  return agent_errors_.Add({{"reason", FailureReason(code)}});
+}
+
+Counter& ActorMetrics::AgentCallErrors(absl::StatusCode code) {
+  const char* reason = code == absl::StatusCode::kInvalidArgument      ? "invalid"
+                       : code == absl::StatusCode::kFailedPrecondition ? "busy"
+                       : code == absl::StatusCode::kResourceExhausted  ? "limit"
+                       : code == absl::StatusCode::kUnauthenticated    ? "ended"
+                                                                       : "error";
+  return agent_call_errors_.Add({{"reason", reason}});
 }
 
 Counter& ActorMetrics::RolloutsFinished(absl::string_view reason) {

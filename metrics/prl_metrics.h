@@ -143,6 +143,12 @@ struct ActorMetrics {
   // "error", "unavailable"; exported from 0).
   prometheus::Counter& RewardFailures(absl::string_view reason);
 
+ private:  // (declared here: members are initialized in declaration order)
+  prometheus::Family<prometheus::Counter>& rollouts_finished_;
+  prometheus::Family<prometheus::Counter>& reward_failures_;
+
+ public:
+
   // ---- Agentic episodes (docs/environments.md) ----
   // prl_episode_turns: model turns per finished episode. Buckets 1, 2, 4, ..., 256.
   prometheus::Histogram& episode_turns;
@@ -168,10 +174,26 @@ struct ActorMetrics {
   // ("unavailable", "timeout", "malformed", "error"; exported from 0).
   prometheus::Counter& EnvironmentErrors(absl::StatusCode code);
 
+  // ---- Agents (docs/agents.md) ----
+  // prl_agent_call_latency_seconds: one call to the OpenAI-compatible endpoint, from its
+  // arrival to its answer. Buckets 1 ms .. 100 s.
+  prometheus::Histogram& agent_call_latency_seconds;
+  // prl_agent_calls_per_episode: calls of each finished agent episode. Buckets 1, 2, 4, ..., 256.
+  prometheus::Histogram& agent_calls_per_episode;
+  // prl_agent_splits_total: calls that could not continue their episode's trajectory (the agent
+  // rewrote its history): each starts one more record.
+  prometheus::Counter& agent_splits;
+  // prl_agent_call_errors_total{reason}: calls answered with an error ("invalid" 400, "busy"
+  // 409, "limit" 429, "ended" 401, "error"; exported from 0).
+  prometheus::Counter& AgentCallErrors(absl::StatusCode code);
+  // prl_agent_errors_total{reason}: agent groups failed by their agent ("unavailable",
+  // "timeout", "malformed", "error"; exported from 0).
+  prometheus::Counter& AgentErrors(absl::StatusCode code);
+
  private:
-  prometheus::Family<prometheus::Counter>& rollouts_finished_;
-  prometheus::Family<prometheus::Counter>& reward_failures_;
   prometheus::Family<prometheus::Counter>& environment_errors_;
+  prometheus::Family<prometheus::Counter>& agent_call_errors_;
+  prometheus::Family<prometheus::Counter>& agent_errors_;
 };
 
 // Weight synchronisation: the learner publishes, actors receive and swap. A process fills the

@@ -119,8 +119,13 @@ absl::StatusOr<Json> Messages(const Json& value, const ChatLimits& limits) {
     const std::string at = absl::StrCat("messages[", i, "]");
     const Json& m = value[i];
     if (!m.is_object()) return Invalid(at, "a message object", Found(m));
-    PRL_RETURN_IF_ERROR(
-        KnownFields(m, at, {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}));
+    PRL_RETURN_IF_ERROR(KnownFields(m, at,
+                                    {"role", "content", "name", "tool_calls", "tool_call_id",
+                                     "refusal", "annotations", "function_call",
+                                     "reasoning_content"}));
+    if (m.contains("function_call") && !m["function_call"].is_null()) {
+      return Invalid(at + ".function_call", "null (use tool_calls)", Found(m["function_call"]));
+    }
     PRL_ASSIGN_OR_RETURN(std::string role, String(m.value("role", Json()), at + ".role", limits));
     if (role == "developer") role = "system";  // OpenAI's newer name for the system prompt
     if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
@@ -132,6 +137,11 @@ absl::StatusOr<Json> Messages(const Json& value, const ChatLimits& limits) {
                          Content(m.value("content", Json()), at + ".content", limits));
     if (m.contains("name")) {
       PRL_ASSIGN_OR_RETURN(message["name"], String(m["name"], at + ".name", limits));
+    }
+    if (role == "assistant" && m.contains("reasoning_content") &&
+        !m["reasoning_content"].is_null()) {
+      PRL_ASSIGN_OR_RETURN(message["reasoning_content"],
+                           String(m["reasoning_content"], at + ".reasoning_content", limits));
     }
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
       if (role != "assistant") {
@@ -211,11 +221,11 @@ absl::Status Sampling(const Json& body, const ChatLimits& limits, ChatCall* call
     *out = v.get<double>();
     return absl::OkStatus();
   };
-  double temperature = call->temperature, top_p = call->top_p;
+  double temperature = -1, top_p = -1;
   PRL_RETURN_IF_ERROR(number("temperature", 0, 2, false, &temperature));
   PRL_RETURN_IF_ERROR(number("top_p", 0, 1, true, &top_p));
-  call->temperature = static_cast<float>(temperature);
-  call->top_p = static_cast<float>(top_p);
+  if (temperature >= 0) call->temperature = static_cast<float>(temperature);
+  if (top_p >= 0) call->top_p = static_cast<float>(top_p);
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!body.contains(key) || body[key].is_null()) continue;
     const Json& v = body[key];

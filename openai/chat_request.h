@@ -6,7 +6,8 @@
 //
 // What is read, as OpenAI defines it:
 //   chat         messages (role system|developer|user|assistant|tool; content a string or an
-//                array of {"type": "text", "text"} parts; an assistant's tool_calls
+//                array of {"type": "text", "text"} parts; an assistant's reasoning_content (kept
+//                for the template) and tool_calls
 //                [{id, type: "function", function: {name, arguments}}]; a tool message's
 //                tool_call_id and name), tools ([{type: "function", function: {name,
 //                description, parameters}}]), tool_choice ("auto", "none", "required", or
@@ -16,7 +17,9 @@
 //                model (any: the actor serves its one model), user (ignored);
 //   completions  prompt (a string, or token ids), and the same sampling fields (logprobs: an
 //                integer of top alternatives, as the legacy API has it).
-// Unknown fields are refused naming them (a client that asks for what is not done is told).
+// Unknown fields are refused naming them (a client that asks for what is not done is told); a
+// message's fields that an SDK sends back with an answer it got (refusal, annotations,
+// function_call when null) are accepted and ignored.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -52,9 +55,9 @@ struct ChatCall {
   // completions: the prompt as text, or as token ids.
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
-  // Sampling.
-  float temperature = 1.0f;
-  float top_p = 1.0f;
+  // Sampling; unset: the prompt set's (docs/agents.md).
+  std::optional<float> temperature;
+  std::optional<float> top_p;
   int32_t max_tokens = 0;  // 0: what the episode's budget and the context leave
   std::vector<std::string> stop;
   std::optional<uint64_t> seed;

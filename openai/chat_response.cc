@@ -1,5 +1,7 @@
 #include "openai/chat_response.h"
 
+#include <algorithm>
+
 namespace prl::openai {
 
 namespace {
@@ -22,11 +24,12 @@ Json ToolCallsJson(const Completion& c, bool with_index) {
 
 Json LogprobsJson(const Completion& c) {
   if (!c.with_logprobs) return Json();
+  const size_t first = c.logprobs.size() - std::min(c.logprobs.size(), c.token_texts.size());
   if (!c.chat) {  // the legacy completions shape
     Json tokens = Json::array(), logprobs = Json::array(), top = Json::array();
     for (size_t i = 0; i < c.token_texts.size(); ++i) {
       tokens.push_back(c.token_texts[i]);
-      logprobs.push_back(c.logprobs[i]);
+      logprobs.push_back(c.logprobs[first + i]);
       Json alternatives = Json::object();
       for (const auto& [text, lp] : c.top_logprobs[i]) alternatives[text] = lp;
       top.push_back(std::move(alternatives));
@@ -43,7 +46,7 @@ Json LogprobsJson(const Completion& c) {
                      {"bytes", std::vector<uint8_t>(alt.begin(), alt.end())}});
     }
     content.push_back({{"token", text},
-                       {"logprob", c.logprobs[i]},
+                       {"logprob", c.logprobs[first + i]},
                        {"bytes", std::vector<uint8_t>(text.begin(), text.end())},
                        {"top_logprobs", std::move(top)}});
   }

@@ -37,7 +37,9 @@ struct Completion {
   std::vector<float> logprobs;
   std::vector<int64_t> versions;
   std::vector<uint8_t> sources;  // 0 sampled by the model, 1 context
-  // With logprobs: each token's text and up to top_logprobs alternatives (text, log-prob).
+  // With logprobs: the text of each sampled token — the last token_texts.size() entries of
+  // token_ids (a forced opening before them is not listed) — and up to top_logprobs
+  // alternatives (text, log-prob).
   bool with_logprobs = false;
   std::vector<std::string> token_texts;
   std::vector<std::vector<std::pair<std::string, float>>> top_logprobs;

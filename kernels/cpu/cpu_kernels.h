@@ -92,6 +92,10 @@ void SampleTokens(int32_t* tokens, float* logprobs, const float* logits, const S
 // total = its sum. (tests/kernels/sampling_cut_test.cc pins the CUDA sampler's kept set to it.)
 double KeepTopKTopP(std::vector<int32_t>& ids, const float* z, const float* e, int64_t V,
                     double total, int32_t top_k, float top_p);
+// The k most likely tokens of the distribution a row of logits (V) draws from, with their
+// log-probs (kernels/sampling.h: TopLogprobs).
+std::vector<std::pair<int32_t, float>> TopLogprobs(const float* logits, int64_t V,
+                                                   const SamplingRow& row, int32_t k);
 
 // gate_up (T, 2 I): gate in columns [0, I), up in [I, 2 I). act (T, I) = silu(gate) * up.
 void SwiGluForward(float* act, const float* gate_up, int64_t T, int64_t I);

@@ -129,6 +129,43 @@ void SampleRow(const float* logits, int64_t V, const kernels::SamplingRow& p, in
 
 }  // namespace
 
+std::vector<std::pair<int32_t, float>> TopLogprobs(const float* logits, int64_t V,
+                                                   const SamplingRow& p, int32_t k) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (k <= 0 || V <= 0) return out;
+  std::vector<float> z(logits, logits + V);
+  std::vector<int32_t> ids;
+  const auto most_likely = [&](int64_t count) {  // the first `count` ids in canonical order
+    ids.resize(V);
+    std::iota(ids.begin(), ids.end(), 0);
+    SortPrefix(ids, count, z.data());
+    ids.resize(std::min<int64_t>(count, V));
+  };
+  if (p.temperature == 0.0f) {  // greedy: the untransformed softmax, as SampleRow reports it
+    const float lse = RowLogSumExp(z.data(), V);
+    most_likely(k);
+    for (int32_t id : ids) out.emplace_back(id, logits[id] - lse);
+    return out;
+  }
+  const float inv_temperature = 1.0f / p.temperature;
+  for (int64_t v = 0; v < V; ++v) z[v] = logits[v] * inv_temperature;
+  const float m = RowMax(z.data(), V);
+  std::vector<float> e = z;
+  const double total = SumExp</*kStore=*/true>(e.data(), V, m);
+  if (!(p.top_k > 0 && p.top_k < V) && p.top_p >= 1.0f) {
+    const float lse = static_cast<float>(LogSumExpFromSum(m, total));
+    most_likely(k);
+    for (int32_t id : ids) out.emplace_back(id, z[id] - lse);
+    return out;
+  }
+  const double kept_mass = KeepTopKTopP(ids, z.data(), e.data(), V, total, p.top_k, p.top_p);
+  for (size_t i = 0; i < ids.size() && static_cast<int32_t>(i) < k; ++i) {
+    out.emplace_back(ids[i],
+                     static_cast<float>(std::log(double{e[ids[i]]}) - std::log(kept_mass)));
+  }
+  return out;
+}
+
 void SampleTokens(int32_t* tokens, float* logprobs, const float* logits,
                   const kernels::SamplingRow* rows, int64_t R, int64_t V) {
 #pragma omp parallel

@@ -232,6 +232,16 @@ class EpisodeLoop {
   bool RunToEnd() {
     return Run([&] { return episodes_->empty(); });
   }
+  // Forgets wakes so far; WaitForWake then waits for the next (an answer in the inbox).
+  void ClearWake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = false;
+  }
+  void WaitForWake() {
+    std::unique_lock<std::mutex> lock(mu_);
+    woken_.wait(lock, [&] { return wake_; });
+    wake_ = false;
+  }
 
  private:
   void Wake() {

@@ -173,6 +173,65 @@ TEST(EngineTurnsTest, APausedSamplesBlocksAreTakenFirstAndRecomputedTheSame) {
   EXPECT_EQ(engine->Stats().free_blocks, engine->Stats().total_blocks) << "nothing leaked";
 }
 
+// A turn reports its tokens' log-probs and versions (what the OpenAI endpoint returns), and
+// the alternatives asked for; the next turn may sample with its own parameters.
+TEST(EngineTurnsTest, TurnsReportLogprobsAndAlternativesAndTakeTheirOwnSampling) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 25);
+  auto engine = *Engine::Create(weights, 3, InvariantOptions());
+  SamplingParams p = Episode(0.8f);
+  p.top_logprobs = 4;
+  const std::vector<int32_t> prompt = {5, 6, 7, 8};
+  const uint64_t id = *engine->AddRequest(prompt, p);
+  RunUntilIdle(*engine);
+  std::vector<TurnOutput> first = engine->TakeTurns();
+  ASSERT_EQ(first.size(), 1u);
+  const TurnOutput& t = first[0];
+  ASSERT_EQ(t.logprobs.size(), t.tokens.size());
+  ASSERT_EQ(t.versions, std::vector<int64_t>(t.tokens.size(), 3));
+  ASSERT_EQ(t.alternatives.size(), t.tokens.size());
+  for (size_t i = 0; i < t.tokens.size(); ++i) {
+    ASSERT_EQ(t.alternatives[i].size(), 4u);
+    for (const auto& [alt, lp] : t.alternatives[i]) {
+      if (alt == t.tokens[i]) {
+        EXPECT_EQ(lp, t.logprobs[i]) << "token " << i;
+      }
+    }
+  }
+  // Greedy for the next turn: its log-probs are the untransformed softmax's, as a fresh greedy
+  // request over the conversation gives; without alternatives.
+  const std::vector<int32_t> reply = {20, 21};
+  TurnSampling greedy;
+  greedy.temperature = 0.0f;
+  ASSERT_TRUE(engine->Continue(id, 0, reply, 4, greedy).ok());
+  RunUntilIdle(*engine);
+  std::vector<TurnOutput> second = engine->TakeTurns();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_TRUE(second[0].alternatives.empty());
+  std::vector<int32_t> conversation = prompt;
+  conversation.insert(conversation.end(), t.tokens.begin(), t.tokens.end());
+  conversation.insert(conversation.end(), reply.begin(), reply.end());
+  SamplingParams fresh = Episode(0.0f);
+  fresh.multi_turn = false;
+  fresh.max_tokens = 4;
+  auto other = *Engine::Create(weights, 3, InvariantOptions());
+  const std::vector<RequestOutput> ref = RunJobs(*other, {Job{conversation, fresh}});
+  EXPECT_EQ(second[0].tokens, ref[0].samples[0].tokens);
+  EXPECT_EQ(second[0].logprobs, ref[0].samples[0].logprobs);
+  // A request of several samples shares its parameters: no turn of its own.
+  SamplingParams pair = Episode(1.0f, 2);
+  const uint64_t two = *engine->AddRequest(prompt, pair);
+  RunUntilIdle(*engine);
+  ASSERT_EQ(engine->TakeTurns().size(), 2u);
+  using ::prl::testing::IsError;
+  EXPECT_TRUE(IsError(engine->Continue(two, 0, reply, 4, greedy),
+                      absl::StatusCode::kFailedPrecondition, {"needs a request of one sample"}));
+  TurnSampling bad;
+  bad.top_p = 0.0f;
+  EXPECT_TRUE(IsError(engine->Continue(id, 0, reply, 4, bad), absl::StatusCode::kInvalidArgument,
+                      {"top_p must be in (0, 1]"}));
+}
+
 TEST(EngineTurnsTest, TurnCallsOutOfPlaceAreErrorsNamingTheSample) {
   const ModelConfig c = TinyEngineConfig();
   auto engine = *Engine::Create(TinyWeights(c, 24), 0, InvariantOptions());

@@ -106,6 +106,55 @@ INSTANTIATE_TEST_SUITE_P(Transforms, SamplerDistributionTest,
                                            Row(1.3f, 1.0f, 3), Row(1.0f, 0.8f, 0),
                                            Row(0.9f, 0.5f, 4), Row(1.0f, 1.0f, 1)));
 
+// TopLogprobs lists the most likely tokens of the distribution the sampler draws from, with the
+// float64 reference's log-probs, most likely first; a drawn token's log-prob is its entry.
+TEST_P(SamplerDistributionTest, TopLogprobsAreTheTransformedDistributionsMostLikely) {
+  const SamplingRow p = GetParam();
+  const std::vector<float> logits = {2.0f, 1.5f, 1.5f, 0.3f, -1.0f, 0.0f, 3.1f, -2.5f, 1.0f, 0.7f};
+  const std::vector<double> probs = TransformedProbs(logits, p);
+  const auto top = kernels::TopLogprobs(logits, p, 5);
+  int64_t kept = 0;
+  for (double q : probs) kept += q > 0 ? 1 : 0;
+  ASSERT_EQ(static_cast<int64_t>(top.size()), std::min<int64_t>(5, kept));
+  for (size_t i = 0; i < top.size(); ++i) {
+    EXPECT_NEAR(top[i].second, std::log(probs[top[i].first]), 2e-6) << "entry " << i;
+    if (i > 0) {
+      EXPECT_TRUE(top[i - 1].second > top[i].second ||
+                  (top[i - 1].second == top[i].second && top[i - 1].first < top[i].first));
+    }
+  }
+  // Nothing left out is likelier than the last one listed.
+  for (size_t v = 0; v < probs.size(); ++v) {
+    const bool listed = std::any_of(top.begin(), top.end(), [&](const auto& e) {
+      return e.first == static_cast<int32_t>(v);
+    });
+    if (!listed) {
+      EXPECT_LE(probs[v], std::exp(double{top.back().second}) + 1e-9) << v;
+    }
+  }
+  const Draws d = Sample(logits, p, 200);
+  for (int64_t i = 0; i < 200; ++i) {
+    for (const auto& [id, lp] : top) {
+      if (id == d.tokens[i]) {
+        EXPECT_EQ(lp, d.logprobs[i]) << "draw " << i;
+      }
+    }
+  }
+}
+
+TEST(SamplerTest, GreedyTopLogprobsAreTheUntransformedSoftmax) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
+  const auto top = kernels::TopLogprobs(logits, Row(0.0f, 1.0f, 0), 3);
+  double lse = 0;
+  for (float l : logits) lse += std::exp(double{l});
+  lse = std::log(lse);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].first, 1);  // ties by the lower id, as the argmax
+  EXPECT_EQ(top[1].first, 3);
+  EXPECT_EQ(top[2].first, 0);
+  EXPECT_NEAR(top[2].second, 0.5 - lse, 1e-6);
+}
+
 TEST(SamplerTest, GreedyTakesTheFirstArgmaxWithItsUntransformedLogprob) {
   std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
   const Draws d = Sample(logits, Row(0.0f, 0.3f, 2), 3);

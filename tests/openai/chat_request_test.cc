@@ -33,8 +33,8 @@ TEST(ChatRequestTest, AFullRequestIsReadAndNormalised) {
   EXPECT_EQ(call->messages[3]["tool_call_id"], "call_1");
   EXPECT_EQ(call->tool_choice, ToolChoice::kFunction);
   EXPECT_EQ(call->tool_choice_function, "calc");
-  EXPECT_FLOAT_EQ(call->temperature, 0.7f);
-  EXPECT_FLOAT_EQ(call->top_p, 0.9f);
+  EXPECT_FLOAT_EQ(call->temperature.value_or(-1), 0.7f);
+  EXPECT_FLOAT_EQ(call->top_p.value_or(-1), 0.9f);
   EXPECT_EQ(call->max_tokens, 64);
   EXPECT_EQ(call->stop, std::vector<std::string>{"END"});
   EXPECT_EQ(call->seed, 7u);

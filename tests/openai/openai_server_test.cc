@@ -7,21 +7,15 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <mutex>
 
 #include "absl/strings/str_split.h"
+#include "tests/openai/http_client.h"
 
 namespace prl::openai {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
 namespace http = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
 using Json = nlohmann::ordered_json;
 
 class ScriptedBackend final : public CompletionBackend {
@@ -65,46 +59,10 @@ class ScriptedBackend final : public CompletionBackend {
   std::vector<std::pair<std::string, ChatCall>> calls_;
 };
 
-struct Answer {
-  int status = 0;
-  std::string body;
-};
-
-// One connection; `requests` sent one after another on it.
-std::vector<Answer> Exchange(int port,
-                             const std::vector<http::request<http::string_body>>& requests) {
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
-  std::vector<Answer> out;
-  for (const auto& request : requests) {
-    http::write(stream, request);
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    http::read(stream, buffer, parser);
-    out.push_back({static_cast<int>(parser.get().result_int()), parser.get().body()});
-  }
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  return out;
-}
-
-http::request<http::string_body> Request(http::verb verb, const std::string& target,
-                                         const std::string& key, const std::string& body = "") {
-  http::request<http::string_body> r(verb, target, 11);
-  r.set(http::field::host, "127.0.0.1");
-  if (!key.empty()) r.set(http::field::authorization, "Bearer " + key);
-  r.set(http::field::content_type, "application/json");
-  r.body() = body;
-  r.prepare_payload();
-  return r;
-}
-
-Answer Call(int port, http::verb verb, const std::string& target, const std::string& key,
-            const std::string& body = "") {
-  return Exchange(port, {Request(verb, target, key, body)})[0];
-}
+using testing::Call;
+using testing::Exchange;
+using testing::Request;
+using Answer = testing::HttpAnswer;
 
 class OpenAiServerTest : public ::testing::Test {
  protected:
