@@ -50,6 +50,9 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(
                        Engine::Create(std::move(initial_weights), initial_version, options.engine));
   std::unique_ptr<Actor> actor(
       new Actor(std::move(engine), std::move(write_group), weights, options));
+  if (absl::Status served = actor->driver_.ServeAgents(); !served.ok()) {
+    return absl::Status(served.code(), absl::StrCat("actors.openai_listen: ", served.message()));
+  }
   actor->stats_.Update([&](ActorStats& st) { st.weight_version = initial_version; });
   return actor;
 }

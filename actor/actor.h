@@ -58,6 +58,8 @@ class Actor {
   absl::Status Run(const std::atomic<bool>* stop);
 
   ActorStats stats() const { return stats_.Get(); }
+  // The OpenAI-compatible endpoint agents are told to call ("" when not served).
+  std::string agents_base_url() const { return driver_.agents_base_url(); }
 
  private:
   Actor(std::unique_ptr<Engine> engine, GroupWriter write_group, WeightSubscriber* weights,

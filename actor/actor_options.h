@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,6 +13,7 @@
 #include "absl/types/span.h"
 #include "inference_engine/engine.h"
 #include "metrics/prl_metrics.h"
+#include "openai/openai_server.h"
 #include "replay/replay_buffer.h"
 #include "replay/rollout_record.h"
 #include "tokenizer/text_codec.h"
@@ -47,6 +49,13 @@ struct ActorOptions {
   // environment at once, and how long one found down may stay down while its groups wait.
   int32_t env_calls_per_address = 16;
   absl::Duration env_outage_budget = absl::Minutes(5);
+  // Agents (docs/agents.md): the OpenAI-compatible endpoint the actor serves them (unset: none;
+  // groups with an agent then fail), the model name it answers as, the base URL agents are told
+  // ("": the endpoint's own), and agents' episodes running at once per agent address.
+  std::optional<openai::OpenAiServerOptions> openai;
+  std::string openai_model = "prl";
+  std::string openai_base_url;
+  int32_t agent_episodes_per_address = 256;
 };
 
 }  // namespace prl::actor

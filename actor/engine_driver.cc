@@ -32,13 +32,25 @@ episode::GroupRequest GroupRequestOf(const v1::LeasedPrompt& lease) {
     g.reference = lease.reference();
     g.submitted = lease.episode_prompt();
   }
+  if (lease.has_agent()) {
+    g.agent = lease.agent();
+    p.max_tokens = lease.agent().max_tokens_per_call();
+    g.reference = lease.reference();
+    g.submitted = lease.episode_prompt();
+  }
   return g;
+}
+
+absl::Status EngineDriver::ServeAgents() {
+  if (!options_.openai.has_value()) return absl::OkStatus();
+  return episodes_.ServeAgents(*options_.openai, options_.openai_model, options_.openai_base_url);
 }
 
 EngineDriver::EngineDriver(std::unique_ptr<Engine> engine, WeightSubscriber* weights,
                            LeaseBook* book, ActorStatsBoard* stats, const ActorOptions& options)
     : episodes_(std::move(engine), options.text,
-                {options.env_calls_per_address, options.env_outage_budget, options.metrics},
+                {options.env_calls_per_address, options.env_outage_budget, options.metrics,
+                 options.agent_episodes_per_address},
                 [book] { book->Wake(); }),
       weights_(weights),
       book_(book),

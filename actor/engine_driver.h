@@ -38,6 +38,9 @@ class EngineDriver {
   absl::Status Iteration(const std::function<bool()>& halted);
 
   const Engine& engine() const { return episodes_.engine(); }
+  // Serves agents' endpoint (ActorOptions::openai); its base URL, for the start-up line.
+  absl::Status ServeAgents();
+  std::string agents_base_url() const { return episodes_.agents_base_url(); }
 
  private:
   struct Leased {

@@ -98,24 +98,26 @@ absl::StatusOr<std::vector<reward::RewardResult>> GroupFinisher::EpisodeRewards(
                                             group.output.samples.size(), " samples"));
   }
   std::vector<reward::RewardResult> rewards(group.episodes.size());
-  for (size_t i = 0; i < rewards.size(); ++i) {
-    rewards[i].reward = group.episodes[i].reward;
-    if (options_.metrics == nullptr) continue;
-    const SampleOutput& s = group.output.samples[i];
+  for (size_t i = 0; i < rewards.size(); ++i) rewards[i].reward = group.episodes[i].reward;
+  if (options_.metrics == nullptr) return rewards;
+  std::vector<int64_t> turns(rewards.size(), 0);
+  for (const RecordPart& part : PartsOf(group)) {  // every record of every episode
+    const SampleOutput& s = *part.output;
     const int64_t env_tokens = std::count(s.sources.begin(), s.sources.end(), 1);
-    options_.metrics->episode_turns.Observe(static_cast<double>(group.episodes[i].turn_ends.size()));
+    turns[part.sample] += static_cast<int64_t>(part.turn_ends->size());
     options_.metrics->episode_model_tokens.Increment(
         static_cast<double>(static_cast<int64_t>(s.tokens.size()) - env_tokens));
     options_.metrics->episode_environment_tokens.Increment(static_cast<double>(env_tokens));
   }
+  for (int64_t t : turns) options_.metrics->episode_turns.Observe(static_cast<double>(t));
   return rewards;
 }
 
-RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, size_t sample,
+RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, const RecordPart& part,
                                         const reward::RewardResult& reward, uint64_t group_id,
                                         int64_t finished_unix_nanos) const {
   const v1::LeasedPrompt& lease = group.lease;
-  const SampleOutput& s = group.output.samples[sample];
+  const SampleOutput& s = *part.output;
   RolloutRecord r;
   r.run_id = options_.run_id;
   r.prompt_set_id = lease.prompt_set_id();
@@ -124,7 +126,9 @@ RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, size_t samp
   r.group_id = group_id;
   r.sample_index = static_cast<uint32_t>(s.sample_index);
   r.group_size = static_cast<uint32_t>(group.output.samples.size());
-  r.prompt_tokens = group.output.prompt;
+  r.segment = part.segment;
+  r.segments = part.segments;
+  r.prompt_tokens = *part.prompt;
   r.completion_tokens = s.tokens;
   r.behaviour_logprobs = s.logprobs;
   r.token_versions = s.versions;
@@ -144,11 +148,31 @@ RolloutRecord GroupFinisher::MakeRecord(const GeneratedGroup& group, size_t samp
                                    lease.sampling().stop_token_ids().end());
   r.created_unix_nanos = group.created_unix_nanos;
   r.finished_unix_nanos = finished_unix_nanos;
-  if (!group.episodes.empty()) {
-    r.turn_ends = group.episodes[sample].turn_ends;
-    r.turn_rewards = group.episodes[sample].turn_rewards;
+  if (part.turn_ends != nullptr) {
+    r.turn_ends = *part.turn_ends;
+    r.turn_rewards = *part.turn_rewards;
   }
   return r;
+}
+
+std::vector<GroupFinisher::RecordPart> GroupFinisher::PartsOf(const GeneratedGroup& group) {
+  std::vector<RecordPart> parts;
+  for (size_t i = 0; i < group.output.samples.size(); ++i) {
+    const episode::EpisodeOutcome* episode =
+        group.episodes.empty() ? nullptr : &group.episodes[i];
+    if (episode != nullptr && !episode->segments.empty()) {  // an agent's: one per trajectory
+      const uint32_t n = static_cast<uint32_t>(episode->segments.size());
+      for (uint32_t k = 0; k < n; ++k) {
+        const episode::EpisodeSegment& s = episode->segments[k];
+        parts.push_back({i, k, n, &s.prompt, &s.output, &s.turn_ends, &s.turn_rewards});
+      }
+      continue;
+    }
+    parts.push_back({i, 0, 1, &group.output.prompt, &group.output.samples[i],
+                     episode != nullptr ? &episode->turn_ends : nullptr,
+                     episode != nullptr ? &episode->turn_rewards : nullptr});
+  }
+  return parts;
 }
 
 GroupFinisher::ScoredGroup GroupFinisher::Build(const GeneratedGroup& group,
@@ -158,21 +182,25 @@ GroupFinisher::ScoredGroup GroupFinisher::Build(const GeneratedGroup& group,
                                                 int64_t finished_unix_nanos) const {
   const RequestOutput& output = group.output;
   ScoredGroup g;
-  g.records.reserve(output.samples.size());
   g.complete.set_lease_id(group.lease.lease_id());
   v1::GroupResult* result = g.complete.mutable_result();
   result->set_prompt_index(group.lease.prompt_index());
   int64_t min_version = std::numeric_limits<int64_t>::max(), max_version = 0;
-  for (size_t i = 0; i < output.samples.size(); ++i) {
-    const SampleOutput& s = output.samples[i];
-    g.records.push_back(MakeRecord(group, i, rewards[i], group_id, finished_unix_nanos));
+  std::vector<int64_t> sample_tokens(output.samples.size(), 0);
+  for (const RecordPart& part : PartsOf(group)) {
+    const SampleOutput& s = *part.output;
+    g.records.push_back(
+        MakeRecord(group, part, rewards[part.sample], group_id, finished_unix_nanos));
     for (int64_t v : s.versions) {
       min_version = std::min(min_version, v);
       max_version = std::max(max_version, v);
     }
     g.tokens += static_cast<int64_t>(s.tokens.size());
+    sample_tokens[part.sample] += static_cast<int64_t>(s.tokens.size());
+  }
+  for (size_t i = 0; i < output.samples.size(); ++i) {
     result->add_rewards(rewards[i].reward);
-    result->add_completion_tokens(static_cast<int32_t>(s.tokens.size()));
+    result->add_completion_tokens(static_cast<int32_t>(sample_tokens[i]));
     if (options_.text != nullptr) result->add_texts(inputs[i].completion);
   }
   result->set_min_version(min_version == std::numeric_limits<int64_t>::max() ? 0 : min_version);

@@ -57,7 +57,17 @@ class GroupFinisher {
   ScoredGroup Build(const GeneratedGroup& group, absl::Span<const reward::RewardInput> inputs,
                     const std::vector<reward::RewardResult>& rewards, uint64_t group_id,
                     int64_t finished_unix_nanos) const;
-  RolloutRecord MakeRecord(const GeneratedGroup& group, size_t sample,
+  // One record's part of a group: a sample, or one segment of an agent's episode.
+  struct RecordPart {
+    size_t sample = 0;
+    uint32_t segment = 0, segments = 1;
+    const std::vector<int32_t>* prompt = nullptr;
+    const SampleOutput* output = nullptr;
+    const std::vector<uint32_t>* turn_ends = nullptr;  // null: one turn
+    const std::vector<double>* turn_rewards = nullptr;
+  };
+  static std::vector<RecordPart> PartsOf(const GeneratedGroup& group);
+  RolloutRecord MakeRecord(const GeneratedGroup& group, const RecordPart& part,
                            const reward::RewardResult& reward, uint64_t group_id,
                            int64_t finished_unix_nanos) const;
   // Writes, retrying while the replay is unavailable (a restarting ingest) with backoff for up

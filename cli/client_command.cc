@@ -130,6 +130,11 @@ struct SubmitFlags {
   int max_turns = 0, max_tokens_per_turn = 0, max_episode_tokens = 0;
   double env_timeout_s = 0;
   std::string tool_call_format;
+  // Agents (docs/agents.md): the agent and its limits.
+  std::string agent, agent_address;
+  std::vector<std::string> agent_params;
+  int max_calls = 0, max_tokens_per_call = 0;
+  double agent_timeout_s = 0;
   int samples = 4, top_k = 0, max_tokens = 256;
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
@@ -175,6 +180,25 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
             absl::StrCat("--env-param: expected KEY=VALUE, found '", kv, "'"));
       }
       (*e->mutable_parameters())[parts[0]] = parts[1];
+    }
+  }
+  if (!f.agent_address.empty()) {
+    r.clear_reward();  // an agent's episode reward is the agent's
+    v1::AgentSpec* a = r.mutable_agent();
+    a->set_name(f.agent);
+    a->set_address(f.agent_address);
+    a->set_max_calls(f.max_calls);
+    a->set_max_tokens_per_call(f.max_tokens_per_call);
+    a->set_max_episode_tokens(f.max_episode_tokens);
+    a->set_timeout_s(f.agent_timeout_s);
+    a->set_tool_call_format(f.tool_call_format);
+    for (const std::string& kv : f.agent_params) {
+      std::vector<std::string> parts = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (parts.size() != 2 || parts[0].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--agent-param: expected KEY=VALUE, found '", kv, "'"));
+      }
+      (*a->mutable_parameters())[parts[0]] = parts[1];
     }
   }
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
@@ -315,6 +339,16 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
                      "the model's chat template)");
   submit->add_option("--env-timeout-s", s->env_timeout_s,
                      "One environment call's budget, retries included (0: 30)");
+  submit->add_option("--agent-address", s->agent_address,
+                     "Agents: host:port of the AgentService that runs each episode against the "
+                     "actors' OpenAI-compatible endpoint; its reward replaces --reward");
+  submit->add_option("--agent", s->agent, "Agents: the name passed to RunEpisode");
+  submit->add_option("--agent-param", s->agent_params, "KEY=VALUE for the agent (repeatable)");
+  submit->add_option("--max-calls", s->max_calls, "Agents: endpoint calls per episode (0: 16)");
+  submit->add_option("--max-tokens-per-call", s->max_tokens_per_call,
+                     "Agents: tokens of one call's answer (0: --max-tokens)");
+  submit->add_option("--agent-timeout-s", s->agent_timeout_s,
+                     "Agents: an episode's wall time (0: 300)");
   submit->add_option("--name", s->name, "A name for humans (default: the file name)");
   submit->add_option("--idempotency-key", s->idempotency_key,
                      "Retrying with the same key does not submit twice");

@@ -109,6 +109,22 @@ struct EnvSection {
   std::string tool_call_format;
 };
 
+// Agents for `prl run`'s task (docs/agents.md): every prompt of the run, in training and in the
+// held-out evaluation, is an episode run by the user's agent at this address (an AgentService),
+// which calls the actors' OpenAI-compatible endpoint and returns the episode's reward
+// (task.reward is not used). With a built-in env.name beside it, that environment's
+// demonstrations warm-start the model and the agent runs the episodes. Empty address: none.
+struct AgentSection {
+  std::string name;     // passed to RunEpisode
+  std::string address;  // the AgentService's host:port; prl run allows it for its coordinator
+  std::map<std::string, std::string> params;  // RunEpisode's parameters
+  int32_t max_calls = 0;                      // endpoint calls per episode; 0: 16
+  int32_t max_tokens_per_call = 0;            // 0: task.max_tokens
+  int32_t max_episode_tokens = 0;             // 0: no limit but the context
+  double timeout_s = 0;                       // the episode's wall time; 0: 300
+  std::string tool_call_format;               // as env.tool_call_format
+};
+
 // The supervised warm-start before RL (steps 0: none). The defaults take the tiny model to
 // about 57% greedy held-out accuracy in ~30 s on 2 cores: room for RL, and groups of samples
 // that disagree often enough for GRPO to have a signal.
@@ -159,6 +175,11 @@ struct CoordinatorSection {
   // The longest env.timeout_s a prompt set may give one environment call (retries included):
   // a hung environment holds an actor's prompt slots at most this long per attempt.
   double max_env_timeout_s = 120;
+  // The AgentService addresses a prompt set's agent may name (docs/agents.md); any other is
+  // refused at submission.
+  std::vector<std::string> agent_addresses;
+  // The longest agent.timeout_s (an agent's episode, wall time) a prompt set may give.
+  double max_agent_timeout_s = 600;
   int max_restarts = 3;  // by prl run's supervisor
 };
 
@@ -195,6 +216,13 @@ struct ActorsSection {
   // its episodes wait for it, probed with backoff, before they fail their attempts, visibly: a
   // restart or a short outage costs no attempt.
   double env_outage_s = 300;
+  // Agents (docs/agents.md): the OpenAI-compatible endpoint each actor serves them. Loopback
+  // by default (port 0: any free one); another address needs TLS (security.tls_*) or
+  // security.insecure. openai_address: the host:port agents are told to call ("": the bound
+  // address). Agents' episodes running at once per agent address (each RunEpisode is one).
+  std::string openai_listen = "127.0.0.1:0";
+  std::string openai_address;
+  int32_t agent_episodes_per_address = 256;
   double replay_timeout_s = 60;  // how long a write waits while the replay buffer is full
   int max_restarts = 5;          // per actor, by prl run's supervisor
 };
@@ -295,6 +323,7 @@ struct RunConfig {
   ModelSection model;
   TaskSection task;
   EnvSection env;
+  AgentSection agent;
   SftSection sft;
   CoordinatorSection coordinator;
   ActorsSection actors;

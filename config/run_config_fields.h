@@ -70,6 +70,18 @@ void VisitTaskFields(RunConfig& c, Visitor& v) {
   v("env", "timeout_s", c.env.timeout_s, "One environment call's budget, retries included (0: 30)");
   v("env", "tool_call_format", c.env.tool_call_format,
     "How the model writes tool calls: hermes, llama3_json, none; empty: from the chat template");
+  v("agent", "name", c.agent.name, "Agents: the name passed to the agent's RunEpisode");
+  v("agent", "address", c.agent.address,
+    "Agents: an AgentService's host:port; the agent runs every episode (empty: none)");
+  v("agent", "params", c.agent.params, "The agent's parameters, an object of strings");
+  v("agent", "max_calls", c.agent.max_calls, "Endpoint calls per agent episode (0: 16)");
+  v("agent", "max_tokens_per_call", c.agent.max_tokens_per_call,
+    "Tokens of one call's answer (0: task.max_tokens)");
+  v("agent", "max_episode_tokens", c.agent.max_episode_tokens,
+    "Tokens of an agent's episode after its first prompt (0: no limit but the context)");
+  v("agent", "timeout_s", c.agent.timeout_s, "An agent episode's wall time (0: 300)");
+  v("agent", "tool_call_format", c.agent.tool_call_format,
+    "How the model writes tool calls: hermes, llama3_json, none; empty: from the chat template");
   v("sft", "steps", c.sft.steps, "Supervised warm-start steps (0: none)");
   v("sft", "lr", c.sft.lr, "Warm-start learning rate");
   v("sft", "examples_per_step", c.sft.examples_per_step, "Warm-start examples per step");
@@ -111,6 +123,10 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "EnvironmentService addresses (host:port) a prompt set may name; others are refused");
   v("coordinator", "max_env_timeout_s", c.coordinator.max_env_timeout_s,
     "The longest environment.timeout_s a prompt set may give one environment call (s)");
+  v("coordinator", "agent_addresses", c.coordinator.agent_addresses,
+    "AgentService addresses (host:port) a prompt set's agent may name; others are refused");
+  v("coordinator", "max_agent_timeout_s", c.coordinator.max_agent_timeout_s,
+    "The longest agent.timeout_s (an agent episode's wall time) a prompt set may give (s)");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
     "prl run: restarts of the coordinator");
 }
@@ -145,6 +161,12 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
     "Environment calls in flight to one environment address, per actor");
   v("actors", "env_outage_s", c.actors.env_outage_s,
     "How long episodes wait for an environment found down before they fail (s)");
+  v("actors", "openai_listen", c.actors.openai_listen,
+    "The OpenAI-compatible endpoint agents call (host:port; port 0: any free one)");
+  v("actors", "openai_address", c.actors.openai_address,
+    "The endpoint's host:port as agents reach it (empty: the bound address)");
+  v("actors", "agent_episodes_per_address", c.actors.agent_episodes_per_address,
+    "Agents' episodes running at once per agent address, per actor");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,
     "How long a write waits while the replay buffer is full (s)");
   v("actors", "max_restarts", c.actors.max_restarts, "prl run: restarts of each actor");

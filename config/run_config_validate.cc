@@ -144,6 +144,41 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
                c.sft.examples_per_step);
 }
 
+absl::Status ValidateAgent(const RunConfig& c) {
+  const AgentSection& a = c.agent;
+  if (a.address.empty()) {
+    return Range(a.name.empty() && a.params.empty(), "agent.address",
+                 "the AgentService's host:port when agent.name or agent.params is set", "''");
+  }
+  PRL_RETURN_IF_ERROR(Address(a.address, "agent.address", false));
+  PRL_RETURN_IF_ERROR(Range(c.env.address.empty(), "env.address",
+                            "empty with an agent (a built-in env.name beside agent.address only "
+                            "demonstrates the warm-start)",
+                            Quoted(c.env.address)));
+  PRL_RETURN_IF_ERROR(Range(a.max_calls >= 0 && a.max_calls <= 1024, "agent.max_calls",
+                            "0 (16) to 1024", a.max_calls));
+  PRL_RETURN_IF_ERROR(
+      Range(a.max_tokens_per_call >= 0 && a.max_tokens_per_call <= c.task.max_tokens,
+            "agent.max_tokens_per_call",
+            absl::StrCat("0 (task.max_tokens) to task.max_tokens (", c.task.max_tokens, ")"),
+            a.max_tokens_per_call));
+  const int32_t call_tokens = a.max_tokens_per_call > 0 ? a.max_tokens_per_call : c.task.max_tokens;
+  PRL_RETURN_IF_ERROR(Range(a.max_episode_tokens == 0 || a.max_episode_tokens >= call_tokens,
+                            "agent.max_episode_tokens",
+                            absl::StrCat("0 (no limit) or at least a call's tokens (", call_tokens,
+                                         ")"),
+                            a.max_episode_tokens));
+  PRL_RETURN_IF_ERROR(Range(
+      a.timeout_s >= 0 && a.timeout_s <= c.coordinator.max_agent_timeout_s, "agent.timeout_s",
+      absl::StrCat("0 (300) to coordinator.max_agent_timeout_s (",
+                   c.coordinator.max_agent_timeout_s, ")"),
+      a.timeout_s));
+  return Range(a.tool_call_format.empty() || a.tool_call_format == "hermes" ||
+                   a.tool_call_format == "llama3_json" || a.tool_call_format == "none",
+               "agent.tool_call_format", "\"\" (from the chat template), hermes, llama3_json or none",
+               Quoted(a.tool_call_format));
+}
+
 absl::Status ValidateCoordinator(const CoordinatorSection& c) {
   PRL_RETURN_IF_ERROR(Address(c.listen, "coordinator.listen", false));
   PRL_RETURN_IF_ERROR(Address(c.address, "coordinator.address", true));
@@ -170,6 +205,13 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
                             "coordinator.max_watch_streams", "1 to 100000", c.max_watch_streams));
   PRL_RETURN_IF_ERROR(Range(c.max_env_timeout_s >= 1 && c.max_env_timeout_s <= 3600,
                             "coordinator.max_env_timeout_s", "1 to 3600", c.max_env_timeout_s));
+  PRL_RETURN_IF_ERROR(Range(c.max_agent_timeout_s >= 1 && c.max_agent_timeout_s <= 86400,
+                            "coordinator.max_agent_timeout_s", "1 to 86400",
+                            c.max_agent_timeout_s));
+  for (size_t i = 0; i < c.agent_addresses.size(); ++i) {
+    PRL_RETURN_IF_ERROR(Address(c.agent_addresses[i],
+                                absl::StrCat("coordinator.agent_addresses[", i, "]"), false));
+  }
   for (size_t i = 0; i < c.reward_addresses.size(); ++i) {
     PRL_RETURN_IF_ERROR(Address(c.reward_addresses[i],
                                 absl::StrCat("coordinator.reward_addresses[", i, "]"), false));
@@ -200,6 +242,12 @@ absl::Status ValidateActors(const ActorsSection& a) {
                             "actors.env_calls_per_address", "1 to 1024", a.env_calls_per_address));
   PRL_RETURN_IF_ERROR(Range(a.env_outage_s >= 0 && a.env_outage_s <= 86400, "actors.env_outage_s",
                             "0 to 86400", a.env_outage_s));
+  PRL_RETURN_IF_ERROR(Address(a.openai_listen, "actors.openai_listen", false));
+  PRL_RETURN_IF_ERROR(Address(a.openai_address, "actors.openai_address", true));
+  PRL_RETURN_IF_ERROR(Range(a.agent_episodes_per_address >= 1 &&
+                                a.agent_episodes_per_address <= 65536,
+                            "actors.agent_episodes_per_address", "1 to 65536",
+                            a.agent_episodes_per_address));
   PRL_RETURN_IF_ERROR(
       Range(a.replay_timeout_s > 0, "actors.replay_timeout_s", "a number > 0", a.replay_timeout_s));
   return Range(a.max_restarts >= 0, "actors.max_restarts", ">= 0", a.max_restarts);
@@ -303,6 +351,7 @@ int ParseUmask(const std::string& text) {
 absl::Status ValidateRunConfig(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(ValidateRunAndTask(c));
   PRL_RETURN_IF_ERROR(ValidateCoordinator(c.coordinator));
+  PRL_RETURN_IF_ERROR(ValidateAgent(c));
   PRL_RETURN_IF_ERROR(ValidateActors(c.actors));
   // An actor's engine runs a prompt's samples in one batch: a larger group could never run.
   PRL_RETURN_IF_ERROR(Range(c.task.samples_per_prompt <= c.actors.max_num_seqs,

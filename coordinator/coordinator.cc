@@ -80,7 +80,7 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   prl::v1::LogRecord record;
   prl::v1::SubmittedPromptSet* submitted = record.mutable_submitted();
   PRL_RETURN_IF_ERROR(Validate(request, submitted->mutable_request()));
-  if (request.has_environment()) {  // episodes start from the prompts as submitted
+  if (request.has_environment() || request.has_agent()) {  // episodes start from the prompts
     for (const prl::v1::Prompt& p : request.prompts()) {
       *submitted->add_episode_prompts() = EpisodePromptOf(p);
     }

@@ -79,6 +79,11 @@ struct CoordinatorConfig {
   std::vector<std::string> env_addresses;
   // The longest EnvironmentSpec.timeout_s a submission may give (its default: 30 or this).
   double max_env_timeout_s = 120;
+  // AgentService addresses a prompt set's agent may name (docs/agents.md); any other is refused.
+  std::vector<std::string> agent_addresses;
+  // The longest AgentSpec.timeout_s (an episode's wall time) a submission may give (its
+  // default: 300 or this).
+  double max_agent_timeout_s = 600;
   int64_t max_lag = defaults::kMaxLag;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
   // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
@@ -228,6 +233,9 @@ class Coordinator {
   absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateSampling(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateReward(const prl::v1::RewardSpec& reward) const;
+  // The agent of a set of agents' episodes, with its defaults filled into *out.
+  absl::Status ValidateAgent(const prl::v1::SubmitPromptSetRequest& request,
+                             prl::v1::AgentSpec* out) const;
   // The environment of a set of agentic episodes, with its defaults filled into *out.
   absl::Status ValidateEnvironment(const prl::v1::SubmitPromptSetRequest& request,
                                    prl::v1::EnvironmentSpec* out) const;

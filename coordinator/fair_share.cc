@@ -7,6 +7,7 @@
 namespace prl::coordinator {
 
 std::string ShareClassOf(const prl::v1::SubmitPromptSetRequest& request) {
+  if (request.has_agent()) return absl::StrCat("agent:", request.agent().address());
   if (!request.has_environment()) return "";
   const prl::v1::EnvironmentSpec& e = request.environment();
   return e.address().empty() ? absl::StrCat("builtin:", e.name()) : e.address();

@@ -184,8 +184,9 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     out->set_samples(req.samples_per_prompt());
     *out->mutable_sampling() = req.sampling();
     *out->mutable_reward() = req.reward();
-    if (req.has_environment()) {
-      *out->mutable_environment() = req.environment();
+    if (req.has_environment() || req.has_agent()) {
+      if (req.has_environment()) *out->mutable_environment() = req.environment();
+      if (req.has_agent()) *out->mutable_agent() = req.agent();
       const auto& submitted = set->submitted.episode_prompts();
       if (index < submitted.size()) *out->mutable_episode_prompt() = submitted[index];
     }

@@ -131,6 +131,12 @@ void FillEnvironmentDefaults(int32_t max_tokens, double max_timeout_s, v1::Envir
   if (e->timeout_s() == 0) e->set_timeout_s(std::min(30.0, max_timeout_s));
 }
 
+void FillAgentDefaults(int32_t max_tokens, double max_timeout_s, v1::AgentSpec* a) {
+  if (a->max_calls() == 0) a->set_max_calls(16);
+  if (a->max_tokens_per_call() == 0) a->set_max_tokens_per_call(max_tokens);
+  if (a->timeout_s() == 0) a->set_timeout_s(std::min(300.0, max_timeout_s));
+}
+
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::Prompt& p,
                                                   const tokenizer::TextCodec* text,
                                                   int64_t vocab_size, const std::string& field) {

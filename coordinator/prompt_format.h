@@ -45,5 +45,9 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const prl::v1::Prompt& prompt,
 // (coordinator.max_env_timeout_s; 0 means the default).
 void FillEnvironmentDefaults(int32_t max_tokens, double max_timeout_s,
                              prl::v1::EnvironmentSpec* environment);
+// A prompt set's agent with its defaults filled in: max_calls 16, max_tokens_per_call the set's
+// sampling.max_tokens, timeout_s 300 or max_timeout_s when lower
+// (coordinator.max_agent_timeout_s).
+void FillAgentDefaults(int32_t max_tokens, double max_timeout_s, prl::v1::AgentSpec* agent);
 
 }  // namespace prl::coordinator

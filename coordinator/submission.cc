@@ -199,12 +199,85 @@ absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequ
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::ValidateAgent(const prl::v1::SubmitPromptSetRequest& request,
+                                        prl::v1::AgentSpec* out) const {
+  const prl::v1::AgentSpec& a = request.agent();
+  if (a.name().size() > kMaxNameBytes) return TooLarge("agent.name", kMaxNameBytes, a.name().size());
+  if (a.address().size() > kMaxNameBytes) {
+    return TooLarge("agent.address", kMaxNameBytes, a.address().size());
+  }
+  if (a.parameters_size() > kMaxEnvParams) {
+    return TooLarge("agent.parameters", kMaxEnvParams, a.parameters_size());
+  }
+  size_t parameter_bytes = 0;
+  for (const auto& [k, v] : a.parameters()) {
+    if (k.size() + v.size() > kMaxEnvParamBytes) {
+      return TooLarge(absl::StrCat("agent.parameters[", k.substr(0, 64), "]"), kMaxEnvParamBytes,
+                      k.size() + v.size());
+    }
+    parameter_bytes += k.size() + v.size();
+  }
+  if (parameter_bytes > kMaxEnvParamsBytes) {
+    return TooLarge("agent.parameters (bytes in all)", kMaxEnvParamsBytes, parameter_bytes);
+  }
+  if (std::find(config_.agent_addresses.begin(), config_.agent_addresses.end(), a.address()) ==
+      config_.agent_addresses.end()) {
+    // Actors dial the address and hand it episode keys: only those the operator allowed.
+    return Invalid("agent.address",
+                   config_.agent_addresses.empty()
+                       ? std::string("an address listed in coordinator.agent_addresses (none is)")
+                       : absl::StrCat("one of coordinator.agent_addresses: ",
+                                      absl::StrJoin(config_.agent_addresses, ", ")),
+                   absl::StrCat("'", a.address().substr(0, 128), "'"));
+  }
+  if (a.max_calls() < 0 || a.max_calls() > 1024) {
+    return Invalid("agent.max_calls", "0 (16) to 1024", absl::StrCat(a.max_calls()));
+  }
+  const int32_t max_tokens = request.sampling().max_tokens();
+  if (a.max_tokens_per_call() < 0 || a.max_tokens_per_call() > max_tokens) {
+    return Invalid("agent.max_tokens_per_call",
+                   absl::StrCat("0 (sampling.max_tokens) to sampling.max_tokens (", max_tokens,
+                                ")"),
+                   absl::StrCat(a.max_tokens_per_call()));
+  }
+  const int32_t call_tokens = a.max_tokens_per_call() > 0 ? a.max_tokens_per_call() : max_tokens;
+  if (a.max_episode_tokens() < 0 ||
+      (a.max_episode_tokens() > 0 && a.max_episode_tokens() < call_tokens)) {
+    return Invalid("agent.max_episode_tokens",
+                   absl::StrCat("0 (no limit) or at least a call's tokens (", call_tokens,
+                                ": max_tokens_per_call, else sampling.max_tokens)"),
+                   absl::StrCat(a.max_episode_tokens()));
+  }
+  const std::string& format = a.tool_call_format();
+  if (!format.empty() && format != "hermes" && format != "llama3_json" && format != "none") {
+    return Invalid("agent.tool_call_format",
+                   "\"\" (from the chat template), hermes, llama3_json or none",
+                   absl::StrCat("'", format.substr(0, 64), "'"));
+  }
+  const double max_timeout = config_.max_agent_timeout_s;
+  if (!(a.timeout_s() >= 0 && a.timeout_s() <= max_timeout)) {
+    return Invalid("agent.timeout_s",
+                   absl::StrCat("0 (the default: ", std::min(300.0, max_timeout), ") to ",
+                                max_timeout, " (coordinator.max_agent_timeout_s)"),
+                   absl::StrCat(a.timeout_s()));
+  }
+  *out = a;  // with the defaults filled in: what the actors get
+  FillAgentDefaults(max_tokens, max_timeout, out);
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
                                    prl::v1::SubmitPromptSetRequest* out) const {
   *out = request;
   PRL_RETURN_IF_ERROR(ValidateShape(request));
   PRL_RETURN_IF_ERROR(ValidateSampling(request));
-  if (request.has_environment()) {  // the episodes' rewards come from the environment
+  if (request.has_environment() && request.has_agent()) {
+    return Invalid("agent", "unset when the set names an environment (one or the other)",
+                   absl::StrCat("agent '", request.agent().name().substr(0, 64), "'"));
+  }
+  if (request.has_agent()) {  // the episodes' rewards come from the agent
+    PRL_RETURN_IF_ERROR(ValidateAgent(request, out->mutable_agent()));
+  } else if (request.has_environment()) {  // the episodes' rewards come from the environment
     PRL_RETURN_IF_ERROR(ValidateEnvironment(request, out->mutable_environment()));
   } else {
     PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));

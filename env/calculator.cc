@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace prl::env {
 
@@ -125,6 +126,20 @@ bool LastInteger(absl::string_view text, int64_t* value) {
   return absl::SimpleAtoi(text.substr(start, end - start), value);
 }
 
+std::string CalculatorTools(const std::string& name) {
+  nlohmann::ordered_json tool = {
+      {"type", "function"},
+      {"function",
+       {{"name", name},
+        {"description",
+         "Evaluates an arithmetic expression of integers with + - * / and parentheses."},
+        {"parameters",
+         {{"type", "object"},
+          {"properties", {{"expression", {{"type", "string"}}}}},
+          {"required", {"expression"}}}}}}};
+  return nlohmann::ordered_json::array({tool}).dump();
+}
+
 absl::StatusOr<v1::StartEpisodeResponse> CalculatorEnvironment::StartEpisode(
     const v1::StartEpisodeRequest& request) {
   State state;
@@ -139,15 +154,46 @@ absl::StatusOr<v1::StartEpisodeResponse> CalculatorEnvironment::StartEpisode(
     return absl::InvalidArgumentError(
         "calculator: parameters call_open and call_close: expected 1 to 64 bytes each");
   }
+  state.tool_name = Parameter(request, "tool_name", "");
+  if (state.tool_name.size() > 64) {
+    return absl::InvalidArgumentError("calculator: parameter tool_name: expected at most 64 bytes");
+  }
   episodes_.Start(request.episode_id(), [&] { return state; });
   v1::StartEpisodeResponse response;
-  response.add_stop_strings(state.call_close);
+  if (state.tool_name.empty()) {
+    response.add_stop_strings(state.call_close);
+  } else {
+    response.set_tools_json(CalculatorTools(state.tool_name));
+  }
   return response;
 }
 
 absl::StatusOr<v1::StepResponse> CalculatorEnvironment::Step(const v1::StepRequest& request) {
   return episodes_.Step(request, [&](State& s) -> absl::StatusOr<v1::StepResponse> {
     v1::StepResponse response;
+    if (!s.tool_name.empty() && request.tool_calls_size() > 0) {  // structured calls
+      for (const v1::ToolCall& call : request.tool_calls()) {
+        v1::EnvMessage* result = response.add_messages();
+        result->set_role("tool");
+        result->set_name(call.name());
+        result->set_tool_call_id(call.id());
+        const nlohmann::json args =
+            nlohmann::json::parse(call.arguments_json(), nullptr, /*allow_exceptions=*/false);
+        if (call.name() != s.tool_name) {
+          result->set_content(absl::StrCat("error: unknown tool ", call.name().substr(0, 64)));
+        } else if (!args.is_object() || !args.contains("expression") ||
+                   !args["expression"].is_string()) {
+          result->set_content("error: expected {\"expression\": \"...\"}");
+        } else {
+          const absl::StatusOr<int64_t> value =
+              EvaluateExpression(args["expression"].get<std::string>());
+          result->set_content(value.ok() ? absl::StrCat(*value)
+                                         : absl::StrCat("error: ", value.status().message()));
+        }
+        ++s.calls;
+      }
+      return response;
+    }
     const std::string& text = request.text();
     const size_t open = text.rfind(s.call_open);
     const bool call = text.size() >= s.call_close.size() &&
@@ -155,7 +201,7 @@ absl::StatusOr<v1::StepResponse> CalculatorEnvironment::Step(const v1::StepReque
                                    s.call_close) == 0 &&
                       open != std::string::npos &&
                       open + s.call_open.size() <= text.size() - s.call_close.size();
-    if (call && request.turn_end() == v1::TURN_END_STOP_STRING) {
+    if (s.tool_name.empty() && call && request.turn_end() == v1::TURN_END_STOP_STRING) {
       const size_t from = open + s.call_open.size();
       const absl::StatusOr<int64_t> value =
           EvaluateExpression(absl::string_view(text).substr(from, text.size() -

@@ -10,6 +10,13 @@
 // and ")=". A turn that ends with call_close after a call_open is a call of the expression
 // between them; any other turn is the answer. An episode truncated by a limit scores 0.
 //
+// Tool calls (parameter tool_name, e.g. "calculator"; docs/environments.md "Tool calls"): the
+// calculator is offered as an OpenAI function tool of that name (CalculatorTools: one string
+// argument "expression"), rendered into the prompt by the chat template; a turn's structured
+// calls (StepRequest.tool_calls, parsed in the model's format) are answered with tool messages
+// carrying each call's id; a turn without calls is the answer. No stop strings then: the turn
+// ends where the model ends it. call_open and call_close are not used.
+//
 // Expressions (EvaluateExpression): integers, + - * /, unary minus and parentheses, in int64;
 // "/" divides exactly (a remainder is an error, as is division by zero or an overflow); at most
 // 256 characters and 32 levels of parentheses. An error is answered as the tool's message
@@ -31,6 +38,13 @@ namespace prl::env {
 // The call syntax's defaults (parameters call_open and call_close).
 inline constexpr char kDefaultCallOpen[] = "<calc>", kDefaultCallClose[] = "</calc>";
 
+// The calculator as a function tool named `name`, a JSON array of one OpenAI tool (what
+// StartEpisodeResponse.tools_json carries; examples/openai_agent offers the same):
+// [{"type": "function", "function": {"name": NAME, "description": "Evaluates an arithmetic
+// expression of integers with + - * / and parentheses.", "parameters": {"type": "object",
+// "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+std::string CalculatorTools(const std::string& name);
+
 absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression);
 
 // The last integer in `text` (an optional '-' and digits), if any.
@@ -47,6 +61,7 @@ class CalculatorEnvironment final : public Environment {
   struct State {
     int64_t answer = 0;
     std::string call_open, call_close;
+    std::string tool_name;  // tool calls: the function's name ("" the call syntax)
     int64_t calls = 0;
   };
   EpisodeTable<State> episodes_;

@@ -145,6 +145,20 @@ absl::StatusOr<ToolCallFormat> ToolCallFormatOf(absl::string_view name,
       std::string(name.substr(0, 64)), "'"));
 }
 
+std::string WriteToolCall(ToolCallFormat format, const std::string& name,
+                          const std::string& arguments_json) {
+  const std::string quoted = Json(name).dump();
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return absl::StrCat(kOpen, "\n{\"name\": ", quoted, ", \"arguments\": ", arguments_json,
+                          "}\n", kClose);
+    case ToolCallFormat::kLlama3Json:
+      return absl::StrCat("{\"name\": ", quoted, ", \"parameters\": ", arguments_json, "}");
+    default:
+      return "";
+  }
+}
+
 ParsedTurn ParseToolCalls(ToolCallFormat format, absl::string_view text,
                           absl::string_view id_seed) {
   switch (format) {

@@ -41,6 +41,12 @@ struct ParsedTurn {
   std::string error;                     // the first call that did not parse, and why
 };
 
+// A call as the model family writes it (what ParseToolCalls reads back): hermes
+// `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`, llama3_json
+// `{"name": NAME, "parameters": ARGS}`; "" for none. `arguments_json`: a JSON object.
+std::string WriteToolCall(ToolCallFormat format, const std::string& name,
+                          const std::string& arguments_json);
+
 // `id_seed` (e.g. "<episode id>/<turn>") makes the calls' ids, the same on every retry.
 ParsedTurn ParseToolCalls(ToolCallFormat format, absl::string_view text, absl::string_view id_seed);
 

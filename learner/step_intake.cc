@@ -1,5 +1,7 @@
 #include "learner/step_intake.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -40,6 +42,26 @@ absl::StatusOr<int64_t> StepIntake::Resume(const std::string& checkpoint_dir, in
   return static_cast<int64_t>(to_replay_.size());
 }
 
+absl::StatusOr<EpisodeAdvantagesResult> EpisodeAdvantages(absl::Span<const RolloutRecord> records,
+                                                          const AdvantageConfig& config) {
+  EpisodeAdvantagesResult out;
+  std::vector<size_t> episode_of(records.size());
+  std::map<uint32_t, size_t> by_sample;
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto [it, inserted] = by_sample.try_emplace(records[i].sample_index,
+                                                out.episode_rewards.size());
+    if (inserted) out.episode_rewards.push_back(records[i].reward);
+    episode_of[i] = it->second;
+  }
+  const std::vector<std::string> ids(out.episode_rewards.size(), "g");
+  PRL_ASSIGN_OR_RETURN(const Advantages adv, GroupAdvantages(out.episode_rewards, ids, config));
+  for (size_t e : episode_of) {
+    out.advantage.push_back(adv.advantage[e]);
+    out.kept.push_back(adv.kept[e]);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool>* stop,
                                                           int64_t learner_version,
                                                           std::vector<LeasedGroup>* leased,
@@ -75,15 +97,12 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
       }
       std::optional<std::vector<RolloutRecord>> records = admission_.Admit(g, learner_version);
       if (!records.has_value()) continue;
-      std::vector<double> rewards;
-      std::vector<std::string> ids(records->size(), "g");
-      for (const RolloutRecord& r : *records) rewards.push_back(r.reward);
-      PRL_ASSIGN_OR_RETURN(const Advantages adv,
-                           GroupAdvantages(rewards, ids, options_.advantages));
+      PRL_ASSIGN_OR_RETURN(const EpisodeAdvantagesResult adv,
+                           EpisodeAdvantages(*records, options_.advantages));
+      for (double reward : adv.episode_rewards) reward_sum += reward;
+      report->samples += static_cast<int64_t>(adv.episode_rewards.size());
       for (size_t i = 0; i < records->size(); ++i) {
         RolloutRecord& r = (*records)[i];
-        reward_sum += r.reward;
-        ++report->samples;
         if (!adv.kept[i] || r.model_tokens() == 0) continue;
         TrainSample s;
         s.prompt = std::move(r.prompt_tokens);

@@ -40,6 +40,18 @@ struct IntakeOptions {
   std::function<std::vector<std::string>()> retired_prompt_sets;
 };
 
+// The advantages of one group's records (replay/rollout_group.h): its episodes' advantages,
+// every record of an episode taking its episode's (an agent's episode may be several records,
+// one per segment, all carrying the episode's reward: docs/agents.md). An episode counts once
+// in the group's statistics however many records it has.
+struct EpisodeAdvantagesResult {
+  std::vector<double> advantage;        // per record, in input order
+  std::vector<bool> kept;               // per record: false when its group was dropped
+  std::vector<double> episode_rewards;  // per episode, in order of first appearance
+};
+absl::StatusOr<EpisodeAdvantagesResult> EpisodeAdvantages(absl::Span<const RolloutRecord> records,
+                                                          const AdvantageConfig& config);
+
 class StepIntake {
  public:
   // `replay` must outlive this.

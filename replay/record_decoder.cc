@@ -71,7 +71,7 @@ absl::StatusOr<RecordHeader> CheckRecordFrame(absl::Span<const uint8_t> bytes) {
   if (h.layout_version != kRecordLayoutVersion) {
     return Invalid("layout_version", absl::StrCat(kRecordLayoutVersion), h.layout_version);
   }
-  if (h.reserved0 != 0 || h.reserved1 != 0 || h.reserved2 != 0) {
+  if (h.reserved0 != 0 || h.reserved1 != 0) {
     return Malformed("reserved header bytes: expected zero, found non-zero");
   }
   if (h.num_token_sources != 0 && h.num_token_sources != h.num_completion_tokens) {
@@ -122,6 +122,8 @@ absl::StatusOr<RolloutRecord> DecodeRecordBody(absl::Span<const uint8_t> bytes) 
   r.group_id = h.group_id;
   r.sample_index = h.sample_index;
   r.group_size = h.group_size;
+  r.segment = h.segment;
+  r.segments = h.segments;
   r.reward = h.reward;
   r.finish_reason = static_cast<RolloutFinishReason>(h.finish_reason);
   r.created_unix_nanos = h.created_unix_nanos;

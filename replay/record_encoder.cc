@@ -64,6 +64,8 @@ RecordHeader HeaderOf(const RolloutRecord& r) {
   h.route_layers = r.route_layers;
   h.num_turns = static_cast<uint32_t>(r.turn_ends.size());
   h.num_token_sources = static_cast<uint32_t>(r.token_sources.size());
+  h.segment = r.segment;
+  h.segments = r.segments;
   return h;
 }
 

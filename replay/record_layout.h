@@ -1,4 +1,4 @@
-// The binary layout of rollout records and groups, version 2 (kRecordLayoutVersion): what the
+// The binary layout of rollout records and groups, version 3 (kRecordLayoutVersion): what the
 // shared-memory replay buffer stores (internal to replay/; the encoder, decoder and group
 // framing share these definitions, so they cannot disagree on a byte).
 //
@@ -8,7 +8,7 @@
 //
 //   offset size  field
 //        0    4  magic "PRLR"
-//        4    2  u16 layout version (2)
+//        4    2  u16 layout version (3)
 //        6    1  u8  finish_reason (1 length, 2 stop, 3 abort)
 //        7    1  reserved
 //        8    8  u64 total_bytes: the whole record, a multiple of 8
@@ -25,7 +25,7 @@
 //      107    1  u8  route_top_k (K)          108  2  u16 route_layers (L)
 //      110    2  reserved
 //      112    4  u32 T = #turns               116  4  u32 M = #token_sources (0 or C)
-//      120    8  reserved
+//      120    4  u32 segment                124  4  u32 segments (>= 1)
 //      128       sections, each starting at a multiple of 8 (zero padding in between):
 //                  i32 prompt_tokens[P]      i32 completion_tokens[C]
 //                  f32 behaviour_logprobs[C] i64 token_versions[C]
@@ -35,12 +35,13 @@
 //                  strings: u8 name_lengths[R], then the bytes of run_id, prompt_set_id,
 //                  actor_id and the R component names, back to back
 //                then zero padding to total_bytes.
-// (Version 1 had a 112-byte header and no token_sources, turns or routes.)
+// (Version 1 had a 112-byte header and no token_sources, turns or routes; version 2 had 8
+// reserved bytes where segment and segments are.)
 //
 // Group (what the buffer writes and delivers):
 //
 //        0    4  magic "PRLG"
-//        4    2  u16 layout version (2)
+//        4    2  u16 layout version (3)
 //        6    2  reserved
 //        8    4  u32 n = number of records (>= 1)
 //       12    4  reserved
@@ -97,7 +98,8 @@ struct RecordHeader {
   uint16_t reserved1;
   uint32_t num_turns;
   uint32_t num_token_sources;
-  uint64_t reserved2;
+  uint32_t segment;
+  uint32_t segments;
 };
 static_assert(sizeof(RecordHeader) == 128);
 static_assert(offsetof(RecordHeader, route_layers) == 108 && offsetof(RecordHeader, num_turns) == 112);

@@ -55,6 +55,8 @@ void ToProto(const RolloutRecord& r, v1::RolloutRecord* p) {
   p->set_route_layers(r.route_layers);
   p->set_route_top_k(r.route_top_k);
   p->set_routes(std::string(r.routes.begin(), r.routes.end()));
+  p->set_segment(r.segment);
+  p->set_segments(r.segments);
 }
 
 absl::StatusOr<RolloutRecord> FromProto(const v1::RolloutRecord& p) {
@@ -111,6 +113,8 @@ absl::StatusOr<RolloutRecord> FromProto(const v1::RolloutRecord& p) {
   r.route_layers = static_cast<uint16_t>(p.route_layers());
   r.route_top_k = static_cast<uint8_t>(p.route_top_k());
   r.routes.assign(p.routes().begin(), p.routes().end());
+  r.segment = p.segment();
+  r.segments = p.segments() == 0 ? 1 : p.segments();  // (proto3: an older sender's unset field)
   PRL_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
 }

@@ -128,7 +128,14 @@ absl::StatusOr<GroupInfo> DescribeGroup(absl::Span<const RolloutRecord> records,
   info.size = static_cast<uint32_t>(n);
   info.min_version = std::numeric_limits<int64_t>::max();
   info.payload_bytes = sizeof(GroupHeader) + 8 * (n + 1);
-  std::vector<int64_t> seen_at(n, -1);  // record position holding each sample index
+  // Per episode: its segments (from its first record), the positions holding each segment.
+  const uint32_t episodes = first.group_size;
+  if (episodes > n) {
+    return Invalid("group_size", absl::StrCat("at most the number of records (", n, ")"),
+                   first.group_size);
+  }
+  std::vector<uint32_t> segments_of(episodes, 0);
+  std::vector<std::vector<int64_t>> seen_at(episodes);
   for (size_t i = 0; i < n; ++i) {
     const RolloutRecord& r = records[i];
     const std::string where = absl::StrCat("group record ", i, ": ");
@@ -142,19 +149,40 @@ absl::StatusOr<GroupInfo> DescribeGroup(absl::Span<const RolloutRecord> records,
     PRL_RETURN_IF_ERROR(same("prompt_set_id", r.prompt_set_id, first.prompt_set_id));
     PRL_RETURN_IF_ERROR(same("prompt_index", r.prompt_index, first.prompt_index));
     PRL_RETURN_IF_ERROR(same("group_id", r.group_id, first.group_id));
-    if (r.group_size != n) {
-      return Prefixed(
-          where, Invalid("group_size", absl::StrCat(n, " (the number of records)"), r.group_size));
+    PRL_RETURN_IF_ERROR(same("group_size", r.group_size, first.group_size));
+    // sample_index < group_size and segment < segments (ValidateRecord).
+    std::vector<int64_t>& at = seen_at[r.sample_index];
+    if (at.empty()) {
+      segments_of[r.sample_index] = r.segments;
+      at.assign(r.segments, -1);
+    } else if (r.segments != segments_of[r.sample_index]) {
+      return Prefixed(where, Invalid("segments",
+                                     absl::StrCat(segments_of[r.sample_index], " (as episode ",
+                                                  r.sample_index, "'s other records)"),
+                                     r.segments));
     }
-    // sample_index < group_size == n (ValidateRecord); n distinct indices below n are 0..n-1.
-    if (seen_at[r.sample_index] >= 0) {
-      return Prefixed(where, Invalid("sample_index", "each index once",
-                                     absl::StrCat(r.sample_index, " again (also record ",
-                                                  seen_at[r.sample_index], ")")));
+    if (at[r.segment] >= 0) {
+      return Prefixed(where, Invalid("sample_index",
+                                     "each (sample_index, segment) once",
+                                     absl::StrCat(r.sample_index, " segment ", r.segment,
+                                                  " again (also record ", at[r.segment], ")")));
     }
-    seen_at[r.sample_index] = static_cast<int64_t>(i);
+    at[r.segment] = static_cast<int64_t>(i);
     if (scan_values) info.min_version = std::min(info.min_version, r.min_version());
     info.payload_bytes += EncodedRecordSize(r);
+  }
+  size_t expected = 0;
+  for (uint32_t j = 0; j < episodes; ++j) {
+    if (seen_at[j].empty()) {
+      return Invalid("group", absl::StrCat("every episode 0..", episodes - 1, " (group_size ",
+                                           episodes, ")"),
+                     absl::StrCat("none of episode ", j));
+    }
+    expected += seen_at[j].size();
+  }
+  if (expected != n) {  // (every segment is then present: each was seen at most once)
+    return Invalid("group", absl::StrCat(expected, " records (each episode's segments)"),
+                   absl::StrCat(n));
   }
   return info;
 }

@@ -20,13 +20,15 @@ namespace prl {
 
 struct GroupInfo {
   uint64_t key = 0;            // GroupKey() of its records
-  uint32_t size = 0;           // number of records
+  uint32_t size = 0;           // number of records (more than group_size when agents' episodes
+                               // are of several segments)
   int64_t min_version = 0;     // min over its records' min_version()
   uint64_t payload_bytes = 0;  // EncodeGroupTo's output size
 };
 
 // Checks the records form one complete group: at least one; same run/prompt-set/prompt/group
-// ids; group_size == count for all; sample indices exactly 0..n-1 (any order); each
+// ids and group_size for all; every episode 0..group_size-1 present with each of its segments
+// 0..segments-1 exactly once (one record per episode when none is split; any order); each
 // ValidateRecord. Errors name the record (by position) and the field.
 // scan_values = false skips the per-element scans of the completion (token ids >= 0, finite
 // log-probs, versions >= 0) and leaves min_version unset (INT64_MAX), for a caller that

@@ -245,6 +245,10 @@ absl::Status ValidateRecordWith(const RolloutRecord& r, bool scan_values) {
     return Invalid("sample_index", absl::StrCat("< group_size (", r.group_size, ")"),
                    r.sample_index);
   }
+  if (r.segments < 1) return Invalid("segments", ">= 1", r.segments);
+  if (r.segment >= r.segments) {
+    return Invalid("segment", absl::StrCat("< segments (", r.segments, ")"), r.segment);
+  }
   PRL_RETURN_IF_ERROR(ValidateTokens("prompt_tokens", r.prompt_tokens));
   PRL_RETURN_IF_ERROR(ValidatePerTokenArrays(r, scan_values));
   PRL_RETURN_IF_ERROR(ValidateEpisode(r));

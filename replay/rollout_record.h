@@ -25,7 +25,8 @@
 namespace prl {
 
 // The version of the binary layout (replay/record_layout.h) this build writes and reads.
-inline constexpr uint16_t kRecordLayoutVersion = 2;  // 2: episodes and MoE routes
+// 2: episodes and MoE routes; 3: agents' episodes of several records (segment, segments).
+inline constexpr uint16_t kRecordLayoutVersion = 3;
 inline constexpr size_t kMaxRecordIdBytes = 255;  // ids and reward component names
 
 enum class RolloutFinishReason : uint8_t { kLength = 1, kStop = 2, kAbort = 3 };
@@ -53,7 +54,7 @@ struct RolloutSampling {
 // behaviour log-prob (finite) and one token version (>= 0) per completion token; reward and
 // component values finite; 0 <= created_unix_nanos <= finished_unix_nanos; sampling as
 // documented above; every array and the component list hold fewer than 2^32 entries;
-// token_sources, turns and routes as documented at their fields.
+// token_sources, turns, routes and segments as documented at their fields.
 struct RolloutRecord {
   std::string run_id, prompt_set_id, actor_id;  // ids (UTF-8; each at most 255 bytes)
   uint64_t prompt_index = 0, group_id = 0;
@@ -89,6 +90,13 @@ struct RolloutRecord {
   uint16_t route_layers = 0;
   uint8_t route_top_k = 0;
   std::vector<uint8_t> routes;
+
+  // ---- Agents (docs/agents.md) ----
+  // An agent's episode whose agent rewrote its history is several records, each one trajectory
+  // with its own prompt: this record is segment `segment` (< segments) of the `segments` records
+  // of episode sample_index. A group holds every segment of each of its group_size episodes;
+  // the records of one episode share its reward, and advantages are the episodes'.
+  uint32_t segment = 0, segments = 1;
 
   // Whether completion token t was sampled by the model (trained), and how many were.
   bool is_model_token(size_t t) const {

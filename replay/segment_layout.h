@@ -24,7 +24,8 @@ namespace prl::replay_internal {
 using A64 = std::atomic<uint64_t>;
 
 inline constexpr uint64_t kMagic = 0x3159414c50455250ull;  // "PREPLAY1"
-inline constexpr uint32_t kLayoutVersion = 2;  // 2: the prompts of dropped groups
+// 2: the prompts of dropped groups; 3: records of layout 3 (agents' segments).
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr uint64_t kFrameAlign = 128;
 
 enum FrameState : uint64_t {

@@ -54,6 +54,15 @@ absl::StatusOr<ReplaySink> OpenReplaySink(const config::RunConfig& c,
   return sink;
 }
 
+// The name the endpoint answers as: the model directory's last part.
+std::string ServedModelName(const std::string& model_path) {
+  std::string path = model_path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return name.empty() ? "prl" : name;
+}
+
 absl::StatusOr<actor::ActorOptions> ActorOptionsFrom(const config::RunConfig& c,
                                                      const ActorRoleOptions& role) {
   actor::ActorOptions o;
@@ -63,6 +72,18 @@ absl::StatusOr<actor::ActorOptions> ActorOptionsFrom(const config::RunConfig& c,
   o.max_prompts_in_flight = c.actors.max_prompts_in_flight;
   o.env_calls_per_address = c.actors.env_calls_per_address;
   o.env_outage_budget = absl::Seconds(c.actors.env_outage_s);
+  o.agent_episodes_per_address = c.actors.agent_episodes_per_address;
+  openai::OpenAiServerOptions endpoint;
+  endpoint.address = c.actors.openai_listen;
+  endpoint.tls_cert_file = c.security.tls_cert_file;
+  endpoint.tls_key_file = c.security.tls_key_file;
+  endpoint.insecure = c.security.insecure;
+  o.openai = endpoint;
+  o.openai_model = ServedModelName(c.model.path);
+  if (!c.actors.openai_address.empty()) {
+    o.openai_base_url = absl::StrCat(c.security.tls_cert_file.empty() ? "http" : "https", "://",
+                                     c.actors.openai_address, "/v1");
+  }
   PRL_ASSIGN_OR_RETURN(o.engine, ActorEngineOptions(c.actors));
   return o;
 }
@@ -116,6 +137,9 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
   PRL_ASSIGN_OR_RETURN(
       auto a, actor::Actor::Create(initial, 0, std::move(sink.writer), weights.get(), options));
   PrintStart(options, c, sink, *endpoint);
+  std::printf("actor %s: OpenAI-compatible endpoint for agents at %s (model \"%s\")\n",
+              options.name.c_str(), a->agents_base_url().c_str(), options.openai_model.c_str());
+  std::fflush(stdout);
   endpoint->SetReadiness([&a] {  // it holds weights (its engine's) from here on
     return a->stats().registrations > 0
                ? absl::OkStatus()

@@ -72,6 +72,8 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.reward_addresses = c.coordinator.reward_addresses;
   out.env_addresses = c.coordinator.env_addresses;
   out.max_env_timeout_s = c.coordinator.max_env_timeout_s;
+  out.agent_addresses = c.coordinator.agent_addresses;
+  out.max_agent_timeout_s = c.coordinator.max_agent_timeout_s;
   out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
   out.retention_s = c.coordinator.retention_s;
   out.max_lag = c.learner.max_lag;

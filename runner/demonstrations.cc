@@ -12,7 +12,9 @@
 #include "env/calculator.h"
 #include "env/guess_number.h"
 #include "episode/episode_protocol.h"
+#include "episode/tool_calls.h"
 #include "episode/turn_renderer.h"
+#include "nlohmann/json.hpp"
 
 namespace prl::runner {
 
@@ -43,10 +45,16 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
   group.submitted = coordinator::EpisodePromptOf(prompt);
   const v1::StartEpisodeRequest start = episode::StartRequestOf(group, 0, episode_id, codec);
   PRL_ASSIGN_OR_RETURN(const v1::StartEpisodeResponse started, environment.StartEpisode(start));
-  PRL_ASSIGN_OR_RETURN(const episode::ChatContext chat, episode::ChatContextOf(group.submitted));
+  PRL_ASSIGN_OR_RETURN(episode::ChatContext chat, episode::ChatContextOf(group.submitted));
+  PRL_ASSIGN_OR_RETURN(chat, episode::WithTools(std::move(chat), started.tools_json()));
+  PRL_ASSIGN_OR_RETURN(const episode::ToolCallFormat format,
+                       episode::ToolCallFormatOf(spec.tool_call_format(), codec,
+                                                 "env.tool_call_format"));
   SftExample example;
-  PRL_ASSIGN_OR_RETURN(example.prompt, episode::FirstPromptOf(codec, group.prompt, group.submitted,
-                                                              started.observation(), chat));
+  PRL_ASSIGN_OR_RETURN(example.prompt,
+                       episode::FirstPromptOf(codec, group.prompt, group.submitted,
+                                              started.observation(), chat,
+                                              !started.tools_json().empty()));
   std::string reply;
   for (int turn = 0; turn < spec.max_turns(); ++turn) {
     PRL_ASSIGN_OR_RETURN(const PlayerTurn said, player(turn, reply));
@@ -65,8 +73,7 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
     ended.tokens = tokens;
     ended.reason = FinishReason::kStop;
     PRL_ASSIGN_OR_RETURN(const v1::StepRequest step,
-                         episode::StepRequestOf(episode_id, turn, ended, codec, {stop},
-                                                episode::ToolCallFormat::kNone));
+                         episode::StepRequestOf(episode_id, turn, ended, codec, {stop}, format));
     PRL_ASSIGN_OR_RETURN(const v1::StepResponse answer, environment.Step(step));
     if (answer.done()) {
       if (must_win && answer.episode_reward() < 1.0) {
@@ -100,17 +107,35 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
 }
 
 // Calls the tool on the prompt's expression (the text before its last '='), then answers the
-// result; or answers the reference at once.
-Player CalculatorPlayer(const v1::EnvironmentSpec& spec, const std::string& prompt_text,
-                        const std::string& reference, bool demonstrate) {
+// result; or answers the reference at once. With tool_name, the call is a tool call in the
+// model's format (`format`), its turn ended by the stop token.
+Player CalculatorPlayer(const v1::EnvironmentSpec& spec, episode::ToolCallFormat format,
+                        const std::string& prompt_text, const std::string& reference,
+                        bool demonstrate) {
   const std::string open = env::Parameter(spec.parameters(), "call_open", env::kDefaultCallOpen);
   const std::string close = env::Parameter(spec.parameters(), "call_close", env::kDefaultCallClose);
+  const std::string tool = env::Parameter(spec.parameters(), "tool_name", "");
   const std::string expression = prompt_text.substr(0, prompt_text.rfind('='));
+  const std::string call =
+      tool.empty() ? open + expression + close
+                   : episode::WriteToolCall(
+                         format, tool,
+                         absl::StrCat("{\"expression\": ", nlohmann::json(expression).dump(), "}"));
   return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
     if (!demonstrate) return PlayerTurn{reference, true};
-    if (turn == 0) return PlayerTurn{open + expression + close, false};
+    if (turn == 0) return PlayerTurn{call, !tool.empty()};
     return PlayerTurn{reply, true};
   };
+}
+
+// The question a prompt asks: a chat's last user message, or the prompt's text.
+std::string QuestionOf(const v1::Prompt& prompt, const std::string& decoded) {
+  if (prompt.has_chat()) {
+    for (int i = prompt.chat().messages_size() - 1; i >= 0; --i) {
+      if (prompt.chat().messages(i).role() == "user") return prompt.chat().messages(i).content();
+    }
+  }
+  return prompt.has_text() ? prompt.text() : decoded;
 }
 
 // Guesses the middle of the range [low, high] the feedback leaves (bisection), or its first
@@ -148,7 +173,8 @@ Player GuessPlayer(const v1::EnvironmentSpec& spec, bool demonstrate) {
 
 bool HasDemonstrations(const v1::EnvironmentSpec& environment, config::TaskName task) {
   if (!environment.address().empty()) return false;
-  return (task == config::TaskName::kArithmetic && environment.name() == "calculator") ||
+  return ((task == config::TaskName::kArithmetic || task == config::TaskName::kPrompts) &&
+          environment.name() == "calculator") ||
          (task == config::TaskName::kGuessNumber && environment.name() == "guess_number");
 }
 
@@ -161,7 +187,8 @@ absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec
   if (!HasDemonstrations(environment, task)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "env.name: demonstrations exist for the built-in calculator with task.name = "
-        "arithmetic and guess_number with task.name = guess_number, found '",
+        "arithmetic or prompts (arithmetic questions: prl task export) and guess_number with "
+        "task.name = guess_number, found '",
         environment.name(), "'", environment.address().empty() ? "" : " at an address"));
   }
   if (codec.stop_ids().empty()) {
@@ -169,6 +196,15 @@ absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec
         absl::StrCat(codec.Describe(), " has no stop token: a model turn needs one to end on"));
   }
   const bool calculator = environment.name() == "calculator";
+  PRL_ASSIGN_OR_RETURN(const episode::ToolCallFormat format,
+                       episode::ToolCallFormatOf(environment.tool_call_format(), codec,
+                                                 "env.tool_call_format"));
+  if (calculator && !env::Parameter(environment.parameters(), "tool_name", "").empty() &&
+      format == episode::ToolCallFormat::kNone) {
+    return absl::InvalidArgumentError(
+        "env.tool_call_format: the calculator's tool (env.params.tool_name) needs a tool-call "
+        "format (hermes or llama3_json), and the model's chat template names none");
+  }
   PRL_ASSIGN_OR_RETURN(const std::shared_ptr<env::Environment> played,
                        env::MakeBuiltinEnvironment(environment.name(), "env.name"));
   std::vector<SftExample> examples;
@@ -180,10 +216,12 @@ absl::StatusOr<std::vector<SftExample>> Demonstrations(const v1::EnvironmentSpec
     double unused;
     const bool demonstrate =
         std::modf(static_cast<double>(i + 1) * 0.6180339887498949, &unused) < demo_fraction;
-    PRL_ASSIGN_OR_RETURN(const std::string text, codec.DecodeCompletion(tokens));
+    PRL_ASSIGN_OR_RETURN(const std::string decoded, codec.DecodeCompletion(tokens));
+    const std::string text = QuestionOf(prompts[i], decoded);
     const Player player =
-        calculator ? CalculatorPlayer(environment, text, prompts[i].reference(), demonstrate)
-                   : GuessPlayer(environment, demonstrate);
+        calculator
+            ? CalculatorPlayer(environment, format, text, prompts[i].reference(), demonstrate)
+            : GuessPlayer(environment, demonstrate);
     absl::StatusOr<SftExample> example =
         Play(*played, environment, prompts[i], std::move(tokens), codec, absl::StrCat("demo-", i),
              player, demonstrate, max_sequence_tokens);

@@ -19,7 +19,9 @@ namespace v1 = prl::v1;
 
 absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> weights,
                                             const TaskSource& task, int64_t count,
-                                            const v1::EnvironmentSpec& environment) {
+                                            const v1::EnvironmentSpec& environment,
+                                            const v1::AgentSpec& agent) {
+  const bool by_agent = !agent.address().empty();
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts, task.EvalPrompts(count));
   EngineOptions options;
@@ -36,6 +38,9 @@ absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> 
     wake = true;
     woken.notify_one();
   });
+  if (by_agent) {  // loopback, like an actor's by default
+    PRL_RETURN_IF_ERROR(episodes.ServeAgents({}, "prl-eval"));
+  }
   for (size_t i = 0; i < prompts.size(); ++i) {
     episode::GroupRequest g;
     g.id = absl::StrCat("eval-", i);
@@ -45,7 +50,12 @@ absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> 
     g.params.temperature = 0;
     g.params.max_tokens = environment.max_tokens_per_turn();
     g.params.stop_token_ids = task.text().stop_ids();
-    g.environment = environment;
+    if (by_agent) {
+      g.agent = agent;
+      g.params.max_tokens = agent.max_tokens_per_call();
+    } else {
+      g.environment = environment;
+    }
     g.reference = prompts[i].reference();
     g.submitted = coordinator::EpisodePromptOf(prompts[i]);
     PRL_RETURN_IF_ERROR(episodes.Add(std::move(g)));
@@ -84,8 +94,13 @@ absl::StatusOr<EvalResult> EvaluateEpisodes(std::shared_ptr<const ParameterSet> 
   double reward = 0, multi = 0, turns = 0;
   for (const episode::EpisodeOutcome& o : outcomes) {
     reward += o.reward;
-    multi += o.turn_ends.size() >= 2 ? 1 : 0;
-    turns += static_cast<double>(o.turn_ends.size());
+    size_t n = o.turn_ends.size();
+    if (!o.segments.empty()) {  // an agent's: its calls, in all its records
+      n = 0;
+      for (const episode::EpisodeSegment& s : o.segments) n += s.turn_ends.size();
+    }
+    multi += n >= 2 ? 1 : 0;
+    turns += static_cast<double>(n);
   }
   if (result.problems > 0) {
     const double n = static_cast<double>(result.problems);

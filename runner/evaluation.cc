@@ -14,9 +14,10 @@ namespace prl::runner {
 
 absl::StatusOr<EvalResult> Evaluate(std::shared_ptr<const ParameterSet> weights,
                                     const TaskSource& task, int64_t count, int32_t max_tokens,
-                                    const prl::v1::EnvironmentSpec& environment) {
-  if (!environment.name().empty()) {
-    return EvaluateEpisodes(std::move(weights), task, count, environment);
+                                    const prl::v1::EnvironmentSpec& environment,
+                                    const prl::v1::AgentSpec& agent) {
+  if (!environment.name().empty() || !agent.address().empty()) {
+    return EvaluateEpisodes(std::move(weights), task, count, environment, agent);
   }
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.EvalPrompts(count));

@@ -144,13 +144,17 @@ class Run {
   absl::StatusOr<EvalResult> Evaluate(const std::string& model_dir, const char* what) {
     PRL_ASSIGN_OR_RETURN(ParameterSet weights, LoadModel(model_dir, Device::Cpu()));
     const prl::v1::EnvironmentSpec environment = EnvironmentOf(c_);
+    const prl::v1::AgentSpec agent = AgentOf(c_);
     PRL_ASSIGN_OR_RETURN(const EvalResult r,
                          runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)),
                                           *task_, c_.task.eval_prompts, c_.task.max_tokens,
-                                          environment));
+                                          environment, agent));
     std::printf("%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)", what, r.accuracy,
                 static_cast<long long>(r.problems), r.seconds);
-    if (!environment.name().empty()) {
+    if (!agent.address().empty()) {
+      std::printf("; the agent at %s: %.3f of two or more calls, %.2f calls on average",
+                  agent.address().c_str(), r.multi_turn_rate, r.turns_mean);
+    } else if (!environment.name().empty()) {
       std::printf("; %s episodes: %.3f of two or more model turns, %.2f turns on average",
                   environment.name().c_str(), r.multi_turn_rate, r.turns_mean);
     }

@@ -27,7 +27,10 @@ absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   sampling->set_seed(c.run.seed * 31 + chunks_);
   for (int32_t id : task_.text().stop_ids()) sampling->add_stop_token_ids(id);
   const v1::EnvironmentSpec environment = EnvironmentOf(c);
-  if (!environment.name().empty()) {
+  const v1::AgentSpec agent = AgentOf(c);
+  if (!agent.address().empty()) {
+    *request.mutable_agent() = agent;  // an agent's episode reward is the agent's
+  } else if (!environment.name().empty()) {
     *request.mutable_environment() = environment;  // an episode's reward is its environment's
   } else {
     const reward::RewardSpec reward = task_.TrainReward();

@@ -79,6 +79,12 @@ absl::StatusOr<RoleSpecs> PrepareRoles(const config::RunConfig& config,
       std::find(allowed.begin(), allowed.end(), c.env.address) == allowed.end()) {
     allowed.push_back(c.env.address);
   }
+  // And its agent.
+  std::vector<std::string>& agents = c.coordinator.agent_addresses;
+  if (!c.agent.address.empty() &&
+      std::find(agents.begin(), agents.end(), c.agent.address) == agents.end()) {
+    agents.push_back(c.agent.address);
+  }
   // Listeners the config leaves at their defaults get free ports: two runs on one machine never
   // share (or fight over) a port. A listen address the config names is used as it is.
   const config::RunConfig defaults;

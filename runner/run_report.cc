@@ -52,7 +52,9 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
                      {"reward", s.mean_reward},
                      {"lag_mean", s.lag_mean},
                      {"kl_behaviour_learner", s.kl_behaviour_learner}});
-    if (!config_.env.name.empty()) curve.back()["multi_turn_fraction"] = s.multi_turn_fraction;
+    if (!config_.env.name.empty() || !config_.agent.address.empty()) {
+      curve.back()["multi_turn_fraction"] = s.multi_turn_fraction;
+    }
   }
   const double seconds = rl_seconds_;
   Json j;
@@ -62,8 +64,9 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
   j["eval_before"] = o.eval_before;
   j["eval_after"] = o.eval_after;
   j["eval_prompts"] = config_.task.eval_prompts;
-  if (!config_.env.name.empty()) {
-    j["environment"] = config_.env.name;
+  if (!config_.agent.address.empty()) j["agent"] = config_.agent.address;
+  if (!config_.env.name.empty() || !config_.agent.address.empty()) {
+    if (!config_.env.name.empty()) j["environment"] = config_.env.name;
     j["eval_multi_turn_before"] = o.multi_turn_before;
     j["eval_multi_turn_after"] = o.multi_turn_after;
     j["eval_turns_before"] = o.turns_before;

@@ -215,6 +215,21 @@ v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& c) {
   return e;
 }
 
+v1::AgentSpec AgentOf(const config::RunConfig& c) {
+  v1::AgentSpec a;
+  if (c.agent.address.empty()) return a;
+  a.set_name(c.agent.name);
+  a.set_address(c.agent.address);
+  for (const auto& [k, v] : c.agent.params) (*a.mutable_parameters())[k] = v;
+  a.set_max_calls(c.agent.max_calls);
+  a.set_max_tokens_per_call(c.agent.max_tokens_per_call);
+  a.set_max_episode_tokens(c.agent.max_episode_tokens);
+  a.set_timeout_s(c.agent.timeout_s);
+  a.set_tool_call_format(c.agent.tool_call_format);
+  coordinator::FillAgentDefaults(c.task.max_tokens, c.coordinator.max_agent_timeout_s, &a);
+  return a;
+}
+
 absl::Status CheckEnvironmentText(const config::RunConfig& c, const tokenizer::TextCodec& text) {
   if (c.env.name.empty() || !c.env.address.empty()) return absl::OkStatus();
   std::vector<std::pair<std::string, std::string>> words;  // (key, default)

@@ -55,6 +55,11 @@ absl::StatusOr<std::unique_ptr<TaskSource>> OpenTask(const config::RunConfig& co
 // coordinator fills them; an empty name: the task has no episodes.
 prl::v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& config);
 
+// The run's agent (agent.*) as prompt sets name it, defaults filled in as the coordinator fills
+// them; an empty address: none. With an agent, the run's episodes are the agent's (a built-in
+// env.name beside it only demonstrates the warm-start).
+prl::v1::AgentSpec AgentOf(const config::RunConfig& config);
+
 // With a built-in environment: the words it writes and reads (the calculator's call syntax,
 // the game's feedback), given or its defaults, can be written in the task's text; else an
 // error naming the env.params key (the character tokenizer has no letters).

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/setup_test_references.sh
 ./scripts/setup_deploy_validation.sh
+./scripts/setup_agent_example.sh
 BUILD_DIR=${PRL_BUILD_DIR:-build}
 JOBS=$(nproc)
 # shellcheck disable=SC2086

@@ -120,9 +120,10 @@ def check_queries(prometheus, queries, at):
     for q in queries:
         if q["source"].startswith("dashboard"):
             ok, series, finite, error = prometheus.query(q["expr"], at)
-            # The rehearsal runs no agentic episodes (docs/environments.md): queries of episode
-            # metrics only have to evaluate (promtool and check-names test them otherwise).
-            episodes_only = all(re.match(r"prl_(episode|environment)_", s)
+            # The rehearsal runs no agentic episodes and no agents (docs/environments.md,
+            # docs/agents.md): queries of their metrics only have to evaluate (promtool and
+            # check-names test them otherwise).
+            episodes_only = all(re.match(r"prl_(episode|environment|agent)_", s)
                                 for s in selectors(q["expr"]))
             good = ok and (finite > 0 or episodes_only)
             lines.append("%s %s: %d series, %d finite%s" % (

@@ -125,6 +125,31 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
        "env.params.low: expected an integer, found 'x'"},
       {R"({"env": {"name": "guess_number"}})",
        "env.name: expected calculator (or none) for task.name = arithmetic"},
+      {R"({"agent": {"name": "calc"}})",
+       "agent.address: expected the AgentService's host:port when agent.name or agent.params is "
+       "set, found ''"},
+      {R"({"agent": {"address": "h"}})", "agent.address: expected host:port"},
+      {R"({"agent": {"address": "127.0.0.1:7100"}, "env": {"name": "x", "address": "h:1"}})",
+       "env.address: expected empty with an agent"},
+      {R"({"agent": {"address": "127.0.0.1:7100", "max_calls": 2000}})",
+       "agent.max_calls: expected 0 (16) to 1024, found 2000"},
+      {R"({"agent": {"address": "127.0.0.1:7100", "max_tokens_per_call": 7}})",
+       "agent.max_tokens_per_call: expected 0 (task.max_tokens) to task.max_tokens (6), found 7"},
+      {R"({"agent": {"address": "127.0.0.1:7100", "max_episode_tokens": 5}})",
+       "agent.max_episode_tokens: expected 0 (no limit) or at least a call's tokens (6), found 5"},
+      {R"({"agent": {"address": "127.0.0.1:7100", "timeout_s": 4000}})",
+       "agent.timeout_s: expected 0 (300) to coordinator.max_agent_timeout_s"},
+      {R"({"agent": {"address": "127.0.0.1:7100", "tool_call_format": "xml"}})",
+       "agent.tool_call_format: expected \"\" (from the chat template), hermes, llama3_json or "
+       "none, found 'xml'"},
+      {R"({"coordinator": {"max_agent_timeout_s": 0}})",
+       "coordinator.max_agent_timeout_s: expected 1 to 86400, found 0"},
+      {R"({"coordinator": {"agent_addresses": ["nohost"]}})",
+       "coordinator.agent_addresses[0]: expected host:port"},
+      {R"({"actors": {"openai_listen": "localhost"}})",
+       "actors.openai_listen: expected host:port with a port from 0 to 65535, found 'localhost'"},
+      {R"({"actors": {"agent_episodes_per_address": 0}})",
+       "actors.agent_episodes_per_address: expected 1 to 65536, found 0"},
       {R"({"learner": {"router_aux_loss_coef": -0.1}})",
        "learner.router_aux_loss_coef: expected a number >= 0 (0: off), found -0.1"},
   };
@@ -135,6 +160,25 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
     EXPECT_THAT(parsed.status().message(), HasSubstr(c.message)) << c.json;
     EXPECT_THAT(parsed.status().message(), HasSubstr("my.json")) << c.json;
   }
+}
+
+TEST(RunConfigTest, AnAgentSectionReadsEveryKeyAndTheEndpointDefaultsToLoopback) {
+  const absl::StatusOr<RunConfig> c = ParseRunConfig(
+      R"({"task": {"max_tokens": 40},
+          "agent": {"name": "calc", "address": "127.0.0.1:7100", "params": {"tools": "on"},
+                    "max_calls": 4, "max_tokens_per_call": 20, "max_episode_tokens": 60,
+                    "timeout_s": 30, "tool_call_format": "hermes"}})",
+      "my.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->agent.name, "calc");
+  EXPECT_EQ(c->agent.address, "127.0.0.1:7100");
+  EXPECT_EQ(c->agent.params.at("tools"), "on");
+  EXPECT_EQ(c->agent.max_calls, 4);
+  EXPECT_EQ(c->agent.max_tokens_per_call, 20);
+  EXPECT_EQ(c->agent.max_episode_tokens, 60);
+  EXPECT_EQ(c->agent.timeout_s, 30);
+  EXPECT_EQ(c->agent.tool_call_format, "hermes");
+  EXPECT_EQ(c->actors.openai_listen, "127.0.0.1:0");
 }
 
 TEST(RunConfigTest, OverridesSetSingleFieldsAndAreValidatedLikeTheFile) {

@@ -86,6 +86,72 @@ TEST_F(EpisodeSetsTest, EveryEnvironmentFieldIsBoundedAndTimeoutsAreCapped) {
   EXPECT_EQ(leased.prompts(0).environment().timeout_s(), 20);
 }
 
+// A set may name an agent instead of an environment: only an address the operator allowed
+// (coordinator.agent_addresses; actors hand it episode keys), never beside an environment,
+// every field bounded naming it; the lease carries the agent with its defaults and the prompt.
+TEST_F(EpisodeSetsTest, AnAgentIsAllowListedBoundedAndLeasedWithItsDefaults) {
+  config_.env_addresses = {"10.0.0.7:7000"};
+  config_.agent_addresses = {"10.0.0.9:7100"};
+  config_.max_agent_timeout_s = 120;
+  auto c = Open();
+  auto agent_set = [](const std::string& address) {
+    v1::SubmitPromptSetRequest r = Request(1);
+    r.clear_reward();
+    r.mutable_agent()->set_name("calc");
+    r.mutable_agent()->set_address(address);
+    return r;
+  };
+  struct Case {
+    std::function<void(v1::SubmitPromptSetRequest&)> mutate;
+    std::vector<std::string> words;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& r) { r.mutable_agent()->set_address("10.0.0.7:7000"); },
+       {"agent.address: expected one of coordinator.agent_addresses: 10.0.0.9:7100",
+        "found '10.0.0.7:7000'"}},
+      {[](auto& r) { r.mutable_environment()->set_address("10.0.0.7:7000"); },
+       {"agent: expected unset when the set names an environment"}},
+      {[](auto& r) { r.mutable_agent()->set_name(std::string(300, 'n')); },
+       {"agent.name: expected at most 256", "found 300"}},
+      {[](auto& r) { (*r.mutable_agent()->mutable_parameters())["big"] = std::string(5000, 'v'); },
+       {"agent.parameters[big]: expected at most 4096"}},
+      {[](auto& r) { r.mutable_agent()->set_max_calls(1025); },
+       {"agent.max_calls", "to 1024", "found 1025"}},
+      {[](auto& r) { r.mutable_agent()->set_max_tokens_per_call(9); },
+       {"agent.max_tokens_per_call", "sampling.max_tokens (8)", "found 9"}},
+      {[](auto& r) { r.mutable_agent()->set_max_episode_tokens(7); },
+       {"agent.max_episode_tokens", "at least a call's tokens (8", "found 7"}},
+      {[](auto& r) { r.mutable_agent()->set_tool_call_format("xml"); },
+       {"agent.tool_call_format", "hermes, llama3_json or none", "found 'xml'"}},
+      {[](auto& r) { r.mutable_agent()->set_timeout_s(121); },
+       {"agent.timeout_s", "to 120 (coordinator.max_agent_timeout_s)", "found 121"}},
+  };
+  for (const Case& k : cases) {
+    v1::SubmitPromptSetRequest r = agent_set("10.0.0.9:7100");
+    k.mutate(r);
+    const absl::Status refused = c->Submit(r).status();
+    EXPECT_EQ(refused.code(), kInvalid) << refused;
+    for (const std::string& word : k.words) {
+      EXPECT_NE(refused.message().find(word), absl::string_view::npos) << refused;
+    }
+  }
+  v1::SubmitPromptSetRequest r = agent_set("10.0.0.9:7100");
+  (*r.mutable_agent()->mutable_parameters())["tools"] = "calculator";
+  r.mutable_prompts(0)->set_text("abc");
+  ASSERT_TRUE(c->Submit(r).ok());
+  const std::string actor = c->RegisterActor("a")->actor_id();
+  const v1::LeaseResponse leased = *c->Lease(LeaseOf(actor, 1));
+  ASSERT_EQ(leased.prompts_size(), 1);
+  const v1::LeasedPrompt& p = leased.prompts(0);
+  EXPECT_FALSE(p.has_environment());
+  EXPECT_EQ(p.agent().address(), "10.0.0.9:7100");
+  EXPECT_EQ(p.agent().parameters().at("tools"), "calculator");
+  EXPECT_EQ(p.agent().max_calls(), 16);
+  EXPECT_EQ(p.agent().max_tokens_per_call(), 8);
+  EXPECT_EQ(p.agent().timeout_s(), 120) << "the default 300 s, capped";
+  EXPECT_EQ(p.episode_prompt().text(), "abc");
+}
+
 // The lease of an agentic set carries each prompt as submitted (its chat or text), also after
 // a restart (from the log).
 TEST_F(EpisodeSetsTest, AnEpisodeLeaseCarriesThePromptAsSubmitted) {

@@ -88,6 +88,61 @@ TEST(CalculatorTest, AToolCallIsAnsweredAndTheFinalAnswerIsScored) {
                       absl::StatusCode::kInvalidArgument, {"reference: expected the answer"}));
 }
 
+// With tool_name the calculator is an OpenAI function tool: offered in tools_json (no stop
+// strings), each structured call answered by a tool message with its id, bad arguments or an
+// unknown tool answered as errors the model sees, and a turn without calls scored as the answer.
+TEST(CalculatorTest, InToolModeStructuredCallsAreAnsweredByIdAndTheAnswerScored) {
+  CalculatorEnvironment calc;
+  v1::StartEpisodeRequest start = Start("t", "391");
+  (*start.mutable_parameters())["tool_name"] = "calculator";
+  const absl::StatusOr<v1::StartEpisodeResponse> started = calc.StartEpisode(start);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(started->stop_strings_size(), 0);
+  EXPECT_EQ(started->tools_json(), CalculatorTools("calculator"));
+  EXPECT_EQ(CalculatorTools("calc"),
+            R"([{"type":"function","function":{"name":"calc","description":"Evaluates an )"
+            R"(arithmetic expression of integers with + - * / and parentheses.","parameters":)"
+            R"({"type":"object","properties":{"expression":{"type":"string"}},"required":)"
+            R"(["expression"]}}}])");
+  v1::StepRequest turn = Turn("t", 0, "<tool_call>...</tool_call>");
+  auto call = [&](const std::string& id, const std::string& name, const std::string& args) {
+    v1::ToolCall* c = turn.add_tool_calls();
+    c->set_id(id);
+    c->set_name(name);
+    c->set_arguments_json(args);
+  };
+  call("call_1", "calculator", R"({"expression": "17*23"})");
+  call("call_2", "calculator", R"({"expr": "1"})");
+  call("call_3", "search", R"({"q": "x"})");
+  call("call_4", "calculator", R"({"expression": "1/0"})");
+  const absl::StatusOr<v1::StepResponse> answered = calc.Step(turn);
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_FALSE(answered->done());
+  ASSERT_EQ(answered->messages_size(), 4);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"call_1", "391"},
+      {"call_2", "error: expected {\"expression\": \"...\"}"},
+      {"call_3", "error: unknown tool search"},
+      {"call_4", "error: division by zero"}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(answered->messages(i).role(), "tool");
+    EXPECT_EQ(answered->messages(i).tool_call_id(), want[i].first);
+    EXPECT_EQ(answered->messages(i).content(), want[i].second);
+  }
+  const absl::StatusOr<v1::StepResponse> answer = calc.Step(Turn("t", 1, "It is 391."));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_TRUE(answer->done());
+  EXPECT_EQ(answer->episode_reward(), 1.0);
+  // The call syntax is not a call in tool mode: the turn is the (wrong) answer.
+  start.set_episode_id("u");
+  ASSERT_TRUE(calc.StartEpisode(start).ok());
+  const absl::StatusOr<v1::StepResponse> text_call =
+      calc.Step(Turn("u", 0, "<calc>17*23</calc>", v1::TURN_END_STOP_STRING));
+  ASSERT_TRUE(text_call.ok()) << text_call.status();
+  EXPECT_TRUE(text_call->done());
+  EXPECT_EQ(text_call->episode_reward(), 0.0);
+}
+
 // The character tokenizer has no letters: the call syntax is a parameter.
 TEST(CalculatorTest, TheCallSyntaxIsAParameter) {
   CalculatorEnvironment calc;

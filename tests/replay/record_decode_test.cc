@@ -62,13 +62,13 @@ TEST(DecodeRecordTest, TrailingBytesAreAnError) {
 
 TEST(DecodeRecordTest, UnknownLayoutVersionIsAnErrorNamingTheVersion) {
   std::vector<uint8_t> bytes = Encode(MakeRecord());
-  Poke<uint16_t>(bytes, 4, 1);  // a record of layout 1, which had no episodes or routes
+  Poke<uint16_t>(bytes, 4, 2);  // a record of layout 2, whose episodes had no segments
   EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid,
-                      {"rollout record: layout_version: expected 2, found 1"}));
+                      {"rollout record: layout_version: expected 3, found 2"}));
   std::vector<uint8_t> group = EncodeGroup(MakeGroup(2));
   Poke<uint16_t>(group, 4, 7);
   EXPECT_TRUE(IsError(DecodeGroup(group).status(), kInvalid,
-                      {"rollout group: layout_version: expected 2, found 7"}));
+                      {"rollout group: layout_version: expected 3, found 7"}));
 }
 
 TEST(DecodeRecordTest, WrongMagicIsAnError) {
@@ -106,12 +106,17 @@ TEST(DecodeRecordTest, NonZeroPaddingOrReservedBytesAreAnError) {
   std::vector<uint8_t> bytes = Encode(MakeRecord(0, 1, 1));  // one token: 4 bytes of padding
   bytes[148] = 1;                                            // after completion_tokens[0] at 144
   EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"padding between sections"}));
-  for (size_t reserved : {7, 110, 120, 127}) {
+  for (size_t reserved : {7, 110, 111}) {
     bytes = Encode(MakeRecord());
     bytes[reserved] = 1;
     EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"reserved header bytes"}))
         << reserved;
   }
+  bytes = Encode(MakeRecord());
+  Poke<uint32_t>(bytes, 120, 1);  // segment 1 of an episode of segments 1
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"segment: expected < segments (1)"}));
+  Poke<uint32_t>(bytes, 124, 0);
+  EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"segments: expected >= 1"}));
   bytes = Encode(MakeRecord());
   Poke<uint32_t>(bytes, 116, 3);  // token sources: neither none nor one per completion token
   EXPECT_TRUE(IsError(DecodeRecord(bytes).status(), kInvalid, {"num_token_sources"}));
@@ -165,7 +170,7 @@ TEST(DecodeGroupTest, AGroupThatIsNotCompleteIsAnErrorNamingTheRecord) {
   std::memcpy(&record2, bytes.data() + 32, 8);
   Poke<uint32_t>(bytes, record2 + 32, 1);  // record 2 claims sample index 1
   EXPECT_TRUE(IsError(DecodeGroup(bytes).status(), kInvalid,
-                      {"rollout group record 2: sample_index: expected each index once"}));
+                      {"rollout group record 2: sample_index: expected each (sample_index, segment) once"}));
   bytes[record2 + 6] = 9;  // a record that fails on its own names its position and offset
   EXPECT_TRUE(IsError(
       DecodeGroup(bytes).status(), kInvalid,

@@ -304,6 +304,11 @@ TEST(ValidateRecordTest, EveryBrokenInvariantIsAnErrorNamingItsField) {
       {"actor_id: expected valid UTF-8", [](auto& r) { r.actor_id.assign(1, '\x80'); }},
       {"group_size: expected >= 1, found 0", [](auto& r) { r.group_size = 0; }},
       {"sample_index: expected < group_size (1), found 1", [](auto& r) { r.sample_index = 1; }},
+      {"segments: expected >= 1, found 0", [](auto& r) { r.segments = 0; }},
+      {"segment: expected < segments (2), found 2", [](auto& r) {
+         r.segments = 2;
+         r.segment = 2;
+       }},
       {"prompt_tokens[2]: expected a token id >= 0, found -1",
        [](auto& r) { r.prompt_tokens[2] = -1; }},
       {"completion_tokens[4]: expected a token id >= 0",
@@ -412,8 +417,8 @@ TEST(DescribeGroupTest, DuplicateSampleIndexIsAnErrorNamingBothRecords) {
   std::vector<RolloutRecord> group = MakeGroup(3);
   group[2].sample_index = 0;
   EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
-                      {"group record 2: sample_index: expected each index once, found 0 again "
-                       "(also record 0)"}));
+                      {"group record 2: sample_index: expected each (sample_index, segment) "
+                       "once, found 0 segment 0 again (also record 0)"}));
 }
 
 TEST(DescribeGroupTest, MissingSampleIndexIsAnError) {
@@ -426,14 +431,68 @@ TEST(DescribeGroupTest, MissingSampleIndexIsAnError) {
   group = MakeGroup(3);
   for (RolloutRecord& r : group) r.group_size = 4;
   EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
-                      {"group record 0: group_size: expected 3 (the number of records), found 4"}));
+                      {"group_size: expected at most the number of records (3), found 4"}));
 }
 
 TEST(DescribeGroupTest, GroupSizeMismatchIsAnErrorNamingTheRecord) {
   std::vector<RolloutRecord> group = MakeGroup(2);
   group[1].group_size = 3;
   EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
-                      {"group record 1: group_size: expected 2 (the number of records), found 3"}));
+                      {"group record 1: group_size: expected 2 (as record 0), found 3"}));
+}
+
+// Two episodes, the second an agent's of two records (docs/agents.md): {0}, {1 seg 0, 1 seg 1}.
+std::vector<RolloutRecord> MakeSplitGroup() {
+  std::vector<RolloutRecord> group = MakeGroup(2);
+  for (RolloutRecord& r : group) r.group_size = 2;
+  RolloutRecord second = group[1];
+  second.token_versions[0] = 9;
+  group[1].segments = second.segments = 2;
+  second.segment = 1;
+  group.push_back(second);
+  return group;
+}
+
+TEST(DescribeGroupTest, AnEpisodeOfSeveralSegmentsIsOneMemberOfItsGroupAndRoundTrips) {
+  std::vector<RolloutRecord> group = MakeSplitGroup();
+  std::swap(group[0], group[2]);  // any order
+  const absl::StatusOr<GroupInfo> info = DescribeGroup(group);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->size, 3u);
+  std::vector<uint8_t> bytes(info->payload_bytes);
+  EncodeGroupTo(group, bytes.data());
+  const absl::StatusOr<std::vector<RolloutRecord>> decoded = DecodeGroup(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(*decoded == group);
+  EXPECT_EQ((*decoded)[0].segment, 1u);
+  EXPECT_EQ((*decoded)[0].segments, 2u);
+}
+
+TEST(DescribeGroupTest, AMissingOrRepeatedSegmentOrEpisodeIsAnErrorNamingIt) {
+  std::vector<RolloutRecord> group = MakeSplitGroup();
+  group.pop_back();  // episode 1's second segment
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group: expected 3 records (each episode's segments), found 2"}));
+  group = MakeSplitGroup();
+  group[2].segment = 0;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 2: sample_index: expected each (sample_index, segment) once, "
+                       "found 1 segment 0 again (also record 1)"}));
+  group = MakeSplitGroup();
+  group[2].segments = 3;
+  group[2].segment = 2;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group record 2: segments: expected 2 (as episode 1's other records), "
+                       "found 3"}));
+  // Three records of a group of three episodes, episode 0 in two segments: episode 2 is missing.
+  group = MakeSplitGroup();
+  for (RolloutRecord& r : group) r.group_size = 3;
+  group[1].sample_index = 0;
+  group[2].sample_index = 0;
+  group[0].segments = 1;
+  group[0].sample_index = 1;
+  EXPECT_TRUE(IsError(DescribeGroup(group).status(), kInvalid,
+                      {"group: expected every episode 0..2 (group_size 3), found none of episode 2"}));
 }
 
 TEST(DescribeGroupTest, InvalidRecordIsAnErrorNamingItsPositionAndField) {

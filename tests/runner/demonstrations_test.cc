@@ -20,6 +20,8 @@
 #include "runner/task_source.h"
 #include "task/char_text_codec.h"
 #include "task/char_tokenizer.h"
+#include "tests/tokenizer/js_reference.h"
+#include "tokenizer/hf_text_codec.h"
 
 namespace prl::runner {
 namespace {
@@ -87,6 +89,57 @@ TEST(DemonstrationsTest, ACalculatorDemonstrationCallsTheToolThenAnswersItsResul
   expected.push_back(task::CharTokenizer::kEos);
   sources.push_back(0);
   EXPECT_EQ(e.completion, expected);
+  EXPECT_EQ(e.sources, sources);
+}
+
+// In tool mode (env.params.tool_name) with Qwen3's real tokenizer and template (npm references;
+// skipped without them): the demonstration's first turn is the call as Qwen3 writes it (hermes)
+// ended by <|im_end|>, the tool's result is the template's delta for a tool message (marked as
+// the environment's), then the answer and <|im_end|>.
+TEST(DemonstrationsTest, AToolModeDemonstrationIsQwen3sToolCallItsResultAndTheAnswer) {
+  if (const std::string reason = tokenizer::testing::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  auto codec = tokenizer::HfTextCodec::Load(tokenizer::testing::PackageModelDir("qwen3"));
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  v1::Prompt prompt;
+  v1::ChatMessage* m = prompt.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("734*58=");
+  prompt.mutable_chat()->set_template_kwargs_json(R"({"enable_thinking": false})");
+  prompt.set_reference("42572");
+  v1::EnvironmentSpec spec;
+  spec.set_name("calculator");
+  (*spec.mutable_parameters())["tool_name"] = "calculator";
+  spec.set_max_turns(3);
+  spec.set_max_tokens_per_turn(40);
+  auto examples = Demonstrations(spec, config::TaskName::kPrompts, **codec, {prompt},
+                                 (*codec)->vocab_size(), /*demo_fraction=*/1.0, 1024);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  ASSERT_EQ(examples->size(), 1u);
+  const SftExample& e = examples->front();
+  const std::string prompt_text = *(*codec)->DecodeCompletion(e.prompt);
+  EXPECT_NE(prompt_text.find("\"name\": \"calculator\""), std::string::npos)
+      << "the tool is offered in the prompt: " << prompt_text;
+  const int32_t im_end = 151645;
+  auto encode = [&](const std::string& text) { return *(*codec)->EncodeContinuation(text); };
+  std::vector<int32_t> expected = encode(
+      "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"734*58\"}}\n"
+      "</tool_call>");
+  expected.push_back(im_end);
+  std::vector<uint8_t> sources(expected.size(), 0);
+  for (int32_t id : encode("\n<|im_start|>user\n<tool_response>\n42572\n</tool_response><|im_end|>"
+                           "\n<|im_start|>assistant\n<think>\n\n</think>\n\n")) {
+    expected.push_back(id);
+    sources.push_back(1);
+  }
+  for (int32_t id : encode("42572")) {
+    expected.push_back(id);
+    sources.push_back(0);
+  }
+  expected.push_back(im_end);
+  sources.push_back(0);
+  EXPECT_EQ(e.completion, expected) << *(*codec)->DecodeCompletion(e.completion);
   EXPECT_EQ(e.sources, sources);
 }
 
@@ -215,8 +268,10 @@ TEST(DemonstrationsTest, ADemonstrationThatCannotWinIsAnErrorNamingThePrompt) {
   remote.set_address("127.0.0.1:7000");
   EXPECT_FALSE(HasDemonstrations(remote, kArithmetic));
   EXPECT_FALSE(Demonstrations(remote, kArithmetic, codec, {}, 22, 1.0, 64).ok());
-  // The calculator's demonstrations read the arithmetic task's expressions only.
-  EXPECT_FALSE(HasDemonstrations(Calculator(), config::TaskName::kPrompts));
+  // The calculator's demonstrations read arithmetic questions: the built-in task's, or a prompt
+  // file's (prl task export); never another task's.
+  EXPECT_TRUE(HasDemonstrations(Calculator(), config::TaskName::kPrompts));
+  EXPECT_FALSE(HasDemonstrations(Calculator(), config::TaskName::kGuessNumber));
   EXPECT_FALSE(HasDemonstrations(Game(), kArithmetic));
 }
 
