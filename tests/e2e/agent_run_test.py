@@ -14,9 +14,9 @@ Both start from a short warm-start on the calculator's demonstrations (the tool 
 template), so the model calls the tool and its episodes have two or more turns (calls). What is
 pinned: the runs finish every step; the episodes use the tool; the records are what was sampled
 (at the first step, before any weight moved, the learner's log-probs equal the behaviour
-log-probs the engine reported: KL ~ 0). Learning (held-out success +0.2) is not asserted here: on
-2 cores the tiny model does not learn to copy operands through Qwen3's ~230-token tool preamble
-in a CI-sized warm-start (docs/agents.md, "Learning").
+log-probs the engine reported: KL ~ 0). Learning (held-out success 0.00 -> 0.75 and -> 1.00) is
+measured, not asserted here: its warm-start takes 18 minutes on 2 cores (docs/agents.md,
+"Learning").
 
 usage: agent_run_test.py PATH_TO_PRL QWEN3_TOKENIZER_DIR [unittest args]
 """
