@@ -187,7 +187,8 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "advantage", Enum(l.advantage, learner::kAdvantageEstimatorNames),
     "grpo ((r - mean) / (std + eps)) or dr_grpo (r - mean)");
   v("learner", "drop_uniform_groups", l.drop_uniform_groups,
-    "Drop groups whose rewards are all equal");
+    "Dynamic sampling: groups whose rewards are all equal are acknowledged untrained (their "
+    "prompts done) and others take their place in the step");
   v("learner", "optimizer", Enum(l.optimizer, learner::kOptimizerKindNames), "adamw or sgd");
   v("learner", "lr", l.lr, "Learning rate");
   v("learner", "weight_decay", l.weight_decay, "Decoupled weight decay (matrices only)");

@@ -190,9 +190,11 @@ absl::StatusOr<bool> LearnerService::Step(
     r.dropped_stale_total =
         replay_->Stats().dropped_stale + admission.stale_dropped() + stale_requeued;
     r.duplicate_groups_total = admission.duplicate_groups();
+    r.dropped_uniform_total = intake_->dropped_uniform();
     r.stale_requeued_total = stale_requeued;
     r.dropped_stale = r.dropped_stale_total - reported_.dropped_stale_total;
     r.duplicate_groups = r.duplicate_groups_total - reported_.duplicate_groups_total;
+    r.dropped_uniform = r.dropped_uniform_total - reported_.dropped_uniform_total;
     r.stale_requeued = r.stale_requeued_total - reported_.stale_requeued_total;
     reported_ = r;
     if (on_step) on_step(out);

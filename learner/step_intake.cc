@@ -99,6 +99,14 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
       if (!records.has_value()) continue;
       PRL_ASSIGN_OR_RETURN(const EpisodeAdvantagesResult adv,
                            EpisodeAdvantages(*records, options_.advantages));
+      if (std::none_of(adv.kept.begin(), adv.kept.end(), [](bool kept) { return kept; })) {
+        // Dynamic sampling (drop_uniform_groups): every reward equal, no signal. Acknowledged
+        // now (its prompt is done, never trained) and not in the step, so that the step takes
+        // another group in its place and the coordinator's budget counts it consumed.
+        replay_->Ack(g).IgnoreError();
+        ++dropped_uniform_;
+        continue;
+      }
       for (double reward : adv.episode_rewards) reward_sum += reward;
       report->samples += static_cast<int64_t>(adv.episode_rewards.size());
       for (size_t i = 0; i < records->size(); ++i) {

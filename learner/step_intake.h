@@ -77,6 +77,9 @@ class StepIntake {
   // Groups of the step in progress (taken, possibly acknowledged, not yet trained and
   // reported): part of the backlog the coordinator's lag budget counts. Any thread.
   int64_t groups_in_step() const { return groups_in_step_.load(); }
+  // Groups dropped since start because their rewards were all equal (with
+  // AdvantageConfig::drop_uniform_groups): acknowledged at once, not counted in any step.
+  int64_t dropped_uniform() const { return dropped_uniform_; }
   GroupAdmission& admission() { return admission_; }
   const GroupAdmission& admission() const { return admission_; }
 
@@ -94,6 +97,7 @@ class StepIntake {
   std::vector<JournaledStep> to_replay_; // journaled steps not yet replayed, in order
   bool took_since_resume_ = false;
   std::atomic<int64_t> groups_in_step_{0};
+  int64_t dropped_uniform_ = 0;
 };
 
 }  // namespace prl::learner

@@ -51,6 +51,8 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("dropped_stale_total", r.dropped_stale_total, /*optional=*/true);  // added later
   v("duplicate_groups_total", r.duplicate_groups_total, /*optional=*/true);
   v("stale_requeued_total", r.stale_requeued_total, /*optional=*/true);
+  v("dropped_uniform", r.dropped_uniform, /*optional=*/true);
+  v("dropped_uniform_total", r.dropped_uniform_total, /*optional=*/true);
 }
 
 struct Writer {

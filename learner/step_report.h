@@ -54,9 +54,14 @@ struct StepReport {
   // acknowledged untrained (learner/prompt_ledger.h); stale ones whose prompts went back to
   // the coordinator to be generated again.
   int64_t dropped_stale = 0, duplicate_groups = 0, stale_requeued = 0;
+  // Groups whose rewards were all equal (learner.drop_uniform_groups, DAPO's dynamic
+  // sampling): acknowledged untrained, their prompts done; others took their place in the step.
+  // Optional in ParseStepReport (0 when absent), as is its total.
+  int64_t dropped_uniform = 0;
   // The same since this learner process started (what Prometheus counters mirror). Optional
   // in ParseStepReport (0 when absent, as in reports written before they existed).
   int64_t dropped_stale_total = 0, duplicate_groups_total = 0, stale_requeued_total = 0;
+  int64_t dropped_uniform_total = 0;
 };
 
 // Fills the loss, ratio, token and timing fields from a training step's result.

@@ -320,6 +320,7 @@ ReplayMetrics::ReplayMetrics(Registry& registry)
                                     "Leases that expired or whose reader died.")),
       dropped_stale(DroppedGroups(registry, "stale")),
       dropped_full(DroppedGroups(registry, "full")),
+      dropped_uniform(DroppedGroups(registry, "uniform")),
       dropped_prompts_waiting(AddGauge(
           registry, "prl_replay_dropped_prompts_waiting",
           "Prompts of groups dropped for room (drop_oldest) not yet handed back to be re-run.")),

@@ -239,6 +239,9 @@ struct ReplayMetrics {
   prometheus::Counter& dropped_stale;
   // prl_replay_groups_dropped_total{reason="full"}: groups dropped by the drop-oldest policy.
   prometheus::Counter& dropped_full;
+  // prl_replay_groups_dropped_total{reason="uniform"}: groups whose rewards were all equal,
+  // acknowledged untrained by the learner (learner.drop_uniform_groups: dynamic sampling).
+  prometheus::Counter& dropped_uniform;
   // prl_replay_dropped_prompts_waiting: prompts of groups dropped for room, not yet handed back
   // to the coordinator (the learner hands them back to be generated again).
   prometheus::Gauge& dropped_prompts_waiting;

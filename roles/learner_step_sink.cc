@@ -101,6 +101,8 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   metrics::AdvanceCounterTo(replay_metrics_.dropped_stale,
                             static_cast<double>(r.dropped_stale_total));
   metrics::AdvanceCounterTo(replay_metrics_.dropped_full, static_cast<double>(rs.dropped_full));
+  metrics::AdvanceCounterTo(replay_metrics_.dropped_uniform,
+                            static_cast<double>(r.dropped_uniform_total));
   replay_metrics_.dropped_prompts_waiting.Set(static_cast<double>(rs.dropped_prompts_waiting));
   metrics::AdvanceCounterTo(replay_metrics_.dropped_prompts_overwritten,
                             static_cast<double>(rs.dropped_prompts_overwritten));

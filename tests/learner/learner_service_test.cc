@@ -268,6 +268,36 @@ TEST_F(LearnerServiceTest, GroupsOlderThanMaxLagAreDroppedAndCountedNotTrained) 
   EXPECT_DOUBLE_EQ(reports[0].lag_max, 2);
 }
 
+// Dynamic sampling (learner.drop_uniform_groups, DAPO): a group whose rewards are all equal has
+// no signal; it is acknowledged untrained and counted, and the step takes another group in its
+// place, so every step trains groups_per_step groups that have one.
+TEST_F(LearnerServiceTest, UniformGroupsAreDroppedCountedAndReplacedInTheirStep) {
+  auto write_uniform = [&](double reward) {
+    std::vector<RolloutRecord> group = Group(next_prompt_++, 0);
+    for (RolloutRecord& r : group) r.reward = reward;
+    ASSERT_TRUE(replay_->WriteGroup(group, absl::Seconds(5)).ok());
+  };
+  WriteGroups(1, 0);
+  write_uniform(1.0);
+  WriteGroups(1, 0);
+  write_uniform(0.0);
+  write_uniform(0.0);
+  WriteGroups(2, 0);
+  LearnerServiceOptions options = Options(2);
+  options.advantages.drop_uniform_groups = true;
+  const std::vector<StepReport> reports = Run(1, options, never_);
+  ASSERT_EQ(reports.size(), 2u);
+  for (const StepReport& r : reports) {
+    EXPECT_EQ(r.groups, 2) << "a dropped group's place was taken by another";
+    EXPECT_EQ(r.samples, 2 * kGroupSize);
+    EXPECT_DOUBLE_EQ(r.mean_reward, 0.5) << "only groups with a signal were trained";
+  }
+  EXPECT_EQ(reports[0].dropped_uniform + reports[1].dropped_uniform, 3);
+  EXPECT_EQ(reports[1].dropped_uniform_total, 3);
+  const ReplayStats s = replay_->Stats();
+  EXPECT_EQ(s.groups_ready + s.groups_leased, 0) << "every group acknowledged, none waits";
+}
+
 TEST_F(LearnerServiceTest, StoppingBeforeAFullStepHandsTheGroupsBack) {
   WriteGroups(1, 0);  // half a step
   const std::atomic<bool> stop{true};
