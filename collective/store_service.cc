@@ -103,7 +103,8 @@ GrpcStore::GrpcStore(const std::string& target, absl::Duration connect_timeout)
   // A rank that starts before rank 0 retries every 100 ms to 1 s, not gRPC's default of up to
   // two minutes, so it connects soon after the server is up.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes it as each connection attempt's timeout,
+  // and at 100 ms a loaded host's handshake fails and backs off again.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   stub_ = v1::StoreService::NewStub(
       rpc::NewChannel(target, args));

@@ -17,7 +17,8 @@ absl::StatusOr<std::unique_ptr<RemoteEnvironment>> RemoteEnvironment::Connect(
   auto env = std::unique_ptr<RemoteEnvironment>(new RemoteEnvironment(options));
   grpc::ChannelArguments args = rpc::ChannelArgs(options.max_message_bytes);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes it as each connection attempt's timeout,
+  // and at 100 ms a loaded host's handshake fails and backs off again.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   env->channel_ = rpc::NewServiceChannel(options.address, args);
   env->stub_ = v1::EnvironmentService::NewStub(env->channel_);
