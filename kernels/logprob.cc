@@ -18,7 +18,7 @@ int64_t LogprobChunkRows(int64_t vocab_size, int64_t budget_bytes) {
 
 void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, const Tensor& W,
                     const Tensor& targets, float temperature, const Tensor& scratch,
-                    ReductionOrder order) {
+                    ReductionOrder order, const Tensor* entropy) {
   const char* op = "LogprobForward";
   const int64_t R = h.size(0), C = h.size(1), V = W.size(0);
   PRL_CHECK(temperature > 0.0f, op, ": temperature ", temperature, " must be > 0");
@@ -29,16 +29,19 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
   ExpectTensor(op, "lse", lse, DType::kF32, {R});
   ExpectTensor(op, "targets", targets, DType::kI32, {R});
   ExpectTensor(op, "scratch", scratch, DType::kF32, {scratch.size(0), V});
-  const Device device = internal::CommonDevice(op, {&logprob, &lse, &h, &W, &targets, &scratch});
+  if (entropy != nullptr) ExpectTensor(op, "entropy", *entropy, DType::kF32, {R});
+  const Device device = internal::CommonDevice(
+      op, {&logprob, &lse, &h, &W, &targets, &scratch, entropy != nullptr ? entropy : &lse});
+  float* entropy_out = entropy != nullptr ? entropy->f32() : nullptr;
   if (device.is_cpu()) {
     return cpu::LogprobForward(logprob.f32(), lse.f32(), h.f32(), W.f32(), targets.i32(), R, V, C,
                                temperature, scratch.f32(), scratch.size(0),
-                               order == ReductionOrder::kBatchInvariant);
+                               order == ReductionOrder::kBatchInvariant, entropy_out);
   }
 #if PRL_WITH_CUDA
   return cuda::LogprobForward(device.index, dt, logprob.f32(), lse.f32(), h.data, W.data,
                               targets.i32(), R, V, C, temperature, scratch.f32(), scratch.size(0),
-                              order == ReductionOrder::kBatchInvariant);
+                              order == ReductionOrder::kBatchInvariant, entropy_out);
 #else
   internal::NoBackend(op, device);
 #endif

@@ -16,9 +16,12 @@ int64_t LogprobChunkRows(int64_t vocab_size, int64_t budget_bytes);
 
 // logprob (R) =, lse (R) = log-sum-exp of the scaled logits (kept for the backward).
 // h (R, C), W (V, C), targets (R, I32, each in [0, V)), scratch (chunk_rows, V).
+// entropy (R, F32; optional) = the entropy of each row's distribution softmax(z) in nats,
+// -sum_v p_v log p_v = lse - sum_v p_v z_v (the policy's entropy where the row is trained).
 void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, const Tensor& W,
                     const Tensor& targets, float temperature, const Tensor& scratch,
-                    ReductionOrder order = ReductionOrder::kFast);
+                    ReductionOrder order = ReductionOrder::kFast,
+                    const Tensor* entropy = nullptr);
 
 // dh (R, C) =, dW (V, C) += the gradients given dlogprob (R).
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,

@@ -106,6 +106,8 @@ class FsdpModel : public UnitHooks {
   absl::Status Backward(absl::Span<const float> dlogprobs, double load_balancing_weight = 0.0);
   // Qwen3-MoE: the router's own routes of the last Forward (Transformer::recomputed_routes).
   absl::Span<const uint8_t> recomputed_routes() const { return transformer_.recomputed_routes(); }
+  // Transformer::entropies of the last Forward.
+  absl::Span<const float> entropies() const { return transformer_.entropies(); }
   double load_balancing_loss() const { return transformer_.load_balancing_loss(); }
   absl::Status ZeroGrad();
   // Call after changing param_shard() (an optimizer step): drops gathered copies.

@@ -52,6 +52,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("duplicate_groups_total", r.duplicate_groups_total, /*optional=*/true);
   v("stale_requeued_total", r.stale_requeued_total, /*optional=*/true);
   v("dropped_uniform", r.dropped_uniform, /*optional=*/true);
+  v("policy_entropy", r.policy_entropy, /*optional=*/true);
   v("dropped_uniform_total", r.dropped_uniform_total, /*optional=*/true);
 }
 
@@ -101,6 +102,7 @@ void SetStepResult(const StepResult& result, double lr, StepReport* r) {
   r->effective_sample_size = l.effective_sample_size();
   r->kl_behaviour_learner = l.kl();
   r->entropy = l.entropy();
+  r->policy_entropy = result.stats.policy_entropy;
   r->grad_norm = result.optimizer.grad_norm;
   r->lr = lr;
   r->lag_mean = result.stats.lag_mean;

@@ -27,7 +27,10 @@ struct StepReport {
   double clipped_fraction = 0;           // tokens whose gradient was clipped or masked
   double effective_sample_size = 0;      // of the importance weights, in (0, 1]
   double kl_behaviour_learner = 0;       // mean k3 estimate of KL(mu || pi)
-  double entropy = 0;                    // mean -log pi of the sampled tokens
+  double entropy = 0;                    // mean -log pi of the sampled tokens (an estimate)
+  // The policy's entropy: the mean over trained tokens of -sum_v pi(v) log pi(v) (StepStats).
+  // Optional in ParseStepReport (0 when absent).
+  double policy_entropy = 0;
   double grad_norm = 0;                  // global L2 norm before clipping
   double lr = 0;
   double lag_mean = 0, lag_max = 0;  // learner version minus token versions (versions)

@@ -173,6 +173,7 @@ struct RankSums {
   double lagged_routed_tokens = 0, lagged_route_mismatches = 0;  // older weights
   double lag_sum = 0, lag_count = 0, lag_max = 0;  // learner version - token version
   double router_aux_loss = 0;  // token-weighted over the step's micro-batches
+  double entropy_sum = 0, entropy_tokens = 0;  // the policy's entropy at trained tokens
 
   void AddLags(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
                int64_t learner_version) {
@@ -223,6 +224,9 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
   sums->router_aux_loss += share * model.load_balancing_loss();
   std::vector<float> pi(N), dpi(N, 0.0f);
   for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
+  const absl::Span<const float> entropies = model.entropies();
+  for (int64_t t = 0; t < N; ++t) sums->entropy_sum += entropies[mb.target_positions[t]];
+  sums->entropy_tokens += static_cast<double>(N);
   if (N > 0) {
     LossInputs in;
     in.pi = pi;
@@ -244,7 +248,8 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   std::vector<double> sums(loss.begin(), loss.begin() + LossStats::kNumSums);
   sums.insert(sums.end(),
               {r.input_tokens, r.lag_sum, r.lag_count, r.routed_tokens, r.route_mismatches,
-               r.lagged_routed_tokens, r.lagged_route_mismatches, r.router_aux_loss});
+               r.lagged_routed_tokens, r.lagged_route_mismatches, r.router_aux_loss,
+               r.entropy_sum, r.entropy_tokens});
   double maxima[] = {loss.back(), r.lag_max};
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
     PRL_RETURN_IF_ERROR(c.AllReduceHost(absl::MakeSpan(sums), collective::ReduceOp::kSum));
@@ -262,6 +267,7 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   stats->lagged_routed_tokens = static_cast<int64_t>(extra[5]);
   stats->lagged_route_mismatches = static_cast<int64_t>(extra[6]);
   stats->router_aux_loss = extra[7];
+  stats->policy_entropy = extra[9] > 0 ? extra[8] / extra[9] : 0.0;
   return absl::OkStatus();
 }
 

@@ -55,6 +55,9 @@ struct StepStats {
   // Qwen3-MoE: the load-balancing loss (without its coefficient), token-weighted over the
   // step's micro-batches as above; computed whether or not it is trained on.
   double router_aux_loss = 0;
+  // The policy's entropy (nats) at the trained tokens, all ranks: the mean over them of
+  // -sum_v pi(v) log pi(v) from the learner's log-softmax (Transformer::entropies).
+  double policy_entropy = 0;
   double seconds = 0;
 };
 

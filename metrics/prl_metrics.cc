@@ -381,6 +381,9 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
       moe_lagged_route_mismatch_ratio(MoeRouteMismatch(registry, "lagged")),
       entropy(AddGauge(registry, "prl_learner_entropy",
                        "Mean -log pi of the last step's sampled tokens, in nats.")),
+      policy_entropy(AddGauge(registry, "prl_learner_policy_entropy",
+                              "The policy's entropy at the last step's trained tokens (mean of "
+                              "-sum_v pi(v) log pi(v)), in nats.")),
       grad_norm(AddGauge(registry, "prl_learner_grad_norm",
                          "Global gradient norm of the last step, before clipping.")),
       learning_rate(

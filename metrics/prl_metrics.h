@@ -323,6 +323,9 @@ struct LearnerMetrics {
   prometheus::Gauge& moe_lagged_route_mismatch_ratio;
   // prl_learner_entropy: mean -log pi of the sampled tokens, in nats.
   prometheus::Gauge& entropy;
+  // prl_learner_policy_entropy: the policy's entropy at the last step's trained tokens (the
+  // mean of -sum_v pi(v) log pi(v) from the learner's log-softmax), in nats.
+  prometheus::Gauge& policy_entropy;
   // prl_learner_grad_norm: global gradient norm before clipping.
   prometheus::Gauge& grad_norm;
   // prl_learner_learning_rate: learning rate of the last step.

@@ -50,6 +50,7 @@ struct Transformer::Workspace {
   Tensor head_in;                        // (R, C) lnf rows with a target (lnf itself when R == T)
   Tensor head_lse;                       // (R)
   Tensor head_logprob;                   // (R)
+  Tensor head_entropy;                   // (R) the rows' softmax entropies (nats)
   Tensor logits;                         // (chunk, V) scratch
 
   // Backward scratch. The two "wide" buffers are shared by the MLP and attention halves.
@@ -65,6 +66,7 @@ struct Transformer::Workspace {
   // and the router's own routes of the last Forward, (T, Lm, K) token-major.
   std::vector<int32_t> forced_routes;
   std::vector<uint8_t> recomputed_routes;
+  std::vector<float> entropies;  // (T) of the last Forward; 0 where no target
   // The load-balancing loss's sums over the MoE layers of the last Forward(for_backward)
   // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
   // expert, (E) each; its value; and in Backward its gradient at each p[t, e], (E).
@@ -150,6 +152,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     ws.head_in = R == T ? ws.lnf : a.Take(dt, {R, C});
     ws.head_lse = a.Take(DType::kF32, {R});
     ws.head_logprob = a.Take(DType::kF32, {R});
+    ws.head_entropy = a.Take(DType::kF32, {R});
     ws.logits = a.Take(DType::kF32, {chunk, c.vocab_size});
     if (for_backward) {
       ws.dresid = a.Take(dt, {T, C});
@@ -215,14 +218,20 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
                     static_cast<float>(c.rms_norm_eps));
 
   std::fill(logprobs.begin(), logprobs.end(), 0.0f);
+  ws.entropies.assign(T, 0.0f);
   if (R > 0) {
     if (R < T) k::EmbeddingForward(ws.head_in, ws.lnf, ws.head_rows_dev);  // row gather
     k::LogprobForward(ws.head_logprob, ws.head_lse, ws.head_in, params.lm_head, ws.head_targets,
-                      temperature, ws.logits, options_.reduction_order);
-    std::vector<float> head_logprobs(R);
+                      temperature, ws.logits, options_.reduction_order, &ws.head_entropy);
+    std::vector<float> head_logprobs(R), head_entropies(R);
     PRL_RETURN_IF_ERROR(CopyBytes(head_logprobs.data(), Device::Cpu(), ws.head_logprob.data,
                                   device_, R * sizeof(float)));
-    for (int64_t r = 0; r < R; ++r) logprobs[ws.head_rows[r]] = head_logprobs[r];
+    PRL_RETURN_IF_ERROR(CopyBytes(head_entropies.data(), Device::Cpu(), ws.head_entropy.data,
+                                  device_, R * sizeof(float)));
+    for (int64_t r = 0; r < R; ++r) {
+      logprobs[ws.head_rows[r]] = head_logprobs[r];
+      ws.entropies[ws.head_rows[r]] = head_entropies[r];
+    }
   }
   PRL_RETURN_IF_ERROR(release(head_unit));
   if (tied) PRL_RETURN_IF_ERROR(release(0));
@@ -274,6 +283,8 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
 double Transformer::load_balancing_loss() const { return ws_->lb_loss; }
 
 absl::Span<const uint8_t> Transformer::recomputed_routes() const { return ws_->recomputed_routes; }
+
+absl::Span<const float> Transformer::entropies() const { return ws_->entropies; }
 
 absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
                                    const ModelParams& grads, UnitHooks* hooks,

@@ -36,7 +36,7 @@ void ScaledLogits(float* z, const float* h, const float* W, int64_t rows, int64_
 
 void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows, bool invariant) {
+                    float* scratch, int64_t chunk_rows, bool invariant, float* entropy) {
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, R - r0);
     ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature, invariant);
@@ -46,6 +46,13 @@ void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
       const float row_lse = RowLogSumExp(z, V);
       lse[r0 + i] = row_lse;
       logprob[r0 + i] = z[targets[r0 + i]] - row_lse;
+      if (entropy != nullptr) {  // H = lse - E_p[z]
+        double expected_z = 0;
+        for (int64_t v = 0; v < V; ++v) {
+          expected_z += std::exp(static_cast<double>(z[v]) - row_lse) * z[v];
+        }
+        entropy[r0 + i] = static_cast<float>(row_lse - expected_z);
+      }
     }
   }
 }

@@ -101,9 +101,11 @@ void PagedAttentionForward(int device, DType dt, void* out, const void* qkv, con
 // --- LM head log-prob (logits chunk in an F32 scratch of chunk_rows x V) -------------------
 // invariant: the logits come from InvariantGemm (then the same row kernel as the sampler's
 // log-prob, row_softmax.cuh), so a row's log-prob is independent of R and equals the engine's.
+// entropy (R; null: not computed): each row's softmax entropy, lse - sum_v p_v z_v.
 void LogprobForward(int device, DType dt, float* logprob, float* lse, const void* h, const void* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows, bool invariant = false);
+                    float* scratch, int64_t chunk_rows, bool invariant = false,
+                    float* entropy = nullptr);
 // dh (dt) =, dW (dW_dtype: F32 or dt) += . `dlogits_scratch` holds chunk_rows x V elements of
 // dt (BF16 mode converts dlogits for the tensor-core GEMMs; F32 mode may alias `scratch`).
 void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,

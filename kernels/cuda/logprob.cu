@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kThreads = kRowThreads;  // the row log-softmax order depends on it
 
-__global__ void RowLogprobKernel(float* logprob, float* lse, const float* logits,
+__global__ void RowLogprobKernel(float* logprob, float* lse, float* entropy, const float* logits,
                                  const int32_t* targets, int64_t V, float inv_temperature) {
   const int64_t r = blockIdx.x;
   const float* row = logits + r * V;
@@ -23,6 +23,14 @@ __global__ void RowLogprobKernel(float* logprob, float* lse, const float* logits
     lse[r] = stats.lse;
     logprob[r] = TokenLogprob(row, targets[r], inv_temperature, stats);
   }
+  if (entropy == nullptr) return;  // (uniform over the block: no thread waits alone)
+  float expected_z = 0.0f;  // sum_v p_v z_v
+  for (int64_t v = threadIdx.x; v < V; v += kRowThreads) {
+    const float z = ScaledLogit(row[v], inv_temperature);
+    expected_z += expf(z - stats.lse) * z;
+  }
+  expected_z = BlockSum(expected_z);
+  if (threadIdx.x == 0) entropy[r] = stats.lse - expected_z;
 }
 
 template <typename T>
@@ -53,7 +61,7 @@ const char* Offset(const void* p, int64_t elements, DType dt) {
 
 void LogprobForward(int device, DType dt, float* logprob, float* lse, const void* h, const void* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
-                    float* scratch, int64_t chunk_rows, bool invariant) {
+                    float* scratch, int64_t chunk_rows, bool invariant, float* entropy) {
   SetDevice(device);
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, R - r0);
@@ -64,7 +72,8 @@ void LogprobForward(int device, DType dt, float* logprob, float* lse, const void
       LogitsChunk(device, dt, scratch, Offset(h, r0 * C, dt), W, n, V, C);
     }
     RowLogprobKernel<<<n, kThreads, 0, CurrentStream(device)>>>(
-        logprob + r0, lse + r0, scratch, targets + r0, V, 1.0f / temperature);
+        logprob + r0, lse + r0, entropy != nullptr ? entropy + r0 : nullptr, scratch,
+        targets + r0, V, 1.0f / temperature);
     PRL_CUDA_CHECK(cudaGetLastError());
   }
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "tests/kernels/reference_ops.h"
 #include "tests/kernels/tensor_util.h"
 
@@ -42,6 +45,53 @@ TEST(LogprobTest, ForwardMatchesFloat64ReferenceAtSeveralTemperatures) {
         1e-6)
         << "temperature " << temperature;
   }
+}
+
+// The rows' softmax entropies against a float64 reference written from the definition,
+// -sum_v p_v log p_v with p = softmax(h W^T / T), at several temperatures and chunk sizes;
+// a uniform row (W = 0) has entropy log V.
+TEST(LogprobTest, EntropyMatchesTheFloat64DefinitionAndIsLogVForAUniformRow) {
+  std::mt19937_64 rng(23);
+  const HeadCase hc(rng);
+  for (float temperature : {1.0f, 0.6f, 1.7f}) {
+    for (int64_t chunk : {int64_t{1}, int64_t{4}, R}) {
+      std::vector<float> h = ToF32(hc.h), W = ToF32(hc.W), scratch(chunk * V);
+      std::vector<int32_t> targets = hc.targets;
+      std::vector<float> logprob(R), lse(R), entropy(R, -1.0f);
+      const Tensor entropy_view = View(entropy, {R});
+      kernels::LogprobForward(View(logprob, {R}), View(lse, {R}), View(h, {R, C}),
+                              View(W, {V, C}), View(targets, {R}), temperature,
+                              View(scratch, {chunk, V}), kernels::ReductionOrder::kFast,
+                              &entropy_view);
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<double> z(V);
+        double max_z = -1e300;
+        for (int64_t v = 0; v < V; ++v) {
+          double dot = 0;
+          for (int64_t c = 0; c < C; ++c) dot += hc.h[r * C + c] * hc.W[v * C + c];
+          z[v] = dot / temperature;
+          max_z = std::max(max_z, z[v]);
+        }
+        double total = 0;
+        for (double x : z) total += std::exp(x - max_z);
+        double want = 0;
+        for (double x : z) {
+          const double p = std::exp(x - max_z) / total;
+          want -= p * std::log(p);
+        }
+        EXPECT_NEAR(entropy[r], want, 1e-5 * std::max(1.0, want))
+            << "row " << r << ", temperature " << temperature << ", chunk " << chunk;
+      }
+    }
+  }
+  std::vector<float> h = ToF32(hc.h), W(V * C, 0.0f), scratch(R * V), logprob(R), lse(R),
+                     entropy(R);
+  std::vector<int32_t> targets = hc.targets;
+  const Tensor entropy_view = View(entropy, {R});
+  kernels::LogprobForward(View(logprob, {R}), View(lse, {R}), View(h, {R, C}), View(W, {V, C}),
+                          View(targets, {R}), 1.0f, View(scratch, {R, V}),
+                          kernels::ReductionOrder::kFast, &entropy_view);
+  for (int64_t r = 0; r < R; ++r) EXPECT_NEAR(entropy[r], std::log(static_cast<double>(V)), 1e-5);
 }
 
 TEST(LogprobTest, ResultsDoNotDependOnTheChunkSize) {

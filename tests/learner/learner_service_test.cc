@@ -7,6 +7,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,6 +200,11 @@ TEST_P(LearnerServiceWorldTest, TrainsOnCompleteGroupsAcksThemAndPublishesEveryV
     EXPECT_EQ(reports[i].groups, 2);
     EXPECT_EQ(reports[i].samples, 2 * kGroupSize);
     EXPECT_DOUBLE_EQ(reports[i].mean_reward, 0.5);
+    // The policy's entropy at the trained tokens: a distribution's, within (0, log V] (near
+    // log V for these nearly random weights), and not the sampled tokens' -log pi estimate.
+    EXPECT_GT(reports[i].policy_entropy, 0.5 * std::log(static_cast<double>(config_.vocab_size)));
+    EXPECT_LE(reports[i].policy_entropy, std::log(static_cast<double>(config_.vocab_size)) + 1e-6);
+    EXPECT_NE(reports[i].policy_entropy, reports[i].entropy);
     EXPECT_EQ(reports[i].completion_tokens, 2 * kGroupSize * 3);
     EXPECT_GT(reports[i].trained_tokens, 0);
     EXPECT_NE(reports[i].loss, 0.0);
