@@ -65,25 +65,30 @@ TEST_P(CudaLogprobTest, ForwardAndBackwardMatchCpuAcrossChunks) {
     for (int64_t r = 0; r < R; ++r) targets[r] = static_cast<int32_t>((r * 131 + 7) % V);
     targets[0] = static_cast<int32_t>(V - 1);  // the last column of an odd-width row
 
-    std::vector<float> logprob(R), lse(R), scratch(c.chunk_rows * V), dh(R * C), dW = dW0;
+    std::vector<float> logprob(R), lse(R), entropy(R), scratch(c.chunk_rows * V), dh(R * C),
+        dW = dW0;
+    const Tensor entropy_view = View(entropy, {R});
     LogprobForward(View(logprob, {R}), View(lse, {R}), View(h, {R, C}), View(W, {V, C}),
-                   View(targets, {R}), temperature, View(scratch, {c.chunk_rows, V}));
+                   View(targets, {R}), temperature, View(scratch, {c.chunk_rows, V}),
+                   ReductionOrder::kFast, &entropy_view);
     LogprobBackward(View(dh, {R, C}), View(dW, {V, C}), View(dlogprob, {R}), View(h, {R, C}),
                     View(W, {V, C}), View(targets, {R}), View(lse, {R}), temperature,
                     View(scratch, {c.chunk_rows, V}));
 
     DeviceTensor gh(dt(), {R, C}), gW(dt(), {V, C}), gt(DType::kI32, {R}), glp(DType::kF32, {R}),
         glse(DType::kF32, {R}), gscratch(DType::kF32, {c.chunk_rows, V}), gdlp(DType::kF32, {R}),
-        gdh(dt(), {R, C}), gdW(c.dW_dtype, {V, C});
+        gdh(dt(), {R, C}), gdW(c.dW_dtype, {V, C}), gentropy(DType::kF32, {R});
     gh.Upload(h);
     gW.Upload(W);
     gt.Upload(targets);
     gdlp.Upload(dlogprob);
     gdW.Upload(dW0);
-    LogprobForward(glp.t, glse.t, gh.t, gW.t, gt.t, temperature, gscratch.t);
+    LogprobForward(glp.t, glse.t, gh.t, gW.t, gt.t, temperature, gscratch.t, ReductionOrder::kFast,
+                   &gentropy.t);
     const double tol = testing::Tolerance(dt());
     ExpectClose(name + "_logprob", glp.Download(), logprob, tol);
     ExpectClose(name + "_lse", glse.Download(), lse, tol);
+    ExpectClose(name + "_entropy", gentropy.Download(), entropy, tol);
     LogprobBackward(gdh.t, gdW.t, gdlp.t, gh.t, gW.t, gt.t, glse.t, temperature, gscratch.t);
     ExpectClose(name + "_dh", gdh.Download(), dh, tol);
     // A BF16 dW rounds the accumulated sum once more: compare it with the sum as stored.
