@@ -32,11 +32,7 @@ void EpisodeEngine::CallRun(Group& g, int32_t sample) {
   g.agent->calls.Post([inbox = inbox_.get(), client = g.agent->client, group = g.request.id,
                        attempt = g.attempt, sample, timeout = absl::Seconds(spec.timeout_s()),
                        request = std::move(request)] {
-    Answer a;
-    a.kind = Answer::Kind::kReturned;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
+    Answer a = Answer::For(Answer::Kind::kReturned, group, attempt, sample);
     absl::StatusOr<v1::RunEpisodeResponse> returned = client->RunEpisode(request, timeout);
     a.status = returned.status();
     if (returned.ok()) a.returned = *std::move(returned);
@@ -49,11 +45,7 @@ void EpisodeEngine::RenderCall(Group& g, int32_t sample) {
   renders_.Post([inbox = inbox_.get(), codec = codec_, group = g.request.id, attempt = g.attempt,
                  sample, call = e.call, open = e.request_id != 0 ? e.open : std::nullopt,
                  kwargs = g.chat.kwargs, format = g.tool_format] {
-    Answer a;
-    a.kind = Answer::Kind::kRendered;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
+    Answer a = Answer::For(Answer::Kind::kRendered, group, attempt, sample);
     a.call = call;
     absl::StatusOr<CallPrompt> start =
         StartCall(*codec, open.has_value() ? &*open : nullptr, call->call, kwargs);
@@ -126,11 +118,7 @@ void EpisodeEngine::AnswerTurn(Group& g, int32_t sample, TurnOutput turn) {
     }
     std::vector<int32_t> answer_tokens = c.opening_tokens;
     answer_tokens.insert(answer_tokens.end(), turn.tokens.begin(), turn.tokens.end());
-    Answer a;
-    a.kind = Answer::Kind::kAnswered;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
+    Answer a = Answer::For(Answer::Kind::kAnswered, group, attempt, sample);
     a.call = call;
     a.trajectory = Answered(c.start, answer, answer_tokens);
     inbox->Put(std::move(a));  // first: the agent's next call must find the trajectory

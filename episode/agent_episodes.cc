@@ -49,11 +49,7 @@ absl::Status EpisodeEngine::ServeAgents(const openai::OpenAiServerOptions& optio
 void EpisodeEngine::PostCall(const EpisodeRef& episode, openai::ChatCall call,
                              openai::CompletionBackend::Progress progress,
                              openai::CompletionBackend::Done done) {
-  Answer a;
-  a.kind = Answer::Kind::kCall;
-  a.group_id = episode.group;
-  a.attempt = episode.attempt;
-  a.sample = episode.sample;
+  Answer a = Answer::For(Answer::Kind::kCall, episode.group, episode.attempt, episode.sample);
   a.call = std::make_shared<AgentCall>();
   a.call->call = std::move(call);
   a.call->progress = std::move(progress);

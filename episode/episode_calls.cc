@@ -21,11 +21,7 @@ void EpisodeEngine::CallStart(Group& g, int32_t sample) {
                     client = g.client, codec = codec_, chat = g.chat, group = g.request.id,
                     attempt = g.attempt, sample, submitted = g.request.submitted,
                     prompt = g.request.prompt, request = std::move(request)] {
-    Answer a;
-    a.kind = Answer::Kind::kStart;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
+    Answer a = Answer::For(Answer::Kind::kStart, group, attempt, sample);
     absl::StatusOr<v1::StartEpisodeResponse> started =
         Timed(metrics, *endpoint, [&] { return client->StartEpisode(request); });
     // The environment's tools join the prompt's: the first prompt and every reply render them.
@@ -52,11 +48,7 @@ void EpisodeEngine::CallStep(Group& g, TurnOutput turn) {
                     attempt = g.attempt, format = g.tool_format, episode_id = s.episode_id,
                     turn_index = s.turns, stops = g.request.params.stop_token_ids,
                     turn = std::move(turn)] {
-    Answer a;
-    a.kind = Answer::Kind::kStep;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = turn.sample_index;
+    Answer a = Answer::For(Answer::Kind::kStep, group, attempt, turn.sample_index);
     a.turn_tokens = static_cast<int64_t>(turn.tokens.size());
     absl::StatusOr<v1::StepRequest> request =
         StepRequestOf(episode_id, turn_index, turn, *codec, stops, format);
@@ -86,11 +78,7 @@ void EpisodeEngine::CallEnd(Group& g, int32_t sample, const std::string& reason)
   g.endpoint->Post([inbox = inbox_.get(), metrics = options_.metrics, endpoint = g.endpoint,
                     client = g.client, group = g.request.id, attempt = g.attempt, sample,
                     request = std::move(request)] {
-    Answer a;
-    a.kind = Answer::Kind::kEnd;
-    a.group_id = group;
-    a.attempt = attempt;
-    a.sample = sample;
+    Answer a = Answer::For(Answer::Kind::kEnd, group, attempt, sample);
     a.reason = request.reason();
     absl::StatusOr<v1::EndEpisodeResponse> ended =
         Timed(metrics, *endpoint, [&] { return client->EndEpisode(request); });

@@ -126,6 +126,16 @@ struct EpisodeEngine::Answer {
   std::shared_ptr<AgentCall> call;
   std::optional<Trajectory> trajectory;
   prl::v1::RunEpisodeResponse returned;
+
+  // An answer of `kind` to sample `sample` of the group's attempt.
+  static Answer For(Kind kind, std::string group_id, int32_t attempt, int32_t sample) {
+    Answer a;
+    a.kind = kind;
+    a.group_id = std::move(group_id);
+    a.attempt = attempt;
+    a.sample = sample;
+    return a;
+  }
 };
 
 struct EpisodeEngine::Sample {

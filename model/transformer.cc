@@ -219,15 +219,21 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
 
   std::fill(logprobs.begin(), logprobs.end(), 0.0f);
   ws.entropies.assign(T, 0.0f);
+  // The policy's entropy, for training passes: on the CPU only until the CUDA row kernel
+  // (kernels/cuda/logprob.cu, tests/kernels/cuda_logprob_test.cc) has run on a GPU.
+  const bool with_entropy = for_backward && device_.is_cpu();
   if (R > 0) {
     if (R < T) k::EmbeddingForward(ws.head_in, ws.lnf, ws.head_rows_dev);  // row gather
     k::LogprobForward(ws.head_logprob, ws.head_lse, ws.head_in, params.lm_head, ws.head_targets,
-                      temperature, ws.logits, options_.reduction_order, &ws.head_entropy);
+                      temperature, ws.logits, options_.reduction_order,
+                      with_entropy ? &ws.head_entropy : nullptr);
     std::vector<float> head_logprobs(R), head_entropies(R);
     PRL_RETURN_IF_ERROR(CopyBytes(head_logprobs.data(), Device::Cpu(), ws.head_logprob.data,
                                   device_, R * sizeof(float)));
-    PRL_RETURN_IF_ERROR(CopyBytes(head_entropies.data(), Device::Cpu(), ws.head_entropy.data,
-                                  device_, R * sizeof(float)));
+    if (with_entropy) {
+      PRL_RETURN_IF_ERROR(CopyBytes(head_entropies.data(), Device::Cpu(), ws.head_entropy.data,
+                                    device_, R * sizeof(float)));
+    }
     for (int64_t r = 0; r < R; ++r) {
       logprobs[ws.head_rows[r]] = head_logprobs[r];
       ws.entropies[ws.head_rows[r]] = head_entropies[r];

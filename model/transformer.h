@@ -93,8 +93,10 @@ class Transformer {
   // expert in the l-th MoE layer. Replayed positions report the router's choice too, so a
   // caller can count where it differs from the replayed one. Empty for a dense model.
   absl::Span<const uint8_t> recomputed_routes() const;
-  // The entropy (nats) of each position's distribution softmax(z) in the last Forward, (T);
-  // 0 where there was no target. Where a position is trained, the policy's entropy there.
+  // The entropy (nats) of each position's distribution softmax(z) in the last
+  // Forward(for_backward = true), (T); 0 where there was no target (and after a forward-only
+  // pass, which skips it, and on CUDA until its kernel is verified on a GPU). Where a position
+  // is trained, the policy's entropy there.
   absl::Span<const float> entropies() const;
   // Qwen3-MoE: the load-balancing loss (model/moe_layer.h: E sum_e f_e P_e) over the tokens
   // and MoE layers of the last Forward; 0 for a dense model.

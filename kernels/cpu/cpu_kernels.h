@@ -112,7 +112,7 @@ void EmbeddingBackward(float* dtable, const float* dout, const int32_t* tokens, 
 // (chunk_rows, V) logits exist at a time. For row r: z = h[r] . W^T / temperature,
 // lse[r] = logsumexp(z), logprob[r] = z[targets[r]] - lse[r]. h (R, C), W (V, C).
 // scratch holds chunk_rows * V floats. invariant: the logits GEMM is MatmulForwardInvariant.
-// entropy (R; null: not computed) = lse[r] - sum_v softmax(z)_v z_v, accumulated in double.
+// entropy (R; null: not computed) = lse[r] - sum_v softmax(z)_v z_v (vec_math.h SoftmaxMean).
 void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
                     float* scratch, int64_t chunk_rows, bool invariant, float* entropy = nullptr);

@@ -47,11 +47,7 @@ void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
       lse[r0 + i] = row_lse;
       logprob[r0 + i] = z[targets[r0 + i]] - row_lse;
       if (entropy != nullptr) {  // H = lse - E_p[z]
-        double expected_z = 0;
-        for (int64_t v = 0; v < V; ++v) {
-          expected_z += std::exp(static_cast<double>(z[v]) - row_lse) * z[v];
-        }
-        entropy[r0 + i] = static_cast<float>(row_lse - expected_z);
+        entropy[r0 + i] = static_cast<float>(row_lse - SoftmaxMean(z, V, row_lse));
       }
     }
   }

@@ -114,6 +114,29 @@ inline double SumExp(float* z, int64_t n, float shift) {
   return total + HorizontalSum(acc);
 }
 
+// sum_i exp(z[i] - lse) * z[i]: the mean of z under softmax(z), given the row's log-sum-exp
+// (a softmax entropy is lse minus it); accumulated as SumExp does.
+inline double SoftmaxMean(const float* z, int64_t n, float lse) {
+  constexpr int64_t kBlock = 1024;
+  const F8 s = Splat(lse);
+  double total = 0.0;
+  F8 acc = {};
+  int64_t i = 0;
+  for (; i + kVec <= n; i += kVec) {
+    const F8 x = Load8(z + i);
+    acc += FastExp8(x - s) * x;
+    if ((i + kVec) % kBlock == 0) {
+      total += HorizontalSum(acc);
+      acc = F8{};
+    }
+  }
+  if (i < n) {  // padding lanes: exp(-inf) = 0 times z = 0
+    const F8 e = FastExp8(LoadPartial(z + i, n - i, -std::numeric_limits<float>::infinity()) - s);
+    acc += e * LoadPartial(z + i, n - i, 0.0f);
+  }
+  return total + HorizontalSum(acc);
+}
+
 // out[i] = scale * exp(z[i] - shift), elementwise (may alias).
 inline void ScaledExp(float* out, const float* z, int64_t n, float shift, float scale) {
   const F8 s = Splat(shift);

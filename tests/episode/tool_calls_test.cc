@@ -16,6 +16,7 @@
 #include "episode/turn_renderer.h"
 #include "task/char_text_codec.h"
 #include "tests/episode/episode_testing.h"
+#include "tests/episode/qwen3_reference.h"
 #include "tests/tokenizer/js_reference.h"
 #include "tokenizer/hf_text_codec.h"
 
@@ -146,18 +147,7 @@ TEST(ToolCallsTest, AFormatIsNamedOrReadFromTheTemplate) {
       << "Llama 3.1's template with tools";
 }
 
-class Qwen3ToolCallTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const std::string reason = tokenizer::testing::SkipReason(); !reason.empty()) {
-      GTEST_SKIP() << reason;
-    }
-    auto codec = tokenizer::HfTextCodec::Load(tokenizer::testing::PackageModelDir("qwen3"));
-    ASSERT_TRUE(codec.ok()) << codec.status();
-    codec_ = std::move(*codec);
-  }
-  std::unique_ptr<tokenizer::HfTextCodec> codec_;
-};
+class Qwen3ToolCallTest : public testing::Qwen3Test {};
 
 Json Tools() {
   return Json::parse(R"([{"type": "function", "function": {"name": "calculator",
@@ -221,9 +211,6 @@ TEST_F(Qwen3ToolCallTest, AToolCallRoundTripsTokenExactlyThroughTheRealTemplate)
   ours.insert(ours.end(), reply.begin(), reply.end());
 
   // The reference: the whole conversation, the call as a structured tool call.
-  std::ifstream in(tokenizer::testing::PackageModelDir("qwen3") + "/tokenizer_config.json");
-  std::stringstream config;
-  config << in.rdbuf();
   const Json context_json = {
       {"messages",
        Json::array(
@@ -240,17 +227,9 @@ TEST_F(Qwen3ToolCallTest, AToolCallRoundTripsTokenExactlyThroughTheRealTemplate)
             {{"role", "tool"}, {"tool_call_id", parsed.calls[0].id()}, {"content", "42572"}}})},
       {"tools", Tools()},
       {"add_generation_prompt", true}};
-  auto rendered = tokenizer::testing::RunReference(
-      "render", {},
-      Json::array(
-          {{{"template", Json::parse(config.str())["chat_template"]}, {"context", context_json}}}));
-  ASSERT_TRUE(rendered.ok()) << rendered.status();
-  ASSERT_TRUE((*rendered)[0].contains("text")) << (*rendered)[0];
-  const std::string text = (*rendered)[0]["text"].get<std::string>();
-  auto encoded = tokenizer::testing::RunReference(
-      "encode", {tokenizer::testing::PackageModelDir("qwen3")}, Json::array({text}));
-  ASSERT_TRUE(encoded.ok()) << encoded.status();
-  const std::vector<int32_t> reference = (*encoded)[0]["ids_plain"].get<std::vector<int32_t>>();
+  const std::string text = ReferenceText(context_json);
+  ASSERT_FALSE(text.empty());
+  const std::vector<int32_t> reference = ReferenceIds(context_json);
   EXPECT_EQ(ours, reference) << "ours:      " << *codec_->DecodeCompletion(ours)
                              << "\nreference: " << text;
 }

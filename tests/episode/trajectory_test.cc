@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/match.h"
 #include "task/char_text_codec.h"
+#include "tests/episode/qwen3_reference.h"
 #include "tests/tokenizer/js_reference.h"
 #include "tokenizer/hf_text_codec.h"
 
@@ -195,33 +196,7 @@ TEST(TrajectoryTest, StreamedContentIsAlwaysAPrefixOfTheFinalContent) {
   }
 }
 
-class Qwen3TrajectoryTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const std::string reason = tokenizer::testing::SkipReason(); !reason.empty()) {
-      GTEST_SKIP() << reason;
-    }
-    auto codec = tokenizer::HfTextCodec::Load(tokenizer::testing::PackageModelDir("qwen3"));
-    ASSERT_TRUE(codec.ok()) << codec.status();
-    codec_ = std::move(*codec);
-  }
-  // @huggingface/jinja renders the package's template, transformers.js encodes.
-  std::vector<int32_t> Reference(const Json& context) {
-    std::ifstream in(tokenizer::testing::PackageModelDir("qwen3") + "/tokenizer_config.json");
-    std::stringstream config;
-    config << in.rdbuf();
-    const std::string source = Json::parse(config.str())["chat_template"].get<std::string>();
-    auto rendered = tokenizer::testing::RunReference(
-        "render", {}, Json::array({{{"template", source}, {"context", context}}}));
-    EXPECT_TRUE(rendered.ok()) << rendered.status();
-    auto encoded = tokenizer::testing::RunReference(
-        "encode", {tokenizer::testing::PackageModelDir("qwen3")},
-        Json::array({(*rendered)[0]["text"].get<std::string>()}));
-    EXPECT_TRUE(encoded.ok()) << encoded.status();
-    return (*encoded)[0]["ids_plain"].get<std::vector<int32_t>>();
-  }
-  std::unique_ptr<tokenizer::HfTextCodec> codec_;
-};
+class Qwen3TrajectoryTest : public testing::Qwen3Test {};
 
 // The agent's loop as the OpenAI SDK runs it: the prompt with tools, the model's tool call, the
 // tool's result appended; the second call continues with exactly the template's rendering of
@@ -232,7 +207,7 @@ TEST_F(Qwen3TrajectoryTest, ToolResultsContinueWithTheTemplatesDelta) {
   const ChatCall first = Chat({{"messages", messages}, {"tools", kTools}});
   absl::StatusOr<CallPrompt> a = StartCall(*codec_, nullptr, first, Json::object());
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->tokens, Reference({{"messages", messages},
+  EXPECT_EQ(a->tokens, ReferenceIds({{"messages", messages},
                                   {"tools", kTools},
                                   {"add_generation_prompt", true}}));
   // The model's answer, as its tokens (what the engine would have sampled) and as read.
@@ -268,7 +243,7 @@ TEST_F(Qwen3TrajectoryTest, ToolResultsContinueWithTheTemplatesDelta) {
   rendered[2]["tool_calls"][0]["function"]["arguments"] =
       Json::parse(answer.tool_calls[0].arguments_json());
   const std::vector<int32_t> reference =
-      Reference({{"messages", rendered}, {"tools", kTools}, {"add_generation_prompt", true}});
+      ReferenceIds({{"messages", rendered}, {"tools", kTools}, {"add_generation_prompt", true}});
   ASSERT_GT(reference.size(), b->tokens.size());
   EXPECT_EQ(std::vector<int32_t>(reference.end() - b->tokens.size(), reference.end()), b->tokens)
       << *codec_->DecodeCompletion(b->tokens);

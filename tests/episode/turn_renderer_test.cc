@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/episode/qwen3_reference.h"
 #include "tests/tokenizer/js_reference.h"
 #include "tokenizer/hf_text_codec.h"
 
@@ -20,35 +21,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-class TurnRendererTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const std::string reason = tokenizer::testing::SkipReason(); !reason.empty()) {
-      GTEST_SKIP() << reason;
-    }
-    auto codec = tokenizer::HfTextCodec::Load(tokenizer::testing::PackageModelDir("qwen3"));
-    ASSERT_TRUE(codec.ok()) << codec.status();
-    codec_ = std::move(*codec);
-  }
-
-  // The reference: @huggingface/jinja renders the package's template, transformers.js encodes.
-  std::vector<int32_t> ReferenceIds(const Json& context) {
-    std::ifstream in(tokenizer::testing::PackageModelDir("qwen3") + "/tokenizer_config.json");
-    std::stringstream config;
-    config << in.rdbuf();
-    const std::string source = Json::parse(config.str())["chat_template"].get<std::string>();
-    auto rendered = tokenizer::testing::RunReference(
-        "render", {}, Json::array({{{"template", source}, {"context", context}}}));
-    EXPECT_TRUE(rendered.ok()) << rendered.status();
-    const std::string text = (*rendered)[0]["text"].get<std::string>();
-    auto encoded = tokenizer::testing::RunReference(
-        "encode", {tokenizer::testing::PackageModelDir("qwen3")}, Json::array({text}));
-    EXPECT_TRUE(encoded.ok()) << encoded.status();
-    return (*encoded)[0]["ids_plain"].get<std::vector<int32_t>>();
-  }
-
-  std::unique_ptr<tokenizer::HfTextCodec> codec_;
-};
+class TurnRendererTest : public testing::Qwen3Test {};
 
 v1::Chat Question() {
   v1::Chat chat;
