@@ -153,6 +153,12 @@ absl::StatusOr<GroupInfo> DescribeGroup(absl::Span<const RolloutRecord> records,
     // sample_index < group_size and segment < segments (ValidateRecord).
     std::vector<int64_t>& at = seen_at[r.sample_index];
     if (at.empty()) {
+      // Every segment of an episode is a record of this group: a larger count is corrupt.
+      if (r.segments > n) {
+        return Prefixed(where, Invalid("segments",
+                                       absl::StrCat("at most the number of records (", n, ")"),
+                                       r.segments));
+      }
       segments_of[r.sample_index] = r.segments;
       at.assign(r.segments, -1);
     } else if (r.segments != segments_of[r.sample_index]) {

@@ -177,6 +177,14 @@ TEST(DecodeGroupTest, AGroupThatIsNotCompleteIsAnErrorNamingTheRecord) {
       {absl::StrCat("rollout group: record 2 at byte ", record2, ": finish_reason: expected")}));
 }
 
+TEST(DecodeGroupTest, ASegmentCountBeyondTheGroupIsAnErrorNotAnAllocation) {
+  std::vector<RolloutRecord> records = MakeGroup(2);
+  records[0].segments = 0xFFFFFFFFu;  // a flipped high byte: 2^32 segments for one episode
+  EXPECT_TRUE(IsError(DescribeGroup(records).status(), kInvalid,
+                      {"group record 0: segments: expected at most the number of records (2)",
+                       "found 4294967295"}));
+}
+
 TEST(DecodeGroupTest, EverySingleByteCorruptionIsAnErrorOrAValidCanonicalGroup) {
   const std::vector<uint8_t> good = EncodeGroup(MakeGroup(2));
   int accepted = 0;
