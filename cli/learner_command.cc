@@ -56,6 +56,7 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
     j["effective_sample_size"] = l.effective_sample_size();
     j["kl_behaviour_learner"] = l.kl();
     j["entropy"] = l.entropy();
+    j["reference_kl"] = r.stats.reference_kl;
     j["lag_mean"] = r.stats.lag_mean;
     j["lag_max"] = r.stats.lag_max;
     j["grad_norm"] = r.optimizer.grad_norm;
@@ -153,10 +154,10 @@ void PrintTrainStep(const learner::StepResult& result, int64_t step, int64_t ste
                     bool checkpointed) {
   const learner::LossStats& l = result.stats.loss;
   std::printf(
-      "step %lld/%lld: loss %.6g, ratio %.4f, clipped %.2f%%, KL %.3g, grad norm %.4g, "
-      "%.0f tok/s%s\n",
+      "step %lld/%lld: loss %.6g, ratio %.4f, clipped %.2f%%, KL %.3g, ref KL %.3g, "
+      "grad norm %.4g, %.0f tok/s%s\n",
       static_cast<long long>(step), static_cast<long long>(steps), l.loss, l.mean_ratio(),
-      100 * l.clipped_fraction(), l.kl(), result.optimizer.grad_norm,
+      100 * l.clipped_fraction(), l.kl(), result.stats.reference_kl, result.optimizer.grad_norm,
       result.stats.input_tokens / result.stats.seconds, checkpointed ? ", checkpointed" : "");
   std::fflush(stdout);
 }
@@ -242,6 +243,10 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
       .Shorthand("--normalization", "learner.normalization")
       .Shorthand("--advantage", "learner.advantage")
       .Shorthand("--drop-uniform-groups", "learner.drop_uniform_groups")
+      .Shorthand("--kl-coef", "learner.kl_coef")
+      .Shorthand("--kl-estimator", "learner.kl_estimator")
+      .Shorthand("--kl-penalty", "learner.kl_penalty")
+      .Shorthand("--kl-reference", "learner.kl_reference")
       .Shorthand("--optimizer", "learner.optimizer")
       .Shorthand("--lr", "learner.lr")
       .Shorthand("--weight-decay", "learner.weight_decay")

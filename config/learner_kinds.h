@@ -46,6 +46,17 @@ enum class MoeRouting { kRecompute, kReplay };
 inline constexpr NamedValue<MoeRouting> kMoeRoutingNames[] = {{"recompute", MoeRouting::kRecompute},
                                                               {"replay", MoeRouting::kReplay}};
 
+// The KL penalty to a reference model (learner/reference_kl.h): the estimator of KL(pi || ref)
+// at a sampled token, d = log pi - log ref (Schulman's k1, k2, k3; k3 is verl's "low_var_kl").
+enum class KlEstimator { kK1, kK2, kK3 };
+inline constexpr NamedValue<KlEstimator> kKlEstimatorNames[] = {
+    {"k1", KlEstimator::kK1}, {"k2", KlEstimator::kK2}, {"k3", KlEstimator::kK3}};
+// Where the penalty acts: a term of the loss (with its gradient), or a per-token reward whose
+// return is subtracted from the advantage (no gradient through the estimate).
+enum class KlPenalty { kLoss, kReward };
+inline constexpr NamedValue<KlPenalty> kKlPenaltyNames[] = {{"loss", KlPenalty::kLoss},
+                                                            {"reward", KlPenalty::kReward}};
+
 // The optimizer (learner/optimizer.h).
 enum class OptimizerKind { kAdamW, kSgd };
 inline constexpr NamedValue<OptimizerKind> kOptimizerKindNames[] = {

@@ -258,6 +258,13 @@ struct LearnerSection {
   // actors.batch_invariant, its log-probs and Qwen3-MoE routes equal the actors' bit for bit
   // on the CPU (slower GEMMs). Off: the fast order, equal to within rounding.
   bool batch_invariant = false;
+  // The KL penalty to a frozen reference model (learner/reference_kl.h): coefficient (0: off,
+  // no reference is loaded), estimator, where it acts, and the reference's weights (empty:
+  // the starting model, model.path).
+  double kl_coef = 0.0;
+  learner::KlEstimator kl_estimator = learner::KlEstimator::kK3;
+  learner::KlPenalty kl_penalty = learner::KlPenalty::kLoss;
+  std::string kl_reference;
   int64_t checkpoint_every = 100;
   int keep_checkpoints = 2;
   std::string checkpoint_dir;  // empty: <run dir>/checkpoints

@@ -204,6 +204,14 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
     "Qwen3-MoE: recompute the experts of completion tokens, or replay the actor's");
   v("learner", "router_aux_loss_coef", l.router_aux_loss_coef,
     "Qwen3-MoE: the load-balancing loss's coefficient (0: off)");
+  v("learner", "kl_coef", l.kl_coef,
+    "KL penalty to a frozen reference model: its coefficient (0: off)");
+  v("learner", "kl_estimator", Enum(l.kl_estimator, learner::kKlEstimatorNames),
+    "KL estimator at the sampled tokens: k1, k2 or k3 (low_var_kl)");
+  v("learner", "kl_penalty", Enum(l.kl_penalty, learner::kKlPenaltyNames),
+    "loss (a loss term with its gradient) or reward (a per-token reward in the advantage)");
+  v("learner", "kl_reference", l.kl_reference,
+    "The reference model's weights (empty: the starting model, model.path)");
   v("learner", "batch_invariant", l.batch_invariant,
     "Forward in the batch-invariant order (with actors.batch_invariant: the actors' bits)");
   v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");

@@ -267,6 +267,11 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(Range(l.router_aux_loss_coef >= 0 && std::isfinite(l.router_aux_loss_coef),
                             "learner.router_aux_loss_coef", "a number >= 0 (0: off)",
                             l.router_aux_loss_coef));
+  PRL_RETURN_IF_ERROR(Range(l.kl_coef >= 0 && std::isfinite(l.kl_coef), "learner.kl_coef",
+                            "a number >= 0 (0: off)", l.kl_coef));
+  PRL_RETURN_IF_ERROR(Range(l.kl_reference.empty() || l.kl_coef > 0, "learner.kl_reference",
+                            "empty while learner.kl_coef is 0 (no reference is used)",
+                            l.kl_reference));
   PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
                             "a number in (0, 1]", l.clip_low));
   return Range(l.clip_high > 0, "learner.clip_high", "a number > 0", l.clip_high);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -124,6 +125,11 @@ absl::Status ValidateInputs(const LossConfig& config, const LossInputs& in,
   PRL_RETURN_IF_ERROR(CheckSize("prox", in.prox.size(), n, /*may_be_empty=*/!decoupled));
   PRL_RETURN_IF_ERROR(CheckSize("advantages", in.advantages.size(), n, /*may_be_empty=*/sft));
   PRL_RETURN_IF_ERROR(CheckSize("dpi", dpi_size, n, /*may_be_empty=*/false));
+  const bool kl = config.kl.enabled();
+  PRL_RETURN_IF_ERROR(CheckSize("ref", in.ref.size(), n, /*may_be_empty=*/!kl));
+  if (kl && config.kl.penalty == KlPenalty::kReward) {
+    PRL_RETURN_IF_ERROR(CheckSize("mu (for kl_penalty reward)", in.mu.size(), n, false));
+  }
   const auto& off = in.seq_offsets;
   if (off.empty() || off.front() != 0 || static_cast<size_t>(off.back()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -145,6 +151,7 @@ absl::Status ValidateInputs(const LossConfig& config, const LossInputs& in,
       PRL_RETURN_IF_ERROR(CheckFinite("pi", in.pi, t, s));
       PRL_RETURN_IF_ERROR(CheckFinite("mu", in.mu, t, s));
       if (decoupled) PRL_RETURN_IF_ERROR(CheckFinite("prox", in.prox, t, s));
+      if (kl) PRL_RETURN_IF_ERROR(CheckFinite("ref", in.ref, t, s));
       if (!sft) PRL_RETURN_IF_ERROR(CheckFinite("advantages", in.advantages, t, s));
       if (config.kind == LossKind::kGspo && in.advantages[t] != in.advantages[off[s]]) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -179,6 +186,7 @@ absl::Status ValidateLossConfig(const LossConfig& c) {
   PRL_RETURN_IF_ERROR(CheckRange("cispo_clip_high", c.cispo_clip_high, 0, false, kInf, false));
   PRL_RETURN_IF_ERROR(CheckRange("gspo_clip_low", c.gspo_clip_low, 0, false, 1, true));
   PRL_RETURN_IF_ERROR(CheckRange("gspo_clip_high", c.gspo_clip_high, 0, false, kInf, false));
+  PRL_RETURN_IF_ERROR(CheckRange("kl.coef", c.kl.coef, 0, false, kInf, false));
   return absl::OkStatus();
 }
 
@@ -193,11 +201,12 @@ void LossStats::Merge(const LossStats& o) {
   weight_sq_sum += o.weight_sq_sum;
   kl_sum += o.kl_sum;
   neg_logprob_sum += o.neg_logprob_sum;
+  ref_kl_sum += o.ref_kl_sum;
 }
 
 std::vector<double> LossStats::ToVector() const {
-  return {loss,       tokens,        sequences, ratio_sum,       clipped,
-          weight_sum, weight_sq_sum, kl_sum,    neg_logprob_sum, ratio_max};
+  return {loss,       tokens,        sequences, ratio_sum,       clipped,   weight_sum,
+          weight_sq_sum, kl_sum,    neg_logprob_sum, ref_kl_sum, ratio_max};
 }
 
 LossStats LossStats::FromVector(absl::Span<const double> v) {
@@ -213,7 +222,8 @@ LossStats LossStats::FromVector(absl::Span<const double> v) {
   s.weight_sq_sum = v[6];
   s.kl_sum = v[7];
   s.neg_logprob_sum = v[8];
-  s.ratio_max = v[9];
+  s.ref_kl_sum = v[9];
+  s.ratio_max = v[10];
   return s;
 }
 
@@ -224,6 +234,7 @@ double LossStats::effective_sample_size() const {
 }
 double LossStats::kl() const { return tokens > 0 ? kl_sum / tokens : 0.0; }
 double LossStats::entropy() const { return tokens > 0 ? neg_logprob_sum / tokens : 0.0; }
+double LossStats::reference_kl() const { return tokens > 0 ? ref_kl_sum / tokens : 0.0; }
 
 absl::Status ComputeLoss(const LossConfig& config, const LossInputs& in,
                          const LossNormalizer& normalizer, absl::Span<float> dpi,
@@ -234,8 +245,12 @@ absl::Status ComputeLoss(const LossConfig& config, const LossInputs& in,
   const bool has_mu = !in.mu.empty();
   const bool has_advantages = !in.advantages.empty();
   const bool has_prox = !in.prox.empty();
+  const KlConfig& kl = config.kl;
+  const bool kl_loss = kl.enabled() && kl.penalty == KlPenalty::kLoss;
+  const bool kl_reward = kl.enabled() && kl.penalty == KlPenalty::kReward;
   LossStats sums;
   double loss = 0;
+  std::vector<double> advantage;  // one sequence's, with kl_penalty reward's return to go
   for (size_t s = 0; s + 1 < in.seq_offsets.size(); ++s) {
     const int64_t begin = in.seq_offsets[s], len = in.seq_offsets[s + 1] - begin;
     if (len == 0) continue;
@@ -243,19 +258,36 @@ absl::Status ComputeLoss(const LossConfig& config, const LossInputs& in,
     const double scale = config.normalization == LossNormalization::kGlobalTokens
                              ? 1.0 / normalizer.tokens
                              : 1.0 / (static_cast<double>(len) * normalizer.sequences);
+    // A_t = A_i - coef sum_{u >= t} k(mu_u - ref_u) (learner/reference_kl.h); else A_i.
+    advantage.assign(len, 0.0);
+    double penalty_to_go = 0;
+    for (int64_t t = begin + len - 1; t >= begin; --t) {
+      if (kl_reward) {
+        penalty_to_go += kl.coef * KlEstimate(kl.estimator, double{in.mu[t]} - in.ref[t]).value;
+      }
+      advantage[t - begin] = (has_advantages ? double{in.advantages[t]} : 0.0) - penalty_to_go;
+    }
     TokenTerm sequence_term;
     if (config.kind == LossKind::kGspo) {
       sequence_term = SequenceTerm(config, in.pi.subspan(begin, len), in.mu.subspan(begin, len),
-                                   in.advantages[begin]);
+                                   advantage[0]);
     }
     double sequence_loss = 0;
     for (int64_t t = begin; t < begin + len; ++t) {
       const double pi = in.pi[t];
       const double mu = has_mu ? double{in.mu[t]} : 0.0;
-      const TokenTerm term = config.kind == LossKind::kGspo
-                                 ? sequence_term
-                                 : TokenLoss(config, pi, mu, has_prox ? double{in.prox[t]} : 0.0,
-                                             has_advantages ? double{in.advantages[t]} : 0.0);
+      TokenTerm term = config.kind == LossKind::kGspo
+                           ? sequence_term
+                           : TokenLoss(config, pi, mu, has_prox ? double{in.prox[t]} : 0.0,
+                                       advantage[t - begin]);
+      if (kl.enabled()) {
+        const KlTerm k = KlEstimate(kl.estimator, pi - in.ref[t]);
+        sums.ref_kl_sum += k.value;
+        if (kl_loss) {  // l_t += coef k_t;  dl_t/dpi_t += coef dk_t/dpi_t
+          term.loss += kl.coef * k.value;
+          term.grad += kl.coef * k.grad;
+        }
+      }
       sequence_loss += term.loss;
       dpi[t] = static_cast<float>(scale * term.grad);
       if (has_mu) {

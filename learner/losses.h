@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "config/learner_kinds.h"
 #include "core/enum_names.h"
+#include "learner/reference_kl.h"
 
 namespace prl::learner {
 
@@ -37,6 +38,7 @@ struct LossConfig {
   double cispo_clip_high = 0.28;
   double gspo_clip_low = 3e-4;  // gspo: sequence ratio clipped to [1 - low, 1 + high]
   double gspo_clip_high = 4e-4;
+  KlConfig kl;  // the penalty to a reference model (learner/reference_kl.h); off by default
 };
 // Every field in range (caps > 0, 0 <= low, low < 1 where a lower bound 1 - low must stay
 // > 0, icepop_low < icepop_high); errors name the field, expected and found value.
@@ -49,6 +51,7 @@ struct LossInputs {
   absl::Span<const float> prox;        // (N) proximal log-probs; decoupled_ppo only, else ignored
   absl::Span<const float> advantages;  // (N) the sequence's advantage on each token; sft: unused
   absl::Span<const int32_t> seq_offsets;  // (S + 1) sequence s is tokens [off[s], off[s + 1])
+  absl::Span<const float> ref;  // (N) the reference model's log-probs; with kl enabled only
 };
 
 // Totals over the whole step (all micro-batches, all ranks), known before any backward.
@@ -70,11 +73,12 @@ struct LossStats {
   double weight_sq_sum = 0;    // sum of w_t^2
   double kl_sum = 0;           // sum of k3 = (r - 1) - log r: KL(mu || pi) estimate
   double neg_logprob_sum = 0;  // sum of -pi_t: entropy estimate from sampled tokens
+  double ref_kl_sum = 0;       // sum of the kl estimator at (pi_t, ref_t); with kl enabled
 
   void Merge(const LossStats& other);
   // The kNumSums summed fields, then ratio_max last: all-reduce the first kNumSums values with
   // kSum and the last one with kMax. FromVector needs kNumSums + 1 values.
-  static constexpr size_t kNumSums = 9;
+  static constexpr size_t kNumSums = 10;
   std::vector<double> ToVector() const;
   static LossStats FromVector(absl::Span<const double> values);
   // Derived figures for reports.
@@ -83,6 +87,7 @@ struct LossStats {
   double effective_sample_size() const;  // (sum w)^2 / (N sum w^2), in (0, 1]; 0 if all w = 0
   double kl() const;                     // mean k3
   double entropy() const;                // mean -pi
+  double reference_kl() const;           // mean kl estimate to the reference (0: kl off)
 };
 
 // Adds this micro-batch's normalised loss to stats->loss (and its sums to the other fields)
@@ -91,6 +96,7 @@ struct LossStats {
 // token), and the normalizer's active count must be > 0 and cover this micro-batch. On error
 // neither dpi nor stats is touched. sft applies weight 1 and reports ratio and kl only when mu
 // is given (they stay 0 otherwise). gspo needs one advantage per sequence (errors name it).
+// With config.kl enabled, ref must have one finite value per token (and kl reward, mu too).
 absl::Status ComputeLoss(const LossConfig& config, const LossInputs& inputs,
                          const LossNormalizer& normalizer, absl::Span<float> dpi, LossStats* stats);
 

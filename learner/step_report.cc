@@ -54,6 +54,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("dropped_uniform", r.dropped_uniform, /*optional=*/true);
   v("policy_entropy", r.policy_entropy, /*optional=*/true);
   v("dropped_uniform_total", r.dropped_uniform_total, /*optional=*/true);
+  v("reference_kl", r.reference_kl, /*optional=*/true);
 }
 
 struct Writer {
@@ -103,6 +104,7 @@ void SetStepResult(const StepResult& result, double lr, StepReport* r) {
   r->kl_behaviour_learner = l.kl();
   r->entropy = l.entropy();
   r->policy_entropy = result.stats.policy_entropy;
+  r->reference_kl = result.stats.reference_kl;
   r->grad_norm = result.optimizer.grad_norm;
   r->lr = lr;
   r->lag_mean = result.stats.lag_mean;

@@ -31,6 +31,9 @@ struct StepReport {
   // The policy's entropy: the mean over trained tokens of -sum_v pi(v) log pi(v) (StepStats).
   // Optional in ParseStepReport (0 when absent).
   double policy_entropy = 0;
+  // learner.kl_coef > 0: the mean KL estimate of the policy to the reference model at the
+  // trained tokens (StepStats::reference_kl; learner.kl_estimator). Optional (0 when absent).
+  double reference_kl = 0;
   double grad_norm = 0;                  // global L2 norm before clipping
   double lr = 0;
   double lag_mean = 0, lag_max = 0;  // learner version minus token versions (versions)

@@ -21,6 +21,11 @@ absl::Status ValidateStepConfig(const StepConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch_tokens: expected >= 1, found ", config.micro_batch_tokens));
   }
+  if (config.loss.kl.enabled() && config.reference == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kl_coef: ", config.loss.kl.coef, " needs a reference model, found none (the learner "
+        "loads one when learner.kl_coef > 0)"));
+  }
   if (!(config.temperature > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("temperature: expected > 0, found ", config.temperature));
@@ -218,6 +223,16 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
                      const LossNormalizer& normalizer, double share, RankSums* sums) {
   const int64_t T = mb.batch.num_tokens(), N = static_cast<int64_t>(mb.mu.size());
   std::vector<float> logprobs(T, 0.0f);
+  std::vector<float> ref;  // (N) the reference's log-probs at the trained tokens
+  if (config.loss.kl.enabled()) {
+    static const auto kDrain = [](collective::Communicator&) { return absl::OkStatus(); };
+    PRL_RETURN_IF_ERROR(model.RunCollective(kDrain));
+    PRL_RETURN_IF_ERROR(config.reference->Forward(mb.batch, config.temperature,
+                                                  absl::MakeSpan(logprobs), /*for_backward=*/false));
+    PRL_RETURN_IF_ERROR(config.reference->RunCollective(kDrain));
+    ref.resize(N);
+    for (int64_t t = 0; t < N; ++t) ref[t] = logprobs[mb.target_positions[t]];
+  }
   PRL_RETURN_IF_ERROR(model.Forward(mb.batch, config.temperature, absl::MakeSpan(logprobs),
                                     /*for_backward=*/true));
   CountRouteMismatches(mb, model.recomputed_routes(), model.config(), sums);
@@ -234,6 +249,7 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
     if (config.loss.kind == LossKind::kDecoupledPpo) in.prox = pi;  // see train_step.h
     in.advantages = mb.advantages;
     in.seq_offsets = mb.seq_offsets;
+    in.ref = ref;
     PRL_RETURN_IF_ERROR(ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &sums->loss));
     sums->input_tokens += static_cast<double>(T);
   }
@@ -268,6 +284,7 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   stats->lagged_route_mismatches = static_cast<int64_t>(extra[6]);
   stats->router_aux_loss = extra[7];
   stats->policy_entropy = extra[9] > 0 ? extra[8] / extra[9] : 0.0;
+  stats->reference_kl = stats->loss.reference_kl();
   return absl::OkStatus();
 }
 

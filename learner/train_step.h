@@ -37,6 +37,11 @@ struct StepConfig {
   double router_aux_loss_coef = 0.0;
   int64_t micro_batch_tokens = 4096;  // input tokens per micro-batch (a longer sequence alone)
   float temperature = 1.0f;           // the learner's log-probs use the sampling temperature
+  // The frozen reference model of loss.kl (learner/reference_kl.h), sharded like the policy on
+  // its own communicator; needed when loss.kl is enabled, else unused. Not owned. Each pass
+  // runs it on the micro-batch first (its log-probs at the trained tokens), with both models'
+  // communication threads drained, so that the two never run collectives at once.
+  FsdpModel* reference = nullptr;
 };
 absl::Status ValidateStepConfig(const StepConfig& config);
 
@@ -58,6 +63,9 @@ struct StepStats {
   // The policy's entropy (nats) at the trained tokens, all ranks: the mean over them of
   // -sum_v pi(v) log pi(v) from the learner's log-softmax (Transformer::entropies).
   double policy_entropy = 0;
+  // loss.kl enabled: the mean over the trained tokens of the KL estimator of the policy to the
+  // reference (LossStats::reference_kl), all ranks; 0 when off.
+  double reference_kl = 0;
   double seconds = 0;
 };
 

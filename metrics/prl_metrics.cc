@@ -384,6 +384,9 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
       policy_entropy(AddGauge(registry, "prl_learner_policy_entropy",
                               "The policy's entropy at the last step's trained tokens (mean of "
                               "-sum_v pi(v) log pi(v)), in nats.")),
+      reference_kl(AddGauge(registry, "prl_learner_reference_kl",
+                            "The mean KL estimate of the policy to the reference model at the "
+                            "last step's trained tokens (learner.kl_coef > 0), in nats.")),
       grad_norm(AddGauge(registry, "prl_learner_grad_norm",
                          "Global gradient norm of the last step, before clipping.")),
       learning_rate(

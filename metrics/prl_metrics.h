@@ -326,6 +326,9 @@ struct LearnerMetrics {
   // prl_learner_policy_entropy: the policy's entropy at the last step's trained tokens (the
   // mean of -sum_v pi(v) log pi(v) from the learner's log-softmax), in nats.
   prometheus::Gauge& policy_entropy;
+  // prl_learner_reference_kl: the mean KL estimate of the policy to the reference model at the
+  // last step's trained tokens (learner.kl_coef > 0; learner.kl_estimator), in nats.
+  prometheus::Gauge& reference_kl;
   // prl_learner_grad_norm: global gradient norm before clipping.
   prometheus::Gauge& grad_norm;
   // prl_learner_learning_rate: learning rate of the last step.

@@ -1,6 +1,9 @@
 #include "roles/learner_rank.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
 #include "learner/local_launcher.h"
 #include "roles/device_settings.h"
@@ -19,7 +22,14 @@ absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection&
   c.moe_routing = l.moe_routing;
   c.router_aux_loss_coef = l.router_aux_loss_coef;
   c.temperature = temperature;
-  PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(c));
+  c.loss.kl.coef = l.kl_coef;
+  c.loss.kl.estimator = l.kl_estimator;
+  c.loss.kl.penalty = l.kl_penalty;
+  // (the reference model is set by CreateLearnerRank; validated here without it)
+  learner::StepConfig checked = c;
+  checked.loss.kl.coef = 0;
+  PRL_RETURN_IF_ERROR(learner::ValidateStepConfig(checked));
+  PRL_RETURN_IF_ERROR(learner::ValidateLossConfig(c.loss));
   return c;
 }
 
@@ -41,6 +51,51 @@ learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& l) {
   c.drop_uniform_groups = l.drop_uniform_groups;
   return c;
 }
+
+namespace {
+
+// The frozen reference of learner.kl_coef: its own communicator (so that its collectives never
+// interleave with the policy's), the same sharding, no optimizer.
+absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet& start,
+                             const collective::RendezvousConfig& rendezvous,
+                             const learner::FsdpOptions& fsdp,
+                             const collective::CommunicatorOptions& comm_options, LearnerRank* r) {
+  std::optional<ParameterSet> loaded;
+  const ParameterSet* weights = &start;
+  if (!l.kl_reference.empty()) {
+    absl::StatusOr<ParameterSet> reference = LoadModel(l.kl_reference, Device::Cpu());
+    if (!reference.ok()) {
+      return absl::Status(reference.status().code(),
+                          absl::StrCat("learner.kl_reference: ", reference.status().message()));
+    }
+    loaded.emplace(*std::move(reference));
+    weights = &*loaded;
+    if (weights->config.vocab_size != start.config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "learner.kl_reference: expected a model with the policy's vocabulary (vocab_size ",
+          start.config.vocab_size, "), found vocab_size ", weights->config.vocab_size, " in ",
+          l.kl_reference));
+    }
+  }
+  collective::RendezvousConfig group = rendezvous;
+  group.group_name = absl::StrCat(rendezvous.group_name, "-reference");
+  if (r->device.is_cuda()) {
+    PRL_ASSIGN_OR_RETURN(r->reference_comm, collective::ConnectNccl(group, r->device, comm_options));
+  } else {
+    PRL_ASSIGN_OR_RETURN(r->reference_comm, collective::ConnectGloo(group, comm_options));
+  }
+  learner::FsdpOptions reference_fsdp = fsdp;
+  reference_fsdp.reshard_after_forward = true;  // forward only: nothing to keep for a backward
+  PRL_ASSIGN_OR_RETURN(r->reference, learner::FsdpModel::Create(weights->config,
+                                                                r->reference_comm.get(),
+                                                                reference_fsdp));
+  PRL_RETURN_IF_ERROR(r->reference->LoadFull(
+      {weights->data(), static_cast<size_t>(weights->layout.num_elements())}));
+  r->step.reference = r->reference.get();
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& l, const LearnerRankOptions& options, const ParameterSet& weights,
@@ -73,6 +128,9 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
       r->model->LoadFull({weights.data(), static_cast<size_t>(weights.layout.num_elements())}));
   PRL_ASSIGN_OR_RETURN(r->optimizer,
                        learner::ShardedOptimizer::Create(r->optimizer_config, r->model.get()));
+  if (r->step.loss.kl.enabled()) {
+    PRL_RETURN_IF_ERROR(CreateReference(l, weights, rendezvous, fsdp, comm_options, r.get()));
+  }
   return r;
 }
 

@@ -35,6 +35,10 @@ struct LearnerRank {
   std::unique_ptr<collective::Communicator> comm;
   std::unique_ptr<learner::FsdpModel> model;
   std::unique_ptr<learner::ShardedOptimizer> optimizer;
+  // learner.kl_coef > 0: the frozen reference model (step.reference points at it), sharded like
+  // the policy over a communicator of its own; null otherwise.
+  std::unique_ptr<collective::Communicator> reference_comm;
+  std::unique_ptr<learner::FsdpModel> reference;
 
   int rank() const { return comm->rank(); }
   bool rank0() const { return comm->rank() == 0; }
@@ -53,7 +57,8 @@ absl::StatusOr<learner::OptimizerConfig> OptimizerConfigFrom(const config::Learn
 learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& learner);
 
 // A collective: every rank of the group calls it. `weights` are the full starting weights
-// (every rank passes the same; they are sharded, not kept).
+// (every rank passes the same; they are sharded, not kept). With learner.kl_coef > 0 the
+// reference model is loaded too: learner.kl_reference's weights, or the starting weights.
 absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& learner, const LearnerRankOptions& options,
     const ParameterSet& weights, const collective::RendezvousConfig& rendezvous);

@@ -85,6 +85,7 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   learner_.moe_lagged_route_mismatch_ratio.Set(r.lagged_route_mismatch_fraction);
   learner_.entropy.Set(r.entropy);
   learner_.policy_entropy.Set(r.policy_entropy);
+  learner_.reference_kl.Set(r.reference_kl);
   learner_.grad_norm.Set(r.grad_norm);
   learner_.learning_rate.Set(r.lr);
   weights_.publish_seconds.Observe(r.publish_seconds);

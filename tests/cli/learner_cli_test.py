@@ -226,6 +226,34 @@ class LearnerCliTest(unittest.TestCase):
         self.assertEqual(report["sequences"], 24)
         self.assertTrue(os.path.exists(self.path("stepped/model.safetensors")))
 
+    def test_kl_to_the_reference_starts_at_zero_and_grows_as_the_policy_moves(self):
+        # learner.kl_coef: every rank holds the starting model as its frozen reference.
+        proc = run("learner", "step", "--model", self.model, "--rollouts", self.rollouts,
+                   "--out", self.path("kl_stepped"), "--world-size", 2, "--kl-coef", 0.1,
+                   "--json", check=True)
+        self.assertEqual(json.loads(proc.stdout)["reference_kl"], 0.0)
+        proc = run(*self.train_args("kl_ckpt", 4, "--kl-coef", 0.1, "--kl-estimator", "k2"),
+                   check=True)
+        kls = [float(line.split("ref KL ")[1].split(",")[0])
+               for line in proc.stdout.splitlines() if "ref KL " in line]
+        self.assertEqual(len(kls), 4, proc.stdout)
+        self.assertEqual(kls[0], 0.0)
+        self.assertGreater(kls[-1], 0.0)
+        # A reference of another vocabulary, and a reference without a penalty, are refused.
+        other = self.path("other_vocab")
+        run("model", "init", "--arch", "qwen2", "--hidden-size", 32, "--layers", 1, "--heads", 4,
+            "--kv-heads", 2, "--intermediate-size", 48, "--vocab-size", 41,
+            "--max-position-embeddings", 64, "--out", other, check=True)
+        base = ["learner", "step", "--model", self.model, "--rollouts", self.rollouts, "--out",
+                self.path("kl_never")]
+        self.assert_error(run(*base, "--kl-coef", 0.1, "--kl-reference", other),
+                          "learner.kl_reference: expected a model with the policy's vocabulary "
+                          "(vocab_size 40), found vocab_size 41")
+        self.assert_error(run(*base, "--kl-reference", other),
+                          "learner.kl_reference: expected empty while learner.kl_coef is 0")
+        self.assert_error(run(*base, "--kl-coef", 0.1, "--kl-estimator", "k4"), "k4", "k3")
+        self.assertFalse(os.path.exists(self.path("kl_never")))
+
     def test_bench_learner_prints_the_documented_json(self):
         proc = run("bench", "learner", "--config", "tiny", "--tokens", 256, "--seq-len", 64,
                    "--iters", 1, "--world-sizes", "1,2", "--json", check=True)

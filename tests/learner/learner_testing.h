@@ -80,6 +80,37 @@ inline std::vector<absl::Status> RunRanks(
   return status;
 }
 
+// RunRanks with two communicators per rank (groups "default" and "reference", as the learner
+// connects its policy and its reference model of learner.kl_coef).
+inline std::vector<absl::Status> RunRanksWithTwoGroups(
+    int world_size,
+    const std::function<absl::Status(int, collective::Communicator&, collective::Communicator&)>&
+        fn) {
+  ScratchDir store("learner_ranks2");
+  std::vector<absl::Status> status(world_size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      omp_set_num_threads(1);
+      collective::RendezvousConfig rendezvous;
+      rendezvous.rank = rank;
+      rendezvous.world_size = world_size;
+      rendezvous.file_store_dir = store.path();
+      rendezvous.timeout = absl::Seconds(30);
+      collective::CommunicatorOptions options;
+      options.timeout = absl::Seconds(30);
+      absl::StatusOr<std::unique_ptr<collective::Communicator>> comm =
+          collective::ConnectGloo(rendezvous, options);
+      rendezvous.group_name = "reference";
+      absl::StatusOr<std::unique_ptr<collective::Communicator>> second =
+          comm.ok() ? collective::ConnectGloo(rendezvous, options) : comm.status();
+      status[rank] = second.ok() ? fn(rank, **comm, **second) : second.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status;
+}
+
 // OK when every rank is; otherwise the failures, each named by its rank.
 inline absl::Status AllRanksOk(const std::vector<absl::Status>& status) {
   std::string failures;

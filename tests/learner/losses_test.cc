@@ -28,7 +28,7 @@ struct Case {
   std::vector<float> pi, mu, prox, adv;  // (N)
   std::vector<int32_t> offsets;          // (S + 1)
 
-  LossInputs Inputs() const { return {pi, mu, prox, adv, offsets}; }
+  LossInputs Inputs() const { return {pi, mu, prox, adv, offsets, {}}; }
   LossNormalizer Normalizer() const {
     LossNormalizer n{static_cast<double>(pi.size()), 0};
     for (size_t s = 0; s + 1 < offsets.size(); ++s) n.sequences += offsets[s + 1] > offsets[s];
@@ -478,7 +478,7 @@ TEST(LossStatsTest, HandComputedLossGradientAndReportFigures) {
   std::vector<float> dpi(2);
   LossStats s;
   ASSERT_TRUE(
-      ComputeLoss(config, {pi, mu, {}, adv, offsets}, {2, 2}, absl::MakeSpan(dpi), &s).ok());
+      ComputeLoss(config, {pi, mu, {}, adv, offsets, {}}, {2, 2}, absl::MakeSpan(dpi), &s).ok());
   EXPECT_NEAR(s.loss, (1 * 1 + 2 * 2) / 2.0, 1e-6);  // -(w A pi) / 2 tokens
   EXPECT_NEAR(dpi[0], -0.5, 1e-6);
   EXPECT_NEAR(dpi[1], -1.0, 1e-6);
@@ -496,7 +496,7 @@ TEST(LossStatsTest, HandComputedLossGradientAndReportFigures) {
   const std::vector<float> mu3 = {-1, static_cast<float>(-2 - std::log(3.0))};
   LossStats m;
   ASSERT_TRUE(
-      ComputeLoss(config, {pi, mu3, {}, adv, offsets}, {2, 2}, absl::MakeSpan(dpi), &m).ok());
+      ComputeLoss(config, {pi, mu3, {}, adv, offsets, {}}, {2, 2}, absl::MakeSpan(dpi), &m).ok());
   EXPECT_NEAR(m.effective_sample_size(), 0.5, 1e-6);
   EXPECT_EQ(m.clipped_fraction(), 0.5);
   EXPECT_EQ(dpi[1], 0.0f);
@@ -511,7 +511,7 @@ TEST(LossStatsTest, SftNeedsNoBehaviourAndReportsNoRatio) {
   const std::vector<int32_t> offsets = {0, 2, 3};
   std::vector<float> dpi(3);
   LossStats s;
-  ASSERT_TRUE(ComputeLoss(config, {pi, {}, {}, {}, offsets}, {3, 4}, absl::MakeSpan(dpi), &s).ok());
+  ASSERT_TRUE(ComputeLoss(config, {pi, {}, {}, {}, offsets, {}}, {3, 4}, absl::MakeSpan(dpi), &s).ok());
   EXPECT_NEAR(s.loss, (4.0 / 2 + 2.0) / 4, 1e-12);  // mean over sequences, 4 in the step
   EXPECT_EQ(dpi, (std::vector<float>{-1.0f / 8, -1.0f / 8, -1.0f / 4}));
   EXPECT_EQ(s.ratio_sum, 0);
@@ -525,7 +525,7 @@ TEST(LossStatsTest, EmptyMicroBatchAddsNothing) {
   LossStats s;
   const std::vector<int32_t> offsets = {0};
   ASSERT_TRUE(
-      ComputeLoss(LossConfig{}, {none, none, {}, none, offsets}, {}, absl::MakeSpan(none), &s)
+      ComputeLoss(LossConfig{}, {none, none, {}, none, offsets, {}}, {}, absl::MakeSpan(none), &s)
           .ok());
   EXPECT_EQ(s.ToVector(), LossStats{}.ToVector());
   EXPECT_EQ(s.effective_sample_size(), 0);
