@@ -117,6 +117,8 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
 void Coordinator::Apply(const prl::v1::LogRecord& record) {
   if (record.has_submitted()) {
     sets_.ApplySubmitted(record.submitted());
+    const PromptSets::Set& set = *sets_.Find(record.submitted().prompt_set_id());
+    scheduler_.AddSet(set.id(), static_cast<int64_t>(set.prompts.size()), set.weight);
   } else if (record.has_completed()) {
     const prl::v1::CompletedGroup& completed = record.completed();
     sets_.ApplyCompleted(completed.prompt_set_id(), completed.result());
@@ -125,7 +127,10 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     sets_.ApplyCancelled(record.cancelled());
   } else if (record.has_failed_attempt()) {
     const prl::v1::FailedAttempt& attempt = record.failed_attempt();
-    sets_.ApplyFailedAttempt(attempt);  // a leased prompt is pending again (or failed)
+    // A leased (or reopened) prompt is pending again, or failed.
+    if (sets_.ApplyFailedAttempt(attempt)) {
+      scheduler_.AddRerun(attempt.prompt_set_id(), attempt.prompt_index());
+    }
     const PromptSets::Prompt* p = sets_.FindPrompt(attempt.prompt_set_id(), attempt.prompt_index());
     if (p != nullptr && p->state != PromptState::kLeased) {
       leases_.End({attempt.prompt_set_id(), attempt.prompt_index()});

@@ -15,7 +15,7 @@
 //
 // Lease lifecycle (coordinator/prompt_attempts.cc, coordinator/capacity.h): an actor declares
 // its capacity at registration and is leased only prompts within it (others keep their place
-// in the queue, coordinator/pending_queue.h). A lease ends with its group completed, or as a
+// in the queue, coordinator/lease_scheduler.h). A lease ends with its group completed, or as a
 // failed attempt: released by its actor (Release, with a reason), expired, or dropped from the
 // actor's heartbeat. Failed
 // attempts are logged; after max_attempts the prompt is failed with its last reason (visible in
@@ -24,9 +24,15 @@
 // counted apart and failed after max_stale_reruns; its next lease requires the learner's
 // newest weights.
 //
+// Weighted sets: sets with prompts to lease share the leases in proportion to their weights
+// (SubmitPromptSetRequest.weight), by smooth weighted round robin within the lag budget, the
+// actors' capacities and the fair share (coordinator/lease_scheduler.h).
+//
 // Parts, each owning its state (a newcomer changes one of them, not the coordinator):
 //   coordinator/prompt_sets.h   sets, prompts and their attempt counts, idempotency keys,
-//                               events and texts, the pending queue, retention, the snapshot
+//                               events and texts, retention, the snapshot
+//   coordinator/lease_scheduler.h  the pending prompts in lease order, the sets' weights
+//                               and round-robin credits: which prompt is leased next
 //   coordinator/lease_table.h   open leases: holder, deadline, expiry, renewal
 //   coordinator/actor_table.h   registered actors: names, capacities, last heard from
 //   coordinator/lag_budget.h    the learner's progress and the max_lag budget
@@ -54,6 +60,7 @@
 #include "coordinator/actor_table.h"
 #include "coordinator/fair_share.h"
 #include "coordinator/lag_budget.h"
+#include "coordinator/lease_scheduler.h"
 #include "coordinator/lease_table.h"
 #include "coordinator/prompt_log.h"
 #include "coordinator/prompt_sets.h"
@@ -295,7 +302,8 @@ class Coordinator {
   std::unique_ptr<PromptLog> log_;
   std::mutex mu_;
   std::condition_variable changed_;  // a record was applied, or sets were retired
-  PromptSets sets_;                  // sets, prompts, keys, events, queue (prompt_sets.h)
+  PromptSets sets_;                  // sets, prompts, keys, events (prompt_sets.h)
+  LeaseScheduler scheduler_;         // pending prompts in lease order (lease_scheduler.h)
   LeaseTable leases_;                // open leases and their deadlines (lease_table.h)
   ActorTable actors_;                // registered actors (actor_table.h)
   // The max_lag budget and the learner's progress (lag_budget.h), from the count of

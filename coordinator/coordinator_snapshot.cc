@@ -29,9 +29,11 @@ void Coordinator::CompactIfDueLocked() {
 void Coordinator::RetireFinishedLocked(absl::Time now) {
   const std::vector<std::string> retired = sets_.Retire(now, config_.retention_s);
   if (retired.empty()) return;
-  leases_.EndSets([&](const std::string& id) {
+  const auto is_retired = [&](const std::string& id) {
     return std::binary_search(retired.begin(), retired.end(), id);  // Retire returns them sorted
-  });
+  };
+  leases_.EndSets(is_retired);
+  scheduler_.RemoveSets(is_retired);
   changed_.notify_all();  // watchers of a retired set find it gone
 }
 

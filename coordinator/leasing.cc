@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "coordinator/capacity.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/lease_scheduler.h"
 #include "core/status_macros.h"
 
 namespace prl::coordinator {
@@ -145,61 +146,50 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   ExpireLocked(now).IgnoreError();
   int64_t allowed =
       budget_->Allowed(request.max_prompts(), leases_.size(), sets_.counts().groups_completed);
-  PendingQueue& queue = sets_.queue();
-  if (allowed < request.max_prompts() && !queue.empty()) ++stats_.lease_requests_throttled;
+  if (allowed < request.max_prompts() && !scheduler_.empty()) ++stats_.lease_requests_throttled;
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(budget_->learner_version());
   // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
-  // of whose prompts fit is passed over whole (pending_queue.h).
+  // of whose prompts fit is passed over whole (lease_scheduler.h). While other classes of sets
+  // wait, none takes more than its fair share of the actor (fair_share.h).
   const prl::v1::ActorCapacity& capacity = actor->capacity;
-  // While other classes of sets wait, none takes more than its fair share of the actor.
   FairShare share = FairShareLocked(request.actor_id(), *actor);
-  const auto visit_set = [&](const std::string& set_id) {
+  using SetCheck = LeaseScheduler::SetCheck;
+  using PromptCheck = LeaseScheduler::PromptCheck;
+  const auto check_set = [&](const std::string& set_id) {
     const PromptSets::Set* set = sets_.Find(set_id);
-    if (set == nullptr || !set->running()) return PendingQueue::SetVisit::kDrop;
-    if (share.Blocked(ShareClassOf(set->submitted.request()))) return PendingQueue::SetVisit::kPass;
-    return Fits(capacity, {set->samples, set->min_tokens}) ? PendingQueue::SetVisit::kLook
-                                                           : PendingQueue::SetVisit::kPass;
+    if (set == nullptr || !set->running()) return SetCheck::kDrop;
+    if (!Fits(capacity, {set->samples, set->min_tokens})) return SetCheck::kPass;
+    return share.Blocked(ShareClassOf(set->submitted.request())) ? SetCheck::kWait
+                                                                 : SetCheck::kOpen;
   };
+  const auto check_prompt = [&](const std::string& set_id, int64_t index) {
+    const PromptSets::Set& set = *sets_.Find(set_id);  // open: known and running
+    if (set.prompts[index].state != PromptState::kPending) return PromptCheck::kDrop;  // stale
+    const GroupShape shape{set.samples, set.submitted.request().prompts(index).tokens().ids_size() +
+                                            set.submitted.request().sampling().max_tokens()};
+    return Fits(capacity, shape) ? PromptCheck::kRuns : PromptCheck::kKeep;
+  };
+  LeaseScheduler::Round round = scheduler_.StartRound(check_set, check_prompt);
   size_t response_bytes = 0;
-  const auto visit = [&](const std::string& set_id, int64_t index) {
-    // A response stays well within any actor's receive limit (64 MiB): the rest next time.
-    if (allowed <= 0 || response_bytes > kMaxLeaseResponseBytes) return PendingQueue::Visit::kStop;
-    const PromptSets::Set* set = sets_.Find(set_id);
-    if (set == nullptr || !set->running() || set->prompts[index].state != PromptState::kPending) {
-      return PendingQueue::Visit::kDrop;  // stale
-    }
-    const prl::v1::SubmitPromptSetRequest& req = set->submitted.request();
-    const GroupShape shape{set->samples,
-                           req.prompts(index).tokens().ids_size() + req.sampling().max_tokens()};
-    if (!Fits(capacity, shape)) return PendingQueue::Visit::kKeep;
-    if (!share.MayTake(ShareClassOf(req))) return PendingQueue::Visit::kKeep;
-    sets_.MarkLeased(set_id, index);
+  // A response stays well within any actor's receive limit (64 MiB): the rest next time.
+  while (allowed > 0 && response_bytes <= kMaxLeaseResponseBytes) {
+    const std::optional<PromptRef> next = round.Next();
+    if (!next.has_value()) break;
+    const PromptSets::Set& set = *sets_.Find(next->set_id);
+    share.MayTake(ShareClassOf(set.submitted.request()));  // open: below its share
+    sets_.MarkLeased(next->set_id, next->index);
     prl::v1::LeasedPrompt* out = response.add_prompts();
-    out->set_lease_id(leases_.Open({set_id, index}, request.actor_id(), now));
-    out->set_prompt_set_id(set_id);
-    out->set_prompt_index(index);
-    *out->mutable_prompt_tokens() = req.prompts(index).tokens().ids();
-    out->set_reference(req.prompts(index).reference());
-    out->set_samples(req.samples_per_prompt());
-    *out->mutable_sampling() = req.sampling();
-    *out->mutable_reward() = req.reward();
-    if (req.has_environment() || req.has_agent()) {
-      if (req.has_environment()) *out->mutable_environment() = req.environment();
-      if (req.has_agent()) *out->mutable_agent() = req.agent();
-      const auto& submitted = set->submitted.episode_prompts();
-      if (index < submitted.size()) *out->mutable_episode_prompt() = submitted[index];
-    }
+    out->set_lease_id(leases_.Open(*next, request.actor_id(), now));
+    PromptSets::FillLease(set, next->index, out);
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
     // actor's own delay in taking new weights is no longer part of its lag.
-    if (set->prompts[index].stale_reruns > 0) {
+    if (set.prompts[next->index].stale_reruns > 0) {
       response.set_min_weight_version(budget_->learner_version());
     }
     --allowed;
     response_bytes += out->ByteSizeLong();
-    return PendingQueue::Visit::kTake;
-  };
-  if (allowed > 0) queue.Scan(visit_set, visit);
+  }
   if (response.prompts_size() > 0) stats_.prompts_leased[actor->name] += response.prompts_size();
   return response;
 }

@@ -20,7 +20,7 @@ void PromptSets::ApplySubmitted(const prl::v1::SubmittedPromptSet& s) {
   }
   set.max_tokens += s.request().sampling().max_tokens();
   set.min_tokens += s.request().sampling().max_tokens();
-  queue_.AddSet(s.prompt_set_id(), set.pending);
+  set.weight = s.request().weight() > 0 ? s.request().weight() : 1.0;
   order_.push_back(s.prompt_set_id());
   if (!s.request().idempotency_key().empty()) {
     idempotency_[s.request().idempotency_key()] = s.prompt_set_id();
@@ -58,28 +58,34 @@ void PromptSets::ApplyCancelled(const std::string& set_id) {
   *set->events.emplace_back().mutable_status() = StatusOf(*set);
 }
 
-void PromptSets::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
+bool PromptSets::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
   Set* set = FindMutable(attempt.prompt_set_id());
   const int64_t index = attempt.prompt_index();
-  if (set == nullptr || index < 0 || index >= static_cast<int64_t>(set->prompts.size())) return;
+  if (set == nullptr || index < 0 || index >= static_cast<int64_t>(set->prompts.size())) {
+    return false;
+  }
   Prompt& p = set->prompts[index];
+  bool rerun = false;
   if (p.state == PromptState::kDone && attempt.reopened()) {  // un-completed, re-run soon
     p.state = PromptState::kPending;
     --set->done;
     ++set->pending;
-    queue_.AddRerun(set->id(), index);
+    rerun = true;
     if (set->state == prl::v1::PROMPT_SET_STATE_DONE) set->state = prl::v1::PROMPT_SET_STATE_RUNNING;
     ++counts_.prompts_reopened;
   }
-  if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return;
-  // Live: the lease ends and the prompt is pending again (re-queued at the front). Replay: it
-  // is pending already, and in the queue from its submission.
-  if (p.state == PromptState::kLeased) Requeue(*set, index);
+  if (p.state == PromptState::kDone || p.state == PromptState::kFailed) return false;
+  // Live: the lease ends and the prompt is pending again (a re-run). Replay: it is pending
+  // already, and queued from its submission.
+  if (p.state == PromptState::kLeased) {
+    Requeue(*set, index);
+    rerun = true;
+  }
   p.attempts = attempt.attempts();
   p.stale_reruns = attempt.stale_reruns();
   p.last_reason = attempt.reason();
-  if (!attempt.failed()) return;
-  p.state = PromptState::kFailed;  // its queue entry is skipped when reached
+  if (!attempt.failed()) return rerun;
+  p.state = PromptState::kFailed;  // its queue entry is dropped as stale when reached
   --set->pending;
   ++set->failed;
   ++counts_.prompts_failed;
@@ -92,6 +98,7 @@ void PromptSets::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
   *set->events.emplace_back().mutable_failed() = failed;
   FinishIfSettled(*set);
   *set->events.emplace_back().mutable_status() = StatusOf(*set);
+  return false;
 }
 
 void PromptSets::MarkLeased(const std::string& set_id, int64_t index) {
@@ -101,11 +108,26 @@ void PromptSets::MarkLeased(const std::string& set_id, int64_t index) {
   ++set.in_flight;
 }
 
+void PromptSets::FillLease(const Set& set, int64_t index, prl::v1::LeasedPrompt* out) {
+  const prl::v1::SubmitPromptSetRequest& req = set.submitted.request();
+  out->set_prompt_set_id(set.id());
+  out->set_prompt_index(index);
+  *out->mutable_prompt_tokens() = req.prompts(index).tokens().ids();
+  out->set_reference(req.prompts(index).reference());
+  out->set_samples(req.samples_per_prompt());
+  *out->mutable_sampling() = req.sampling();
+  *out->mutable_reward() = req.reward();
+  if (req.has_environment()) *out->mutable_environment() = req.environment();
+  if (req.has_agent()) *out->mutable_agent() = req.agent();
+  if ((req.has_environment() || req.has_agent()) && index < set.submitted.episode_prompts_size()) {
+    *out->mutable_episode_prompt() = set.submitted.episode_prompts(index);
+  }
+}
+
 void PromptSets::Requeue(Set& set, int64_t index) {
   set.prompts[index].state = PromptState::kPending;
   --set.in_flight;
   ++set.pending;
-  queue_.AddRerun(set.id(), index);
 }
 
 void PromptSets::FinishIfSettled(Set& set) {
@@ -167,6 +189,7 @@ prl::v1::PromptSetStatus PromptSets::StatusOf(const Set& set) const {
   s.set_created_unix_ms(set.submitted.created_unix_ms());
   s.set_samples_per_prompt(set.submitted.request().samples_per_prompt());
   s.set_prompts_failed(set.failed);
+  s.set_weight(set.weight);
   for (const prl::v1::FailedPrompt& f : set.first_failed) *s.add_failed_prompts() = f;
   if (set.running() && set.pending > 0) s.set_message(wait_note_(set));
   return s;

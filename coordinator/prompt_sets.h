@@ -1,6 +1,8 @@
 // PromptSets: the coordinator's prompt sets — each prompt's state and attempt counts, the
-// sets' idempotency keys, their events and completion texts for watchers, the queue of
-// pending prompts, and retention of finished sets.
+// sets' idempotency keys, their events and completion texts for watchers, and retention of
+// finished sets. Which pending prompt is leased next is the lease scheduler's
+// (coordinator/lease_scheduler.h), which the coordinator tells of the prompts these records
+// make pending.
 //
 // Every change comes from a prompt log record (coordinator/prompt_log.h) that the coordinator
 // has already written: Submitted, Completed, Cancelled, FailedAttempt — the same calls replay
@@ -8,11 +10,11 @@
 // that is not durable, a pending prompt leased (MarkLeased; leases themselves are the lease
 // table's, coordinator/lease_table.h). Failed attempts: a FailedAttempt record carries the
 // prompt's counts (attempts, stale re-runs) and whether it failed; a leased prompt it names is
-// pending again at the front of the queue, a completed one it reopens is un-completed.
+// pending again (to be re-run first), a completed one it reopens is un-completed.
 //
 // Bounds: a set's completion texts stay within max_text_bytes_per_set (the oldest groups'
 // are dropped and marked so); a set done or cancelled retention_s ago is retired (Retire:
-// dropped with its idempotency key and queue entries, remembered by id for the learner's
+// dropped with its idempotency key, remembered by id for the learner's
 // ledger); Snapshot gives the live state as the few log records that rebuild it, for the
 // log's compaction (prompt_sets_snapshot.cc).
 //
@@ -27,7 +29,6 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "coordinator/pending_queue.h"
 #include "prl/v1/prompt.pb.h"
 
 namespace prl::coordinator {
@@ -49,6 +50,7 @@ class PromptSets {
     int32_t samples = 0;     // per prompt
     int64_t max_tokens = 0;  // the longest prompt's tokens + sampling.max_tokens
     int64_t min_tokens = 0;  // the shortest prompt's tokens + sampling.max_tokens
+    double weight = 1;       // its share of leases (request.weight; unset: 1)
     std::vector<prl::v1::FailedPrompt> first_failed;  // at most kMaxFailedListed
     double reward_sum = 0;
     int64_t reward_count = 0;
@@ -77,9 +79,14 @@ class PromptSets {
   // its texts (for watchers) within the set's bound.
   void ApplyCompleted(const std::string& set_id, const prl::v1::GroupResult& result);
   void ApplyCancelled(const std::string& set_id);
-  void ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
+  // Returns whether the prompt is pending again (leased, or completed and reopened): a re-run.
+  bool ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
   // A pending prompt of a running set is leased (not durable: a restart makes it pending).
   void MarkLeased(const std::string& set_id, int64_t index);
+  // What a lease of the set's prompt carries (LeasedPrompt, less its lease id): its tokens,
+  // reference, group size, sampling and reward, and an episode's environment or agent with the
+  // prompt as submitted.
+  static void FillLease(const Set& set, int64_t index, prl::v1::LeasedPrompt* out);
 
   // ---- Reading ----
   const Set* Find(const std::string& set_id) const;
@@ -96,7 +103,6 @@ class PromptSets {
   const Counts& counts() const { return counts_; }
   // Pending (running sets only), in flight and done prompts of all sets.
   void Totals(int64_t* pending, int64_t* in_flight, int64_t* done) const;
-  PendingQueue& queue() { return queue_; }
 
   // ---- Retention and compaction (prompt_sets_snapshot.cc) ----
   // Retires the sets done or cancelled at least retention_s before `now` (their finishing
@@ -112,7 +118,7 @@ class PromptSets {
 
  private:
   Set* FindMutable(const std::string& set_id);
-  void Requeue(Set& set, int64_t index);  // a leased prompt is pending again, at the front
+  void Requeue(Set& set, int64_t index);  // a leased prompt is pending again
   void FinishIfSettled(Set& set);         // done once every prompt is completed or failed
   void BoundTexts(Set& set);              // the newest group's texts counted, oldest dropped
 
@@ -121,7 +127,6 @@ class PromptSets {
   std::map<std::string, Set> sets_;
   std::vector<std::string> order_;                   // set ids in submission order
   std::map<std::string, std::string> idempotency_;   // key -> set id
-  PendingQueue queue_;                               // pending prompts, lease order
   std::map<std::string, absl::Time> finished_at_;    // finished sets: since when
   std::deque<std::string> recently_retired_;
   Counts counts_;

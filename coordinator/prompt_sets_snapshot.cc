@@ -89,7 +89,6 @@ std::vector<std::string> PromptSets::Retire(absl::Time now, int64_t retention_s)
   for (auto it = idempotency_.begin(); it != idempotency_.end();) {
     it = is_retired(it->second) ? idempotency_.erase(it) : std::next(it);
   }
-  queue_.RemoveSets(is_retired);
   order_.erase(std::remove_if(order_.begin(), order_.end(), is_retired), order_.end());
   for (const std::string& id : retired) {
     sets_.erase(id);

@@ -24,6 +24,9 @@ constexpr size_t kMaxPromptBytes = 1 << 20;  // a prompt's text, messages or too
 constexpr int kMaxStopTokens = 64;
 constexpr int kMaxEnvParams = 64;
 constexpr size_t kMaxEnvParamBytes = 4096, kMaxEnvParamsBytes = 64 << 10;
+// A set's weight (its share of leases): a ratio of a million between two sets at most, which
+// keeps the round robin's credits (coordinator/lease_scheduler.h) far from rounding.
+constexpr double kMinWeight = 1e-3, kMaxWeight = 1e3;
 
 size_t PromptBytes(const prl::v1::Prompt& p) {
   size_t n = p.text().size() + p.reference().size() + p.chat().tools_json().size() +
@@ -62,6 +65,10 @@ absl::Status Coordinator::ValidateShape(const prl::v1::SubmitPromptSetRequest& r
     if (PromptBytes(r.prompts(i)) > kMaxPromptBytes) {
       return TooLarge(absl::StrCat("prompts[", i, "]"), kMaxPromptBytes, PromptBytes(r.prompts(i)));
     }
+  }
+  if (r.weight() != 0 && !(r.weight() >= kMinWeight && r.weight() <= kMaxWeight)) {
+    return Invalid("weight", absl::StrCat("0 (unset: 1) or ", kMinWeight, " to ", kMaxWeight),
+                   absl::StrCat(r.weight()));
   }
   const int32_t n = r.samples_per_prompt();
   if (n < 1 || n > config_.max_samples_per_prompt) {

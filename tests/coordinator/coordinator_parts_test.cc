@@ -82,20 +82,12 @@ TEST(PromptSetsTest, RecordsMoveCountsAndTheSnapshotRebuildsThem) {
   attempt.set_prompt_index(1);
   attempt.set_attempts(1);
   attempt.set_reason("lease expired");
-  sets.ApplyFailedAttempt(attempt);
+  EXPECT_TRUE(sets.ApplyFailedAttempt(attempt)) << "a failed attempt is a re-run";
   EXPECT_EQ(sets.FindPrompt("ps-a", 1)->state, PromptSets::PromptState::kPending);
-  std::vector<int64_t> order;
-  sets.queue().Scan([](const std::string&) { return PendingQueue::SetVisit::kLook; },
-                    [&](const std::string&, int64_t i) {
-                      order.push_back(i);
-                      return PendingQueue::Visit::kKeep;
-                    });
-  ASSERT_GE(order.size(), 1u);
-  EXPECT_EQ(order[0], 1) << "a failed attempt is re-run first";
 
   attempt.set_attempts(2);
   attempt.set_failed(true);
-  sets.ApplyFailedAttempt(attempt);  // pending -> failed (max_attempts reached)
+  EXPECT_FALSE(sets.ApplyFailedAttempt(attempt));  // pending -> failed (max_attempts reached)
   sets.ApplyCompleted("ps-a", Group(0, 1.0));
   sets.ApplyCompleted("ps-a", Group(2, 0.0));
   const PromptSets::Set& set = *sets.Find("ps-a");
@@ -109,7 +101,7 @@ TEST(PromptSetsTest, RecordsMoveCountsAndTheSnapshotRebuildsThem) {
   reopen.set_prompt_index(2);
   reopen.set_stale_reruns(1);
   reopen.set_reopened(true);
-  sets.ApplyFailedAttempt(reopen);
+  EXPECT_TRUE(sets.ApplyFailedAttempt(reopen)) << "a reopened prompt is a re-run";
   EXPECT_EQ(sets.Find("ps-a")->state, v1::PROMPT_SET_STATE_RUNNING);
   EXPECT_EQ(sets.counts().prompts_reopened, 1);
 
