@@ -90,6 +90,7 @@ absl::StatusOr<Coordinator::LoggedCompletion> Coordinator::LogCompletion(
   PRL_ASSIGN_OR_RETURN(logged.ticket, log_->Write(record));
   *record.mutable_completed()->mutable_result() = r;  // watchers get the texts (bounded)
   Apply(record);
+  throughput_.Completed(set.submitted.request().name());
   CompactIfDueLocked();
   // ---- the caller waits for logged.ticket after the mutex is released ----
   logged.response.set_accepted(true);

@@ -271,6 +271,7 @@ CoordinatorStats Coordinator::Stats() {
   s.prompts_failed = counts.prompts_failed;
   s.prompts_reopened = counts.prompts_reopened;
   s.sets_retired = counts.sets_retired;
+  s.set_throughput = throughput_.by_name();
   sets_.Totals(&s.prompts_pending, &s.prompts_in_flight, &s.prompts_done);
   return s;
 }

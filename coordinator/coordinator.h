@@ -64,6 +64,7 @@
 #include "coordinator/lease_table.h"
 #include "coordinator/prompt_log.h"
 #include "coordinator/prompt_sets.h"
+#include "coordinator/set_throughput.h"
 #include "core/service_defaults.h"
 #include "prl/v1/prompt.pb.h"
 #include "tokenizer/text_codec.h"
@@ -161,6 +162,8 @@ struct CoordinatorStats {
   // pending, and the prompts leased to each actor (by the name it registered with).
   int64_t lease_requests_throttled = 0;
   std::map<std::string, int64_t> prompts_leased;
+  // Leases and completed groups by prompt set name (coordinator/set_throughput.h).
+  std::map<std::string, SetThroughput::Counts> set_throughput;
 };
 
 class Coordinator {
@@ -310,6 +313,7 @@ class Coordinator {
   // completions after the log's replay.
   std::optional<LagBudget> budget_;
   CoordinatorStats stats_;  // the calls' counters; the rest is derived in Stats()
+  SetThroughput throughput_;  // leases and completed groups by set name (set_throughput.h)
 };
 
 }  // namespace prl::coordinator

@@ -179,6 +179,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const PromptSets::Set& set = *sets_.Find(next->set_id);
     share.MayTake(ShareClassOf(set.submitted.request()));  // open: below its share
     sets_.MarkLeased(next->set_id, next->index);
+    throughput_.Leased(set.submitted.request().name());
     prl::v1::LeasedPrompt* out = response.add_prompts();
     out->set_lease_id(leases_.Open(*next, request.actor_id(), now));
     PromptSets::FillLease(set, next->index, out);

@@ -149,6 +149,10 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
                                 "attempts.")),
       prompts_leased_(CounterFamily(registry, "prl_prompts_leased_total",
                                     "Prompt leases granted, by actor name.")),
+      prompt_set_leases_(CounterFamily(registry, "prl_prompt_set_leases_total",
+                                       "Prompt leases granted, by prompt set name.")),
+      prompt_set_groups_completed_(CounterFamily(registry, "prl_prompt_set_groups_completed_total",
+                                                 "Groups completed, by prompt set name.")),
       requests_rejected_(CounterFamily(registry, "prl_coordinator_requests_rejected_total",
                                        "Authenticated requests refused for their content, by "
                                        "reason.")) {
@@ -160,6 +164,14 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
 
 Counter& CoordinatorMetrics::PromptsLeased(absl::string_view actor) {
   return prompts_leased_.Add({{"actor", std::string(actor)}});
+}
+
+Counter& CoordinatorMetrics::PromptSetLeases(absl::string_view set) {
+  return prompt_set_leases_.Add({{"set", std::string(set)}});
+}
+
+Counter& CoordinatorMetrics::PromptSetGroupsCompleted(absl::string_view set) {
+  return prompt_set_groups_completed_.Add({{"set", std::string(set)}});
 }
 
 Counter& CoordinatorMetrics::RequestsRejected(absl::string_view reason) {

@@ -4,8 +4,8 @@
 //
 // Naming: every name starts with prl_, values are in base units (seconds, bytes; token and
 // version counts are plain numbers named by what they count), counters end in _total, 0..1
-// fractions end in _ratio. Labels have bounded cardinality only: role, reason, loss, actor index;
-// never prompt, group or sample ids.
+// fractions end in _ratio. Labels have bounded cardinality only: role, reason, loss, actor index,
+// prompt set name (at most 100); never prompt, group or sample ids.
 //
 // Histogram buckets are upper bounds (Prometheus `le`), each set documented where its metric
 // is declared. Lag buckets are integers because a sample's max lag is an integer, so `le`
@@ -88,6 +88,13 @@ struct CoordinatorMetrics {
   // pod's name in Kubernetes, so that it joins the actor's own series). One series per actor
   // that registered with this coordinator process.
   prometheus::Counter& PromptsLeased(absl::string_view actor);
+  // prl_prompt_set_leases_total{set} / prl_prompt_set_groups_completed_total{set}: prompts
+  // leased and groups completed per prompt set, by the set's name (sets that share a name share
+  // a series; the first 100 names each, later ones under "_other", unnamed sets under
+  // "_unnamed": coordinator/set_throughput.h). Their rates are the sets' throughput, in
+  // proportion to the sets' weights while they have prompts to lease.
+  prometheus::Counter& PromptSetLeases(absl::string_view set);
+  prometheus::Counter& PromptSetGroupsCompleted(absl::string_view set);
   // prl_coordinator_requests_rejected_total{reason}: authenticated requests refused for their
   // content (docs/security.md): "completion_not_lease_holder" (a completion from an actor that
   // does not hold the lease, or with a wrong nonce), "progress_out_of_bounds" (learner progress
@@ -98,6 +105,8 @@ struct CoordinatorMetrics {
 
  private:
   prometheus::Family<prometheus::Counter>& prompts_leased_;
+  prometheus::Family<prometheus::Counter>& prompt_set_leases_;
+  prometheus::Family<prometheus::Counter>& prompt_set_groups_completed_;
   prometheus::Family<prometheus::Counter>& requests_rejected_;
 };
 

@@ -47,6 +47,11 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
   for (const auto& [actor, leased] : s.prompts_leased) {
     metrics::AdvanceCounterTo(m.PromptsLeased(actor), static_cast<double>(leased));
   }
+  for (const auto& [set, counts] : s.set_throughput) {
+    metrics::AdvanceCounterTo(m.PromptSetLeases(set), static_cast<double>(counts.leases));
+    metrics::AdvanceCounterTo(m.PromptSetGroupsCompleted(set),
+                              static_cast<double>(counts.groups_completed));
+  }
   process.weight_version.Set(static_cast<double>(s.learner_version));
 }
 

@@ -1,6 +1,7 @@
 // Weighted prompt sets through the coordinator (coordinator/lease_scheduler.h): sets with
 // prompts to lease share the leases in proportion to their weights, within the lag budget and
-// across a restart; a weight out of range is refused naming the field.
+// across a restart; a weight out of range is refused naming the field; leases and completed
+// groups are counted per set name, in bounded series (coordinator/set_throughput.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "coordinator/set_throughput.h"
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/status_testing.h"
 
@@ -18,9 +20,11 @@ using ::prl::testing::IsError;
 
 class WeightedSetsTest : public CoordinatorTest {
  protected:
-  static v1::SubmitPromptSetRequest Weighted(int prompts, double weight) {
+  static v1::SubmitPromptSetRequest Weighted(int prompts, double weight,
+                                             const std::string& name = "test") {
     v1::SubmitPromptSetRequest r = Request(prompts);
     r.set_weight(weight);
+    r.set_name(name);
     return r;
   }
   // Leases `n` prompts in calls of up to `per_call` each; the leases per set.
@@ -70,13 +74,14 @@ TEST_F(WeightedSetsTest, SetsAreLeasedInProportionToTheirWeightsAcrossARestart) 
 }
 
 // The lag budget decides how many prompts are leased, the weights which: with a budget of 4
-// groups ahead of the learner, every step's leases still go 1:3.
+// groups ahead of the learner, every step's leases still go 1:3, and so do the completed
+// groups the coordinator counts per set name (the metrics' per-set throughput).
 TEST_F(WeightedSetsTest, WithinTheLagBudgetTheWeightsChooseWhichSetIsLeased) {
   config_.max_lag = 1;
   config_.groups_per_step = 2;  // (1 + 1) * 2 = 4 groups ahead of the learner
   auto c = Open();
-  const std::string light = c->Submit(Weighted(1000, 1))->prompt_set_id();
-  const std::string heavy = c->Submit(Weighted(1000, 3))->prompt_set_id();
+  const std::string light = c->Submit(Weighted(1000, 1, "light"))->prompt_set_id();
+  const std::string heavy = c->Submit(Weighted(1000, 3, "heavy"))->prompt_set_id();
   const std::string actor = c->RegisterActor("a")->actor_id();
   std::map<std::string, int> leased;
   for (int step = 1; step <= 100; ++step) {
@@ -91,6 +96,28 @@ TEST_F(WeightedSetsTest, WithinTheLagBudgetTheWeightsChooseWhichSetIsLeased) {
   }
   ExpectShare(leased, light, 0.25, 400);
   ExpectShare(leased, heavy, 0.75, 400);
+  const std::map<std::string, SetThroughput::Counts> by_name = c->Stats().set_throughput;
+  ASSERT_EQ(by_name.size(), 2u);
+  EXPECT_EQ(by_name.at("light").leases, leased[light]);
+  EXPECT_EQ(by_name.at("light").groups_completed, leased[light]);
+  EXPECT_EQ(by_name.at("heavy").leases, leased[heavy]);
+  EXPECT_EQ(by_name.at("heavy").groups_completed, leased[heavy]);
+}
+
+// Per-set series stay bounded whatever names clients choose: the first 100 names get their
+// own, later ones count together.
+TEST(SetThroughputTest, TheFirstHundredNamesGetASeriesAndLaterOnesCountTogether) {
+  SetThroughput t;
+  for (int i = 0; i < 150; ++i) t.Leased(absl::StrCat("set ", i));
+  t.Completed("set 7");
+  t.Completed("set 140");
+  t.Leased("");
+  const std::map<std::string, SetThroughput::Counts>& by_name = t.by_name();
+  EXPECT_EQ(by_name.size(), SetThroughput::kMaxNames + 1);
+  EXPECT_EQ(by_name.at("set 7").groups_completed, 1);
+  EXPECT_EQ(by_name.count("set 140"), 0u);
+  EXPECT_EQ(by_name.at(SetThroughput::kOtherName).leases, 51) << "50 late names and the unnamed";
+  EXPECT_EQ(by_name.at(SetThroughput::kOtherName).groups_completed, 1);
 }
 
 // Unset (0) is 1; anything else outside 0.001..1000, or not a number, is refused naming the

@@ -111,6 +111,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   coordinator.RequestsRejected("completion_not_lease_holder").Increment(2);
   coordinator.PromptsLeased("actors-5d9c-x7k2p").Increment(60);
   coordinator.PromptsLeased("actors-5d9c-q4m8z").Increment(55);
+  coordinator.PromptSetLeases("math").Increment(30);
+  coordinator.PromptSetGroupsCompleted("math").Increment(28);
 
   actor.tokens_generated.Increment(123456);
   actor.prefill_tokens.Increment(4096);
@@ -187,6 +189,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_coordinator_requests_rejected_total{reason=\"release_not_lease_holder\"}", 0},
       {"prl_prompts_leased_total{actor=\"actors-5d9c-x7k2p\"}", 60},
       {"prl_prompts_leased_total{actor=\"actors-5d9c-q4m8z\"}", 55},
+      {"prl_prompt_set_leases_total{set=\"math\"}", 30},
+      {"prl_prompt_set_groups_completed_total{set=\"math\"}", 28},
       {"prl_tokens_generated_total", 123456},
       {"prl_prefill_tokens_total", 4096},
       {"prl_rollout_length_tokens_count", 2},
