@@ -55,12 +55,15 @@ std::string StatusLine(const v1::PromptSetStatus& s) {
       s.prompts_failed() > 0
           ? absl::StrFormat(", %lld failed", static_cast<long long>(s.prompts_failed()))
           : "";
+  // A weight other than 1 (a coordinator before weights reports 0: also 1).
+  const std::string weight =
+      s.weight() > 0 && s.weight() != 1 ? absl::StrFormat(", weight %g", s.weight()) : "";
   return absl::StrFormat(
-      "%s %-9s %lld/%lld done%s, %lld in flight, %lld pending, mean reward %.4f  %s",
+      "%s %-9s %lld/%lld done%s, %lld in flight, %lld pending%s, mean reward %.4f  %s",
       s.prompt_set_id(), StateName(s.state()), static_cast<long long>(s.prompts_done()),
       static_cast<long long>(s.prompts_total()), failed,
       static_cast<long long>(s.prompts_in_flight()), static_cast<long long>(s.prompts_pending()),
-      s.mean_reward(), s.name());
+      weight, s.mean_reward(), s.name());
 }
 
 // The status line, then the failed prompts (the first 100) and why pending prompts wait.
@@ -86,6 +89,7 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
   j["mean_reward"] = s.mean_reward();
   j["samples_per_prompt"] = s.samples_per_prompt();
   j["prompts_failed"] = s.prompts_failed();
+  j["weight"] = s.weight();
   j["failed_prompts"] = nlohmann::ordered_json::array();
   for (const v1::FailedPrompt& f : s.failed_prompts()) {
     j["failed_prompts"].push_back(
@@ -137,6 +141,7 @@ struct SubmitFlags {
   double agent_timeout_s = 0;
   int samples = 4, top_k = 0, max_tokens = 256;
   double temperature = 1.0, top_p = 1.0;
+  double weight = 1.0;  // the set's share of leases beside other sets
   uint64_t seed = 0;
   std::vector<int> stop_token_ids;
   bool watch = false, json = false, show_texts = false;
@@ -147,6 +152,7 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
   r.set_name(f.name.empty() ? f.file : f.name);
   r.set_samples_per_prompt(f.samples);
   r.set_idempotency_key(f.idempotency_key);
+  r.set_weight(f.weight);
   v1::RolloutSampling* s = r.mutable_sampling();
   s->set_temperature(static_cast<float>(f.temperature));
   s->set_top_p(static_cast<float>(f.top_p));
@@ -350,6 +356,10 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   submit->add_option("--agent-timeout-s", s->agent_timeout_s,
                      "Agents: an episode's wall time (0: 300)");
   submit->add_option("--name", s->name, "A name for humans (default: the file name)");
+  submit->add_option("--weight", s->weight,
+                     "The set's share of leases beside other sets with prompts to lease (weights "
+                     "1 and 3 are leased 1:3); 0.001 to 1000")
+      ->capture_default_str();
   submit->add_option("--idempotency-key", s->idempotency_key,
                      "Retrying with the same key does not submit twice");
   submit->add_flag("--watch", s->watch, "Stream progress until the set is done");

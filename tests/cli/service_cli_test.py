@@ -85,7 +85,7 @@ class ServiceCliTest(unittest.TestCase):
     def test_a_submitted_set_is_listed_with_its_prompts_pending(self):
         path = self.prompts("ok.jsonl", [{"text": "12+34=", "reference": "46"},
                                          {"tokens": [3, 4, 13, 5, 16]}])
-        out = json.loads(self.submit(path, "--samples", 4).stdout)
+        out = json.loads(self.submit(path, "--samples", 4, "--weight", 3).stdout)
         self.assertEqual(out["prompts"], 2)
         status = json.loads(run("status", "--server", self.server, "--json", check=True).stdout)
         self.assertEqual(len(status), 1)
@@ -93,6 +93,9 @@ class ServiceCliTest(unittest.TestCase):
         self.assertEqual(status[0]["state"], "running")
         self.assertEqual(status[0]["prompts_pending"], 2)
         self.assertEqual(status[0]["samples_per_prompt"], 4)
+        self.assertEqual(status[0]["weight"], 3)
+        line = run("status", "--server", self.server, check=True).stdout
+        self.assertIn("2 pending, weight 3,", line)
 
     def test_malformed_submissions_name_the_field_and_the_service_keeps_working(self):
         good = {"text": "1+1=", "reference": "2"}
@@ -102,6 +105,7 @@ class ServiceCliTest(unittest.TestCase):
             ([{"tokens": [1, 99]}], [], "prompts[0].tokens[1]"),
             ([good], ["--samples", 0], "samples_per_prompt"),
             ([good], ["--samples", 1000000], "samples_per_prompt"),
+            ([good], ["--weight", 10000], "weight: expected 0 (unset: 1) or 0.001 to 1000"),
             ([{"text": "1+1=" * 10}], [], "exceeds the model's context"),
             ([{"text": "abc"}], [], "prompts[0].text"),
         ]
