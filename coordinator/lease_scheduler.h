@@ -6,10 +6,11 @@
 // robin (nginx's): for each prompt leased, every set open to the actor (it has a prompt the
 // actor can run, and may take one more) adds its weight to its credit; the set of the highest
 // credit (the earliest submitted on a tie) gives its next prompt and pays back the sum of the
-// open sets' weights. So among sets open together each set's share of leases stays within one
-// lease of weight / sum of weights, interleaved (weights 1 and 3: B A B B, B A B B, ...); a set
-// that is not open (nothing pending, its actor cannot run it, its class at its fair share)
-// neither earns nor pays, and the others keep their proportion between them.
+// open sets' weights. So among sets open together, after n leases a set has n * weight / sum
+// of weights leases less its credit / sum, which stays bounded (about a lease): the sets are
+// leased in proportion, interleaved (weights 1 and 3: B A B B, B A B B, ...). A set that is not
+// open (nothing pending, its actor cannot run it, its class at its fair share) neither earns
+// nor pays, and the others keep their proportion between them.
 //
 // A set's entries are held apart from the others', so that a lease passes over a whole set its
 // actor cannot run in one step instead of prompt by prompt: with a large set no actor can run,
