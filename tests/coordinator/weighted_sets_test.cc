@@ -51,13 +51,16 @@ class WeightedSetsTest : public CoordinatorTest {
 };
 
 // Two sets of weights 1 and 3, both with plenty of prompts: over 1,000 leases (calls of 8, as
-// an actor asks) they are leased 1:3, and a restarted coordinator keeps their weights.
+// an actor asks) they are leased 1:3, and a restarted coordinator keeps their weights (from the
+// log's snapshot: it was compacted).
 TEST_F(WeightedSetsTest, SetsAreLeasedInProportionToTheirWeightsAcrossARestart) {
+  config_.compact_log_bytes = 4096;
   std::string light, heavy;
   {
     auto c = Open();
     light = c->Submit(Weighted(2000, 1))->prompt_set_id();
     heavy = c->Submit(Weighted(2000, 3))->prompt_set_id();
+    EXPECT_GT(c->Stats().log_compactions, 0);
     EXPECT_DOUBLE_EQ(c->Get(heavy)->weight(), 3);
     const std::string actor = c->RegisterActor("a")->actor_id();
     const std::map<std::string, int> leased = LeaseMany(*c, actor, 1000, 8);
