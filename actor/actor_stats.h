@@ -18,6 +18,7 @@ struct ActorStats {
   int64_t weight_version = 0, weight_swaps = 0;
   int64_t registrations = 0;
   int64_t groups_generated = 0;  // groups the engine finished (scored and written or not)
+  int64_t eval_groups = 0;       // of evaluation sets: scored and completed, never written
   int64_t leases_released = 0;   // given back to the coordinator (engine refusal, reward failure)
 };
 

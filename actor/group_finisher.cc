@@ -273,6 +273,11 @@ absl::Status GroupFinisher::Finish(const GeneratedGroup& group,
     return absl::OkStatus();
   }
   const ScoredGroup scored = Build(group, *inputs, *rewards, group_id, finished);
+  if (lease.eval()) {  // an evaluation set's: scored for its round, never trained on
+    if (options_.metrics != nullptr) options_.metrics->eval_groups.Increment();
+    stats_->Update([](ActorStats& st) { ++st.eval_groups; });
+    return Complete(scored.complete);
+  }
   // Into the replay buffer first, then done: a crash in between re-runs the prompt. A full
   // buffer blocks here, on the finisher: heartbeats go on renewing the lease meanwhile.
   const absl::Status written = WriteWithRetry(scored.records, halted);

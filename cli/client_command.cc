@@ -74,6 +74,17 @@ std::string StatusDetails(const v1::PromptSetStatus& s) {
     absl::StrAppend(&out, "\n  (", s.prompts_failed() - s.failed_prompts_size(), " more failed)");
   }
   if (!s.message().empty()) absl::StrAppend(&out, "\n  waiting: ", s.message());
+  for (const v1::EvalRoundResult& r : s.eval_rounds()) {
+    absl::StrAppend(&out, absl::StrFormat(
+                              "\n  eval at version %lld: mean reward %.4f, pass@%d %.4f (%lld "
+                              "prompts, %lld failed)",
+                              static_cast<long long>(r.version()), r.mean_reward(), r.k(),
+                              r.pass_at_k(), static_cast<long long>(r.prompts()),
+                              static_cast<long long>(r.prompts_failed())));
+  }
+  if (s.eval() && s.eval_round_version() >= 0) {
+    absl::StrAppend(&out, "\n  eval round running, opened at version ", s.eval_round_version());
+  }
   return out;
 }
 
@@ -90,6 +101,20 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
   j["samples_per_prompt"] = s.samples_per_prompt();
   j["prompts_failed"] = s.prompts_failed();
   j["weight"] = s.weight();
+  if (s.eval()) {
+    j["eval_round_version"] = s.eval_round_version();
+    j["eval_rounds"] = nlohmann::ordered_json::array();
+    for (const v1::EvalRoundResult& r : s.eval_rounds()) {
+      j["eval_rounds"].push_back({{"version", r.version()},
+                                  {"mean_reward", r.mean_reward()},
+                                  {"pass_at_k", r.pass_at_k()},
+                                  {"k", r.k()},
+                                  {"prompts", r.prompts()},
+                                  {"prompts_failed", r.prompts_failed()},
+                                  {"weight_versions",
+                                   {r.min_weight_version(), r.max_weight_version()}}});
+    }
+  }
   j["failed_prompts"] = nlohmann::ordered_json::array();
   for (const v1::FailedPrompt& f : s.failed_prompts()) {
     j["failed_prompts"].push_back(
@@ -142,6 +167,8 @@ struct SubmitFlags {
   int samples = 4, top_k = 0, max_tokens = 256;
   double temperature = 1.0, top_p = 1.0;
   double weight = 1.0;  // the set's share of leases beside other sets
+  int64_t eval_every = 0;    // >= 1: an evaluation set, a round every this many versions
+  double pass_reward = 0.0;  // an evaluation sample passes at this reward (0: 1)
   uint64_t seed = 0;
   std::vector<int> stop_token_ids;
   bool watch = false, json = false, show_texts = false;
@@ -153,6 +180,10 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
   r.set_samples_per_prompt(f.samples);
   r.set_idempotency_key(f.idempotency_key);
   r.set_weight(f.weight);
+  if (f.eval_every != 0 || f.pass_reward != 0) {
+    r.mutable_eval()->set_every_versions(f.eval_every);
+    r.mutable_eval()->set_pass_reward(f.pass_reward);
+  }
   v1::RolloutSampling* s = r.mutable_sampling();
   s->set_temperature(static_cast<float>(f.temperature));
   s->set_top_p(static_cast<float>(f.top_p));
@@ -360,6 +391,12 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
                      "The set's share of leases beside other sets with prompts to lease (weights "
                      "1 and 3 are leased 1:3); 0.001 to 1000")
       ->capture_default_str();
+  submit->add_option("--eval-every", s->eval_every,
+                     "An evaluation set, never trained on: its prompts run at once and again every "
+                     "this many learner versions; each round's mean reward and pass@k (k = "
+                     "--samples) are in its status (0: a training set)");
+  submit->add_option("--pass-reward", s->pass_reward,
+                     "Evaluation sets: a sample passes at a reward >= this (0: 1)");
   submit->add_option("--idempotency-key", s->idempotency_key,
                      "Retrying with the same key does not submit twice");
   submit->add_flag("--watch", s->watch, "Stream progress until the set is done");

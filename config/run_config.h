@@ -138,6 +138,18 @@ struct SftSection {
   double env_demo_fraction = 0.25;
 };
 
+// prl run's evaluation during training (docs/operations.md, "Evaluation during training"):
+// the task's held-out prompts submitted once as an evaluation set (SubmitPromptSetRequest.eval),
+// which the coordinator runs on the actors at learner version 0 and every every_versions
+// versions after, never trained on; summary.json holds the curve.
+struct EvalSection {
+  int64_t every_versions = 25;  // 0: no evaluation during training
+  int64_t prompts = 64;  // held-out prompts per round: the first of them (at most task.eval_prompts)
+  int32_t samples = 1;          // k, samples per prompt (pass@k)
+  bool greedy = true;           // temperature 0; false: task.temperature
+  double pass_reward = 1.0;     // a sample passes at a reward >= this
+};
+
 struct CoordinatorSection {
   std::string listen = "127.0.0.1:50051";
   std::string address;  // where actors, the learner and clients reach it; empty: listen
@@ -180,6 +192,9 @@ struct CoordinatorSection {
   std::vector<std::string> agent_addresses;
   // The longest agent.timeout_s (an agent's episode, wall time) a prompt set may give.
   double max_agent_timeout_s = 600;
+  // Evaluation sets' leases (SubmitPromptSetRequest.eval) an actor may hold: this share of its
+  // prompt slots (at least 1), outside the lag budget, so that training never waits for them.
+  double eval_max_actor_share = 0.25;
   int max_restarts = 3;  // by prl run's supervisor
 };
 
@@ -332,6 +347,7 @@ struct RunConfig {
   EnvSection env;
   AgentSection agent;
   SftSection sft;
+  EvalSection eval;
   CoordinatorSection coordinator;
   ActorsSection actors;
   LearnerSection learner;

@@ -87,6 +87,12 @@ void VisitTaskFields(RunConfig& c, Visitor& v) {
   v("sft", "examples_per_step", c.sft.examples_per_step, "Warm-start examples per step");
   v("sft", "env_demo_fraction", c.sft.env_demo_fraction,
     "Built-in environments: share of warm-start examples that demonstrate it");
+  v("eval", "every_versions", c.eval.every_versions,
+    "Evaluation during training: held-out prompts every this many versions (0: none)");
+  v("eval", "prompts", c.eval.prompts, "Held-out prompts per evaluation round");
+  v("eval", "samples", c.eval.samples, "Samples per evaluation prompt (k of pass@k)");
+  v("eval", "greedy", c.eval.greedy, "Evaluation samples at temperature 0 (else task.temperature)");
+  v("eval", "pass_reward", c.eval.pass_reward, "A sample passes at a reward >= this (pass@k)");
 }
 
 template <typename Visitor>
@@ -127,6 +133,8 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "AgentService addresses (host:port) a prompt set's agent may name; others are refused");
   v("coordinator", "max_agent_timeout_s", c.coordinator.max_agent_timeout_s,
     "The longest agent.timeout_s (an agent episode's wall time) a prompt set may give (s)");
+  v("coordinator", "eval_max_actor_share", c.coordinator.eval_max_actor_share,
+    "Evaluation sets' leases an actor may hold: this share of its prompt slots (at least 1)");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
     "prl run: restarts of the coordinator");
 }

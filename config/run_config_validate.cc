@@ -92,6 +92,12 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Range(c.sft.env_demo_fraction >= 0 && c.sft.env_demo_fraction <= 1,
                             "sft.env_demo_fraction", "a number in [0, 1]",
                             c.sft.env_demo_fraction));
+  PRL_RETURN_IF_ERROR(Range(c.eval.every_versions >= 0, "eval.every_versions", ">= 0 (0: none)",
+                            c.eval.every_versions));
+  PRL_RETURN_IF_ERROR(Range(c.eval.prompts >= 1, "eval.prompts", ">= 1", c.eval.prompts));
+  PRL_RETURN_IF_ERROR(Range(c.eval.samples >= 1, "eval.samples", ">= 1", c.eval.samples));
+  PRL_RETURN_IF_ERROR(Range(std::isfinite(c.eval.pass_reward), "eval.pass_reward",
+                            "a finite number", c.eval.pass_reward));
   PRL_RETURN_IF_ERROR(
       Range(!c.env.address.empty() || c.env.name.empty() || env::IsBuiltinEnvironment(c.env.name),
             "env.name",
@@ -208,6 +214,9 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
   PRL_RETURN_IF_ERROR(Range(c.max_agent_timeout_s >= 1 && c.max_agent_timeout_s <= 86400,
                             "coordinator.max_agent_timeout_s", "1 to 86400",
                             c.max_agent_timeout_s));
+  PRL_RETURN_IF_ERROR(Range(c.eval_max_actor_share > 0 && c.eval_max_actor_share <= 1,
+                            "coordinator.eval_max_actor_share", "a number in (0, 1]",
+                            c.eval_max_actor_share));
   for (size_t i = 0; i < c.agent_addresses.size(); ++i) {
     PRL_RETURN_IF_ERROR(Address(c.agent_addresses[i],
                                 absl::StrCat("coordinator.agent_addresses[", i, "]"), false));

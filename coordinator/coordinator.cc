@@ -105,8 +105,11 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   // Log first, then apply; the fsync is waited for without the mutex. Until it returns the set
   // is acknowledged to nobody (its prompts may be leased: if the fsync fails, the log refuses
   // every later append, and the client, never answered, submits again).
-  PRL_ASSIGN_OR_RETURN(const uint64_t ticket, log_->Write(record));
+  PRL_ASSIGN_OR_RETURN(uint64_t ticket, log_->Write(record));
   Apply(record);
+  if (sets_.Find(id)->eval()) {  // its first round runs at once (coordinator/eval_rounds.h)
+    PRL_ASSIGN_OR_RETURN(ticket, OpenEvalRoundLocked(id));
+  }
   CompactIfDueLocked();  // bounded log (coordinator_snapshot.cc)
   lock.unlock();
   PRL_RETURN_IF_ERROR(log_->WaitDurable(ticket));
@@ -125,6 +128,10 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     leases_.End({completed.prompt_set_id(), completed.result().prompt_index()});
   } else if (record.cancelled().size() > 0) {
     sets_.ApplyCancelled(record.cancelled());
+  } else if (record.has_eval_round()) {
+    for (int64_t index : sets_.ApplyEvalRound(record.eval_round())) {
+      scheduler_.AddRerun(record.eval_round().prompt_set_id(), index);
+    }
   } else if (record.has_failed_attempt()) {
     const prl::v1::FailedAttempt& attempt = record.failed_attempt();
     // A leased (or reopened) prompt is pending again, or failed.
@@ -255,6 +262,7 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
     response->add_retired_prompt_sets(*it);
   }
   response->set_sets_retired(retired);
+  OpenDueEvalRoundsLocked();  // the new version may be an evaluation's (eval_rounds.h)
   return response;
 }
 
@@ -272,6 +280,16 @@ CoordinatorStats Coordinator::Stats() {
   s.prompts_reopened = counts.prompts_reopened;
   s.sets_retired = counts.sets_retired;
   s.set_throughput = throughput_.by_name();
+  s.eval_groups = counts.eval_groups;
+  for (const std::string& id : sets_.order()) {
+    const EvalRounds::Series* series = sets_.eval_rounds().Find(id);
+    if (series == nullptr || series->history.empty()) continue;
+    const std::string& name = sets_.Find(id)->submitted.request().name();
+    if (s.evals.size() >= CoordinatorStats::kMaxEvalNames && !s.evals.contains(name)) continue;  // bounded labels
+    CoordinatorStats::EvalSeries& e = s.evals[name];
+    e.latest = series->history.back();
+    e.rounds += static_cast<int64_t>(series->history.size());
+  }
   sets_.Totals(&s.prompts_pending, &s.prompts_in_flight, &s.prompts_done);
   return s;
 }

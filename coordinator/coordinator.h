@@ -92,6 +92,9 @@ struct CoordinatorConfig {
   // The longest AgentSpec.timeout_s (an episode's wall time) a submission may give (its
   // default: 300 or this).
   double max_agent_timeout_s = 600;
+  // Evaluation sets' leases an actor may hold (coordinator/eval_rounds.h): this share of its
+  // prompt slots (ActorCapacity.max_prompts_in_flight), at least 1; 1 when it declared none.
+  double eval_max_actor_share = 0.25;
   int64_t max_lag = defaults::kMaxLag;
   int64_t groups_per_step = 0;  // 0: no max_lag budget
   // Failed attempts (release, lease expiry, dropped from a heartbeat) after which a prompt is
@@ -164,6 +167,15 @@ struct CoordinatorStats {
   std::map<std::string, int64_t> prompts_leased;
   // Leases and completed groups by prompt set name (coordinator/set_throughput.h).
   std::map<std::string, SetThroughput::Counts> set_throughput;
+  // Evaluation sets (coordinator/eval_rounds.h), by name: the newest finished round, and the
+  // finished rounds the coordinator holds (sets of one name add up).
+  struct EvalSeries {
+    prl::v1::EvalRoundResult latest;
+    int64_t rounds = 0;
+  };
+  std::map<std::string, EvalSeries> evals;  // the first kMaxEvalNames names
+  static constexpr size_t kMaxEvalNames = 100;
+  int64_t eval_groups = 0;  // groups of evaluation sets completed (never trained on)
 };
 
 class Coordinator {
@@ -289,6 +301,18 @@ class Coordinator {
   // Ends the prompt's lease as given back on request (RELEASE_REASON_RECLAIMED): re-queued at
   // the front, no attempt counted. Returns the record's log ticket.
   absl::StatusOr<uint64_t> ReclaimLocked(const PromptRef& prompt, const std::string& reason);
+  // ---- end ----
+
+  // ---- Evaluation sets (coordinator/evaluation.cc), mutex held ----
+  // Logs (not waited for) and applies an EvalRound record: the set's next round opens at the
+  // learner's version. Returns the record's log ticket.
+  absl::StatusOr<uint64_t> OpenEvalRoundLocked(const std::string& set_id);
+  // Opens the rounds due at the learner's version.
+  void OpenDueEvalRoundsLocked();
+  // Evaluation leases the actor may take now: its share (eval_max_actor_share of its prompt
+  // slots, at least 1) less those it holds.
+  int64_t EvalLeasesAllowedLocked(const std::string& actor_id,
+                                  const ActorTable::Actor& actor) const;
   // ---- end ----
 
   // ---- Bounded, durable state (coordinator/coordinator_snapshot.cc), mutex held ----

@@ -144,8 +144,13 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   actor->last_seen = now;
   // Expiries are logged, not waited for (the background ExpireLeases reports a failed log).
   ExpireLocked(now).IgnoreError();
-  int64_t allowed =
-      budget_->Allowed(request.max_prompts(), leases_.size(), sets_.counts().groups_completed);
+  OpenDueEvalRoundsLocked();  // (evaluation.cc)
+  // Training prompts within the lag budget; evaluation prompts (never trained on) outside it,
+  // within the actor's evaluation share (evaluation.cc).
+  int64_t slots = request.max_prompts();
+  int64_t allowed = budget_->Allowed(request.max_prompts(), leases_.size() - sets_.EvalInFlight(),
+                                     sets_.counts().groups_completed);
+  int64_t eval_allowed = EvalLeasesAllowedLocked(request.actor_id(), *actor);
   if (allowed < request.max_prompts() && !scheduler_.empty()) ++stats_.lease_requests_throttled;
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(budget_->learner_version());
@@ -160,6 +165,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const PromptSets::Set* set = sets_.Find(set_id);
     if (set == nullptr || !set->running()) return SetCheck::kDrop;
     if (!Fits(capacity, {set->samples, set->min_tokens})) return SetCheck::kPass;
+    if ((set->eval() ? eval_allowed : allowed) <= 0) return SetCheck::kPass;
     return share.Blocked(ShareClassOf(set->submitted.request())) ? SetCheck::kWait
                                                                  : SetCheck::kOpen;
   };
@@ -173,7 +179,8 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   LeaseScheduler::Round round = scheduler_.StartRound(check_set, check_prompt);
   size_t response_bytes = 0;
   // A response stays well within any actor's receive limit (64 MiB): the rest next time.
-  while (allowed > 0 && response_bytes <= kMaxLeaseResponseBytes) {
+  while (slots > 0 && (allowed > 0 || eval_allowed > 0) &&
+         response_bytes <= kMaxLeaseResponseBytes) {
     const std::optional<PromptRef> next = round.Next();
     if (!next.has_value()) break;
     const PromptSets::Set& set = *sets_.Find(next->set_id);
@@ -188,7 +195,8 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     if (set.prompts[next->index].stale_reruns > 0) {
       response.set_min_weight_version(budget_->learner_version());
     }
-    --allowed;
+    --(set.eval() ? eval_allowed : allowed);
+    --slots;
     response_bytes += out->ByteSizeLong();
   }
   if (response.prompts_size() > 0) stats_.prompts_leased[actor->name] += response.prompts_size();

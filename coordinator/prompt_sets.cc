@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/time/clock.h"
+
 namespace prl::coordinator {
 
 // ---- Records ---------------------------------------------------------------------------------
@@ -25,6 +27,9 @@ void PromptSets::ApplySubmitted(const prl::v1::SubmittedPromptSet& s) {
   if (!s.request().idempotency_key().empty()) {
     idempotency_[s.request().idempotency_key()] = s.prompt_set_id();
   }
+  if (set.eval()) {
+    eval_.Add(set.id(), s.request().eval(), s.request().samples_per_prompt());
+  }
 }
 
 void PromptSets::ApplyCompleted(const std::string& set_id, const prl::v1::GroupResult& result) {
@@ -42,11 +47,12 @@ void PromptSets::ApplyCompleted(const std::string& set_id, const prl::v1::GroupR
   }
   p.state = PromptState::kDone;
   ++set->done;
-  ++counts_.groups_completed;
+  ++(set->eval() ? counts_.eval_groups : counts_.groups_completed);
   for (double r : result.rewards()) set->reward_sum += r;
   set->reward_count += result.rewards_size();
-  FinishIfSettled(*set);
+  if (set->eval()) eval_.Scored(set_id, result);
   *set->events.emplace_back().mutable_group() = result;
+  FinishIfSettled(*set);
   *set->events.emplace_back().mutable_status() = StatusOf(*set);
   BoundTexts(*set);
 }
@@ -96,9 +102,36 @@ bool PromptSets::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
   failed.set_reason(p.last_reason);
   if (set->first_failed.size() < kMaxFailedListed) set->first_failed.push_back(failed);
   *set->events.emplace_back().mutable_failed() = failed;
+  if (set->eval()) eval_.Failed(set->id());
   FinishIfSettled(*set);
   *set->events.emplace_back().mutable_status() = StatusOf(*set);
   return false;
+}
+
+std::vector<int64_t> PromptSets::ApplyEvalRound(const prl::v1::EvalRound& round) {
+  Set* set = FindMutable(round.prompt_set_id());
+  if (set == nullptr || !set->eval()) return {};
+  if (round.has_finished()) {
+    eval_.Restore(set->id(), round.finished());
+    return {};
+  }
+  eval_.Open(set->id(), round.version());
+  std::vector<int64_t> reopened;
+  for (size_t i = 0; i < set->prompts.size(); ++i) {
+    Prompt& p = set->prompts[i];
+    if (p.state == PromptState::kDone || p.state == PromptState::kFailed) {
+      reopened.push_back(static_cast<int64_t>(i));
+    }
+    if (p.state != PromptState::kLeased) p = Prompt{};  // (a round opens with none leased)
+  }
+  set->pending = static_cast<int64_t>(set->prompts.size()) - set->in_flight;
+  set->done = set->failed = 0;
+  set->reward_sum = 0;
+  set->reward_count = 0;
+  set->first_failed.clear();
+  set->round_first_event = set->events.size();
+  *set->events.emplace_back().mutable_status() = StatusOf(*set);
+  return reopened;
 }
 
 void PromptSets::MarkLeased(const std::string& set_id, int64_t index) {
@@ -119,6 +152,7 @@ void PromptSets::FillLease(const Set& set, int64_t index, prl::v1::LeasedPrompt*
   *out->mutable_reward() = req.reward();
   if (req.has_environment()) *out->mutable_environment() = req.environment();
   if (req.has_agent()) *out->mutable_agent() = req.agent();
+  out->set_eval(set.eval());
   if ((req.has_environment() || req.has_agent()) && index < set.submitted.episode_prompts_size()) {
     *out->mutable_episode_prompt() = set.submitted.episode_prompts(index);
   }
@@ -131,8 +165,15 @@ void PromptSets::Requeue(Set& set, int64_t index) {
 }
 
 void PromptSets::FinishIfSettled(Set& set) {
-  if (set.running() && set.done + set.failed == static_cast<int64_t>(set.prompts.size())) {
+  if (!set.running() || set.done + set.failed != static_cast<int64_t>(set.prompts.size())) return;
+  if (!set.eval()) {
     set.state = prl::v1::PROMPT_SET_STATE_DONE;
+    return;
+  }
+  // An evaluation set's round ends; the set runs on until cancelled.
+  const EvalRounds::Series* series = eval_.Find(set.id());
+  if (series != nullptr && series->round_version != EvalRounds::kNoRound) {
+    eval_.Finish(set.id(), absl::ToUnixMillis(absl::Now()));
   }
 }
 
@@ -191,6 +232,14 @@ prl::v1::PromptSetStatus PromptSets::StatusOf(const Set& set) const {
   s.set_prompts_failed(set.failed);
   s.set_weight(set.weight);
   for (const prl::v1::FailedPrompt& f : set.first_failed) *s.add_failed_prompts() = f;
+  if (set.eval()) {
+    s.set_eval(true);
+    const EvalRounds::Series* series = eval_.Find(set.id());
+    s.set_eval_round_version(series == nullptr ? EvalRounds::kNoRound : series->round_version);
+    if (series != nullptr) {
+      for (const prl::v1::EvalRoundResult& r : series->history) *s.add_eval_rounds() = r;
+    }
+  }
   if (set.running() && set.pending > 0) s.set_message(wait_note_(set));
   return s;
 }
@@ -201,6 +250,21 @@ int64_t PromptSets::PendingOrInFlight() const {
     if (set.running()) n += set.pending + set.in_flight;
   }
   return n;
+}
+
+int64_t PromptSets::EvalInFlight() const {
+  int64_t n = 0;
+  for (const auto& [id, set] : sets_) n += set.eval() ? set.in_flight : 0;
+  return n;
+}
+
+std::vector<std::string> PromptSets::DueEvalRounds(int64_t version) const {
+  std::vector<std::string> due;
+  for (const std::string& id : eval_.Due(version)) {
+    const Set* set = Find(id);
+    if (set != nullptr && set->running()) due.push_back(id);
+  }
+  return due;
 }
 
 void PromptSets::Totals(int64_t* pending, int64_t* in_flight, int64_t* done) const {

@@ -12,6 +12,10 @@
 // prompt's counts (attempts, stale re-runs) and whether it failed; a leased prompt it names is
 // pending again (to be re-run first), a completed one it reopens is un-completed.
 //
+// Evaluation sets (SubmitPromptSetRequest.eval; their rounds are EvalRounds', coordinator/
+// eval_rounds.h, which this owns): never done while running; an EvalRound record reopens every
+// prompt for a new round; their groups count apart from the training groups (Counts).
+//
 // Bounds: a set's completion texts stay within max_text_bytes_per_set (the oldest groups'
 // are dropped and marked so); a set done or cancelled retention_s ago is retired (Retire:
 // dropped with its idempotency key, remembered by id for the learner's
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/eval_rounds.h"
 #include "prl/v1/prompt.pb.h"
 
 namespace prl::coordinator {
@@ -57,12 +62,17 @@ class PromptSets {
     std::vector<prl::v1::PromptSetEvent> events;  // groups, each followed by a status
     int64_t text_bytes = 0;                       // of the texts the events hold
     size_t oldest_text = 0;                       // events before this hold no texts
+    // An evaluation set: the index of the first event of the running (or last) round.
+    size_t round_first_event = 0;
+    bool eval() const { return submitted.request().eval().every_versions() > 0; }
     const std::string& id() const { return submitted.prompt_set_id(); }
     bool running() const { return state == prl::v1::PROMPT_SET_STATE_RUNNING; }
   };
   // What the sets have counted since open (replayed records included).
   struct Counts {
+    // groups_completed: of training sets (the lag budget's); eval_groups: of evaluation sets.
     int64_t groups_completed = 0, prompts_failed = 0, prompts_reopened = 0, sets_retired = 0;
+    int64_t eval_groups = 0;
   };
   // Why a running set's pending prompts wait (no live actor can run them), or "": the
   // coordinator's, which knows the actors (coordinator/capacity.h).
@@ -81,6 +91,10 @@ class PromptSets {
   void ApplyCancelled(const std::string& set_id);
   // Returns whether the prompt is pending again (leased, or completed and reopened): a re-run.
   bool ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt);
+  // An evaluation set's round opens (every prompt pending again, its counts from zero; returns
+  // the prompts made pending, for the scheduler) or, from a snapshot, a finished round is
+  // restored into its history (returns none).
+  std::vector<int64_t> ApplyEvalRound(const prl::v1::EvalRound& round);
   // A pending prompt of a running set is leased (not durable: a restart makes it pending).
   void MarkLeased(const std::string& set_id, int64_t index);
   // What a lease of the set's prompt carries (LeasedPrompt, less its lease id): its tokens,
@@ -101,6 +115,11 @@ class PromptSets {
   int64_t PendingOrInFlight() const;
   int64_t size() const { return static_cast<int64_t>(sets_.size()); }
   const Counts& counts() const { return counts_; }
+  // Prompts of evaluation sets leased now (outside the lag budget).
+  int64_t EvalInFlight() const;
+  // The running evaluation sets whose next round is due at learner version `version`.
+  std::vector<std::string> DueEvalRounds(int64_t version) const;
+  const EvalRounds& eval_rounds() const { return eval_; }
   // Pending (running sets only), in flight and done prompts of all sets.
   void Totals(int64_t* pending, int64_t* in_flight, int64_t* done) const;
 
@@ -121,6 +140,9 @@ class PromptSets {
   void Requeue(Set& set, int64_t index);  // a leased prompt is pending again
   void FinishIfSettled(Set& set);         // done once every prompt is completed or failed
   void BoundTexts(Set& set);              // the newest group's texts counted, oldest dropped
+  // Snapshot's records of an evaluation set's rounds (prompt_sets_snapshot.cc).
+  void AppendEvalRounds(const std::string& id, const Set& set,
+                        std::vector<prl::v1::LogRecord>* out) const;
 
   int64_t max_text_bytes_per_set_;
   WaitNote wait_note_;
@@ -130,6 +152,7 @@ class PromptSets {
   std::map<std::string, absl::Time> finished_at_;    // finished sets: since when
   std::deque<std::string> recently_retired_;
   Counts counts_;
+  EvalRounds eval_;  // the evaluation sets' rounds
 };
 
 }  // namespace prl::coordinator

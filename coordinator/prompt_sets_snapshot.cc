@@ -21,10 +21,37 @@ const std::string& SetIdOf(const prl::v1::LogRecord& record) {
   if (record.has_submitted()) return record.submitted().prompt_set_id();
   if (record.has_completed()) return record.completed().prompt_set_id();
   if (record.has_failed_attempt()) return record.failed_attempt().prompt_set_id();
+  if (record.has_eval_round()) return record.eval_round().prompt_set_id();
   return record.cancelled();
 }
 
 }  // namespace
+
+// An evaluation set's rounds, after its submission: the finished ones, then the round whose
+// prompts' records follow — the running one, or between rounds the last finished one again
+// (so that its prompts replay as settled: replaying its groups finishes it once more, with
+// the same result, instead of leaving its prompts pending outside any round).
+void PromptSets::AppendEvalRounds(const std::string& id, const Set& set,
+                                  std::vector<prl::v1::LogRecord>* out) const {
+  const EvalRounds::Series* series = eval_.Find(id);
+  if (series == nullptr) return;
+  const bool running = series->round_version != EvalRounds::kNoRound;
+  const size_t restored = series->history.size() - (running || series->history.empty() ? 0 : 1);
+  for (size_t i = 0; i < restored; ++i) {
+    prl::v1::LogRecord& record = out->emplace_back();
+    record.mutable_eval_round()->set_prompt_set_id(id);
+    record.mutable_eval_round()->set_version(series->history[i].version());
+    *record.mutable_eval_round()->mutable_finished() = series->history[i];
+    record.set_unix_ms(series->history[i].finished_unix_ms());
+  }
+  if (running || !series->history.empty()) {
+    prl::v1::LogRecord& record = out->emplace_back();
+    record.mutable_eval_round()->set_prompt_set_id(id);
+    record.mutable_eval_round()->set_version(running ? series->round_version
+                                                     : series->history.back().version());
+    record.set_unix_ms(set.submitted.created_unix_ms());
+  }
+}
 
 std::vector<prl::v1::LogRecord> PromptSets::Snapshot() const {
   std::vector<prl::v1::LogRecord> out;
@@ -38,7 +65,9 @@ std::vector<prl::v1::LogRecord> PromptSets::Snapshot() const {
     prl::v1::LogRecord& submitted = out.emplace_back();
     *submitted.mutable_submitted() = set.submitted;
     submitted.set_unix_ms(set.submitted.created_unix_ms());
-    for (const prl::v1::PromptSetEvent& event : set.events) {
+    if (set.eval()) AppendEvalRounds(id, set, &out);
+    for (size_t e = set.round_first_event; e < set.events.size(); ++e) {
+      const prl::v1::PromptSetEvent& event = set.events[e];
       if (!event.has_group()) continue;
       // The group of a prompt the learner handed back (ReopenPrompts) no longer completes it.
       const int64_t index = event.group().prompt_index();
@@ -92,6 +121,7 @@ std::vector<std::string> PromptSets::Retire(absl::Time now, int64_t retention_s)
   order_.erase(std::remove_if(order_.begin(), order_.end(), is_retired), order_.end());
   for (const std::string& id : retired) {
     sets_.erase(id);
+    eval_.Remove(id);
     finished_at_.erase(id);
     recently_retired_.push_back(id);
     if (recently_retired_.size() > kRecentlyRetired) recently_retired_.pop_front();

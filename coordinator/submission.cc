@@ -24,6 +24,9 @@ constexpr size_t kMaxPromptBytes = 1 << 20;  // a prompt's text, messages or too
 constexpr int kMaxStopTokens = 64;
 constexpr int kMaxEnvParams = 64;
 constexpr size_t kMaxEnvParamBytes = 4096, kMaxEnvParamsBytes = 64 << 10;
+// An evaluation set's period (versions between rounds) at most.
+constexpr int64_t kMaxEvalEvery = 1'000'000;
+
 // A set's weight (its share of leases): a ratio of a million between two sets at most, which
 // keeps the round robin's credits (coordinator/lease_scheduler.h) far from rounding.
 constexpr double kMinWeight = 1e-3, kMaxWeight = 1e3;
@@ -69,6 +72,15 @@ absl::Status Coordinator::ValidateShape(const prl::v1::SubmitPromptSetRequest& r
   if (r.weight() != 0 && !(r.weight() >= kMinWeight && r.weight() <= kMaxWeight)) {
     return Invalid("weight", absl::StrCat("0 (unset: 1) or ", kMinWeight, " to ", kMaxWeight),
                    absl::StrCat(r.weight()));
+  }
+  if (r.eval().every_versions() < 0 || r.eval().every_versions() > kMaxEvalEvery) {
+    return Invalid("eval.every_versions",
+                   absl::StrCat("0 (a training set) or 1 to ", kMaxEvalEvery),
+                   absl::StrCat(r.eval().every_versions()));
+  }
+  if (!std::isfinite(r.eval().pass_reward())) {
+    return Invalid("eval.pass_reward", "a finite number (0: 1)",
+                   absl::StrCat(r.eval().pass_reward()));
   }
   const int32_t n = r.samples_per_prompt();
   if (n < 1 || n > config_.max_samples_per_prompt) {

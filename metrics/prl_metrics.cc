@@ -62,8 +62,11 @@ Counter& AddCounter(Registry& registry, const char* name, const char* help,
                     const Labels& labels = {}) {
   return CounterFamily(registry, name, help).Add(labels);
 }
+Family<Gauge>& GaugeFamily(Registry& registry, const char* name, const char* help) {
+  return BuildGauge().Name(name).Help(help).Register(registry);
+}
 Gauge& AddGauge(Registry& registry, const char* name, const char* help, const Labels& labels = {}) {
-  return BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
+  return GaugeFamily(registry, name, help).Add(labels);
 }
 Histogram& AddHistogram(Registry& registry, const char* name, const char* help,
                         const Histogram::BucketBoundaries& buckets) {
@@ -153,6 +156,16 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
                                        "Prompt leases granted, by prompt set name.")),
       prompt_set_groups_completed_(CounterFamily(registry, "prl_prompt_set_groups_completed_total",
                                                  "Groups completed, by prompt set name.")),
+      eval_mean_reward_(GaugeFamily(registry, "prl_eval_mean_reward",
+                                    "Evaluation sets: the newest round's mean reward, by set name.")),
+      eval_pass_at_k_(GaugeFamily(registry, "prl_eval_pass_at_k",
+                                  "Evaluation sets: the newest round's pass@k (k = samples per "
+                                  "prompt), by set name.")),
+      eval_version_(GaugeFamily(registry, "prl_eval_version",
+                                "Evaluation sets: the learner version that opened the newest "
+                                "finished round, by set name.")),
+      eval_rounds_(CounterFamily(registry, "prl_eval_rounds_total",
+                                 "Evaluation sets: rounds finished, by set name.")),
       requests_rejected_(CounterFamily(registry, "prl_coordinator_requests_rejected_total",
                                        "Authenticated requests refused for their content, by "
                                        "reason.")) {
@@ -172,6 +185,12 @@ Counter& CoordinatorMetrics::PromptSetLeases(absl::string_view set) {
 
 Counter& CoordinatorMetrics::PromptSetGroupsCompleted(absl::string_view set) {
   return prompt_set_groups_completed_.Add({{"set", std::string(set)}});
+}
+
+CoordinatorMetrics::Eval CoordinatorMetrics::EvalOf(absl::string_view set) {
+  const std::map<std::string, std::string> labels = {{"set", std::string(set)}};
+  return {eval_mean_reward_.Add(labels), eval_pass_at_k_.Add(labels), eval_version_.Add(labels),
+          eval_rounds_.Add(labels)};
 }
 
 Counter& CoordinatorMetrics::RequestsRejected(absl::string_view reason) {
@@ -194,6 +213,9 @@ ActorMetrics::ActorMetrics(Registry& registry)
           AddGauge(registry, "prl_groups_in_flight", "Groups being generated or scored.")),
       groups_done(
           AddCounter(registry, "prl_groups_done_total", "Groups written to the replay buffer.")),
+      eval_groups(AddCounter(registry, "prl_actor_eval_groups_total",
+                             "Groups of evaluation sets: scored and reported, never written to "
+                             "the replay buffer.")),
       leases_lost(AddCounter(registry, "prl_actor_leases_lost_total",
                              "Groups dropped because their lease was no longer this actor's.")),
       sequences_running(AddGauge(registry, "prl_engine_sequences_running",

@@ -95,6 +95,17 @@ struct CoordinatorMetrics {
   // proportion to the sets' weights while they have prompts to lease.
   prometheus::Counter& PromptSetLeases(absl::string_view set);
   prometheus::Counter& PromptSetGroupsCompleted(absl::string_view set);
+  // Evaluation sets (docs/operations.md, "Evaluation during training"), by the set's name (the
+  // first 100 names): the newest finished round's mean reward (prl_eval_mean_reward{set}),
+  // pass@k (prl_eval_pass_at_k{set}) and learner version (prl_eval_version{set}), and the
+  // rounds finished (prl_eval_rounds_total{set}).
+  struct Eval {
+    prometheus::Gauge& mean_reward;
+    prometheus::Gauge& pass_at_k;
+    prometheus::Gauge& version;
+    prometheus::Counter& rounds;
+  };
+  Eval EvalOf(absl::string_view set);
   // prl_coordinator_requests_rejected_total{reason}: authenticated requests refused for their
   // content (docs/security.md): "completion_not_lease_holder" (a completion from an actor that
   // does not hold the lease, or with a wrong nonce), "progress_out_of_bounds" (learner progress
@@ -107,6 +118,10 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& prompts_leased_;
   prometheus::Family<prometheus::Counter>& prompt_set_leases_;
   prometheus::Family<prometheus::Counter>& prompt_set_groups_completed_;
+  prometheus::Family<prometheus::Gauge>& eval_mean_reward_;
+  prometheus::Family<prometheus::Gauge>& eval_pass_at_k_;
+  prometheus::Family<prometheus::Gauge>& eval_version_;
+  prometheus::Family<prometheus::Counter>& eval_rounds_;
   prometheus::Family<prometheus::Counter>& requests_rejected_;
 };
 
@@ -133,6 +148,8 @@ struct ActorMetrics {
   prometheus::Gauge& groups_in_flight;
   // prl_groups_done_total: groups written to the replay buffer.
   prometheus::Counter& groups_done;
+  // prl_actor_eval_groups_total: groups of evaluation sets, scored and reported, never written.
+  prometheus::Counter& eval_groups;
   // prl_actor_leases_lost_total: groups dropped because the coordinator refused them for a lease
   // this actor no longer holds (expired or re-queued); their prompts run again elsewhere.
   prometheus::Counter& leases_lost;

@@ -52,6 +52,13 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
     metrics::AdvanceCounterTo(m.PromptSetGroupsCompleted(set),
                               static_cast<double>(counts.groups_completed));
   }
+  for (const auto& [set, series] : s.evals) {
+    const metrics::CoordinatorMetrics::Eval e = m.EvalOf(set);
+    e.mean_reward.Set(series.latest.mean_reward());
+    e.pass_at_k.Set(series.latest.pass_at_k());
+    e.version.Set(static_cast<double>(series.latest.version()));
+    metrics::AdvanceCounterTo(e.rounds, static_cast<double>(series.rounds));
+  }
   process.weight_version.Set(static_cast<double>(s.learner_version));
 }
 
@@ -79,6 +86,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   out.max_env_timeout_s = c.coordinator.max_env_timeout_s;
   out.agent_addresses = c.coordinator.agent_addresses;
   out.max_agent_timeout_s = c.coordinator.max_agent_timeout_s;
+  out.eval_max_actor_share = c.coordinator.eval_max_actor_share;
   out.compact_log_bytes = c.coordinator.compact_log_mb << 20;
   out.retention_s = c.coordinator.retention_s;
   out.max_lag = c.learner.max_lag;

@@ -21,6 +21,7 @@
 #include "runner/evaluation.h"
 #include "runner/gpu_plan.h"
 #include "runner/prompt_feeder.h"
+#include "runner/training_eval.h"
 #include "runner/role_specs.h"
 #include "runner/run_report.h"
 #include "runner/warm_start.h"
@@ -171,6 +172,7 @@ class Run {
     auto channel = rpc::NewChannel(address, rpc::ChannelArgs(int64_t{64} << 20));
     PRL_RETURN_IF_ERROR(WaitForServer(*channel, *coordinator_.process, "the coordinator", address));
     feeder_.emplace(rc, *task_, channel);
+    eval_.emplace(rc, *task_, channel);
     PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(roles_.learner));
     learner_.process.emplace(std::move(started));
     if (rc.broadcast.transport == config::WeightTransport::kGrpc ||
@@ -234,6 +236,7 @@ class Run {
       if (Interrupted()) return absl::CancelledError("interrupted");
       if (absl::Now() >= next_feed) {
         PRL_RETURN_IF_ERROR(feeder_->Feed());
+        PRL_RETURN_IF_ERROR(eval_->Poll());
         next_feed = absl::Now() + absl::Milliseconds(100);
       }
       PRL_RETURN_IF_ERROR(report_.ReadSteps(feeder_->in_flight()));
@@ -254,6 +257,8 @@ class Run {
       absl::SleepFor(absl::Milliseconds(100));
     }
     report_.Finish();
+    PRL_RETURN_IF_ERROR(eval_->Poll());  // rounds that finished with the last steps
+    outcome_.eval_curve = eval_->rounds();
     return report_.ReadSteps(feeder_->in_flight());
   }
 
@@ -292,6 +297,7 @@ class Run {
   Supervised coordinator_, learner_;
   std::vector<Supervised> actors_;
   std::optional<PromptFeeder> feeder_;
+  std::optional<TrainingEval> eval_;
   RunReport report_;
   RunReport::Outcome outcome_;
 };

@@ -17,7 +17,7 @@ absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
                        task_.TrainPrompts(chunks_, 8 * c.learner.groups_per_step));
   v1::SubmitPromptSetRequest request;
-  request.set_name(absl::StrCat(c.run.name, " train chunk ", chunks_));
+  request.set_name(absl::StrCat(c.run.name, " train"));  // one series in the per-set metrics
   request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, "/chunk/", chunks_));
   request.set_samples_per_prompt(c.task.samples_per_prompt);
   v1::RolloutSampling* sampling = request.mutable_sampling();
@@ -48,6 +48,7 @@ absl::Status PromptFeeder::Feed() {
   int64_t pending = 0;
   in_flight_ = 0;
   for (const v1::PromptSetStatus& s : *sets) {
+    if (s.eval()) continue;  // evaluation rounds are not train prompts (runner/training_eval.h)
     pending += s.prompts_pending();
     in_flight_ += s.prompts_in_flight();
   }

@@ -93,6 +93,18 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
   j["model_final"] = o.model_final;
   j["config"] = o.role_config;
   j["reward_curve"] = curve;
+  if (config_.eval.every_versions > 0) {
+    Json eval = Json::array();
+    for (const prl::v1::EvalRoundResult& r : o.eval_curve) {
+      eval.push_back({{"version", r.version()},
+                      {"mean_reward", r.mean_reward()},
+                      {absl::StrCat("pass_at_", r.k()), r.pass_at_k()},
+                      {"prompts", r.prompts()},
+                      {"weight_versions", {r.min_weight_version(), r.max_weight_version()}},
+                      {"prompts_failed", r.prompts_failed()}});
+    }
+    j["eval_curve"] = eval;
+  }
   const std::string path = config_.run_dir() + "/summary.json";
   std::ofstream f(path);
   f << j.dump(2) << "\n";

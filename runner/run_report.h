@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "config/run_config.h"
 #include "learner/step_report.h"
+#include "prl/v1/prompt.pb.h"
 
 namespace prl::runner {
 
@@ -34,6 +35,8 @@ class RunReport {
     // With an environment: the held-out episodes' share of two or more model turns (the
     // calculator's tool-use rate) and their mean model turns, before and after RL.
     double multi_turn_before = 0, multi_turn_after = 0, turns_before = 0, turns_after = 0;
+    // Evaluation during training (eval.*): the rounds, oldest first (runner/training_eval.h).
+    std::vector<prl::v1::EvalRoundResult> eval_curve;
     int actor_restarts = 0, learner_restarts = 0, coordinator_restarts = 0;
     std::string model_final, role_config;
   };

@@ -29,6 +29,7 @@ import observe
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROMPTS = 12000  # a multiple of groups_per_step (cpu-dev: 16); about two minutes of generation here
+EVAL_PROMPTS = 32  # an evaluation set beside it: greedy, a round every 20 learner versions
 SAMPLES, MAX_TOKENS = 8, 48
 
 
@@ -174,7 +175,13 @@ def prompts_configmap(index):
     for _ in range(PROMPTS):
         a, b = rng.randrange(100), rng.randrange(100)
         lines.append(json.dumps({"text": "%d+%d=" % (a, b), "reference": str(a + b)}))
-    index[("ConfigMap", "rehearsal-prompts")] = {"data": {"prompts.jsonl": "\n".join(lines) + "\n"}}
+    # Held-out prompts for an evaluation set (docs/operations.md, "Evaluation during training").
+    held_out = []
+    for _ in range(EVAL_PROMPTS):
+        a, b = rng.randrange(100), rng.randrange(100)
+        held_out.append(json.dumps({"text": "%d+%d=" % (a, b), "reference": str(a + b)}))
+    index[("ConfigMap", "rehearsal-prompts")] = {"data": {"prompts.jsonl": "\n".join(lines) + "\n",
+                                                          "eval.jsonl": "\n".join(held_out) + "\n"}}
 
 
 def render(work):
@@ -245,7 +252,12 @@ def leased_by(kube, fleet, actor):
 
 
 def scale_during_run(kube, fleet):
-    """Submits the prompt set through the Service name; scales the actors 1 -> 3 -> 1 on the way."""
+    """Submits the prompt set (and an evaluation set) through the Service name; scales the actors
+    1 -> 3 -> 1 on the way."""
+    client(kube, fleet, ["submit", "/prompts/eval.jsonl", "--server", "prl-coordinator:50051",
+                         "--name", "rehearsal-eval", "--eval-every", "20", "--samples", "1",
+                         "--temperature", "0", "--max-tokens", str(MAX_TOKENS), "--stop-token", "2",
+                         "--reward", "arithmetic", "--json"])
     out = client(kube, fleet, ["submit", "/prompts/prompts.jsonl", "--server", "prl-coordinator:50051",
                                "--samples", str(SAMPLES), "--max-tokens", str(MAX_TOKENS), "--stop-token", "2",
                                "--reward", "arithmetic", "--json"])

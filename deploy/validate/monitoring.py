@@ -27,7 +27,7 @@ def catalog():
     """Series names the catalog exports: each family, and a histogram's _bucket/_sum/_count."""
     text = open(os.path.join(ROOT, "metrics", "prl_metrics.cc")).read()
     names = set()
-    for call, name in re.findall(r'(AddHistogram|AddGauge|AddCounter|CounterFamily|DroppedGroups)'
+    for call, name in re.findall(r'(AddHistogram|AddGauge|AddCounter|CounterFamily|GaugeFamily|DroppedGroups)'
                                  r'\(\s*(?:registry,\s*)?"(prl_\w+)"', text):
         names.add(name)
         if call == "AddHistogram":

@@ -97,6 +97,17 @@ class ServiceCliTest(unittest.TestCase):
         line = run("status", "--server", self.server, check=True).stdout
         self.assertIn("2 pending, weight 3,", line)
 
+    def test_an_evaluation_set_shows_its_running_round(self):
+        path = self.prompts("eval.jsonl", [{"text": "1+1=", "reference": "2"}])
+        out = json.loads(self.submit(path, "--eval-every", 5, "--pass-reward", 0.5).stdout)
+        status = json.loads(run("status", out["prompt_set_id"], "--server", self.server,
+                                "--json", check=True).stdout)[0]
+        self.assertEqual(status["eval_round_version"], 0)  # its first round runs at once
+        self.assertEqual(status["eval_rounds"], [])
+        self.assertEqual(status["prompts_pending"], 1)
+        text = run("status", out["prompt_set_id"], "--server", self.server, check=True).stdout
+        self.assertIn("eval round running, opened at version 0", text)
+
     def test_malformed_submissions_name_the_field_and_the_service_keeps_working(self):
         good = {"text": "1+1=", "reference": "2"}
         cases = [
@@ -106,6 +117,7 @@ class ServiceCliTest(unittest.TestCase):
             ([good], ["--samples", 0], "samples_per_prompt"),
             ([good], ["--samples", 1000000], "samples_per_prompt"),
             ([good], ["--weight", 10000], "weight: expected 0 (unset: 1) or 0.001 to 1000"),
+            ([good], ["--eval-every", -2], "eval.every_versions: expected 0 (a training set) or"),
             ([{"text": "1+1=" * 10}], [], "exceeds the model's context"),
             ([{"text": "abc"}], [], "prompts[0].text"),
         ]

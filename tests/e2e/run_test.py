@@ -115,6 +115,26 @@ class RunTest(unittest.TestCase):
         self.assertEqual(shared, [])
         self.assertTrue(glob.glob(os.path.join(self.tmp, "run", "checkpoints", "*")))
 
+    def test_evaluation_runs_during_training_and_is_never_trained_on(self):
+        # eval.*: the held-out prompts as an evaluation set, a round at version 0 and every 2
+        # versions; the summary holds the curve, and the learner trains only the train groups.
+        proc = self.start(self.config(eval={"every_versions": 2, "prompts": 16},
+                                      learner={"steps": 30}))
+        summary = self.finish(proc)
+        curve = summary["eval_curve"]
+        self.assertGreaterEqual(len(curve), 2, curve)
+        self.assertEqual(curve[0]["version"], 0)
+        versions = [r["version"] for r in curve]
+        self.assertEqual(versions, sorted(set(versions)))
+        for r in curve:
+            self.assertEqual(r["prompts"] + r["prompts_failed"], 16)
+            self.assertTrue(0 <= r["mean_reward"] <= 1 and 0 <= r["pass_at_1"] <= 1, r)
+            self.assertEqual(r["mean_reward"], r["pass_at_1"])  # greedy, one sample, 0/1 reward
+        out = self.output()
+        self.assertEqual(len(re.findall(r"^eval at version \d+: mean reward", out, re.M)),
+                         len(curve), out)
+        self.assertEqual(summary["samples"], 30 * 4 * 4)  # train groups only
+
     def test_two_runs_on_one_machine_with_default_ports_both_complete(self):
         # Neither config names a port: prl run gives each run's roles free ones (two
         # coordinators on 127.0.0.1:50051 would split each other's connections).

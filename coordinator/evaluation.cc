@@ -1,0 +1,44 @@
+// Evaluation sets (declared in coordinator.h; the rounds are coordinator/eval_rounds.h's, held
+// by PromptSets): opening the rounds the learner's version makes due, and the share of an
+// actor's slots evaluation leases may take. Leasing (leasing.cc) keeps evaluation prompts out
+// of the lag budget and within that share.
+#include <algorithm>
+#include <cmath>
+
+#include "coordinator/coordinator.h"
+
+namespace prl::coordinator {
+
+absl::StatusOr<uint64_t> Coordinator::OpenEvalRoundLocked(const std::string& set_id) {
+  prl::v1::LogRecord record;
+  record.mutable_eval_round()->set_prompt_set_id(set_id);
+  record.mutable_eval_round()->set_version(budget_->learner_version());
+  // Applied even if the log refuses it, as a failed attempt is (prompt_attempts.cc): a round
+  // whose record is lost opens again after a restart.
+  absl::StatusOr<uint64_t> ticket = log_->Write(record);
+  Apply(record);
+  return ticket;
+}
+
+void Coordinator::OpenDueEvalRoundsLocked() {
+  for (const std::string& id : sets_.DueEvalRounds(budget_->learner_version())) {
+    OpenEvalRoundLocked(id).IgnoreError();  // a failed log refuses every later append, visibly
+  }
+}
+
+int64_t Coordinator::EvalLeasesAllowedLocked(const std::string& actor_id,
+                                             const ActorTable::Actor& actor) const {
+  const int32_t slots = actor.capacity.max_prompts_in_flight();
+  const int64_t cap =
+      slots <= 0 ? 1
+                 : std::max<int64_t>(1, static_cast<int64_t>(std::floor(
+                                            config_.eval_max_actor_share * slots + 1e-9)));
+  int64_t held = 0;
+  for (const auto& [id, lease] : leases_.HeldBy(actor_id)) {
+    const PromptSets::Set* set = sets_.Find(lease->prompt.set_id);
+    held += set != nullptr && set->eval() ? 1 : 0;
+  }
+  return std::max<int64_t>(0, cap - held);
+}
+
+}  // namespace prl::coordinator
