@@ -206,6 +206,9 @@ absl::StatusOr<bool> LearnerService::Step(
 absl::Status LearnerService::Run(const std::atomic<bool>* stop,
                                  const std::function<void(const LearnerStepReport&)>& on_step) {
   PRL_RETURN_IF_ERROR(Resume());
+  if (options_.on_started && replay_ != nullptr) {
+    options_.on_started(state_.weight_version, state_.data_position);
+  }
   // The starting weights go out unless the transport has them (or a replay will publish).
   if (replay_through_ == state_.step && !skip_publish_) PRL_RETURN_IF_ERROR(Publish());
   skip_publish_ = false;

@@ -79,6 +79,11 @@ struct LearnerServiceOptions {
   // Called on rank 0 once per step. Null: the ledger keeps every key.
   std::function<std::vector<std::string>()> retired_prompt_sets;
   absl::Duration reopen_retry = absl::Milliseconds(500);
+  // Called on rank 0 once the service has resumed, before its first step, with its weight
+  // version and groups consumed: the learner role starts reporting its progress to the
+  // coordinator from here when learner.drop_uniform_groups is on (the groups it drops before
+  // its first step would otherwise count against the lag budget, and could fill it). Null: none.
+  std::function<void(int64_t version, int64_t groups_consumed)> on_started;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor

@@ -95,6 +95,11 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
       return sink->ReopenPrompts(prompts);
     };
     options.retired_prompt_sets = [sink] { return sink->RetiredPromptSets(); };
+    if (c.learner.drop_uniform_groups) {  // (LearnerServiceOptions::on_started)
+      options.on_started = [sink](int64_t version, int64_t consumed) {
+        sink->Started(version, consumed);
+      };
+    }
   }
   learner::LearnerService service(rank->model.get(), rank->optimizer.get(), z.replay.get(),
                                   z.weights.publisher.get(), options);

@@ -110,6 +110,12 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
                             static_cast<double>(rs.dropped_prompts_overwritten));
 }
 
+void StepSink::Started(int64_t version, int64_t groups_consumed) {
+  if (last_version_.load() >= 0) return;  // a step was reported already
+  last_consumed_ = groups_consumed;
+  last_version_ = version;
+}
+
 void StepSink::ReportProgress(int64_t version, int64_t groups_consumed, bool with_step_groups) {
   if (coordinator_ == nullptr) return;
   // One report at a time, the backlog read just before it is sent: a report from the thread

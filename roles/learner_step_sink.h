@@ -35,6 +35,9 @@ class StepSink {
                                                           ReplayBuffer* replay);
   ~StepSink();
 
+  // The service resumed at `version` having consumed `groups_consumed` groups: progress is
+  // reported from now on, before the first step (LearnerServiceOptions::on_started).
+  void Started(int64_t version, int64_t groups_consumed);
   void Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,
                const QuarantineCounts& dead_letters);
   // Hands prompts whose groups were too stale to train on back to the coordinator

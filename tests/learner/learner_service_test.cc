@@ -241,7 +241,20 @@ TEST_F(LearnerServiceTest, CheckpointsFollowThePolicyAndAResumedServiceContinues
   // as versions 4 and 5, as they would have without the restart.
   WriteGroups(4, 3);
   options.max_steps = 5;
-  const std::vector<StepReport> resumed = Run(1, options, never_);
+  // It says where it resumed before its first step (the learner role reports it to the
+  // coordinator from then on: LearnerServiceOptions::on_started).
+  std::vector<std::pair<int64_t, int64_t>> started;
+  std::atomic<int> steps_at_start{-1}, steps{0};
+  options.on_started = [&](int64_t version, int64_t consumed) {
+    started.emplace_back(version, consumed);
+    steps_at_start = steps.load();
+  };
+  const std::vector<StepReport> resumed =
+      Run(1, options, never_, [&](const StepReport&) { ++steps; });
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].first, 3);
+  EXPECT_EQ(started[0].second, 3 * options.groups_per_step);
+  EXPECT_EQ(steps_at_start.load(), 0);
   ASSERT_EQ(resumed.size(), 2u);
   EXPECT_EQ(resumed[0].step, 4);
   EXPECT_EQ(resumed[0].version, 4);

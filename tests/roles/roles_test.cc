@@ -21,6 +21,7 @@
 #include "roles/device_settings.h"
 #include "roles/learner_rank.h"
 #include "roles/learner_role.h"
+#include "roles/learner_step_sink.h"
 #include "roles/replay_role.h"
 #include "roles/reward_role.h"
 #include "roles/weight_transports.h"
@@ -391,6 +392,50 @@ TEST(ReplayRoleTest, AdmitsOnlyGroupsOfThisRunWithAnOpenLease) {
   buffer->reset();
   EXPECT_TRUE(served.ok()) << served;
   EXPECT_EQ(coordinator->Stats().rejected_groups, 2);
+  ReplayBuffer::Remove(c.replay_segment(), true).IgnoreError();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace prl::roles
+
+namespace prl::roles {
+namespace {
+
+// learner.drop_uniform_groups: the groups a learner drops before its first step would count
+// against the lag budget until its first progress report; StepSink::Started makes it report
+// from the start (LearnerServiceOptions::on_started), so the coordinator hears the resumed
+// version before any step.
+TEST(StepSinkTest, AfterStartedTheLearnersProgressReachesTheCoordinatorBeforeAnyStep) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/prl_step_sink_", getpid());
+  std::filesystem::create_directories(dir);
+  coordinator::CoordinatorConfig cc;
+  cc.log_path = dir + "/prompts.log";
+  cc.vocab_size = 16;
+  cc.max_position_embeddings = 32;
+  auto coordinator = *coordinator::Coordinator::Open(cc);
+  auto server = *coordinator::CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0");
+  config::RunConfig c;
+  c.run.name = absl::StrCat("step-sink-test-", getpid());
+  c.coordinator.listen = absl::StrCat("127.0.0.1:", server->port());
+  ReplayConfig rc;
+  rc.capacity_bytes = 1 << 16;
+  ReplayBuffer::Remove(c.replay_segment(), true).IgnoreError();
+  auto buffer = ReplayBuffer::Create(c.replay_segment(), rc);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  prometheus::Registry registry;
+  auto sink = StepSink::Create(c, registry, buffer->get());
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  (*sink)->Started(3, 12);
+  // The reporter's next round (every second) reports it: wait for that event.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (coordinator->Stats().learner_version != 3 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(coordinator->Stats().learner_version, 3);
+  EXPECT_EQ(coordinator->Stats().groups_consumed, 12);
+  sink->reset();
+  buffer->reset();
   ReplayBuffer::Remove(c.replay_segment(), true).IgnoreError();
   std::filesystem::remove_all(dir);
 }
