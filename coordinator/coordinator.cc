@@ -263,6 +263,11 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
   }
   response->set_sets_retired(retired);
   OpenDueEvalRoundsLocked();  // the new version may be an evaluation's (eval_rounds.h)
+  for (const auto& [name, series] : EvalSeriesLocked()) {  // for the learner's step reports
+    prl::v1::EvalSetRound* round = response->add_eval_rounds();
+    round->set_name(name);
+    *round->mutable_round() = series.latest;
+  }
   return response;
 }
 
@@ -281,15 +286,7 @@ CoordinatorStats Coordinator::Stats() {
   s.sets_retired = counts.sets_retired;
   s.set_throughput = throughput_.by_name();
   s.eval_groups = counts.eval_groups;
-  for (const std::string& id : sets_.order()) {
-    const EvalRounds::Series* series = sets_.eval_rounds().Find(id);
-    if (series == nullptr || series->history.empty()) continue;
-    const std::string& name = sets_.Find(id)->submitted.request().name();
-    if (s.evals.size() >= CoordinatorStats::kMaxEvalNames && !s.evals.contains(name)) continue;  // bounded labels
-    CoordinatorStats::EvalSeries& e = s.evals[name];
-    e.latest = series->history.back();
-    e.rounds += static_cast<int64_t>(series->history.size());
-  }
+  s.evals = EvalSeriesLocked();
   sets_.Totals(&s.prompts_pending, &s.prompts_in_flight, &s.prompts_done);
   return s;
 }

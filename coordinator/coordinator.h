@@ -309,6 +309,8 @@ class Coordinator {
   absl::StatusOr<uint64_t> OpenEvalRoundLocked(const std::string& set_id);
   // Opens the rounds due at the learner's version.
   void OpenDueEvalRoundsLocked();
+  // The evaluation sets' newest rounds by name (CoordinatorStats::evals).
+  std::map<std::string, CoordinatorStats::EvalSeries> EvalSeriesLocked() const;
   // Evaluation leases the actor may take now: its share (eval_max_actor_share of its prompt
   // slots, at least 1) less those it holds.
   int64_t EvalLeasesAllowedLocked(const std::string& actor_id,

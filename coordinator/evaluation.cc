@@ -26,6 +26,24 @@ void Coordinator::OpenDueEvalRoundsLocked() {
   }
 }
 
+std::map<std::string, CoordinatorStats::EvalSeries> Coordinator::EvalSeriesLocked() const {
+  std::map<std::string, CoordinatorStats::EvalSeries> out;
+  for (const std::string& id : sets_.order()) {
+    const EvalRounds::Series* series = sets_.eval_rounds().Find(id);
+    if (series == nullptr || series->history.empty()) continue;
+    const std::string& name = sets_.Find(id)->submitted.request().name();
+    // Bounded: the first kMaxEvalNames names (a metric label, a reply's entries).
+    if (out.size() >= CoordinatorStats::kMaxEvalNames && !out.contains(name)) continue;
+    CoordinatorStats::EvalSeries& e = out[name];
+    // Sets of one name: the newest round of them all.
+    if (e.rounds == 0 || series->history.back().finished_unix_ms() >= e.latest.finished_unix_ms()) {
+      e.latest = series->history.back();
+    }
+    e.rounds += static_cast<int64_t>(series->history.size());
+  }
+  return out;
+}
+
 int64_t Coordinator::EvalLeasesAllowedLocked(const std::string& actor_id,
                                              const ActorTable::Actor& actor) const {
   const int32_t slots = actor.capacity.max_prompts_in_flight();

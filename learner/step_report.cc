@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::learner {
@@ -92,6 +93,37 @@ struct Reader {
   }
 };
 
+// The optional "evals" array, strictly: each entry an object of exactly its six fields.
+absl::StatusOr<std::vector<EvalPoint>> ParseEvals(const Json& j) {
+  if (!j.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report: field 'evals': expected an array, found ", j.dump()));
+  }
+  std::vector<EvalPoint> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const Json& e = j[i];
+    const std::string where = absl::StrCat("step report: evals[", i, "]");
+    if (!e.is_object() || e.size() != 6 || !e.contains("set") || !e["set"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected {\"set\", \"version\", \"mean_reward\", \"pass_at_k\", \"k\", "
+                 "\"prompts\"}, found ", e.dump()));
+    }
+    EvalPoint p;
+    p.set = e["set"].get<std::string>();
+    Reader reader{e, absl::OkStatus(), {}};
+    reader("version", p.version);
+    reader("mean_reward", p.mean_reward);
+    reader("pass_at_k", p.pass_at_k);
+    reader("k", p.k);
+    reader("prompts", p.prompts);
+    if (!reader.status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", reader.status.message()));
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 void SetStepResult(const StepResult& result, double lr, StepReport* r) {
@@ -129,6 +161,18 @@ std::string StepReportToJson(const StepReport& report) {
   Json j = Json::object();
   Writer writer{j};
   VisitFields(copy, writer);
+  if (!report.evals.empty()) {
+    Json evals = Json::array();
+    for (const EvalPoint& e : report.evals) {
+      evals.push_back({{"set", e.set},
+                       {"version", e.version},
+                       {"mean_reward", e.mean_reward},
+                       {"pass_at_k", e.pass_at_k},
+                       {"k", e.k},
+                       {"prompts", e.prompts}});
+    }
+    j["evals"] = evals;
+  }
   return j.dump();
 }
 
@@ -142,6 +186,10 @@ absl::StatusOr<StepReport> ParseStepReport(absl::string_view json_line) {
   Reader reader{j, absl::OkStatus(), {}};
   VisitFields(report, reader);
   if (!reader.status.ok()) return reader.status;
+  reader.seen.insert("evals");
+  if (j.contains("evals")) {
+    PRL_ASSIGN_OR_RETURN(report.evals, ParseEvals(j["evals"]));
+  }
   for (const auto& [key, unused] : j.items()) {
     if (!reader.seen.count(key)) {
       return absl::InvalidArgumentError(absl::StrCat("step report: unknown field '", key,

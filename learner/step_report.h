@@ -8,12 +8,24 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "learner/train_step.h"
 
 namespace prl::learner {
+
+// An evaluation set's round (docs/operations.md, "Evaluation during training") that finished
+// before a step: the coordinator's newest, as its progress reply reported it.
+struct EvalPoint {
+  std::string set;  // the evaluation set's name
+  int64_t version = 0;  // the learner version that opened the round
+  double mean_reward = 0, pass_at_k = 0;
+  int32_t k = 0;
+  int64_t prompts = 0;
+  bool operator==(const EvalPoint&) const = default;
+};
 
 struct StepReport {
   int64_t step = 0;        // optimizer steps taken, this one included
@@ -68,6 +80,10 @@ struct StepReport {
   // in ParseStepReport (0 when absent, as in reports written before they existed).
   int64_t dropped_stale_total = 0, duplicate_groups_total = 0, stale_requeued_total = 0;
   int64_t dropped_uniform_total = 0;
+  // Evaluation rounds that finished since the previous report (the learner role fills them in
+  // from the coordinator's progress replies). Optional in ParseStepReport, an array of objects
+  // {"set", "version", "mean_reward", "pass_at_k", "k", "prompts"}; absent when empty.
+  std::vector<EvalPoint> evals;
 };
 
 // Fills the loss, ratio, token and timing fields from a training step's result.

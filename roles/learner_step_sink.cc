@@ -139,6 +139,14 @@ void StepSink::ReportProgress(int64_t version, int64_t groups_consumed, bool wit
     prl::v1::LearnerProgressResponse reply;
     if (!coordinator_->ReportLearnerProgress(&ctx, progress, &reply).ok()) return;  // best effort
     for (const std::string& id : reply.retired_prompt_sets()) retired_.push_back(id);
+    for (const prl::v1::EvalSetRound& e : reply.eval_rounds()) {  // new rounds, once each
+      const auto taken = evals_taken_.find(e.name());
+      if (taken != evals_taken_.end() && taken->second >= e.round().version()) continue;
+      evals_taken_[e.name()] = e.round().version();
+      std::erase_if(evals_pending_, [&](const learner::EvalPoint& p) { return p.set == e.name(); });
+      evals_pending_.push_back({e.name(), e.round().version(), e.round().mean_reward(),
+                                e.round().pass_at_k(), e.round().k(), e.round().prompts()});
+    }
     while (retired_.size() > kMaxRetired) retired_.pop_front();
     seen_ = reply;
   }
@@ -186,7 +194,12 @@ void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_co
   std::fflush(stdout);
   UpdateMetrics(step);
   if (report_file_ != nullptr) {
-    std::fprintf(report_file_, "%s\n", learner::StepReportToJson(r).c_str());
+    learner::StepReport with_evals = r;
+    {
+      std::lock_guard<std::mutex> lock(report_mu_);
+      with_evals.evals.swap(evals_pending_);
+    }
+    std::fprintf(report_file_, "%s\n", learner::StepReportToJson(with_evals).c_str());
     std::fflush(report_file_);
   }
   last_consumed_ = groups_consumed;

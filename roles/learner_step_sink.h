@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -76,6 +77,10 @@ class StepSink {
   // recent kMaxRetired); guarded by report_mu_.
   static constexpr size_t kMaxRetired = 4096;
   std::deque<std::string> retired_;
+  // Evaluation rounds the replies told (LearnerProgressResponse.eval_rounds) for the next step
+  // report, and the newest version of each set already taken; guarded by report_mu_.
+  std::vector<learner::EvalPoint> evals_pending_;
+  std::map<std::string, int64_t> evals_taken_;
   std::mutex mu_;
   std::condition_variable stopping_;
   bool stop_ = false;

@@ -134,6 +134,14 @@ class RunTest(unittest.TestCase):
         self.assertEqual(len(re.findall(r"^eval at version \d+: mean reward", out, re.M)),
                          len(curve), out)
         self.assertEqual(summary["samples"], 30 * 4 * 4)  # train groups only
+        # The learner's step reports carry the rounds that finished before each step.
+        evals = []
+        with open(os.path.join(self.tmp, "run", "learner_steps.jsonl")) as f:
+            for line in f:
+                evals += json.loads(line).get("evals", [])
+        self.assertTrue(evals, "no step report carried an evaluation round")
+        self.assertTrue(all(e["set"] == "%s eval" % self.name for e in evals), evals)
+        self.assertLessEqual({e["version"] for e in evals}, set(versions))
 
     def test_two_runs_on_one_machine_with_default_ports_both_complete(self):
         # Neither config names a port: prl run gives each run's roles free ones (two

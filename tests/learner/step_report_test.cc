@@ -95,6 +95,29 @@ TEST(StepReportTest, AMissingRenamedOrMistypedFieldIsAnErrorNamingIt) {
   EXPECT_THAT(ParseStepReport("step 3").status().message(), HasSubstr("expected one JSON object"));
 }
 
+// The evaluation rounds a step report carries (docs/operations.md, "Evaluation during
+// training"): absent when none, read back exactly, and strict like every other field.
+TEST(StepReportTest, EvaluationRoundsReadBackAndAMalformedOneIsAnErrorNamingIt) {
+  StepReport r = Example();
+  EXPECT_EQ(StepReportToJson(r).find("evals"), std::string::npos);
+  r.evals = {{"held-out", 25, 0.5, 0.75, 4, 64}, {"other", 20, 0.0, 0.0, 1, 8}};
+  absl::StatusOr<StepReport> back = ParseStepReport(StepReportToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->evals, r.evals);
+  nlohmann::json j = nlohmann::json::parse(StepReportToJson(r));
+  nlohmann::json bad = j;
+  bad["evals"][1]["pass_at_k"] = "high";
+  EXPECT_THAT(ParseStepReport(bad.dump()).status().message(),
+              HasSubstr("evals[1]: step report: field 'pass_at_k': expected a number"));
+  bad = j;
+  bad["evals"][0].erase("set");
+  EXPECT_THAT(ParseStepReport(bad.dump()).status().message(), HasSubstr("evals[0]: expected"));
+  bad = j;
+  bad["evals"] = 3;
+  EXPECT_THAT(ParseStepReport(bad.dump()).status().message(),
+              HasSubstr("field 'evals': expected an array"));
+}
+
 TEST(StepReportTest, SetStepResultTakesTheLossStatisticsOfTheStep) {
   StepResult result;
   result.stats.loss.loss = 0.5;
