@@ -143,8 +143,8 @@ struct SftSection {
 // which the coordinator runs on the actors at learner version 0 and every every_versions
 // versions after, never trained on; summary.json holds the curve.
 struct EvalSection {
-  int64_t every_versions = 25;  // 0: no evaluation during training
-  int64_t prompts = 64;  // held-out prompts per round: the first of them (at most task.eval_prompts)
+  int64_t every_versions = 100;  // 0: no evaluation during training
+  int64_t prompts = 128;  // held-out prompts per round: the first of them (at most task.eval_prompts)
   int32_t samples = 1;          // k, samples per prompt (pass@k)
   bool greedy = true;           // temperature 0; false: task.temperature
   double pass_reward = 1.0;     // a sample passes at a reward >= this
