@@ -28,9 +28,15 @@
 // (SubmitPromptSetRequest.weight), by smooth weighted round robin within the lag budget, the
 // actors' capacities and the fair share (coordinator/lease_scheduler.h).
 //
+// Evaluation sets (SubmitPromptSetRequest.eval; coordinator/eval_rounds.h, coordinator/
+// evaluation.cc): never trained on; a round at submission and every N learner versions (an
+// EvalRound record reopens the set's prompts), leased outside the lag budget within
+// eval_max_actor_share of each actor's slots; each round's result in the set's status.
+//
 // Parts, each owning its state (a newcomer changes one of them, not the coordinator):
 //   coordinator/prompt_sets.h   sets, prompts and their attempt counts, idempotency keys,
-//                               events and texts, retention, the snapshot
+//                               events and texts, retention, the snapshot, and the
+//                               evaluation sets' rounds (coordinator/eval_rounds.h)
 //   coordinator/lease_scheduler.h  the pending prompts in lease order, the sets' weights
 //                               and round-robin credits: which prompt is leased next
 //   coordinator/lease_table.h   open leases: holder, deadline, expiry, renewal
