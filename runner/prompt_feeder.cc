@@ -26,17 +26,7 @@ absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   sampling->set_max_tokens(c.task.max_tokens);
   sampling->set_seed(c.run.seed * 31 + chunks_);
   for (int32_t id : task_.text().stop_ids()) sampling->add_stop_token_ids(id);
-  const v1::EnvironmentSpec environment = EnvironmentOf(c);
-  const v1::AgentSpec agent = AgentOf(c);
-  if (!agent.address().empty()) {
-    *request.mutable_agent() = agent;  // an agent's episode reward is the agent's
-  } else if (!environment.name().empty()) {
-    *request.mutable_environment() = environment;  // an episode's reward is its environment's
-  } else {
-    const reward::RewardSpec reward = task_.TrainReward();
-    request.mutable_reward()->set_name(reward.name);
-    for (const auto& [k, v] : reward.params) (*request.mutable_reward()->mutable_params())[k] = v;
-  }
+  SetScoring(c, task_.TrainReward(), &request);
   for (const v1::Prompt& p : prompts) *request.add_prompts() = p;
   return request;
 }

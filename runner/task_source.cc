@@ -278,3 +278,21 @@ absl::StatusOr<std::vector<SftExample>> SftExamples(const TaskSource& task,
 }
 
 }  // namespace prl::runner
+
+namespace prl::runner {
+
+void SetScoring(const config::RunConfig& config, const reward::RewardSpec& reward,
+                prl::v1::SubmitPromptSetRequest* request) {
+  const prl::v1::AgentSpec agent = AgentOf(config);
+  const prl::v1::EnvironmentSpec environment = EnvironmentOf(config);
+  if (!agent.address().empty()) {
+    *request->mutable_agent() = agent;  // an agent's episode reward is the agent's
+  } else if (!environment.name().empty()) {
+    *request->mutable_environment() = environment;  // an episode's reward is its environment's
+  } else {
+    request->mutable_reward()->set_name(reward.name);
+    for (const auto& [k, v] : reward.params) (*request->mutable_reward()->mutable_params())[k] = v;
+  }
+}
+
+}  // namespace prl::runner

@@ -60,6 +60,11 @@ prl::v1::EnvironmentSpec EnvironmentOf(const config::RunConfig& config);
 // env.name beside it only demonstrates the warm-start).
 prl::v1::AgentSpec AgentOf(const config::RunConfig& config);
 
+// How the run's prompt sets are scored: by the run's agent (its episode reward), else its
+// environment (the episode's reward), else `reward`.
+void SetScoring(const config::RunConfig& config, const reward::RewardSpec& reward,
+                prl::v1::SubmitPromptSetRequest* request);
+
 // With a built-in environment: the words it writes and reads (the calculator's call syntax,
 // the game's feedback), given or its defaults, can be written in the task's text; else an
 // error naming the env.params key (the character tokenizer has no letters).

@@ -51,13 +51,15 @@ class ScratchDir {
   std::string path_;
 };
 
-// Runs fn(rank, communicator) on `world_size` threads at once, each with its own Gloo
-// communicator (a FileStore rendezvous in a scratch directory), and returns each rank's status
-// in rank order. Each rank thread runs its kernels on one OpenMP thread, as the launcher gives
-// each rank its share of the cores. A rank that fails early leaves the others waiting in a
-// collective; the 30 s time-out turns that into an error instead of a hang.
-inline std::vector<absl::Status> RunRanks(
-    int world_size, const std::function<absl::Status(int, collective::Communicator&)>& fn) {
+// Runs fn(rank, communicators) on `world_size` threads at once, each with one Gloo
+// communicator per group in `groups` (a FileStore rendezvous in a scratch directory), and
+// returns each rank's status in rank order. Each rank thread runs its kernels on one OpenMP
+// thread, as the launcher gives each rank its share of the cores. A rank that fails early leaves
+// the others waiting in a collective; the 30 s time-out turns that into an error instead of a
+// hang.
+inline std::vector<absl::Status> RunRanksInGroups(
+    int world_size, const std::vector<std::string>& groups,
+    const std::function<absl::Status(int, std::vector<collective::Communicator*>&)>& fn) {
   ScratchDir store("learner_ranks");
   std::vector<absl::Status> status(world_size);
   std::vector<std::thread> threads;
@@ -71,44 +73,45 @@ inline std::vector<absl::Status> RunRanks(
       rendezvous.timeout = absl::Seconds(30);
       collective::CommunicatorOptions options;
       options.timeout = absl::Seconds(30);
-      absl::StatusOr<std::unique_ptr<collective::Communicator>> comm =
-          collective::ConnectGloo(rendezvous, options);
-      status[rank] = comm.ok() ? fn(rank, **comm) : comm.status();
+      std::vector<std::unique_ptr<collective::Communicator>> owned;
+      std::vector<collective::Communicator*> comms;
+      for (const std::string& group : groups) {
+        rendezvous.group_name = group;
+        absl::StatusOr<std::unique_ptr<collective::Communicator>> comm =
+            collective::ConnectGloo(rendezvous, options);
+        if (!comm.ok()) {
+          status[rank] = comm.status();
+          return;
+        }
+        comms.push_back(comm->get());
+        owned.push_back(*std::move(comm));
+      }
+      status[rank] = fn(rank, comms);
     });
   }
   for (std::thread& t : threads) t.join();
   return status;
 }
 
-// RunRanks with two communicators per rank (groups "default" and "reference", as the learner
-// connects its policy and its reference model of learner.kl_coef).
+// One communicator per rank (group "default").
+inline std::vector<absl::Status> RunRanks(
+    int world_size, const std::function<absl::Status(int, collective::Communicator&)>& fn) {
+  return RunRanksInGroups(world_size, {"default"},
+                          [&](int rank, std::vector<collective::Communicator*>& comms) {
+                            return fn(rank, *comms[0]);
+                          });
+}
+
+// Two communicators per rank (groups "default" and "reference", as the learner connects its
+// policy and its reference model of learner.kl_coef).
 inline std::vector<absl::Status> RunRanksWithTwoGroups(
     int world_size,
     const std::function<absl::Status(int, collective::Communicator&, collective::Communicator&)>&
         fn) {
-  ScratchDir store("learner_ranks2");
-  std::vector<absl::Status> status(world_size);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      omp_set_num_threads(1);
-      collective::RendezvousConfig rendezvous;
-      rendezvous.rank = rank;
-      rendezvous.world_size = world_size;
-      rendezvous.file_store_dir = store.path();
-      rendezvous.timeout = absl::Seconds(30);
-      collective::CommunicatorOptions options;
-      options.timeout = absl::Seconds(30);
-      absl::StatusOr<std::unique_ptr<collective::Communicator>> comm =
-          collective::ConnectGloo(rendezvous, options);
-      rendezvous.group_name = "reference";
-      absl::StatusOr<std::unique_ptr<collective::Communicator>> second =
-          comm.ok() ? collective::ConnectGloo(rendezvous, options) : comm.status();
-      status[rank] = second.ok() ? fn(rank, **comm, **second) : second.status();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return status;
+  return RunRanksInGroups(world_size, {"default", "reference"},
+                          [&](int rank, std::vector<collective::Communicator*>& comms) {
+                            return fn(rank, *comms[0], *comms[1]);
+                          });
 }
 
 // OK when every rank is; otherwise the failures, each named by its rank.
