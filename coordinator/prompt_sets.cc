@@ -53,7 +53,7 @@ void PromptSets::ApplyCompleted(const std::string& set_id, const prl::v1::GroupR
   if (set->eval()) eval_.Scored(set_id, result);
   *set->events.emplace_back().mutable_group() = result;
   FinishIfSettled(*set);
-  *set->events.emplace_back().mutable_status() = StatusOf(*set);
+  *set->events.emplace_back().mutable_status() = StatusOf(*set, /*with_eval_rounds=*/false);
   BoundTexts(*set);
 }
 
@@ -61,7 +61,7 @@ void PromptSets::ApplyCancelled(const std::string& set_id) {
   Set* set = FindMutable(set_id);
   if (set == nullptr || !set->running()) return;
   set->state = prl::v1::PROMPT_SET_STATE_CANCELLED;
-  *set->events.emplace_back().mutable_status() = StatusOf(*set);
+  *set->events.emplace_back().mutable_status() = StatusOf(*set, /*with_eval_rounds=*/false);
 }
 
 bool PromptSets::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
@@ -104,7 +104,7 @@ bool PromptSets::ApplyFailedAttempt(const prl::v1::FailedAttempt& attempt) {
   *set->events.emplace_back().mutable_failed() = failed;
   if (set->eval()) eval_.Failed(set->id());
   FinishIfSettled(*set);
-  *set->events.emplace_back().mutable_status() = StatusOf(*set);
+  *set->events.emplace_back().mutable_status() = StatusOf(*set, /*with_eval_rounds=*/false);
   return false;
 }
 
@@ -130,7 +130,7 @@ std::vector<int64_t> PromptSets::ApplyEvalRound(const prl::v1::EvalRound& round)
   set->reward_count = 0;
   set->first_failed.clear();
   set->round_first_event = set->events.size();
-  *set->events.emplace_back().mutable_status() = StatusOf(*set);
+  *set->events.emplace_back().mutable_status() = StatusOf(*set, /*with_eval_rounds=*/false);
   return reopened;
 }
 
@@ -217,7 +217,7 @@ const std::string* PromptSets::ByIdempotencyKey(const std::string& key) const {
   return it == idempotency_.end() ? nullptr : &it->second;
 }
 
-prl::v1::PromptSetStatus PromptSets::StatusOf(const Set& set) const {
+prl::v1::PromptSetStatus PromptSets::StatusOf(const Set& set, bool with_eval_rounds) const {
   prl::v1::PromptSetStatus s;
   s.set_prompt_set_id(set.id());
   s.set_name(set.submitted.request().name());
@@ -236,7 +236,7 @@ prl::v1::PromptSetStatus PromptSets::StatusOf(const Set& set) const {
     s.set_eval(true);
     const EvalRounds::Series* series = eval_.Find(set.id());
     s.set_eval_round_version(series == nullptr ? EvalRounds::kNoRound : series->round_version);
-    if (series != nullptr) {
+    if (series != nullptr && with_eval_rounds) {
       for (const prl::v1::EvalRoundResult& r : series->history) *s.add_eval_rounds() = r;
     }
   }

@@ -110,7 +110,10 @@ class PromptSets {
   const std::string* ByIdempotencyKey(const std::string& key) const;
   // Set ids in submission order.
   const std::vector<std::string>& order() const { return order_; }
-  prl::v1::PromptSetStatus StatusOf(const Set& set) const;
+  // `with_eval_rounds`: an evaluation set's finished rounds (up to EvalRounds::kMaxHistory);
+  // the statuses stored in a set's events leave them out (one per completed group: a copy of
+  // the history in each would grow a set's memory with the square of its rounds).
+  prl::v1::PromptSetStatus StatusOf(const Set& set, bool with_eval_rounds = true) const;
   // Prompts pending or in flight in running sets.
   int64_t PendingOrInFlight() const;
   int64_t size() const { return static_cast<int64_t>(sets_.size()); }

@@ -183,6 +183,37 @@ INSTANTIATE_TEST_SUITE_P(Logs, EvalRestartTest, ::testing::Values(false, true),
                            return i.param ? "Compacted" : "Whole";
                          });
 
+// The finished rounds are in the set's status, not in each status a watcher's events carry (one
+// per completed group: a copy of the history in each would grow with the square of the rounds).
+TEST_F(EvalSetsTest, WatchersSeeEachGroupButTheHistoryOnlyInTheStatus) {
+  auto c = Open();
+  const std::string eval = c->Submit(Eval(2, 1, 1))->prompt_set_id();
+  const std::string actor = c->RegisterActor("a", Slots(8))->actor_id();
+  size_t cursor = 0;
+  bool finished = false;
+  ASSERT_TRUE(c->WatchEvents(eval, &cursor, absl::ZeroDuration(), &finished).ok());
+  for (int64_t version = 1; version <= 3; ++version) {  // rounds at 0, 1, 2 finish
+    for (const v1::LeasedPrompt& p : Leased(*c, actor, 8, true)) {
+      ASSERT_TRUE(c->Complete(Scored(actor, p, true)).ok());
+    }
+    ASSERT_TRUE(c->LearnerProgress(version, 0).ok());
+  }
+  EXPECT_EQ(c->Get(eval)->eval_rounds_size(), 3);
+  const absl::StatusOr<std::vector<v1::PromptSetEvent>> events =
+      c->WatchEvents(eval, &cursor, absl::ZeroDuration(), &finished);
+  ASSERT_TRUE(events.ok()) << events.status();
+  int groups = 0, statuses = 0;
+  for (const v1::PromptSetEvent& e : *events) {
+    groups += e.has_group() ? 1 : 0;
+    if (!e.has_status()) continue;
+    ++statuses;
+    EXPECT_EQ(e.status().eval_rounds_size(), 0);
+    EXPECT_TRUE(e.status().eval());
+  }
+  EXPECT_EQ(groups, 6);
+  EXPECT_GE(statuses, 6);
+}
+
 TEST_F(EvalSetsTest, ACancelledEvaluationSetOpensNoMoreRounds) {
   auto c = Open();
   const std::string eval = c->Submit(Eval(1, 1, 1))->prompt_set_id();
