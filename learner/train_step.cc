@@ -21,11 +21,6 @@ absl::Status ValidateStepConfig(const StepConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch_tokens: expected >= 1, found ", config.micro_batch_tokens));
   }
-  if (config.loss.kl.enabled() && config.reference == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kl_coef: ", config.loss.kl.coef, " needs a reference model, found none (the learner "
-        "loads one when learner.kl_coef > 0)"));
-  }
   if (!(config.temperature > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("temperature: expected > 0, found ", config.temperature));
@@ -294,6 +289,11 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
                                               absl::Span<const TrainSample> samples,
                                               const StepConfig& config, int64_t learner_version) {
   PRL_RETURN_IF_ERROR(ValidateStepConfig(config));
+  if (config.loss.kl.enabled() && config.reference == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kl_coef: ", config.loss.kl.coef, " needs a reference model, found none (the learner "
+        "loads one when learner.kl_coef > 0)"));
+  }
   PRL_RETURN_IF_ERROR(CheckRoutes(samples, model.config()));
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::vector<int>> plan =

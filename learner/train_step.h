@@ -43,6 +43,7 @@ struct StepConfig {
   // communication threads drained, so that the two never run collectives at once.
   FsdpModel* reference = nullptr;
 };
+// The settings' values; the reference model loss.kl needs is checked when a step runs.
 absl::Status ValidateStepConfig(const StepConfig& config);
 
 struct StepStats {

@@ -212,11 +212,6 @@ TEST(KlLossTest, WithoutThePenaltyNothingChangesAndAMissingReferenceIsAnError) {
   c.config.kl.coef = -1;
   const absl::Status negative = ValidateLossConfig(c.config);
   EXPECT_NE(negative.message().find("kl.coef"), std::string::npos) << negative;
-  StepConfig step;
-  step.loss.kl.coef = 0.1;  // and no reference model
-  const absl::Status no_reference = ValidateStepConfig(step);
-  EXPECT_NE(no_reference.message().find("needs a reference model"), std::string::npos)
-      << no_reference;
 }
 
 // ---- A training step with a reference model --------------------------------------------------
@@ -314,6 +309,27 @@ TEST_P(ReferenceKlStepTest, TheReferenceStaysFrozenAndThePenaltyKeepsThePolicyNe
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ReferenceKlStepTest, ::testing::Values(1, 2));
+
+TEST(ReferenceKlStepErrorsTest, AStepWithThePenaltyButNoReferenceModelIsAnError) {
+  const ModelConfig config = testing::TinyConfig();
+  const std::vector<float> start = testing::RandomParameters(config, 6);
+  absl::Status step_status;
+  const absl::Status status = testing::AllRanksOk(
+      testing::RunRanks(1, [&](int, collective::Communicator& comm) -> absl::Status {
+        PRL_ASSIGN_OR_RETURN(std::unique_ptr<FsdpModel> model,
+                             FsdpModel::Create(config, &comm, {}));
+        PRL_RETURN_IF_ERROR(model->LoadFull(start));
+        StepConfig step;
+        step.loss.kl.coef = 0.1;  // and no reference model
+        EXPECT_TRUE(ValidateStepConfig(step).ok()) << "the values are valid";
+        step_status = AccumulateGradients(*model, Samples(config), step, 0).status();
+        return absl::OkStatus();
+      }));
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(absl::IsInvalidArgument(step_status));
+  EXPECT_NE(step_status.message().find("needs a reference model"), std::string::npos)
+      << step_status;
+}
 
 }  // namespace
 }  // namespace prl::learner
