@@ -274,8 +274,14 @@ absl::Status GroupFinisher::Finish(const GeneratedGroup& group,
   }
   const ScoredGroup scored = Build(group, *inputs, *rewards, group_id, finished);
   if (lease.eval()) {  // an evaluation set's: scored for its round, never trained on
-    if (options_.metrics != nullptr) options_.metrics->eval_groups.Increment();
-    stats_->Update([](ActorStats& st) { ++st.eval_groups; });
+    if (options_.metrics != nullptr) {  // decoded like any group; not a rollout or its reward
+      options_.metrics->eval_groups.Increment();
+      options_.metrics->tokens_generated.Increment(static_cast<double>(scored.tokens));
+    }
+    stats_->Update([&](ActorStats& st) {
+      ++st.eval_groups;
+      st.tokens_generated += scored.tokens;
+    });
     return Complete(scored.complete);
   }
   // Into the replay buffer first, then done: a crash in between re-runs the prompt. A full

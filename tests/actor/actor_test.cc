@@ -110,7 +110,7 @@ class ActorTest : public ::testing::Test {
   }
 
   std::string Submit(int prompts, int samples, const std::string& reward = "arithmetic",
-                     std::map<std::string, std::string> params = {}) {
+                     std::map<std::string, std::string> params = {}, int64_t eval_every = 0) {
     task::ArithmeticConfig tc;
     auto problems = task::GenerateProblems(tc, task::Split::kTrain, 3, prompts);
     EXPECT_TRUE(problems.ok());
@@ -127,6 +127,7 @@ class ActorTest : public ::testing::Test {
     r.mutable_sampling()->add_stop_token_ids(task::CharTokenizer().eos_id());
     r.mutable_reward()->set_name(reward);
     for (const auto& [k, v] : params) (*r.mutable_reward()->mutable_params())[k] = v;
+    r.mutable_eval()->set_every_versions(eval_every);
     auto submitted = coordinator_->Submit(r);
     EXPECT_TRUE(submitted.ok()) << submitted.status();
     return submitted->prompt_set_id();
@@ -232,6 +233,27 @@ TEST_F(ActorTest, EveryLeasedPromptBecomesOneScoredGroupInTheReplayBuffer) {
   const auto status = coordinator_->Get(id);
   EXPECT_EQ(status->prompts_done(), 6);
   EXPECT_EQ(actor_->stats().groups_written, 6);
+}
+
+// An evaluation set's groups (LeasedPrompt.eval) are scored and reported for its round, and
+// never written to the replay buffer (docs/operations.md, "Evaluation during training").
+TEST_F(ActorTest, AnEvaluationSetsGroupsAreScoredAndReportedButNeverWritten) {
+  const std::string id = Submit(4, 2, "arithmetic", {}, /*eval_every=*/5);
+  StartActor();
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);  // (a bound, not the event)
+  while (coordinator_->Get(id)->eval_rounds_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  StopActor();
+  ASSERT_TRUE(result_.ok()) << result_;
+  const auto status = coordinator_->Get(id);
+  ASSERT_EQ(status->eval_rounds_size(), 1);
+  EXPECT_EQ(status->eval_rounds(0).prompts(), 4);
+  EXPECT_EQ(status->eval_rounds(0).samples(), 8);
+  EXPECT_TRUE(TakeAll().empty()) << "an evaluation group reached the replay buffer";
+  EXPECT_EQ(actor_->stats().eval_groups, 4);
+  EXPECT_EQ(actor_->stats().groups_written, 0);
+  EXPECT_GT(actor_->stats().tokens_generated, 0);
 }
 
 class ActorMoeTest : public ActorTest {
