@@ -178,10 +178,7 @@ void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
                    "CUDA: also decode in the batch-invariant mode, beside the fast mode");
   engine->add_flag("--tuned-kernels", e->options.engine.tuned_kernels,
                    "CUDA: decode with the tuned kernels (actors.tuned_kernels)");
-  engine->add_flag_callback(
-      "--invariant-tensor-cores", [] { kernels::SetTensorCoreInvariantGemm(true); },
-      "Experimental, CUDA: the batch-invariant mode's BF16 products on the "
-      "tensor cores (kernels/cuda/gemm.h), not yet verified on a GPU");
+  AddInvariantTensorCoreFlags(engine);
   engine->add_flag("--norm-in-gemm", e->options.engine.norm_in_gemm,
                    "CUDA, with --tuned-kernels: RMSNorms fused into the small projections "
                    "(actors.norm_in_gemm)");

@@ -56,5 +56,8 @@ absl::StatusOr<Device> ResolveDeviceFlag(const std::string& flag);
 // --dtype of the tools (core/dtype.h kComputeDTypeNames): fp32 (exact mode, every backend) or
 // bf16 (CUDA only).
 absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device);
+// --invariant-tensor-cores (the default) and --no-invariant-tensor-cores: the batch-invariant
+// mode's BF16 products on the tensor cores or on the CUDA cores (kernels/cuda/gemm.h).
+void AddInvariantTensorCoreFlags(CLI::App* command);
 
 }  // namespace prl::cli

@@ -192,10 +192,7 @@ void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry) {
   cmd->add_flag("--batch-invariant", f->engine.batch_invariant,
                 "Bit-exact results whatever the batch; log-probs equal `prl score`'s in the "
                 "same mode (slower)");
-  cmd->add_flag_callback("--invariant-tensor-cores",
-                         [] { kernels::SetTensorCoreInvariantGemm(true); },
-                         "Experimental, CUDA, with --batch-invariant: its BF16 products on the "
-                         "tensor cores (kernels/cuda/gemm.h), not yet verified on a GPU");
+  AddInvariantTensorCoreFlags(cmd);
   cmd->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", f->dtype,
                   "fp32 (exact mode, every backend) | bf16 (CUDA: bf16 weights, activations and "

@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/blas_tuning.h"
+#include "kernels/matmul.h"
 
 namespace prl::cli {
 
@@ -52,6 +53,17 @@ absl::StatusOr<DType> ResolveComputeDType(const std::string& flag, Device device
                                                    device.ToString(), " backend is fp32"));
   }
   return DType::kBF16;
+}
+
+void AddInvariantTensorCoreFlags(CLI::App* command) {
+  command->add_flag_callback(
+      "--invariant-tensor-cores", [] { kernels::SetTensorCoreInvariantGemm(true); },
+      "CUDA, with the batch-invariant mode: its BF16 products on the tensor cores (the default; "
+      "kernels/cuda/gemm.h)");
+  command->add_flag_callback(
+      "--no-invariant-tensor-cores", [] { kernels::SetTensorCoreInvariantGemm(false); },
+      "CUDA, with the batch-invariant mode: its BF16 products on the CUDA cores (slower; every "
+      "process whose results must match needs the same choice)");
 }
 
 }  // namespace prl::cli

@@ -216,10 +216,7 @@ void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry) {
   score->add_flag("--batch-invariant", f->batch_invariant,
                   "Fixed reduction order: log-probs equal `prl generate --batch-invariant`'s "
                   "behaviour log-probs bit for bit (slower)");
-  score->add_flag_callback("--invariant-tensor-cores",
-                           [] { kernels::SetTensorCoreInvariantGemm(true); },
-                           "Experimental, CUDA, with --batch-invariant: its BF16 products on the "
-                           "tensor cores (kernels/cuda/gemm.h), not yet verified on a GPU");
+  AddInvariantTensorCoreFlags(score);
   score->add_option("--device", f->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   registry.Add(score, [f] { return RunScore(*f); });
 }

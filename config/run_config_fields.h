@@ -162,7 +162,7 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
   v("actors", "tuned_kernels", c.actors.tuned_kernels,
     "CUDA: the tuned decode kernels (GEMM search, flash decoding, split sampler)");
   v("actors", "norm_in_gemm", c.actors.norm_in_gemm,
-    "CUDA, with tuned_kernels: RMSNorms fused into small decode projections (unverified)");
+    "CUDA, with tuned_kernels: RMSNorms fused into single-row decode projections");
   v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
     "Prompts leased and generating at once, per actor");
   v("actors", "env_calls_per_address", c.actors.env_calls_per_address,

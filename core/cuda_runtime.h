@@ -44,6 +44,10 @@ absl::Status FillF32(int device, float* dst, size_t n, float value);
 // Blocks the calling thread until the work it queued on its current stream for `device`
 // (core/cuda/stream.h) has finished: the other thread that reads its results may go on.
 absl::Status SynchronizeCurrentStream(int device);
+// Copies `bytes` (host<->device or device<->device) on the calling thread's current stream for
+// `device`, after the work queued there, and waits for it: ordered with the kernels of a
+// non-blocking current stream, which cuda::Memcpy (the legacy stream) is not.
+absl::Status MemcpyOnCurrentStream(int device, void* dst, const void* src, size_t bytes);
 
 // cudaProfilerStart / cudaProfilerStop: the range a profiler started with
 // `--profile-from-start off` (ncu, nsys) records.

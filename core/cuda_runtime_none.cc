@@ -23,6 +23,7 @@ absl::Status Memcpy(void*, const void*, size_t) { return NotBuilt(); }
 absl::Status Synchronize(int) { return NotBuilt(); }
 absl::Status FillF32(int, float*, size_t, float) { return NotBuilt(); }
 absl::Status SynchronizeCurrentStream(int) { return NotBuilt(); }
+absl::Status MemcpyOnCurrentStream(int, void*, const void*, size_t) { return NotBuilt(); }
 absl::Status ProfilerStart() { return NotBuilt(); }
 absl::Status ProfilerStop() { return NotBuilt(); }
 

@@ -82,8 +82,10 @@ struct EngineOptions {
   // the actors' config turns it on (actors.tuned_kernels).
   bool tuned_kernels = false;
   // CUDA, fast order, with tuned_kernels: the input and post-attention RMSNorms fused into the
-  // QKV and gate|up projections of decode steps of at most 8 rows (kernels/norm_matmul.h). Off
-  // until a GPU session has verified it (actors.norm_in_gemm).
+  // QKV and gate|up projections, and the final norm into the LM head, of single-row decode steps
+  // (kernels/norm_matmul.h, kNormInGemmMaxRows). Verified on an H200; off here like
+  // tuned_kernels (the engine tests pin the kernels of before); the actors' config turns it on
+  // (actors.norm_in_gemm).
   bool norm_in_gemm = false;
 };
 

@@ -157,9 +157,10 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
                                t.context, shape, options_.order, tuned && single_token_rows);
     });
     if (!params.layers[l].is_moe()) continue;
-    const int32_t* routes = a.moe.routes.i32();  // (T, K), host memory: MoE runs on the CPU
+    MoeRoutesToHost(a.moe, &host_routes_, nullptr, nullptr);  // (T, K)
     for (int64_t row = 0; row < t.T; ++row) {
-      std::copy_n(routes + row * K, K, step_routes_.data() + (row * Lm + moe_index) * K);
+      std::copy_n(host_routes_.data() + row * K, K,
+                  step_routes_.data() + (row * Lm + moe_index) * K);
     }
     ++moe_index;
   }
@@ -167,8 +168,9 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
     // Only the sampled rows need the final norm and the head (RMSNorm is per row).
     k::EmbeddingForward(t.gathered, t.final_input, t.rows);  // row gather
     const float eps = static_cast<float>(c.rms_norm_eps);
-    if (options_.norm_in_gemm && k::NormMatmulSupported(t.logits, t.gathered, params.final_norm,
-                                                        params.lm_head, {}, options_.order)) {
+    if (options_.norm_in_gemm && t.R <= k::kNormInGemmMaxRows &&
+        k::NormMatmulSupported(t.logits, t.gathered, params.final_norm, params.lm_head, {},
+                               options_.order)) {
       k::NormMatmulForward(t.logits, t.gathered, params.final_norm, eps, params.lm_head);
       return;  // the final norm in the LM head's GEMM (F32 logits)
     }

@@ -136,6 +136,7 @@ class ModelRunner {
   std::vector<const ModelParams*> twins_;
   GraphStats graph_stats_;
   std::vector<int32_t> step_routes_;  // (T, Lm, K)
+  std::vector<int32_t> host_routes_;  // (T, K) one MoE layer's routes, copied to the host
 };
 
 }  // namespace prl

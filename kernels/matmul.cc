@@ -83,6 +83,14 @@ void SetTensorCoreInvariantGemm(bool on) {
 #endif
 }
 
+bool TensorCoreInvariantGemm() {
+#if PRL_WITH_CUDA
+  return cuda::TensorCoreInvariantGemm();
+#else
+  return false;
+#endif
+}
+
 bool GemmAlgorithmSearch() {
 #if PRL_WITH_CUDA
   return cuda::GemmAlgorithmSearch();

@@ -37,10 +37,11 @@ bool GemmAlgorithmSearch();
 void SetSkinnyGemm(bool on);
 // CUDA, batch-invariant order, BF16: the products on the tensor cores through one pinned
 // cuBLASLt algorithm per shape instead of the CUDA-core kernel (kernels/cuda/gemm.h;
-// process-wide, for the engine and the learner of one process alike). Experimental: off, and
-// only `prl generate|score|bench engine --invariant-tensor-cores` turn it on, until a GPU
-// session has shown that it keeps every row's bits whatever the batch. No effect on the CPU.
+// process-wide, for the engine and the learner of one process alike). On by default since an
+// H200 showed that it keeps every row's bits whatever the batch; `prl generate|score|bench
+// engine --no-invariant-tensor-cores` turn it off. No effect on the CPU (false there).
 void SetTensorCoreInvariantGemm(bool on);
+bool TensorCoreInvariantGemm();
 
 // da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a;
 // dbias (N) += column sums of dout (skipped if undefined).

@@ -37,7 +37,7 @@ LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& c, int64_
     l.gate_up = arena.Take(dt, {T, 2 * I});
     l.act = arena.Take(dt, {T, I});
   }
-  if (c.has_moe()) l.moe = TakeMoeActivations(arena, c, T);
+  if (c.has_moe()) l.moe = TakeMoeActivations(arena, c, T, dt);
   return l;
 }
 
@@ -109,7 +109,8 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
   auto norm_then_project = [&](const Tensor& out, const Tensor& normalised, const Tensor& rstd,
                                const Tensor& x, const Tensor& norm, const Tensor& w,
                                const Tensor& bias) {
-    if (ctx.norm_in_gemm && k::NormMatmulSupported(out, x, norm, w, bias, ctx.order)) {
+    if (ctx.norm_in_gemm && x.size(0) <= k::kNormInGemmMaxRows &&
+        k::NormMatmulSupported(out, x, norm, w, bias, ctx.order)) {
       return k::NormMatmulForward(out, x, norm, eps, w, bias);
     }
     k::RmsNormForward(normalised, rstd, x, norm, eps);

@@ -53,9 +53,10 @@ struct LayerContext {
   bool residual_in_gemm = false;
   // The attention step rotates q and k itself (the engine's fused RoPE + KV-cache write).
   bool attention_applies_rope = false;
-  // The input and post-attention RMSNorms fused into the QKV and gate|up projections where
-  // kernels::NormMatmulSupported (kernels/norm_matmul.h: a small CUDA BF16 decode step); a.ln1
-  // and a.ln2 are then not written. Only for passes that never read them (not the learner's).
+  // The input and post-attention RMSNorms fused into the QKV and gate|up projections of steps of
+  // at most kernels::kNormInGemmMaxRows rows where kernels::NormMatmulSupported
+  // (kernels/norm_matmul.h: a CUDA BF16 decode step); a.ln1 and a.ln2 are then not written. Only
+  // for passes that never read them (not the learner's).
   bool norm_in_gemm = false;
   // A MoE layer's replayed routes, (T, K) host I32 (MoeForward's forced_routes); null routes
   // every token by the router.

@@ -18,7 +18,11 @@
 // the layer's reduction order, so in the batch-invariant order a token's routes and output do
 // not depend on the other tokens of the batch (the engine's routes equal the learner's).
 //
-// CPU (F32) only for now: the CUDA grouped kernels are not verified (kernels/cuda/, off).
+// Backends: the routing, sort, gather and combine are kernels/moe.h (CPU, and CUDA on the
+// device: the sort too); each expert's GEMMs are kernels::MatmulForward over its row range,
+// whose bounds the host reads once per layer (E + 1 integers, a synchronising copy on CUDA,
+// which is why the engine does not capture a MoE model's steps in CUDA graphs). Activations in
+// the compute dtype (F32, or BF16 on CUDA); router probabilities and weights in F32.
 //
 // The optional load-balancing loss (transformers' load_balancing_loss_func, off by default in
 // RL) over a pass of T tokens and its Lm MoE layers: f_e = count_e / (Lm T), where count_e
@@ -29,6 +33,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
@@ -50,19 +56,25 @@ struct MoeActivations {
   Tensor gate_up;       // (N, 2 Im)
   Tensor act;           // (N, Im)
   Tensor y;             // (N, C) each row's expert output, before its weight
+  Tensor forced;        // (T, K) I32 the replayed routes on the device (CUDA)
+  // expert_begin on the host (what the per-expert GEMMs read), as of the last MoeForward.
+  std::shared_ptr<std::vector<int32_t>> begin_host;
 };
-MoeActivations TakeMoeActivations(Arena& arena, const ModelConfig& config, int64_t T);
+// x, gate_up, act and y in dt (the compute dtype); on the arena's device.
+MoeActivations TakeMoeActivations(Arena& arena, const ModelConfig& config, int64_t T, DType dt);
 
 // Backward scratch, shared by the layers.
 struct MoeScratch {
-  Tensor dy;        // (N, C)
-  Tensor dact;      // (N, Im)
-  Tensor dgate_up;  // (N, 2 Im)
-  Tensor dx;        // (N, C)
-  Tensor dlogits;   // (T, E) F32
-  Tensor dweights;  // (T, K) F32
+  Tensor dy;         // (N, C)
+  Tensor dact;       // (N, Im)
+  Tensor dgate_up;   // (N, 2 Im)
+  Tensor dx;         // (N, C)
+  Tensor dlogits;    // (T, E) F32
+  Tensor dlogits_c;  // (T, E) in the compute dtype (dlogits itself when that is F32)
+  Tensor dweights;   // (T, K) F32
+  Tensor aux;        // (E) F32 the load-balancing loss's gradient at the probabilities
 };
-MoeScratch TakeMoeScratch(Arena& arena, const ModelConfig& config, int64_t T);
+MoeScratch TakeMoeScratch(Arena& arena, const ModelConfig& config, int64_t T, DType dt);
 
 // out (T, C) = residual (T, C) + MoE(x (T, C)); out must not alias x or residual.
 // forced_routes: null (every token routed by the router), or (T, K) host I32 where row t is
@@ -79,5 +91,10 @@ void MoeForward(const ModelConfig& config, kernels::ReductionOrder order, const 
 void MoeBackward(const ModelConfig& config, const LayerParams& p, const LayerParams& g,
                  const MoeActivations& a, const Tensor& x, const Tensor& dout, const Tensor& dx,
                  const MoeScratch& s, const double* aux_dprobs = nullptr);
+
+// The last MoeForward's routes, the router's own top-K (T, K) and its probabilities (T, E), on
+// the host (copied from the device on CUDA). probs may be null.
+void MoeRoutesToHost(const MoeActivations& a, std::vector<int32_t>* routes,
+                     std::vector<int32_t>* recomputed, std::vector<float>* probs);
 
 }  // namespace prl

@@ -87,8 +87,6 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
       ws_(std::make_unique<Workspace>()) {
   PRL_CHECK(ValidateModelConfig(config).ok(), "Transformer needs a valid config");
   PRL_CHECK(KernelBackendAvailable(device.type), "no kernel backend for ", device.ToString());
-  PRL_CHECK(!config.has_moe() || device.is_cpu(), "Transformer: the Qwen3-MoE block runs on the ",
-            "CPU only (its CUDA kernels are not verified), found ", device.ToString());
   PRL_CHECK(options_.compute_dtype == DType::kF32 ||
                 (options_.compute_dtype == DType::kBF16 && device.is_cuda()),
             "Transformer: compute dtype ", DTypeName(options_.compute_dtype),
@@ -160,7 +158,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
       const int64_t dense_I = c.has_dense_mlp() ? I : 0;
       ws.wide_a = a.Take(dt, {T * std::max(2 * dense_I, c.qkv_dim())});
       ws.wide_b = a.Take(dt, {T * std::max(dense_I, c.q_dim() * (c.qk_norm ? 2 : 1))});
-      if (c.has_moe()) ws.moe = TakeMoeScratch(a, c, T);
+      if (c.has_moe()) ws.moe = TakeMoeScratch(a, c, T, dt);
       ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
       ws.dlogprob = a.Take(DType::kF32, {R});
     }
@@ -219,9 +217,9 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
 
   std::fill(logprobs.begin(), logprobs.end(), 0.0f);
   ws.entropies.assign(T, 0.0f);
-  // The policy's entropy, for training passes: on the CPU only until the CUDA row kernel
-  // (kernels/cuda/logprob.cu, tests/kernels/cuda_logprob_test.cc) has run on a GPU.
-  const bool with_entropy = for_backward && device_.is_cpu();
+  // The policy's entropy, for training passes (the CUDA row kernel, kernels/cuda/logprob.cu,
+  // verified on an H200 by tests/kernels/cuda_logprob_test.cc).
+  const bool with_entropy = for_backward;
   if (R > 0) {
     if (R < T) k::EmbeddingForward(ws.head_in, ws.lnf, ws.head_rows_dev);  // row gather
     k::LogprobForward(ws.head_logprob, ws.head_lse, ws.head_in, params.lm_head, ws.head_targets,
@@ -273,8 +271,9 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
                         options_.reduction_order);
   });
   if (!p.is_moe()) return;
-  const int32_t* recomputed = a.moe.recomputed.i32();
-  const float* probs = a.moe.probs.f32();  // (the MoE block runs on the CPU)
+  std::vector<int32_t> recomputed;
+  std::vector<float> probs;
+  MoeRoutesToHost(a.moe, nullptr, &recomputed, &probs);
   const int64_t E = c.num_experts;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t kk = 0; kk < K; ++kk) {

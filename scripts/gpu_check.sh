@@ -26,7 +26,7 @@
 # when that is set, else /tmp/prl-gpu-check.
 #
 # usage: scripts/gpu_check.sh [BUNDLE=build-gpu/bundle]
-#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles bench swaps e2e": a
+#   env: OUT; PYTHON (with torch; default python3); PARTS (default "tests score learner engine roles moe bench swaps e2e": a
 #   subset runs in less time, e.g. PARTS=bench; each part takes a few minutes on an H100; the
 #   parts "profile" and "profile_learner" are not in the default); TESTS (the test binaries of part tests; default all)
 set -uo pipefail
@@ -34,7 +34,7 @@ cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-tests score learner engine roles bench swaps e2e}
+PARTS=${PARTS:-tests score learner engine roles moe bench swaps e2e}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
   tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
@@ -260,14 +260,15 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"tokens": [rng.randrange(1000) for _ in range(rng.randrange(1, 200))],
                             "seed": i}) + "\n")
 PY
-  # The last: the batch-invariant BF16 products on the tensor cores (experimental,
-  # kernels/cuda/gemm.h), which must keep generate and score equal bit for bit too.
-  for variant in f32: f32:--batch-invariant bf16: bf16:--batch-invariant \
+  # The batch-invariant BF16 products on the CUDA cores and on the tensor cores (the default,
+  # kernels/cuda/gemm.h): each must keep generate and score equal bit for bit.
+  for variant in f32: f32:--batch-invariant bf16: \
+    "bf16:--batch-invariant --no-invariant-tensor-cores" \
     "bf16:--batch-invariant --invariant-tensor-cores"; do
     dtype=${variant%%:*}
     inv=${variant#*:}
     tag="${dtype}${inv:+_invariant}"
-    [[ "$inv" == *tensor-cores* ]] && tag="${tag}_tc"
+    [[ "$inv" == *--invariant-tensor-cores* ]] && tag="${tag}_tc"
     {
       "$PRL" generate --model "$work/model" --input "$work/prompts.jsonl" --device cuda \
         --dtype "$dtype" $inv --n 2 --max-tokens 128 --temperature 1 \
@@ -563,6 +564,46 @@ PY
   done
 }
 
+# `prl run` with the tiny Qwen3-MoE (model.preset=tiny-qwen3-moe) on the GPU: the learner and
+# the actors on CUDA (the MoE block on the device, routes recorded by the actors and replayed by
+# the learner), weights over CUDA IPC; 60 steps required.
+run_moe() {
+  echo "== prl run: the tiny Qwen3-MoE with the learner and the actors on CUDA"
+  local work="$OUT_DIR/moe"
+  mkdir -p "$work"
+  "$PRL" run --run-dir "$work/run" --set run.name=gpu-moe --set model.preset=tiny-qwen3-moe \
+    --set coordinator.listen=127.0.0.1:0 --set broadcast.listen=127.0.0.1:0 \
+    --set broadcast.transport=cuda_ipc --set learner.device=cuda --set actors.device=cuda \
+    --set sft.steps=200 --set learner.steps=60 --set task.eval_prompts=100 \
+    >"$work/run.log" 2>&1 || { tail -20 "$work/run.log"; status=1; return; }
+  python3 - "$work/run/summary.json" <<'PY' || status=1
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("prl run, tiny Qwen3-MoE on CUDA: %d steps, %.0f samples/s, lag mean %.2f, held-out %.3f -> %.3f" % (
+    s["steps"], s["samples_per_second"], s["mean_lag"], s["eval_before"], s["eval_after"]))
+sys.exit(0 if s["steps"] == 60 else 1)
+PY
+  # Two layers of Qwen3-30B-A3B's shape (128 experts, top 8, width 768), bf16, beside PyTorch
+  # eager of the same block (bench/torch_model_bench.py's Qwen3-MoE block).
+  echo "-- prl bench model: two layers of Qwen3-30B-A3B's shape, bf16, beside PyTorch eager"
+  python3 - "$work/qwen3-30b-a3b-2layers.json" <<'PY'
+import json, sys
+json.dump({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+           "hidden_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+           "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+           "norm_topk_prob": True, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+           "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+           "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu"},
+          open(sys.argv[1], "w"))
+PY
+  timeout 150 "$PRL" bench model --config "$work/qwen3-30b-a3b-2layers.json" --device cuda \
+    --dtype bf16 --tokens 4096 --seq-len 1024 --iters 3 --torch-baseline "$PYTHON" \
+    --torch-modes eager >"$work/bench_model_moe.txt" 2>"$work/bench_model_moe.log" ||
+    { tail -5 "$work/bench_model_moe.log"; status=1; }
+  cat "$work/bench_model_moe.txt"
+}
+
 # --- weight swaps and the pipeline against sync mode ---------------------------------------
 # Publish-to-swapped latency and the stall per transport for the 0.5B and 1.5B shapes (a second
 # prl process decodes in bf16 while versions arrive), then `prl bench e2e` (sync mode, then
@@ -613,6 +654,7 @@ if part score || part learner || part engine || part roles || part bench || part
     part profile && run_profile
     part profile_learner && run_profile_learner
     part roles && run_roles
+    part moe && run_moe
     part bench && run_bench
     part swaps && run_swaps
     part e2e && run_e2e

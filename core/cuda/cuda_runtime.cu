@@ -99,6 +99,14 @@ absl::Status SynchronizeCurrentStream(int device) {
   return absl::OkStatus();
 }
 
+absl::Status MemcpyOnCurrentStream(int device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  const cudaStream_t stream = CurrentStream(device);
+  PRL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  PRL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StreamMarker> StreamMarker::Record(int device) {
   PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   cudaEvent_t event = nullptr;

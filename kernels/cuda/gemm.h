@@ -81,14 +81,16 @@ inline constexpr int kGemmSearchCandidates = 8;
 void SetGemmAlgorithmSearch(bool on);
 bool GemmAlgorithmSearch();
 
-// The batch-invariant order on the tensor cores (experimental, off: SetTensorCoreInvariantGemm):
+// The batch-invariant order on the tensor cores (on by default; SetTensorCoreInvariantGemm):
 // one cuBLASLt algorithm per (N, K, strides, dtypes, transposes, bias, beta) — the heuristic's
 // first for a reference of kPinnedReferenceRows rows, with split-K forced off — used for every
 // M. A data-parallel kernel computes each output tile's K loop in the same order whatever M
 // is, so a row's results would not depend on the rest of the batch. Whether cuBLASLt's kernels
 // keep that promise (no M-dependent stream-K decomposition) is what cuda_kernels_test's
-// PinnedAlgorithmGemmGivesARowTheSameBitsWhateverM checks on a GPU; until it has passed there,
-// nothing turns this on by default. Requires 16-byte aligned pointers, M, N, K >= 1; an M the
+// PinnedAlgorithmGemmGivesARowTheSameBitsWhateverM checks; it passed on an H200, as did the
+// engine's log-probs equal to the learner's bit for bit with it (cuda_engine_test), at
+// 1.6-2.1x the CUDA-core invariant GEMMs' decode (docs/benchmarks.md). Every process of a run
+// must agree (the default, on; `--no-invariant-tensor-cores` turns it off in the tools). Requires 16-byte aligned pointers, M, N, K >= 1; an M the
 // pinned algorithm refuses is a programming error (PRL_CHECK naming the shape).
 inline constexpr int64_t kPinnedReferenceRows = 512;
 void SetTensorCoreInvariantGemm(bool on);

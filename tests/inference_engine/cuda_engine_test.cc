@@ -161,6 +161,74 @@ TEST(CudaEngineTest, BehaviourLogprobsAgreeWithTheLearnerOnTheGpu) {
   }
 }
 
+// Qwen3-MoE in the engine on the GPU (model/moe_layer.h: routing, the sort by expert and the
+// combine on the device; its steps run eagerly, since a MoE layer reads its experts' row ranges
+// on the host). In the batch-invariant mode, fp32 and bf16, the behaviour log-probs equal the
+// learner's on the GPU bit for bit and the routes the engine records (SampleOutput::routes) are
+// the learner's recomputed routes; the fast mode, tuned kernels on, decodes finite log-probs.
+std::vector<uint8_t> GpuLearnerRoutes(const ParameterSet& weights, DType dtype,
+                                      const std::vector<int32_t>& prompt,
+                                      const std::vector<int32_t>& completion) {
+  TransformerOptions options;
+  options.reduction_order = ReductionOrder::kBatchInvariant;
+  options.compute_dtype = dtype;
+  Transformer model(weights.config, Device::Cuda(0), options);
+  std::optional<ComputeParams> compute;
+  if (dtype != DType::kF32) compute = *ToComputeDType(weights, dtype);
+  const ModelParams& params = compute.has_value() ? compute->params : weights.params;
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), completion.begin(), completion.end());
+  PackedBatch batch;
+  batch.AddScored(seq, static_cast<int64_t>(prompt.size()));
+  std::vector<float> lp(batch.num_tokens());
+  EXPECT_TRUE(model.Forward(params, batch, 1.0f, absl::MakeSpan(lp), false).ok());
+  const int64_t LK = weights.config.num_moe_layers() * weights.config.num_experts_per_tok;
+  const absl::Span<const uint8_t> all = model.recomputed_routes();
+  return std::vector<uint8_t>(all.begin() + (prompt.size() - 1) * LK, all.end());
+}
+
+TEST(CudaEngineTest, MoeEngineAgreesWithTheLearnerAndRecordsItsRoutes) {
+  PRL_SKIP_WITHOUT_GPU();
+  const ModelConfig c = testing::TinyMoeConfig();
+  auto weights = OnGpu(*TinyWeights(c, 3));
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    auto engine = *Engine::Create(weights, 0, GpuOptions(dtype, true, true));
+    const std::vector<Job> jobs = UnfilteredJobs(c, 9, /*count=*/8);
+    const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
+    const Agreement a = Compare(
+        LearnerScores(*weights, dtype, ReductionOrder::kBatchInvariant, jobs, out), out);
+    std::printf("agreement MoE %s batch-invariant: %lld tokens, bit-equal %lld\n",
+                std::string(DTypeName(dtype)).c_str(), static_cast<long long>(a.tokens),
+                static_cast<long long>(a.bit_equal));
+    ASSERT_GT(a.tokens, 0);
+    EXPECT_EQ(a.bit_equal, a.tokens) << DTypeName(dtype) << ": must be equal bit for bit";
+    EXPECT_EQ(engine->Stats().graph_replays, 0) << "a MoE model's steps run eagerly";
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      for (const SampleOutput& s : out[i].samples) {
+        ASSERT_EQ(static_cast<int64_t>(s.routes.size()),
+                  static_cast<int64_t>(s.tokens.size()) * c.num_moe_layers() *
+                      c.num_experts_per_tok);
+        EXPECT_EQ(s.routes, GpuLearnerRoutes(*weights, dtype, jobs[i].prompt, s.tokens))
+            << DTypeName(dtype) << ", request " << i;
+      }
+    }
+  }
+  EngineOptions fast = GpuOptions(DType::kBF16, false, true);
+  fast.tuned_kernels = true;
+  auto engine = *Engine::Create(weights, 0, fast);
+  const std::vector<RequestOutput> out = RunJobs(*engine, UnfilteredJobs(c, 10, /*count=*/8));
+  int64_t tokens = 0;
+  for (const RequestOutput& r : out) {
+    for (const SampleOutput& s : r.samples) {
+      for (float lp : s.logprobs) {
+        EXPECT_TRUE(std::isfinite(lp) && lp <= 0.0f);
+        ++tokens;
+      }
+    }
+  }
+  EXPECT_GT(tokens, 0);
+}
+
 // The tuned decode kernels (EngineOptions::tuned_kernels: GEMM algorithm search, residual
 // GEMMs, fused RoPE + KV write, decode attention without the tile plan, split-vocabulary
 // sampling) stay within the fast mode's agreement with the learner, graphs and eager alike.
@@ -197,32 +265,35 @@ TEST(CudaEngineTest, TunedKernelsKeepTheFastModesAgreementWithTheLearner) {
   kernels::SetGemmAlgorithmSearch(false);
 }
 
-// Experimental (kernels/cuda/gemm.h): the batch-invariant mode's BF16 products on the tensor
-// cores through one pinned cuBLASLt algorithm per shape keep the engine's behaviour log-probs
-// and the learner's equal bit for bit, graphs and eager.
+// The batch-invariant mode's BF16 products on the tensor cores through one pinned cuBLASLt
+// algorithm per shape (the default, kernels/cuda/gemm.h) and on the CUDA cores keep the
+// engine's behaviour log-probs and the learner's equal bit for bit, graphs and eager.
 TEST(CudaEngineTest, InvariantTensorCoresKeepTheEngineAndTheLearnerBitIdentical) {
   PRL_SKIP_WITHOUT_GPU();
-  kernels::SetTensorCoreInvariantGemm(true);
+  const bool was = kernels::TensorCoreInvariantGemm();
   const ModelConfig c = TinyEngineConfig();
   auto weights = OnGpu(*TinyWeights(c, 1));
-  for (bool graphs : {true, false}) {
-    auto engine = *Engine::Create(weights, 0, GpuOptions(DType::kBF16, true, graphs));
-    const std::vector<Job> jobs = UnfilteredJobs(c, 7);
-    const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
-    const Agreement a = Compare(
-        LearnerScores(*weights, DType::kBF16, ReductionOrder::kBatchInvariant, jobs, out), out);
-    std::printf("agreement bf16 batch-invariant on tensor cores%s: %lld tokens, bit-equal %lld\n",
-                graphs ? "" : " (eager)", static_cast<long long>(a.tokens),
-                static_cast<long long>(a.bit_equal));
-    ASSERT_GT(a.tokens, 0);
-    EXPECT_EQ(a.bit_equal, a.tokens) << "must be equal bit for bit";
+  for (bool tensor_cores : {true, false}) {
+    kernels::SetTensorCoreInvariantGemm(tensor_cores);
+    for (bool graphs : {true, false}) {
+      auto engine = *Engine::Create(weights, 0, GpuOptions(DType::kBF16, true, graphs));
+      const std::vector<Job> jobs = UnfilteredJobs(c, 7);
+      const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
+      const Agreement a = Compare(
+          LearnerScores(*weights, DType::kBF16, ReductionOrder::kBatchInvariant, jobs, out), out);
+      std::printf("agreement bf16 batch-invariant on %s%s: %lld tokens, bit-equal %lld\n",
+                  tensor_cores ? "tensor cores" : "CUDA cores", graphs ? "" : " (eager)",
+                  static_cast<long long>(a.tokens), static_cast<long long>(a.bit_equal));
+      ASSERT_GT(a.tokens, 0);
+      EXPECT_EQ(a.bit_equal, a.tokens) << "must be equal bit for bit";
+    }
   }
-  kernels::SetTensorCoreInvariantGemm(false);
+  kernels::SetTensorCoreInvariantGemm(was);
 }
 
-// The RMSNorms fused into the projections of decode steps of at most 8 rows
-// (EngineOptions::norm_in_gemm, kernels/norm_matmul.h) keep the tuned kernels' agreement with
-// the learner, graphs and eager; 6 requests, so that every decode step takes the fused path.
+// The RMSNorms fused into the projections of single-row decode steps (EngineOptions::
+// norm_in_gemm, kernels/norm_matmul.h) keep the tuned kernels' agreement with the learner,
+// graphs and eager; one request at a time, so that every decode step takes the fused path.
 TEST(CudaEngineTest, NormInGemmKeepsTheTunedKernelsAgreementWithTheLearner) {
   PRL_SKIP_WITHOUT_GPU();
   const ModelConfig c = TinyEngineConfig();
@@ -232,8 +303,12 @@ TEST(CudaEngineTest, NormInGemmKeepsTheTunedKernelsAgreementWithTheLearner) {
     o.tuned_kernels = true;
     o.norm_in_gemm = true;
     auto engine = *Engine::Create(weights, 0, o);
-    const std::vector<Job> jobs = UnfilteredJobs(c, 7, /*count=*/6);
-    const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
+    std::vector<Job> jobs;
+    std::vector<RequestOutput> out;
+    for (const Job& job : UnfilteredJobs(c, 7, /*count=*/3)) {
+      jobs.push_back(job);
+      out.push_back(RunJobs(*engine, {job}).front());
+    }
     const Agreement a =
         Compare(LearnerScores(*weights, DType::kBF16, ReductionOrder::kFast, jobs, out), out);
     std::printf(

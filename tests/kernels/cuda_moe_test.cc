@@ -1,9 +1,11 @@
 // Qwen3-MoE's CUDA kernels (kernels/cuda/moe.h) against host references of model/moe_layer.h's
-// math: the router's softmax, its top-k with ties to the lower expert id and the
+// math: the router's softmax, its top-k with ties to the lower expert id, replayed rows and the
 // renormalisation; the row gather (exact); the grouped GEMM over uneven expert row ranges
 // (empty experts included), F32 and BF16, and bit for bit the same row whatever other rows its
-// expert has (the batch-invariant order); the weighted combine. Skips without a GPU
-// (scripts/gpu_check.sh runs it); the kernels stay off (MoeCudaKernelsEnabled) until it passes.
+// expert has (the batch-invariant order); the weighted combine; and, through kernels/moe.h on
+// both backends, the sort by expert (equal to the CPU's), the combine's backward, the router's
+// backward and the scatter of the experts' input gradients against the CPU backend. Skips
+// without a GPU (scripts/gpu_check.sh runs it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/moe.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/tensor_util.h"
 
 #if PRL_WITH_CUDA
 #include "kernels/cuda/moe.h"
@@ -23,6 +27,7 @@ namespace {
 using testing::AsStored;
 using testing::Random;
 using testing::RelativeError;
+using testing::View;
 
 #if PRL_WITH_CUDA
 using testing::DeviceTensor;
@@ -50,14 +55,24 @@ TEST_P(CudaMoeRouteTest, SoftmaxTopKWithTiesToTheLowerIdAndRenormalisation) {
   // Rows with ties: equal logits for pairs of experts, and a row of all-equal logits.
   for (int64_t e = 0; e + 1 < E; e += 2) logits[3 * E + e + 1] = logits[3 * E + e];
   for (int64_t e = 0; e < E; ++e) logits[5 * E + e] = 0.25f;
+  // Rows 7 and 20 replayed: the experts K-1, ..., 0 (row 7) and E-1, ..., E-K (row 20).
+  std::vector<int32_t> forced(T * K, -1);
+  for (int64_t k = 0; k < K; ++k) {
+    forced[7 * K + k] = static_cast<int32_t>(K - 1 - k);
+    forced[20 * K + k] = static_cast<int32_t>(E - 1 - k);
+  }
   DeviceTensor glogits(DType::kF32, {T, E}), gprobs(DType::kF32, {T, E});
-  DeviceTensor groutes(DType::kI32, {T, K}), gweights(DType::kF32, {T, K});
+  DeviceTensor groutes(DType::kI32, {T, K}), grecomputed(DType::kI32, {T, K});
+  DeviceTensor gweights(DType::kF32, {T, K}), gforced(DType::kI32, {T, K});
   glogits.Upload(logits);
-  cuda::MoeRoute(0, static_cast<float*>(gprobs.t.data), static_cast<int32_t*>(groutes.t.data),
-                 static_cast<float*>(gweights.t.data), static_cast<const float*>(glogits.t.data),
-                 T, E, K, renormalise);
+  gforced.Upload(forced);
+  cuda::MoeRoute(0, static_cast<float*>(gprobs.t.data), static_cast<int32_t*>(grecomputed.t.data),
+                 static_cast<int32_t*>(groutes.t.data), static_cast<float*>(gweights.t.data),
+                 static_cast<const float*>(glogits.t.data),
+                 static_cast<const int32_t*>(gforced.t.data), T, E, K, renormalise);
   const std::vector<float> probs = gprobs.Download(), weights = gweights.Download();
   const std::vector<int32_t> routes = AsInts(groutes.Download());
+  const std::vector<int32_t> recomputed = AsInts(grecomputed.Download());
   std::vector<float> want_probs(T * E), want_weights(T * K);
   for (int64_t t = 0; t < T; ++t) {
     double max = logits[t * E], sum = 0;
@@ -66,9 +81,15 @@ TEST_P(CudaMoeRouteTest, SoftmaxTopKWithTiesToTheLowerIdAndRenormalisation) {
     for (int64_t e = 0; e < E; ++e) {
       want_probs[t * E + e] = static_cast<float>(std::exp(logits[t * E + e] - max) / sum);
     }
-    // The routes from the kernel's own probabilities: the top-k logic exactly.
-    const std::vector<int32_t> want = TopK(probs.data() + t * E, E, K);
-    for (int64_t k = 0; k < K; ++k) ASSERT_EQ(routes[t * K + k], want[k]) << "token " << t;
+    // The routes from the kernel's own probabilities: the top-k logic exactly; a replayed row's
+    // routes are the given ones, its recomputed routes still the router's.
+    const std::vector<int32_t> top = TopK(probs.data() + t * E, E, K);
+    std::vector<int32_t> want = top;
+    if (forced[t * K] >= 0) want.assign(forced.begin() + t * K, forced.begin() + (t + 1) * K);
+    for (int64_t k = 0; k < K; ++k) {
+      ASSERT_EQ(recomputed[t * K + k], top[k]) << "token " << t;
+      ASSERT_EQ(routes[t * K + k], want[k]) << "token " << t;
+    }
     double kept = 0;
     for (int64_t k = 0; k < K; ++k) kept += probs[t * E + want[k]];
     for (int64_t k = 0; k < K; ++k) {
@@ -203,8 +224,107 @@ TEST(CudaMoeTest, CombineAddsTheWeightedExpertRowsToTheResidualInKOrder) {
   }
 }
 
-TEST(CudaMoeTest, TheKernelsStayOffUntilAGpuSessionVerifiedThem) {
-  EXPECT_FALSE(cuda::MoeCudaKernelsEnabled());
+// Routes over E experts, T tokens, K each (distinct per token), from a seeded generator, with
+// expert 3 (of E > 3) left empty and expert 0 crowded.
+std::vector<int32_t> SomeRoutes(int64_t T, int64_t E, int64_t K, uint32_t seed) {
+  std::vector<int32_t> routes(T * K);
+  uint32_t state = seed;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> ids;
+    for (int64_t e = 0; e < E; ++e) {
+      if (e != 3) ids.push_back(static_cast<int32_t>(e));
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      state = state * 1664525u + 1013904223u;
+      const size_t pick = k == 0 && t % 3 == 0 ? 0 : (state >> 8) % ids.size();
+      routes[t * K + k] = ids[pick];
+      ids.erase(ids.begin() + static_cast<int64_t>(pick));
+    }
+  }
+  return routes;
+}
+
+// The sort on the device gives the CPU's rows exactly (a stable counting sort), for a pass of
+// the learner's size (N = 8192 x 8 pairs over 128 experts) and a decode step's.
+TEST(CudaMoeTest, TheSortByExpertOnTheDeviceEqualsTheCpusSort) {
+  PRL_SKIP_WITHOUT_GPU();
+  for (const auto [T, E, K] : {std::tuple<int64_t, int64_t, int64_t>{8192, 128, 8},
+                               {3, 8, 2},
+                               {1000, 256, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << T << " E=" << E << " K=" << K);
+    std::vector<int32_t> routes = SomeRoutes(T, E, K, static_cast<uint32_t>(T + E));
+    std::vector<int32_t> begin(E + 1), row_of(T * K), token_of(T * K);
+    MoeSortByExpert(View(begin, {E + 1}), View(row_of, {T * K}), View(token_of, {T * K}),
+                    View(routes, {T, K}), E);
+    DeviceTensor groutes(DType::kI32, {T, K}), gbegin(DType::kI32, {E + 1});
+    DeviceTensor grow(DType::kI32, {T * K}), gtok(DType::kI32, {T * K});
+    groutes.Upload(routes);
+    MoeSortByExpert(gbegin.t, grow.t, gtok.t, groutes.t, E);
+    EXPECT_EQ(AsInts(gbegin.Download()), begin);
+    EXPECT_EQ(AsInts(grow.Download()), row_of);
+    EXPECT_EQ(AsInts(gtok.Download()), token_of);
+  }
+}
+
+// The backward kernels through kernels/moe.h, CUDA against the CPU backend (F32 storage: the
+// same arithmetic in another order, so within 1e-5; BF16: within BF16's tolerance).
+TEST(CudaMoeTest, TheBackwardKernelsMatchTheCpuBackend) {
+  PRL_SKIP_WITHOUT_GPU();
+  const int64_t T = 29, E = 16, K = 4, C = 72, N = T * K;
+  std::vector<int32_t> routes = SomeRoutes(T, E, K, 5);
+  std::vector<int32_t> begin(E + 1), row_of(N), token_of(N);
+  MoeSortByExpert(View(begin, {E + 1}), View(row_of, {N}), View(token_of, {N}),
+                  View(routes, {T, K}), E);
+  std::vector<float> probs(T * E), weights(T * K);
+  {
+    std::vector<float> logits = Random(T * E, 21, 2.0f);
+    std::vector<int32_t> recomputed(T * K), forced(routes), used(T * K);
+    MoeRoute(View(probs, {T, E}), View(recomputed, {T, K}), View(used, {T, K}),
+             View(weights, {T, K}), View(logits, {T, E}), View(forced, {T, K}), true);
+  }
+  std::vector<float> aux = Random(E, 22, 0.01f);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    std::vector<float> dout = AsStored(Random(T * C, 23), dt), y = AsStored(Random(N * C, 24), dt);
+    std::vector<float> dxs = AsStored(Random(N * C, 25), dt), dx = AsStored(Random(T * C, 26), dt);
+    // CPU.
+    std::vector<float> dy(N * C), dweights(T * K), dlogits(T * E), dlogits_aux(T * E), dx_cpu(dx);
+    MoeCombineBackward(View(dy, {N, C}), View(dweights, {T, K}), View(dout, {T, C}),
+                       View(y, {N, C}), View(weights, {T, K}), View(row_of, {N}));
+    for (bool renormalise : {true, false}) {
+      MoeRouterBackward(View(renormalise ? dlogits : dlogits_aux, {T, E}), View(probs, {T, E}),
+                        View(routes, {T, K}), View(weights, {T, K}), View(dweights, {T, K}),
+                        renormalise ? Tensor() : View(aux, {E}), renormalise);
+    }
+    MoeScatterAddRows(View(dx_cpu, {T, C}), View(dxs, {N, C}), View(row_of, {N}));
+    // CUDA.
+    DeviceTensor gdy(dt, {N, C}), gdw(DType::kF32, {T, K}), gdout(dt, {T, C}), gy(dt, {N, C});
+    DeviceTensor gw(DType::kF32, {T, K}), grow(DType::kI32, {N}), gprobs(DType::kF32, {T, E});
+    DeviceTensor groutes(DType::kI32, {T, K}), gdl(DType::kF32, {T, E}), gdl_aux(DType::kF32, {T, E});
+    DeviceTensor gaux(DType::kF32, {E}), gdxs(dt, {N, C}), gdx(dt, {T, C});
+    gdout.Upload(dout);
+    gy.Upload(y);
+    gw.Upload(weights);
+    grow.Upload(row_of);
+    gprobs.Upload(probs);
+    groutes.Upload(routes);
+    gaux.Upload(aux);
+    gdxs.Upload(dxs);
+    gdx.Upload(dx);
+    MoeCombineBackward(gdy.t, gdw.t, gdout.t, gy.t, gw.t, grow.t);
+    // The router's backward from the CPU's dweights, so that each kernel is checked alone.
+    DeviceTensor gdw_cpu(DType::kF32, {T, K});
+    gdw_cpu.Upload(dweights);
+    MoeRouterBackward(gdl.t, gprobs.t, groutes.t, gw.t, gdw_cpu.t, Tensor(), true);
+    MoeRouterBackward(gdl_aux.t, gprobs.t, groutes.t, gw.t, gdw_cpu.t, gaux.t, false);
+    MoeScatterAddRows(gdx.t, gdxs.t, grow.t);
+    const double tol = dt == DType::kF32 ? 1e-5 : testing::Tolerance(dt);
+    EXPECT_LE(RelativeError(gdy.Download(), dy), tol) << "dy";
+    EXPECT_LE(RelativeError(gdw.Download(), dweights), 1e-5) << "dweights";
+    EXPECT_LE(RelativeError(gdl.Download(), dlogits), 1e-5) << "dlogits";
+    EXPECT_LE(RelativeError(gdl_aux.Download(), dlogits_aux), 1e-5) << "dlogits with aux";
+    EXPECT_LE(RelativeError(gdx.Download(), dx_cpu), tol) << "dx";
+  }
 }
 #else
 TEST(CudaMoeTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }

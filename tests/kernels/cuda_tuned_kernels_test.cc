@@ -345,12 +345,13 @@ TEST(CudaTunedKernelsTest, SkinnyGemmMatchesCpuForEveryRowCount) {
   SetSkinnyGemm(false);
 }
 
-// Experimental (kernels/cuda/gemm.h): the batch-invariant order's BF16 products on the tensor
+// The default (kernels/cuda/gemm.h): the batch-invariant order's BF16 products on the tensor
 // cores through one pinned cuBLASLt algorithm per (N, K). A row gets the same bits alone and
 // among 2 to 1500 others (with a bias into BF16, and into F32 as the LM head), and the products
 // stay within BF16's tolerance of the CPU's.
 TEST(CudaTunedKernelsTest, PinnedAlgorithmGemmGivesARowTheSameBitsWhateverM) {
   PRL_SKIP_WITHOUT_GPU();
+  const bool was = kernels::TensorCoreInvariantGemm();
   SetTensorCoreInvariantGemm(true);
   const DType dt = DType::kBF16;
   const std::pair<int64_t, int64_t> shapes[] = {{896, 896}, {4864, 896}, {896, 4864}, {1000, 64}};
@@ -385,7 +386,7 @@ TEST(CudaTunedKernelsTest, PinnedAlgorithmGemmGivesARowTheSameBitsWhateverM) {
       EXPECT_TRUE(BitEqual(got_f32, alone_f32));
     }
   }
-  SetTensorCoreInvariantGemm(false);
+  SetTensorCoreInvariantGemm(was);
 }
 
 // The RMSNorm fused into the skinny GEMM (kernels/norm_matmul.h): the CPU's RmsNormForward,

@@ -9,6 +9,7 @@
 // batch of unequal sequences. Skips without a GPU (scripts/gpu_check.sh runs it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -173,6 +174,124 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3_tied_gqa_d64_hidden128", Qwen3Config(true, false)},
                       Case{"qwen3_untied_attention_bias_d64_hidden128", Qwen3Config(false, true)}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Qwen3-MoE on CUDA (model/moe_layer.h: routing, the sort by expert and the combine on the
+// device, each expert's GEMMs over its row range): three layers of Qwen3Config's attention,
+// renormalised top-2 of 8 experts in every layer, or raw top-3 of 6 with layer 1 dense. The
+// CPU routes a batch first; both backends then replay those routes (what the learner does with
+// the actor's), so that a near-tie routed differently cannot hide an error, and the log-probs
+// and every gradient (the routers' and the experts' included, with the load-balancing loss on)
+// must match as the dense models' do. The GPU's own routes (recomputed beside the replay) must
+// equal the CPU's but for near-ties in the fp32 mode: at most 1% of the choices.
+ModelConfig Qwen3MoeConfig(bool renormalise) {
+  ModelConfig c = Qwen3Config(true, false);
+  SetArchitecture(Architecture::kQwen3Moe, false, &c);
+  c.num_experts = renormalise ? 8 : 6;
+  c.num_experts_per_tok = renormalise ? 2 : 3;
+  c.moe_intermediate_size = 64;
+  c.norm_topk_prob = renormalise;
+  if (!renormalise) c.mlp_only_layers = {1};
+  return c;
+}
+
+TEST(CudaTransformerMoeTest, LogprobsGradientsAndRoutesMatchTheCpuBackend) {
+  if (!KernelBackendAvailable(DeviceType::kCuda)) {
+    GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
+  }
+  const Device gpu_device = Device::Cuda(0);
+  constexpr double kLoadBalancing = 0.01;
+  for (const bool renormalise : {true, false}) {
+    const ModelConfig config = Qwen3MoeConfig(renormalise);
+    ASSERT_TRUE(ValidateModelConfig(config).ok()) << ValidateModelConfig(config);
+    std::mt19937_64 rng(11);
+    PackedBatch batch;
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
+    for (int len : {2, 33, 150, 9, 64}) {
+      std::vector<int32_t> seq(len);
+      for (auto& t : seq) t = tok(rng);
+      batch.AddScored(seq, 1);
+    }
+    const int64_t T = batch.num_tokens();
+    std::vector<float> dlogprobs(T);
+    for (int64_t t = 0; t < T; ++t) {
+      dlogprobs[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
+    }
+    struct Result {
+      std::vector<float> logprobs;
+      std::vector<uint8_t> routes;
+      std::optional<ParameterSet> grads;
+    };
+    auto run = [&](const ParameterSet& params, Device device, DType dtype) {
+      Result r;
+      r.grads.emplace(*ParameterSet::Allocate(config, device, true));
+      TransformerOptions options;
+      options.compute_dtype = dtype;
+      Transformer model(config, device, options);
+      std::optional<ComputeParams> compute;
+      if (dtype != DType::kF32) compute = *ToComputeDType(params, dtype);
+      const ModelParams& weights = compute.has_value() ? compute->params : params.params;
+      r.logprobs.resize(T);
+      EXPECT_TRUE(model.Forward(weights, batch, 0.8f, absl::MakeSpan(r.logprobs), true).ok());
+      r.routes.assign(model.recomputed_routes().begin(), model.recomputed_routes().end());
+      EXPECT_TRUE(
+          model.Backward(weights, dlogprobs, r.grads->params, nullptr, kLoadBalancing).ok());
+      return r;
+    };
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << (renormalise ? "renormalised" : "raw") << " "
+                                        << DTypeName(dtype));
+      const bool f32 = dtype == DType::kF32;
+      ParameterSet cpu = *ParameterSet::Allocate(config, Device::Cpu(), false);
+      InitializeParameters(cpu, 7, f32 ? 0.2f : 0.02f);
+      ParameterSet gpu = *ParameterSet::Allocate(config, gpu_device, false);
+      ASSERT_TRUE(
+          CopyBytes(gpu.data(), gpu_device, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
+      batch.routes.clear();
+      const std::vector<uint8_t> cpu_routes = run(cpu, Device::Cpu(), DType::kF32).routes;
+      batch.routes.assign(cpu_routes.begin(), cpu_routes.end());  // replayed from here on
+      const Result want = run(cpu, Device::Cpu(), DType::kF32);
+      const Result got = run(gpu, gpu_device, dtype);
+      ASSERT_EQ(got.routes.size(), cpu_routes.size());
+      int64_t differing = 0;
+      for (size_t i = 0; i < cpu_routes.size(); ++i) differing += got.routes[i] != cpu_routes[i];
+      const double route_mismatch =
+          static_cast<double>(differing) / static_cast<double>(cpu_routes.size());
+      // bf16's router logits round differently from the CPU's fp32 ones: reported, not bound.
+      if (f32) EXPECT_LE(route_mismatch, 0.01);
+      double max_abs = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        max_abs = std::max(max_abs, std::fabs(double{got.logprobs[t]} - want.logprobs[t]));
+      }
+      const double logprob_error = ::prl::testing::RelativeError(got.logprobs, want.logprobs);
+      if (f32) {
+        EXPECT_LE(logprob_error, 1e-5);
+      } else {
+        EXPECT_LE(max_abs, 2e-2);
+      }
+      double worst = 0;
+      std::string worst_name;
+      for (const ParamEntry& e : cpu.layout.entries()) {
+        const double err =
+            ::prl::testing::RelativeError(ToHost(*got.grads, e), ToHost(*want.grads, e));
+        EXPECT_LE(err, f32 ? 1e-4 : 5e-2) << e.name;
+        if (err > worst) {
+          worst = err;
+          worst_name = e.name;
+        }
+      }
+      const std::string tag = std::string("model_qwen3_moe_") +
+                              (renormalise ? "top2of8_" : "top3of6_dense1_") +
+                              std::string(DTypeName(dtype));
+      RecordProperty(tag + "_logprobs", Sci(logprob_error));
+      RecordProperty(tag + "_logprob_max_abs", Sci(max_abs));
+      RecordProperty(tag + "_worst_grad", Sci(worst));
+      RecordProperty(tag + "_route_mismatch", Sci(route_mismatch));
+      std::printf("%s: log-prob relative error %.3e (max abs %.3e), worst gradient %.3e (%s), "
+                  "routes differing %.3e\n",
+                  tag.c_str(), logprob_error, max_abs, worst, worst_name.c_str(), route_mismatch);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace prl

@@ -51,8 +51,8 @@ struct Block {
     const int64_t C = c.hidden_size;
     EXPECT_TRUE(arena
                     .Build([&](Arena& ar) {
-                      a = TakeMoeActivations(ar, c, T);
-                      s = TakeMoeScratch(ar, c, T);
+                      a = TakeMoeActivations(ar, c, T, DType::kF32);
+                      s = TakeMoeScratch(ar, c, T, DType::kF32);
                       x = ar.Take(DType::kF32, {T, C});
                       residual = ar.Take(DType::kF32, {T, C});
                       out = ar.Take(DType::kF32, {T, C});
