@@ -67,4 +67,31 @@ void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t 
 #endif
 }
 
+void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                int64_t width, float alpha, bool accumulate) {
+  const char* op = "AddColumns";
+  PRL_CHECK(dst.rank == 2 && src.rank == 2, op, ": dst ", dst.ShapeString(), " and src ",
+            src.ShapeString(), " must be matrices");
+  const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
+  PRL_CHECK(dst.size(0) == T, op, ": dst has ", dst.size(0), " rows, src ", T);
+  PRL_CHECK(
+      width >= 0 && dst_col >= 0 && src_col >= 0 && dst_col + width <= Wd && src_col + width <= Ws,
+      op, ": columns [", dst_col, ", ", dst_col + width, ") of ", Wd, " from [", src_col, ", ",
+      src_col + width, ") of ", Ws);
+  const Device device = internal::CommonDevice(op, {&dst, &src});
+  if (!device.is_cpu()) internal::NoBackend(op, device);
+  float* d = dst.f32() + dst_col;
+  const float* s = src.f32() + src_col;
+#pragma omp parallel for schedule(static) if (T * width >= (1 << 16))
+  for (int64_t t = 0; t < T; ++t) {
+    float* dr = d + t * Wd;
+    const float* sr = s + t * Ws;
+    if (accumulate) {
+      for (int64_t j = 0; j < width; ++j) dr[j] += alpha * sr[j];
+    } else {
+      for (int64_t j = 0; j < width; ++j) dr[j] = alpha * sr[j];
+    }
+  }
+}
+
 }  // namespace prl::kernels

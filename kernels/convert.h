@@ -18,4 +18,11 @@ void ConvertDType(const Tensor& dst, const Tensor& src);
 void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                  int64_t width);
 
+// dst[t, dst_col + j] = (accumulate ? dst[t, dst_col + j] : 0) + alpha * src[t, src_col + j]
+// for t < T, j < width (a LoRA adapter's output added into its columns of a fused projection,
+// model/lora.h). F32 on the CPU; the CUDA backend has no kernel for it yet (a programming
+// error there: the callers refuse adapters on CUDA first).
+void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                int64_t width, float alpha, bool accumulate);
+
 }  // namespace prl::kernels

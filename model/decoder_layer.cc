@@ -105,6 +105,8 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
                          const Tensor& next_input, AttentionStep attention) {
   const ModelConfig& c = *ctx.config;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  PRL_CHECK(ctx.lora == nullptr || !ctx.norm_in_gemm,
+            "DecoderLayerForward: LoRA adapters read the normalised rows: norm_in_gemm must be off");
   // out = RMSNorm(x) . w^T + bias, through `normalised` (and its rstd) unless fused.
   auto norm_then_project = [&](const Tensor& out, const Tensor& normalised, const Tensor& rstd,
                                const Tensor& x, const Tensor& norm, const Tensor& w,
@@ -116,7 +118,18 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
     k::RmsNormForward(normalised, rstd, x, norm, eps);
     k::MatmulForward(out, normalised, w, bias, /*accumulate=*/false, ctx.order);
   };
+  // The layer's LoRA adapters of `targets`, reading x and adding into out's columns.
+  auto adapters = [&](std::initializer_list<LoraTarget> targets, const Tensor& x,
+                      const Tensor& out) {
+    if (ctx.lora == nullptr) return;
+    for (const LoraTarget t : targets) {
+      if ((*ctx.lora)[t].defined()) {
+        LoraForward((*ctx.lora)[t], ctx.lora_scale, LoraSiteOf(t, c), x, out, *ctx.lora_scratch);
+      }
+    }
+  };
   norm_then_project(a.qkv, a.ln1, a.ln1_rstd, a.input, p.input_norm, p.qkv_weight, p.qkv_bias);
+  adapters({LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, a.ln1, a.qkv);
   if (c.qk_norm) QkNormForward(c, p, a);
   if (!ctx.attention_applies_rope) {
     k::RopeApply(a.qkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ctx.rope_cos,
@@ -137,13 +150,16 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
     k::MatmulForward(out, x, w, bias, /*accumulate=*/true, ctx.order);
   };
   project_onto(a.mid, a.attn, p.o_weight, p.o_bias, a.input);
+  adapters({LoraTarget::kO}, a.attn, a.mid);
   if (p.is_moe()) {  // the router and the experts read the normalised rows
     k::RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p.post_norm, eps);
     return MoeForward(c, ctx.order, p, a.moe, a.ln2, a.mid, next_input, ctx.moe_forced_routes);
   }
   norm_then_project(a.gate_up, a.ln2, a.ln2_rstd, a.mid, p.post_norm, p.gate_up_weight, {});
+  adapters({LoraTarget::kGate, LoraTarget::kUp}, a.ln2, a.gate_up);
   k::SwiGluForward(a.act, a.gate_up);
   project_onto(next_input, a.act, p.down_weight, {}, a.mid);
+  adapters({LoraTarget::kDown}, a.act, next_input);
 }
 
 }  // namespace prl

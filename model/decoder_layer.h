@@ -10,6 +10,7 @@
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
 #include "model/config.h"
+#include "model/lora_layer.h"
 #include "model/moe_layer.h"
 #include "model/parameters.h"
 
@@ -61,6 +62,11 @@ struct LayerContext {
   // A MoE layer's replayed routes, (T, K) host I32 (MoeForward's forced_routes); null routes
   // every token by the router.
   const int32_t* moe_forced_routes = nullptr;
+  // The layer's LoRA adapters (model/lora_layer.h) and their scale and scratch, or null. They
+  // read a.ln1 and a.ln2, so norm_in_gemm must be off.
+  const LoraLayerParams* lora = nullptr;
+  double lora_scale = 0.0;
+  const LoraScratch* lora_scratch = nullptr;
 };
 
 // Fills a.attn (and a.attn_lse if kept) from a.qkv (RoPE applied, unless the context's

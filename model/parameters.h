@@ -46,11 +46,16 @@ struct LayerParams {
   bool is_moe() const { return router_weight.defined(); }
 };
 
+struct LoraParams;  // model/lora.h
+
 struct ModelParams {
   Tensor embed;  // (V, C)
   std::vector<LayerParams> layers;
   Tensor final_norm;  // (C)
   Tensor lm_head;     // (V, C); the same memory as embed when embeddings are tied
+  // LoRA adapters on top of these weights (model/lora.h), or null. In a gradient ModelParams
+  // passed to Transformer::Backward: where the adapters' gradients accumulate.
+  const LoraParams* lora = nullptr;
 };
 
 // A copy of a parameter set's weights in `dtype` (BF16: the compute weights of the bf16 mode,

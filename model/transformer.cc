@@ -61,6 +61,11 @@ struct Transformer::Workspace {
   Tensor dhead_in;  // (R, C)
   Tensor dlogprob;  // (R)
   MoeScratch moe;   // MoE layers' backward scratch
+  // LoRA (model/lora.h): the adapters of the last Forward (null: none), their gradients in
+  // Backward, and their scratch.
+  const LoraParams* lora = nullptr;
+  const LoraParams* lora_grads = nullptr;
+  LoraScratch lora_scratch;
 
   // Qwen3-MoE: the batch's replayed routes per MoE layer, (Lm, T, K) layer-major (empty: none),
   // and the router's own routes of the last Forward, (T, Lm, K) token-major.
@@ -113,7 +118,18 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
                                                    batch.num_tokens(), " tokens"));
   }
   const ModelConfig& c = config_;
+  if (params.lora != nullptr && !device_.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "LoRA adapters run on the CPU backend only for now (model/lora.h), found ",
+        device_.ToString()));
+  }
+  if (params.lora != nullptr && static_cast<int64_t>(params.lora->layers.size()) !=
+                                    c.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("LoRA adapters for ", params.lora->layers.size(),
+                                                   " layers on a model of ", c.num_hidden_layers));
+  }
   Workspace& ws = *ws_;
+  ws.lora = params.lora;
   ws.T = batch.num_tokens();
   ws.B = batch.num_seqs();
   ws.for_backward = for_backward;
@@ -142,6 +158,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
     ws.layers.assign(num_slots, {});
     for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true, dt);
+    if (params.lora != nullptr) ws.lora_scratch = TakeLoraScratch(a, c, T, params.lora->rank);
     ws.final_input = a.Take(dt, {T, C});
     ws.lnf = a.Take(dt, {T, C});
     ws.lnf_rstd = a.Take(DType::kF32, {T});
@@ -265,6 +282,11 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   if (p.is_moe() && !ws.forced_routes.empty()) {
     ctx.moe_forced_routes = ws.forced_routes.data() + moe_index * T * K;
   }
+  if (ws.lora != nullptr) {
+    ctx.lora = &ws.lora->layers[layer];
+    ctx.lora_scale = ws.lora->scale;
+    ctx.lora_scratch = &ws.lora_scratch;
+  }
   const LayerActivations& a = ws.Slot(layer);
   DecoderLayerForward(ctx, p, a, next_input, [&](const LayerActivations& act) {
     k::AttentionForward(act.attn, act.attn_lse, act.qkv, ws.cu_seqlens, shape,
@@ -303,6 +325,12 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
     return absl::InvalidArgumentError(
         absl::StrCat("dlogprobs has ", dlogprobs.size(), " entries for ", ws.T, " tokens"));
   }
+  if (params.lora != ws.lora || (ws.lora != nullptr && grads.lora == nullptr)) {
+    return absl::InvalidArgumentError(
+        "Transformer::Backward: the adapters (ModelParams::lora) must be the preceding Forward's, "
+        "with their gradients in grads.lora");
+  }
+  ws.lora_grads = grads.lora;
   ws.backward_ready = false;  // activations are consumed: one backward per forward
   const ModelConfig& c = config_;
   const int64_t T = ws.T, R = ws.R;
@@ -367,6 +395,20 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
   const Tensor dqkv = ws.wide_a.Rows(0, T * c.qkv_dim()).Reshape({T, c.qkv_dim()});
   const Tensor dattn = ws.wide_b.Rows(0, T * c.q_dim()).Reshape({T, c.q_dim()});
+  // The layer's LoRA adapters of `targets` (model/lora_layer.h): from the gradient at their
+  // projection's output, their gradients, and their share of the gradient at its input.
+  auto adapters = [&](std::initializer_list<LoraTarget> targets, const Tensor& x,
+                      const Tensor& dout, const Tensor& dx) {
+    if (ws.lora == nullptr) return;
+    const LoraLayerParams& lp = ws.lora->layers[layer];
+    const LoraLayerParams& lg = ws.lora_grads->layers[layer];
+    for (const LoraTarget t : targets) {
+      if (lp[t].defined()) {
+        LoraBackward(lp[t], lg[t], ws.lora->scale, LoraSiteOf(t, c), x, dout, dx,
+                     ws.lora_scratch);
+      }
+    }
+  };
 
   // MLP half: resid_out = mid + down(silu(gate(ln2)) * up(ln2)), or mid + MoE(ln2).
   if (p.is_moe()) {
@@ -376,18 +418,22 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
     const Tensor dgate_up = ws.wide_a.Rows(0, T * 2 * I).Reshape({T, 2 * I});
     const Tensor dact = ws.wide_b.Rows(0, T * I).Reshape({T, I});
     k::MatmulBackward(dact, g.down_weight, {}, ws.dresid, a.act, p.down_weight);
+    adapters({LoraTarget::kDown}, a.act, ws.dresid, dact);
     k::SwiGluBackward(dgate_up, dact, a.gate_up);
     k::MatmulBackward(ws.dln, g.gate_up_weight, {}, dgate_up, a.ln2, p.gate_up_weight);
+    adapters({LoraTarget::kGate, LoraTarget::kUp}, a.ln2, dgate_up, ws.dln);
   }
   k::RmsNormBackward(ws.dresid, g.post_norm, ws.dln, a.mid, p.post_norm, a.ln2_rstd);
 
   // Attention half: mid = input + o_proj(attention(rope([qk_norm](qkv(ln1))))).
   k::MatmulBackward(dattn, g.o_weight, g.o_bias, ws.dresid, a.attn, p.o_weight);
+  adapters({LoraTarget::kO}, a.attn, ws.dresid, dattn);
   k::AttentionBackward(dqkv, dattn, a.qkv, a.attn, a.attn_lse, ws.cu_seqlens, shape);
   k::RopeApply(dqkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ws.rope_cos,
                ws.rope_sin, /*inverse=*/true);
   if (c.qk_norm) PRL_RETURN_IF_ERROR(QkNormBackward(c, p, g, a, dqkv, ws.wide_b));  // dattn done
   k::MatmulBackward(ws.dln, g.qkv_weight, g.qkv_bias, dqkv, a.ln1, p.qkv_weight);
+  adapters({LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, a.ln1, dqkv, ws.dln);
   k::RmsNormBackward(ws.dresid, g.input_norm, ws.dln, a.input, p.input_norm, a.ln1_rstd);
   return absl::OkStatus();
 }

@@ -1,0 +1,54 @@
+#include "model/lora_layer.h"
+
+#include <algorithm>
+
+#include "kernels/convert.h"
+#include "kernels/matmul.h"
+
+namespace prl {
+
+namespace k = kernels;
+
+namespace {
+
+// The first rows * cols elements of `t`, as a (rows, cols) matrix.
+Tensor Prefix(const Tensor& t, int64_t rows, int64_t cols) {
+  return t.Reshape({t.numel()}).Rows(0, rows * cols).Reshape({rows, cols});
+}
+
+}  // namespace
+
+LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& c, int64_t T, int64_t rank) {
+  const int64_t widest = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
+  LoraScratch s;
+  s.t = arena.Take(DType::kF32, {T, rank});
+  s.dt = arena.Take(DType::kF32, {T, rank});
+  s.u = arena.Take(DType::kF32, {T * widest});
+  s.dx = arena.Take(DType::kF32, {T * widest});
+  return s;
+}
+
+void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
+                 const Tensor& out, const LoraScratch& s) {
+  const int64_t T = x.size(0);
+  const Tensor u = Prefix(s.u, T, site.out);
+  k::MatmulForward(s.t, x, p.a);  // (T, r)
+  k::MatmulForward(u, s.t, p.b);  // (T, out)
+  k::AddColumns(out, site.out_col, u, 0, site.out, static_cast<float>(scale), /*accumulate=*/true);
+}
+
+void LoraBackward(const LoraPair& p, const LoraPair& g, double scale, const LoraSite& site,
+                  const Tensor& x, const Tensor& dout, const Tensor& dx, const LoraScratch& s) {
+  const int64_t T = x.size(0);
+  const Tensor du = Prefix(s.u, T, site.out);
+  const Tensor dxa = Prefix(s.dx, T, site.in);
+  // y += scale * u, u = t B^T, t = x A^T.
+  k::AddColumns(du, 0, dout, site.out_col, site.out, static_cast<float>(scale),
+                /*accumulate=*/false);
+  k::MatmulForward(s.t, x, p.a);
+  k::MatmulBackward(s.dt, g.b, {}, du, s.t, p.b);  // dt = du B; dB += du^T t
+  k::MatmulBackward(dxa, g.a, {}, s.dt, x, p.a);   // dx_a = dt A; dA += dt^T x
+  k::AddColumns(dx, 0, dxa, 0, site.in, 1.0f, /*accumulate=*/true);
+}
+
+}  // namespace prl

@@ -1,0 +1,36 @@
+// A decoder layer's LoRA adapters (model/lora.h) in the forward and the backward: each
+// targeted projection's output gains scale * (x A^T) B^T in its columns of the fused output,
+// and the backward adds the adapter's share of the gradient at x and accumulates the gradients
+// of A and B. The base weights' gradients are the caller's (the adapters leave them unchanged).
+// CPU (F32) only for now (kernels::AddColumns).
+#pragma once
+
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/lora.h"
+
+namespace prl {
+
+// One layer's adapter scratch for T tokens, shared by the layers (nothing is kept between the
+// forward and the backward: x A^T is recomputed).
+struct LoraScratch {
+  Tensor t;   // (T, r) x A^T
+  Tensor dt;  // (T, r)
+  Tensor u;   // (T * max out) B (x A^T)^T, or the scaled gradient at it
+  Tensor dx;  // (T * max in) the adapter's gradient at x
+};
+LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& config, int64_t T, int64_t rank);
+
+// out (T, W) columns [site.out_col, + site.out) += scale * (x (T, site.in) A^T) B^T.
+void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
+                 const Tensor& out, const LoraScratch& s);
+
+// dout (T, W): the gradient at the projection's whole output. g.a += its gradient, g.b too;
+// dx (T, site.in) += the adapter's gradient at x.
+void LoraBackward(const LoraPair& p, const LoraPair& g, double scale, const LoraSite& site,
+                  const Tensor& x, const Tensor& dout, const Tensor& dx, const LoraScratch& s);
+
+}  // namespace prl
