@@ -1,15 +1,11 @@
 #include "inference_engine/engine.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
 #include "core/status_macros.h"
-#include "kernels/convert.h"
-#include "kernels/embedding.h"
 #include "kernels/matmul.h"
-#include "kernels/sampling.h"
 #if PRL_WITH_CUDA
 #include "core/cuda/stream.h"
 #endif
@@ -56,10 +52,6 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
 #if PRL_WITH_CUDA
 struct Engine::DeviceState {
   cuda::Stream stream;
-  // Double-buffered weights: conversions into the idle copy run on `convert`, each recorded in
-  // `converted`; `idle_free` follows the last step queued on the copy that became idle.
-  cuda::Stream convert;
-  cuda::Event converted, idle_free;
 };
 #else
 struct Engine::DeviceState {};
@@ -87,27 +79,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
   PRL_ASSIGN_OR_RETURN(
       KvCache cache, KvCache::Allocate(weights->config, options.kv_cache_bytes, options.block_size,
                                        options.device, options.dtype));
+  // On CUDA the weights' copies in the compute dtype, which the CUDA graphs capture.
+  const ModelConfig config = weights->config;
+  PRL_ASSIGN_OR_RETURN(
+      std::unique_ptr<WeightSlots> slots,
+      WeightSlots::Create(std::move(weights), version,
+                          {options.device, options.dtype, options.double_buffered_weights}));
   auto engine =
-      std::unique_ptr<Engine>(new Engine(std::move(weights), version, options, std::move(cache)));
+      std::unique_ptr<Engine>(new Engine(config, std::move(slots), options, std::move(cache)));
   if (options.device.is_cuda()) {
 #if PRL_WITH_CUDA
-    const int device = options.device.index;
     kernels::SetGemmAlgorithmSearch(options.tuned_kernels && !options.batch_invariant);
     kernels::SetSkinnyGemm(options.tuned_kernels && !options.batch_invariant);
-    PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(device));
-    PRL_ASSIGN_OR_RETURN(cuda::Stream convert, cuda::Stream::Create(device));
-    PRL_ASSIGN_OR_RETURN(cuda::Event converted, cuda::Event::Create(device));
-    PRL_ASSIGN_OR_RETURN(cuda::Event idle_free, cuda::Event::Create(device));
-    engine->device_state_ = std::make_unique<DeviceState>(DeviceState{
-        std::move(stream), std::move(convert), std::move(converted), std::move(idle_free)});
+    PRL_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device.index));
+    engine->device_state_ = std::make_unique<DeviceState>(DeviceState{std::move(stream)});
 #endif
-    // The engine's own weights in the compute dtype: the CUDA graphs capture these buffers,
-    // and a swap converts the new weights into them (or into the second copy).
-    PRL_ASSIGN_OR_RETURN(engine->compute_, ToComputeDType(*engine->weights_, options.dtype));
-    if (options.double_buffered_weights) {
-      PRL_ASSIGN_OR_RETURN(engine->spare_, ToComputeDType(*engine->weights_, options.dtype));
-      engine->runner_.CaptureAlsoFor({&engine->compute_->params, &engine->spare_->params});
-    }
+    engine->runner_.CaptureAlsoFor(engine->weights_->copies());
     PRL_RETURN_IF_ERROR(cuda::Synchronize(options.device.index));
   }
   return engine;
@@ -116,16 +103,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Par
 Engine::~Engine() {
 #if PRL_WITH_CUDA
   // A failed step may leave work queued that reads the buffers destroyed below.
-  if (device_state_ != nullptr) {
-    (void)device_state_->stream.Synchronize();
-    (void)device_state_->convert.Synchronize();
-  }
+  // (WeightSlots waits for its conversions itself.)
+  if (device_state_ != nullptr) (void)device_state_->stream.Synchronize();
 #endif
-}
-
-const ModelParams& Engine::ActiveParams() const {
-  if (spare_active_) return spare_->params;
-  return compute_.has_value() ? compute_->params : weights_->params;
 }
 
 namespace {
@@ -155,19 +135,16 @@ int64_t Engine::max_sequence_tokens() const {
                            int64_t{blocks_.num_blocks()} * options_.block_size);
 }
 
-Engine::Engine(std::shared_ptr<const ParameterSet> weights, int64_t version,
+Engine::Engine(const ModelConfig& config, std::unique_ptr<WeightSlots> weights,
                const EngineOptions& options, KvCache cache)
-    : config_(weights->config),
+    : config_(config),
       options_(options),
-      num_weight_elements_(weights->layout.num_elements()),
       weights_(std::move(weights)),
-      version_(version),
       cache_(std::move(cache)),
       blocks_(static_cast<int32_t>(cache_.num_blocks), options.block_size,
               options.enable_prefix_caching),
       scheduler_({options.max_num_seqs, options.max_num_batched_tokens}, &blocks_),
-      runner_(config_, &cache_, RunnerOptions(config_, options)),
-      sample_arena_(options.device) {}
+      runner_(config_, &cache_, RunnerOptions(config_, options)) {}
 
 absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
                                             const SamplingParams& params) {
@@ -234,93 +211,10 @@ bool Engine::Abort(uint64_t request_id) {
 }
 
 absl::Status Engine::SwapWeights(std::shared_ptr<const ParameterSet> weights, int64_t version) {
-  // num_weight_elements_, not weights_: the stepping thread may be flipping weights_ right now.
-  if (weights == nullptr || weights->layout.num_elements() != num_weight_elements_ ||
-      weights->buffer.device() != options_.device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SwapWeights: expected ", num_weight_elements_, " weights on ",
-                     options_.device.ToString(), ", found ",
-                     weights == nullptr ? std::string("none")
-                                        : absl::StrCat(weights->layout.num_elements(), " on ",
-                                                       weights->buffer.device().ToString())));
-  }
-  std::lock_guard<std::mutex> lock(swap_mutex_);
-  pending_weights_ = std::move(weights);
-  pending_version_ = version;
-  return absl::OkStatus();
+  return weights_->Stage(std::move(weights), version);
 }
 
-absl::Status Engine::ApplyPendingSwap() {
-  if (spare_.has_value()) return ApplyDoubleBufferedSwap();
-  {
-    std::lock_guard<std::mutex> lock(swap_mutex_);
-    if (!pending_version_) return absl::OkStatus();
-    weights_ = std::move(pending_weights_);  // the pointer flip
-    version_ = *pending_version_;
-    pending_version_.reset();
-  }
-  const auto start = std::chrono::steady_clock::now();
-  if (compute_.has_value()) {
-    // Into the buffers the captured graphs read: a device copy (and conversion), no recapture.
-    const int64_t n = weights_->layout.num_elements();
-    kernels::ConvertDType(
-        Tensor(compute_->buffer.data(), options_.dtype, options_.device, {n}),
-        Tensor(const_cast<float*>(weights_->data()), DType::kF32, options_.device, {n}));
-    PRL_RETURN_IF_ERROR(runner_.transfer().Finish());  // measured: wait for the copy
-  }
-  AfterSwap(start);
-  return absl::OkStatus();
-}
-
-absl::Status Engine::ApplyDoubleBufferedSwap() {
-#if PRL_WITH_CUDA
-  DeviceState& d = *device_state_;
-  const auto start = std::chrono::steady_clock::now();
-  if (converting_version_.has_value()) {
-    PRL_ASSIGN_OR_RETURN(const bool converted, d.converted.Done());
-    if (!converted) return absl::OkStatus();  // this step runs on the weights in use
-    spare_active_ = !spare_active_;
-    weights_ = std::move(converting_weights_);
-    version_ = *converting_version_;
-    converting_version_.reset();
-    // Every step that reads the copy now idle is queued before this point of the stream.
-    PRL_RETURN_IF_ERROR(d.idle_free.Record(d.stream.get()));
-    AfterSwap(start);
-  }
-  std::shared_ptr<const ParameterSet> next;
-  int64_t version = 0;
-  {
-    std::lock_guard<std::mutex> lock(swap_mutex_);
-    if (!pending_version_) return absl::OkStatus();
-    next = std::move(pending_weights_);
-    version = *pending_version_;
-    pending_version_.reset();
-  }
-  const auto launch = std::chrono::steady_clock::now();
-  ComputeParams& idle = spare_active_ ? *compute_ : *spare_;
-  const int64_t n = next->layout.num_elements();
-  PRL_RETURN_IF_ERROR(d.convert.Wait(d.idle_free));
-  {
-    cuda::StreamGuard guard(options_.device.index, d.convert.get());
-    kernels::ConvertDType(
-        Tensor(idle.buffer.data(), options_.dtype, options_.device, {n}),
-        Tensor(const_cast<float*>(next->data()), DType::kF32, options_.device, {n}));
-  }
-  PRL_RETURN_IF_ERROR(d.converted.Record(d.convert.get()));
-  converting_weights_ = std::move(next);  // kept alive until the flip
-  converting_version_ = version;
-  stats_.weight_swap_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - launch).count();
-  return absl::OkStatus();
-#else
-  return absl::InternalError("engine: double-buffered weights need the CUDA build");
-#endif
-}
-
-void Engine::AfterSwap(std::chrono::steady_clock::time_point start) {
-  stats_.weight_swap_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ++stats_.weight_swaps;
+void Engine::AfterSwap() {
   blocks_.ClearPrefixCache();  // cached K/V belong to the old weights
   if (options_.recompute_kv_on_swap) scheduler_.PreemptAll();  // paused samples included
 }
@@ -338,11 +232,14 @@ absl::Status Engine::Step() {
 }
 
 absl::Status Engine::StepOnStream() {
-  PRL_RETURN_IF_ERROR(ApplyPendingSwap());
+  bool swapped = false;
+  const absl::Status applied = weights_->ApplyAtStepStart(runner_.transfer(), &swapped);
+  if (swapped) AfterSwap();
+  PRL_RETURN_IF_ERROR(applied);
   const SchedulerOutput step = scheduler_.Schedule();
   if (step.empty()) return absl::OkStatus();
   Tensor logits;
-  PRL_RETURN_IF_ERROR(runner_.Execute(ActiveParams(), step, &logits));
+  PRL_RETURN_IF_ERROR(runner_.Execute(weights_->active(), step, &logits));
   RecordRoutes(step);
   ++stats_.steps;
   for (const ScheduledChunk& c : step.chunks) {
@@ -351,80 +248,12 @@ absl::Status Engine::StepOnStream() {
         c.seq->num_computed_tokens + 1 == static_cast<int64_t>(c.seq->tokens.size());
     if (!decode) stats_.prefill_tokens += c.num_tokens;
   }
-  return SampleAndAdvance(step, logits);
+  PRL_ASSIGN_OR_RETURN(SampledTokens sampled, runner_.Sample(step, logits));
+  Advance(step, sampled);
+  return absl::OkStatus();
 }
 
-absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits) {
-  // One sampling row per drawn token; an unforked leader draws the first token of all n samples
-  // from its single logits row.
-  std::vector<kernels::SamplingRow> rows;
-  std::vector<int32_t> source_row;
-  std::vector<int32_t> top_logprobs;  // per drawn token: alternatives asked for (0: none)
-  int64_t r = 0;
-  for (const ScheduledChunk& c : step.chunks) {
-    if (!c.samples) continue;
-    const Request& req = *c.seq->request;
-    const bool fork = !req.forked;
-    for (int32_t j = 0; j < (fork ? req.params.n : 1); ++j) {
-      const Sequence& s = *req.samples[fork ? j : c.seq->sample_index];
-      kernels::SamplingRow row;
-      row.temperature = req.params.temperature;
-      row.top_p = req.params.top_p;
-      row.top_k = req.params.top_k;
-      row.seed = req.params.seed;
-      row.stream = static_cast<uint64_t>(s.sample_index);
-      row.index = static_cast<uint64_t>(s.num_completion_tokens());
-      rows.push_back(row);
-      source_row.push_back(static_cast<int32_t>(r));
-      top_logprobs.push_back(req.params.multi_turn ? req.params.top_logprobs : 0);
-    }
-    ++r;
-  }
-  const int64_t n = static_cast<int64_t>(rows.size()), V = config_.vocab_size;
-  std::vector<int32_t> tokens(n);
-  std::vector<float> logprobs(n);
-  // Rows whose alternatives were asked for: their logits come to the host (a row of V each).
-  std::vector<int64_t> listed;
-  for (int64_t i = 0; i < n; ++i) {
-    if (top_logprobs[i] > 0) listed.push_back(i);
-  }
-  std::vector<float> listed_logits(listed.size() * V);
-  StepTransfer& io = runner_.transfer();
-  if (n > 0) {
-    // Sampled on the logits' device; only the tokens and their log-probs come back.
-    Tensor d_rows, d_source, d_tokens, d_logprobs, expanded;
-    PRL_RETURN_IF_ERROR(sample_arena_.Build([&](Arena& a) {
-      d_rows = a.Take(DType::kI32, {n, kernels::kSamplingRowWords});
-      d_source = a.Take(DType::kI32, {n});
-      d_tokens = a.Take(DType::kI32, {n});
-      d_logprobs = a.Take(DType::kF32, {n});
-      if (n != r) expanded = a.Take(DType::kF32, {n, V});
-    }));
-    PRL_RETURN_IF_ERROR(io.ToDevice(d_rows, rows.data(), rows.size() * sizeof(rows[0])));
-    Tensor sample_logits = logits;
-    if (n != r) {  // an unforked leader's row, once per sample: a row gather
-      PRL_RETURN_IF_ERROR(io.ToDevice(d_source, source_row.data(), n * sizeof(int32_t)));
-      kernels::EmbeddingForward(expanded, logits, d_source);
-      sample_logits = expanded;
-    }
-    kernels::SampleTokens(d_tokens, d_logprobs, sample_logits, d_rows,
-                          /*split_vocabulary=*/runner_.options().tuned_kernels);
-    PRL_RETURN_IF_ERROR(io.ToHost(tokens.data(), d_tokens, n * sizeof(int32_t)));
-    PRL_RETURN_IF_ERROR(io.ToHost(logprobs.data(), d_logprobs, n * sizeof(float)));
-    for (size_t l = 0; l < listed.size(); ++l) {
-      PRL_RETURN_IF_ERROR(io.ToHost(listed_logits.data() + l * V,
-                                    sample_logits.Rows(listed[l], listed[l] + 1),
-                                    V * sizeof(float)));
-    }
-  }
-  PRL_RETURN_IF_ERROR(io.Finish());
-  std::vector<std::vector<std::pair<int32_t, float>>> alternatives(n);
-  for (size_t l = 0; l < listed.size(); ++l) {
-    const int64_t i = listed[l];
-    alternatives[i] = kernels::TopLogprobs(absl::MakeConstSpan(listed_logits.data() + l * V, V),
-                                           rows[i], top_logprobs[i]);
-  }
-
+void Engine::Advance(const SchedulerOutput& step, SampledTokens& sampled) {
   scheduler_.OnStepComputed(step);
   std::vector<uint64_t> done;
   int64_t k = 0;
@@ -435,11 +264,11 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
       scheduler_.Fork(&req);
       for (auto& s : req.samples) s->routes = req.samples[0]->routes;  // the shared prompt's
       for (auto& s : req.samples) {
-        Append(*s, tokens[k], logprobs[k], std::move(alternatives[k]));
+        Append(*s, sampled.tokens[k], sampled.logprobs[k], std::move(sampled.alternatives[k]));
         ++k;
       }
     } else {
-      Append(*c.seq, tokens[k], logprobs[k], std::move(alternatives[k]));
+      Append(*c.seq, sampled.tokens[k], sampled.logprobs[k], std::move(sampled.alternatives[k]));
       ++k;
     }
     if (req.num_finished == req.params.n) done.push_back(req.id);
@@ -450,7 +279,6 @@ absl::Status Engine::SampleAndAdvance(const SchedulerOutput& step, const Tensor&
     FinishRequestIfDone(*it->second);
     requests_.erase(it);
   }
-  return absl::OkStatus();
 }
 
 void Engine::RecordRoutes(const SchedulerOutput& step) {
@@ -476,7 +304,7 @@ void Engine::Append(Sequence& seq, int32_t token, float logprob,
                     std::vector<std::pair<int32_t, float>> alternatives) {
   seq.tokens.push_back(token);
   seq.logprobs.push_back(logprob);
-  seq.versions.push_back(version_);
+  seq.versions.push_back(weights_->version());
   ++stats_.generated_tokens;
   const SamplingParams& p = seq.request->params;
   if (p.multi_turn) seq.sources.push_back(0);
@@ -541,7 +369,9 @@ EngineStats Engine::Stats() const {
   s.total_blocks = blocks_.num_blocks();
   s.preemptions = scheduler_.num_preemptions();
   s.prefix_cache_hit_tokens = scheduler_.prefix_cache_hit_tokens();
-  s.weight_version = version_;
+  s.weight_version = weights_->version();
+  s.weight_swaps = weights_->swaps();
+  s.weight_swap_seconds = weights_->swap_seconds();
   s.unfinished_requests = static_cast<int64_t>(requests_.size());
   s.paused_samples = scheduler_.num_paused();
   s.paused_evictions = scheduler_.paused_evictions();

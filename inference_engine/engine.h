@@ -7,16 +7,18 @@
 //     for (RequestOutput& done : engine->TakeFinished()) ...;
 //   }
 //
+// The engine owns the requests and their sequences; its parts own the rest: the Scheduler
+// (what runs), the ModelRunner (the forward pass and the sampler), the WeightSlots (the weights
+// and their swaps).
+//
 // Every completion token comes with its behaviour log-prob and the weight version that
 // produced it. SwapWeights (thread-safe, non-blocking) stages new weights: load the next
 // version into a spare ParameterSet on another thread while generation goes on, then hand it
-// over. On the CPU the next Step flips to it with a pointer swap. On CUDA the engine runs on its
-// own copy in the compute dtype, which its graphs capture: with double_buffered_weights (the
-// default) a Step starts converting the staged weights into the idle one of two copies on a
-// side stream, and the first Step after the conversion finished flips to it (graphs are kept
-// for both copies), so decoding never waits for a swap; without, the next Step converts into
-// the one copy before it runs. Running sequences keep their KV cache across a swap by default;
-// tokens sampled after it carry the new version (Stats().weight_version is the one in use).
+// over; a later Step applies it (inference_engine/weight_slots.h: a pointer flip on the CPU; on
+// CUDA a conversion into the engine's copy, or with double_buffered_weights into the idle one
+// of two copies beside decoding). Running sequences keep their KV cache across a swap by
+// default; tokens sampled after it carry the new version (Stats().weight_version is the one in
+// use); a swap forgets the prefix cache.
 //
 // Multi-turn requests (SamplingParams::multi_turn, agentic episodes; inference_engine/
 // engine_turns.cc): a sample whose turn ends is paused with its KV cache and reported by
@@ -29,10 +31,8 @@
 // Thread-safety: SwapWeights may be called from any thread; everything else from one thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -46,6 +46,7 @@
 #include "inference_engine/sampling_params.h"
 #include "inference_engine/scheduler.h"
 #include "inference_engine/sequence.h"
+#include "inference_engine/weight_slots.h"
 #include "kernels/reduction_order.h"
 #include "model/parameters.h"
 
@@ -113,7 +114,7 @@ struct SampleOutput {
 struct TurnOutput {
   uint64_t request_id = 0;
   int32_t sample_index = 0;
-  std::vector<int32_t> tokens;  // the turn's sampled tokens (a stop token included)
+  std::vector<int32_t> tokens;    // the turn's sampled tokens (a stop token included)
   std::vector<float> logprobs;    // their behaviour log-probs
   std::vector<int64_t> versions;  // their weight versions
   // With SamplingParams::top_logprobs: per token, the most likely tokens of the distribution it
@@ -205,18 +206,13 @@ class Engine {
   int64_t max_sequence_tokens() const;
 
  private:
-  Engine(std::shared_ptr<const ParameterSet> weights, int64_t version, const EngineOptions& options,
-         KvCache cache);
+  Engine(const ModelConfig& config, std::unique_ptr<WeightSlots> weights,
+         const EngineOptions& options, KvCache cache);
   absl::Status StepOnStream();
-  absl::Status ApplyPendingSwap();
-  // CUDA, double-buffered: flips to the idle copy once its conversion finished, then starts
-  // converting the staged weights (if any) into the copy no longer in use.
-  absl::Status ApplyDoubleBufferedSwap();
-  // What every applied swap does after the flip.
-  void AfterSwap(std::chrono::steady_clock::time_point start);
-  // The weights the model runs on: the ParameterSet's on the CPU, the engine's copy on CUDA.
-  const ModelParams& ActiveParams() const;
-  absl::Status SampleAndAdvance(const SchedulerOutput& step, const Tensor& logits);
+  // What every applied swap implies beyond the weights.
+  void AfterSwap();
+  // Appends the step's draws (in ModelRunner::Sample's order) and finishes what they end.
+  void Advance(const SchedulerOutput& step, SampledTokens& sampled);
   // `alternatives`: the token's top log-probs, kept when its request asks for them.
   void Append(Sequence& seq, int32_t token, float logprob,
               std::vector<std::pair<int32_t, float>> alternatives = {});
@@ -230,26 +226,13 @@ class Engine {
 
   ModelConfig config_;
   EngineOptions options_;
-  const int64_t num_weight_elements_;  // every swap brings this many
-  std::shared_ptr<const ParameterSet> weights_;
-  int64_t version_;
-  std::mutex swap_mutex_;
-  std::shared_ptr<const ParameterSet> pending_weights_;  // guarded by swap_mutex_
-  std::optional<int64_t> pending_version_;               // guarded by swap_mutex_
-  struct DeviceState;                                    // CUDA: the engine's stream
+  std::unique_ptr<WeightSlots> weights_;
+  struct DeviceState;  // CUDA: the engine's stream
   std::unique_ptr<DeviceState> device_state_;
-  std::optional<ComputeParams> compute_;  // CUDA: the weights in options_.dtype (graphs use them)
-  // CUDA, double-buffered: the second copy; `spare_active_` says which of the two runs. The
-  // weights converting into the idle one (launched, not yet flipped to) and their version.
-  std::optional<ComputeParams> spare_;
-  bool spare_active_ = false;
-  std::shared_ptr<const ParameterSet> converting_weights_;
-  std::optional<int64_t> converting_version_;
   KvCache cache_;
   BlockManager blocks_;
   Scheduler scheduler_;
   ModelRunner runner_;
-  Arena sample_arena_;
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> finished_;

@@ -111,7 +111,7 @@ absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
   stats_.turn_kept_tokens += seq->num_computed_tokens;
   // The reply: context for the next turn, never sampled (log-prob 0, the version of the token
   // before it, so that versions never decrease through it).
-  const int64_t version = seq->versions.empty() ? version_ : seq->versions.back();
+  const int64_t version = seq->versions.empty() ? weights_->version() : seq->versions.back();
   for (int32_t t : tokens) {
     seq->tokens.push_back(t);
     seq->logprobs.push_back(0.0f);

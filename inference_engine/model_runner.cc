@@ -12,6 +12,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/sampling.h"
 
 namespace prl {
 
@@ -25,6 +26,7 @@ ModelRunner::ModelRunner(const ModelConfig& config, KvCache* cache,
       inv_freq_(RopeInverseFrequencies(config)),
       arena_(options.device),
       copy_arena_(options.device),
+      sample_arena_(options.device),
       graph_arena_(options.device),
       transfer_(options.device) {}
 
@@ -293,6 +295,80 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
   ++graph_stats_.eager_steps;
   *logits = t.logits;
   return absl::OkStatus();
+}
+
+absl::StatusOr<SampledTokens> ModelRunner::Sample(const SchedulerOutput& step,
+                                                  const Tensor& logits) {
+  // One sampling row per drawn token; an unforked leader draws the first token of all n samples
+  // from its single logits row.
+  std::vector<k::SamplingRow> rows;
+  std::vector<int32_t> source_row;
+  std::vector<int32_t> top_logprobs;  // per drawn token: alternatives asked for (0: none)
+  int64_t r = 0;
+  for (const ScheduledChunk& c : step.chunks) {
+    if (!c.samples) continue;
+    const Request& req = *c.seq->request;
+    const bool fork = !req.forked;
+    for (int32_t j = 0; j < (fork ? req.params.n : 1); ++j) {
+      const Sequence& s = *req.samples[fork ? j : c.seq->sample_index];
+      k::SamplingRow row;
+      row.temperature = req.params.temperature;
+      row.top_p = req.params.top_p;
+      row.top_k = req.params.top_k;
+      row.seed = req.params.seed;
+      row.stream = static_cast<uint64_t>(s.sample_index);
+      row.index = static_cast<uint64_t>(s.num_completion_tokens());
+      rows.push_back(row);
+      source_row.push_back(static_cast<int32_t>(r));
+      top_logprobs.push_back(req.params.multi_turn ? req.params.top_logprobs : 0);
+    }
+    ++r;
+  }
+  const int64_t n = static_cast<int64_t>(rows.size()), V = config_.vocab_size;
+  SampledTokens out;
+  out.tokens.resize(n);
+  out.logprobs.resize(n);
+  // Rows whose alternatives were asked for: their logits come to the host (a row of V each).
+  std::vector<int64_t> listed;
+  for (int64_t i = 0; i < n; ++i) {
+    if (top_logprobs[i] > 0) listed.push_back(i);
+  }
+  std::vector<float> listed_logits(listed.size() * V);
+  if (n > 0) {
+    // Sampled on the logits' device; only the tokens and their log-probs come back.
+    Tensor d_rows, d_source, d_tokens, d_logprobs, expanded;
+    PRL_RETURN_IF_ERROR(sample_arena_.Build([&](Arena& a) {
+      d_rows = a.Take(DType::kI32, {n, k::kSamplingRowWords});
+      d_source = a.Take(DType::kI32, {n});
+      d_tokens = a.Take(DType::kI32, {n});
+      d_logprobs = a.Take(DType::kF32, {n});
+      if (n != r) expanded = a.Take(DType::kF32, {n, V});
+    }));
+    PRL_RETURN_IF_ERROR(transfer_.ToDevice(d_rows, rows.data(), rows.size() * sizeof(rows[0])));
+    Tensor sample_logits = logits;
+    if (n != r) {  // an unforked leader's row, once per sample: a row gather
+      PRL_RETURN_IF_ERROR(transfer_.ToDevice(d_source, source_row.data(), n * sizeof(int32_t)));
+      k::EmbeddingForward(expanded, logits, d_source);
+      sample_logits = expanded;
+    }
+    k::SampleTokens(d_tokens, d_logprobs, sample_logits, d_rows,
+                    /*split_vocabulary=*/options_.tuned_kernels);
+    PRL_RETURN_IF_ERROR(transfer_.ToHost(out.tokens.data(), d_tokens, n * sizeof(int32_t)));
+    PRL_RETURN_IF_ERROR(transfer_.ToHost(out.logprobs.data(), d_logprobs, n * sizeof(float)));
+    for (size_t l = 0; l < listed.size(); ++l) {
+      PRL_RETURN_IF_ERROR(transfer_.ToHost(listed_logits.data() + l * V,
+                                           sample_logits.Rows(listed[l], listed[l] + 1),
+                                           V * sizeof(float)));
+    }
+  }
+  PRL_RETURN_IF_ERROR(transfer_.Finish());
+  out.alternatives.resize(n);
+  for (size_t l = 0; l < listed.size(); ++l) {
+    const int64_t i = listed[l];
+    out.alternatives[i] = k::TopLogprobs(absl::MakeConstSpan(listed_logits.data() + l * V, V),
+                                         rows[i], top_logprobs[i]);
+  }
+  return out;
 }
 
 }  // namespace prl

@@ -6,7 +6,10 @@
 // logits (F32) of the rows that are sampled. Activations live in an arena that only grows, in
 // the compute dtype (F32, or BF16 on CUDA). The step's metadata (tokens, positions, slots, block
 // tables, ...) reaches the device in two asynchronous copies (StepTransfer); nothing is read
-// back, so Execute only queues work on the current stream.
+// back, so Execute only queues work on the current stream. Sample then draws the step's tokens
+// from those logits on their device (kernels/sampling.h, as vLLM v1's worker samples) and ends
+// the step: only the tokens, their behaviour log-probs and the rows whose alternatives were
+// asked for come back to the host.
 //
 // CUDA graphs (vLLM's "cudagraph" decode): a step in which every sequence decodes one token and
 // is sampled runs as a replay of a graph captured for the smallest batch bucket (1, 2, 4, 8,
@@ -16,8 +19,8 @@
 // are serialised on one stream, as in vLLM), so the graphs cost one bucket's activations. The
 // graphs bake in the weight pointers, so they are kept per ModelParams object (by its address):
 // the engine passes the same views every step, or alternates between fixed ones (its
-// double-buffered weights, Engine::ApplyPendingSwap) whose graphs CaptureAlsoFor captures
-// together. Not thread-safe.
+// double-buffered weights, weight_slots.h) whose graphs CaptureAlsoFor captures together. Not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +56,15 @@ struct ModelRunnerOptions {
   bool norm_in_gemm = false;
 };
 
+// The tokens one step drew, one per draw in Sample's order.
+struct SampledTokens {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // the behaviour log-prob of each token
+  // Per token, with SamplingParams::top_logprobs (multi-turn): the most likely tokens of the
+  // distribution it was drawn from (id, log-prob), most likely first; empty otherwise.
+  std::vector<std::vector<std::pair<int32_t, float>>> alternatives;
+};
+
 struct GraphStats {
   int64_t captures = 0;
   double capture_seconds = 0.0;  // warm-up + capture + instantiate, all buckets
@@ -70,6 +82,13 @@ class ModelRunner {
   // next Execute).
   absl::Status Execute(const ModelParams& params, const SchedulerOutput& step, Tensor* logits);
 
+  // Draws from Execute's `logits` and ends the step (transfer().Finish()): one draw per sample
+  // of every chunk with samples = true, in chunk order — the sequence's next token, or, for the
+  // leader of a group not yet forked, the first token of each of its n samples (in sample
+  // order) from its one row. Each row draws with its request's params, stream = sample index,
+  // index = the sample's completion length (kernels/sampling.h).
+  absl::StatusOr<SampledTokens> Sample(const SchedulerOutput& step, const Tensor& logits);
+
   // Forgets the captured graphs (they are recaptured on their next use).
   void ResetGraphs();
   // A bucket's graph captured for one of `params` is captured for the others too, so that
@@ -81,8 +100,7 @@ class ModelRunner {
   // token-major in the step's row order (chunk after chunk, positions in order), Lm the MoE
   // layers, K the top-k. Empty for a dense model.
   absl::Span<const int32_t> step_routes() const { return step_routes_; }
-  // The step's host <-> device copies; the engine queues its sampling I/O here too and ends
-  // every step with transfer().Finish().
+  // The step's host <-> device copies (Sample ends them; a one-copy weight swap waits on them).
   StepTransfer& transfer() { return transfer_; }
   // Bucket sizes of the decode graphs.
   static std::vector<int64_t> GraphBuckets(int64_t max_batch);
@@ -127,7 +145,8 @@ class ModelRunner {
   ModelRunnerOptions options_;
   std::vector<float> inv_freq_;
   Arena arena_;
-  Arena copy_arena_;  // block-copy pairs
+  Arena copy_arena_;    // block-copy pairs
+  Arena sample_arena_;  // Sample's rows, tokens, log-probs and gathered logits
   // Every graph's tensors; first laid out for the largest bucket, so it never moves.
   Arena graph_arena_;
   StepTransfer transfer_;
