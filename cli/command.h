@@ -32,6 +32,7 @@ class CommandRegistry {
 
 void RegisterModelCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry);
+void RegisterAdapterCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterTokenizeCommand(CLI::App& app, CommandRegistry& registry);
 void RegisterTaskCommands(CLI::App& app, CommandRegistry& registry);
 void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry);

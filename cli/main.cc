@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   prl::cli::CommandRegistry registry;
   prl::cli::RegisterModelCommands(app, registry);
   prl::cli::RegisterScoreCommand(app, registry);
+  prl::cli::RegisterAdapterCommands(app, registry);
   prl::cli::RegisterTokenizeCommand(app, registry);
   prl::cli::RegisterTaskCommands(app, registry);
   prl::cli::RegisterGenerateCommand(app, registry);

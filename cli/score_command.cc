@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_model_dir.h"
+#include "checkpoint/peft_adapter.h"
+#include "checkpoint/safetensors.h"
 #include "cli/command.h"
 #include "core/mapped_file.h"
 #include "core/status_macros.h"
@@ -25,7 +27,7 @@ namespace prl::cli {
 namespace {
 
 struct ScoreFlags {
-  std::string model, input, output, dump_grads, device = "auto";
+  std::string model, adapter, input, output, dump_grads, device = "auto";
   float temperature = 1.0f;
   int64_t max_batch_tokens = 16384;
   bool batch_invariant = false;
@@ -122,6 +124,21 @@ absl::Status RunScore(const ScoreFlags& f) {
   if (want_grads) {
     PRL_ASSIGN_OR_RETURN(grads, ParameterSet::Allocate(params.config, device, true));
   }
+  // A LoRA adapter on the model (PEFT directory), and its gradients.
+  std::optional<LoraSet> adapter, adapter_grads;
+  if (!f.adapter.empty()) {
+    if (!device.is_cpu()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "--adapter: LoRA adapters run on the CPU backend only for now, found --device ",
+          device.ToString(), " (use --device cpu)"));
+    }
+    PRL_ASSIGN_OR_RETURN(adapter, LoadAdapter(f.adapter, params.config));
+    if (want_grads) {
+      PRL_ASSIGN_OR_RETURN(adapter_grads, LoraSet::Allocate(params.config, adapter->lora,
+                                                             Device::Cpu(), /*zeroed=*/true));
+      grads->params.lora = &adapter_grads->params;
+    }
+  }
 
   TransformerOptions options;
   if (f.batch_invariant) options.reduction_order = kernels::ReductionOrder::kBatchInvariant;
@@ -131,7 +148,8 @@ absl::Status RunScore(const ScoreFlags& f) {
   if (options.compute_dtype != DType::kF32) {
     PRL_ASSIGN_OR_RETURN(compute, ToComputeDType(params, options.compute_dtype));
   }
-  const ModelParams& weights = compute.has_value() ? compute->params : params.params;
+  ModelParams weights = compute.has_value() ? compute->params : params.params;
+  if (adapter.has_value()) weights.lora = &adapter->params;
   std::string output;
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
@@ -184,7 +202,18 @@ absl::Status RunScore(const ScoreFlags& f) {
         CopyBytes(host.data(), Device::Cpu(), grads->data(), device, grads->buffer.bytes()));
     grads = std::move(host);
   }
-  if (want_grads) PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *grads));
+  if (want_grads && !adapter.has_value()) {
+    PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *grads));
+  } else if (want_grads) {  // the base's gradients and the adapter's, under their names
+    std::vector<SafetensorsTensorToWrite> tensors;
+    for (const ParamEntry& e : grads->layout.entries()) {
+      tensors.push_back({e.name, e.shape, grads->data() + e.offset});
+    }
+    for (const LoraEntry& e : adapter_grads->layout.entries()) {
+      tensors.push_back({e.name, e.shape, adapter_grads->data() + e.offset});
+    }
+    PRL_RETURN_IF_ERROR(WriteSafetensors(f.dump_grads, tensors, DType::kF32, {{"format", "pt"}}));
+  }
   return absl::OkStatus();
 }
 
@@ -198,6 +227,10 @@ void RegisterScoreCommand(CLI::App& app, CommandRegistry& registry) {
       "Input lines: {\"tokens\": [int, ...], \"score_from\": k}, 1 <= k < len(tokens).\n"
       "Output lines: {\"logprobs\": [...]}: log p(tokens[i] | tokens[:i]) for i = k..len-1.");
   score->add_option("--model", f->model, "Hugging Face model directory")->required();
+  score->add_option("--adapter", f->adapter,
+                    "A LoRA adapter on the model: a PEFT directory (adapter_config.json, "
+                    "adapter_model.safetensors); with --dump-grads its gradients are written "
+                    "too. CPU only for now");
   score->add_option("--input", f->input, "Input JSONL")->required();
   score->add_option("--output", f->output, "Output JSONL (written atomically)")->required();
   score->add_option("--dump-grads", f->dump_grads,

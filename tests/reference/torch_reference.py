@@ -23,6 +23,13 @@ Subcommands (`torch_reference.py CMD --help` lists the options):
                        prl's output format
   check-score          compare prl's log-probs / gradients with this reference
   check-grad-selftest  check autograd against central finite differences
+  make-adapter         write a random PEFT LoRA adapter directory for a model
+
+LoRA adapters (check-score --adapter DIR) follow peft's LoraLayer: every
+targeted projection adds scale * (h @ A^T) @ B^T to its output, scale =
+lora_alpha / r (use_rslora: lora_alpha / sqrt(r)), with peft's tensor names
+(base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_{A|B}.weight)
+read from adapter_model.safetensors; the adapter's gradients are checked too.
 """
 
 import argparse
@@ -382,8 +389,12 @@ def sparse_moe_block(cfg, w, h, router_log=None):
     return out
 
 
-def forward(cfg, params, tokens, temperature=1.0, router_log=None):
-    """Log-probabilities (T, vocab) of softmax(logits / temperature)."""
+def forward(cfg, params, tokens, temperature=1.0, router_log=None,
+            adapter=None):
+    """Log-probabilities (T, vocab) of softmax(logits / temperature).
+
+    adapter: None, or (scale, {peft name: tensor}) of a LoRA adapter.
+    """
     T, D, H, KV = len(tokens), cfg.head_dim, cfg.heads, cfg.kv_heads
     x = params["model.embed_tokens.weight"][torch.as_tensor(tokens)]
     cos, sin = rope_tables(cfg, T)
@@ -393,8 +404,18 @@ def forward(cfg, params, tokens, temperature=1.0, router_log=None):
         w = {n[len(prefix):]: t for n, t in params.items()
              if n.startswith(prefix)}
 
+        def lora(part, module, h, i=i):  # peft: scale * lora_B(lora_A(h))
+            if adapter is None:
+                return 0.0
+            scale, tensors = adapter
+            key = "base_model.model.model.layers.%d.%s.%s." % (i, part, module)
+            if key + "lora_A.weight" not in tensors:
+                return 0.0
+            a, b = tensors[key + "lora_A.weight"], tensors[key + "lora_B.weight"]
+            return scale * ((h @ a.t()) @ b.t())
+
         def proj(h, name, heads):  # -> (heads, T, D)
-            y = h @ w["self_attn.%s.weight" % name].t()
+            y = h @ w["self_attn.%s.weight" % name].t() + lora("self_attn", name, h)
             if cfg.bias:
                 y = y + w["self_attn.%s.bias" % name]
             return y.view(T, heads, D).transpose(0, 1)
@@ -413,48 +434,118 @@ def forward(cfg, params, tokens, temperature=1.0, router_log=None):
         scores = (q @ k.transpose(1, 2)) / math.sqrt(D)
         attn = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
         o = (attn @ v).transpose(0, 1).reshape(T, H * D)
-        x = x + o @ w["self_attn.o_proj.weight"].t()
+        x = x + o @ w["self_attn.o_proj.weight"].t() + lora("self_attn", "o_proj", o)
         if cfg.o_bias:
             x = x + w["self_attn.o_proj.bias"]
         h = rms_norm(x, w["post_attention_layernorm.weight"], cfg.eps)
         if cfg.is_moe(i):
             x = x + sparse_moe_block(cfg, w, h, router_log)
             continue
-        gate = torch.nn.functional.silu(h @ w["mlp.gate_proj.weight"].t())
-        up = h @ w["mlp.up_proj.weight"].t()
-        x = x + (gate * up) @ w["mlp.down_proj.weight"].t()
+        gate = torch.nn.functional.silu(
+            h @ w["mlp.gate_proj.weight"].t() + lora("mlp", "gate_proj", h))
+        up = h @ w["mlp.up_proj.weight"].t() + lora("mlp", "up_proj", h)
+        act = gate * up
+        x = x + act @ w["mlp.down_proj.weight"].t() + lora("mlp", "down_proj", act)
     x = rms_norm(x, params["model.norm.weight"], cfg.eps)
     head = params["model.embed_tokens.weight" if cfg.tie else "lm_head.weight"]
     return torch.log_softmax(x @ head.t() / temperature, dim=-1)
 
 
-def score_line(cfg, params, tokens, score_from, temperature=1.0, router_log=None):
+def score_line(cfg, params, tokens, score_from, temperature=1.0, router_log=None,
+               adapter=None):
     """log p(tokens[i] | tokens[:i]) for i in [score_from, len(tokens))."""
     if not 1 <= score_from < len(tokens):
         raise ValueError("need 1 <= score_from < len(tokens)")
-    logp = forward(cfg, params, tokens[:-1], temperature, router_log)
+    logp = forward(cfg, params, tokens[:-1], temperature, router_log, adapter)
     rows = torch.arange(score_from - 1, len(tokens) - 1)
     return logp[rows, torch.as_tensor(tokens[score_from:])]
 
 
-def score_all(cfg, params, requests, want_grads, temperature=1.0):
+def score_all(cfg, params, requests, want_grads, temperature=1.0,
+              adapter=None):
     """Score every request, one sequence at a time.
 
     Returns (list of float64 arrays, {name: gradient array} or None); the
-    gradients are those of the loss -(sum of all scored log-probs).
+    gradients are those of the loss -(sum of all scored log-probs), of the
+    adapter's tensors too when one is given.
     """
     results = []
     for req in requests:
         lp = score_line(cfg, params, req["tokens"], req["score_from"],
-                        temperature)
+                        temperature, adapter=adapter)
         if want_grads:
             (-lp.sum()).backward()
         results.append(lp.detach().numpy())
     if not want_grads:
         return results, None
+    every = dict(params)
+    if adapter is not None:
+        every.update(adapter[1])
     return results, {n: (t.grad if t.grad is not None
                          else torch.zeros_like(t)).numpy()
-                     for n, t in params.items()}
+                     for n, t in every.items()}
+
+
+_LORA_MODULES = [("self_attn", m) for m in ("q_proj", "k_proj", "v_proj", "o_proj")] + \
+    [("mlp", m) for m in ("gate_proj", "up_proj", "down_proj")]
+
+
+def load_adapter(adapter_dir):
+    """A peft LoRA directory: (scale, {peft name: float64 leaf tensor})."""
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        conf = json.load(f)
+    if conf.get("peft_type") != "LORA":
+        raise ValueError("peft_type %r" % conf.get("peft_type"))
+    r, alpha = conf["r"], conf["lora_alpha"]
+    scale = alpha / math.sqrt(r) if conf.get("use_rslora") else alpha / r
+    arrays = read_safetensors(
+        os.path.join(adapter_dir, "adapter_model.safetensors"))
+    for name, a in arrays.items():
+        if name.endswith("lora_A.weight") and a.shape[0] != r:
+            raise ValueError("%s has shape %s for r = %d" % (name, a.shape, r))
+    return scale, {n: torch.from_numpy(a.astype(np.float64)).requires_grad_()
+                   for n, a in arrays.items()}
+
+
+def cmd_make_adapter(args):
+    """A random adapter: A ~ uniform(+-1/sqrt(in)), B ~ normal(0, b_std)."""
+    with open(os.path.join(args.model, "config.json")) as f:
+        cfg = Config(json.load(f))
+    shapes = dict(param_shapes(cfg))
+    targets = args.targets.split(",")
+    if targets == ["all-linear"]:
+        targets = [m for _, m in _LORA_MODULES]
+    rng = np.random.default_rng(args.seed)
+    tensors = {}
+    for i in range(cfg.layers):
+        for part, module in _LORA_MODULES:
+            if module not in targets:
+                continue
+            base = "model.layers.%d.%s.%s.weight" % (i, part, module)
+            if base not in shapes:
+                raise SystemExit("%s: no %s (a MoE layer?)" % (args.model, base))
+            out_f, in_f = shapes[base]
+            key = "base_model.model.model.layers.%d.%s.%s." % (i, part, module)
+            tensors[key + "lora_A.weight"] = rng.uniform(
+                -1.0 / math.sqrt(in_f), 1.0 / math.sqrt(in_f),
+                size=(args.rank, in_f)).astype(np.float32)
+            tensors[key + "lora_B.weight"] = rng.normal(
+                0.0, args.b_std, size=(out_f, args.rank)).astype(np.float32)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM",
+                   "base_model_name_or_path": args.model, "r": args.rank,
+                   "lora_alpha": args.alpha, "use_rslora": args.rslora,
+                   "target_modules": args.targets.split(","),
+                   "lora_dropout": 0.05, "bias": "none",
+                   "fan_in_fan_out": False, "use_dora": False,
+                   "rank_pattern": {}, "alpha_pattern": {},
+                   "layers_to_transform": None, "modules_to_save": None},
+                  f, indent=2)
+    write_safetensors(os.path.join(args.out, "adapter_model.safetensors"),
+                      tensors, args.dtype.upper())
+    print("wrote %s (%d tensors)" % (args.out, len(tensors)))
+    return 0
 
 
 def load_balancing_loss(cfg, router_log):
@@ -544,8 +635,9 @@ def cmd_check_score(args):
         print("FAIL: %s has %d lines, %s has %d"
               % (args.logprobs, len(prl), args.input, len(requests)))
         return 1
+    adapter = load_adapter(args.adapter) if args.adapter else None
     ref, grads = score_all(cfg, params, requests, args.grads is not None,
-                           args.temperature)
+                           args.temperature, adapter)
     failures, worst, where = [], 0.0, ""
     for line, (r, p) in enumerate(zip(ref, prl), start=1):
         got = np.asarray(p.get("logprobs", []), dtype=np.float64)
@@ -681,7 +773,15 @@ _COMMANDS = {  # subcommand: (handler, help, [(flag, add_argument kwargs)])
         ("--model", _REQ), ("--input", _REQ), ("--logprobs", _REQ),
         ("--grads", _STR), ("--logprob-atol", dict(_FLOAT, default=1e-4)),
         ("--grad-rtol", dict(_FLOAT, default=1e-3)),
-        ("--temperature", dict(_FLOAT, default=1.0))]),
+        ("--temperature", dict(_FLOAT, default=1.0)),
+        ("--adapter", _STR)]),
+    "make-adapter": (cmd_make_adapter, "write a random peft LoRA directory", [
+        ("--model", _REQ), ("--rank", _INT), ("--alpha", dict(_FLOAT, required=True)),
+        ("--rslora", {"action": "store_true"}),
+        ("--targets", {"default": "q_proj,k_proj,v_proj,o_proj"}),
+        ("--b-std", dict(_FLOAT, default=0.3)),
+        ("--dtype", {"choices": ["f32", "bf16"], "default": "f32"}),
+        ("--seed", _INT), ("--out", _REQ)]),
     "check-grad-selftest": (cmd_check_grad_selftest,
                             "autograd vs finite differences", []),
 }
