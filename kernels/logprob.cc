@@ -56,7 +56,7 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
   const DType dt = internal::ActivationDType(h);
   const DType dw_dt = dW.device.is_cuda() && dW.dtype == DType::kF32 ? DType::kF32 : dt;
   ExpectTensor(op, "dh", dh, dt, {R, C});
-  ExpectTensor(op, "dW", dW, dw_dt, {V, C});
+  if (dW.defined()) ExpectTensor(op, "dW", dW, dw_dt, {V, C});
   ExpectTensor(op, "dlogprob", dlogprob, DType::kF32, {R});
   ExpectTensor(op, "h", h, dt, {R, C});
   ExpectTensor(op, "W", W, dt, {V, C});
@@ -66,7 +66,7 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
   const Device device =
       internal::CommonDevice(op, {&dh, &dW, &dlogprob, &h, &W, &targets, &lse, &scratch});
   if (device.is_cpu()) {
-    return cpu::LogprobBackward(dh.f32(), dW.f32(), dlogprob.f32(), h.f32(), W.f32(), targets.i32(),
+    return cpu::LogprobBackward(dh.f32(), dW.defined() ? dW.f32() : nullptr, dlogprob.f32(), h.f32(), W.f32(), targets.i32(),
                                 lse.f32(), R, V, C, temperature, scratch.f32(), scratch.size(0),
                                 order == ReductionOrder::kBatchInvariant);
   }
@@ -74,6 +74,7 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
   // The backward on CUDA is deterministic but has one order (gradients need no bit-equality
   // with the engine).
   (void)order;
+  PRL_CHECK(dW.defined(), op, ": a frozen LM head (dW undefined) is CPU-only for now");
   const int64_t chunk = scratch.size(0);
   // F32 mode turns the logits into dlogits in place; BF16 mode writes them as BF16 for the
   // tensor-core GEMMs.

@@ -23,7 +23,8 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
                     ReductionOrder order = ReductionOrder::kFast,
                     const Tensor* entropy = nullptr);
 
-// dh (R, C) =, dW (V, C) += the gradients given dlogprob (R).
+// dh (R, C) =, dW (V, C) += the gradients given dlogprob (R). dW undefined: a frozen LM head,
+// skipped (CPU only for now).
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
                      const Tensor& W, const Tensor& targets, const Tensor& lse, float temperature,
                      const Tensor& scratch, ReductionOrder order = ReductionOrder::kFast);

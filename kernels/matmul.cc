@@ -130,14 +130,15 @@ void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, con
   // Weight gradients accumulate in F32 (or the activations' dtype) on CUDA.
   const DType dw_dt = dw.device.is_cuda() && dw.dtype == DType::kF32 ? DType::kF32 : dt;
   if (da.defined()) ExpectTensor(op, "da", da, dt, {M, K});
-  ExpectTensor(op, "dw", dw, dw_dt, {N, K});
+  if (dw.defined()) ExpectTensor(op, "dw", dw, dw_dt, {N, K});
   if (dbias.defined()) ExpectTensor(op, "dbias", dbias, DType::kF32, {N});
   ExpectTensor(op, "dout", dout, dt, {M, N});
   ExpectTensor(op, "a", a, dt, {M, K});
   ExpectTensor(op, "w", w, dt, {N, K});
   const Device device = internal::CommonDevice(op, {&da, &dw, &dbias, &dout, &a, &w});
   if (device.is_cpu()) {
-    return cpu::MatmulBackward(da.defined() ? da.f32() : nullptr, dw.f32(),
+    return cpu::MatmulBackward(da.defined() ? da.f32() : nullptr,
+                               dw.defined() ? dw.f32() : nullptr,
                                dbias.defined() ? dbias.f32() : nullptr, dout.f32(), a.f32(),
                                w.f32(), M, N, K);
   }
@@ -156,7 +157,7 @@ void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, con
     g.ab_dtype = g.d_dtype = dt;
     cuda::Gemm(device.index, cuda::CurrentStream(device.index), g);
   }
-  {  // dw (N, K) += dout^T (N, M) . a (M, K)
+  if (dw.defined()) {  // dw (N, K) += dout^T (N, M) . a (M, K)
     cuda::GemmArgs g;
     g.trans_a = true;
     g.M = N;

@@ -43,8 +43,8 @@ void SetSkinnyGemm(bool on);
 void SetTensorCoreInvariantGemm(bool on);
 bool TensorCoreInvariantGemm();
 
-// da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a;
-// dbias (N) += column sums of dout (skipped if undefined).
+// da (M, K) = dout . w (skipped if undefined); dw (N, K) += dout^T . a (skipped if undefined:
+// a frozen weight); dbias (N) += column sums of dout (skipped if undefined).
 void MatmulBackward(const Tensor& da, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                     const Tensor& a, const Tensor& w);
 

@@ -35,15 +35,17 @@ void RmsNormBackward(const Tensor& dx, const Tensor& dw, const Tensor& dy, const
   const DType dt = internal::ActivationDType(x);
   ExpectTensor(op, "x", x, dt, {T, C});
   ExpectTensor(op, "dx", dx, dt, {T, C});
-  ExpectTensor(op, "dw", dw, DType::kF32, {C});
+  if (dw.defined()) ExpectTensor(op, "dw", dw, DType::kF32, {C});
   ExpectTensor(op, "dy", dy, dt, {T, C});
   ExpectTensor(op, "w", w, dt, {C});
   ExpectTensor(op, "rstd", rstd, DType::kF32, {T});
   const Device device = internal::CommonDevice(op, {&dx, &dw, &dy, &x, &w, &rstd});
   if (device.is_cpu()) {
-    return cpu::RmsNormBackward(dx.f32(), dw.f32(), dy.f32(), x.f32(), w.f32(), rstd.f32(), T, C);
+    return cpu::RmsNormBackward(dx.f32(), dw.defined() ? dw.f32() : nullptr, dy.f32(), x.f32(),
+                                w.f32(), rstd.f32(), T, C);
   }
 #if PRL_WITH_CUDA
+  PRL_CHECK(dw.defined(), op, ": a frozen norm weight (dw undefined) is CPU-only for now");
   return cuda::RmsNormBackward(device.index, dt, dx.data, dw.f32(), dy.data, x.data, w.data,
                                rstd.f32(), T, C);
 #else

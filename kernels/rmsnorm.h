@@ -11,7 +11,8 @@ namespace prl::kernels {
 // y (T, C) =, rstd (T) = 1/sqrt(mean(x^2) + eps) (kept for the backward); x (T, C), w (C).
 void RmsNormForward(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w,
                     float eps);
-// dx (T, C) += and dw (C) += the gradients, given dy (T, C) and the forward's x, w, rstd.
+// dx (T, C) += and dw (C) += the gradients, given dy (T, C) and the forward's x, w, rstd. dw
+// undefined: a frozen weight, skipped (CPU only for now).
 void RmsNormBackward(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
                      const Tensor& w, const Tensor& rstd);
 

@@ -52,8 +52,10 @@ MoeScratch TakeMoeScratch(Arena& arena, const ModelConfig& c, int64_t T, DType d
 
 namespace {
 
-// Expert e's matrix in an (E, rows, cols) stack.
+// Expert e's matrix in an (E, rows, cols) stack (undefined for an undefined stack: a frozen
+// weight's gradient).
 Tensor Expert(const Tensor& stack, int64_t e) {
+  if (!stack.defined()) return {};
   const int64_t rows = stack.size(1), cols = stack.size(2);
   return Tensor(static_cast<char*>(stack.data) + e * rows * cols * DTypeSize(stack.dtype),
                 stack.dtype, stack.device, {rows, cols});

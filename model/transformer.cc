@@ -331,8 +331,19 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
         "with their gradients in grads.lora");
   }
   ws.lora_grads = grads.lora;
+  // A frozen base (grads without the base's tensors): only the adapters' gradients.
+  const bool frozen = !grads.embed.defined();
+  if (frozen && (grads.lora == nullptr || !device_.is_cpu())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Transformer::Backward: gradients without the base weights (a frozen base) need LoRA "
+        "adapters to train (grads.lora) and the CPU backend; found ",
+        grads.lora == nullptr ? "no adapters" : "", " on ", device_.ToString()));
+  }
   ws.backward_ready = false;  // activations are consumed: one backward per forward
   const ModelConfig& c = config_;
+  // A frozen base's gradient views: every tensor undefined, so the kernels skip them.
+  const std::vector<LayerParams> no_layers(frozen ? c.num_hidden_layers : 0);
+  const std::vector<LayerParams>& grad_layers = frozen ? no_layers : grads.layers;
   const int64_t T = ws.T, R = ws.R;
   ws.lb_dprobs.clear();
   if (load_balancing_weight != 0.0 && c.num_moe_layers() > 0) {
@@ -379,12 +390,12 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   if (tied) PRL_RETURN_IF_ERROR(release(0, false));
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, true));
-    PRL_RETURN_IF_ERROR(BackwardLayer(params.layers[l], grads.layers[l], l));
+    PRL_RETURN_IF_ERROR(BackwardLayer(params.layers[l], grad_layers[l], l));
     PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, true));
   }
   PRL_RETURN_IF_ERROR(acquire(0, false));
-  k::EmbeddingBackward(grads.embed, ws.dresid, ws.tokens);
-  return release(0, true);
+  if (!frozen) k::EmbeddingBackward(grads.embed, ws.dresid, ws.tokens);
+  return release(0, !frozen);
 }
 
 absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer) {

@@ -72,8 +72,10 @@ void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h
     // dh = dlogits . W;  dW += dlogits^T . h
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, scratch, V, W, C, 0.0f,
                 dh + r0 * C, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, scratch, V, h + r0 * C,
-                C, 1.0f, dW, C);
+    if (dW != nullptr) {  // else a frozen LM head
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, scratch, V,
+                  h + r0 * C, C, 1.0f, dW, C);
+    }
   }
 }
 

@@ -41,7 +41,9 @@ void MatmulBackward(float* da, float* dw, float* dbias, const float* dout, const
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, 0.0f, da,
                 K);
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, a, K, 1.0f, dw, K);
+  if (dw != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, a, K, 1.0f, dw, K);
+  }
   if (dbias != nullptr) {
     // Column sums: each thread owns a block of columns, so no two threads write one element.
     constexpr int64_t kBlock = 64;

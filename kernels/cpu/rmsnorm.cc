@@ -36,6 +36,7 @@ void RmsNormBackward(float* dx, float* dw, const float* dy, const float* x, cons
     for (int64_t c = 0; c < C; ++c) dxr[c] += r * (w[c] * dyr[c] - xr[c] * mean_term);
   }
   // dw[c] = sum_t dy[t,c] * xhat[t,c]; column blocks keep the threads' writes disjoint.
+  if (dw == nullptr) return;  // a frozen norm weight
   constexpr int64_t kBlock = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < C; c0 += kBlock) {

@@ -7,10 +7,12 @@
 //   the chain rule through that merge: dB = scale dW' A^T, dA = scale B^T dW' (float64 from the
 //   merged model's own gradient dW'), while the base weights' gradients equal the merged
 //   model's — for Qwen2 (biases, every target), Qwen3 (q/k norms, attention targets) and a
-//   Qwen3-MoE model (attention targets), with rank, alpha and rsLoRA varied.
+//   Qwen3-MoE model (attention targets), with rank, alpha and rsLoRA varied;
+// - with a frozen base (no base gradients asked for) the adapters' gradients are the same bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -236,6 +238,15 @@ TEST_P(LoraModelTest, AFreshAdapterIsTheIdentityAndATrainedOneIsItsMergeInFloat6
     const Tensor got = grads.View(e), want = merged_grads.View(e);
     EXPECT_LE(RelError(AsDouble(got), AsDouble(want)), 1e-4) << e.name;
   }
+  // A frozen base (no base gradients asked for): the adapters' gradients bit for bit.
+  LoraSet frozen_grads = *LoraSet::Allocate(c, lora, Device::Cpu(), true);
+  ModelParams only_adapters;
+  only_adapters.lora = &frozen_grads.params;
+  std::vector<float> again;
+  forward(base.params, &adapter.params, &again);
+  ASSERT_TRUE(model.Backward(with, dlogprobs, only_adapters).ok());
+  EXPECT_EQ(0, std::memcmp(frozen_grads.data(), adapter_grads.data(), adapter_grads.buffer.bytes()))
+      << "the adapters' gradients with a frozen base";
   // The adapters' gradients through W' = W + scale B A.
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     for (int ti = 0; ti < kNumLoraTargets; ++ti) {
