@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_model_dir.h"
+#include "checkpoint/peft_adapter.h"
 #include "cli/command.h"
 #include "core/mapped_file.h"
 #include "core/status_macros.h"
@@ -25,7 +26,7 @@ namespace prl::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string model, input, output, device = "auto", dtype = "fp32";
+  std::string model, adapter, input, output, device = "auto", dtype = "fp32";
   bool no_cuda_graphs = false;
   SamplingParams params;
   EngineOptions engine;
@@ -105,6 +106,10 @@ absl::Status RunGenerate(GenerateFlags f) {
   PRL_ASSIGN_OR_RETURN(const std::vector<Prompt> prompts,
                        ReadPrompts(f.input, config, f.params.seed));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(weights, 0, f.engine));
+  if (!f.adapter.empty()) {
+    PRL_ASSIGN_OR_RETURN(LoraSet adapter, LoadAdapter(f.adapter, weights->config));
+    PRL_RETURN_IF_ERROR(engine->SetAdapter(std::make_shared<const LoraSet>(std::move(adapter))));
+  }
 
   std::map<uint64_t, size_t> prompt_of;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -167,6 +172,8 @@ void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry) {
       "Output lines (one per sample): {\"prompt_index\", \"sample_index\", \"tokens\", "
       "\"logprobs\", \"versions\", \"finish_reason\"}.");
   cmd->add_option("--model", f->model, "Hugging Face model directory")->required();
+  cmd->add_option("--adapter", f->adapter,
+                  "A LoRA adapter on the model: a PEFT directory (CPU only for now)");
   cmd->add_option("--input", f->input, "Prompts, JSONL")->required();
   cmd->add_option("--output", f->output, "Samples, JSONL (written atomically)")->required();
   cmd->add_option("--n", f->params.n, "Samples per prompt (they share the prompt's KV blocks)")

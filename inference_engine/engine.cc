@@ -231,6 +231,28 @@ absl::Status Engine::Step() {
   return StepOnStream();
 }
 
+absl::Status Engine::SetAdapter(std::shared_ptr<const LoraSet> adapter) {
+  if (adapter != nullptr) {
+    if (!options_.device.is_cpu()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "engine on ", options_.device.ToString(),
+          ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
+    }
+    if (!adapter->buffer.device().is_cpu() ||
+        adapter->model.num_hidden_layers != config_.num_hidden_layers ||
+        adapter->model.hidden_size != config_.hidden_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine: the adapter is for a model of ", adapter->model.num_hidden_layers,
+          " layers and hidden size ", adapter->model.hidden_size, " on ",
+          adapter->buffer.device().ToString(), "; this engine's model has ",
+          config_.num_hidden_layers, " and ", config_.hidden_size, " (CPU)"));
+    }
+  }
+  adapter_ = std::move(adapter);
+  blocks_.ClearPrefixCache();  // cached K/V belong to the model without (or with another) adapter
+  return absl::OkStatus();
+}
+
 absl::Status Engine::StepOnStream() {
   bool swapped = false;
   const absl::Status applied = weights_->ApplyAtStepStart(runner_.transfer(), &swapped);
@@ -239,7 +261,13 @@ absl::Status Engine::StepOnStream() {
   const SchedulerOutput step = scheduler_.Schedule();
   if (step.empty()) return absl::OkStatus();
   Tensor logits;
-  PRL_RETURN_IF_ERROR(runner_.Execute(weights_->active(), step, &logits));
+  if (adapter_ == nullptr) {
+    PRL_RETURN_IF_ERROR(runner_.Execute(weights_->active(), step, &logits));
+  } else {
+    ModelParams params = weights_->active();
+    params.lora = &adapter_->params;
+    PRL_RETURN_IF_ERROR(runner_.Execute(params, step, &logits));
+  }
   RecordRoutes(step);
   ++stats_.steps;
   for (const ScheduledChunk& c : step.chunks) {

@@ -197,6 +197,11 @@ class Engine {
   // Stages new weights (same shapes) for the next Step; thread-safe and non-blocking. A later
   // call before that Step replaces the staged weights.
   absl::Status SwapWeights(std::shared_ptr<const ParameterSet> weights, int64_t version);
+  // A LoRA adapter (model/lora.h, a CPU set for this model) on the weights, for every step
+  // from the next on; null removes it. Weight swaps keep it. Clears the prefix cache (cached
+  // K/V belong to the model without it). CPU engines only for now (Unimplemented on CUDA);
+  // from the stepping thread, like Step.
+  absl::Status SetAdapter(std::shared_ptr<const LoraSet> adapter);
 
   EngineStats Stats() const;
   const ModelConfig& config() const { return config_; }
@@ -227,6 +232,7 @@ class Engine {
   ModelConfig config_;
   EngineOptions options_;
   std::unique_ptr<WeightSlots> weights_;
+  std::shared_ptr<const LoraSet> adapter_;  // SetAdapter: on the weights, or null
   struct DeviceState;  // CUDA: the engine's stream
   std::unique_ptr<DeviceState> device_state_;
   KvCache cache_;

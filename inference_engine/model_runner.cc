@@ -89,7 +89,7 @@ ModelRunner::HostStep ModelRunner::BuildHostStep(const SchedulerOutput& step,
 }
 
 absl::Status ModelRunner::Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
-                                 StepTensors* t) {
+                                 StepTensors* t, int64_t lora_rank) {
   const ModelConfig& c = config_;
   const DType dt = options_.dtype;
   const int64_t meta_len = 3 * T + (B + 1) + B + R;
@@ -105,6 +105,7 @@ absl::Status ModelRunner::Layout(Arena& arena, int64_t T, int64_t B, int64_t R, 
     t->lnf_rstd = a.Take(DType::kF32, {R});
     t->head_in = a.Take(dt, {R, c.hidden_size});
     t->logits = a.Take(DType::kF32, {R, c.vocab_size});
+    if (lora_rank > 0) t->lora = TakeLoraScratch(a, c, T, lora_rank);
   }));
   t->T = T;
   t->B = B;
@@ -143,12 +144,17 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
   LayerContext ctx{&config_, t.cos, t.sin, options_.order};
   ctx.residual_in_gemm = tuned;
   ctx.attention_applies_rope = tuned;
-  ctx.norm_in_gemm = options_.norm_in_gemm;
+  ctx.norm_in_gemm = options_.norm_in_gemm && params.lora == nullptr;
+  if (params.lora != nullptr) {
+    ctx.lora_scale = params.lora->scale;
+    ctx.lora_scratch = &t.lora;
+  }
   const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   step_routes_.assign(t.T * Lm * K, 0);
   for (int64_t l = 0, moe_index = 0; l < c.num_hidden_layers; ++l) {
     const LayerActivations& a = t.slot[l % 2];
     const Tensor& next = l + 1 < c.num_hidden_layers ? t.slot[(l + 1) % 2].input : t.final_input;
+    if (params.lora != nullptr) ctx.lora = &params.lora->layers[l];
     DecoderLayerForward(ctx, params.layers[l], a, next, [&](const LayerActivations& act) {
       if (tuned) {
         k::RopeKvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, t.slots, t.cos, t.sin, shape);
@@ -277,7 +283,7 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::Captured(const ModelParams& par
 absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutput& step,
                                   Tensor* logits) {
   if (!step.block_copies.empty()) PRL_RETURN_IF_ERROR(CopyBlocks(step));
-  if (IsGraphDecode(step)) {
+  if (IsGraphDecode(step) && params.lora == nullptr) {
     const int64_t B = static_cast<int64_t>(step.chunks.size());
     PRL_ASSIGN_OR_RETURN(Graph * g, GraphFor(params, B));
     const HostStep host = BuildHostStep(step, g->tensors.B);
@@ -289,7 +295,8 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
   }
   const HostStep host = BuildHostStep(step, 0);
   StepTensors t;
-  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t));
+  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t,
+                             params.lora != nullptr ? params.lora->rank : 0));
   PRL_RETURN_IF_ERROR(Upload(host, t));
   Forward(params, t, /*single_token_rows=*/false);
   ++graph_stats_.eager_steps;

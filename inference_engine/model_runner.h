@@ -115,6 +115,7 @@ class ModelRunner {
     Tensor tables, inv_freq, cos, sin;
     LayerActivations slot[2];
     Tensor final_input, gathered, lnf_rstd, head_in, logits;
+    LoraScratch lora;  // with a LoRA adapter (ModelParams::lora)
   };
   // The step's metadata on the host, padded to `pad_to` single-token sequences if larger.
   struct HostStep {
@@ -128,8 +129,9 @@ class ModelRunner {
   };
 
   HostStep BuildHostStep(const SchedulerOutput& step, int64_t pad_to) const;
+  // lora_rank: the adapter's rank (0: none).
   absl::Status Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
-                      StepTensors* out);
+                      StepTensors* out, int64_t lora_rank = 0);
   absl::Status Upload(const HostStep& host, const StepTensors& t);
   // single_token_rows: every sequence of the step decodes one token (a graph decode step).
   void Forward(const ModelParams& params, const StepTensors& t, bool single_token_rows);

@@ -124,7 +124,8 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
     if (ctx.lora == nullptr) return;
     for (const LoraTarget t : targets) {
       if ((*ctx.lora)[t].defined()) {
-        LoraForward((*ctx.lora)[t], ctx.lora_scale, LoraSiteOf(t, c), x, out, *ctx.lora_scratch);
+        LoraForward((*ctx.lora)[t], ctx.lora_scale, LoraSiteOf(t, c), x, out, *ctx.lora_scratch,
+                    ctx.order);
       }
     }
   };

@@ -29,11 +29,11 @@ LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& c, int64_t T, int64
 }
 
 void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
-                 const Tensor& out, const LoraScratch& s) {
+                 const Tensor& out, const LoraScratch& s, k::ReductionOrder order) {
   const int64_t T = x.size(0);
   const Tensor u = Prefix(s.u, T, site.out);
-  k::MatmulForward(s.t, x, p.a);  // (T, r)
-  k::MatmulForward(u, s.t, p.b);  // (T, out)
+  k::MatmulForward(s.t, x, p.a, {}, false, order);  // (T, r)
+  k::MatmulForward(u, s.t, p.b, {}, false, order);  // (T, out)
   k::AddColumns(out, site.out_col, u, 0, site.out, static_cast<float>(scale), /*accumulate=*/true);
 }
 
@@ -45,7 +45,7 @@ void LoraBackward(const LoraPair& p, const LoraPair& g, double scale, const Lora
   // y += scale * u, u = t B^T, t = x A^T.
   k::AddColumns(du, 0, dout, site.out_col, site.out, static_cast<float>(scale),
                 /*accumulate=*/false);
-  k::MatmulForward(s.t, x, p.a);
+  k::MatmulForward(s.t, x, p.a);  // as the forward computed it in the fast order
   k::MatmulBackward(s.dt, g.b, {}, du, s.t, p.b);  // dt = du B; dB += du^T t
   k::MatmulBackward(dxa, g.a, {}, s.dt, x, p.a);   // dx_a = dt A; dA += dt^T x
   k::AddColumns(dx, 0, dxa, 0, site.in, 1.0f, /*accumulate=*/true);

@@ -9,6 +9,7 @@
 
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "kernels/reduction_order.h"
 #include "model/config.h"
 #include "model/lora.h"
 
@@ -24,9 +25,11 @@ struct LoraScratch {
 };
 LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& config, int64_t T, int64_t rank);
 
-// out (T, W) columns [site.out_col, + site.out) += scale * (x (T, site.in) A^T) B^T.
+// out (T, W) columns [site.out_col, + site.out) += scale * (x (T, site.in) A^T) B^T, the
+// products in `order` (the batch-invariant order keeps a row's result whatever the batch).
 void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
-                 const Tensor& out, const LoraScratch& s);
+                 const Tensor& out, const LoraScratch& s,
+                 kernels::ReductionOrder order = kernels::ReductionOrder::kFast);
 
 // dout (T, W): the gradient at the projection's whole output. g.a += its gradient, g.b too;
 // dx (T, site.in) += the adapter's gradient at x.
