@@ -19,6 +19,7 @@
 #include "bench/torch_baseline.h"
 #include "core/cuda_runtime.h"
 #include "core/status_macros.h"
+#include "model/lora.h"
 #include "model/transformer.h"
 
 namespace prl::bench {
@@ -98,8 +99,10 @@ class SwapStream {
 };
 
 // profile: decode step o.profile_step runs between cudaProfilerStart and cudaProfilerStop.
+// adapters: the requests spread over o.adapters LoRA adapters.
 absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int64_t batch,
-                                const EngineBenchOptions& o, bool swaps, bool profile = false) {
+                                const EngineBenchOptions& o, bool swaps, bool profile = false,
+                                bool adapters = false) {
   EngineOptions eo = o.engine;
   eo.max_num_seqs = static_cast<int32_t>(std::max<int64_t>(batch, 1));
   eo.max_num_batched_tokens = static_cast<int32_t>(batch * o.prompt_len);  // one prefill step
@@ -110,7 +113,27 @@ absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int
       eo.kv_cache_bytes,
       batch * blocks_per_seq * KvCache::BytesPerBlock(weights->config, eo.block_size, eo.dtype));
   eo.max_model_len = o.prompt_len + o.output_len;
+  eo.max_adapters = std::max(o.adapters, 1);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(weights, 0, eo));
+  // With adapters: N of them (A as peft creates it, B random), requests spread over them.
+  const int num_adapters = adapters ? o.adapters : 0;
+  for (int a = 0; a < num_adapters; ++a) {
+    LoraConfig lora;
+    lora.rank = o.adapter_rank;
+    lora.alpha = 2.0 * static_cast<double>(o.adapter_rank);
+    lora.target_modules = {"all-linear"};
+    PRL_ASSIGN_OR_RETURN(LoraSet set,
+                         LoraSet::Allocate(weights->config, lora, Device::Cpu(), false));
+    InitializeLora(set, static_cast<uint64_t>(a + 1));
+    std::mt19937 brng(static_cast<uint32_t>(a + 100));
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (const LoraEntry& e : set.layout.entries()) {
+      if (e.is_a) continue;
+      for (int64_t i = 0; i < e.numel; ++i) set.data()[e.offset + i] = normal(brng);
+    }
+    PRL_RETURN_IF_ERROR(engine->AddAdapter(absl::StrCat("adapter-", a),
+                                           std::make_shared<const LoraSet>(std::move(set))));
+  }
   std::mt19937 rng(static_cast<uint32_t>(batch));
   std::uniform_int_distribution<int32_t> token(
       0, static_cast<int32_t>(weights->config.vocab_size - 1));
@@ -120,7 +143,9 @@ absl::StatusOr<Phases> RunBatch(std::shared_ptr<const ParameterSet> weights, int
     SamplingParams p;
     p.max_tokens = static_cast<int32_t>(o.output_len);
     p.seed = static_cast<uint64_t>(b);
-    PRL_RETURN_IF_ERROR(engine->AddRequest(std::move(prompt), p).status());
+    const std::string adapter =
+        num_adapters > 0 ? absl::StrCat("adapter-", b % num_adapters) : std::string();
+    PRL_RETURN_IF_ERROR(engine->AddRequest(std::move(prompt), p, adapter).status());
   }
   Phases phases;
   auto start = Clock::now();
@@ -326,6 +351,27 @@ absl::StatusOr<Report> RunEngineBench(std::shared_ptr<const ParameterSet> weight
     if (o.engine.device.is_cuda()) {
       PRL_RETURN_IF_ERROR(AddCudaDecodeRows(weights, batch, decode, o, &report));
     }
+    if (o.adapters > 0) {  // runs alternating with the base model's, best of each
+      double base_s = 1e30, lora_s = 1e30;
+      for (int i = 0; i < o.iterations; ++i) {
+        PRL_ASSIGN_OR_RETURN(const Phases base, RunBatch(weights, batch, o, false));
+        PRL_ASSIGN_OR_RETURN(const Phases lora,
+                             RunBatch(weights, batch, o, false, false, /*adapters=*/true));
+        base_s = std::min(base_s, base.decode_s);
+        lora_s = std::min(lora_s, lora.decode_s);
+      }
+      const double tokens = static_cast<double>(batch * (o.output_len - 1));
+      report.results.push_back({absl::StrCat("decode_b", batch, "_", o.adapters, "_adapters"),
+                                tokens / lora_s, "tok/s", absl::StrCat("decode_b", batch, "_base"),
+                                tokens / base_s});
+    }
+  }
+  if (o.adapters > 0) {
+    report.setup.push_back(
+        {"adapters", absl::StrFormat("%d LoRA adapters of rank %d on every projection, the "
+                                     "requests of a batch spread over them, alternating with "
+                                     "runs of the base model alone",
+                                     o.adapters, o.adapter_rank)});
   }
   if (o.swap_interval_ms > 0) {
     // Runs with and without swaps alternate, so that both see the same machine conditions.

@@ -11,7 +11,10 @@
 // capture's, --invariant-cost adds the batch-invariant mode beside the fast one and
 // --tuned-cost the tuned decode kernels (EngineOptions::tuned_kernels) flipped beside the main
 // figure; with --norm-in-gemm (EngineOptions::norm_in_gemm) the main figure stands beside the
-// same kernels with the RMSNorms as kernels of their own.
+// same kernels with the RMSNorms as kernels of their own. With --adapters N (CPU), decode also
+// runs with N LoRA adapters of rank --adapter-rank on every projection (all-linear), the
+// requests spread over them in one batch (Engine::AddAdapter), beside the base model alone in
+// the same run (runs alternating).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,8 @@ struct EngineBenchOptions {
   // already a denser stream than training produces here.
   int64_t swap_interval_ms = 1000;
   int iterations = 3;    // runs per batch size; the best phase times are kept
+  int adapters = 0;          // > 0: also decode with this many LoRA adapters mixed in a batch
+  int64_t adapter_rank = 16;
   EngineOptions engine;  // block size, KV pool, batch-invariant mode, device, dtype, graphs
   bool progress = true;
   // CUDA only:

@@ -174,6 +174,12 @@ void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   engine->add_option("--torch-modes", e->options.torch_modes, "PyTorch modes: eager,graph")
       ->capture_default_str();
+  engine->add_option("--adapters", e->options.adapters,
+                     "CPU: also decode with this many LoRA adapters mixed in each batch, beside "
+                     "the base model alone")
+      ->capture_default_str();
+  engine->add_option("--adapter-rank", e->options.adapter_rank, "Rank of those adapters")
+      ->capture_default_str();
   engine->add_flag("--invariant-cost", e->options.invariant_cost,
                    "CUDA: also decode in the batch-invariant mode, beside the fast mode");
   engine->add_flag("--tuned-kernels", e->options.engine.tuned_kernels,

@@ -147,8 +147,19 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<WeightSlots> weights,
       runner_(config_, &cache_, RunnerOptions(config_, options)) {}
 
 absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
-                                            const SamplingParams& params) {
+                                            const SamplingParams& params,
+                                            const std::string& adapter) {
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  int32_t slot = -1;
+  if (!adapter.empty()) {
+    for (size_t i = 0; i < adapter_slots_.size(); ++i) {
+      if (adapter_slots_[i].name == adapter) slot = static_cast<int32_t>(i);
+    }
+    if (slot < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("adapter: '", adapter, "' is not one of the engine's adapters (AddAdapter)"));
+    }
+  }
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= config_.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -188,6 +199,14 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
   }
   request->forked = params.n == 1;
   request->route_width = config_.num_moe_layers() * config_.num_experts_per_tok;
+  if (slot >= 0) {
+    AdapterSlot& s = adapter_slots_[slot];
+    request->adapter_slot = slot;
+    request->cache_salt = s.salt;
+    for (auto& seq : request->samples) seq->last_block_hash = s.salt;  // the hash chain's start
+    ++s.requests;
+    s.last_use = ++adapter_clock_;
+  }
   scheduler_.AddWaiting(request->samples[0].get());
   const uint64_t id = request->id;
   requests_.emplace(id, std::move(request));
@@ -206,7 +225,7 @@ bool Engine::Abort(uint64_t request_id) {
     ++r.num_finished;
   }
   FinishRequestIfDone(r);
-  requests_.erase(request_id);
+  EraseRequest(request_id);
   return true;
 }
 
@@ -231,23 +250,88 @@ absl::Status Engine::Step() {
   return StepOnStream();
 }
 
-absl::Status Engine::SetAdapter(std::shared_ptr<const LoraSet> adapter) {
-  if (adapter != nullptr) {
-    if (!options_.device.is_cpu()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "engine on ", options_.device.ToString(),
-          ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
-    }
-    if (!adapter->buffer.device().is_cpu() ||
-        adapter->model.num_hidden_layers != config_.num_hidden_layers ||
-        adapter->model.hidden_size != config_.hidden_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine: the adapter is for a model of ", adapter->model.num_hidden_layers,
-          " layers and hidden size ", adapter->model.hidden_size, " on ",
-          adapter->buffer.device().ToString(), "; this engine's model has ",
-          config_.num_hidden_layers, " and ", config_.hidden_size, " (CPU)"));
+absl::Status Engine::CheckAdapter(const LoraSet& adapter) const {
+  if (!options_.device.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "engine on ", options_.device.ToString(),
+        ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
+  }
+  if (!adapter.buffer.device().is_cpu() ||
+      adapter.model.num_hidden_layers != config_.num_hidden_layers ||
+      adapter.model.hidden_size != config_.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: the adapter is for a model of ", adapter.model.num_hidden_layers,
+        " layers and hidden size ", adapter.model.hidden_size, " on ",
+        adapter.buffer.device().ToString(), "; this engine's model has ",
+        config_.num_hidden_layers, " and ", config_.hidden_size, " (CPU)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter) {
+  if (name.empty() || adapter == nullptr) {
+    return absl::InvalidArgumentError("AddAdapter: a name and an adapter are needed");
+  }
+  PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
+  if (adapter_slots_.empty()) adapter_slots_.resize(std::max(options_.max_adapters, 0));
+  AdapterSlot* slot = nullptr;
+  for (AdapterSlot& s : adapter_slots_) {
+    if (s.name == name) slot = &s;  // replaced: its requests go on with the new weights
+  }
+  for (AdapterSlot& s : adapter_slots_) {
+    if (slot == nullptr && s.name.empty()) slot = &s;
+  }
+  if (slot == nullptr) {  // evict the least recently used adapter no request uses
+    for (AdapterSlot& s : adapter_slots_) {
+      if (s.requests == 0 && (slot == nullptr || s.last_use < slot->last_use)) slot = &s;
     }
   }
+  if (slot == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "AddAdapter('", name, "'): every one of the engine's ", adapter_slots_.size(),
+        " adapter slots (max_adapters) is used by requests in flight"));
+  }
+  if (slot->name != name) {
+    slot->requests = 0;
+    slot->last_use = ++adapter_clock_;
+  }
+  slot->name = name;
+  slot->set = std::move(adapter);
+  slot->salt = next_adapter_salt_++ * 0x9E3779B97F4A7C15ull;  // new weights, new K/V
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RemoveAdapter(const std::string& name) {
+  for (AdapterSlot& s : adapter_slots_) {
+    if (s.name != name) continue;
+    if (s.requests > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RemoveAdapter('", name, "'): ", s.requests, " request(s) in flight use it"));
+    }
+    s = AdapterSlot{};
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("RemoveAdapter: no adapter '", name, "'"));
+}
+
+std::vector<std::string> Engine::adapters() const {
+  std::vector<std::string> names;
+  for (const AdapterSlot& s : adapter_slots_) {
+    if (!s.name.empty()) names.push_back(s.name);
+  }
+  return names;
+}
+
+void Engine::EraseRequest(uint64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  const int32_t slot = it->second->adapter_slot;
+  if (slot >= 0 && adapter_slots_[slot].requests > 0) --adapter_slots_[slot].requests;
+  requests_.erase(it);
+}
+
+absl::Status Engine::SetAdapter(std::shared_ptr<const LoraSet> adapter) {
+  if (adapter != nullptr) PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
   adapter_ = std::move(adapter);
   blocks_.ClearPrefixCache();  // cached K/V belong to the model without (or with another) adapter
   return absl::OkStatus();
@@ -261,13 +345,19 @@ absl::Status Engine::StepOnStream() {
   const SchedulerOutput step = scheduler_.Schedule();
   if (step.empty()) return absl::OkStatus();
   Tensor logits;
-  if (adapter_ == nullptr) {
-    PRL_RETURN_IF_ERROR(runner_.Execute(weights_->active(), step, &logits));
-  } else {
-    ModelParams params = weights_->active();
-    params.lora = &adapter_->params;
-    PRL_RETURN_IF_ERROR(runner_.Execute(params, step, &logits));
+  // The adapter of each chunk: its request's (AddAdapter), else SetAdapter's.
+  std::vector<const LoraParams*> chunk_adapters;
+  const LoraParams* fallback = adapter_ != nullptr ? &adapter_->params : nullptr;
+  const bool named = std::any_of(step.chunks.begin(), step.chunks.end(), [](const auto& c) {
+    return c.seq->request->adapter_slot >= 0;
+  });
+  if (named || fallback != nullptr) {
+    for (const ScheduledChunk& c : step.chunks) {
+      const int32_t slot = c.seq->request->adapter_slot;
+      chunk_adapters.push_back(slot >= 0 ? &adapter_slots_[slot].set->params : fallback);
+    }
   }
+  PRL_RETURN_IF_ERROR(runner_.Execute(weights_->active(), step, &logits, chunk_adapters));
   RecordRoutes(step);
   ++stats_.steps;
   for (const ScheduledChunk& c : step.chunks) {
@@ -305,7 +395,7 @@ void Engine::Advance(const SchedulerOutput& step, SampledTokens& sampled) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;  // reported already (several samples ended together)
     FinishRequestIfDone(*it->second);
-    requests_.erase(it);
+    EraseRequest(it->first);
   }
 }
 

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct EngineOptions {
   int32_t block_size = defaults::kBlockSize;            // tokens per KV block (vLLM's default)
   int64_t kv_cache_bytes = defaults::kKvCacheMb << 20;  // KV pool, allocated once
   int32_t max_num_seqs = defaults::kMaxNumSeqs;         // sequences in flight
+  int32_t max_adapters = 8;  // LoRA adapters held by name at once (Engine::AddAdapter)
   // Tokens per step; long prompts are chunked.
   int32_t max_num_batched_tokens = defaults::kMaxNumBatchedTokens;
   bool enable_prefix_caching = true;  // reuse full blocks of equal prefixes (per version)
@@ -166,8 +168,23 @@ class Engine {
   ~Engine();
 
   // Validates and queues a request; errors name the field (prompt token ids, sampling params,
-  // context length, a request that could never fit in the KV pool).
-  absl::StatusOr<uint64_t> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params);
+  // context length, a request that could never fit in the KV pool, an unknown adapter).
+  // adapter: the name of a LoRA adapter added with AddAdapter, or empty (SetAdapter's, if any).
+  absl::StatusOr<uint64_t> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params,
+                                      const std::string& adapter = {});
+  // LoRA adapters by name (model/lora.h, CPU sets for this model), for the requests that name
+  // one; a step runs the requests of several adapters together, each adapter's products on its
+  // rows. At most EngineOptions::max_adapters are held: adding a new name when every slot is
+  // taken evicts the least recently used adapter that no request in flight uses
+  // (ResourceExhausted if each is in use). Adding a name again replaces its weights from the
+  // next step on (its requests in flight go on with them, as across a weight swap; no other
+  // request is touched). The prefix cache keeps each adapter's K/V apart. CPU engines only for
+  // now (Unimplemented on CUDA).
+  absl::Status AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter);
+  // NotFound if unknown; FailedPrecondition while a request in flight names it.
+  absl::Status RemoveAdapter(const std::string& name);
+  // The adapters held, in slot order.
+  std::vector<std::string> adapters() const;
   // Ends a request now; its samples are reported with finish_reason abort and the tokens they
   // have. False if the id is unknown or already finished.
   bool Abort(uint64_t request_id);
@@ -233,6 +250,21 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<WeightSlots> weights_;
   std::shared_ptr<const LoraSet> adapter_;  // SetAdapter: on the weights, or null
+  // AddAdapter's slots (max_adapters; an empty name is a free slot).
+  struct AdapterSlot {
+    std::string name;
+    std::shared_ptr<const LoraSet> set;
+    uint64_t salt = 0;      // the prefix cache's key for this adapter's K/V
+    int64_t last_use = 0;   // adapter_clock_ at the last AddRequest naming it
+    int32_t requests = 0;   // requests in flight naming it
+  };
+  std::vector<AdapterSlot> adapter_slots_;
+  int64_t adapter_clock_ = 0;
+  uint64_t next_adapter_salt_ = 1;
+  // Checks an adapter against this engine (CPU, this model).
+  absl::Status CheckAdapter(const LoraSet& adapter) const;
+  // Removes a request, releasing its adapter slot.
+  void EraseRequest(uint64_t request_id);
   struct DeviceState;  // CUDA: the engine's stream
   std::unique_ptr<DeviceState> device_state_;
   KvCache cache_;

@@ -137,7 +137,7 @@ absl::Status Engine::FinishSample(uint64_t request_id, int32_t sample_index) {
   Request& r = *seq->request;
   if (++r.num_finished == r.params.n) {
     FinishRequestIfDone(r);
-    requests_.erase(request_id);
+    EraseRequest(request_id);
   }
   return absl::OkStatus();
 }

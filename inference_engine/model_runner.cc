@@ -144,17 +144,23 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
   LayerContext ctx{&config_, t.cos, t.sin, options_.order};
   ctx.residual_in_gemm = tuned;
   ctx.attention_applies_rope = tuned;
-  ctx.norm_in_gemm = options_.norm_in_gemm && params.lora == nullptr;
-  if (params.lora != nullptr) {
-    ctx.lora_scale = params.lora->scale;
-    ctx.lora_scratch = &t.lora;
-  }
+  ctx.norm_in_gemm = options_.norm_in_gemm && params.lora == nullptr && step_adapters_.empty();
+  if (params.lora != nullptr) ctx.lora_scale = params.lora->scale;
+  ctx.lora_scratch = &t.lora;
+  std::vector<LoraRows> layer_rows(step_adapters_.size());
   const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   step_routes_.assign(t.T * Lm * K, 0);
   for (int64_t l = 0, moe_index = 0; l < c.num_hidden_layers; ++l) {
     const LayerActivations& a = t.slot[l % 2];
     const Tensor& next = l + 1 < c.num_hidden_layers ? t.slot[(l + 1) % 2].input : t.final_input;
     if (params.lora != nullptr) ctx.lora = &params.lora->layers[l];
+    for (size_t i = 0; i < step_adapters_.size(); ++i) {  // several adapters: each on its rows
+      AdapterRows& r = step_adapters_[i];
+      layer_rows[i] = {&r.adapter->layers[l], r.adapter->scale,
+                       Tensor(r.rows.data(), DType::kI32, Device::Cpu(),
+                              {static_cast<int64_t>(r.rows.size())})};
+    }
+    ctx.lora_rows = layer_rows;
     DecoderLayerForward(ctx, params.layers[l], a, next, [&](const LayerActivations& act) {
       if (tuned) {
         k::RopeKvCacheWrite(cache_->k[l], cache_->v[l], act.qkv, t.slots, t.cos, t.sin, shape);
@@ -281,9 +287,50 @@ absl::StatusOr<ModelRunner::Graph*> ModelRunner::Captured(const ModelParams& par
 }
 
 absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutput& step,
-                                  Tensor* logits) {
+                                  Tensor* logits,
+                                  absl::Span<const LoraParams* const> chunk_adapters) {
   if (!step.block_copies.empty()) PRL_RETURN_IF_ERROR(CopyBlocks(step));
-  if (IsGraphDecode(step) && params.lora == nullptr) {
+  // Several adapters: each adapter's rows (chunks are contiguous rows, in order). One adapter
+  // for every row runs as params.lora (no gathers).
+  step_adapters_.clear();
+  ModelParams one;  // params with the step's single adapter
+  const ModelParams* run = &params;
+  int64_t lora_rank = params.lora != nullptr ? params.lora->rank : 0;
+  if (!chunk_adapters.empty()) {
+    if (chunk_adapters.size() != step.chunks.size()) {
+      return absl::InternalError("ModelRunner::Execute: one adapter per chunk expected");
+    }
+    const bool uniform = std::all_of(chunk_adapters.begin(), chunk_adapters.end(),
+                                     [&](const LoraParams* a) { return a == chunk_adapters[0]; });
+    if (uniform) {
+      one = params;
+      one.lora = chunk_adapters[0];
+      run = &one;
+      lora_rank = one.lora != nullptr ? one.lora->rank : 0;
+    } else {
+      if (!options_.device.is_cpu()) {
+        return absl::UnimplementedError("LoRA adapters run on the CPU backend only for now");
+      }
+      int32_t row = 0;
+      lora_rank = 0;
+      for (size_t c = 0; c < step.chunks.size(); ++c) {
+        const LoraParams* a = chunk_adapters[c];
+        const int32_t n = static_cast<int32_t>(step.chunks[c].num_tokens);
+        if (a != nullptr) {
+          auto it = std::find_if(step_adapters_.begin(), step_adapters_.end(),
+                                 [&](const AdapterRows& r) { return r.adapter == a; });
+          if (it == step_adapters_.end()) {
+            step_adapters_.push_back({a, {}});
+            it = step_adapters_.end() - 1;
+          }
+          for (int32_t i = 0; i < n; ++i) it->rows.push_back(row + i);
+          lora_rank = std::max(lora_rank, a->rank);
+        }
+        row += n;
+      }
+    }
+  }
+  if (IsGraphDecode(step) && run->lora == nullptr && step_adapters_.empty()) {
     const int64_t B = static_cast<int64_t>(step.chunks.size());
     PRL_ASSIGN_OR_RETURN(Graph * g, GraphFor(params, B));
     const HostStep host = BuildHostStep(step, g->tensors.B);
@@ -295,10 +342,9 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
   }
   const HostStep host = BuildHostStep(step, 0);
   StepTensors t;
-  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t,
-                             params.lora != nullptr ? params.lora->rank : 0));
+  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t, lora_rank));
   PRL_RETURN_IF_ERROR(Upload(host, t));
-  Forward(params, t, /*single_token_rows=*/false);
+  Forward(*run, t, /*single_token_rows=*/false);
   ++graph_stats_.eager_steps;
   *logits = t.logits;
   return absl::OkStatus();

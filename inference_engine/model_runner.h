@@ -79,8 +79,11 @@ class ModelRunner {
 
   // Queues `step` with `params` on the current stream. On success *logits is (R, V) F32: the
   // logits of the last row of every chunk with samples = true, in chunk order (valid until the
-  // next Execute).
-  absl::Status Execute(const ModelParams& params, const SchedulerOutput& step, Tensor* logits);
+  // next Execute). chunk_adapters: empty (params.lora, if any, for every row), or one LoRA
+  // adapter (model/lora.h; null: none) per chunk of the step, each applied to its chunks' rows
+  // (CPU; the step runs eagerly).
+  absl::Status Execute(const ModelParams& params, const SchedulerOutput& step, Tensor* logits,
+                       absl::Span<const LoraParams* const> chunk_adapters = {});
 
   // Draws from Execute's `logits` and ends the step (transfer().Finish()): one draw per sample
   // of every chunk with samples = true, in chunk order — the sequence's next token, or, for the
@@ -157,7 +160,13 @@ class ModelRunner {
   std::vector<const ModelParams*> twins_;
   GraphStats graph_stats_;
   std::vector<int32_t> step_routes_;  // (T, Lm, K)
-  std::vector<int32_t> host_routes_;  // (T, K) one MoE layer's routes, copied to the host
+  std::vector<int32_t> host_routes_;
+  // The step's adapters and their rows (Execute with several adapters), for Forward.
+  struct AdapterRows {
+    const LoraParams* adapter;
+    std::vector<int32_t> rows;
+  };
+  std::vector<AdapterRows> step_adapters_;  // (T, K) one MoE layer's routes, copied to the host
 };
 
 }  // namespace prl

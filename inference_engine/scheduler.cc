@@ -53,7 +53,7 @@ void Scheduler::ApplyPrefixCache(Sequence& seq) {
                            static_cast<int64_t>(seq.routes.size()) / seq.request->route_width;
     max_blocks = std::min(max_blocks, std::max<int64_t>(0, routed) / bs);
   }
-  uint64_t hash = 0;
+  uint64_t hash = seq.request != nullptr ? seq.request->cache_salt : 0;  // per adapter
   for (int64_t b = 0; b < max_blocks; ++b) {
     const absl::Span<const int32_t> block_tokens(seq.tokens.data() + b * bs, bs);
     const uint64_t h = BlockManager::HashBlock(hash, block_tokens);
@@ -73,7 +73,7 @@ void Scheduler::ReleaseBlocks(Sequence& seq) {
   seq.block_table.clear();
   seq.num_computed_tokens = 0;
   seq.num_hashed_blocks = 0;
-  seq.last_block_hash = 0;
+  seq.last_block_hash = seq.request != nullptr ? seq.request->cache_salt : 0;
 }
 
 void Scheduler::Preempt(Sequence* seq) {

@@ -68,6 +68,10 @@ struct Request {
   // position's routes are recorded when it is first computed, so the prefix cache may skip
   // only positions whose routes a sequence already holds (Scheduler::ApplyPrefixCache).
   int64_t route_width = 0;
+  // Engine::AddAdapter's slot of the request's LoRA adapter (-1: none), and the prefix cache's
+  // key of its K/V (0 without an adapter): blocks of different adapters never match.
+  int32_t adapter_slot = -1;
+  uint64_t cache_salt = 0;
 };
 
 }  // namespace prl

@@ -94,4 +94,27 @@ void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t s
   }
 }
 
+void AddColumnsAtRows(const Tensor& dst, const Tensor& rows, int64_t dst_col, const Tensor& src,
+                      float alpha) {
+  const char* op = "AddColumnsAtRows";
+  PRL_CHECK(dst.rank == 2 && src.rank == 2 && rows.rank == 1, op, ": dst ", dst.ShapeString(),
+            ", rows ", rows.ShapeString(), ", src ", src.ShapeString());
+  const int64_t n = src.size(0), width = src.size(1), T = dst.size(0), Wd = dst.size(1);
+  PRL_CHECK(rows.size(0) == n && dst_col >= 0 && dst_col + width <= Wd, op, ": ", n,
+            " rows of width ", width, " into columns [", dst_col, ", ", dst_col + width, ") of ",
+            Wd);
+  const Device device = internal::CommonDevice(op, {&dst, &rows, &src});
+  if (!device.is_cpu()) internal::NoBackend(op, device);
+  const int32_t* r = rows.i32();
+  float* d = dst.f32();
+  const float* s = src.f32();
+#pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    PRL_CHECK(r[i] >= 0 && r[i] < T, op, ": row ", r[i], " of ", T);
+    float* dr = d + static_cast<int64_t>(r[i]) * Wd + dst_col;
+    const float* sr = s + i * width;
+    for (int64_t j = 0; j < width; ++j) dr[j] += alpha * sr[j];
+  }
+}
+
 }  // namespace prl::kernels

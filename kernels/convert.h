@@ -25,4 +25,10 @@ void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t 
 void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                 int64_t width, float alpha, bool accumulate);
 
+// dst[rows[i], dst_col + j] += alpha * src[i, j] for i < n, j < src's width (a LoRA adapter's
+// output added into the rows of its requests, model/lora_layer.h); rows (n) I32, distinct. F32
+// on the CPU only, like AddColumns.
+void AddColumnsAtRows(const Tensor& dst, const Tensor& rows, int64_t dst_col, const Tensor& src,
+                      float alpha);
+
 }  // namespace prl::kernels

@@ -105,7 +105,7 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
                          const Tensor& next_input, AttentionStep attention) {
   const ModelConfig& c = *ctx.config;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  PRL_CHECK(ctx.lora == nullptr || !ctx.norm_in_gemm,
+  PRL_CHECK((ctx.lora == nullptr && ctx.lora_rows.empty()) || !ctx.norm_in_gemm,
             "DecoderLayerForward: LoRA adapters read the normalised rows: norm_in_gemm must be off");
   // out = RMSNorm(x) . w^T + bias, through `normalised` (and its rstd) unless fused.
   auto norm_then_project = [&](const Tensor& out, const Tensor& normalised, const Tensor& rstd,
@@ -121,6 +121,14 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
   // The layer's LoRA adapters of `targets`, reading x and adding into out's columns.
   auto adapters = [&](std::initializer_list<LoraTarget> targets, const Tensor& x,
                       const Tensor& out) {
+    for (const LoraRows& r : ctx.lora_rows) {
+      for (const LoraTarget t : targets) {
+        if ((*r.layer)[t].defined()) {
+          LoraForwardRows((*r.layer)[t], r.scale, LoraSiteOf(t, c), x, out, r.rows,
+                          *ctx.lora_scratch, ctx.order);
+        }
+      }
+    }
     if (ctx.lora == nullptr) return;
     for (const LoraTarget t : targets) {
       if ((*ctx.lora)[t].defined()) {

@@ -7,6 +7,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
 #include "model/config.h"
@@ -67,6 +68,8 @@ struct LayerContext {
   const LoraLayerParams* lora = nullptr;
   double lora_scale = 0.0;
   const LoraScratch* lora_scratch = nullptr;
+  // Instead of `lora`: several adapters, each on its rows (LoraForwardRows; the scratch too).
+  absl::Span<const LoraRows> lora_rows;
 };
 
 // Fills a.attn (and a.attn_lse if kept) from a.qkv (RoPE applied, unless the context's

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/convert.h"
+#include "kernels/embedding.h"
 #include "kernels/matmul.h"
 
 namespace prl {
@@ -25,6 +26,7 @@ LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& c, int64_t T, int64
   s.dt = arena.Take(DType::kF32, {T, rank});
   s.u = arena.Take(DType::kF32, {T * widest});
   s.dx = arena.Take(DType::kF32, {T * widest});
+  s.xg = arena.Take(DType::kF32, {T * widest});
   return s;
 }
 
@@ -35,6 +37,20 @@ void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Te
   k::MatmulForward(s.t, x, p.a, {}, false, order);  // (T, r)
   k::MatmulForward(u, s.t, p.b, {}, false, order);  // (T, out)
   k::AddColumns(out, site.out_col, u, 0, site.out, static_cast<float>(scale), /*accumulate=*/true);
+}
+
+void LoraForwardRows(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
+                     const Tensor& out, const Tensor& rows, const LoraScratch& s,
+                     k::ReductionOrder order) {
+  const int64_t n = rows.size(0);
+  if (n == 0) return;
+  const Tensor xg = Prefix(s.xg, n, site.in);
+  const Tensor t = Prefix(s.t.Reshape({s.t.numel()}), n, p.a.size(0));
+  const Tensor u = Prefix(s.u, n, site.out);
+  k::EmbeddingForward(xg, x, rows);  // the row gather
+  k::MatmulForward(t, xg, p.a, {}, false, order);
+  k::MatmulForward(u, t, p.b, {}, false, order);
+  k::AddColumnsAtRows(out, rows, site.out_col, u, static_cast<float>(scale));
 }
 
 void LoraBackward(const LoraPair& p, const LoraPair& g, double scale, const LoraSite& site,

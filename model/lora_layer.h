@@ -15,6 +15,14 @@
 
 namespace prl {
 
+// The rows of a batch one adapter applies to, in one layer (an engine step whose requests name
+// several adapters).
+struct LoraRows {
+  const LoraLayerParams* layer = nullptr;  // the adapter's layer
+  double scale = 0.0;
+  Tensor rows;  // (n) I32, distinct
+};
+
 // One layer's adapter scratch for T tokens, shared by the layers (nothing is kept between the
 // forward and the backward: x A^T is recomputed).
 struct LoraScratch {
@@ -22,6 +30,7 @@ struct LoraScratch {
   Tensor dt;  // (T, r)
   Tensor u;   // (T * max out) B (x A^T)^T, or the scaled gradient at it
   Tensor dx;  // (T * max in) the adapter's gradient at x
+  Tensor xg;  // (T * max in) the rows of x of one adapter (LoraForwardRows)
 };
 LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& config, int64_t T, int64_t rank);
 
@@ -30,6 +39,14 @@ LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& config, int64_t T, 
 void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
                  const Tensor& out, const LoraScratch& s,
                  kernels::ReductionOrder order = kernels::ReductionOrder::kFast);
+
+// The same for the rows `rows` (n) I32 of x and out only (the requests of one adapter in a
+// batch of several, as Punica and S-LoRA run them): x's rows are gathered, the products run on
+// them, and the result is added into out's rows. In the batch-invariant order a row's result
+// is LoraForward's bit for bit.
+void LoraForwardRows(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
+                     const Tensor& out, const Tensor& rows, const LoraScratch& s,
+                     kernels::ReductionOrder order);
 
 // dout (T, W): the gradient at the projection's whole output. g.a += its gradient, g.b too;
 // dx (T, site.in) += the adapter's gradient at x.

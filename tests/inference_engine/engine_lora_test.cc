@@ -5,7 +5,9 @@
 // does not, and removing it brings the base model back.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -17,15 +19,17 @@
 namespace prl::testing {
 namespace {
 
-std::shared_ptr<const LoraSet> Adapter(const ModelConfig& c, bool trained) {
+std::shared_ptr<const LoraSet> Adapter(const ModelConfig& c, bool trained, int64_t rank = 4,
+                                       std::vector<std::string> targets = {"all-linear"},
+                                       uint64_t seed = 5) {
   LoraConfig l;
-  l.rank = 4;
-  l.alpha = 8;
-  l.target_modules = {"all-linear"};
+  l.rank = rank;
+  l.alpha = 2.0 * static_cast<double>(rank);
+  l.target_modules = std::move(targets);
   auto set = std::make_shared<LoraSet>(*LoraSet::Allocate(c, l, Device::Cpu(), false));
-  InitializeLora(*set, 5);
+  InitializeLora(*set, seed);
   if (trained) {
-    std::mt19937_64 rng(6);
+    std::mt19937_64 rng(seed + 1);
     std::normal_distribution<float> n(0.0f, 0.5f);
     for (const LoraEntry& e : set->layout.entries()) {
       if (e.is_a) continue;
@@ -35,14 +39,14 @@ std::shared_ptr<const LoraSet> Adapter(const ModelConfig& c, bool trained) {
   return set;
 }
 
-// The learner's log-probs of a completion with the adapter (batch-invariant order).
-std::vector<float> LearnerLogprobs(const ParameterSet& weights, const LoraSet& adapter,
+// The learner's log-probs of a completion with the adapter (batch-invariant order; null: none).
+std::vector<float> LearnerLogprobs(const ParameterSet& weights, const LoraSet* adapter,
                                    const std::vector<int32_t>& prompt,
                                    const std::vector<int32_t>& completion, float temperature) {
   Transformer model(weights.config, Device::Cpu(),
                     {.reduction_order = kernels::ReductionOrder::kBatchInvariant});
   ModelParams params = weights.params;
-  params.lora = &adapter.params;
+  params.lora = adapter != nullptr ? &adapter->params : nullptr;
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), completion.begin(), completion.end());
   PackedBatch batch;
@@ -50,6 +54,17 @@ std::vector<float> LearnerLogprobs(const ParameterSet& weights, const LoraSet& a
   std::vector<float> lp(batch.num_tokens());
   EXPECT_TRUE(model.Forward(params, batch, temperature, absl::MakeSpan(lp), false).ok());
   return std::vector<float>(lp.begin() + prompt.size() - 1, lp.end());
+}
+
+// Unfiltered sampling (no top-k / top-p), whose behaviour log-probs are the model's.
+std::vector<Job> UnfilteredJobs(const ModelConfig& c, int count, uint64_t seed) {
+  std::vector<Job> jobs = RandomJobs(count, c.vocab_size, seed, /*max_prompt=*/70);
+  for (Job& j : jobs) {
+    j.params.top_p = 1.0f;
+    j.params.top_k = 0;
+    if (j.params.temperature == 0.0f) j.params.temperature = 1.0f;
+  }
+  return jobs;
 }
 
 TEST(EngineLoraTest, BehaviourLogprobsWithAnAdapterAreTheLearnersBitForBit) {
@@ -60,18 +75,12 @@ TEST(EngineLoraTest, BehaviourLogprobsWithAnAdapterAreTheLearnersBitForBit) {
     SCOPED_TRACE(kv_blocks);
     auto engine = *Engine::Create(weights, 0, InvariantOptions(c, kv_blocks, true));
     ASSERT_TRUE(engine->SetAdapter(adapter).ok());
-    // Unfiltered sampling (no top-k / top-p), whose behaviour log-probs are the model's.
-    std::vector<Job> jobs = RandomJobs(10, c.vocab_size, 5, /*max_prompt=*/70);
-    for (Job& j : jobs) {
-      j.params.top_p = 1.0f;
-      j.params.top_k = 0;
-      if (j.params.temperature == 0.0f) j.params.temperature = 1.0f;
-    }
+    const std::vector<Job> jobs = UnfilteredJobs(c, 10, 5);
     const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
     int64_t tokens = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
       for (const SampleOutput& s : out[i].samples) {
-        const std::vector<float> want = LearnerLogprobs(*weights, *adapter, jobs[i].prompt,
+        const std::vector<float> want = LearnerLogprobs(*weights, adapter.get(), jobs[i].prompt,
                                                         s.tokens, jobs[i].params.temperature);
         ASSERT_EQ(want.size(), s.logprobs.size());
         for (size_t t = 0; t < want.size(); ++t) {
@@ -102,6 +111,86 @@ TEST(EngineLoraTest, ATrainedAdapterChangesTheSamplesAFreshOneAndNoneDoNot) {
   EXPECT_EQ(run(Adapter(c, /*trained=*/false), false), base) << "B = 0 adds exactly zero";
   EXPECT_EQ(run(Adapter(c, /*trained=*/true), true), base) << "removed";
   EXPECT_NE(run(Adapter(c, /*trained=*/true), false), base) << "a trained adapter";
+}
+
+// Requests naming three adapters (of other ranks and targets) and none, batched together, the
+// same prompts under different adapters (prefix caching on: each adapter's K/V apart), a pool
+// small enough to preempt: each request's log-probs are the learner's with its own adapter, bit
+// for bit, i.e. what it would get alone (the batch-invariant mode).
+TEST(EngineLoraTest, ABatchOfSeveralAdaptersGivesEachRequestItsOwnAdaptersBits) {
+  const ModelConfig c = TinyQwen3EngineConfig();
+  auto weights = TinyWeights(c, 13);
+  const std::vector<std::string> names = {"a", "b", "c", ""};
+  const std::vector<std::shared_ptr<const LoraSet>> sets = {
+      Adapter(c, true, 4, {"all-linear"}, 21), Adapter(c, true, 2, {"q_proj", "v_proj"}, 22),
+      Adapter(c, true, 8, {"gate_proj", "up_proj", "down_proj"}, 23), nullptr};
+  std::vector<Job> jobs = UnfilteredJobs(c, 6, 9);
+  const size_t distinct = jobs.size();
+  for (size_t i = 0; i < distinct; ++i) jobs.push_back(jobs[i]);  // each prompt twice
+  for (const int64_t kv_blocks : {int64_t{4096}, int64_t{48}}) {
+    SCOPED_TRACE(kv_blocks);
+    auto engine = *Engine::Create(weights, 0, InvariantOptions(c, kv_blocks, true));
+    for (int a = 0; a < 3; ++a) ASSERT_TRUE(engine->AddAdapter(names[a], sets[a]).ok());
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const absl::StatusOr<uint64_t> id =
+          engine->AddRequest(jobs[i].prompt, jobs[i].params, names[i % names.size()]);
+      ASSERT_TRUE(id.ok()) << id.status();
+      index[*id] = i;
+    }
+    std::vector<RequestOutput> out(jobs.size());
+    while (engine->HasUnfinishedRequests()) {
+      ASSERT_TRUE(engine->Step().ok());
+      for (RequestOutput& r : engine->TakeFinished()) out[index.at(r.request_id)] = std::move(r);
+    }
+    int64_t tokens = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const LoraSet* adapter = sets[i % sets.size()].get();
+      for (const SampleOutput& s : out[i].samples) {
+        const std::vector<float> want = LearnerLogprobs(*weights, adapter, jobs[i].prompt,
+                                                        s.tokens, jobs[i].params.temperature);
+        ASSERT_EQ(want.size(), s.logprobs.size());
+        for (size_t t = 0; t < want.size(); ++t) {
+          ASSERT_EQ(want[t], s.logprobs[t])
+              << "request " << i << " (adapter '" << names[i % names.size()] << "') token " << t;
+        }
+        tokens += static_cast<int64_t>(want.size());
+      }
+    }
+    EXPECT_GT(tokens, 0);
+  }
+}
+
+TEST(EngineLoraTest, SlotsEvictTheLeastRecentlyUsedIdleAdapterAndNeverOneInUse) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 14);
+  EngineOptions o = InvariantOptions(c, 4096, true);
+  o.max_adapters = 2;
+  auto engine = *Engine::Create(weights, 0, o);
+  auto adapter = Adapter(c, true);
+  SamplingParams p;
+  p.max_tokens = 4;
+  ASSERT_TRUE(engine->AddAdapter("a", adapter).ok());
+  ASSERT_TRUE(engine->AddAdapter("b", adapter).ok());
+  const absl::StatusOr<uint64_t> unknown = engine->AddRequest({1, 2, 3}, p, "z");
+  EXPECT_EQ(unknown.status().message(),
+            "adapter: 'z' is not one of the engine's adapters (AddAdapter)");
+  ASSERT_TRUE(engine->AddRequest({1, 2, 3}, p, "a").ok());  // a in use from here
+  ASSERT_TRUE(engine->AddAdapter("c", adapter).ok());       // evicts b, idle
+  EXPECT_EQ(engine->adapters(), (std::vector<std::string>{"a", "c"}));
+  ASSERT_TRUE(engine->AddRequest({4, 5}, p, "c").ok());  // both in use
+  const absl::Status full = engine->AddAdapter("d", adapter);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(engine->RemoveAdapter("a").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->RemoveAdapter("b").code(), absl::StatusCode::kNotFound);
+  while (engine->HasUnfinishedRequests()) ASSERT_TRUE(engine->Step().ok());
+  engine->TakeFinished();
+  ASSERT_TRUE(engine->AddRequest({6}, p, "c").ok());  // c used last: a is the LRU
+  ASSERT_TRUE(engine->AddAdapter("d", adapter).ok());
+  EXPECT_EQ(engine->adapters(), (std::vector<std::string>{"d", "c"}));
+  while (engine->HasUnfinishedRequests()) ASSERT_TRUE(engine->Step().ok());
+  EXPECT_TRUE(engine->RemoveAdapter("c").ok());
+  EXPECT_EQ(engine->adapters(), (std::vector<std::string>{"d"}));
 }
 
 }  // namespace
