@@ -35,20 +35,32 @@ void ConvertDType(const Tensor& dst, const Tensor& src) {
 #endif
 }
 
-void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
-                 int64_t width) {
-  const char* op = "CopyColumns";
+namespace {
+
+// The column blocks [dst_col, + width) of dst and [src_col, + width) of src: matrices of as
+// many rows, the blocks inside them.
+void CheckColumnBlocks(const char* op, const Tensor& dst, int64_t dst_col, const Tensor& src,
+                       int64_t src_col, int64_t width) {
   PRL_CHECK(dst.rank == 2 && src.rank == 2, op, ": dst ", dst.ShapeString(), " and src ",
             src.ShapeString(), " must be matrices");
-  PRL_CHECK(dst.dtype == src.dtype && (src.dtype == DType::kF32 || src.dtype == DType::kBF16), op,
-            ": one dtype, F32 or BF16; found ", DTypeName(dst.dtype), " and ",
-            DTypeName(src.dtype));
   const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
   PRL_CHECK(dst.size(0) == T, op, ": dst has ", dst.size(0), " rows, src ", T);
   PRL_CHECK(
       width >= 0 && dst_col >= 0 && src_col >= 0 && dst_col + width <= Wd && src_col + width <= Ws,
       op, ": columns [", dst_col, ", ", dst_col + width, ") of ", Wd, " from [", src_col, ", ",
       src_col + width, ") of ", Ws);
+}
+
+}  // namespace
+
+void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                 int64_t width) {
+  const char* op = "CopyColumns";
+  CheckColumnBlocks(op, dst, dst_col, src, src_col, width);
+  PRL_CHECK(dst.dtype == src.dtype && (src.dtype == DType::kF32 || src.dtype == DType::kBF16), op,
+            ": one dtype, F32 or BF16; found ", DTypeName(dst.dtype), " and ",
+            DTypeName(src.dtype));
+  const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
   const Device device = internal::CommonDevice(op, {&dst, &src});
   const size_t element = DTypeSize(src.dtype);
   char* d = static_cast<char*>(dst.data) + dst_col * element;
@@ -70,14 +82,8 @@ void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t 
 void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                 int64_t width, float alpha, bool accumulate) {
   const char* op = "AddColumns";
-  PRL_CHECK(dst.rank == 2 && src.rank == 2, op, ": dst ", dst.ShapeString(), " and src ",
-            src.ShapeString(), " must be matrices");
+  CheckColumnBlocks(op, dst, dst_col, src, src_col, width);
   const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
-  PRL_CHECK(dst.size(0) == T, op, ": dst has ", dst.size(0), " rows, src ", T);
-  PRL_CHECK(
-      width >= 0 && dst_col >= 0 && src_col >= 0 && dst_col + width <= Wd && src_col + width <= Ws,
-      op, ": columns [", dst_col, ", ", dst_col + width, ") of ", Wd, " from [", src_col, ", ",
-      src_col + width, ") of ", Ws);
   const Device device = internal::CommonDevice(op, {&dst, &src});
   if (!device.is_cpu()) internal::NoBackend(op, device);
   float* d = dst.f32() + dst_col;

@@ -331,8 +331,9 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
         "with their gradients in grads.lora");
   }
   ws.lora_grads = grads.lora;
-  // A frozen base (grads without the base's tensors): only the adapters' gradients.
-  const bool frozen = !grads.embed.defined();
+  // A frozen base (grads without the base's layers: ModelParams{} with .lora): only the
+  // adapters' gradients. (Not "embed undefined": with FSDP hooks the views are bound lazily.)
+  const bool frozen = grads.layers.empty();
   if (frozen && (grads.lora == nullptr || !device_.is_cpu())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Transformer::Backward: gradients without the base weights (a frozen base) need LoRA "

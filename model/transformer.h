@@ -83,8 +83,8 @@ class Transformer {
   // aux the last Forward's load_balancing_loss(). Needs the immediately preceding
   // Forward(for_backward = true) with the same params; dlogprobs (T) is ignored where there
   // was no target. With LoRA adapters (params.lora) their gradients accumulate in grads.lora;
-  // grads whose base tensors are undefined (a frozen base: ModelParams{} with .lora set) skip
-  // every base weight's gradient (CPU only for now).
+  // grads without layers (a frozen base: ModelParams{} with .lora set) skip every base
+  // weight's gradient (CPU only for now).
   absl::Status Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
                         const ModelParams& grads, UnitHooks* hooks = nullptr,
                         double load_balancing_weight = 0.0);

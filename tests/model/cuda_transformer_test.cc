@@ -65,6 +65,26 @@ std::vector<float> ToHost(const ParameterSet& p, const ParamEntry& e) {
   return out;
 }
 
+// Five packed sequences of random tokens (lengths that cross the kernels' tiles), drawn from
+// `rng`, and in *dlogprobs a gradient at their log-probs.
+PackedBatch RandomBatch(const ModelConfig& config, std::mt19937_64& rng,
+                        std::vector<float>* dlogprobs) {
+  PackedBatch batch;
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
+  for (int len : {2, 33, 150, 9, 64}) {
+    std::vector<int32_t> seq(len);
+    for (auto& t : seq) t = tok(rng);
+    batch.AddScored(seq, 1);
+  }
+  const int64_t T = batch.num_tokens();
+  dlogprobs->assign(T, 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    (*dlogprobs)[t] =
+        batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
+  }
+  return batch;
+}
+
 struct Case {
   const char* name;
   ModelConfig config;
@@ -79,18 +99,9 @@ TEST_P(CudaTransformerTest, LogprobsAndGradientsMatchTheCpuBackend) {
   const ModelConfig& config = GetParam().config;
   const Device gpu_device = Device::Cuda(0);
   std::mt19937_64 rng(7);
-  PackedBatch batch;
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
-  for (int len : {2, 33, 150, 9, 64}) {
-    std::vector<int32_t> s(len);
-    for (auto& t : s) t = tok(rng);
-    batch.AddScored(s, 1);
-  }
+  std::vector<float> dlogprobs;
+  const PackedBatch batch = RandomBatch(config, rng, &dlogprobs);
   const int64_t T = batch.num_tokens();
-  std::vector<float> dlogprobs(T);
-  for (int64_t t = 0; t < T; ++t) {
-    dlogprobs[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
-  }
   // The weights, on the CPU and a copy on the GPU: matrices of std `init_std`, norms and biases
   // moved away from 1 / 0 by up to `perturb`.
   auto weights_pair = [&](float init_std, float perturb) {
@@ -204,18 +215,9 @@ TEST(CudaTransformerMoeTest, LogprobsGradientsAndRoutesMatchTheCpuBackend) {
     const ModelConfig config = Qwen3MoeConfig(renormalise);
     ASSERT_TRUE(ValidateModelConfig(config).ok()) << ValidateModelConfig(config);
     std::mt19937_64 rng(11);
-    PackedBatch batch;
-    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
-    for (int len : {2, 33, 150, 9, 64}) {
-      std::vector<int32_t> seq(len);
-      for (auto& t : seq) t = tok(rng);
-      batch.AddScored(seq, 1);
-    }
+    std::vector<float> dlogprobs;
+    PackedBatch batch = RandomBatch(config, rng, &dlogprobs);
     const int64_t T = batch.num_tokens();
-    std::vector<float> dlogprobs(T);
-    for (int64_t t = 0; t < T; ++t) {
-      dlogprobs[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
-    }
     struct Result {
       std::vector<float> logprobs;
       std::vector<uint8_t> routes;
