@@ -41,6 +41,9 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
   }
   if (o.max_graph_batch < 0) return bad("max_graph_batch", ">= 0", o.max_graph_batch);
   if (o.max_model_len < 0) return bad("max_model_len", ">= 0", o.max_model_len);
+  if (o.max_adapters < 0 || o.max_adapters > 1024) {
+    return bad("max_adapters", "in [0, 1024]", o.max_adapters);
+  }
   if (o.dtype != DType::kF32 && !(o.dtype == DType::kBF16 && o.device.is_cuda())) {
     return absl::InvalidArgumentError(absl::StrCat("engine: dtype ", DTypeName(o.dtype), " on ",
                                                    o.device.ToString(),
@@ -256,16 +259,7 @@ absl::Status Engine::CheckAdapter(const LoraSet& adapter) const {
         "engine on ", options_.device.ToString(),
         ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
   }
-  if (!adapter.buffer.device().is_cpu() ||
-      adapter.model.num_hidden_layers != config_.num_hidden_layers ||
-      adapter.model.hidden_size != config_.hidden_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine: the adapter is for a model of ", adapter.model.num_hidden_layers,
-        " layers and hidden size ", adapter.model.hidden_size, " on ",
-        adapter.buffer.device().ToString(), "; this engine's model has ",
-        config_.num_hidden_layers, " and ", config_.hidden_size, " (CPU)"));
-  }
-  return absl::OkStatus();
+  return ValidateLoraParams(adapter.params, config_, options_.device);
 }
 
 absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter) {

@@ -165,6 +165,34 @@ absl::StatusOr<LoraSet> LoraSet::Allocate(const ModelConfig& model, const LoraCo
   return set;
 }
 
+absl::Status ValidateLoraParams(const LoraParams& params, const ModelConfig& model,
+                                Device device) {
+  if (static_cast<int64_t>(params.layers.size()) != model.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("LoRA adapter: ", params.layers.size(),
+                                                   " layers for a model of ",
+                                                   model.num_hidden_layers));
+  }
+  for (int64_t l = 0; l < model.num_hidden_layers; ++l) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraPair& p = params.layers[l].modules[t];
+      if (!p.defined()) continue;
+      const LoraSite site = LoraSiteOf(static_cast<LoraTarget>(t), model);
+      const bool fits = p.a.rank == 2 && p.b.rank == 2 && p.a.size(0) == params.rank &&
+                        p.a.size(1) == site.in && p.b.size(0) == site.out &&
+                        p.b.size(1) == params.rank && p.a.dtype == DType::kF32 &&
+                        p.b.dtype == DType::kF32 && p.a.device == device && p.b.device == device;
+      if (!fits) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LoRA adapter: layer ", l, " ", kTargetNames[t], ": expected F32 A ", params.rank,
+            " x ", site.in, " and B ", site.out, " x ", params.rank, " on ", device.ToString(),
+            ", found A ", p.a.ShapeString(), " and B ", p.b.ShapeString(), " ",
+            DTypeName(p.a.dtype), " on ", p.a.device.ToString(), " (an adapter of another model?)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 void InitializeLora(const LoraSet& set, uint64_t seed) {
   PRL_CHECK(set.buffer.device().is_cpu(), "InitializeLora: a CPU set, found ",
             set.buffer.device().ToString());

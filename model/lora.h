@@ -121,6 +121,12 @@ struct LoraSet {
   float* data() const { return static_cast<float*>(buffer.data()); }
 };
 
+// Whether `params` fits `model`: one entry per layer, every pair on `device`, F32, A (r, in)
+// and B (out, r) with the in and out of its target in this model. The error names the layer,
+// the target, the expected and the found shape (an adapter made for another model).
+absl::Status ValidateLoraParams(const LoraParams& params, const ModelConfig& model,
+                                Device device);
+
 // A uniform in +-1/sqrt(in) (PEFT's kaiming_uniform_(a=sqrt(5))), B zero. Deterministic in
 // `seed` alone. CPU sets only.
 void InitializeLora(const LoraSet& set, uint64_t seed);

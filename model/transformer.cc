@@ -76,6 +76,9 @@ struct Transformer::Workspace {
   // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
   // expert, (E) each; its value; and in Backward its gradient at each p[t, e], (E).
   std::vector<double> lb_count, lb_prob_sum, lb_dprobs;
+  // A MoE layer's router outputs on the host (MoeRoutesToHost), reused by every layer.
+  std::vector<int32_t> host_recomputed;
+  std::vector<float> host_probs;
   double lb_loss = 0.0;
 
   LayerActivations& Slot(int64_t layer) {
@@ -123,11 +126,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
         "LoRA adapters run on the CPU backend only for now (model/lora.h), found ",
         device_.ToString()));
   }
-  if (params.lora != nullptr && static_cast<int64_t>(params.lora->layers.size()) !=
-                                    c.num_hidden_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("LoRA adapters for ", params.lora->layers.size(),
-                                                   " layers on a model of ", c.num_hidden_layers));
-  }
+  if (params.lora != nullptr) PRL_RETURN_IF_ERROR(ValidateLoraParams(*params.lora, c, device_));
   Workspace& ws = *ws_;
   ws.lora = params.lora;
   ws.T = batch.num_tokens();
@@ -293,8 +292,8 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
                         options_.reduction_order);
   });
   if (!p.is_moe()) return;
-  std::vector<int32_t> recomputed;
-  std::vector<float> probs;
+  std::vector<int32_t>& recomputed = ws.host_recomputed;
+  std::vector<float>& probs = ws.host_probs;
   MoeRoutesToHost(a.moe, nullptr, &recomputed, &probs);
   const int64_t E = c.num_experts;
   for (int64_t t = 0; t < T; ++t) {

@@ -183,6 +183,13 @@ TEST(EngineLoraTest, SlotsEvictTheLeastRecentlyUsedIdleAdapterAndNeverOneInUse) 
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
   EXPECT_EQ(engine->RemoveAdapter("a").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(engine->RemoveAdapter("b").code(), absl::StatusCode::kNotFound);
+  ModelConfig wider = c;  // an adapter made for another model
+  wider.intermediate_size *= 2;
+  EXPECT_EQ(engine->SetAdapter(Adapter(wider, true)).code(), absl::StatusCode::kInvalidArgument);
+  EngineOptions too_many = o;
+  too_many.max_adapters = -1;
+  EXPECT_EQ(Engine::Create(weights, 0, too_many).status().message(),
+            "engine: max_adapters must be in [0, 1024], found -1");
   while (engine->HasUnfinishedRequests()) ASSERT_TRUE(engine->Step().ok());
   engine->TakeFinished();
   ASSERT_TRUE(engine->AddRequest({6}, p, "c").ok());  // c used last: a is the LRU

@@ -134,6 +134,29 @@ TEST(LoraLayoutTest, HoldsPeftsTensorNamesAndShapesInOrder) {
   EXPECT_DOUBLE_EQ(LoraScale(l), 16.0 / 2);
 }
 
+// An adapter made for another model (a wider MLP) is an error naming the layer, the target and
+// both shapes, in the forward, not a kernel's abort.
+TEST(LoraModelErrorsTest, AnAdapterOfAnotherModelIsAnErrorNamingTheShapes) {
+  const ModelConfig c = Tiny(Architecture::kQwen2);
+  ModelConfig wider = c;
+  wider.intermediate_size = 64;
+  LoraConfig l;
+  l.rank = 2;
+  l.target_modules = {"down_proj"};
+  const LoraSet other = *LoraSet::Allocate(wider, l, Device::Cpu(), true);
+  ParameterSet base = *ParameterSet::Allocate(c, Device::Cpu(), true);
+  ModelParams params = base.params;
+  params.lora = &other.params;
+  Transformer model(c, Device::Cpu());
+  PackedBatch batch;
+  batch.AddScored(std::vector<int32_t>{1, 2, 3}, 1);
+  std::vector<float> lp(batch.num_tokens());
+  const absl::Status s = model.Forward(params, batch, 1.0f, absl::MakeSpan(lp), false);
+  EXPECT_EQ(s.message(),
+            "LoRA adapter: layer 0 down_proj: expected F32 A 2 x 48 and B 32 x 2 on cpu, found A "
+            "(2, 64) and B (32, 2) F32 on cpu (an adapter of another model?)");
+}
+
 struct Case {
   const char* name;
   Architecture arch;
