@@ -124,20 +124,15 @@ absl::StatusOr<LoraSet> LoadAdapter(const std::string& dir, const ModelConfig& m
   return set;
 }
 
-absl::Status SaveAdapter(const std::string& dir, const LoraSet& adapter,
-                         const std::string& base_model) {
-  PRL_CHECK(adapter.buffer.device().is_cpu(), "SaveAdapter: a CPU set");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
+std::string AdapterConfigJson(const LoraConfig& lora, const std::string& base_model) {
   nlohmann::json config = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
       {"base_model_name_or_path", base_model},
-      {"r", adapter.lora.rank},
-      {"lora_alpha", adapter.lora.alpha},
-      {"use_rslora", adapter.lora.rslora},
-      {"target_modules", adapter.lora.target_modules},
+      {"r", lora.rank},
+      {"lora_alpha", lora.alpha},
+      {"use_rslora", lora.rslora},
+      {"target_modules", lora.target_modules},
       {"lora_dropout", 0.0},
       {"bias", "none"},
       {"fan_in_fan_out", false},
@@ -145,14 +140,27 @@ absl::Status SaveAdapter(const std::string& dir, const LoraSet& adapter,
       {"inference_mode", true},
       {"init_lora_weights", true},
   };
-  PRL_RETURN_IF_ERROR(
-      WriteFileAtomically((fs::path(dir) / kConfigFile).string(), config.dump(2) + "\n"));
+  return config.dump(2) + "\n";
+}
+
+absl::Status SaveAdapter(const std::string& dir, const LoraSet& adapter,
+                         const std::string& base_model) {
+  PRL_CHECK(adapter.buffer.device().is_cpu(), "SaveAdapter: a CPU set");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
+  PRL_RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFile).string(),
+                                          AdapterConfigJson(adapter.lora, base_model)));
+  return SaveAdapterTensors((fs::path(dir) / kWeightsFile).string(), adapter);
+}
+
+absl::Status SaveAdapterTensors(const std::string& path, const LoraSet& adapter) {
+  PRL_CHECK(adapter.buffer.device().is_cpu(), "SaveAdapterTensors: a CPU set");
   std::vector<SafetensorsTensorToWrite> tensors;
   for (const LoraEntry& e : adapter.layout.entries()) {
     tensors.push_back({e.name, e.shape, adapter.data() + e.offset});
   }
-  return WriteSafetensors((fs::path(dir) / kWeightsFile).string(), tensors, DType::kF32,
-                          {{"format", "pt"}});
+  return WriteSafetensors(path, tensors, DType::kF32, {{"format", "pt"}});
 }
 
 }  // namespace prl

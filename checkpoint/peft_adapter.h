@@ -27,9 +27,16 @@ absl::StatusOr<LoraConfig> ReadAdapterConfig(const std::string& dir);
 // Reads an adapter for `model` into a LoraSet on the CPU.
 absl::StatusOr<LoraSet> LoadAdapter(const std::string& dir, const ModelConfig& model);
 
+// adapter_config.json's text for `lora` (what SaveAdapter writes).
+std::string AdapterConfigJson(const LoraConfig& lora, const std::string& base_model);
+
 // Writes `adapter` (a CPU set) as a PEFT directory (created if missing; files written
 // atomically). base_model: adapter_config.json's base_model_name_or_path (may be empty).
 absl::Status SaveAdapter(const std::string& dir, const LoraSet& adapter,
                          const std::string& base_model);
+
+// The adapter's tensors alone, with PEFT's names, as one F32 safetensors file (what
+// adapter_model.safetensors holds; also an adapter's gradients, `prl learner step --dump-grads`).
+absl::Status SaveAdapterTensors(const std::string& path, const LoraSet& adapter);
 
 }  // namespace prl

@@ -1,5 +1,6 @@
 // `prl adapter init`: a new LoRA adapter for a model, written as a PEFT directory
 // (checkpoint/peft_adapter.h): A uniform in +-1/sqrt(in), B zero, as peft creates one.
+// `prl adapter merge`: the base with an adapter merged in, as a model directory.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -14,6 +15,7 @@
 #include "cli/command.h"
 #include "core/status_macros.h"
 #include "model/lora.h"
+#include "model/lora_merge.h"
 
 namespace prl::cli {
 namespace {
@@ -54,6 +56,22 @@ absl::Status RunAdapterInit(const AdapterInitFlags& f) {
   return absl::OkStatus();
 }
 
+struct AdapterMergeFlags {
+  std::string model, adapter, out;
+};
+
+// peft's merge_and_unload: the base with the adapter added into its weights, a plain model.
+absl::Status RunAdapterMerge(const AdapterMergeFlags& f) {
+  PRL_ASSIGN_OR_RETURN(const ParameterSet base, LoadModel(f.model, Device::Cpu()));
+  PRL_ASSIGN_OR_RETURN(const LoraSet adapter, LoadAdapter(f.adapter, base.config));
+  MergeLora(adapter.params, base.config, base.params);
+  PRL_RETURN_IF_ERROR(SaveModel(f.out, base));
+  PRL_RETURN_IF_ERROR(CopyTokenizerFiles(f.model, f.out));
+  std::printf("wrote %s: %s with %s merged in\n", f.out.c_str(), f.model.c_str(),
+              f.adapter.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterAdapterCommands(CLI::App& app, CommandRegistry& registry) {
@@ -62,8 +80,7 @@ void RegisterAdapterCommands(CLI::App& app, CommandRegistry& registry) {
   auto f = std::make_shared<AdapterInitFlags>();
   CLI::App* init = adapter->add_subcommand(
       "init", "A new LoRA adapter for a model (A random, B zero, as peft creates one)");
-  init->add_option("--model", f->model, "The base model's directory (its config.json)")
-      ->required();
+  init->add_option("--model", f->model, "The base model's directory (its config.json)")->required();
   init->add_option("--out", f->out, "The adapter directory to write")->required();
   init->add_option("--rank", f->rank, "r")->capture_default_str();
   init->add_option("--alpha", f->alpha, "lora_alpha")->capture_default_str();
@@ -78,6 +95,16 @@ void RegisterAdapterCommands(CLI::App& app, CommandRegistry& registry) {
                    "model)")
       ->capture_default_str();
   registry.Add(init, [f] { return RunAdapterInit(*f); });
+
+  auto m = std::make_shared<AdapterMergeFlags>();
+  CLI::App* merge = adapter->add_subcommand(
+      "merge",
+      "A model directory with the adapter merged into the base's weights (W + scale B A, "
+      "peft's merge_and_unload)");
+  merge->add_option("--model", m->model, "The base model's directory")->required();
+  merge->add_option("--adapter", m->adapter, "The PEFT adapter directory")->required();
+  merge->add_option("--out", m->out, "The model directory to write")->required();
+  registry.Add(merge, [m] { return RunAdapterMerge(*m); });
 }
 
 }  // namespace prl::cli

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/hf_model_dir.h"
+#include "checkpoint/peft_adapter.h"
 #include "cli/command.h"
 #include "cli/config_flags.h"
 #include "collective/rendezvous.h"
@@ -90,10 +91,16 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
 struct Rank {
   std::unique_ptr<roles::LearnerRank> learner;
   std::optional<ParameterSet> full;
+  std::optional<LoraSet> adapter;  // LoRA: the trained adapter, gathered for output
   std::vector<learner::TrainSample> samples;
 
   absl::Span<float> full_span() {
     return {full->data(), static_cast<size_t>(full->layout.num_elements())};
+  }
+  // What the learner trains: the model's parameters, or the adapter's.
+  absl::Span<float> trained_span() {
+    if (!adapter.has_value()) return full_span();
+    return {adapter->data(), static_cast<size_t>(adapter->layout.num_elements())};
   }
   bool rank0() const { return learner->rank0(); }
 };
@@ -116,13 +123,19 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f, const config
   options.keep_gathered = f.keep_gathered;
   PRL_ASSIGN_OR_RETURN(r->learner,
                        roles::CreateLearnerRank(c.learner, options, *r->full, rendezvous));
+  if (const LoraConfig* lora = r->learner->model->lora_config(); lora != nullptr) {
+    PRL_ASSIGN_OR_RETURN(r->adapter,
+                         LoraSet::Allocate(r->full->config, *lora, Device::Cpu(), true));
+  }
   return r;
 }
 
-// The trained model, with the tokenizer files of the model it started from.
+// The trained model, with the tokenizer files of the model it started from; with LoRA the
+// trained adapter as a PEFT directory.
 absl::Status SaveFull(Rank& r, const std::string& start_model, const std::string& out) {
-  PRL_RETURN_IF_ERROR(r.learner->model->GatherFullParams(r.full_span()));
+  PRL_RETURN_IF_ERROR(r.learner->model->GatherFullParams(r.trained_span()));
   if (!r.rank0()) return absl::OkStatus();
+  if (r.adapter.has_value()) return SaveAdapter(out, *r.adapter, start_model);
   PRL_RETURN_IF_ERROR(SaveModel(out, *r.full));
   return CopyTokenizerFiles(start_model, out);
 }
@@ -136,8 +149,11 @@ absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
   PRL_ASSIGN_OR_RETURN(
       result.stats, learner::AccumulateGradients(*l.model, r->samples, l.step, f.learner_version));
   if (!f.dump_grads.empty()) {
-    PRL_RETURN_IF_ERROR(l.model->GatherFullGrads(r->full_span()));
-    if (r->rank0()) PRL_RETURN_IF_ERROR(SaveParameterSetTensors(f.dump_grads, *r->full));
+    PRL_RETURN_IF_ERROR(l.model->GatherFullGrads(r->trained_span()));
+    if (r->rank0()) {
+      PRL_RETURN_IF_ERROR(r->adapter.has_value() ? SaveAdapterTensors(f.dump_grads, *r->adapter)
+                                                 : SaveParameterSetTensors(f.dump_grads, *r->full));
+    }
   }
   PRL_ASSIGN_OR_RETURN(result.optimizer, l.optimizer->Step());
   PRL_RETURN_IF_ERROR(SaveFull(*r, c.model.path, f.out));
@@ -145,7 +161,7 @@ absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
     std::printf("%s\n", Report(result, l.model->memory(), l.optimizer->state_bytes(),
                                l.comm->world_size(), f.json)
                             .c_str());
-    if (!f.json) std::printf("wrote %s\n", f.out.c_str());
+    if (!f.json) std::printf("wrote %s%s\n", f.out.c_str(), r->adapter ? " (a PEFT adapter)" : "");
   }
   return l.comm->Barrier();
 }
@@ -257,7 +273,12 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
       .Shorthand("--tis-cap", "learner.tis_cap")
       .Shorthand("--clip-low", "learner.clip_low")
       .Shorthand("--clip-high", "learner.clip_high")
-      .Shorthand("--timeout-s", "learner.timeout_s");
+      .Shorthand("--timeout-s", "learner.timeout_s")
+      .Shorthand("--lora-rank", "learner.lora_rank")
+      .Shorthand("--lora-alpha", "learner.lora_alpha")
+      .Shorthand("--lora-rslora", "learner.lora_rslora")
+      .Shorthand("--lora-targets", "learner.lora_targets")
+      .Shorthand("--lora-init", "learner.lora_init");
   cmd->add_option("--rollouts", f->rollouts,
                   "JSONL: {prompt, completion, behaviour_logprobs, advantage | reward + group}")
       ->required();
@@ -266,7 +287,7 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
 }
 
 absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out,
-                       const std::string& dtype) {
+                       const std::string& dtype, bool adapter) {
   SaveModelOptions options;
   if (dtype == "f32") {
     options.dtype = DType::kF32;
@@ -278,7 +299,24 @@ absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out
   }
   PRL_ASSIGN_OR_RETURN(const learner::ExportedCheckpoint ckpt,
                        learner::ReadCheckpointFull(checkpoint_dir));
-  PRL_RETURN_IF_ERROR(SaveModel(out, ckpt.params, options));
+  if (ckpt.adapter.has_value() != adapter) {
+    return absl::InvalidArgumentError(
+        adapter ? absl::StrCat("--adapter: ", ckpt.path,
+                               " holds every weight of a model, not a LoRA adapter (export it "
+                               "without --adapter)")
+                : absl::StrCat(ckpt.path,
+                               " holds a LoRA adapter (learner.lora_*): pass --adapter to write "
+                               "it as a PEFT directory"));
+  }
+  if (adapter) {
+    if (options.dtype != DType::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dtype: expected f32 with --adapter, found '", dtype, "'"));
+    }
+    PRL_RETURN_IF_ERROR(SaveAdapter(out, *ckpt.adapter, ""));
+  } else {
+    PRL_RETURN_IF_ERROR(SaveModel(out, *ckpt.params, options));
+  }
   std::printf("exported %s (step %lld, weight version %lld) to %s\n", ckpt.path.c_str(),
               static_cast<long long>(ckpt.state.step),
               static_cast<long long>(ckpt.state.weight_version), out.c_str());
@@ -332,7 +370,13 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
   exp->add_option("--checkpoint-dir", *e_dir, "A learner checkpoint directory")->required();
   exp->add_option("--out", *e_out, "Model directory to write")->required();
   exp->add_option("--dtype", *e_dtype, "f32 | bf16")->capture_default_str();
-  registry.Add(exp, [e_dir, e_out, e_dtype] { return RunExport(*e_dir, *e_out, *e_dtype); });
+  auto e_adapter = std::make_shared<bool>(false);
+  exp->add_flag("--adapter", *e_adapter,
+                "The checkpoint is a LoRA learner's: write its adapter as a PEFT directory "
+                "(adapter_config.json, adapter_model.safetensors)");
+  registry.Add(exp, [e_dir, e_out, e_dtype, e_adapter] {
+    return RunExport(*e_dir, *e_out, *e_dtype, *e_adapter);
+  });
 }
 
 }  // namespace prl::cli

@@ -280,6 +280,17 @@ struct LearnerSection {
   learner::KlEstimator kl_estimator = learner::KlEstimator::kK3;
   learner::KlPenalty kl_penalty = learner::KlPenalty::kLoss;
   std::string kl_reference;
+  // LoRA (model/lora.h, docs/learner.md): lora_rank > 0 trains an adapter of that rank on the
+  // frozen base (FSDP over the adapter; learner/fsdp.h) instead of every weight; 0: full
+  // fine-tuning. lora_targets: PEFT's module names, comma-separated, or all-linear.
+  // lora_init: a PEFT adapter directory to start from (its adapter_config.json sets the rank,
+  // alpha and targets; lora_rank stays 0); empty: a new adapter (A random, B zero).
+  int64_t lora_rank = 0;
+  double lora_alpha = 16;
+  bool lora_rslora = false;
+  std::string lora_targets = "q_proj,k_proj,v_proj,o_proj";
+  std::string lora_init;
+  bool lora() const { return lora_rank > 0 || !lora_init.empty(); }
   int64_t checkpoint_every = 100;
   int keep_checkpoints = 2;
   std::string checkpoint_dir;  // empty: <run dir>/checkpoints

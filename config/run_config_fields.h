@@ -220,6 +220,15 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
     "loss (a loss term with its gradient) or reward (a per-token reward in the advantage)");
   v("learner", "kl_reference", l.kl_reference,
     "The reference model's weights (empty: the starting model, model.path)");
+  v("learner", "lora_rank", l.lora_rank,
+    "LoRA: train an adapter of this rank on the frozen base (0: every weight)");
+  v("learner", "lora_alpha", l.lora_alpha, "LoRA: lora_alpha (scale alpha / r)");
+  v("learner", "lora_rslora", l.lora_rslora, "LoRA: scale alpha / sqrt(r) (rsLoRA)");
+  v("learner", "lora_targets", l.lora_targets,
+    "LoRA: comma-separated q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or "
+    "all-linear");
+  v("learner", "lora_init", l.lora_init,
+    "LoRA: a PEFT adapter directory to start from (its config sets rank, alpha, targets)");
   v("learner", "batch_invariant", l.batch_invariant,
     "Forward in the batch-invariant order (with actors.batch_invariant: the actors' bits)");
   v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");

@@ -281,6 +281,18 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(Range(l.kl_reference.empty() || l.kl_coef > 0, "learner.kl_reference",
                             "empty while learner.kl_coef is 0 (no reference is used)",
                             l.kl_reference));
+  PRL_RETURN_IF_ERROR(Range(l.lora_rank >= 0 && l.lora_rank <= 1024, "learner.lora_rank",
+                            "0 (no LoRA) to 1024", l.lora_rank));
+  PRL_RETURN_IF_ERROR(Range(l.lora_init.empty() || l.lora_rank == 0, "learner.lora_rank",
+                            "0 with learner.lora_init (the adapter's adapter_config.json sets "
+                            "r, lora_alpha and target_modules)",
+                            l.lora_rank));
+  PRL_RETURN_IF_ERROR(Range(l.lora_alpha > 0 && std::isfinite(l.lora_alpha), "learner.lora_alpha",
+                            "a number > 0", l.lora_alpha));
+  PRL_RETURN_IF_ERROR(Range(!l.lora() || l.device == DeviceType::kCpu, "learner.device",
+                            "cpu with LoRA (learner.lora_rank or lora_init; LoRA on CUDA waits for "
+                            "a GPU session to verify its kernels)",
+                            std::string(EnumName(kDeviceTypeNames, l.device))));
   PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
                             "a number in (0, 1]", l.clip_low));
   return Range(l.clip_high > 0, "learner.clip_high", "a number > 0", l.clip_high);

@@ -79,11 +79,12 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path, int mode) {
   AtomicFileWriter writer;
   writer.path_ = path;
   writer.tmp_path_ = absl::StrCat(path, ".tmp.", getpid());
-  writer.fd_ = open(writer.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  writer.fd_ = open(writer.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    static_cast<mode_t>(mode));
   if (writer.fd_ < 0) return ErrnoError("cannot create", writer.tmp_path_);
   return writer;
 }

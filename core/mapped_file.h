@@ -40,7 +40,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // old file or none, never a torn one. Not thread-safe.
 class AtomicFileWriter {
  public:
-  static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
+  // mode: the new file's permission bits (0600 for run data only this user may read).
+  static absl::StatusOr<AtomicFileWriter> Create(const std::string& path, int mode = 0644);
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
   AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
   ~AtomicFileWriter();

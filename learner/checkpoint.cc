@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "checkpoint/hf_model_dir.h"
+#include "checkpoint/peft_adapter.h"
 #include "checkpoint/safetensors.h"
 #include "core/buffer.h"
 #include "core/mapped_file.h"
@@ -24,6 +25,8 @@ namespace prl::learner {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr const char* kAdapterConfigFile = "adapter_config.json";  // LoRA checkpoints
 
 std::string StepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
 std::string RankFile(int rank, int world) {
@@ -177,6 +180,22 @@ int WorldSizeOf(const std::string& step_dir) {
   return world;
 }
 
+// What a shard's "adapter" metadata says of the trained parameters: a LoRA adapter's settings
+// (LoraFingerprint), or none (every weight; also a shard written before adapters existed).
+std::string AdapterOf(const FsdpModel& model) {
+  return model.lora_config() != nullptr ? LoraFingerprint(*model.lora_config()) : "none";
+}
+absl::Status ExpectAdapter(const std::map<std::string, std::string>& m, const FsdpModel& model,
+                           const std::string& path) {
+  auto it = m.find("adapter");
+  const std::string found = it == m.end() ? "none" : it->second;
+  if (found == AdapterOf(model)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, ": checkpoint adapter is '", found, "', this run has '", AdapterOf(model),
+      "' (a checkpoint trains either every weight or one LoRA adapter of given settings: keep "
+      "learner.lora_* as the run that wrote it)"));
+}
+
 // Every tensor of `file` whose checksum the metadata holds matches it.
 absl::Status VerifyChecksums(const SafetensorsFile& file,
                              const std::map<std::string, std::string>& m) {
@@ -216,6 +235,7 @@ absl::StatusOr<SafetensorsFile> OpenShard(const std::string& step_dir, FsdpModel
   const auto m = Metadata(file);
   PRL_RETURN_IF_ERROR(Expect(m, "format", "prl-learner-shard-1", path));
   PRL_RETURN_IF_ERROR(Expect(m, "model", ModelFingerprint(model.config()), path));
+  PRL_RETURN_IF_ERROR(ExpectAdapter(m, model, path));
   PRL_RETURN_IF_ERROR(Expect(m, "world_size", absl::StrCat(model.world_size()), path));
   const bool adamw = optimizer.config().kind == OptimizerKind::kAdamW;
   PRL_RETURN_IF_ERROR(Expect(m, "optimizer", adamw ? "adamw" : "sgd", path));
@@ -243,15 +263,30 @@ absl::StatusOr<std::optional<TrainingState>> LoadShard(const SafetensorsFile& fi
   return std::optional<TrainingState>(state);
 }
 
-// The full parameters of one step directory, from every rank's shard (all checked).
+// The full trained parameters of one step directory, from every rank's shard (all checked):
+// the model's, or a LoRA checkpoint's adapter (one unit, learner/fsdp.h).
 absl::StatusOr<ExportedCheckpoint> ReadStepFull(const std::string& step_dir) {
   PRL_ASSIGN_OR_RETURN(const ModelConfig config, ReadModelConfig(step_dir));
   const int world = WorldSizeOf(step_dir);
   if (world < 1) return absl::DataLossError(absl::StrCat(step_dir, " holds no rank shards"));
-  PRL_ASSIGN_OR_RETURN(ParameterSet params, ParameterSet::Allocate(config, Device::Cpu(), true));
-  const std::vector<UnitShard> plan = PlanShards(params.layout, world);
+  ExportedCheckpoint out;
+  out.path = step_dir;
+  std::vector<UnitShard> plan;
+  float* full = nullptr;
+  std::string adapter = "none";
+  if (fs::exists(step_dir + "/" + kAdapterConfigFile)) {
+    PRL_ASSIGN_OR_RETURN(const LoraConfig lora, ReadAdapterConfig(step_dir));
+    PRL_ASSIGN_OR_RETURN(out.adapter, LoraSet::Allocate(config, lora, Device::Cpu(), true));
+    const int64_t n = out.adapter->layout.num_elements();
+    plan = {UnitShard{0, n, (n + world - 1) / world, 0}};
+    full = out.adapter->data();
+    adapter = LoraFingerprint(lora);
+  } else {
+    PRL_ASSIGN_OR_RETURN(out.params, ParameterSet::Allocate(config, Device::Cpu(), true));
+    plan = PlanShards(out.params->layout, world);
+    full = out.params->data();
+  }
   std::vector<float> shard(ShardElements(plan));
-  TrainingState state;
   for (int rank = 0; rank < world; ++rank) {
     const std::string path = step_dir + "/" + RankFile(rank, world);
     if (!fs::exists(path)) {
@@ -261,19 +296,22 @@ absl::StatusOr<ExportedCheckpoint> ReadStepFull(const std::string& step_dir) {
     PRL_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
     const auto m = Metadata(file);
     PRL_RETURN_IF_ERROR(Expect(m, "model", ModelFingerprint(config), path));
+    if (m.count("adapter") > 0 || adapter != "none") {
+      PRL_RETURN_IF_ERROR(Expect(m, "adapter", adapter, path));
+    }
     PRL_RETURN_IF_ERROR(VerifyChecksums(file, m));
     if (rank == 0) {
-      PRL_ASSIGN_OR_RETURN(state, StateFrom(m, path));
+      PRL_ASSIGN_OR_RETURN(out.state, StateFrom(m, path));
     }
     PRL_RETURN_IF_ERROR(CopyTensor(file, "param_shard", Device::Cpu(), absl::MakeSpan(shard)));
     for (const UnitShard& u : plan) {
       const int64_t b = std::min(rank * u.shard, u.numel);
       const int64_t e = std::min((rank + 1) * u.shard, u.numel);
       std::copy(shard.begin() + u.shard_offset, shard.begin() + u.shard_offset + (e - b),
-                params.data() + u.begin + b);
+                full + u.begin + b);
     }
   }
-  return ExportedCheckpoint{std::move(params), state, step_dir};
+  return out;
 }
 
 }  // namespace
@@ -322,6 +360,7 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
   const std::vector<std::pair<std::string, std::string>> metadata = {
       {"format", "prl-learner-shard-1"},
       {"model", ModelFingerprint(model.config())},
+      {"adapter", AdapterOf(model)},
       {"world_size", absl::StrCat(world)},
       {"rank", absl::StrCat(rank)},
       {"optimizer", optimizer.config().kind == OptimizerKind::kAdamW ? "adamw" : "sgd"},
@@ -349,6 +388,10 @@ absl::Status SaveCheckpoint(const std::string& dir, FsdpModel& model, ShardedOpt
     // The model's config.json beside the shards, so that `prl export` needs nothing else.
     PRL_RETURN_IF_ERROR(
         WriteFileAtomically(partial + "/config.json", ModelConfigToJson(model.config())));
+    if (model.lora_config() != nullptr) {  // the adapter's settings, for prl export --adapter
+      PRL_RETURN_IF_ERROR(WriteFileAtomically(partial + "/" + kAdapterConfigFile,
+                                              AdapterConfigJson(*model.lora_config(), "")));
+    }
     if (extras) PRL_RETURN_IF_ERROR(extras(partial));
     // Every shard and config.json is fsync'd, and so is step-N.partial/ after each of their
     // renames (AtomicFileWriter); the step's own rename is made durable before `latest` names

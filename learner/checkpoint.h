@@ -6,6 +6,7 @@
 //   step-00000012/rank-00000-of-00002.safetensors   param_shard, exp_avg, exp_avg_sq (F32, 1-D)
 //                                                   + metadata: the training state and shapes
 //   step-00000012/config.json                       the model's config
+//   step-00000012/adapter_config.json               LoRA mode: the adapter's (PEFT) settings
 //   latest                                          "step-00000012"
 // A save writes step-N.partial/ first; after every rank has written (a barrier), rank 0
 // renames it to step-N/ and then atomically rewrites `latest`. Every file is fsync'd, and every
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 
 namespace prl::learner {
@@ -62,11 +64,13 @@ absl::StatusOr<std::optional<TrainingState>> LoadLatestCheckpoint(const std::str
                                                                   FsdpModel& model,
                                                                   ShardedOptimizer& optimizer);
 
-// `prl export`: the full parameters of the latest checkpoint in `dir` (read from every rank's
-// file and the config.json saved beside them; no collectives; falling back as above), and its
+// `prl export`: the full trained parameters of the latest checkpoint in `dir` (the model's, or
+// a LoRA checkpoint's adapter; read from every rank's file and the config.json and
+// adapter_config.json saved beside them; no collectives; falling back as above), and its
 // training state.
 struct ExportedCheckpoint {
-  ParameterSet params;
+  std::optional<ParameterSet> params;  // a checkpoint of every weight
+  std::optional<LoraSet> adapter;      // a LoRA checkpoint (learner.lora_*): the adapter
   TrainingState state;
   std::string path;  // the step directory read
 };

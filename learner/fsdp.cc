@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "kernels/convert.h"
 #include "kernels/optimizer.h"
+#include "weight_broadcast/weight_transport.h"
 
 namespace prl::learner {
 
@@ -46,6 +47,20 @@ absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::Create(const ModelConfig& 
         absl::StrCat("fsdp compute dtype: expected f32, or bf16 on a CUDA device; found ",
                      DTypeName(compute), " on ", comm->device().ToString()));
   }
+  if (options.lora.has_value()) {
+    if (options.frozen_base == nullptr || compute != DType::kF32 || !comm->device().is_cpu()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fsdp with LoRA: expected a frozen base, f32 compute on the CPU; found ",
+                       options.frozen_base == nullptr ? "no frozen base" : "a frozen base", ", ",
+                       DTypeName(compute), " on ", comm->device().ToString(),
+                       " (LoRA on CUDA waits for a GPU session to verify its kernels)"));
+    }
+    PRL_RETURN_IF_ERROR(ValidateLoraConfig(*options.lora, config));
+    if (!(ModelFingerprint(options.frozen_base->config()) == ModelFingerprint(config))) {
+      return absl::InvalidArgumentError(
+          "fsdp with LoRA: the frozen base was mapped for another model config");
+    }
+  }
   std::unique_ptr<FsdpModel> model(new FsdpModel(config, comm, options));
   PRL_RETURN_IF_ERROR(model->Init());
   return model;
@@ -63,6 +78,7 @@ FsdpModel::FsdpModel(const ModelConfig& config, collective::Communicator* comm,
 FsdpModel::~FsdpModel() { WaitPending().IgnoreError(); }
 
 absl::Status FsdpModel::Init() {
+  if (options_.lora.has_value()) return InitLora();
   const int64_t W = comm_->world_size(), r = comm_->rank();
   units_ = PlanShards(layout_, static_cast<int>(W));
   shard_elems_ = ShardElements(units_);
@@ -138,11 +154,15 @@ absl::Status FsdpModel::RunCollective(
   return comm_thread_.Submit([&] { return fn(*comm_); }).get();
 }
 
+int64_t FsdpModel::trained_elements() const {
+  return lora() ? lora_layout_->num_elements() : layout_.num_elements();
+}
+
 absl::Status FsdpModel::LoadFull(absl::Span<const float> full) {
-  if (static_cast<int64_t>(full.size()) != layout_.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("FsdpModel::LoadFull: expected ",
-                                                   layout_.num_elements(), " parameters, found ",
-                                                   full.size()));
+  if (static_cast<int64_t>(full.size()) != trained_elements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpModel::LoadFull: expected ", trained_elements(), " parameters",
+                     lora() ? " (the adapter's)" : "", ", found ", full.size()));
   }
   PRL_RETURN_IF_ERROR(ParametersChanged());
   const int64_t r = comm_->rank();
@@ -157,10 +177,10 @@ absl::Status FsdpModel::LoadFull(absl::Span<const float> full) {
 }
 
 absl::Status FsdpModel::GatherFull(Buffer& shard, absl::Span<float> full) {
-  if (static_cast<int64_t>(full.size()) != layout_.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("FsdpModel: expected a buffer of ",
-                                                   layout_.num_elements(), " parameters, found ",
-                                                   full.size()));
+  if (static_cast<int64_t>(full.size()) != trained_elements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpModel: expected a buffer of ", trained_elements(), " parameters",
+                     lora() ? " (the adapter's)" : "", ", found ", full.size()));
   }
   PRL_RETURN_IF_ERROR(WaitPending());
   // The shard's last writes (optimizer, gradient accumulation) come before the gathers.
@@ -197,6 +217,7 @@ absl::Status FsdpModel::ParametersChanged() {
     s.converted = false;
   }
   compute_stale_ = true;
+  lora_gathered_ = false;
   return absl::OkStatus();
 }
 
@@ -226,13 +247,17 @@ absl::Status FsdpModel::ZeroGrad() {
 
 absl::Status FsdpModel::Forward(const PackedBatch& batch, float temperature,
                                 absl::Span<float> logprobs, bool for_backward) {
+  if (lora()) {
+    PRL_RETURN_IF_ERROR(GatherAdapter());
+    return transformer_.Forward(params_, batch, temperature, logprobs, for_backward, nullptr);
+  }
   PRL_ASSIGN_OR_RETURN(const ModelParams* params, PassParams());
   return transformer_.Forward(*params, batch, temperature, logprobs, for_backward,
                               sharded() ? this : nullptr);
 }
 
-absl::Status FsdpModel::Backward(absl::Span<const float> dlogprobs,
-                                 double load_balancing_weight) {
+absl::Status FsdpModel::Backward(absl::Span<const float> dlogprobs, double load_balancing_weight) {
+  if (lora()) return LoraBackward(dlogprobs, load_balancing_weight);
   PRL_ASSIGN_OR_RETURN(const ModelParams* params, PassParams());
   const absl::Status pass = transformer_.Backward(
       *params, dlogprobs, grads_, sharded() ? this : nullptr, load_balancing_weight);
@@ -410,7 +435,12 @@ FsdpMemory FsdpModel::memory() const {
   for (const GradSlot& s : grad_slots_) m.unit_buffer_bytes += s.buffer.bytes() + s.scratch.bytes();
   m.compute_copy_bytes = compute_.bytes();
   for (const ParamSlot& s : param_slots_) m.compute_copy_bytes += s.compute.bytes();
+  m.unit_buffer_bytes +=
+      static_cast<int64_t>(lora_full_.bytes() + lora_full_grad_.bytes() + lora_scratch_.bytes());
   m.full_model_bytes = layout_.num_elements() * static_cast<int64_t>(sizeof(float));
+  if (options_.frozen_base != nullptr && lora()) {
+    m.frozen_base_bytes = options_.frozen_base->bytes();
+  }
   return m;
 }
 

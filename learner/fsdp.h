@@ -27,12 +27,22 @@
 // Mixed precision (options.transformer.compute_dtype BF16, CUDA): the master weights, the
 // gradients and the optimizer state stay fp32; the passes read a BF16 copy of each gathered
 // unit (of the whole model at world size 1), made once per gather (per optimizer step).
+//
+// LoRA mode (FsdpOptions::lora, learner/fsdp_lora.cc): the model trains an adapter
+// (model/lora.h) on a frozen base. The base is not sharded: every rank reads the node's one
+// read-only mapping (learner/frozen_base.h) and no gradient of it is computed. What is sharded
+// is the adapter, as one unit: the parameter, gradient and optimizer shards are the adapter's
+// (param_shard() and the rest speak of the adapter, in LoraLayout order); the whole adapter is
+// all-gathered once per optimizer step before the first forward, and each backward's adapter
+// gradient is reduce-scattered into the gradient shard. LoadFull, GatherFullParams and
+// GatherFullGrads take and give the adapter. CPU, fp32.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,7 +51,9 @@
 #include "core/buffer.h"
 #include "core/cuda_runtime.h"
 #include "learner/comm_thread.h"
+#include "learner/frozen_base.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/packed_batch.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
@@ -67,6 +79,9 @@ struct FsdpOptions {
   // the whole model, bound directly): runs the sharded path on one device, for tests.
   bool always_gather = false;
   TransformerOptions transformer;
+  // LoRA mode: the adapter's settings and the frozen base (not owned; outlives the model).
+  std::optional<LoraConfig> lora;
+  const FrozenBase* frozen_base = nullptr;
 };
 
 // Bytes held by one rank.
@@ -76,6 +91,7 @@ struct FsdpMemory {
   int64_t unit_buffer_bytes = 0;  // gathered parameter units and unit gradients (transient)
   int64_t compute_copy_bytes = 0;  // the BF16 copies the passes read (mixed precision)
   int64_t full_model_bytes = 0;   // one fp32 copy of the whole model, for comparison
+  int64_t frozen_base_bytes = 0;  // LoRA mode: the mapped base (shared by the node's ranks)
 };
 
 class FsdpModel : public UnitHooks {
@@ -88,11 +104,17 @@ class FsdpModel : public UnitHooks {
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
+  // LoRA mode: the adapter's layout (the trained parameters); null when every weight trains.
+  const LoraLayout* lora_layout() const { return lora_layout_ ? &*lora_layout_ : nullptr; }
+  const LoraConfig* lora_config() const { return options_.lora ? &*options_.lora : nullptr; }
+  const FrozenBase* frozen_base() const { return options_.frozen_base; }
+  // Elements of the trained parameters: the model's, or in LoRA mode the adapter's.
+  int64_t trained_elements() const;
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
   Device device() const { return device_; }
 
-  // This rank's shard from the full parameters (every rank passes the same values).
+  // This rank's shard from the full trained parameters (every rank passes the same values).
   absl::Status LoadFull(absl::Span<const float> full);
   // The full parameters or the full accumulated gradient (an all-gather of every unit). A
   // collective: every rank calls it; every rank receives the result.
@@ -167,6 +189,11 @@ class FsdpModel : public UnitHooks {
   absl::StatusOr<GradSlot*> GradSlotFor(int unit);
   absl::Status WaitPending();
   Tensor ShardView(float* base, int unit) const;
+  // LoRA mode (fsdp_lora.cc).
+  bool lora() const { return lora_layout_.has_value(); }
+  absl::Status InitLora();
+  absl::Status GatherAdapter();  // the whole adapter into lora_full_, once per optimizer step
+  absl::Status LoraBackward(absl::Span<const float> dlogprobs, double load_balancing_weight);
 
   ModelConfig config_;
   ParameterLayout layout_;
@@ -188,6 +215,12 @@ class FsdpModel : public UnitHooks {
   std::vector<int> param_acquires_;  // per unit: acquires with parameters not yet released
   std::vector<std::shared_future<absl::Status>> pending_;  // reduce-scatters in flight
   int64_t clock_ = 0;
+  // LoRA mode: the adapter's layout; its gathered weights and gradient (sharded only) and the
+  // views the passes read (params_.lora, grads_.lora point at them).
+  std::optional<LoraLayout> lora_layout_;
+  Buffer lora_full_, lora_full_grad_, lora_scratch_;
+  LoraParams lora_params_, lora_grads_;
+  bool lora_gathered_ = false;
   CommThread comm_thread_;
 };
 

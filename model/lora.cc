@@ -25,6 +25,11 @@ double LoraScale(const LoraConfig& lora) {
   return lora.rslora ? lora.alpha / std::sqrt(r) : lora.alpha / r;
 }
 
+std::string LoraFingerprint(const LoraConfig& lora) {
+  return absl::StrCat("r=", lora.rank, " alpha=", lora.alpha, " rslora=", lora.rslora ? 1 : 0,
+                      " targets=", absl::StrJoin(lora.target_modules, ","));
+}
+
 LoraSite LoraSiteOf(LoraTarget target, const ModelConfig& m) {
   const int64_t C = m.hidden_size, I = m.intermediate_size;
   switch (target) {

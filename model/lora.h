@@ -52,6 +52,9 @@ const char* LoraTargetName(LoraTarget target);
 // Errors name the field, the expected and the found value.
 absl::Status ValidateLoraConfig(const LoraConfig& lora, const ModelConfig& model);
 double LoraScale(const LoraConfig& lora);
+// The settings as one string ("r=8 alpha=16 rslora=0 targets=q_proj,v_proj"): two adapters with
+// the same fingerprint have the same layout and scale.
+std::string LoraFingerprint(const LoraConfig& lora);
 
 // The targets of `lora` (after expanding "all-linear"), validated.
 absl::StatusOr<std::array<bool, kNumLoraTargets>> LoraTargets(const LoraConfig& lora,

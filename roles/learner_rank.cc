@@ -1,9 +1,14 @@
 #include "roles/learner_rank.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/hf_model_dir.h"
+#include "checkpoint/peft_adapter.h"
 #include "core/status_macros.h"
 #include "learner/local_launcher.h"
 #include "roles/device_settings.h"
@@ -50,6 +55,8 @@ learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& l) {
 
 namespace {
 
+constexpr uint64_t kStartingAdapterSeed = 1;  // as `prl adapter init`'s default
+
 // The frozen reference of learner.kl_coef: its own communicator (so that its collectives never
 // interleave with the policy's), the same sharding, no optimizer.
 absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet& start,
@@ -76,22 +83,65 @@ absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet
   collective::RendezvousConfig group = rendezvous;
   group.group_name = absl::StrCat(rendezvous.group_name, "-reference");
   if (r->device.is_cuda()) {
-    PRL_ASSIGN_OR_RETURN(r->reference_comm, collective::ConnectNccl(group, r->device, comm_options));
+    PRL_ASSIGN_OR_RETURN(r->reference_comm,
+                         collective::ConnectNccl(group, r->device, comm_options));
   } else {
     PRL_ASSIGN_OR_RETURN(r->reference_comm, collective::ConnectGloo(group, comm_options));
   }
   learner::FsdpOptions reference_fsdp = fsdp;
   reference_fsdp.reshard_after_forward = true;  // forward only: nothing to keep for a backward
-  PRL_ASSIGN_OR_RETURN(r->reference, learner::FsdpModel::Create(weights->config,
-                                                                r->reference_comm.get(),
-                                                                reference_fsdp));
+  PRL_ASSIGN_OR_RETURN(r->reference, learner::FsdpModel::Create(
+                                         weights->config, r->reference_comm.get(), reference_fsdp));
   PRL_RETURN_IF_ERROR(r->reference->LoadFull(
       {weights->data(), static_cast<size_t>(weights->layout.num_elements())}));
   r->step.reference = r->reference.get();
   return absl::OkStatus();
 }
 
+// The node's frozen base: written by the node's first rank (LOCAL_RANK 0; RANK 0 where the
+// launcher sets no LOCAL_RANK), mapped by all.
+absl::StatusOr<std::unique_ptr<learner::FrozenBase>> ShareFrozenBase(
+    const LearnerRankOptions& options, const ParameterSet& weights,
+    const collective::RendezvousConfig& rendezvous, collective::Communicator& comm) {
+  int local_rank = rendezvous.rank;
+  if (const char* local = std::getenv("LOCAL_RANK"); local != nullptr) {
+    if (!absl::SimpleAtoi(local, &local_rank) || local_rank < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LOCAL_RANK: expected an integer >= 0, found '", local, "'"));
+    }
+  }
+  const std::string dir = options.frozen_base_dir.empty()
+                              ? std::filesystem::temp_directory_path().string()
+                              : options.frozen_base_dir;
+  const std::string path = learner::FrozenBasePath(dir, weights.config);
+  return learner::FrozenBase::Share(path, weights, local_rank == 0, comm);
+}
+
 }  // namespace
+
+absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSection& l,
+                                                       const ModelConfig& model) {
+  if (!l.lora()) return std::optional<LoraSet>();
+  if (!l.lora_init.empty()) {
+    absl::StatusOr<LoraSet> loaded = LoadAdapter(l.lora_init, model);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("learner.lora_init: ", loaded.status().message()));
+    }
+    return std::optional<LoraSet>(*std::move(loaded));
+  }
+  LoraConfig lora;
+  lora.rank = l.lora_rank;
+  lora.alpha = l.lora_alpha;
+  lora.rslora = l.lora_rslora;
+  lora.target_modules = absl::StrSplit(l.lora_targets, ',', absl::SkipEmpty());
+  if (absl::Status valid = ValidateLoraConfig(lora, model); !valid.ok()) {
+    return absl::Status(valid.code(), absl::StrCat("learner.lora_*: ", valid.message()));
+  }
+  PRL_ASSIGN_OR_RETURN(LoraSet set, LoraSet::Allocate(model, lora, Device::Cpu(), false));
+  InitializeLora(set, kStartingAdapterSeed);
+  return std::optional<LoraSet>(std::move(set));
+}
 
 absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& l, const LearnerRankOptions& options, const ParameterSet& weights,
@@ -119,9 +169,20 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
   }
   fsdp.reshard_after_forward = !options.keep_gathered;
+  PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> adapter, StartingAdapter(l, weights.config));
+  if (adapter.has_value()) {
+    PRL_ASSIGN_OR_RETURN(r->frozen_base, ShareFrozenBase(options, weights, rendezvous, *r->comm));
+    fsdp.lora = adapter->lora;
+    fsdp.frozen_base = r->frozen_base.get();
+  }
   PRL_ASSIGN_OR_RETURN(r->model, learner::FsdpModel::Create(weights.config, r->comm.get(), fsdp));
-  PRL_RETURN_IF_ERROR(
-      r->model->LoadFull({weights.data(), static_cast<size_t>(weights.layout.num_elements())}));
+  if (adapter.has_value()) {
+    PRL_RETURN_IF_ERROR(
+        r->model->LoadFull({adapter->data(), static_cast<size_t>(adapter->layout.num_elements())}));
+  } else {
+    PRL_RETURN_IF_ERROR(
+        r->model->LoadFull({weights.data(), static_cast<size_t>(weights.layout.num_elements())}));
+  }
   PRL_ASSIGN_OR_RETURN(r->optimizer,
                        learner::ShardedOptimizer::Create(r->optimizer_config, r->model.get()));
   if (r->step.loss.kl.enabled()) {

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,10 @@
 #include "config/run_config.h"
 #include "learner/advantages.h"
 #include "learner/fsdp.h"
+#include "learner/frozen_base.h"
 #include "learner/optimizer.h"
 #include "learner/train_step.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 
 namespace prl::roles {
@@ -33,6 +36,8 @@ struct LearnerRank {
   learner::OptimizerConfig optimizer_config;
   learner::AdvantageConfig advantages;
   std::unique_ptr<collective::Communicator> comm;
+  // learner.lora_*: the node's read-only base the adapter trains on (outlives the models).
+  std::unique_ptr<learner::FrozenBase> frozen_base;
   std::unique_ptr<learner::FsdpModel> model;
   std::unique_ptr<learner::ShardedOptimizer> optimizer;
   // learner.kl_coef > 0: the frozen reference model (step.reference points at it), sharded like
@@ -47,7 +52,16 @@ struct LearnerRank {
 struct LearnerRankOptions {
   float temperature = 1.0f;    // the actors' sampling temperature (the learner's log-probs use it)
   bool keep_gathered = false;  // keep gathered units from forward to backward (more memory)
+  // LoRA mode: the node-local directory of the node's frozen base file while the ranks map it
+  // (learner/frozen_base.h), the same on every rank of a node; empty: the system's temporary
+  // directory.
+  std::string frozen_base_dir;
 };
+
+// learner.lora_*'s adapter for `model`: read from learner.lora_init (a PEFT directory), or new
+// (A random with a fixed seed, B zero). nullopt without LoRA.
+absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSection& learner,
+                                                       const ModelConfig& model);
 
 // The step, optimizer and advantage settings of `learner`, validated. Launchers call these
 // before starting ranks so that a bad setting fails once, not once per rank.
@@ -59,6 +73,9 @@ learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& learn
 // A collective: every rank of the group calls it. `weights` are the full starting weights
 // (every rank passes the same; they are sharded, not kept). With learner.kl_coef > 0 the
 // reference model is loaded too: learner.kl_reference's weights, or the starting weights.
+// With LoRA (learner.lora_rank or lora_init) `weights` are the frozen base: the node's first
+// rank writes them to the node's file, every rank maps it, and the model trains the starting
+// adapter (StartingAdapter).
 absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& learner, const LearnerRankOptions& options,
     const ParameterSet& weights, const collective::RendezvousConfig& rendezvous);

@@ -21,9 +21,9 @@
 #include "runner/evaluation.h"
 #include "runner/gpu_plan.h"
 #include "runner/prompt_feeder.h"
-#include "runner/training_eval.h"
 #include "runner/role_specs.h"
 #include "runner/run_report.h"
+#include "runner/training_eval.h"
 #include "runner/warm_start.h"
 
 namespace prl::runner {
@@ -87,7 +87,7 @@ class Run {
     PRL_RETURN_IF_ERROR(StartRoles());
     PRL_RETURN_IF_ERROR(Supervise());
     StopRoles();
-    PRL_RETURN_IF_ERROR(Export());
+    PRL_RETURN_IF_ERROR(Export(warm.model));
     outcome_.model_final = dir_ + "/model-final";
     PRL_RETURN_IF_ERROR(CopyTokenizerFiles(start, outcome_.model_final));
     PRL_ASSIGN_OR_RETURN(const EvalResult after, Evaluate(outcome_.model_final, "eval_after"));
@@ -121,9 +121,9 @@ class Run {
             "directory, or choose another"));
       }
       std::vector<fs::path> left = {checkpoints};
-      for (const char* name :
-           {"model-init", "model-sft", "model-final", "sft.jsonl", "sft-checkpoints", "checkpoints",
-            "coordinator", "logs", "learner_steps.jsonl", "summary.json", "config.json"}) {
+      for (const char* name : {"model-init", "model-sft", "model-final", "adapter-final",
+                               "sft.jsonl", "sft-checkpoints", "checkpoints", "coordinator", "logs",
+                               "learner_steps.jsonl", "summary.json", "config.json"}) {
         left.push_back(fs::path(dir_) / name);
       }
       for (const fs::path& path : left) {
@@ -146,10 +146,10 @@ class Run {
     PRL_ASSIGN_OR_RETURN(ParameterSet weights, LoadModel(model_dir, Device::Cpu()));
     const prl::v1::EnvironmentSpec environment = EnvironmentOf(c_);
     const prl::v1::AgentSpec agent = AgentOf(c_);
-    PRL_ASSIGN_OR_RETURN(const EvalResult r,
-                         runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)),
-                                          *task_, c_.task.eval_prompts, c_.task.max_tokens,
-                                          environment, agent));
+    PRL_ASSIGN_OR_RETURN(
+        const EvalResult r,
+        runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)), *task_,
+                         c_.task.eval_prompts, c_.task.max_tokens, environment, agent));
     std::printf("%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)", what, r.accuracy,
                 static_cast<long long>(r.problems), r.seconds);
     if (!agent.address().empty()) {
@@ -273,18 +273,26 @@ class Run {
     coordinator_.process.reset();
   }
 
-  absl::Status Export() {
-    const std::string log = dir_ + "/logs/export.log";
-    PRL_ASSIGN_OR_RETURN(ChildProcess exp,
-                         ChildProcess::Start({"export",
-                                              {o_.prl_path, "export", "--checkpoint-dir",
-                                               c_.checkpoint_dir(), "--out", dir_ + "/model-final"},
-                                              log,
-                                              {}}));
-    const int status = exp.Wait();
+  // model-final/ from the last checkpoint; a LoRA run's adapter goes to adapter-final/ (a PEFT
+  // directory) and model-final/ is the RL start model with it merged in.
+  absl::Status Export(const std::string& rl_start) {
+    if (!c_.learner.lora()) {
+      return RunTool("export", {o_.prl_path, "export", "--checkpoint-dir", c_.checkpoint_dir(),
+                                "--out", dir_ + "/model-final"});
+    }
+    PRL_RETURN_IF_ERROR(RunTool("export", {o_.prl_path, "export", "--adapter", "--checkpoint-dir",
+                                           c_.checkpoint_dir(), "--out", dir_ + "/adapter-final"}));
+    return RunTool("merge", {o_.prl_path, "adapter", "merge", "--model", rl_start, "--adapter",
+                             dir_ + "/adapter-final", "--out", dir_ + "/model-final"});
+  }
+
+  absl::Status RunTool(const std::string& name, std::vector<std::string> argv) {
+    const std::string log = absl::StrCat(dir_, "/logs/", name, ".log");
+    PRL_ASSIGN_OR_RETURN(ChildProcess tool, ChildProcess::Start({name, std::move(argv), log, {}}));
+    const int status = tool.Wait();
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      return absl::InternalError(absl::StrCat("prl export ", DescribeWaitStatus(status), "; ", log,
-                                              ":\n", TailOfFile(log)));
+      return absl::InternalError(absl::StrCat("prl ", name, " ", DescribeWaitStatus(status), "; ",
+                                              log, ":\n", TailOfFile(log)));
     }
     return absl::OkStatus();
   }

@@ -301,9 +301,9 @@ TEST(CheckpointTest, ReadCheckpointFullReassemblesTheShardsOfEveryRank) {
   const absl::StatusOr<ExportedCheckpoint> exported = ReadCheckpointFull(dir.path());
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(exported->path, dir.path() + "/step-00000001");
-  const int64_t n = exported->params.layout.num_elements();
+  const int64_t n = exported->params->layout.num_elements();
   ASSERT_EQ(n, static_cast<int64_t>(trained.params.size()));
-  EXPECT_TRUE(SameBits(std::vector<float>(exported->params.data(), exported->params.data() + n),
+  EXPECT_TRUE(SameBits(std::vector<float>(exported->params->data(), exported->params->data() + n),
                        trained.params));
   TrainingRun::ExpectSameState(exported->state, run.StateAt(1));
 }

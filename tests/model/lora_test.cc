@@ -8,9 +8,11 @@
 //   merged model's own gradient dW'), while the base weights' gradients equal the merged
 //   model's — for Qwen2 (biases, every target), Qwen3 (q/k norms, attention targets) and a
 //   Qwen3-MoE model (attention targets), with rank, alpha and rsLoRA varied;
-// - with a frozen base (no base gradients asked for) the adapters' gradients are the same bits.
+// - with a frozen base (no base gradients asked for) the adapters' gradients are the same bits;
+// - MergeLora's merged model gives the base-with-adapter's log-probs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "model/lora.h"
+#include "model/lora_merge.h"
 #include "model/packed_batch.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
@@ -295,6 +298,49 @@ TEST_P(LoraModelTest, AFreshAdapterIsTheIdentityAndATrainedOneIsItsMergeInFloat6
       EXPECT_LE(RelError(AsDouble(gp.b), want_db), 1e-4);
     }
   }
+}
+
+// MergeLora (model/lora_merge.h), what the LoRA learner publishes to the actors: the merged
+// model's log-probs are the base-with-adapter's, to fp32 rounding (1e-5 absolute, as for
+// packing the same sequences differently); unmerged, they differ by far more.
+TEST_P(LoraModelTest, TheMergedModelGivesTheAdaptersLogprobs) {
+  const ModelConfig c = Tiny(GetParam().arch);
+  ParameterSet base = *ParameterSet::Allocate(c, Device::Cpu(), false);
+  InitializeParameters(base, 5, 0.2f);
+  LoraSet adapter = *LoraSet::Allocate(c, GetParam().lora, Device::Cpu(), false);
+  InitializeLora(adapter, 9);
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  for (const LoraEntry& e : adapter.layout.entries()) {
+    if (e.is_a) continue;
+    for (int64_t i = 0; i < e.numel; ++i) adapter.data()[e.offset + i] = normal(rng);
+  }
+  PackedBatch batch;
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
+  for (int len : {3, 21, 33}) {
+    std::vector<int32_t> s(len);
+    for (auto& t : s) t = tok(rng);
+    batch.AddScored(s, 1);
+  }
+  Transformer model(c, Device::Cpu());
+  auto logprobs = [&](const ModelParams& params) {
+    std::vector<float> lp(batch.num_tokens(), 0.0f);
+    const absl::Status s = model.Forward(params, batch, 1.0f, absl::MakeSpan(lp), false);
+    EXPECT_TRUE(s.ok()) << s;
+    return lp;
+  };
+  ModelParams with = base.params;
+  with.lora = &adapter.params;
+  const std::vector<float> want = logprobs(with), plain = logprobs(base.params);
+  MergeLora(adapter.params, c, base.params);
+  const std::vector<float> got = logprobs(base.params);
+  double worst = 0, moved = 0;
+  for (size_t t = 0; t < want.size(); ++t) {
+    worst = std::max(worst, std::fabs(double{got[t]} - want[t]));
+    moved = std::max(moved, std::fabs(double{plain[t]} - want[t]));
+  }
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_GT(moved, 1e-2) << "the adapter changes the model, so the check can fail";
 }
 
 LoraConfig Lora(int64_t rank, double alpha, bool rslora, std::vector<std::string> targets) {

@@ -2,7 +2,8 @@
 """Independent float64 PyTorch reference for one learner step.
 
 Checks `prl learner step`: the gradient of the loss (--dump-grads) and the updated weights
-(--out) against a single-process float64 computation of the same step: group-normalised
+(--out; with --adapter the LoRA adapter trained on the frozen base, peft's semantics) against a
+single-process float64 computation of the same step: group-normalised
 advantages, the learner's log-probs (torch_reference.py's model), the loss with global
 normalisation, autograd, global-norm clipping and the SGD or AdamW update. It shares no
 code with prl.
@@ -86,7 +87,15 @@ def token_loss(kind, pi, mu, a, args):
 
 
 def reference_step(args):
+    """The step's loss, its gradient and the updated weights. With --adapter (peft's LoRA on
+    a frozen base) only the adapter's tensors train: gradients, clipping and the update are
+    the adapter's."""
     cfg, params = ref.load_checkpoint(args.model)
+    adapter = None
+    if args.adapter:
+        adapter = ref.load_adapter(args.adapter)
+        for p in params.values():
+            p.requires_grad_(False)
     lines = ref.read_jsonl(args.rollouts)
     adv = advantages(lines, args.advantage == "grpo")
     # An episode's environment tokens (sources 1) are read, never trained: outside the loss
@@ -100,7 +109,7 @@ def reference_step(args):
         tokens = line["prompt"] + line["completion"]
         keep = torch.tensor(trained(line))
         pi = ref.score_line(cfg, params, tokens, len(line["prompt"]),
-                            router_log=router_log)[keep]
+                            router_log=router_log, adapter=adapter)[keep]
         mu = torch.tensor(line["behaviour_logprobs"], dtype=torch.float32).double()[keep]
         per_token = token_loss(args.loss, pi, mu, a, args)
         if args.normalization == "tokens":
@@ -110,13 +119,15 @@ def reference_step(args):
     if router_log is not None:  # over all the step's input tokens: prl's single micro-batch
         loss = loss + args.router_aux_loss_coef * ref.load_balancing_loss(cfg, router_log)
     loss.backward()
-    grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)) for n, t in params.items()}
+    trained = params if adapter is None else adapter[1]
+    grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t))
+             for n, t in trained.items()}
     norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
     scale = 1.0
     if args.max_grad_norm > 0:
         scale = min(1.0, args.max_grad_norm / (norm + 1e-6))
     new = {}
-    for n, p in params.items():
+    for n, p in trained.items():
         p = p.detach()
         g = grads[n] * scale
         decay = args.weight_decay if p.dim() >= 2 else 0.0
@@ -127,7 +138,7 @@ def reference_step(args):
             v = (1 - args.beta2) * g * g
             denom = torch.sqrt(v) / math.sqrt(1 - args.beta2) + args.eps
             new[n] = p * (1 - args.lr * decay) - (args.lr / (1 - args.beta1)) * m / denom
-    return cfg, params, {n: g.numpy() for n, g in grads.items()}, new, float(loss), norm
+    return cfg, trained, {n: g.numpy() for n, g in grads.items()}, new, float(loss), norm
 
 
 def cmd_check_step(args):
@@ -136,7 +147,14 @@ def cmd_check_step(args):
     failures = []
     if args.grads:
         failures += ref.check_grads(grads, args.grads, args.grad_rtol)
-    _, got = ref.load_checkpoint(args.prl_out)
+    if args.adapter:  # prl's output is the trained adapter, a peft directory
+        got = ref.load_adapter(args.prl_out)[1]
+    else:
+        _, got = ref.load_checkpoint(args.prl_out)
+    if set(got) != set(new):
+        failures.append("tensor names differ: missing %s, unexpected %s"
+                        % (sorted(set(new) - set(got)), sorted(set(got) - set(new))))
+        got = {n: new[n] if n not in got else got[n] for n in new}
     worst_w, worst_u = (0.0, ""), (0.0, "")
     for n, p_ref in new.items():
         before = params[n].detach().numpy()
@@ -200,6 +218,7 @@ def main(argv=None):
     for flag in ("--model", "--rollouts", "--prl-out"):
         c.add_argument(flag, required=True)
     c.add_argument("--grads")
+    c.add_argument("--adapter", help="the starting peft LoRA adapter: train it, base frozen")
     c.add_argument("--loss", default="reinforce_tis")
     c.add_argument("--normalization", choices=["tokens", "sequence"], default="tokens")
     c.add_argument("--advantage", choices=["grpo", "dr_grpo"], default="grpo")

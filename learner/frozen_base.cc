@@ -1,0 +1,78 @@
+#include "learner/frozen_base.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/xxhash_inline.h"
+#include "weight_broadcast/weight_transport.h"
+
+namespace prl::learner {
+
+std::string FrozenBasePath(const std::string& dir, const ModelConfig& config) {
+  const std::string fingerprint = ModelFingerprint(config);
+  return absl::StrCat(
+      dir, "/frozen_base-",
+      absl::Hex(XXH3_64bits(fingerprint.data(), fingerprint.size()), absl::kZeroPad16), ".f32");
+}
+
+absl::Status FrozenBase::Write(const std::string& path, const ParameterSet& weights) {
+  std::error_code ec;
+  std::filesystem::create_directories(ParentDirectory(path), ec);
+  PRL_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path, 0600));
+  PRL_RETURN_IF_ERROR(writer.Append(
+      weights.data(), static_cast<size_t>(weights.layout.num_elements()) * sizeof(float)));
+  return writer.Commit();
+}
+
+absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Map(const std::string& path,
+                                                            const ModelConfig& config) {
+  PRL_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  const ParameterLayout layout(config);
+  const size_t expected = static_cast<size_t>(layout.num_elements()) * sizeof(float);
+  if (file.size() != expected) {
+    return absl::DataLossError(absl::StrCat("frozen base ", path, ": expected ", expected,
+                                            " bytes (the model's fp32 parameters), found ",
+                                            file.size()));
+  }
+  return std::unique_ptr<FrozenBase>(new FrozenBase(config, std::move(file)));
+}
+
+absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Share(const std::string& path,
+                                                              const ParameterSet& weights,
+                                                              bool writer,
+                                                              collective::Communicator& comm) {
+  const absl::Status wrote = writer ? Write(path, weights) : absl::OkStatus();
+  double failed = wrote.ok() ? 0 : 1;
+  PRL_RETURN_IF_ERROR(comm.AllReduceHost({&failed, 1}, collective::ReduceOp::kMax));
+  PRL_RETURN_IF_ERROR(wrote);
+  if (failed > 0) {
+    return absl::AbortedError(
+        absl::StrCat("frozen base ", path, ": another rank failed to write it (see its error)"));
+  }
+  absl::StatusOr<std::unique_ptr<FrozenBase>> mapped = Map(path, weights.config);
+  // Once every rank holds its mapping the name is dropped: the pages live while mapped, and no
+  // file outlives the learner.
+  failed = mapped.ok() ? 0 : 1;
+  PRL_RETURN_IF_ERROR(comm.AllReduceHost({&failed, 1}, collective::ReduceOp::kMax));
+  if (writer) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  if (!mapped.ok() && absl::IsNotFound(mapped.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        mapped.status().message(),
+        " (the node's first rank, LOCAL_RANK 0, writes it: set LOCAL_RANK on every rank)"));
+  }
+  if (mapped.ok() && failed > 0) {
+    return absl::AbortedError(
+        absl::StrCat("frozen base ", path, ": another rank failed to map it (see its error)"));
+  }
+  return mapped;
+}
+
+ModelParams FrozenBase::Bind() const {
+  return layout_.Bind(const_cast<float*>(data()), Device::Cpu());
+}
+
+}  // namespace prl::learner

@@ -1,0 +1,59 @@
+// FrozenBase: the base model a LoRA learner trains adapters on (learner/fsdp.h's LoRA mode),
+// read once per node and mapped read-only by every rank of the node, so that the node holds
+// one copy (the page cache's) instead of one per rank.
+//
+// The file is the base's fp32 parameters in ParameterLayout order (model/parameters.h),
+// nothing else, mode 0600, written atomically by the node's first rank (LOCAL_RANK 0) at each
+// start into a node-local directory (the system's temporary directory by default) and removed
+// as soon as every rank has mapped it: the pages live while mapped, no file outlives the
+// learner, and a learner that restarts maps the weights it loaded, never a stale file. The
+// pages are mapped PROT_READ: a write into the base faults instead of changing the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "collective/communicator.h"
+#include "core/mapped_file.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace prl::learner {
+
+class FrozenBase {
+ public:
+  // Writes `weights` to `path` (a temporary file, fsync, rename).
+  static absl::Status Write(const std::string& path, const ParameterSet& weights);
+  // Maps `path`, which must hold `config`'s parameters (its size is checked).
+  static absl::StatusOr<std::unique_ptr<FrozenBase>> Map(const std::string& path,
+                                                         const ModelConfig& config);
+  // A collective over `comm`: the ranks with `writer` set write `weights` to `path`; after
+  // every rank knows the writes succeeded, every rank maps it. An error on any rank is an
+  // error on all of them.
+  static absl::StatusOr<std::unique_ptr<FrozenBase>> Share(const std::string& path,
+                                                           const ParameterSet& weights, bool writer,
+                                                           collective::Communicator& comm);
+
+  const ModelConfig& config() const { return config_; }
+  const float* data() const { return reinterpret_cast<const float*>(file_.bytes().data()); }
+  int64_t num_elements() const { return layout_.num_elements(); }
+  // Views of the mapped weights (read-only memory behind non-const pointers: never write).
+  ModelParams Bind() const;
+  int64_t bytes() const { return static_cast<int64_t>(file_.size()); }
+
+ private:
+  FrozenBase(const ModelConfig& config, MappedFile file)
+      : config_(config), layout_(config), file_(std::move(file)) {}
+
+  ModelConfig config_;
+  ParameterLayout layout_;
+  MappedFile file_;
+};
+
+// The file name of `config`'s frozen base in `dir` (its fingerprint in the name, so that two
+// models never share one).
+std::string FrozenBasePath(const std::string& dir, const ModelConfig& config);
+
+}  // namespace prl::learner
