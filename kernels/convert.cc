@@ -85,6 +85,16 @@ void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t s
   CheckColumnBlocks(op, dst, dst_col, src, src_col, width);
   const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
   const Device device = internal::CommonDevice(op, {&dst, &src});
+  PRL_CHECK(dst.dtype == src.dtype && (dst.dtype == DType::kF32 || device.is_cuda()), op, ": dst ",
+            DTypeName(dst.dtype), ", src ", DTypeName(src.dtype));
+  if (device.is_cuda()) {
+#if PRL_WITH_CUDA
+    const size_t element = DTypeSize(dst.dtype);
+    return cuda::AddColumns(
+        device.index, dst.dtype, static_cast<char*>(dst.data) + dst_col * element, Wd,
+        static_cast<const char*>(src.data) + src_col * element, Ws, width, T, alpha, accumulate);
+#endif
+  }
   if (!device.is_cpu()) internal::NoBackend(op, device);
   float* d = dst.f32() + dst_col;
   const float* s = src.f32() + src_col;
@@ -110,6 +120,19 @@ void AddColumnsAtRows(const Tensor& dst, const Tensor& rows, int64_t dst_col, co
             " rows of width ", width, " into columns [", dst_col, ", ", dst_col + width, ") of ",
             Wd);
   const Device device = internal::CommonDevice(op, {&dst, &rows, &src});
+  PRL_CHECK(dst.dtype == src.dtype && (dst.dtype == DType::kF32 || device.is_cuda()) &&
+                rows.dtype == DType::kI32,
+            op, ": dst ", DTypeName(dst.dtype), ", src ", DTypeName(src.dtype), ", rows ",
+            DTypeName(rows.dtype));
+  if (device.is_cuda()) {
+#if PRL_WITH_CUDA
+    // Rows out of range are the caller's bug; the CPU backend checks them, CUDA trusts them.
+    return cuda::AddColumnsAtRows(
+        device.index, dst.dtype,
+        static_cast<char*>(dst.data) + dst_col * static_cast<int64_t>(DTypeSize(dst.dtype)), Wd,
+        rows.i32(), src.data, width, n, alpha);
+#endif
+  }
   if (!device.is_cpu()) internal::NoBackend(op, device);
   const int32_t* r = rows.i32();
   float* d = dst.f32();

@@ -20,14 +20,14 @@ void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t 
 
 // dst[t, dst_col + j] = (accumulate ? dst[t, dst_col + j] : 0) + alpha * src[t, src_col + j]
 // for t < T, j < width (a LoRA adapter's output added into its columns of a fused projection,
-// model/lora.h). F32 on the CPU; the CUDA backend has no kernel for it yet (a programming
-// error there: the callers refuse adapters on CUDA first).
+// model/lora.h). dst and src of one dtype: F32 on the CPU, F32 or BF16 on CUDA (fp32
+// arithmetic, one rounding; kernels/cuda/lora_columns.cu, not yet run on a GPU).
 void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                 int64_t width, float alpha, bool accumulate);
 
 // dst[rows[i], dst_col + j] += alpha * src[i, j] for i < n, j < src's width (a LoRA adapter's
-// output added into the rows of its requests, model/lora_layer.h); rows (n) I32, distinct. F32
-// on the CPU only, like AddColumns.
+// output added into the rows of its requests, model/lora_layer.h); rows (n) I32, distinct. The
+// dtypes of AddColumns.
 void AddColumnsAtRows(const Tensor& dst, const Tensor& rows, int64_t dst_col, const Tensor& src,
                       float alpha);
 

@@ -66,24 +66,24 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
   const Device device =
       internal::CommonDevice(op, {&dh, &dW, &dlogprob, &h, &W, &targets, &lse, &scratch});
   if (device.is_cpu()) {
-    return cpu::LogprobBackward(dh.f32(), dW.defined() ? dW.f32() : nullptr, dlogprob.f32(), h.f32(), W.f32(), targets.i32(),
-                                lse.f32(), R, V, C, temperature, scratch.f32(), scratch.size(0),
+    return cpu::LogprobBackward(dh.f32(), dW.defined() ? dW.f32() : nullptr, dlogprob.f32(),
+                                h.f32(), W.f32(), targets.i32(), lse.f32(), R, V, C, temperature,
+                                scratch.f32(), scratch.size(0),
                                 order == ReductionOrder::kBatchInvariant);
   }
 #if PRL_WITH_CUDA
   // The backward on CUDA is deterministic but has one order (gradients need no bit-equality
   // with the engine).
   (void)order;
-  PRL_CHECK(dW.defined(), op, ": a frozen LM head (dW undefined) is CPU-only for now");
   const int64_t chunk = scratch.size(0);
   // F32 mode turns the logits into dlogits in place; BF16 mode writes them as BF16 for the
   // tensor-core GEMMs.
   void* dlogits = dt == DType::kF32
                       ? static_cast<void*>(scratch.f32())
                       : cuda::ScratchAlloc(device.index, static_cast<size_t>(chunk * V) * 2);
-  cuda::LogprobBackward(device.index, dt, dh.data, dW.data, dw_dt, dlogprob.f32(), h.data, W.data,
-                        targets.i32(), lse.f32(), R, V, C, temperature, scratch.f32(), dlogits,
-                        chunk);
+  cuda::LogprobBackward(device.index, dt, dh.data, dW.defined() ? dW.data : nullptr, dw_dt,
+                        dlogprob.f32(), h.data, W.data, targets.i32(), lse.f32(), R, V, C,
+                        temperature, scratch.f32(), dlogits, chunk);
   if (dt != DType::kF32) cuda::ScratchFree(device.index, dlogits);
   return;
 #else

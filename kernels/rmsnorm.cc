@@ -45,9 +45,8 @@ void RmsNormBackward(const Tensor& dx, const Tensor& dw, const Tensor& dy, const
                                 w.f32(), rstd.f32(), T, C);
   }
 #if PRL_WITH_CUDA
-  PRL_CHECK(dw.defined(), op, ": a frozen norm weight (dw undefined) is CPU-only for now");
-  return cuda::RmsNormBackward(device.index, dt, dx.data, dw.f32(), dy.data, x.data, w.data,
-                               rstd.f32(), T, C);
+  return cuda::RmsNormBackward(device.index, dt, dx.data, dw.defined() ? dw.f32() : nullptr,
+                               dy.data, x.data, w.data, rstd.f32(), T, C);
 #else
   internal::NoBackend(op, device);
 #endif

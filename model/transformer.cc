@@ -121,10 +121,12 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
                                                    batch.num_tokens(), " tokens"));
   }
   const ModelConfig& c = config_;
-  if (params.lora != nullptr && !device_.is_cpu()) {
+  if (params.lora != nullptr && !device_.is_cpu() &&
+      (!options_.cuda_lora || options_.compute_dtype != DType::kF32)) {
     return absl::UnimplementedError(absl::StrCat(
         "LoRA adapters run on the CPU backend only for now (model/lora.h), found ",
-        device_.ToString()));
+        device_.ToString(), " with ", DTypeName(options_.compute_dtype),
+        " compute (TransformerOptions::cuda_lora: f32 compute on CUDA, not yet verified)"));
   }
   if (params.lora != nullptr) PRL_RETURN_IF_ERROR(ValidateLoraParams(*params.lora, c, device_));
   Workspace& ws = *ws_;
@@ -333,10 +335,11 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   // A frozen base (grads without the base's layers: ModelParams{} with .lora): only the
   // adapters' gradients. (Not "embed undefined": with FSDP hooks the views are bound lazily.)
   const bool frozen = grads.layers.empty();
-  if (frozen && (grads.lora == nullptr || !device_.is_cpu())) {
+  if (frozen && (grads.lora == nullptr || (!device_.is_cpu() && !options_.cuda_lora))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Transformer::Backward: gradients without the base weights (a frozen base) need LoRA "
-        "adapters to train (grads.lora) and the CPU backend; found ",
+        "adapters to train (grads.lora) and the CPU backend (or TransformerOptions::cuda_lora); "
+        "found ",
         grads.lora == nullptr ? "no adapters" : "", " on ", device_.ToString()));
   }
   ws.backward_ready = false;  // activations are consumed: one backward per forward

@@ -39,9 +39,17 @@ void InvariantGemm(int device, DType dt, DType out_dt, void* out, const void* a,
 // --- Row-wise and element-wise ops (shapes as in the kernels/*.h dispatchers) --------------
 void RmsNormForward(int device, DType dt, void* y, float* rstd, const void* x, const void* w,
                     int64_t T, int64_t C, float eps);
-// dx (dt) += ; dw (F32, C) += (accumulated per column in fp32, deterministic).
+// dx (dt) += ; dw (F32, C) += (accumulated per column in fp32, deterministic); dw null: a frozen
+// norm weight, its gradient not computed.
 void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, const void* x,
                      const void* w, const float* rstd, int64_t T, int64_t C);
+// LoRA (kernels/convert.h): dst[t, j] = (accumulate ? dst[t, j] : 0) + alpha src[t, j] for
+// t < T, j < width (dst, src pointing at their first column, leading dimensions in elements);
+// and dst[rows[i], j] += alpha src[i, j] (src (rows_n, width) contiguous, rows distinct).
+void AddColumns(int device, DType dt, void* dst, int64_t dst_ld, const void* src, int64_t src_ld,
+                int64_t width, int64_t T, float alpha, bool accumulate);
+void AddColumnsAtRows(int device, DType dt, void* dst, int64_t dst_ld, const int32_t* rows,
+                      const void* src, int64_t width, int64_t rows_n, float alpha);
 // T rows of row_bytes from src (pitch src_pitch bytes) to dst (pitch dst_pitch bytes).
 void CopyColumns(int device, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
                  int64_t row_bytes, int64_t T);

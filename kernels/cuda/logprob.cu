@@ -108,6 +108,7 @@ void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
     dh_args.ab_dtype = dt;
     dh_args.d_dtype = dt;
     Gemm(device, CurrentStream(device), dh_args);
+    if (dW == nullptr) continue;  // a frozen LM head
     GemmArgs dw_args;  // dW (V, C) += dlogits^T (V, n) . h (n, C)
     dw_args.trans_a = true;
     dw_args.M = V;

@@ -298,7 +298,7 @@ void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, 
         static_cast<const V*>(w), rstd, C);
   });
   PRL_CUDA_CHECK(cudaGetLastError());
-  AddColumnSums<true>(device, dt, dw, x, dy, rstd, T, C);
+  if (dw != nullptr) AddColumnSums<true>(device, dt, dw, x, dy, rstd, T, C);
 }
 
 void RopeTables(int device, float* cos, float* sin, const int32_t* positions, const float* inv_freq,
