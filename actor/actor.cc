@@ -48,6 +48,9 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(
   if (!write_group) return absl::InvalidArgumentError("actor: no replay writer");
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                        Engine::Create(std::move(initial_weights), initial_version, options.engine));
+  if (options.initial_adapter != nullptr) {
+    PRL_RETURN_IF_ERROR(engine->SetAdapter(options.initial_adapter));
+  }
   std::unique_ptr<Actor> actor(
       new Actor(std::move(engine), std::move(write_group), weights, options));
   if (absl::Status served = actor->driver_.ServeAgents(); !served.ok()) {

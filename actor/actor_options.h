@@ -32,6 +32,9 @@ struct ActorOptions {
   std::string name = "actor";
   std::string run_id = "run";
   EngineOptions engine;
+  // A LoRA learner's run (learner.lora_*): the adapter of the initial version, on the engine
+  // from the start; each later version arrives as an adapter (Engine::SwapAdapter). Null: none.
+  std::shared_ptr<const LoraSet> initial_adapter;
   int32_t max_prompts_in_flight = 8;  // leased and generating at once
   // The model's text (tokenizer/text_codec.h): completions decoded for the text rewards and for
   // clients watching samples (GroupResult.texts). Null: the ids are written as decimal numbers

@@ -66,7 +66,11 @@ absl::Status EngineDriver::SwapIfNewer() {
   PRL_ASSIGN_OR_RETURN(std::optional<VersionedWeights> next, weights_->TakeNewer(staged_version_));
   if (!next.has_value()) return absl::OkStatus();
   const absl::Time start = absl::Now();
-  PRL_RETURN_IF_ERROR(engine.SwapWeights(next->weights, next->version));
+  if (next->adapter != nullptr) {  // a LoRA learner's version: its adapter on the base
+    PRL_RETURN_IF_ERROR(engine.SwapAdapter(next->adapter, next->version));
+  } else {
+    PRL_RETURN_IF_ERROR(engine.SwapWeights(next->weights, next->version));
+  }
   staged_version_ = next->version;
   if (options_.weight_metrics != nullptr) {
     options_.weight_metrics->swap_stall_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));

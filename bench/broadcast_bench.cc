@@ -126,32 +126,49 @@ struct Timing {
   double normal_step_ms = 0, swap_step_ms = 0;
 };
 
+// What one version is: the model's weights, or (adapter set) an adapter of it alone.
+struct Published {
+  const ParameterSet* weights = nullptr;
+  const LoraSet* adapter = nullptr;
+
+  WeightSpec spec() const {
+    return adapter != nullptr ? WeightSpec(weights->config, adapter->lora)
+                              : WeightSpec(weights->config);
+  }
+  absl::Status To(WeightPublisher& publisher, int64_t version) const {
+    return adapter != nullptr ? publisher.Publish(version, *adapter)
+                              : publisher.Publish(version, *weights);
+  }
+};
+
 absl::StatusOr<Timing> TimeTransport(const std::string& preset, const std::string& transport,
-                                     const ParameterSet& weights, const BroadcastBenchOptions& o,
+                                     const Published& what, const BroadcastBenchOptions& o,
                                      int index) {
   PRL_ASSIGN_OR_RETURN(const int port, PickFreePort());
   const std::string run_name = absl::StrCat("bench-broadcast-", getpid(), "-", index);
   const std::string listen = absl::StrCat("127.0.0.1:", port);
   const config::RunConfig c = TransportConfig(transport, run_name, listen);
   PRL_ASSIGN_OR_RETURN(roles::WeightEndpoint endpoint,
-                       roles::StartWeightPublisher(c, weights.config, o.device));
+                       roles::StartWeightPublisher(c, what.spec(), o.device));
   int64_t version = std::max<int64_t>(endpoint.publisher->newest_version(), 0) + 1;
-  PRL_RETURN_IF_ERROR(endpoint.publisher->Publish(version, weights));
+  PRL_RETURN_IF_ERROR(what.To(*endpoint.publisher, version));
 
   ChildSpec spec;
   spec.name = "subscriber";
   spec.log_path = absl::StrCat(o.work_dir, "/", run_name, ".log");
   std::remove(spec.log_path.c_str());
-  spec.argv = {o.prl_path,     "bench",
-               "broadcast",    "--subscriber",
-               "--configs",    preset,
-               "--transports", transport,
-               "--device",     o.device.ToString(),
-               "--dtype",      std::string(EnumName(kComputeDTypeNames, o.dtype)),
-               "--run-name",   run_name,
-               "--listen",     listen,
-               "--versions",   absl::StrCat(o.versions),
-               "--batch",      absl::StrCat(o.batch)};
+  spec.argv = {
+      o.prl_path,       "bench",
+      "broadcast",      "--subscriber",
+      "--configs",      preset,
+      "--transports",   transport,
+      "--device",       o.device.ToString(),
+      "--dtype",        std::string(EnumName(kComputeDTypeNames, o.dtype)),
+      "--run-name",     run_name,
+      "--listen",       listen,
+      "--versions",     absl::StrCat(o.versions),
+      "--batch",        absl::StrCat(o.batch),
+      "--adapter-rank", absl::StrCat(what.adapter != nullptr ? what.adapter->lora.rank : 0)};
   PRL_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(spec));
   ChildLines lines(&child, spec.log_path);
   Timing t;
@@ -161,7 +178,7 @@ absl::StatusOr<Timing> TimeTransport(const std::string& preset, const std::strin
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // steps without a swap
       ++version;
       const int64_t start = MonotonicNs();
-      PRL_RETURN_IF_ERROR(endpoint.publisher->Publish(version, weights));
+      PRL_RETURN_IF_ERROR(what.To(*endpoint.publisher, version));
       t.publish_ms.push_back(static_cast<double>(MonotonicNs() - start) / 1e6);
       std::vector<std::string> w;
       do {
@@ -203,12 +220,27 @@ absl::Status TopUp(Engine& engine, int64_t batch, int64_t vocab, std::mt19937& r
 
 }  // namespace
 
+LoraConfig BenchAdapter(int64_t rank) {
+  LoraConfig l;
+  l.rank = rank;
+  l.alpha = 2.0 * static_cast<double>(rank);
+  l.target_modules = {"all-linear"};
+  return l;
+}
+
 absl::Status RunBroadcastSubscriber(const BroadcastSubscriberOptions& o) {
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, PresetConfig(o.config));
   const config::RunConfig c = TransportConfig(o.transport, o.run_name, o.listen);
+  const bool adapters = o.adapter_rank > 0;
+  const WeightSpec spec =
+      adapters ? WeightSpec(model, BenchAdapter(o.adapter_rank)) : WeightSpec(model);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> subscriber,
-                       roles::OpenWeightSubscriber(c, model, o.device));
+                       roles::OpenWeightSubscriber(c, spec, o.device));
   PRL_ASSIGN_OR_RETURN(VersionedWeights first, subscriber->WaitNewer(-1, absl::Minutes(2)));
+  if (adapters) {  // the versions are adapters: the engine runs them on a base of its own
+    PRL_ASSIGN_OR_RETURN(ParameterSet base, RandomParameters(model, o.device));
+    first.weights = std::make_shared<const ParameterSet>(std::move(base));
+  }
   EngineOptions eo;
   eo.device = o.device;
   eo.dtype = o.dtype;
@@ -218,6 +250,7 @@ absl::Status RunBroadcastSubscriber(const BroadcastSubscriberOptions& o) {
                       KvCache::BytesPerBlock(model, eo.block_size, eo.dtype);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                        Engine::Create(first.weights, first.version, eo));
+  if (adapters) PRL_RETURN_IF_ERROR(engine->SetAdapter(first.adapter));
   std::mt19937 rng(7);
   int64_t running = 0, staged = first.version, seen = first.version;
   PRL_RETURN_IF_ERROR(TopUp(*engine, o.batch, model.vocab_size, rng, &running));
@@ -230,7 +263,8 @@ absl::Status RunBroadcastSubscriber(const BroadcastSubscriberOptions& o) {
     if (absl::Now() > deadline) return absl::DeadlineExceededError("subscriber: no new versions");
     PRL_ASSIGN_OR_RETURN(std::optional<VersionedWeights> next, subscriber->TakeNewer(staged));
     if (next.has_value()) {
-      PRL_RETURN_IF_ERROR(engine->SwapWeights(next->weights, next->version));
+      PRL_RETURN_IF_ERROR(adapters ? engine->SwapAdapter(next->adapter, next->version)
+                                   : engine->SwapWeights(next->weights, next->version));
       staged = next->version;
     }
     PRL_RETURN_IF_ERROR(TopUp(*engine, o.batch, model.vocab_size, rng, &running));
@@ -273,6 +307,12 @@ absl::StatusOr<Report> RunBroadcastBench(const BroadcastBenchOptions& o) {
   if (o.configs.empty()) {
     return absl::InvalidArgumentError("bench broadcast: --configs: expected at least one preset");
   }
+  if (o.adapter_rank < 0 || o.adapter_rank > 1024 || (o.adapter_rank > 0 && !o.device.is_cpu())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench broadcast: --adapter-rank: expected 0 (none) or 1 to 1024 on the CPU (adapters "
+        "on CUDA engines wait for their GPU verification), found ",
+        o.adapter_rank, " on ", o.device.ToString()));
+  }
   Report report;
   report.bench = "broadcast";
   report.machine = MachineInfo();
@@ -293,15 +333,42 @@ absl::StatusOr<Report> RunBroadcastBench(const BroadcastBenchOptions& o) {
       if (o.progress) {
         std::fprintf(stderr, "bench broadcast: %s over %s\n", preset.c_str(), transport.c_str());
       }
-      PRL_ASSIGN_OR_RETURN(const Timing t, TimeTransport(preset, transport, weights, o, index++));
+      PRL_ASSIGN_OR_RETURN(const Timing t,
+                           TimeTransport(preset, transport, Published{&weights}, o, index++));
       const std::string tag = absl::StrCat(preset, "_", transport);
-      report.results.push_back({absl::StrCat("publish_to_swapped_", tag),
-                                Median(t.publish_to_swapped_ms), "ms", "weight_copy", copy_ms});
+      const double to_swapped = Median(t.publish_to_swapped_ms), publish = Median(t.publish_ms);
+      const double stall = std::max(0.0, t.swap_step_ms - t.normal_step_ms);
       report.results.push_back(
-          {absl::StrCat("publish_", tag), Median(t.publish_ms), "ms", "weight_copy", copy_ms});
-      report.results.push_back({absl::StrCat("swap_stall_", tag),
-                                std::max(0.0, t.swap_step_ms - t.normal_step_ms), "ms",
-                                "step_without_swap", t.normal_step_ms});
+          {absl::StrCat("publish_to_swapped_", tag), to_swapped, "ms", "weight_copy", copy_ms});
+      report.results.push_back(
+          {absl::StrCat("publish_", tag), publish, "ms", "weight_copy", copy_ms});
+      report.results.push_back(
+          {absl::StrCat("swap_stall_", tag), stall, "ms", "step_without_swap", t.normal_step_ms});
+      if (o.adapter_rank == 0) continue;
+      // The LoRA learner's versions over the same transport, beside the full model's.
+      PRL_ASSIGN_OR_RETURN(LoraSet adapter, LoraSet::Allocate(model, BenchAdapter(o.adapter_rank),
+                                                              Device::Cpu(), false));
+      InitializeLora(adapter, 3);
+      if (o.progress) {
+        std::fprintf(stderr, "bench broadcast: %s over %s, LoRA rank %lld alone\n", preset.c_str(),
+                     transport.c_str(), static_cast<long long>(o.adapter_rank));
+      }
+      PRL_ASSIGN_OR_RETURN(
+          const Timing a,
+          TimeTransport(preset, transport, Published{&weights, &adapter}, o, index++));
+      const std::string atag = absl::StrCat(tag, "_lora_r", o.adapter_rank);
+      report.results.push_back({absl::StrCat("publish_to_swapped_", atag),
+                                Median(a.publish_to_swapped_ms), "ms",
+                                absl::StrCat("publish_to_swapped_", tag), to_swapped});
+      report.results.push_back({absl::StrCat("publish_", atag), Median(a.publish_ms), "ms",
+                                absl::StrCat("publish_", tag), publish});
+      report.results.push_back({absl::StrCat("swap_stall_", atag),
+                                std::max(0.0, a.swap_step_ms - a.normal_step_ms), "ms",
+                                absl::StrCat("swap_stall_", tag), stall});
+      report.results.push_back({absl::StrCat("version_bytes_", atag),
+                                static_cast<double>(adapter.buffer.bytes()), "bytes",
+                                absl::StrCat("version_bytes_", tag),
+                                static_cast<double>(weights.buffer.bytes())});
     }
   }
   return report;

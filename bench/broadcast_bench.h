@@ -15,6 +15,12 @@
 // Baselines measured in the same run: one copy of the weights on the device (cudaMemcpy, or
 // memcpy on the CPU) for the two latencies, and the median step without a swap for the stall.
 //
+// --adapter-rank R (CPU): also, beside each model's rows in the same run, the versions of a LoRA
+// learner: an all-linear adapter of rank R published alone (weight_transport.h's WeightSpec with
+// an adapter), the subscriber's engine swapping it onto its base (Engine::SwapAdapter). Its rows
+// ("<preset>_<transport>_lora_r<R>") have the full model's same measure as their baseline, and
+// version_bytes rows give the bytes of one version of each.
+//
 // Transports: shm and grpc, and cuda_ipc on CUDA (nccl needs one process per GPU). The child
 // is `prl bench broadcast --subscriber ...` (RunBroadcastSubscriber), which prints one line per
 // event on stdout: "ready V", "swapped V T_NS", "steps NORMAL_MEDIAN_MS SWAP_MEAN_MS".
@@ -29,6 +35,7 @@
 #include "bench/report.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "model/lora.h"
 
 namespace prl::bench {
 
@@ -42,6 +49,7 @@ struct BroadcastBenchOptions {
   std::string prl_path;                        // the binary started as the subscriber
   std::string work_dir = "/tmp";               // the subscribers' logs
   bool progress = true;                        // a line per model and transport on stderr
+  int64_t adapter_rank = 0;                    // > 0: also an adapter of this rank (CPU)
 };
 
 absl::StatusOr<Report> RunBroadcastBench(const BroadcastBenchOptions& options);
@@ -56,7 +64,11 @@ struct BroadcastSubscriberOptions {
   DType dtype = DType::kF32;
   int versions = 5;  // exits after this many swaps
   int64_t batch = 16;
+  int64_t adapter_rank = 0;  // > 0: the versions are an adapter of this rank on the base
 };
+
+// The all-linear LoRA adapter of `rank` the benchmark publishes (alpha 2 r).
+LoraConfig BenchAdapter(int64_t rank);
 
 absl::Status RunBroadcastSubscriber(const BroadcastSubscriberOptions& options);
 

@@ -37,6 +37,7 @@ absl::Status RunBroadcastBench(BroadcastBenchFlags f) {
     s.dtype = f.options.dtype;
     s.versions = f.options.versions;
     s.batch = f.options.batch;
+    s.adapter_rank = f.options.adapter_rank;
     return bench::RunBroadcastSubscriber(s);
   }
   f.options.prl_path = SelfPath();
@@ -66,6 +67,10 @@ void RegisterBroadcastBench(CLI::App* bench, CommandRegistry& registry) {
   cmd->add_option("--versions", f->options.versions, "Swaps timed per model and transport")
       ->capture_default_str();
   cmd->add_option("--batch", f->options.batch, "Sequences the subscriber decodes meanwhile")
+      ->capture_default_str();
+  cmd->add_option("--adapter-rank", f->options.adapter_rank,
+                  "Also time a LoRA learner's versions: an all-linear adapter of this rank "
+                  "published alone, beside the full model (0: none; CPU)")
       ->capture_default_str();
   cmd->add_option("--work-dir", f->options.work_dir, "Where the subscribers' logs go")
       ->capture_default_str();

@@ -326,8 +326,17 @@ void Engine::EraseRequest(uint64_t request_id) {
 
 absl::Status Engine::SetAdapter(std::shared_ptr<const LoraSet> adapter) {
   if (adapter != nullptr) PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
-  adapter_ = std::move(adapter);
+  weights_->SetAdapter(std::move(adapter));
   blocks_.ClearPrefixCache();  // cached K/V belong to the model without (or with another) adapter
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SwapAdapter(std::shared_ptr<const LoraSet> adapter, int64_t version) {
+  if (adapter == nullptr) {
+    return absl::InvalidArgumentError("SwapAdapter: expected an adapter, found none");
+  }
+  PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
+  weights_->StageAdapter(std::move(adapter), version);
   return absl::OkStatus();
 }
 
@@ -341,7 +350,7 @@ absl::Status Engine::StepOnStream() {
   Tensor logits;
   // The adapter of each chunk: its request's (AddAdapter), else SetAdapter's.
   std::vector<const LoraParams*> chunk_adapters;
-  const LoraParams* fallback = adapter_ != nullptr ? &adapter_->params : nullptr;
+  const LoraParams* fallback = weights_->adapter() != nullptr ? &weights_->adapter()->params : nullptr;
   const bool named = std::any_of(step.chunks.begin(), step.chunks.end(), [](const auto& c) {
     return c.seq->request->adapter_slot >= 0;
   });

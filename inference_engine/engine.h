@@ -219,6 +219,11 @@ class Engine {
   // K/V belong to the model without it). CPU engines only for now (Unimplemented on CUDA);
   // from the stepping thread, like Step.
   absl::Status SetAdapter(std::shared_ptr<const LoraSet> adapter);
+  // Stages a LoRA adapter (a CPU set for this model) with its version for the next Step, as
+  // SwapWeights stages weights (thread-safe, non-blocking; the later call wins): from that
+  // Step on the engine runs the base with this adapter, and version() is its version (a LoRA
+  // learner's actors: each published version is an adapter, inference_engine/weight_slots.h).
+  absl::Status SwapAdapter(std::shared_ptr<const LoraSet> adapter, int64_t version);
 
   EngineStats Stats() const;
   const ModelConfig& config() const { return config_; }
@@ -249,7 +254,6 @@ class Engine {
   ModelConfig config_;
   EngineOptions options_;
   std::unique_ptr<WeightSlots> weights_;
-  std::shared_ptr<const LoraSet> adapter_;  // SetAdapter: on the weights, or null
   // AddAdapter's slots (max_adapters; an empty name is a free slot).
   struct AdapterSlot {
     std::string name;

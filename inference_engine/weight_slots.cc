@@ -99,8 +99,25 @@ absl::Status WeightSlots::Stage(std::shared_ptr<const ParameterSet> weights, int
   return absl::OkStatus();
 }
 
+void WeightSlots::StageAdapter(std::shared_ptr<const LoraSet> adapter, int64_t version) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_adapter_ = std::move(adapter);
+  pending_adapter_version_ = version;
+}
+
 absl::Status WeightSlots::ApplyAtStepStart(StepTransfer& io, bool* swapped) {
   *swapped = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (pending_adapter_version_) {
+      const auto start = std::chrono::steady_clock::now();
+      adapter_ = std::move(pending_adapter_);  // the pointer flip
+      version_ = *pending_adapter_version_;
+      pending_adapter_version_.reset();
+      lock.unlock();
+      Flipped(start, swapped);
+    }
+  }
   if (spare_.has_value()) return ApplyDoubleBuffered(swapped);
   return ApplyOneCopy(io, swapped);
 }

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "inference_engine/step_transfer.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 
 namespace prl {
@@ -65,6 +66,16 @@ class WeightSlots {
 
   const ModelParams& active() const;
   int64_t version() const { return version_; }
+
+  // A LoRA adapter the weights run with (model/lora.h), or null, swapped like the weights:
+  // StageAdapter (any thread) puts one aside with its version, replacing one staged before;
+  // the next ApplyAtStepStart makes it adapter() (a pointer flip: the base weights stay, the
+  // adapter's products run beside them) and its version version(), reporting a swap. A LoRA
+  // learner's actors take each version as an adapter this way. SetAdapter (stepping thread)
+  // replaces it at once and keeps the version. The caller checks the adapter fits.
+  void StageAdapter(std::shared_ptr<const LoraSet> adapter, int64_t version);
+  void SetAdapter(std::shared_ptr<const LoraSet> adapter) { adapter_ = std::move(adapter); }
+  const LoraSet* adapter() const { return adapter_.get(); }
   // Double-buffered: the two copies, which the runner captures graphs for together. Else empty.
   std::vector<const ModelParams*> copies() const;
   int64_t swaps() const { return swaps_; }
@@ -96,6 +107,9 @@ class WeightSlots {
   std::shared_ptr<const ParameterSet> converting_weights_;
   std::optional<int64_t> converting_version_;
   std::unique_ptr<DeviceState> device_state_;
+  std::shared_ptr<const LoraSet> adapter_;
+  std::shared_ptr<const LoraSet> pending_adapter_;      // guarded by mutex_
+  std::optional<int64_t> pending_adapter_version_;      // guarded by mutex_
   int64_t swaps_ = 0;
   double swap_seconds_ = 0.0;
 };

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "learner/step_samples.h"
-#include "model/lora_merge.h"
 #include "weight_broadcast/versioning.h"
 
 namespace prl::learner {
@@ -77,11 +76,8 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
 
 absl::Status LearnerService::Publish() {
   // Every rank takes part in the gather; rank 0 publishes. The full copy is allocated once.
-  if (!full_.has_value()) {
-    PRL_ASSIGN_OR_RETURN(full_, ParameterSet::Allocate(model_->config(), Device::Cpu(), false));
-  }
   if (const LoraConfig* lora = model_->lora_config(); lora != nullptr) {
-    // LoRA: the actors run the base with the adapter merged in (model/lora_merge.h).
+    // LoRA: the adapter alone (the actors hold the base; the publisher's spec is the adapter's).
     if (!adapter_.has_value()) {
       PRL_ASSIGN_OR_RETURN(adapter_,
                            LoraSet::Allocate(model_->config(), *lora, Device::Cpu(), false));
@@ -89,10 +85,10 @@ absl::Status LearnerService::Publish() {
     PRL_RETURN_IF_ERROR(model_->GatherFullParams(
         {adapter_->data(), static_cast<size_t>(adapter_->layout.num_elements())}));
     if (publisher_ == nullptr) return absl::OkStatus();
-    const FrozenBase& base = *model_->frozen_base();
-    std::copy(base.data(), base.data() + base.num_elements(), full_->data());
-    MergeLora(adapter_->params, model_->config(), full_->params);
-    return publisher_->Publish(state_.weight_version, *full_);
+    return publisher_->Publish(state_.weight_version, *adapter_);
+  }
+  if (!full_.has_value()) {
+    PRL_ASSIGN_OR_RETURN(full_, ParameterSet::Allocate(model_->config(), Device::Cpu(), false));
   }
   PRL_RETURN_IF_ERROR(
       model_->GatherFullParams({full_->data(), static_cast<size_t>(full_->layout.num_elements())}));

@@ -137,7 +137,7 @@ class LearnerService {
   Checkpointer checkpointer_;
   std::optional<StepIntake> intake_;  // rank 0: where steps come from (learner/step_intake.h)
   std::optional<ParameterSet> full_;  // the gathered weights Publish hands to the publisher
-  std::optional<LoraSet> adapter_;     // LoRA: the gathered adapter, merged into full_
+  std::optional<LoraSet> adapter_;     // LoRA: the gathered adapter Publish hands over instead
   TrainingState state_;
   StepReport reported_;         // rank 0: the previous step's report (its totals)
   int64_t replay_through_ = 0;  // every rank: the last step replayed from the journal

@@ -10,6 +10,7 @@
 #include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
 #include "roles/device_settings.h"
+#include "roles/learner_rank.h"
 #include "roles/model_text.h"
 #include "roles/role_metrics.h"
 #include "roles/role_security.h"
@@ -126,8 +127,13 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
   }
   auto initial = std::make_shared<const ParameterSet>(std::move(loaded));
   PRL_ASSIGN_OR_RETURN(ReplaySink sink, OpenReplaySink(c, stop));
+  PRL_ASSIGN_OR_RETURN(const WeightSpec spec, RunWeightSpec(c, model));
+  if (spec.adapter.has_value()) {  // a LoRA learner's run: the versions are its adapter's
+    PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> start, StartingAdapter(c.learner, model));
+    options.initial_adapter = std::make_shared<const LoraSet>(*std::move(start));
+  }
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> weights,
-                       OpenWeightSubscriber(c, model, options.engine.device));
+                       OpenWeightSubscriber(c, spec, options.engine.device));
   metrics::ProcessMetrics process_metrics(*endpoint->registry, metrics::Role::kActor);
   metrics::ActorMetrics actor_metrics(*endpoint->registry);
   metrics::WeightSyncMetrics weight_metrics(*endpoint->registry);

@@ -119,6 +119,24 @@ absl::StatusOr<std::unique_ptr<learner::FrozenBase>> ShareFrozenBase(
 
 }  // namespace
 
+absl::StatusOr<std::optional<LoraConfig>> AdapterSettings(const config::LearnerSection& l) {
+  if (!l.lora()) return std::optional<LoraConfig>();
+  if (!l.lora_init.empty()) {
+    absl::StatusOr<LoraConfig> read = ReadAdapterConfig(l.lora_init);
+    if (!read.ok()) {
+      return absl::Status(read.status().code(),
+                          absl::StrCat("learner.lora_init: ", read.status().message()));
+    }
+    return std::optional<LoraConfig>(*read);
+  }
+  LoraConfig lora;
+  lora.rank = l.lora_rank;
+  lora.alpha = l.lora_alpha;
+  lora.rslora = l.lora_rslora;
+  lora.target_modules = absl::StrSplit(l.lora_targets, ',', absl::SkipEmpty());
+  return std::optional<LoraConfig>(lora);
+}
+
 absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSection& l,
                                                        const ModelConfig& model) {
   if (!l.lora()) return std::optional<LoraSet>();
@@ -130,11 +148,8 @@ absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSect
     }
     return std::optional<LoraSet>(*std::move(loaded));
   }
-  LoraConfig lora;
-  lora.rank = l.lora_rank;
-  lora.alpha = l.lora_alpha;
-  lora.rslora = l.lora_rslora;
-  lora.target_modules = absl::StrSplit(l.lora_targets, ',', absl::SkipEmpty());
+  PRL_ASSIGN_OR_RETURN(const std::optional<LoraConfig> settings, AdapterSettings(l));
+  const LoraConfig& lora = *settings;
   if (absl::Status valid = ValidateLoraConfig(lora, model); !valid.ok()) {
     return absl::Status(valid.code(), absl::StrCat("learner.lora_*: ", valid.message()));
   }

@@ -58,6 +58,10 @@ struct LearnerRankOptions {
   std::string frozen_base_dir;
 };
 
+// learner.lora_*'s settings: learner.lora_init's adapter_config.json, or the lora_* keys;
+// nullopt without LoRA. Errors name the setting.
+absl::StatusOr<std::optional<LoraConfig>> AdapterSettings(const config::LearnerSection& learner);
+
 // learner.lora_*'s adapter for `model`: read from learner.lora_init (a PEFT directory), or new
 // (A random with a fixed seed, B zero). nullopt without LoRA.
 absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSection& learner,

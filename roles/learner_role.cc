@@ -38,7 +38,8 @@ absl::StatusOr<RankZero> StartRankZero(const config::RunConfig& c, const ModelCo
   RankZero z;
   z.endpoint = std::move(endpoint);
   PRL_ASSIGN_OR_RETURN(z.replay, OpenOrCreateReplay(c));
-  PRL_ASSIGN_OR_RETURN(z.weights, StartWeightPublisher(c, model, device));
+  PRL_ASSIGN_OR_RETURN(const WeightSpec spec, RunWeightSpec(c, model));
+  PRL_ASSIGN_OR_RETURN(z.weights, StartWeightPublisher(c, spec, device));
   PRL_ASSIGN_OR_RETURN(z.sink, StepSink::Create(c, *z.endpoint->registry, z.replay.get()));
   WeightPublisher* publisher = z.weights.publisher.get();  // ready: checkpoint loaded, published
   z.endpoint->SetReadiness([publisher] {

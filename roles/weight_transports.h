@@ -28,12 +28,16 @@ struct WeightEndpoint {
 
 // The learner's (rank 0's) publisher; `device` is the learner's.
 absl::StatusOr<WeightEndpoint> StartWeightPublisher(const config::RunConfig& config,
-                                                    const ModelConfig& model, Device device);
+                                                    const WeightSpec& spec, Device device);
 
 // An actor's subscriber; `device` is its engine's, where received weights live (the engine
 // swaps in weights on its own device only).
 absl::StatusOr<std::unique_ptr<WeightSubscriber>> OpenWeightSubscriber(
-    const config::RunConfig& config, const ModelConfig& model, Device device);
+    const config::RunConfig& config, const WeightSpec& spec, Device device);
+
+// What the run's versions hold: the model's parameters, or with LoRA (learner.lora_*) the
+// adapter alone (its settings: AdapterSettings). Both ends of the transport use it.
+absl::StatusOr<WeightSpec> RunWeightSpec(const config::RunConfig& config, const ModelConfig& model);
 
 // Removes what the transport leaves behind on this node (shared-memory segments) at the end
 // of a run; a no-op for the network transports.

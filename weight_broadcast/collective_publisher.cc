@@ -51,9 +51,9 @@ absl::Status ValidateOptions(const CollectivePublisherOptions& o) {
 // mutex guards the snapshots and the statistics.
 class CollectiveWeightPublisher::Broadcaster {
  public:
-  Broadcaster(const ModelConfig& config, const CollectivePublisherOptions& options)
+  Broadcaster(const WeightSpec& spec, const CollectivePublisherOptions& options)
       : options_(options),
-        handshake_(LocalHandshake("nccl", config,
+        handshake_(LocalHandshake("nccl", spec,
                                   weight_broadcast_internal::CollectiveDataPath(options.device))),
         instance_(weight_broadcast_internal::RandomId()),
         table_(instance_, options.member_timeout) {
@@ -62,7 +62,7 @@ class CollectiveWeightPublisher::Broadcaster {
   ~Broadcaster();
 
   absl::Status Start();
-  absl::Status Publish(int64_t version, const ParameterSet& weights);
+  absl::Status Publish(int64_t version, const WeightView& weights);
   int64_t newest_version() const { return versions_.newest(); }
   PublisherStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -152,7 +152,7 @@ CollectiveWeightPublisher::Broadcaster::~Broadcaster() {
 }
 
 absl::Status CollectiveWeightPublisher::Broadcaster::Publish(int64_t version,
-                                                             const ParameterSet& weights) {
+                                                             const WeightView& weights) {
   const absl::Time start = absl::Now();
   constexpr absl::string_view kWhere = "Publish to the collective weight broadcaster";
   PRL_RETURN_IF_ERROR(versions_.CheckNext(version, kWhere));
@@ -175,8 +175,8 @@ absl::Status CollectiveWeightPublisher::Broadcaster::Publish(int64_t version,
     snapshot = std::make_shared<Snapshot>();
     PRL_ASSIGN_OR_RETURN(snapshot->bytes, Buffer::Allocate(options_.device, bytes));
   }
-  PRL_RETURN_IF_ERROR(CopyBytes(snapshot->bytes.data(), options_.device, weights.data(),
-                                weights.buffer.device(), bytes));
+  PRL_RETURN_IF_ERROR(
+      CopyBytes(snapshot->bytes.data(), options_.device, weights.data, weights.device, bytes));
   snapshot->version = version;
   snapshot->checksum.reset();
   versions_.Published(version);
@@ -356,8 +356,8 @@ void CollectiveWeightPublisher::Broadcaster::EndEpoch(const absl::Status& why, b
 // ---- The public class -------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CollectiveWeightPublisher>> CollectiveWeightPublisher::Start(
-    const ModelConfig& config, const CollectivePublisherOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
+    const WeightSpec& spec, const CollectivePublisherOptions& options) {
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
   PRL_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.device.is_cuda()) {
     if (!collective::NcclCompiled()) {
@@ -373,14 +373,15 @@ absl::StatusOr<std::unique_ptr<CollectiveWeightPublisher>> CollectiveWeightPubli
     }
   }
   auto publisher = std::unique_ptr<CollectiveWeightPublisher>(new CollectiveWeightPublisher());
-  publisher->broadcaster_ = std::make_unique<Broadcaster>(config, options);
+  publisher->broadcaster_ = std::make_unique<Broadcaster>(spec, options);
   PRL_RETURN_IF_ERROR(publisher->broadcaster_->Start());
   return publisher;
 }
 
 CollectiveWeightPublisher::~CollectiveWeightPublisher() = default;
 
-absl::Status CollectiveWeightPublisher::Publish(int64_t version, const ParameterSet& weights) {
+absl::Status CollectiveWeightPublisher::PublishWeights(int64_t version,
+                                                      const WeightView& weights) {
   return broadcaster_->Publish(version, weights);
 }
 

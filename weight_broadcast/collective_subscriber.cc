@@ -43,18 +43,18 @@ std::string HostOf(const std::string& address) {
 // thread tells it what to say (under mu_) and pokes it.
 class CollectiveWeightSubscriber::Receiver {
  public:
-  Receiver(const std::string& address, const ModelConfig& config,
+  Receiver(const std::string& address, const WeightSpec& spec,
            const CollectiveSubscriberOptions& options, std::shared_ptr<collective::KvStore> store,
            std::string host)
       : address_(address),
         publisher_host_(HostOf(address)),
         host_(std::move(host)),
         id_(absl::StrCat(absl::Hex(weight_broadcast_internal::RandomId(), absl::kZeroPad16))),
-        local_(LocalHandshake("nccl", config,
+        local_(LocalHandshake("nccl", spec,
                               weight_broadcast_internal::CollectiveDataPath(options.device))),
         options_(options),
         store_(std::move(store)),
-        mailbox_(config, options.device) {}
+        mailbox_(spec, options.device) {}
   ~Receiver();
 
   // Checks the publisher's hello: OK, or the handshake's error.
@@ -83,7 +83,7 @@ class CollectiveWeightSubscriber::Receiver {
   const CollectiveSubscriberOptions options_;
   std::shared_ptr<collective::KvStore> store_;
   WeightMailbox mailbox_;
-  std::shared_ptr<ParameterSet> spare_;  // a received buffer that was not delivered
+  weight_broadcast_internal::WeightBuffer spare_;  // a received buffer that was not delivered
   int64_t joins_ = 0;
   absl::Time hello_checked_ = absl::InfinitePast();
 
@@ -283,9 +283,10 @@ absl::Status CollectiveWeightSubscriber::Receiver::ReceiveVersion(collective::Co
     mailbox_.NoteError(bad);
     return bad;
   }
-  std::shared_ptr<ParameterSet> dest = std::move(spare_);
-  if (dest == nullptr) {
-    absl::StatusOr<std::shared_ptr<ParameterSet>> acquired = mailbox_.AcquireBuffer();
+  weight_broadcast_internal::WeightBuffer dest = std::move(spare_);
+  spare_ = {};
+  if (dest.empty()) {
+    absl::StatusOr<weight_broadcast_internal::WeightBuffer> acquired = mailbox_.AcquireBuffer();
     if (!acquired.ok()) {
       mailbox_.Fail(acquired.status());
       return acquired.status();
@@ -293,11 +294,11 @@ absl::Status CollectiveWeightSubscriber::Receiver::ReceiveVersion(collective::Co
     dest = *std::move(acquired);
   }
   const absl::Time start = absl::Now();
-  const Tensor payload(dest->data(), DType::kF32, options_.device,
+  const Tensor payload(dest.data(), DType::kF32, options_.device,
                        {static_cast<int64_t>(bytes / 4)});
   absl::Status received = comm.Broadcast(payload, 0);
   absl::StatusOr<uint64_t> checksum = received.ok() ? weight_broadcast_internal::PayloadChecksum(
-                                                          dest->data(), options_.device, bytes)
+                                                          dest.data(), options_.device, bytes)
                                                     : received;
   if (!checksum.ok()) {
     spare_ = std::move(dest);
@@ -327,9 +328,9 @@ absl::Status CollectiveWeightSubscriber::Receiver::ReceiveVersion(collective::Co
 // ---- The public class -------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CollectiveWeightSubscriber>> CollectiveWeightSubscriber::Connect(
-    const std::string& address, const ModelConfig& config,
+    const std::string& address, const WeightSpec& spec,
     const CollectiveSubscriberOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
   if (options.timeout <= absl::ZeroDuration() ||
       options.heartbeat_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -348,7 +349,7 @@ absl::StatusOr<std::unique_ptr<CollectiveWeightSubscriber>> CollectiveWeightSubs
       std::min(options.timeout, std::max(absl::Seconds(1), 2 * options.heartbeat_interval));
   auto store = std::make_shared<collective::GrpcStore>(address, connect_timeout);
   auto subscriber = std::unique_ptr<CollectiveWeightSubscriber>(new CollectiveWeightSubscriber());
-  subscriber->receiver_ = std::make_unique<Receiver>(address, config, options, store, host);
+  subscriber->receiver_ = std::make_unique<Receiver>(address, spec, options, store, host);
   PRL_RETURN_IF_ERROR(subscriber->receiver_->Handshake(options.timeout));
   subscriber->receiver_->Start();
   return subscriber;

@@ -66,14 +66,14 @@ class CollectiveWeightPublisher final : public WeightPublisher {
  public:
   // Serves the rendezvous store on options.address and starts the broadcaster thread.
   static absl::StatusOr<std::unique_ptr<CollectiveWeightPublisher>> Start(
-      const ModelConfig& config, const CollectivePublisherOptions& options);
+      const WeightSpec& spec, const CollectivePublisherOptions& options);
   // Tells the current epoch that it ends, stops the broadcaster and the store. May wait for a
   // broadcast or an epoch formation in progress (at most `timeout`).
   ~CollectiveWeightPublisher() override;
 
   // Copies `weights` (CPU or any CUDA device) into a snapshot and returns; never waits for the
   // broadcaster or a subscriber.
-  absl::Status Publish(int64_t version, const ParameterSet& weights) override;
+  absl::Status PublishWeights(int64_t version, const WeightView& weights) override;
   // The newest version published, in the version file, or held by a subscriber that
   // announced itself.
   int64_t newest_version() const override;
@@ -106,7 +106,7 @@ class CollectiveWeightSubscriber final : public WeightSubscriber {
   // it), runs the handshake (a model or data path mismatch is FailedPrecondition naming it),
   // then announces itself and starts receiving in the background.
   static absl::StatusOr<std::unique_ptr<CollectiveWeightSubscriber>> Connect(
-      const std::string& address, const ModelConfig& config,
+      const std::string& address, const WeightSpec& spec,
       const CollectiveSubscriberOptions& options);
   // Stops announcing and receiving; may wait for a collective in progress (within the
   // publisher's keepalive interval while it lives, at most `timeout`).

@@ -46,8 +46,8 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> MapExisting(const std::string& na
 }
 
 absl::StatusOr<std::unique_ptr<SharedSegment>> CreateNew(const std::string& name,
-                                                         const ModelConfig& config) {
-  const std::string fingerprint = ModelFingerprint(config);
+                                                         const WeightSpec& spec) {
+  const std::string fingerprint = WeightFingerprint(spec);
   CudaIpcFixedHeader f{};
   if (fingerprint.size() >= sizeof(f.fingerprint)) {
     return absl::InvalidArgumentError(absl::StrCat("model fingerprint is ", fingerprint.size(),
@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> CreateNew(const std::string& name
   f.magic = kCudaIpcMagic;
   f.layout_version = kCudaIpcLayoutVersion;
   f.segment_bytes = kCudaIpcSegmentBytes;
-  f.weight_bytes = static_cast<uint64_t>(WeightBytes(config));
+  f.weight_bytes = static_cast<uint64_t>(WeightBytes(spec));
   f.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -89,16 +89,16 @@ WeightHandshake CudaIpcSegmentHandshake(const CudaIpcHeader& header) {
 }
 
 absl::StatusOr<std::unique_ptr<CudaIpcControl>> CudaIpcControl::Attach(const std::string& name,
-                                                                       const ModelConfig& config) {
+                                                                       const WeightSpec& spec) {
   PRL_RETURN_IF_ERROR(ValidateSegmentName(name, kCudaIpcKind));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
-  absl::StatusOr<std::unique_ptr<SharedSegment>> s = CreateNew(name, config);
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  absl::StatusOr<std::unique_ptr<SharedSegment>> s = CreateNew(name, spec);
   if (s.status().code() == absl::StatusCode::kAlreadyExists) {
     // A restarted publisher: adopt the segment if its publisher is gone and it fits.
     s = MapExisting(name);
     if (s.ok()) {
       PRL_RETURN_IF_ERROR(CheckHandshake(CudaIpcSegmentHandshake(HeaderOf(**s)),
-                                         LocalHandshake("cuda_ipc", config), Where(name)));
+                                         LocalHandshake("cuda_ipc", spec), Where(name)));
     }
   }
   if (!s.ok()) return s.status();
@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<CudaIpcControl>> CudaIpcControl::Attach(const std
 }
 
 absl::StatusOr<std::unique_ptr<CudaIpcControl>> CudaIpcControl::Open(const std::string& name,
-                                                                     const ModelConfig& config,
+                                                                     const WeightSpec& spec,
                                                                      absl::Duration open_timeout) {
   const absl::Time deadline = absl::Now() + open_timeout;
   absl::StatusOr<std::unique_ptr<SharedSegment>> s = MapExisting(name);
@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<CudaIpcControl>> CudaIpcControl::Open(const std::
   }
   if (!s.ok()) return s.status();
   PRL_RETURN_IF_ERROR(CheckHandshake(CudaIpcSegmentHandshake(HeaderOf(**s)),
-                                     LocalHandshake("cuda_ipc", config), Where(name)));
+                                     LocalHandshake("cuda_ipc", spec), Where(name)));
   return std::unique_ptr<CudaIpcControl>(new CudaIpcControl(*std::move(s), false));
 }
 

@@ -32,11 +32,11 @@ class CudaIpcControl {
   // is gone (its model must match; its newest version stays, as held_version()), and attaches
   // as its publisher. AlreadyExists while another publisher of it lives.
   static absl::StatusOr<std::unique_ptr<CudaIpcControl>> Attach(const std::string& name,
-                                                                const ModelConfig& config);
+                                                                const WeightSpec& spec);
   // Subscriber: maps segment `name` (waiting up to `open_timeout` for it to appear) and runs
   // the handshake against `config`. Errors name the segment and what is wrong with it.
   static absl::StatusOr<std::unique_ptr<CudaIpcControl>> Open(const std::string& name,
-                                                              const ModelConfig& config,
+                                                              const WeightSpec& spec,
                                                               absl::Duration open_timeout);
   ~CudaIpcControl();  // a publisher that has not detached does so
 

@@ -16,6 +16,7 @@ using weight_broadcast_internal::ExportedBuffer;
 using weight_broadcast_internal::ImportedBuffer;
 using weight_broadcast_internal::IpcHandle;
 using weight_broadcast_internal::WeightMailbox;
+using weight_broadcast_internal::WeightBuffer;
 
 namespace {
 
@@ -49,13 +50,13 @@ absl::Status CheckCudaDevice(Device device, absl::string_view field) {
 // ---- Publisher ----------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CudaIpcWeightPublisher>> CudaIpcWeightPublisher::Create(
-    const std::string& name, const ModelConfig& config, const CudaIpcPublisherOptions& options) {
+    const std::string& name, const WeightSpec& spec, const CudaIpcPublisherOptions& options) {
   PRL_RETURN_IF_ERROR(CheckCudaDevice(options.device, "CudaIpcPublisherOptions.device"));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
   auto publisher =
       std::unique_ptr<CudaIpcWeightPublisher>(new CudaIpcWeightPublisher(name, options));
-  publisher->handshake_ = LocalHandshake("cuda_ipc", config);
-  PRL_ASSIGN_OR_RETURN(publisher->control_, CudaIpcControl::Attach(name, config));
+  publisher->handshake_ = LocalHandshake("cuda_ipc", spec);
+  PRL_ASSIGN_OR_RETURN(publisher->control_, CudaIpcControl::Attach(name, spec));
   const auto bytes = static_cast<size_t>(publisher->handshake_.weight_bytes);
   for (auto& buffer : publisher->buffers_) {
     PRL_ASSIGN_OR_RETURN(buffer, ExportedBuffer::Allocate(options.device, bytes));
@@ -78,7 +79,7 @@ CudaIpcWeightPublisher::~CudaIpcWeightPublisher() {
   for (auto& buffer : buffers_) buffer.reset();
 }
 
-absl::Status CudaIpcWeightPublisher::Publish(int64_t version, const ParameterSet& weights) {
+absl::Status CudaIpcWeightPublisher::PublishWeights(int64_t version, const WeightView& weights) {
   const absl::Time start = absl::Now();
   const std::string where = absl::StrCat("Publish to CUDA IPC weight segment '", name_, "'");
   PRL_RETURN_IF_ERROR(versions_.CheckNext(
@@ -90,8 +91,8 @@ absl::Status CudaIpcWeightPublisher::Publish(int64_t version, const ParameterSet
   const CudaIpcControl::Write write = control_->BeginWrite(version, handles);
   // Synchronous: the bytes have landed before the slot is marked complete. On an error the slot
   // stays odd, as if this publisher had died mid-write: readers keep the other one.
-  PRL_RETURN_IF_ERROR(CopyBytes(buffers_[write.slot]->data(), options_.device, weights.data(),
-                                weights.buffer.device(), weights.buffer.bytes()));
+  PRL_RETURN_IF_ERROR(CopyBytes(buffers_[write.slot]->data(), options_.device, weights.data,
+                                weights.device, weights.bytes));
   control_->EndWrite(write);
   versions_.Published(version);
 
@@ -122,7 +123,7 @@ class CudaIpcWeightSubscriber::Receiver {
  private:
   enum class Outcome { kDelivered, kRetry, kWait, kFailed };
   // One attempt at the newest version into `dest`.
-  Outcome ReceiveInto(std::shared_ptr<ParameterSet>& dest, absl::Time start);
+  Outcome ReceiveInto(WeightBuffer& dest, absl::Time start);
   // The mapping of `view`'s buffer, opening it if needed.
   absl::StatusOr<const ImportedBuffer*> Mapping(const CudaIpcControl::SlotView& view);
   void DropMappings() {
@@ -138,7 +139,7 @@ class CudaIpcWeightSubscriber::Receiver {
 };
 
 void CudaIpcWeightSubscriber::Receiver::Loop() {
-  std::shared_ptr<ParameterSet> dest;
+  WeightBuffer dest;
   while (!mailbox_->closed()) {
     const uint32_t seen = control_->futex_value();
     // Never keep mappings of a publisher that detached or died: its buffers are (being) freed.
@@ -147,8 +148,8 @@ void CudaIpcWeightSubscriber::Receiver::Loop() {
       control_->WaitForChange(seen, kWaitSliceNs);
       continue;
     }
-    if (dest == nullptr) {
-      absl::StatusOr<std::shared_ptr<ParameterSet>> acquired = mailbox_->AcquireBuffer();
+    if (dest.empty()) {
+      absl::StatusOr<WeightBuffer> acquired = mailbox_->AcquireBuffer();
       if (!acquired.ok()) {
         mailbox_->Fail(acquired.status());
         return;
@@ -171,7 +172,7 @@ void CudaIpcWeightSubscriber::Receiver::Loop() {
 }
 
 CudaIpcWeightSubscriber::Receiver::Outcome CudaIpcWeightSubscriber::Receiver::ReceiveInto(
-    std::shared_ptr<ParameterSet>& dest, absl::Time start) {
+    WeightBuffer& dest, absl::Time start) {
   CudaIpcControl::SlotView view;
   switch (control_->BeginRead(&view)) {
     case CudaIpcControl::ReadState::kNothing:
@@ -189,7 +190,7 @@ CudaIpcWeightSubscriber::Receiver::Outcome CudaIpcWeightSubscriber::Receiver::Re
     return Outcome::kWait;
   }
   if (!control_->EnterReader(view.owner)) return Outcome::kWait;
-  const absl::Status copied = CopyBytes(dest->data(), device_, (*source)->data(), device_,
+  const absl::Status copied = CopyBytes(dest.data(), device_, (*source)->data(), device_,
                                         static_cast<size_t>(control_->weight_bytes()));
   const bool intact = control_->EndRead(view);
   control_->LeaveReader();
@@ -203,7 +204,7 @@ CudaIpcWeightSubscriber::Receiver::Outcome CudaIpcWeightSubscriber::Receiver::Re
   }
   if (!intact) return Outcome::kRetry;
   mailbox_->Deliver(view.read.version, std::move(dest), absl::Now() - start);
-  dest = nullptr;
+  dest = {};
   return Outcome::kDelivered;
 }
 
@@ -222,13 +223,13 @@ absl::StatusOr<const ImportedBuffer*> CudaIpcWeightSubscriber::Receiver::Mapping
 }
 
 absl::StatusOr<std::unique_ptr<CudaIpcWeightSubscriber>> CudaIpcWeightSubscriber::Open(
-    const std::string& name, const ModelConfig& config, const CudaIpcSubscriberOptions& options) {
+    const std::string& name, const WeightSpec& spec, const CudaIpcSubscriberOptions& options) {
   PRL_RETURN_IF_ERROR(CheckCudaDevice(options.device, "CudaIpcSubscriberOptions.device"));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<CudaIpcControl> control,
-                       CudaIpcControl::Open(name, config, options.open_timeout));
+                       CudaIpcControl::Open(name, spec, options.open_timeout));
   auto subscriber = std::unique_ptr<CudaIpcWeightSubscriber>(new CudaIpcWeightSubscriber());
-  subscriber->mailbox_ = std::make_unique<WeightMailbox>(config, options.device);
+  subscriber->mailbox_ = std::make_unique<WeightMailbox>(spec, options.device);
   subscriber->receiver_ =
       std::make_unique<Receiver>(std::move(control), options.device, subscriber->mailbox_.get());
   subscriber->thread_ = std::thread([r = subscriber->receiver_.get()] { r->Loop(); });

@@ -56,14 +56,14 @@ class CudaIpcWeightPublisher final : public WeightPublisher {
   // device buffers on options.device, or adopts an existing segment whose publisher is gone
   // (its model must match). AlreadyExists while another publisher of it lives.
   static absl::StatusOr<std::unique_ptr<CudaIpcWeightPublisher>> Create(
-      const std::string& name, const ModelConfig& config, const CudaIpcPublisherOptions& options);
+      const std::string& name, const WeightSpec& spec, const CudaIpcPublisherOptions& options);
   // Detaches (subscribers stop reading), waits up to drain_timeout for copies in progress, then
   // frees the buffers. The segment and its versions' numbers remain.
   ~CudaIpcWeightPublisher() override;
 
   // Copies `weights` (CPU or any CUDA device) into the buffer of the older slot and publishes
   // it. Returns when the copy has landed.
-  absl::Status Publish(int64_t version, const ParameterSet& weights) override;
+  absl::Status PublishWeights(int64_t version, const WeightView& weights) override;
   // The newest version published, or held by the segment from an earlier publisher.
   int64_t newest_version() const override { return versions_.newest(); }
   PublisherStats stats() const override;
@@ -94,7 +94,7 @@ class CudaIpcWeightSubscriber final : public WeightSubscriber {
   // (FailedPrecondition naming the field), another layout version, a size that disagrees with
   // its header, or a corrupted header are errors saying so.
   static absl::StatusOr<std::unique_ptr<CudaIpcWeightSubscriber>> Open(
-      const std::string& name, const ModelConfig& config, const CudaIpcSubscriberOptions& options);
+      const std::string& name, const WeightSpec& spec, const CudaIpcSubscriberOptions& options);
   ~CudaIpcWeightSubscriber() override;  // stops the receiver (within ~50 ms), closes mappings
 
   absl::StatusOr<std::optional<VersionedWeights>> TakeNewer(int64_t have) override;

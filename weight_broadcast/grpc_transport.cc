@@ -37,9 +37,9 @@ struct GrpcWeightPublisher::Snapshot {
 
 class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
  public:
-  Service(const ModelConfig& config, const GrpcPublisherOptions& options)
-      : handshake_(LocalHandshake("grpc", config)),
-        config_json_(ModelConfigToJson(config)),
+  Service(const WeightSpec& spec, const GrpcPublisherOptions& options)
+      : handshake_(LocalHandshake("grpc", spec)),
+        config_json_(ModelConfigToJson(spec.model)),
         weight_bytes_(handshake_.weight_bytes),
         chunk_bytes_(options.chunk_bytes),
         stall_timeout_(options.stall_timeout),
@@ -84,7 +84,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
     }
   }
 
-  absl::Status Publish(int64_t version, const ParameterSet& weights) {
+  absl::Status Publish(int64_t version, const WeightView& weights) {
     const absl::Time start = absl::Now();
     constexpr absl::string_view kWhere = "Publish to the weight server";
     PRL_RETURN_IF_ERROR(versions_.CheckNext(version, kWhere));
@@ -107,8 +107,8 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
       snapshot = std::make_shared<Snapshot>();
       PRL_ASSIGN_OR_RETURN(snapshot->bytes, Buffer::Allocate(Device::Cpu(), bytes));
     }
-    PRL_RETURN_IF_ERROR(CopyBytes(snapshot->bytes.data(), Device::Cpu(), weights.data(),
-                                  weights.buffer.device(), bytes));
+    PRL_RETURN_IF_ERROR(
+        CopyBytes(snapshot->bytes.data(), Device::Cpu(), weights.data, weights.device, bytes));
     snapshot->version = version;
     snapshot->checksum = XXH3_64bits(snapshot->bytes.data(), bytes);
 
@@ -204,7 +204,10 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
       chunk.set_offset(static_cast<uint64_t>(offset));
       chunk.set_total_bytes(static_cast<uint64_t>(total));
       chunk.set_data(data + offset, static_cast<size_t>(n));
-      if (offset == 0) chunk.set_config_json(config_json_);
+      if (offset == 0) {
+        chunk.set_config_json(config_json_);
+        chunk.set_weights_fingerprint(handshake_.model_fingerprint);
+      }
       if (offset + n == total) chunk.set_checksum(s.checksum);
       if (corrupt_next_.exchange(false)) (*chunk.mutable_data())[n / 2] ^= 0x5a;
       if (!writer->Write(chunk)) return false;
@@ -241,15 +244,15 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
 };
 
 absl::StatusOr<std::unique_ptr<GrpcWeightPublisher>> GrpcWeightPublisher::Start(
-    const ModelConfig& config, const GrpcPublisherOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
+    const WeightSpec& spec, const GrpcPublisherOptions& options) {
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
   if (options.chunk_bytes < 4096 || options.chunk_bytes > (int64_t{256} << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("GrpcPublisherOptions.chunk_bytes must be in [4096, 256 MiB], found ",
                      options.chunk_bytes));
   }
   auto publisher = std::unique_ptr<GrpcWeightPublisher>(new GrpcWeightPublisher());
-  publisher->service_ = std::make_unique<Service>(config, options);
+  publisher->service_ = std::make_unique<Service>(spec, options);
   PRL_RETURN_IF_ERROR(publisher->service_->LoadHeldVersion());
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, options.chunk_bytes + (int64_t{1} << 20));
@@ -275,7 +278,7 @@ void GrpcWeightPublisher::Shutdown() {
   server_.reset();
 }
 
-absl::Status GrpcWeightPublisher::Publish(int64_t version, const ParameterSet& weights) {
+absl::Status GrpcWeightPublisher::PublishWeights(int64_t version, const WeightView& weights) {
   return service_->Publish(version, weights);
 }
 
@@ -291,14 +294,14 @@ void GrpcWeightPublisher::CorruptNextChunkForTesting() { service_->CorruptNextCh
 struct GrpcWeightSubscriber::Receiving {
   int64_t version = -1;  // -1: between versions
   uint64_t next_offset = 0;
-  std::shared_ptr<ParameterSet> dest;
+  weight_broadcast_internal::WeightBuffer dest;
   XXH3_state_t hash;
   absl::Time start;
 };
 
 absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Connect(
-    const std::string& target, const ModelConfig& config, const GrpcSubscriberOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
+    const std::string& target, const WeightSpec& spec, const GrpcSubscriberOptions& options) {
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
   if (options.initial_backoff <= absl::ZeroDuration() ||
       options.max_backoff < options.initial_backoff) {
     return absl::InvalidArgumentError(
@@ -307,7 +310,7 @@ absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Conn
                      absl::FormatDuration(options.max_backoff)));
   }
   auto subscriber =
-      std::unique_ptr<GrpcWeightSubscriber>(new GrpcWeightSubscriber(target, config, options));
+      std::unique_ptr<GrpcWeightSubscriber>(new GrpcWeightSubscriber(target, spec, options));
   grpc::ChannelArguments args = rpc::ChannelArgs(options.max_message_bytes);
   // gRPC's own reconnect backoff (1 s growing to 2 min by default) would make a restarted
   // learner wait: follow ours instead.
@@ -327,13 +330,13 @@ absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Conn
   return subscriber;
 }
 
-GrpcWeightSubscriber::GrpcWeightSubscriber(const std::string& target, const ModelConfig& config,
+GrpcWeightSubscriber::GrpcWeightSubscriber(const std::string& target, const WeightSpec& spec,
                                            const GrpcSubscriberOptions& options)
     : target_(target),
-      handshake_(LocalHandshake("grpc", config)),
+      handshake_(LocalHandshake("grpc", spec)),
       weight_bytes_(static_cast<uint64_t>(handshake_.weight_bytes)),
       options_(options),
-      mailbox_(std::make_unique<WeightMailbox>(config, options.device)) {}
+      mailbox_(std::make_unique<WeightMailbox>(spec, options.device)) {}
 
 GrpcWeightSubscriber::~GrpcWeightSubscriber() {
   mailbox_->Close();
@@ -403,6 +406,9 @@ absl::Status GrpcWeightSubscriber::Accept(const v1::WeightChunk& chunk, Receivin
     PRL_ASSIGN_OR_RETURN(ModelConfig published,
                          ParseModelConfig(chunk.config_json(), "the weight server's config.json"));
     WeightHandshake theirs = LocalHandshake("grpc", published);
+    if (!chunk.weights_fingerprint().empty()) {
+      theirs.model_fingerprint = chunk.weights_fingerprint();
+    }
     theirs.weight_bytes = static_cast<int64_t>(chunk.total_bytes());
     PRL_RETURN_IF_ERROR(CheckHandshake(theirs, handshake_, "weight server"));
     PRL_ASSIGN_OR_RETURN(r->dest, mailbox_->AcquireBuffer());
@@ -424,8 +430,8 @@ absl::Status GrpcWeightSubscriber::Accept(const v1::WeightChunk& chunk, Receivin
                      r->next_offset, ", got version ", chunk.version(), " bytes [", chunk.offset(),
                      ", ", chunk.offset() + n, ") of ", total));
   }
-  PRL_RETURN_IF_ERROR(CopyBytes(reinterpret_cast<uint8_t*>(r->dest->data()) + r->next_offset,
-                                r->dest->buffer.device(), chunk.data().data(), Device::Cpu(), n));
+  PRL_RETURN_IF_ERROR(CopyBytes(reinterpret_cast<uint8_t*>(r->dest.data()) + r->next_offset,
+                                r->dest.device(), chunk.data().data(), Device::Cpu(), n));
   XXH3_64bits_update(&r->hash, chunk.data().data(), n);
   r->next_offset += n;
   if (r->next_offset < total) return absl::OkStatus();

@@ -54,10 +54,10 @@ struct GrpcPublisherOptions {
 class GrpcWeightPublisher final : public WeightPublisher {
  public:
   static absl::StatusOr<std::unique_ptr<GrpcWeightPublisher>> Start(
-      const ModelConfig& config, const GrpcPublisherOptions& options);
+      const WeightSpec& spec, const GrpcPublisherOptions& options);
   ~GrpcWeightPublisher() override;  // Shutdown()
 
-  absl::Status Publish(int64_t version, const ParameterSet& weights) override;
+  absl::Status PublishWeights(int64_t version, const WeightView& weights) override;
   // The newest version published, in the version file, or held by a subscriber that
   // connected (its have_version).
   int64_t newest_version() const override;
@@ -94,7 +94,7 @@ class GrpcWeightSubscriber final : public WeightSubscriber {
   // Starts the receiver thread for `target` (host:port). Does not wait for the server: an
   // unreachable one is retried and shows in stats().last_error and WaitNewer's message.
   static absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> Connect(
-      const std::string& target, const ModelConfig& config,
+      const std::string& target, const WeightSpec& spec,
       const GrpcSubscriberOptions& options = {});
   ~GrpcWeightSubscriber() override;  // cancels the stream and joins the receiver
 
@@ -104,7 +104,7 @@ class GrpcWeightSubscriber final : public WeightSubscriber {
 
  private:
   struct Receiving;
-  GrpcWeightSubscriber(const std::string& target, const ModelConfig& config,
+  GrpcWeightSubscriber(const std::string& target, const WeightSpec& spec,
                        const GrpcSubscriberOptions& options);
   void ReceiveLoop();
   // One stream, until it ends; the status says why it ended.

@@ -16,16 +16,12 @@ namespace {
 constexpr absl::string_view kHandshakeTag = "prl-weights-v1";
 }  // namespace
 
-int64_t WeightBytes(const ModelConfig& config) {
-  return ParameterLayout(config).num_elements() * 4;
-}
-
-WeightHandshake LocalHandshake(absl::string_view transport, const ModelConfig& config,
+WeightHandshake LocalHandshake(absl::string_view transport, const WeightSpec& spec,
                                absl::string_view data_path) {
   WeightHandshake h;
   h.transport = std::string(transport);
-  h.model_fingerprint = ModelFingerprint(config);
-  h.weight_bytes = WeightBytes(config);
+  h.model_fingerprint = WeightFingerprint(spec);
+  h.weight_bytes = WeightBytes(spec);
   h.data_path = std::string(data_path);
   return h;
 }
@@ -53,14 +49,13 @@ absl::Status CheckHandshake(const WeightHandshake& published, const WeightHandsh
   return absl::OkStatus();
 }
 
-absl::Status CheckPublishedWeights(const WeightHandshake& publisher, const ParameterSet& weights,
+absl::Status CheckPublishedWeights(const WeightHandshake& publisher, const WeightView& weights,
                                    absl::string_view where) {
-  PRL_RETURN_IF_ERROR(
-      CheckSameModel(publisher.model_fingerprint, ModelFingerprint(weights.config), where));
-  if (static_cast<int64_t>(weights.buffer.bytes()) != publisher.weight_bytes) {
+  PRL_RETURN_IF_ERROR(CheckSameModel(publisher.model_fingerprint, weights.fingerprint, where));
+  if (static_cast<int64_t>(weights.bytes) != publisher.weight_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": weights buffer must be ",
                                                    publisher.weight_bytes, " bytes, found ",
-                                                   weights.buffer.bytes()));
+                                                   weights.bytes));
   }
   return absl::OkStatus();
 }

@@ -18,23 +18,22 @@
 #include "absl/strings/string_view.h"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "weight_broadcast/weight_transport.h"
 
 namespace prl {
 
 struct WeightHandshake {
   std::string transport;          // "shm", "grpc", "cuda_ipc", "nccl"
-  std::string model_fingerprint;  // ModelFingerprint(config)
-  int64_t weight_bytes = 0;       // one version: the fp32 ParameterSet buffer
+  std::string model_fingerprint;  // WeightFingerprint(spec)
+  int64_t weight_bytes = 0;       // one version: the fp32 ParameterSet (or LoraSet) buffer
   // The medium both sides must share, where the transport has a choice; "" where it has none.
   // nccl: "gloo (cpu)" or "nccl (cuda)", chosen by each side's device.
   std::string data_path;
 };
 
-// Bytes of one version of `config`'s weights (ParameterLayout(config).num_elements() * 4).
-int64_t WeightBytes(const ModelConfig& config);
-
-// This process's side of the handshake.
-WeightHandshake LocalHandshake(absl::string_view transport, const ModelConfig& config,
+// This process's side of the handshake (weight_transport.h's WeightFingerprint and
+// WeightBytes of `spec`).
+WeightHandshake LocalHandshake(absl::string_view transport, const WeightSpec& spec,
                                absl::string_view data_path = "");
 
 // OK if `published` (the publisher's side) and `local` agree; otherwise FailedPrecondition
@@ -46,7 +45,7 @@ absl::Status CheckHandshake(const WeightHandshake& published, const WeightHandsh
 
 // The weights handed to a publisher's Publish must be its model's: FailedPrecondition naming
 // the first differing config.json field, or InvalidArgument for a buffer of another size.
-absl::Status CheckPublishedWeights(const WeightHandshake& publisher, const ParameterSet& weights,
+absl::Status CheckPublishedWeights(const WeightHandshake& publisher, const WeightView& weights,
                                    absl::string_view where);
 
 // The handshake as text, for transports that carry it as bytes: five lines,

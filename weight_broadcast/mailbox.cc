@@ -17,7 +17,7 @@ std::chrono::nanoseconds Bounded(absl::Duration d) {
 }
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<ParameterSet>> WeightMailbox::AcquireBuffer() {
+absl::StatusOr<WeightBuffer> WeightMailbox::AcquireBuffer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = retired_.begin(); it != retired_.end(); ++it) {
@@ -26,21 +26,28 @@ absl::StatusOr<std::shared_ptr<ParameterSet>> WeightMailbox::AcquireBuffer() {
       // reference drop) before our writes.
       if (it->use_count() == 1) {
         std::atomic_thread_fence(std::memory_order_acquire);
-        std::shared_ptr<ParameterSet> reused = std::move(*it);
+        WeightBuffer reused = std::move(*it);
         retired_.erase(it);
         return reused;
       }
     }
   }
-  PRL_ASSIGN_OR_RETURN(ParameterSet set,
-                       ParameterSet::Allocate(config_, device_, /*zeroed=*/false));
-  return std::make_shared<ParameterSet>(std::move(set));
+  WeightBuffer buffer;
+  if (spec_.adapter.has_value()) {
+    PRL_ASSIGN_OR_RETURN(LoraSet set,
+                         LoraSet::Allocate(spec_.model, *spec_.adapter, device_, /*zeroed=*/false));
+    buffer.adapter = std::make_shared<LoraSet>(std::move(set));
+  } else {
+    PRL_ASSIGN_OR_RETURN(ParameterSet set,
+                         ParameterSet::Allocate(spec_.model, device_, /*zeroed=*/false));
+    buffer.params = std::make_shared<ParameterSet>(std::move(set));
+  }
+  return buffer;
 }
 
-void WeightMailbox::Deliver(int64_t version, std::shared_ptr<ParameterSet> weights,
-                            absl::Duration transfer) {
+void WeightMailbox::Deliver(int64_t version, WeightBuffer weights, absl::Duration transfer) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (latest_ != nullptr) {
+  if (!latest_.empty()) {
     retired_.push_back(std::move(latest_));
     if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
   }
@@ -49,7 +56,7 @@ void WeightMailbox::Deliver(int64_t version, std::shared_ptr<ParameterSet> weigh
   latest_version_ = version;
   stats_.versions_received += 1;
   stats_.last_version = version;
-  stats_.bytes_received += static_cast<int64_t>(latest_->buffer.bytes());
+  stats_.bytes_received += static_cast<int64_t>(latest_.bytes());
   stats_.last_transfer_seconds = absl::ToDoubleSeconds(transfer);
   stats_.total_transfer_seconds += stats_.last_transfer_seconds;
   changed_.notify_all();
@@ -117,7 +124,7 @@ absl::StatusOr<std::optional<VersionedWeights>> WeightMailbox::TakeNewer(int64_t
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.ok()) return failure_;
   if (latest_version_ <= have) return std::nullopt;
-  return VersionedWeights{latest_version_, latest_};
+  return Latest();
 }
 
 absl::StatusOr<VersionedWeights> WeightMailbox::WaitNewer(int64_t have,
@@ -126,12 +133,16 @@ absl::StatusOr<VersionedWeights> WeightMailbox::WaitNewer(int64_t have,
   changed_.wait_for(lock, Bounded(timeout),
                     [&] { return !failure_.ok() || closed_ || latest_version_ > have; });
   if (!failure_.ok()) return failure_;
-  if (latest_version_ > have) return VersionedWeights{latest_version_, latest_};
+  if (latest_version_ > have) return Latest();
   if (closed_) return absl::CancelledError("weight subscriber closed while waiting");
   return absl::DeadlineExceededError(absl::StrCat(
       "no weight version newer than ", have, " within ", absl::FormatDuration(timeout),
       " (newest received: ", latest_version_,
       stats_.last_error.empty() ? "" : absl::StrCat("; last error: ", stats_.last_error), ")"));
+}
+
+VersionedWeights WeightMailbox::Latest() const {
+  return VersionedWeights{latest_version_, latest_.params, latest_.adapter};
 }
 
 SubscriberStats WeightMailbox::stats() const {

@@ -26,15 +26,27 @@
 
 namespace prl::weight_broadcast_internal {
 
+// The memory one version is received into: a ParameterSet, or a LoraSet for an adapter spec.
+struct WeightBuffer {
+  std::shared_ptr<ParameterSet> params;
+  std::shared_ptr<LoraSet> adapter;
+
+  void* data() const { return params ? params->buffer.data() : adapter->buffer.data(); }
+  Device device() const { return params ? params->buffer.device() : adapter->buffer.device(); }
+  size_t bytes() const { return params ? params->buffer.bytes() : adapter->buffer.bytes(); }
+  long use_count() const { return params ? params.use_count() : adapter.use_count(); }
+  bool empty() const { return params == nullptr && adapter == nullptr; }
+};
+
 class WeightMailbox {
  public:
-  WeightMailbox(const ModelConfig& config, Device device) : config_(config), device_(device) {}
+  WeightMailbox(const WeightSpec& spec, Device device) : spec_(spec), device_(device) {}
 
-  // A ParameterSet to receive the next version into (contents undefined).
-  absl::StatusOr<std::shared_ptr<ParameterSet>> AcquireBuffer();
+  // A buffer to receive the next version into (contents undefined).
+  absl::StatusOr<WeightBuffer> AcquireBuffer();
   // Exposes a completely received version; `version` is greater than every earlier one (a
   // receiver checks with last_version() first, and drops older ones with NoteIgnored).
-  void Deliver(int64_t version, std::shared_ptr<ParameterSet> weights, absl::Duration transfer);
+  void Deliver(int64_t version, WeightBuffer weights, absl::Duration transfer);
   // Every later TakeNewer / WaitNewer returns `status` (a permanent error, e.g. a mismatch).
   void Fail(absl::Status status);
   // Wakes waiters and sleepers for good (the subscriber is being destroyed).
@@ -62,13 +74,15 @@ class WeightMailbox {
   // previous one, so two spares cover the steady state.
   static constexpr size_t kMaxRetired = 2;
 
-  const ModelConfig config_;
+  VersionedWeights Latest() const;  // mu_ held
+
+  const WeightSpec spec_;
   const Device device_;
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;  // a version arrived, a failure, or Close
-  std::shared_ptr<ParameterSet> latest_;     // newest complete version; never written again
+  WeightBuffer latest_;                      // newest complete version; never written again
   int64_t latest_version_ = -1;
-  std::vector<std::shared_ptr<ParameterSet>> retired_;
+  std::vector<WeightBuffer> retired_;
   absl::Status failure_;
   bool closed_ = false;
   SubscriberStats stats_;

@@ -71,8 +71,8 @@ WeightHandshake SegmentHandshake(const SharedSegment& m) {
 }
 
 absl::StatusOr<std::unique_ptr<SharedSegment>> CreateNew(const std::string& name,
-                                                         const ModelConfig& config) {
-  const std::string fingerprint = ModelFingerprint(config);
+                                                         const WeightSpec& spec) {
+  const std::string fingerprint = WeightFingerprint(spec);
   ShmFixedHeader f{};
   if (fingerprint.size() >= sizeof(f.fingerprint)) {
     return absl::InvalidArgumentError(absl::StrCat("model fingerprint is ", fingerprint.size(),
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> CreateNew(const std::string& name
   }
   f.magic = kShmMagic;
   f.layout_version = kShmLayoutVersion;
-  f.weight_bytes = static_cast<uint64_t>(WeightBytes(config));
+  f.weight_bytes = static_cast<uint64_t>(WeightBytes(spec));
   f.slot_offset[0] = kShmAlign;
   f.slot_offset[1] = f.slot_offset[0] + AlignUp(f.weight_bytes, kShmAlign);
   f.segment_bytes = f.slot_offset[1] + AlignUp(f.weight_bytes, kShmAlign);
@@ -104,11 +104,11 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> CreateNew(const std::string& name
 // ---- Publisher ----------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<ShmWeightPublisher>> ShmWeightPublisher::Create(
-    const std::string& name, const ModelConfig& config) {
+    const std::string& name, const WeightSpec& spec) {
   PRL_RETURN_IF_ERROR(weight_broadcast_internal::ValidateSegmentName(name, kShmKind));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(config));
-  const WeightHandshake local = LocalHandshake("shm", config);
-  absl::StatusOr<std::unique_ptr<SharedSegment>> m = CreateNew(name, config);
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  const WeightHandshake local = LocalHandshake("shm", spec);
+  absl::StatusOr<std::unique_ptr<SharedSegment>> m = CreateNew(name, spec);
   if (m.status().code() == absl::StatusCode::kAlreadyExists) {
     // A restarted publisher: adopt the segment if its publisher is gone and it fits.
     m = MapExisting(name, /*writable=*/true);
@@ -139,7 +139,7 @@ ShmWeightPublisher::~ShmWeightPublisher() {
   weight_broadcast_internal::ReleasePublisher(Header(*mapping_).publisher);
 }
 
-absl::Status ShmWeightPublisher::Publish(int64_t version, const ParameterSet& weights) {
+absl::Status ShmWeightPublisher::PublishWeights(int64_t version, const WeightView& weights) {
   const absl::Time start = absl::Now();
   ShmHeader& h = Header(*mapping_);
   const std::string where = absl::StrCat("Publish to weight segment '", name_, "'");
@@ -151,8 +151,8 @@ absl::Status ShmWeightPublisher::Publish(int64_t version, const ParameterSet& we
   PRL_RETURN_IF_ERROR(CheckPublishedWeights(handshake_, weights, where));
   const int s = weight_broadcast_internal::SlotToWrite(h.published.load(std::memory_order_acquire));
   const uint64_t writing = weight_broadcast_internal::BeginSlotWrite(h.slots[s], version);
-  PRL_RETURN_IF_ERROR(CopyBytes(Slot(*mapping_, s), Device::Cpu(), weights.data(),
-                                weights.buffer.device(), weights.buffer.bytes()));
+  PRL_RETURN_IF_ERROR(
+      CopyBytes(Slot(*mapping_, s), Device::Cpu(), weights.data, weights.device, weights.bytes));
   weight_broadcast_internal::EndSlotWrite(h.slots[s], writing, h.published, version, s);
   FutexBumpAndWake(&h.futex);
   versions_.Published(version);
@@ -173,7 +173,7 @@ PublisherStats ShmWeightPublisher::stats() const {
 // ---- Subscriber ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> ShmWeightSubscriber::Open(
-    const std::string& name, const ModelConfig& config, const ShmSubscriberOptions& options) {
+    const std::string& name, const WeightSpec& spec, const ShmSubscriberOptions& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
   absl::StatusOr<std::unique_ptr<SharedSegment>> m = MapExisting(name, /*writable=*/false);
   while ((m.status().code() == absl::StatusCode::kNotFound ||
@@ -183,17 +183,17 @@ absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> ShmWeightSubscriber::Open(
     m = MapExisting(name, /*writable=*/false);
   }
   if (!m.ok()) return m.status();
-  PRL_RETURN_IF_ERROR(CheckHandshake(SegmentHandshake(**m), LocalHandshake("shm", config),
+  PRL_RETURN_IF_ERROR(CheckHandshake(SegmentHandshake(**m), LocalHandshake("shm", spec),
                                      absl::StrCat("weight segment '", name, "'")));
   auto subscriber = std::unique_ptr<ShmWeightSubscriber>(
-      new ShmWeightSubscriber(*std::move(m), config, options.device));
+      new ShmWeightSubscriber(*std::move(m), spec, options.device));
   subscriber->receiver_ = std::thread([s = subscriber.get()] { s->ReceiveLoop(); });
   return subscriber;
 }
 
 ShmWeightSubscriber::ShmWeightSubscriber(std::unique_ptr<SharedSegment> m,
-                                         const ModelConfig& config, Device device)
-    : mapping_(std::move(m)), mailbox_(std::make_unique<WeightMailbox>(config, device)) {}
+                                         const WeightSpec& spec, Device device)
+    : mapping_(std::move(m)), mailbox_(std::make_unique<WeightMailbox>(spec, device)) {}
 
 ShmWeightSubscriber::~ShmWeightSubscriber() {
   mailbox_->Close();
@@ -216,7 +216,7 @@ void ShmWeightSubscriber::ReceiveLoop() {
       FutexWait(futex, seen, kWaitSliceNs);
       continue;
     }
-    absl::StatusOr<std::shared_ptr<ParameterSet>> dest = mailbox_->AcquireBuffer();
+    absl::StatusOr<weight_broadcast_internal::WeightBuffer> dest = mailbox_->AcquireBuffer();
     if (!dest.ok()) {
       mailbox_->Fail(dest.status());
       return;
@@ -226,7 +226,7 @@ void ShmWeightSubscriber::ReceiveLoop() {
       const std::optional<weight_broadcast_internal::SlotRead> r =
           weight_broadcast_internal::BeginSlotRead(h.published, h.slots[0], h.slots[1]);
       if (r.has_value()) {
-        const absl::Status copied = CopyBytes((*dest)->data(), (*dest)->buffer.device(),
+        const absl::Status copied = CopyBytes(dest->data(), dest->device(),
                                               Slot(*mapping_, r->slot), Device::Cpu(), bytes);
         if (!copied.ok()) {
           mailbox_->Fail(copied);

@@ -41,10 +41,10 @@ class ShmWeightPublisher final : public WeightPublisher {
   // an existing one whose publisher died (its model and size must match; its newest version
   // stays published). AlreadyExists while another publisher of it lives.
   static absl::StatusOr<std::unique_ptr<ShmWeightPublisher>> Create(const std::string& name,
-                                                                    const ModelConfig& config);
+                                                                    const WeightSpec& spec);
   ~ShmWeightPublisher() override;  // detaches; the segment and its newest version remain
 
-  absl::Status Publish(int64_t version, const ParameterSet& weights) override;
+  absl::Status PublishWeights(int64_t version, const WeightView& weights) override;
   PublisherStats stats() const override;
   // The newest version in the segment (an earlier publisher's, after a restart) or published.
   int64_t newest_version() const override { return versions_.newest(); }
@@ -73,7 +73,7 @@ class ShmWeightSubscriber final : public WeightSubscriber {
   // (FailedPrecondition naming the field), another layout version, a size that disagrees with
   // its header, or a corrupted header are errors saying so.
   static absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> Open(
-      const std::string& name, const ModelConfig& config, const ShmSubscriberOptions& options = {});
+      const std::string& name, const WeightSpec& spec, const ShmSubscriberOptions& options = {});
   ~ShmWeightSubscriber() override;  // stops the receiver (within ~50 ms)
 
   absl::StatusOr<std::optional<VersionedWeights>> TakeNewer(int64_t have) override;
@@ -82,7 +82,7 @@ class ShmWeightSubscriber final : public WeightSubscriber {
 
  private:
   ShmWeightSubscriber(std::unique_ptr<weight_broadcast_internal::SharedSegment> m,
-                      const ModelConfig& config, Device device);
+                      const WeightSpec& spec, Device device);
   void ReceiveLoop();
 
   std::unique_ptr<weight_broadcast_internal::SharedSegment> mapping_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 
 namespace prl {
@@ -69,6 +70,33 @@ std::string ModelFingerprint(const ModelConfig& c) {
       " qkv_bias=", c.qkv_bias ? "true" : "false", moe);
 }
 
+std::string WeightFingerprint(const WeightSpec& spec) {
+  std::string fingerprint = ModelFingerprint(spec.model);
+  if (spec.adapter.has_value()) {
+    const LoraConfig& l = *spec.adapter;
+    absl::StrAppend(&fingerprint, " lora_r=", l.rank, " lora_alpha=", Exact(l.alpha),
+                    " lora_rslora=", l.rslora ? "true" : "false",
+                    " lora_targets=", absl::StrJoin(l.target_modules, ","));
+  }
+  return fingerprint;
+}
+
+int64_t WeightBytes(const WeightSpec& spec) {
+  if (!spec.adapter.has_value()) return ParameterLayout(spec.model).num_elements() * 4;
+  absl::StatusOr<LoraLayout> layout = LoraLayout::Make(spec.model, *spec.adapter);
+  return layout.ok() ? layout->num_elements() * 4 : 0;
+}
+
+WeightView WeightView::Of(const ParameterSet& weights) {
+  return {ModelFingerprint(weights.config), weights.data(), weights.buffer.device(),
+          weights.buffer.bytes()};
+}
+
+WeightView WeightView::Of(const LoraSet& adapter) {
+  return {WeightFingerprint(WeightSpec(adapter.model, adapter.lora)), adapter.data(),
+          adapter.buffer.device(), adapter.buffer.bytes()};
+}
+
 absl::Status CheckSameModel(absl::string_view published, absl::string_view local,
                             absl::string_view where) {
   if (published == local) return absl::OkStatus();
@@ -84,6 +112,12 @@ absl::Status CheckSameModel(absl::string_view published, absl::string_view local
       if (k == key) b = v;
     }
     if (a != b) {
+      if (absl::StartsWith(key, "lora_")) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where, ": LoRA adapter mismatch: ", key, " is ", a, " in the published versions but ",
+            b, " here (a LoRA learner publishes its adapter alone: actors and learner need the "
+            "same learner.lora_* settings)"));
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           where, ": model config mismatch: ", key, " is ", a, " in the published model but ", b,
           " in this process's model config (actors must load the learner's config.json)"));

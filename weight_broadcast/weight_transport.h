@@ -35,6 +35,12 @@
 //   - The subscriber's model config must match the publisher's: a mismatch is a
 //     FailedPrecondition naming the first differing config.json field (ModelFingerprint),
 //     found by the one handshake check of handshake.h.
+//
+// What a version holds (WeightSpec): a model's parameters, or one LoRA adapter of a model
+// (model/lora.h; a LoRA learner publishes its adapter alone, so bytes and transfer time are
+// the adapter's). A publisher and its subscribers agree on the spec like on the model: an
+// adapter's rank, alpha and targets are fields of the fingerprint. Subscribers of an adapter
+// spec receive LoraSets (VersionedWeights::adapter), the others ParameterSets.
 #pragma once
 
 #include <cstdint>
@@ -46,13 +52,40 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 
 namespace prl {
 
+// What one version of a publisher holds: `model`'s parameters, or with `adapter` one LoRA
+// adapter of `model` (its weights alone).
+struct WeightSpec {
+  WeightSpec(const ModelConfig& model) : model(model) {}  // NOLINT: a model's parameters
+  WeightSpec(const ModelConfig& model, const LoraConfig& adapter) : model(model), adapter(adapter) {}
+  ModelConfig model;
+  std::optional<LoraConfig> adapter;
+};
+// ModelFingerprint(spec.model), and for an adapter its settings as more fields
+// ("lora_r=8 lora_alpha=16 lora_rslora=false lora_targets=q_proj,v_proj").
+std::string WeightFingerprint(const WeightSpec& spec);
+// Bytes of one version (fp32): the model's parameters or the adapter's.
+int64_t WeightBytes(const WeightSpec& spec);
+
+// One version's bytes as a publisher reads them, from a ParameterSet or a LoraSet.
+struct WeightView {
+  std::string fingerprint;  // WeightFingerprint of what it holds
+  const void* data = nullptr;
+  Device device;
+  size_t bytes = 0;
+
+  static WeightView Of(const ParameterSet& weights);
+  static WeightView Of(const LoraSet& adapter);
+};
+
 struct VersionedWeights {
   int64_t version = -1;
-  std::shared_ptr<const ParameterSet> weights;
+  std::shared_ptr<const ParameterSet> weights;  // a model's parameters (else null)
+  std::shared_ptr<const LoraSet> adapter;       // an adapter spec's version (else null)
 };
 
 struct PublisherStats {
@@ -100,8 +133,16 @@ class WeightPublisher {
   virtual ~WeightPublisher() = default;
   // Makes `weights` (its config must be the publisher's) visible as `version`, which must be
   // greater than every version published before. Copies the weights: the caller may change
-  // them as soon as Publish returns. Never waits for a subscriber.
-  virtual absl::Status Publish(int64_t version, const ParameterSet& weights) = 0;
+  // them as soon as Publish returns. Never waits for a subscriber. A publisher of an adapter
+  // spec publishes LoraSets of that adapter's settings.
+  absl::Status Publish(int64_t version, const ParameterSet& weights) {
+    return PublishWeights(version, WeightView::Of(weights));
+  }
+  absl::Status Publish(int64_t version, const LoraSet& adapter) {
+    return PublishWeights(version, WeightView::Of(adapter));
+  }
+  // The transport's half of Publish.
+  virtual absl::Status PublishWeights(int64_t version, const WeightView& weights) = 0;
   // The newest version this publisher knows of: published by it, still held by the transport
   // from an earlier publisher, or reported by subscribers; -1 if none. A learner that starts
   // numbers its next version with FirstVersionToPublish(its own, newest_version()).

@@ -2,13 +2,14 @@
 """`prl run` training a LoRA adapter on the frozen warm-started model (learner.lora_*,
 docs/learner.md).
 
-- It learns the built-in task: held-out accuracy rises after RL (measured with these settings:
-  0.127 -> 0.204, and 0.416 -> 0.642, 0.125 -> 0.208 with run.seed 2 and 3; full fine-tuning at
-  lr 1e-4 from the same start: 0.127 -> 0.204).
+- It learns the built-in task: held-out accuracy rises after RL (measured with these settings,
+  three runs: 0.455 -> 0.605, 0.624, 0.631; full fine-tuning at lr 1e-4 from the same start:
+  0.455 -> 0.671).
 - The run's outputs: adapter-final/ is a PEFT directory of the configured rank and targets,
   model-final/ the RL start model with it merged in, which is what eval_after scores.
-- The actors run what the learner trains: the behaviour / learner ratio stays near 1 (the
-  actors' merged weights and the learner's base with adapter differ by fp32 rounding only).
+- The actors run what the learner trains: the learner publishes the adapter alone and the
+  actors run the base with it, so in sync mode with the batch-invariant order on both sides the
+  behaviour log-probs are the learner's bit for bit (every ratio exactly 1, KL 0).
 
 usage: lora_run_test.py PATH_TO_PRL [unittest args]
 """
@@ -34,16 +35,15 @@ class LoraRunTest(unittest.TestCase):
         for path in glob.glob("/dev/shm/prl-%s-*" % self.name):
             os.remove(path)
 
-    def test_an_adapter_on_the_frozen_model_learns_the_task(self):
+    def run_prl(self, **sections):
         run_dir = os.path.join(self.tmp, "run")
         cfg = {
             "run": {"name": self.name, "dir": run_dir},
             "coordinator": {"listen": "127.0.0.1:0"},
             "broadcast": {"listen": "127.0.0.1:0"},
-            "sft": {"steps": 600},
-            "learner": {"steps": 800, "lora_rank": 8, "lora_targets": "all-linear",
-                        "lr": 1e-3},
         }
+        for section, values in sections.items():
+            cfg.setdefault(section, {}).update(values)
         path = os.path.join(self.tmp, "config.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -54,8 +54,16 @@ class LoraRunTest(unittest.TestCase):
         self.assertTrue(last.startswith("summary: "), out.stdout[-3000:])
         with open(last[len("summary: "):]) as f:
             summary = json.load(f)
+        with open(os.path.join(run_dir, "learner_steps.jsonl")) as f:
+            steps = [json.loads(line) for line in f if line.strip()]
+        return run_dir, summary, steps
+
+    def test_an_adapter_on_the_frozen_model_learns_the_task(self):
+        run_dir, summary, steps = self.run_prl(
+            sft={"steps": 1200},
+            learner={"steps": 800, "lora_rank": 8, "lora_targets": "all-linear", "lr": 1e-3})
         gain = summary["eval_after"] - summary["eval_before"]
-        self.assertGreaterEqual(gain, 0.04, "held-out %.3f -> %.3f" %
+        self.assertGreaterEqual(gain, 0.08, "held-out %.3f -> %.3f" %
                                 (summary["eval_before"], summary["eval_after"]))
 
         with open(os.path.join(run_dir, "adapter-final", "adapter_config.json")) as f:
@@ -67,14 +75,20 @@ class LoraRunTest(unittest.TestCase):
             os.path.join(run_dir, "adapter-final", "adapter_model.safetensors")))
         self.assertTrue(os.path.exists(os.path.join(run_dir, "model-final", "config.json")))
 
-        with open(os.path.join(run_dir, "learner_steps.jsonl")) as f:
-            steps = [json.loads(line) for line in f if line.strip()]
         self.assertEqual(len(steps), 800)
-        # Behaviour log-probs of the very weights of the step: only rounding apart.
-        fresh = [s for s in steps if s["lag_max"] == 0]
-        self.assertTrue(fresh, "some steps train on tokens of their own weights")
-        for s in fresh:
-            self.assertLess(abs(s["mean_ratio"] - 1.0), 1e-5, s)
+
+    def test_batch_invariant_actors_sample_with_the_learners_adapter_bit_for_bit(self):
+        _, summary, steps = self.run_prl(
+            run={"mode": "sync"}, sft={"steps": 100}, task={"eval_prompts": 50},
+            actors={"batch_invariant": True},
+            learner={"steps": 30, "lora_rank": 8, "lora_targets": "all-linear", "lr": 1e-3,
+                     "batch_invariant": True})
+        self.assertEqual(summary["steps"], 30)
+        for s in steps:  # every token of the very adapter version the learner trains
+            self.assertEqual(s["lag_max"], 0, s)
+            self.assertEqual(s["mean_ratio"], 1.0, s)
+            self.assertEqual(s["max_ratio"], 1.0, s)
+            self.assertEqual(s["kl_behaviour_learner"], 0.0, s)
 
 
 if __name__ == "__main__":

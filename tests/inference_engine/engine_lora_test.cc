@@ -113,6 +113,37 @@ TEST(EngineLoraTest, ATrainedAdapterChangesTheSamplesAFreshOneAndNoneDoNot) {
   EXPECT_NE(run(Adapter(c, /*trained=*/true), false), base) << "a trained adapter";
 }
 
+// A LoRA learner's actor: versions arrive as adapters (Engine::SwapAdapter). The swap waits for
+// the next Step, after which the engine reports the adapter's version, and what it samples
+// from then on is what an engine given that adapter from the start samples, bit for bit.
+TEST(EngineLoraTest, ASwappedAdapterTakesOverAtTheNextStepWithItsVersion) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 13);
+  auto first = Adapter(c, /*trained=*/true, 4, {"all-linear"}, 5);
+  auto second = Adapter(c, /*trained=*/true, 4, {"all-linear"}, 9);
+  const std::vector<Job> jobs = RandomJobs(5, c.vocab_size, 8, /*max_prompt=*/30);
+  auto logprobs_of = [&](Engine& engine) {
+    std::vector<std::vector<float>> out;
+    for (const RequestOutput& r : RunJobs(engine, jobs)) {
+      for (const SampleOutput& s : r.samples) out.push_back(s.logprobs);
+    }
+    return out;
+  };
+  auto fresh = *Engine::Create(weights, 0, InvariantOptions(c, 4096, true));
+  ASSERT_TRUE(fresh->SetAdapter(second).ok());
+  const auto want = logprobs_of(*fresh);
+
+  auto engine = *Engine::Create(weights, 0, InvariantOptions(c, 4096, true));
+  ASSERT_TRUE(engine->SetAdapter(first).ok());
+  const auto before = logprobs_of(*engine);
+  EXPECT_NE(before, want) << "two adapters that sample differently";
+  ASSERT_TRUE(engine->SwapAdapter(second, 7).ok());
+  EXPECT_EQ(engine->Stats().weight_version, 0) << "staged, not applied before a Step";
+  EXPECT_EQ(logprobs_of(*engine), want);
+  EXPECT_EQ(engine->Stats().weight_version, 7);
+  EXPECT_EQ(engine->SwapAdapter(nullptr, 8).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Requests naming three adapters (of other ranks and targets) and none, batched together, the
 // same prompts under different adapters (prefix caching on: each adapter's K/V apart), a pool
 // small enough to preempt: each request's log-probs are the learner's with its own adapter, bit

@@ -82,10 +82,10 @@ TEST_F(HandshakeTest, PublishedWeightsMustBeThePublishersModel) {
   ModelConfig other = config_;
   other.vocab_size += 64;
   auto set = *ParameterSet::Allocate(other, Device::Cpu(), /*zeroed=*/true);
-  EXPECT_TRUE(IsError(CheckPublishedWeights(ours_, set, "Publish"),
+  EXPECT_TRUE(IsError(CheckPublishedWeights(ours_, WeightView::Of(set), "Publish"),
                       absl::StatusCode::kFailedPrecondition, {"Publish: ", "vocab_size is "}));
   auto same = *ParameterSet::Allocate(config_, Device::Cpu(), /*zeroed=*/true);
-  EXPECT_TRUE(CheckPublishedWeights(ours_, same, "Publish").ok());
+  EXPECT_TRUE(CheckPublishedWeights(ours_, WeightView::Of(same), "Publish").ok());
 }
 
 TEST(VersionSequenceTest, VersionsMustIncreaseAndStayInRange) {
