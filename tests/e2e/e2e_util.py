@@ -1,9 +1,10 @@
 """What the e2e tests share: a free loopback port, running the prl binary under test, a tiny
-model and arithmetic prompts.
+model and arithmetic prompts, and a whole `prl run` from config sections.
 
 The test's main sets PRL (the binary's absolute path) before running the tests.
 """
 import json
+import os
 import socket
 import subprocess
 
@@ -39,3 +40,34 @@ def arithmetic_prompts(path, count, rng):
         for _ in range(count):
             a, b = rng.randrange(100), rng.randrange(100)
             f.write(json.dumps({"text": "%d+%d=" % (a, b), "reference": str(a + b)}) + "\n")
+
+
+def run_prl(tmp, name, sections, defaults=None):
+    """`prl run` on a loopback run named `name` in `tmp`/run, its config the defaults updated
+    with `sections` ({section: {key: value}}). Returns (exit code, stdout, the summary or None,
+    the learner's step reports)."""
+    cfg = {
+        "run": {"name": name, "dir": os.path.join(tmp, "run")},
+        "coordinator": {"listen": "127.0.0.1:0"},
+        "broadcast": {"listen": "127.0.0.1:0"},
+    }
+    for section, values in (defaults or {}).items():
+        cfg.setdefault(section, {}).update(values)
+    for section, values in sections.items():
+        cfg.setdefault(section, {}).update(values)
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    out = subprocess.run([PRL, "run", "--config", path], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=1200)
+    lines = out.stdout.strip().splitlines()
+    summary = None
+    if out.returncode == 0 and lines and lines[-1].startswith("summary: "):
+        with open(lines[-1][len("summary: "):]) as f:
+            summary = json.load(f)
+    steps = []
+    steps_path = os.path.join(tmp, "run", "learner_steps.jsonl")
+    if os.path.exists(steps_path):
+        with open(steps_path) as f:
+            steps = [json.loads(line) for line in f if line.strip()]
+    return out.returncode, out.stdout, summary, steps

@@ -17,10 +17,11 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
+
+import e2e_util
 
 PRL = None
 
@@ -36,27 +37,10 @@ class LoraRunTest(unittest.TestCase):
             os.remove(path)
 
     def run_prl(self, **sections):
-        run_dir = os.path.join(self.tmp, "run")
-        cfg = {
-            "run": {"name": self.name, "dir": run_dir},
-            "coordinator": {"listen": "127.0.0.1:0"},
-            "broadcast": {"listen": "127.0.0.1:0"},
-        }
-        for section, values in sections.items():
-            cfg.setdefault(section, {}).update(values)
-        path = os.path.join(self.tmp, "config.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
-        out = subprocess.run([PRL, "run", "--config", path], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, timeout=1200)
-        self.assertEqual(out.returncode, 0, out.stdout[-5000:])
-        last = out.stdout.strip().splitlines()[-1]
-        self.assertTrue(last.startswith("summary: "), out.stdout[-3000:])
-        with open(last[len("summary: "):]) as f:
-            summary = json.load(f)
-        with open(os.path.join(run_dir, "learner_steps.jsonl")) as f:
-            steps = [json.loads(line) for line in f if line.strip()]
-        return run_dir, summary, steps
+        code, stdout, summary, steps = e2e_util.run_prl(self.tmp, self.name, sections)
+        self.assertEqual(code, 0, stdout[-5000:])
+        self.assertIsNotNone(summary, stdout[-3000:])
+        return os.path.join(self.tmp, "run"), summary, steps
 
     def test_an_adapter_on_the_frozen_model_learns_the_task(self):
         run_dir, summary, steps = self.run_prl(
@@ -93,4 +77,5 @@ class LoraRunTest(unittest.TestCase):
 
 if __name__ == "__main__":
     PRL = sys.argv.pop(1)
+    e2e_util.PRL = PRL
     unittest.main()

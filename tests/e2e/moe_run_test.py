@@ -12,13 +12,13 @@
 usage: moe_run_test.py PATH_TO_PRL [unittest args]
 """
 import glob
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
+
+import e2e_util
 
 PRL = None
 
@@ -34,27 +34,11 @@ class MoeRunTest(unittest.TestCase):
             os.remove(path)
 
     def run_prl(self, **sections):
-        cfg = {
-            "run": {"name": self.name, "dir": os.path.join(self.tmp, "run")},
-            "model": {"preset": "tiny-qwen3-moe"},
-            "coordinator": {"listen": "127.0.0.1:0"},
-            "broadcast": {"listen": "127.0.0.1:0"},
-        }
-        for section, values in sections.items():
-            cfg.setdefault(section, {}).update(values)
-        path = os.path.join(self.tmp, "config.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
-        out = subprocess.run([PRL, "run", "--config", path], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, timeout=1200)
-        self.assertEqual(out.returncode, 0, out.stdout[-5000:])
-        last = out.stdout.strip().splitlines()[-1]
-        self.assertTrue(last.startswith("summary: "), out.stdout[-3000:])
-        with open(last[len("summary: "):]) as f:
-            summary = json.load(f)
-        with open(os.path.join(self.tmp, "run", "learner_steps.jsonl")) as f:
-            steps = [json.loads(line) for line in f if line.strip()]
-        return summary, steps, out.stdout
+        code, stdout, summary, steps = e2e_util.run_prl(
+            self.tmp, self.name, sections, defaults={"model": {"preset": "tiny-qwen3-moe"}})
+        self.assertEqual(code, 0, stdout[-5000:])
+        self.assertIsNotNone(summary, stdout[-3000:])
+        return summary, steps, stdout
 
     def assert_no_current_route_mismatch(self, steps):
         for s in steps:
@@ -86,4 +70,5 @@ class MoeRunTest(unittest.TestCase):
 
 if __name__ == "__main__":
     PRL = sys.argv.pop(1)
+    e2e_util.PRL = PRL
     unittest.main()
