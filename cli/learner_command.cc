@@ -87,7 +87,7 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
 }
 
 // What every rank sets up: the learner rank (roles/learner_rank.h), the full model (read once,
-// then sharded; kept for export) and the samples with their advantages.
+// when every weight trains, then sharded; kept for export) and the samples with their advantages.
 struct Rank {
   std::unique_ptr<roles::LearnerRank> learner;
   std::optional<ParameterSet> full;
@@ -108,8 +108,8 @@ struct Rank {
 absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f, const config::RunConfig& c,
                                                 const collective::RendezvousConfig& rendezvous) {
   auto r = std::make_unique<Rank>();
-  PRL_ASSIGN_OR_RETURN(r->full, LoadModel(c.model.path, Device::Cpu()));
-  PRL_ASSIGN_OR_RETURN(r->samples, learner::ReadTrainSamples(f.rollouts, r->full->config));
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+  PRL_ASSIGN_OR_RETURN(r->samples, learner::ReadTrainSamples(f.rollouts, model));
   PRL_ASSIGN_OR_RETURN(
       const learner::Advantages advantages,
       learner::ApplyGroupAdvantages(&r->samples, roles::AdvantageConfigFrom(c.learner)));
@@ -121,11 +121,18 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f, const config
   roles::LearnerRankOptions options;
   options.temperature = static_cast<float>(c.task.temperature);
   options.keep_gathered = f.keep_gathered;
-  PRL_ASSIGN_OR_RETURN(r->learner,
-                       roles::CreateLearnerRank(c.learner, options, *r->full, rendezvous));
+  PRL_ASSIGN_OR_RETURN(
+      r->learner, roles::CreateLearnerRank(
+                      c.learner, options, model,
+                      [&]() -> absl::StatusOr<const ParameterSet*> {
+                        if (!r->full.has_value()) {  // with LoRA: the node's first rank only
+                          PRL_ASSIGN_OR_RETURN(r->full, LoadModel(c.model.path, Device::Cpu()));
+                        }
+                        return &*r->full;
+                      },
+                      rendezvous));
   if (const LoraConfig* lora = r->learner->model->lora_config(); lora != nullptr) {
-    PRL_ASSIGN_OR_RETURN(r->adapter,
-                         LoraSet::Allocate(r->full->config, *lora, Device::Cpu(), true));
+    PRL_ASSIGN_OR_RETURN(r->adapter, LoraSet::Allocate(model, *lora, Device::Cpu(), true));
   }
   return r;
 }

@@ -39,10 +39,13 @@ absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Map(const std::string& p
 }
 
 absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Share(const std::string& path,
-                                                              const ParameterSet& weights,
-                                                              bool writer,
+                                                              const ModelConfig& config,
+                                                              const ParameterSet* weights,
+                                                              const absl::Status& failed_before,
                                                               collective::Communicator& comm) {
-  const absl::Status wrote = writer ? Write(path, weights) : absl::OkStatus();
+  const bool writer = weights != nullptr;
+  absl::Status wrote = failed_before;
+  if (wrote.ok() && writer) wrote = Write(path, *weights);
   double failed = wrote.ok() ? 0 : 1;
   PRL_RETURN_IF_ERROR(comm.AllReduceHost({&failed, 1}, collective::ReduceOp::kMax));
   PRL_RETURN_IF_ERROR(wrote);
@@ -50,7 +53,7 @@ absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Share(const std::string&
     return absl::AbortedError(
         absl::StrCat("frozen base ", path, ": another rank failed to write it (see its error)"));
   }
-  absl::StatusOr<std::unique_ptr<FrozenBase>> mapped = Map(path, weights.config);
+  absl::StatusOr<std::unique_ptr<FrozenBase>> mapped = Map(path, config);
   // Once every rank holds its mapping the name is dropped: the pages live while mapped, and no
   // file outlives the learner.
   failed = mapped.ok() ? 0 : 1;

@@ -29,11 +29,14 @@ class FrozenBase {
   // Maps `path`, which must hold `config`'s parameters (its size is checked).
   static absl::StatusOr<std::unique_ptr<FrozenBase>> Map(const std::string& path,
                                                          const ModelConfig& config);
-  // A collective over `comm`: the ranks with `writer` set write `weights` to `path`; after
-  // every rank knows the writes succeeded, every rank maps it. An error on any rank is an
-  // error on all of them.
+  // A collective over `comm`: the ranks given `weights` (the node's first; `config`'s) write
+  // them to `path`; after every rank knows the writes succeeded, every rank maps it. A rank
+  // that failed before (`failed_before`, e.g. reading the checkpoint) passes its error, which
+  // fails every rank: an error on any rank is an error on all of them.
   static absl::StatusOr<std::unique_ptr<FrozenBase>> Share(const std::string& path,
-                                                           const ParameterSet& weights, bool writer,
+                                                           const ModelConfig& config,
+                                                           const ParameterSet* weights,
+                                                           const absl::Status& failed_before,
                                                            collective::Communicator& comm);
 
   const ModelConfig& config() const { return config_; }

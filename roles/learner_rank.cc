@@ -59,13 +59,19 @@ constexpr uint64_t kStartingAdapterSeed = 1;  // as `prl adapter init`'s default
 
 // The frozen reference of learner.kl_coef: its own communicator (so that its collectives never
 // interleave with the policy's), the same sharding, no optimizer.
-absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet& start,
+absl::Status CreateReference(const config::LearnerSection& l, const ModelConfig& start,
+                             const LoadStartingWeights& load,
                              const collective::RendezvousConfig& rendezvous,
                              const learner::FsdpOptions& fsdp,
                              const collective::CommunicatorOptions& comm_options, LearnerRank* r) {
   std::optional<ParameterSet> loaded;
-  const ParameterSet* weights = &start;
-  if (!l.kl_reference.empty()) {
+  const ParameterSet* weights = nullptr;
+  // LoRA with the starting model as the reference: the frozen base itself, with an adapter of
+  // zeros (B = 0 adds exactly nothing), so that the node keeps one copy of the base.
+  const bool base_is_reference = l.kl_reference.empty() && fsdp.lora.has_value();
+  if (l.kl_reference.empty() && !base_is_reference) {
+    PRL_ASSIGN_OR_RETURN(weights, load());
+  } else if (!l.kl_reference.empty()) {
     absl::StatusOr<ParameterSet> reference = LoadModel(l.kl_reference, Device::Cpu());
     if (!reference.ok()) {
       return absl::Status(reference.status().code(),
@@ -73,10 +79,10 @@ absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet
     }
     loaded.emplace(*std::move(reference));
     weights = &*loaded;
-    if (weights->config.vocab_size != start.config.vocab_size) {
+    if (weights->config.vocab_size != start.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "learner.kl_reference: expected a model with the policy's vocabulary (vocab_size ",
-          start.config.vocab_size, "), found vocab_size ", weights->config.vocab_size, " in ",
+          start.vocab_size, "), found vocab_size ", weights->config.vocab_size, " in ",
           l.kl_reference));
     }
   }
@@ -90,6 +96,16 @@ absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet
   }
   learner::FsdpOptions reference_fsdp = fsdp;
   reference_fsdp.reshard_after_forward = true;  // forward only: nothing to keep for a backward
+  if (base_is_reference) {
+    PRL_ASSIGN_OR_RETURN(
+        r->reference, learner::FsdpModel::Create(start, r->reference_comm.get(), reference_fsdp));
+    const std::vector<float> zeros(static_cast<size_t>(r->reference->trained_elements()), 0.0f);
+    PRL_RETURN_IF_ERROR(r->reference->LoadFull(zeros));
+    r->step.reference = r->reference.get();
+    return absl::OkStatus();
+  }
+  reference_fsdp.lora.reset();  // another model: every weight of its own
+  reference_fsdp.frozen_base = nullptr;
   PRL_ASSIGN_OR_RETURN(r->reference, learner::FsdpModel::Create(
                                          weights->config, r->reference_comm.get(), reference_fsdp));
   PRL_RETURN_IF_ERROR(r->reference->LoadFull(
@@ -101,7 +117,7 @@ absl::Status CreateReference(const config::LearnerSection& l, const ParameterSet
 // The node's frozen base: written by the node's first rank (LOCAL_RANK 0; RANK 0 where the
 // launcher sets no LOCAL_RANK), mapped by all.
 absl::StatusOr<std::unique_ptr<learner::FrozenBase>> ShareFrozenBase(
-    const LearnerRankOptions& options, const ParameterSet& weights,
+    const LearnerRankOptions& options, const ModelConfig& config, const LoadStartingWeights& load,
     const collective::RendezvousConfig& rendezvous, collective::Communicator& comm) {
   int local_rank = rendezvous.rank;
   if (const char* local = std::getenv("LOCAL_RANK"); local != nullptr) {
@@ -113,8 +129,19 @@ absl::StatusOr<std::unique_ptr<learner::FrozenBase>> ShareFrozenBase(
   const std::string dir = options.frozen_base_dir.empty()
                               ? std::filesystem::temp_directory_path().string()
                               : options.frozen_base_dir;
-  const std::string path = learner::FrozenBasePath(dir, weights.config);
-  return learner::FrozenBase::Share(path, weights, local_rank == 0, comm);
+  const std::string path = learner::FrozenBasePath(dir, config);
+  // Only the writer reads the checkpoint; a failure to read it fails every rank (Share).
+  const ParameterSet* weights = nullptr;
+  absl::Status loaded;
+  if (local_rank == 0) {
+    absl::StatusOr<const ParameterSet*> read = load();
+    if (read.ok()) {
+      weights = *read;
+    } else {
+      loaded = read.status();
+    }
+  }
+  return learner::FrozenBase::Share(path, config, weights, loaded, comm);
 }
 
 }  // namespace
@@ -161,6 +188,14 @@ absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSect
 absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& l, const LearnerRankOptions& options, const ParameterSet& weights,
     const collective::RendezvousConfig& rendezvous) {
+  return CreateLearnerRank(
+      l, options, weights.config,
+      [&weights]() -> absl::StatusOr<const ParameterSet*> { return &weights; }, rendezvous);
+}
+
+absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
+    const config::LearnerSection& l, const LearnerRankOptions& options, const ModelConfig& config,
+    const LoadStartingWeights& load, const collective::RendezvousConfig& rendezvous) {
   if (rendezvous.world_size != l.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("learner.world_size = ", l.world_size,
@@ -184,24 +219,26 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
   }
   fsdp.reshard_after_forward = !options.keep_gathered;
-  PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> adapter, StartingAdapter(l, weights.config));
+  PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> adapter, StartingAdapter(l, config));
   if (adapter.has_value()) {
-    PRL_ASSIGN_OR_RETURN(r->frozen_base, ShareFrozenBase(options, weights, rendezvous, *r->comm));
+    PRL_ASSIGN_OR_RETURN(r->frozen_base,
+                         ShareFrozenBase(options, config, load, rendezvous, *r->comm));
     fsdp.lora = adapter->lora;
     fsdp.frozen_base = r->frozen_base.get();
   }
-  PRL_ASSIGN_OR_RETURN(r->model, learner::FsdpModel::Create(weights.config, r->comm.get(), fsdp));
+  PRL_ASSIGN_OR_RETURN(r->model, learner::FsdpModel::Create(config, r->comm.get(), fsdp));
   if (adapter.has_value()) {
     PRL_RETURN_IF_ERROR(
         r->model->LoadFull({adapter->data(), static_cast<size_t>(adapter->layout.num_elements())}));
   } else {
+    PRL_ASSIGN_OR_RETURN(const ParameterSet* weights, load());
     PRL_RETURN_IF_ERROR(
-        r->model->LoadFull({weights.data(), static_cast<size_t>(weights.layout.num_elements())}));
+        r->model->LoadFull({weights->data(), static_cast<size_t>(weights->layout.num_elements())}));
   }
   PRL_ASSIGN_OR_RETURN(r->optimizer,
                        learner::ShardedOptimizer::Create(r->optimizer_config, r->model.get()));
   if (r->step.loss.kl.enabled()) {
-    PRL_RETURN_IF_ERROR(CreateReference(l, weights, rendezvous, fsdp, comm_options, r.get()));
+    PRL_RETURN_IF_ERROR(CreateReference(l, config, load, rendezvous, fsdp, comm_options, r.get()));
   }
   return r;
 }

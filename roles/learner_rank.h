@@ -84,6 +84,15 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& learner, const LearnerRankOptions& options,
     const ParameterSet& weights, const collective::RendezvousConfig& rendezvous);
 
+// The starting weights on demand (loaded once, kept by the caller): every rank reads them to
+// train every weight; with LoRA only the node's first rank does (the others map the frozen base
+// it writes), and a KL reference of the starting model is that base with an adapter of zeros.
+using LoadStartingWeights = std::function<absl::StatusOr<const ParameterSet*>()>;
+absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
+    const config::LearnerSection& learner, const LearnerRankOptions& options,
+    const ModelConfig& config, const LoadStartingWeights& load,
+    const collective::RendezvousConfig& rendezvous);
+
 // Runs `rank_main` in a rank; otherwise validates `learner` and starts world_size local ranks
 // re-executing `argv` (each with RANK, WORLD_SIZE, LOCAL_RANK and a FileStore rendezvous).
 absl::Status RunLearnerRanks(

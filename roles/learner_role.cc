@@ -76,16 +76,24 @@ absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousC
   if (rendezvous.rank == 0 || rendezvous.file_store_dir.empty()) {
     PRL_ASSIGN_OR_RETURN(endpoint, StartRoleMetrics(c.metrics));
   }
-  PRL_ASSIGN_OR_RETURN(ParameterSet full, LoadModel(c.model.path, Device::Cpu()));
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+  std::optional<ParameterSet> full;  // read on demand (with LoRA: by the node's first rank only)
+  auto load = [&]() -> absl::StatusOr<const ParameterSet*> {
+    if (!full.has_value()) {
+      PRL_ASSIGN_OR_RETURN(full, LoadModel(c.model.path, Device::Cpu()));
+    }
+    return &*full;
+  };
   LearnerRankOptions rank_options;
   rank_options.temperature = static_cast<float>(c.task.temperature);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<LearnerRank> rank,
-                       CreateLearnerRank(c.learner, rank_options, full, rendezvous));
+                       CreateLearnerRank(c.learner, rank_options, model, load, rendezvous));
+  full.reset();  // sharded (or mapped): not kept
   RankZero z;
   learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
   options.step = rank->step;
   if (rank->rank0()) {
-    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, full.config, rank->device, std::move(endpoint)));
+    PRL_ASSIGN_OR_RETURN(z, StartRankZero(c, model, rank->device, std::move(endpoint)));
     PrintStart(c, *rank, z);
   } else if (endpoint != nullptr) {
     endpoint->SetReadiness([] { return absl::OkStatus(); });  // in the group, with its shard

@@ -99,7 +99,8 @@ std::vector<Pass> Sharded(const Fixture& f, int world_size, bool always_gather) 
       RunRanks(world_size, [&](int rank, collective::Communicator& comm) -> absl::Status {
         PRL_ASSIGN_OR_RETURN(
             std::unique_ptr<FrozenBase> base,
-            FrozenBase::Share(FrozenBasePath(dir.path(), f.config), f.base, rank == 0, comm));
+            FrozenBase::Share(FrozenBasePath(dir.path(), f.config), f.config,
+                              rank == 0 ? &f.base : nullptr, absl::OkStatus(), comm));
         FsdpOptions options;
         options.always_gather = always_gather;
         options.lora = f.adapter.lora;
@@ -191,7 +192,9 @@ TEST(FrozenBaseTest, OneFileIsWrittenMappedByEveryRankAndRemovedOnceMapped) {
   {
     const absl::Status status =
         AllRanksOk(RunRanks(2, [&](int rank, collective::Communicator& comm) -> absl::Status {
-          PRL_ASSIGN_OR_RETURN(mapped[rank], FrozenBase::Share(path, f.base, rank == 0, comm));
+          PRL_ASSIGN_OR_RETURN(mapped[rank],
+                               FrozenBase::Share(path, f.config, rank == 0 ? &f.base : nullptr,
+                                                 absl::OkStatus(), comm));
           return absl::OkStatus();
         }));
     ASSERT_TRUE(status.ok()) << status;
@@ -233,9 +236,9 @@ TEST(FsdpLoraErrorsTest, LoraWithoutAFrozenBaseOrWithAnotherModelsIsRefused) {
           ModelConfig other = f.config;
           other.tie_word_embeddings = true;
           ParameterSet other_base = *ParameterSet::Allocate(other, Device::Cpu(), true);
-          PRL_ASSIGN_OR_RETURN(
-              std::unique_ptr<FrozenBase> base,
-              FrozenBase::Share(FrozenBasePath(dir.path(), other), other_base, true, comm));
+          PRL_ASSIGN_OR_RETURN(std::unique_ptr<FrozenBase> base,
+                               FrozenBase::Share(FrozenBasePath(dir.path(), other), other,
+                                                 &other_base, absl::OkStatus(), comm));
           options.frozen_base = base.get();
           const absl::Status mismatch = FsdpModel::Create(f.config, &comm, options).status();
           EXPECT_NE(mismatch.message().find("another model config"), std::string::npos) << mismatch;

@@ -10,6 +10,8 @@
 #   - a new adapter (learner.lora_rank: A random with prl adapter init's seed, B zero) trains
 #     B only on its first step, as the reference says;
 #   - the check discriminates: the reference from another starting adapter fails;
+#   - the KL reference of the starting model is the frozen base: KL 0 from a new adapter, the
+#     same on one and two ranks from another;
 #   - a LoRA checkpoint resumes and `prl export --adapter` writes the adapter the learner holds;
 #     a run with other LoRA settings refuses the checkpoint.
 #
@@ -87,6 +89,20 @@ if $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --adapter a1 \
   echo "FAIL: the reference accepted the step of another starting adapter"
   exit 1
 fi
+
+# The KL reference of the starting model is the frozen base itself (an adapter of zeros): from a
+# new adapter (B = 0) the policy is the base and the KL is exactly 0; from a0 it is the same on
+# one and two ranks.
+ref_kl() {  # flags for prl learner step; prints reference_kl
+  "$PRL" learner step --model m0 --rollouts rollouts.jsonl --out kl --timeout-s 60 --optimizer sgd \
+    --lr 0.01 --kl-coef 0.1 --json "$@" | tail -n 1 |
+    $PY -c "import json, sys; print(json.load(sys.stdin)['reference_kl'])"
+}
+[[ $(ref_kl --lora-init fresh0) == 0.0 ]]
+kl1=$(ref_kl --lora-init a0 --world-size 1)
+kl2=$(ref_kl --lora-init a0 --world-size 2)
+$PY -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a > 1e-3 and abs(a - b) <= 1e-6 * a else 1)" \
+  "$kl1" "$kl2"
 
 # Checkpoints hold the adapter: two steps, a resumed third, and the export of each.
 train() {  # name, steps, then flags
