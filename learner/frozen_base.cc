@@ -1,8 +1,14 @@
 #include "learner/frozen_base.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
 #include "weight_broadcast/weight_transport.h"
@@ -14,6 +20,24 @@ std::string FrozenBasePath(const std::string& dir, const ModelConfig& config) {
   return absl::StrCat(
       dir, "/frozen_base-",
       absl::Hex(XXH3_64bits(fingerprint.data(), fingerprint.size()), absl::kZeroPad16), ".f32");
+}
+
+absl::StatusOr<std::string> PrivateTempDirectory(const std::string& parent) {
+  const std::string dir =
+      absl::StrCat(parent.empty() ? std::filesystem::temp_directory_path().string() : parent,
+                   "/prl-", getuid());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+      (st.st_mode & 0077) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        dir, ": expected a directory of this user (uid ", getuid(), ") with mode 0700, found ",
+        S_ISDIR(st.st_mode) ? "" : "no directory, ", "uid ", st.st_uid, " mode ",
+        absl::StrFormat("%o", st.st_mode & 07777), " (remove it, or set another directory)"));
+  }
+  return dir;
 }
 
 absl::Status FrozenBase::Write(const std::string& path, const ParameterSet& weights) {

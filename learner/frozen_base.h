@@ -4,7 +4,7 @@
 //
 // The file is the base's fp32 parameters in ParameterLayout order (model/parameters.h),
 // nothing else, mode 0600, written atomically by the node's first rank (LOCAL_RANK 0) at each
-// start into a node-local directory (the system's temporary directory by default) and removed
+// start into a node-local directory (PrivateTempDirectory by default) and removed
 // as soon as every rank has mapped it: the pages live while mapped, no file outlives the
 // learner, and a learner that restarts maps the weights it loaded, never a stale file. The
 // pages are mapped PROT_READ: a write into the base faults instead of changing the model.
@@ -58,5 +58,10 @@ class FrozenBase {
 // The file name of `config`'s frozen base in `dir` (its fingerprint in the name, so that two
 // models never share one).
 std::string FrozenBasePath(const std::string& dir, const ModelConfig& config);
+
+// The default directory: prl-<uid> in `parent` (empty: the system's temporary directory),
+// created mode 0700 and checked to be this user's alone (a shared /tmp must not let another
+// user place or read the file). Errors name the directory and what is wrong with it.
+absl::StatusOr<std::string> PrivateTempDirectory(const std::string& parent = "");
 
 }  // namespace prl::learner

@@ -126,9 +126,10 @@ absl::StatusOr<std::unique_ptr<learner::FrozenBase>> ShareFrozenBase(
           absl::StrCat("LOCAL_RANK: expected an integer >= 0, found '", local, "'"));
     }
   }
-  const std::string dir = options.frozen_base_dir.empty()
-                              ? std::filesystem::temp_directory_path().string()
-                              : options.frozen_base_dir;
+  std::string dir = options.frozen_base_dir;
+  if (dir.empty()) {
+    PRL_ASSIGN_OR_RETURN(dir, learner::PrivateTempDirectory());
+  }
   const std::string path = learner::FrozenBasePath(dir, config);
   // Only the writer reads the checkpoint; a failure to read it fails every rank (Share).
   const ParameterSet* weights = nullptr;

@@ -53,8 +53,8 @@ struct LearnerRankOptions {
   float temperature = 1.0f;    // the actors' sampling temperature (the learner's log-probs use it)
   bool keep_gathered = false;  // keep gathered units from forward to backward (more memory)
   // LoRA mode: the node-local directory of the node's frozen base file while the ranks map it
-  // (learner/frozen_base.h), the same on every rank of a node; empty: the system's temporary
-  // directory.
+  // (learner/frozen_base.h), the same on every rank of a node; empty: prl-<uid> (mode 0700) in
+  // the system's temporary directory.
   std::string frozen_base_dir;
 };
 

@@ -6,10 +6,12 @@
 //   within 1e-5; the gathered adapter is what was loaded, bit for bit; each rank holds a
 //   1 / W shard of the adapter and no shard of the base;
 // - the base file is written once (mode 0600), mapped by every rank, and gone once all have
-//   mapped it; a file of the wrong size is an error naming both sizes;
+//   mapped it; a file of the wrong size is an error naming both sizes; the default directory is
+//   this user's alone (0700), and one others may write is refused;
 // - LoRA without a frozen base, or with a base of another model, is refused with an error.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -204,6 +206,21 @@ TEST(FrozenBaseTest, OneFileIsWrittenMappedByEveryRankAndRemovedOnceMapped) {
     ASSERT_EQ(base->num_elements(), f.base.layout.num_elements());
     EXPECT_TRUE(std::equal(base->data(), base->data() + base->num_elements(), f.base.data()));
   }
+}
+
+TEST(FrozenBaseTest, TheDefaultDirectoryIsThisUsersAloneAndAnOpenOneIsRefused) {
+  ScratchDir parent("private_temp");
+  const absl::StatusOr<std::string> dir = PrivateTempDirectory(parent.path());
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  struct stat st {};
+  ASSERT_EQ(stat(dir->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(st.st_uid, getuid());
+  ASSERT_EQ(chmod(dir->c_str(), 0777), 0);
+  const absl::Status open = PrivateTempDirectory(parent.path()).status();
+  ASSERT_EQ(chmod(dir->c_str(), 0700), 0);
+  EXPECT_EQ(open.code(), absl::StatusCode::kPermissionDenied) << open;
+  EXPECT_NE(open.message().find("mode 777"), std::string::npos) << open;
 }
 
 TEST(FrozenBaseTest, AFileOfAnotherSizeIsAnErrorNamingBothSizes) {
