@@ -50,14 +50,22 @@ absl::StatusOr<RankZero> StartRankZero(const config::RunConfig& c, const ModelCo
   return z;
 }
 
+// ", LoRA r=8 alpha=16 ... on a frozen base (its adapter alone is published)" or "".
+std::string Lora(const LearnerRank& rank) {
+  const LoraConfig* lora = rank.model->lora_config();
+  if (lora == nullptr) return "";
+  return absl::StrCat(", LoRA ", LoraFingerprint(*lora),
+                      " on a frozen base (the adapter alone is published)");
+}
+
 void PrintStart(const config::RunConfig& c, const LearnerRank& rank, const RankZero& z) {
   const config::LearnerSection& l = c.learner;
   std::printf(
-      "learner: %d rank(s) on %s (%s), %s loss, %s advantages, %s lr %g, %lld groups per step, "
-      "max lag %lld; replay %s (%lld MiB); weights over %s%s; checkpoints every %lld steps in "
-      "%s\n",
+      "learner: %d rank(s) on %s (%s)%s, %s loss, %s advantages, %s lr %g, %lld groups per "
+      "step, max lag %lld; replay %s (%lld MiB); weights over %s%s; checkpoints every %lld steps "
+      "in %s\n",
       l.world_size, rank.device.ToString().c_str(),
-      std::string(EnumName(kComputeDTypeNames, l.dtype)).c_str(),
+      std::string(EnumName(kComputeDTypeNames, l.dtype)).c_str(), Lora(rank).c_str(),
       std::string(learner::LossKindName(l.loss)).c_str(),
       std::string(EnumName(learner::kAdvantageEstimatorNames, l.advantage)).c_str(),
       std::string(EnumName(learner::kOptimizerKindNames, l.optimizer)).c_str(), l.lr,
