@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,9 +24,8 @@ std::string FrozenBasePath(const std::string& dir, const ModelConfig& config) {
 }
 
 absl::StatusOr<std::string> PrivateTempDirectory(const std::string& parent) {
-  const std::string dir =
-      absl::StrCat(parent.empty() ? std::filesystem::temp_directory_path().string() : parent,
-                   "/prl-", getuid());
+  const std::string dir = absl::StrCat(
+      parent.empty() ? std::filesystem::temp_directory_path().string() : parent, "/prl-", getuid());
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
   }
@@ -62,11 +62,17 @@ absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Map(const std::string& p
   return std::unique_ptr<FrozenBase>(new FrozenBase(config, std::move(file)));
 }
 
-absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Share(const std::string& path,
+absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Share(const std::string& base_path,
                                                               const ModelConfig& config,
                                                               const ParameterSet* weights,
                                                               const absl::Status& failed_before,
                                                               collective::Communicator& comm) {
+  // One name per learner: rank 0 draws it for the group, so that two learners of one model on a
+  // node (two runs) never map each other's file.
+  uint64_t nonce = 0;
+  if (comm.rank() == 0) nonce = std::random_device{}() * 0x100000000ull + std::random_device{}();
+  PRL_RETURN_IF_ERROR(comm.BroadcastHost({reinterpret_cast<uint8_t*>(&nonce), sizeof(nonce)}, 0));
+  const std::string path = absl::StrCat(base_path, ".", absl::Hex(nonce, absl::kZeroPad16));
   const bool writer = weights != nullptr;
   absl::Status wrote = failed_before;
   if (wrote.ok() && writer) wrote = Write(path, *weights);

@@ -30,10 +30,11 @@ class FrozenBase {
   static absl::StatusOr<std::unique_ptr<FrozenBase>> Map(const std::string& path,
                                                          const ModelConfig& config);
   // A collective over `comm`: the ranks given `weights` (the node's first; `config`'s) write
-  // them to `path`; after every rank knows the writes succeeded, every rank maps it. A rank
+  // them to `base_path` with a suffix rank 0 draws for the group (two learners never share a
+  // file); after every rank knows the writes succeeded, every rank maps it. A rank
   // that failed before (`failed_before`, e.g. reading the checkpoint) passes its error, which
   // fails every rank: an error on any rank is an error on all of them.
-  static absl::StatusOr<std::unique_ptr<FrozenBase>> Share(const std::string& path,
+  static absl::StatusOr<std::unique_ptr<FrozenBase>> Share(const std::string& base_path,
                                                            const ModelConfig& config,
                                                            const ParameterSet* weights,
                                                            const absl::Status& failed_before,

@@ -7,7 +7,8 @@
 //   1 / W shard of the adapter and no shard of the base;
 // - the base file is written once (mode 0600), mapped by every rank, and gone once all have
 //   mapped it; a file of the wrong size is an error naming both sizes; the default directory is
-//   this user's alone (0700), and one others may write is refused;
+//   this user's alone (0700), and one others may write is refused; two learners of one model
+//   on a node each map their own base;
 // - LoRA without a frozen base, or with a base of another model, is refused with an error.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -201,11 +203,35 @@ TEST(FrozenBaseTest, OneFileIsWrittenMappedByEveryRankAndRemovedOnceMapped) {
         }));
     ASSERT_TRUE(status.ok()) << status;
   }
-  EXPECT_FALSE(std::filesystem::exists(path)) << "no file outlives the mapping";
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "no file outlives the mapping";
   for (const auto& base : mapped) {
     ASSERT_EQ(base->num_elements(), f.base.layout.num_elements());
     EXPECT_TRUE(std::equal(base->data(), base->data() + base->num_elements(), f.base.data()));
   }
+}
+
+TEST(FrozenBaseTest, TwoLearnersOfOneModelOnANodeEachMapTheirOwnBase) {
+  const Fixture f;
+  ParameterSet other = *ParameterSet::Allocate(f.config, Device::Cpu(), false);
+  for (int64_t i = 0; i < other.layout.num_elements(); ++i) other.data()[i] = f.base.data()[i] + 1;
+  ScratchDir dir("frozen_base_two");
+  const std::string path = FrozenBasePath(dir.path(), f.config);  // the same for both
+  std::vector<absl::Status> results(2);
+  auto learner = [&](const ParameterSet* weights, absl::Status* result) {
+    *result = AllRanksOk(RunRanks(2, [&](int rank, collective::Communicator& comm) -> absl::Status {
+      PRL_ASSIGN_OR_RETURN(
+          std::unique_ptr<FrozenBase> base,
+          FrozenBase::Share(path, f.config, rank == 0 ? weights : nullptr, absl::OkStatus(), comm));
+      if (!std::equal(base->data(), base->data() + base->num_elements(), weights->data())) {
+        return absl::InternalError(absl::StrCat("rank ", rank, " mapped another learner's base"));
+      }
+      return absl::OkStatus();
+    }));
+  };
+  std::thread a(learner, &f.base, &results[0]), b(learner, &other, &results[1]);
+  a.join();
+  b.join();
+  for (const absl::Status& r : results) EXPECT_TRUE(r.ok()) << r;
 }
 
 TEST(FrozenBaseTest, TheDefaultDirectoryIsThisUsersAloneAndAnOpenOneIsRefused) {
