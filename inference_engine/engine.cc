@@ -159,8 +159,8 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
       if (adapter_slots_[i].name == adapter) slot = static_cast<int32_t>(i);
     }
     if (slot < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("adapter: '", adapter, "' is not one of the engine's adapters (AddAdapter)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "adapter: '", adapter, "' is not one of the engine's adapters (AddAdapter)"));
     }
   }
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -255,9 +255,9 @@ absl::Status Engine::Step() {
 
 absl::Status Engine::CheckAdapter(const LoraSet& adapter) const {
   if (!options_.device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "engine on ", options_.device.ToString(),
-        ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
+    return absl::UnimplementedError(
+        absl::StrCat("engine on ", options_.device.ToString(),
+                     ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
   }
   return ValidateLoraParams(adapter.params, config_, options_.device);
 }
@@ -281,9 +281,9 @@ absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const L
     }
   }
   if (slot == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "AddAdapter('", name, "'): every one of the engine's ", adapter_slots_.size(),
-        " adapter slots (max_adapters) is used by requests in flight"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("AddAdapter('", name, "'): every one of the engine's ", adapter_slots_.size(),
+                     " adapter slots (max_adapters) is used by requests in flight"));
   }
   if (slot->name != name) {
     slot->requests = 0;
@@ -299,8 +299,8 @@ absl::Status Engine::RemoveAdapter(const std::string& name) {
   for (AdapterSlot& s : adapter_slots_) {
     if (s.name != name) continue;
     if (s.requests > 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "RemoveAdapter('", name, "'): ", s.requests, " request(s) in flight use it"));
+      return absl::FailedPreconditionError(absl::StrCat("RemoveAdapter('", name, "'): ", s.requests,
+                                                        " request(s) in flight use it"));
     }
     s = AdapterSlot{};
     return absl::OkStatus();
@@ -350,10 +350,10 @@ absl::Status Engine::StepOnStream() {
   Tensor logits;
   // The adapter of each chunk: its request's (AddAdapter), else SetAdapter's.
   std::vector<const LoraParams*> chunk_adapters;
-  const LoraParams* fallback = weights_->adapter() != nullptr ? &weights_->adapter()->params : nullptr;
-  const bool named = std::any_of(step.chunks.begin(), step.chunks.end(), [](const auto& c) {
-    return c.seq->request->adapter_slot >= 0;
-  });
+  const LoraSet* active = weights_->adapter();
+  const LoraParams* fallback = active != nullptr ? &active->params : nullptr;
+  const bool named = std::any_of(step.chunks.begin(), step.chunks.end(),
+                                 [](const auto& c) { return c.seq->request->adapter_slot >= 0; });
   if (named || fallback != nullptr) {
     for (const ScheduledChunk& c : step.chunks) {
       const int32_t slot = c.seq->request->adapter_slot;

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::Create(const ModelConfig& 
                        " (LoRA on CUDA waits for a GPU session to verify its kernels)"));
     }
     PRL_RETURN_IF_ERROR(ValidateLoraConfig(*options.lora, config));
-    if (!(ModelFingerprint(options.frozen_base->config()) == ModelFingerprint(config))) {
+    if (ModelFingerprint(options.frozen_base->config()) != ModelFingerprint(config)) {
       return absl::InvalidArgumentError(
           "fsdp with LoRA: the frozen base was mapped for another model config");
     }

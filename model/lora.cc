@@ -10,8 +10,8 @@
 namespace prl {
 namespace {
 
-constexpr const char* kTargetNames[kNumLoraTargets] = {"q_proj",    "k_proj",  "v_proj", "o_proj",
-                                                      "gate_proj", "up_proj", "down_proj"};
+constexpr const char* kTargetNames[kNumLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                       "gate_proj", "up_proj", "down_proj"};
 constexpr int64_t kMaxRank = 1024;
 
 bool IsAttention(LoraTarget t) { return static_cast<int>(t) <= static_cast<int>(LoraTarget::kO); }
@@ -62,9 +62,9 @@ absl::StatusOr<std::array<bool, kNumLoraTargets>> LoraTargets(const LoraConfig& 
         absl::StrCat("lora.alpha: expected a finite number > 0, found ", lora.alpha));
   }
   if (lora.target_modules.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lora.target_modules: expected at least one of ", absl::StrJoin(kTargetNames, ", "),
-        " or all-linear, found none"));
+    return absl::InvalidArgumentError(absl::StrCat("lora.target_modules: expected at least one of ",
+                                                   absl::StrJoin(kTargetNames, ", "),
+                                                   " or all-linear, found none"));
   }
   std::array<bool, kNumLoraTargets> on{};
   for (const std::string& name : lora.target_modules) {
@@ -83,9 +83,9 @@ absl::StatusOr<std::array<bool, kNumLoraTargets>> LoraTargets(const LoraConfig& 
       }
     }
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lora.target_modules: expected ", absl::StrJoin(kTargetNames, ", "),
-          " or all-linear, found '", name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("lora.target_modules: expected ",
+                                                     absl::StrJoin(kTargetNames, ", "),
+                                                     " or all-linear, found '", name, "'"));
     }
   }
   const bool mlp = on[4] || on[5] || on[6];
@@ -94,8 +94,9 @@ absl::StatusOr<std::array<bool, kNumLoraTargets>> LoraTargets(const LoraConfig& 
       if (model.IsMoeLayer(l)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "lora.target_modules: gate_proj, up_proj and down_proj name the dense MLP, and layer ",
-            l, " of this Qwen3-MoE model is sparse (its experts take no adapters); target the "
-               "attention projections (q_proj, k_proj, v_proj, o_proj)"));
+            l,
+            " of this Qwen3-MoE model is sparse (its experts take no adapters); target the "
+            "attention projections (q_proj, k_proj, v_proj, o_proj)"));
       }
     }
   }
@@ -104,8 +105,8 @@ absl::StatusOr<std::array<bool, kNumLoraTargets>> LoraTargets(const LoraConfig& 
     const LoraSite site = LoraSiteOf(static_cast<LoraTarget>(t), model);
     if (lora.rank > std::min(site.in, site.out)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("lora.rank: expected at most ", std::min(site.in, site.out), " (", kTargetNames[t],
-                       " is ", site.out, " x ", site.in, "), found ", lora.rank));
+          absl::StrCat("lora.rank: expected at most ", std::min(site.in, site.out), " (",
+                       kTargetNames[t], " is ", site.out, " x ", site.in, "), found ", lora.rank));
     }
   }
   return on;
@@ -127,8 +128,8 @@ absl::StatusOr<LoraLayout> LoraLayout::Make(const ModelConfig& model, const Lora
       const LoraTarget target = static_cast<LoraTarget>(t);
       const LoraSite site = LoraSiteOf(target, model);
       const std::string prefix =
-          absl::StrCat("base_model.model.model.layers.", l, IsAttention(target) ? ".self_attn." : ".mlp.",
-                       kTargetNames[t]);
+          absl::StrCat("base_model.model.model.layers.", l,
+                       IsAttention(target) ? ".self_attn." : ".mlp.", kTargetNames[t]);
       for (const bool is_a : {true, false}) {
         LoraEntry e;
         e.name = absl::StrCat(prefix, is_a ? ".lora_A.weight" : ".lora_B.weight");
@@ -170,8 +171,7 @@ absl::StatusOr<LoraSet> LoraSet::Allocate(const ModelConfig& model, const LoraCo
   return set;
 }
 
-absl::Status ValidateLoraParams(const LoraParams& params, const ModelConfig& model,
-                                Device device) {
+absl::Status ValidateLoraParams(const LoraParams& params, const ModelConfig& model, Device device) {
   if (static_cast<int64_t>(params.layers.size()) != model.num_hidden_layers) {
     return absl::InvalidArgumentError(absl::StrCat("LoRA adapter: ", params.layers.size(),
                                                    " layers for a model of ",
@@ -187,11 +187,12 @@ absl::Status ValidateLoraParams(const LoraParams& params, const ModelConfig& mod
                         p.b.size(1) == params.rank && p.a.dtype == DType::kF32 &&
                         p.b.dtype == DType::kF32 && p.a.device == device && p.b.device == device;
       if (!fits) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LoRA adapter: layer ", l, " ", kTargetNames[t], ": expected F32 A ", params.rank,
-            " x ", site.in, " and B ", site.out, " x ", params.rank, " on ", device.ToString(),
-            ", found A ", p.a.ShapeString(), " and B ", p.b.ShapeString(), " ",
-            DTypeName(p.a.dtype), " on ", p.a.device.ToString(), " (an adapter of another model?)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("LoRA adapter: layer ", l, " ", kTargetNames[t], ": expected F32 A ",
+                         params.rank, " x ", site.in, " and B ", site.out, " x ", params.rank,
+                         " on ", device.ToString(), ", found A ", p.a.ShapeString(), " and B ",
+                         p.b.ShapeString(), " ", DTypeName(p.a.dtype), " on ",
+                         p.a.device.ToString(), " (an adapter of another model?)"));
       }
     }
   }

@@ -47,7 +47,7 @@ absl::StatusOr<EngineOptions> ActorEngineOptions(const config::ActorsSection& a)
   return o;
 }
 
-absl::StatusOr<Device> LearnerRankDevice(const config::LearnerSection& learner, int rank) {
+absl::StatusOr<int> LocalRank(int rank) {
   int index = rank;
   if (const char* local = std::getenv("LOCAL_RANK"); local != nullptr) {
     if (!absl::SimpleAtoi(local, &index) || index < 0) {
@@ -55,6 +55,11 @@ absl::StatusOr<Device> LearnerRankDevice(const config::LearnerSection& learner, 
           absl::StrCat("LOCAL_RANK: expected an integer >= 0, found '", local, "'"));
     }
   }
+  return index;
+}
+
+absl::StatusOr<Device> LearnerRankDevice(const config::LearnerSection& learner, int rank) {
+  PRL_ASSIGN_OR_RETURN(const int index, LocalRank(rank));
   if (learner.device == DeviceType::kCpu) return Device::Cpu();
   const int count = CudaDeviceCount();
   if (index >= count && count > 0) {

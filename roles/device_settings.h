@@ -16,6 +16,10 @@ namespace prl::roles {
 // total memory on CUDA) and the scheduler limits.
 absl::StatusOr<EngineOptions> ActorEngineOptions(const config::ActorsSection& actors);
 
+// This rank's index on its node: LOCAL_RANK when the launcher set it, else `rank` (one node).
+// A LOCAL_RANK that is not an integer >= 0 is an error naming it.
+absl::StatusOr<int> LocalRank(int rank);
+
 // Learner rank `rank`'s device: the CPU, or the GPU of index LOCAL_RANK (when the launcher set
 // it; else `rank`) among the visible ones. NCCL runs one rank per GPU: a rank beyond the
 // machine's GPUs is FailedPrecondition naming both.

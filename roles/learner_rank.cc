@@ -1,10 +1,7 @@
 #include "roles/learner_rank.h"
 
-#include <cstdlib>
-#include <filesystem>
 #include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/hf_model_dir.h"
@@ -119,13 +116,7 @@ absl::Status CreateReference(const config::LearnerSection& l, const ModelConfig&
 absl::StatusOr<std::unique_ptr<learner::FrozenBase>> ShareFrozenBase(
     const LearnerRankOptions& options, const ModelConfig& config, const LoadStartingWeights& load,
     const collective::RendezvousConfig& rendezvous, collective::Communicator& comm) {
-  int local_rank = rendezvous.rank;
-  if (const char* local = std::getenv("LOCAL_RANK"); local != nullptr) {
-    if (!absl::SimpleAtoi(local, &local_rank) || local_rank < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("LOCAL_RANK: expected an integer >= 0, found '", local, "'"));
-    }
-  }
+  PRL_ASSIGN_OR_RETURN(const int local_rank, LocalRank(rendezvous.rank));
   std::string dir = options.frozen_base_dir;
   if (dir.empty()) {
     PRL_ASSIGN_OR_RETURN(dir, learner::PrivateTempDirectory());

@@ -357,7 +357,7 @@ void CollectiveWeightPublisher::Broadcaster::EndEpoch(const absl::Status& why, b
 
 absl::StatusOr<std::unique_ptr<CollectiveWeightPublisher>> CollectiveWeightPublisher::Start(
     const WeightSpec& spec, const CollectivePublisherOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   PRL_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.device.is_cuda()) {
     if (!collective::NcclCompiled()) {

@@ -330,7 +330,7 @@ absl::Status CollectiveWeightSubscriber::Receiver::ReceiveVersion(collective::Co
 absl::StatusOr<std::unique_ptr<CollectiveWeightSubscriber>> CollectiveWeightSubscriber::Connect(
     const std::string& address, const WeightSpec& spec,
     const CollectiveSubscriberOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   if (options.timeout <= absl::ZeroDuration() ||
       options.heartbeat_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(

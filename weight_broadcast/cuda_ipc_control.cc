@@ -91,7 +91,7 @@ WeightHandshake CudaIpcSegmentHandshake(const CudaIpcHeader& header) {
 absl::StatusOr<std::unique_ptr<CudaIpcControl>> CudaIpcControl::Attach(const std::string& name,
                                                                        const WeightSpec& spec) {
   PRL_RETURN_IF_ERROR(ValidateSegmentName(name, kCudaIpcKind));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   absl::StatusOr<std::unique_ptr<SharedSegment>> s = CreateNew(name, spec);
   if (s.status().code() == absl::StatusCode::kAlreadyExists) {
     // A restarted publisher: adopt the segment if its publisher is gone and it fits.

@@ -52,7 +52,7 @@ absl::Status CheckCudaDevice(Device device, absl::string_view field) {
 absl::StatusOr<std::unique_ptr<CudaIpcWeightPublisher>> CudaIpcWeightPublisher::Create(
     const std::string& name, const WeightSpec& spec, const CudaIpcPublisherOptions& options) {
   PRL_RETURN_IF_ERROR(CheckCudaDevice(options.device, "CudaIpcPublisherOptions.device"));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   auto publisher =
       std::unique_ptr<CudaIpcWeightPublisher>(new CudaIpcWeightPublisher(name, options));
   publisher->handshake_ = LocalHandshake("cuda_ipc", spec);
@@ -225,7 +225,7 @@ absl::StatusOr<const ImportedBuffer*> CudaIpcWeightSubscriber::Receiver::Mapping
 absl::StatusOr<std::unique_ptr<CudaIpcWeightSubscriber>> CudaIpcWeightSubscriber::Open(
     const std::string& name, const WeightSpec& spec, const CudaIpcSubscriberOptions& options) {
   PRL_RETURN_IF_ERROR(CheckCudaDevice(options.device, "CudaIpcSubscriberOptions.device"));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<CudaIpcControl> control,
                        CudaIpcControl::Open(name, spec, options.open_timeout));
   auto subscriber = std::unique_ptr<CudaIpcWeightSubscriber>(new CudaIpcWeightSubscriber());

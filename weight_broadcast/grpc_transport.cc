@@ -245,7 +245,7 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
 
 absl::StatusOr<std::unique_ptr<GrpcWeightPublisher>> GrpcWeightPublisher::Start(
     const WeightSpec& spec, const GrpcPublisherOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   if (options.chunk_bytes < 4096 || options.chunk_bytes > (int64_t{256} << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("GrpcPublisherOptions.chunk_bytes must be in [4096, 256 MiB], found ",
@@ -301,7 +301,7 @@ struct GrpcWeightSubscriber::Receiving {
 
 absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Connect(
     const std::string& target, const WeightSpec& spec, const GrpcSubscriberOptions& options) {
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   if (options.initial_backoff <= absl::ZeroDuration() ||
       options.max_backoff < options.initial_backoff) {
     return absl::InvalidArgumentError(

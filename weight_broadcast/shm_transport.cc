@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> CreateNew(const std::string& name
 absl::StatusOr<std::unique_ptr<ShmWeightPublisher>> ShmWeightPublisher::Create(
     const std::string& name, const WeightSpec& spec) {
   PRL_RETURN_IF_ERROR(weight_broadcast_internal::ValidateSegmentName(name, kShmKind));
-  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   const WeightHandshake local = LocalHandshake("shm", spec);
   absl::StatusOr<std::unique_ptr<SharedSegment>> m = CreateNew(name, spec);
   if (m.status().code() == absl::StatusCode::kAlreadyExists) {
@@ -174,6 +174,7 @@ PublisherStats ShmWeightPublisher::stats() const {
 
 absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> ShmWeightSubscriber::Open(
     const std::string& name, const WeightSpec& spec, const ShmSubscriberOptions& options) {
+  PRL_RETURN_IF_ERROR(ValidateWeightSpec(spec));
   const absl::Time deadline = absl::Now() + options.open_timeout;
   absl::StatusOr<std::unique_ptr<SharedSegment>> m = MapExisting(name, /*writable=*/false);
   while ((m.status().code() == absl::StatusCode::kNotFound ||

@@ -4,11 +4,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 
 namespace prl {
 
@@ -79,6 +80,12 @@ std::string WeightFingerprint(const WeightSpec& spec) {
                     " lora_targets=", absl::StrJoin(l.target_modules, ","));
   }
   return fingerprint;
+}
+
+absl::Status ValidateWeightSpec(const WeightSpec& spec) {
+  PRL_RETURN_IF_ERROR(ValidateModelConfig(spec.model));
+  if (spec.adapter.has_value()) PRL_RETURN_IF_ERROR(ValidateLoraConfig(*spec.adapter, spec.model));
+  return absl::OkStatus();
 }
 
 int64_t WeightBytes(const WeightSpec& spec) {

@@ -61,14 +61,18 @@ namespace prl {
 // adapter of `model` (its weights alone).
 struct WeightSpec {
   WeightSpec(const ModelConfig& model) : model(model) {}  // NOLINT: a model's parameters
-  WeightSpec(const ModelConfig& model, const LoraConfig& adapter) : model(model), adapter(adapter) {}
+  WeightSpec(const ModelConfig& model, const LoraConfig& adapter)
+      : model(model), adapter(adapter) {}
   ModelConfig model;
   std::optional<LoraConfig> adapter;
 };
 // ModelFingerprint(spec.model), and for an adapter its settings as more fields
 // ("lora_r=8 lora_alpha=16 lora_rslora=false lora_targets=q_proj,v_proj").
 std::string WeightFingerprint(const WeightSpec& spec);
-// Bytes of one version (fp32): the model's parameters or the adapter's.
+// The model's config (ValidateModelConfig) and the adapter's settings for it
+// (ValidateLoraConfig): every transport checks its spec when it is created.
+absl::Status ValidateWeightSpec(const WeightSpec& spec);
+// Bytes of one version (fp32) of a valid spec: the model's parameters or the adapter's.
 int64_t WeightBytes(const WeightSpec& spec);
 
 // One version's bytes as a publisher reads them, from a ParameterSet or a LoraSet.

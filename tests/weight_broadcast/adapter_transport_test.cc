@@ -1,8 +1,9 @@
 // Adapter-only versions (weight_transport.h's WeightSpec with a LoRA adapter: what a LoRA
 // learner publishes) on every CPU transport — shm, grpc and the collective one over Gloo: each
 // version arrives bit for bit as a LoraSet (VersionedWeights::adapter, no ParameterSet), one
-// version moves the adapter's bytes only (a small fraction of the model's), and a subscriber
-// of other adapter settings, or of the full model, is refused naming the first differing field.
+// version moves the adapter's bytes only (a small fraction of the model's), a subscriber of
+// other adapter settings, or of the full model, is refused naming the first differing field,
+// and settings the model cannot take are refused when either end is made.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -168,6 +169,19 @@ TEST_P(AdapterTransportTest, ASubscriberOfOtherAdapterSettingsOrOfTheModelIsRefu
     EXPECT_NE(refused.message().find("lora_r"), std::string::npos) << refused;
     EXPECT_NE(refused.message().find("learner.lora_"), std::string::npos) << refused;
   }
+}
+
+TEST_P(AdapterTransportTest, AnAdapterSpecTheModelCannotTakeIsRefusedNamingTheSetting) {
+  Transport t = Make();
+  LoraConfig bad = Adapter(4);
+  bad.target_modules = {"q_proj", "lm_head"};
+  const absl::Status publisher = t.publish(WeightSpec(model_, bad)).status();
+  EXPECT_EQ(publisher.code(), absl::StatusCode::kInvalidArgument) << publisher;
+  EXPECT_NE(publisher.message().find("lm_head"), std::string::npos) << publisher;
+  bad = Adapter(0);
+  const absl::Status subscriber = t.subscribe(WeightSpec(model_, bad)).status();
+  EXPECT_EQ(subscriber.code(), absl::StatusCode::kInvalidArgument) << subscriber;
+  EXPECT_NE(subscriber.message().find("rank"), std::string::npos) << subscriber;
 }
 
 INSTANTIATE_TEST_SUITE_P(CpuTransports, AdapterTransportTest,
