@@ -146,7 +146,16 @@ absl::Status EngineDriver::AddGranted() {
       continue;
     }
     const std::string& id = l.lease.lease_id();
-    if (absl::Status added = episodes_.Add(GroupRequestOf(l.lease)); !added.ok()) {
+    // A run of adapters' prompt (docs/tenants.md): this actor has no way yet to hold each
+    // tenant's adapter, and generating it with the base would train the adapter on another
+    // policy's samples. Given back, visibly, instead.
+    const absl::Status added =
+        l.lease.has_adapter()
+            ? absl::UnimplementedError(absl::StrCat(
+                  "the prompt trains adapter '", l.lease.adapter().spec().name(),
+                  "' (coordinator.adapters): actors that serve a run of adapters are not built yet"))
+            : episodes_.Add(GroupRequestOf(l.lease));
+    if (!added.ok()) {
       // The coordinator validated the prompt against its model and this actor's capacity;
       // this engine cannot run it all the same (e.g. the coordinator's model is not ours).
       std::fprintf(stderr, "actor %s: cannot generate %s: %s\n", options_.name.c_str(), id.c_str(),

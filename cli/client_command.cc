@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "coordinator/list_client.h"
@@ -55,15 +56,17 @@ std::string StatusLine(const v1::PromptSetStatus& s) {
       s.prompts_failed() > 0
           ? absl::StrFormat(", %lld failed", static_cast<long long>(s.prompts_failed()))
           : "";
+  const std::string adapter =
+      s.adapter().empty() ? "" : absl::StrFormat(", adapter %s", s.adapter());
   // A weight other than 1 (a coordinator before weights reports 0: also 1).
   const std::string weight =
       s.weight() > 0 && s.weight() != 1 ? absl::StrFormat(", weight %g", s.weight()) : "";
   return absl::StrFormat(
-      "%s %-9s %lld/%lld done%s, %lld in flight, %lld pending%s, mean reward %.4f  %s",
+      "%s %-9s %lld/%lld done%s, %lld in flight, %lld pending%s%s, mean reward %.4f  %s",
       s.prompt_set_id(), StateName(s.state()), static_cast<long long>(s.prompts_done()),
       static_cast<long long>(s.prompts_total()), failed,
       static_cast<long long>(s.prompts_in_flight()), static_cast<long long>(s.prompts_pending()),
-      weight, s.mean_reward(), s.name());
+      weight, adapter, s.mean_reward(), s.name());
 }
 
 // The status line, then the failed prompts (the first 100) and why pending prompts wait.
@@ -101,6 +104,7 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
   j["samples_per_prompt"] = s.samples_per_prompt();
   j["prompts_failed"] = s.prompts_failed();
   j["weight"] = s.weight();
+  if (!s.adapter().empty()) j["adapter"] = s.adapter();
   if (s.eval()) {
     j["eval_round_version"] = s.eval_round_version();
     j["eval_rounds"] = nlohmann::ordered_json::array();
@@ -167,6 +171,11 @@ struct SubmitFlags {
   int samples = 4, top_k = 0, max_tokens = 256;
   double temperature = 1.0, top_p = 1.0;
   double weight = 1.0;  // the set's share of leases beside other sets
+  // Tenants (docs/tenants.md): the adapter the set trains, and a new one's settings.
+  std::string adapter, adapter_targets;
+  int adapter_rank = 0;
+  double adapter_alpha = 0, adapter_lr = 0;
+  bool adapter_rslora = false;
   int64_t eval_every = 0;    // >= 1: an evaluation set, a round every this many versions
   double pass_reward = 0.0;  // an evaluation sample passes at this reward (0: 1)
   uint64_t seed = 0;
@@ -180,6 +189,22 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
   r.set_samples_per_prompt(f.samples);
   r.set_idempotency_key(f.idempotency_key);
   r.set_weight(f.weight);
+  if (!f.adapter.empty()) {
+    v1::AdapterSpec* a = r.mutable_adapter();
+    a->set_name(f.adapter);
+    a->set_rank(f.adapter_rank);
+    a->set_alpha(f.adapter_alpha);
+    a->set_rslora(f.adapter_rslora);
+    a->set_learning_rate(f.adapter_lr);
+    for (absl::string_view t : absl::StrSplit(f.adapter_targets, ',', absl::SkipEmpty())) {
+      a->add_target_modules(std::string(t));
+    }
+  } else if (f.adapter_rank != 0 || f.adapter_alpha != 0 || f.adapter_lr != 0 ||
+             f.adapter_rslora || !f.adapter_targets.empty()) {
+    return absl::InvalidArgumentError(
+        "--adapter-rank, --adapter-alpha, --adapter-rslora, --adapter-targets and --adapter-lr "
+        "set a new adapter's settings: name it with --adapter");
+  }
   if (f.eval_every != 0 || f.pass_reward != 0) {
     r.mutable_eval()->set_every_versions(f.eval_every);
     r.mutable_eval()->set_pass_reward(f.pass_reward);
@@ -335,6 +360,85 @@ absl::Status RunStatus(const ClientTrust& trust, const std::string& server, cons
   return absl::OkStatus();
 }
 
+// `prl adapter list`: the coordinator's adapters (a tenant's own); `prl adapter delete NAME`.
+absl::Status RunAdapterList(const ClientTrust& trust, const std::string& server, bool json) {
+  PRL_RETURN_IF_ERROR(ConfigureClient(trust));
+  auto stub = Connect(server);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ListAdaptersResponse response;
+  PRL_RETURN_IF_ERROR(
+      rpc::FromGrpcStatus(stub->ListAdapters(&ctx, v1::ListAdaptersRequest(), &response)));
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const v1::AdapterStatus& a : response.adapters()) {
+    const v1::AdapterSpec& spec = a.spec();
+    const std::string targets = absl::StrJoin(spec.target_modules(), ",");
+    if (json) {
+      j.push_back({{"name", spec.name()}, {"adapter_id", a.adapter_id()}, {"tenant", a.tenant()},
+                   {"rank", spec.rank()}, {"alpha", spec.alpha()}, {"rslora", spec.rslora()},
+                   {"target_modules", targets}, {"learning_rate", spec.learning_rate()},
+                   {"version", a.version()}, {"groups_consumed", a.groups_consumed()},
+                   {"prompt_sets_running", a.prompt_sets_running()},
+                   {"prompts_in_flight", a.prompts_in_flight()}});
+      continue;
+    }
+    std::printf("%s %s r=%d alpha=%g%s targets=%s lr=%g: version %lld, %lld groups trained, %lld "
+                "sets running, %lld prompts in flight%s\n",
+                spec.name().c_str(), a.adapter_id().c_str(), spec.rank(), spec.alpha(),
+                spec.rslora() ? " rslora" : "", targets.c_str(), spec.learning_rate(),
+                static_cast<long long>(a.version()), static_cast<long long>(a.groups_consumed()),
+                static_cast<long long>(a.prompt_sets_running()),
+                static_cast<long long>(a.prompts_in_flight()),
+                a.tenant().empty() ? "" : absl::StrCat(" (tenant ", a.tenant(), ")").c_str());
+  }
+  if (json) std::printf("%s\n", j.dump().c_str());
+  if (!json && response.adapters().empty()) std::printf("no adapters\n");
+  return absl::OkStatus();
+}
+
+absl::Status RunAdapterDelete(const ClientTrust& trust, const std::string& server,
+                              const std::string& name) {
+  PRL_RETURN_IF_ERROR(ConfigureClient(trust));
+  auto stub = Connect(server);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::DeleteAdapterRequest request;
+  request.set_name(name);
+  v1::DeleteAdapterResponse response;
+  PRL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->DeleteAdapter(&ctx, request, &response)));
+  std::printf("deleted adapter %s (%s): %lld running prompt sets cancelled\n", name.c_str(),
+              response.adapter_id().c_str(),
+              static_cast<long long>(response.prompt_sets_cancelled()));
+  return absl::OkStatus();
+}
+
+void RegisterAdapterClientCommands(CLI::App& app, CommandRegistry& registry) {
+  CLI::App* adapter = app.get_subcommand("adapter");  // prl adapter init|merge (adapter_command.cc)
+  auto server = std::make_shared<std::string>("localhost:50051");
+  auto trust = std::make_shared<ClientTrust>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* list = adapter->add_subcommand(
+      "list", "A run of adapters' adapters at a coordinator (a tenant's token: its own)");
+  list->add_option("--server", *server, "Coordinator address")->capture_default_str();
+  list->add_flag("--json", *json, "JSON output");
+  AddTrustFlags(list, trust.get());
+  registry.Add(list, [trust, server, json] { return RunAdapterList(*trust, *server, *json); });
+
+  auto name = std::make_shared<std::string>();
+  auto delete_server = std::make_shared<std::string>("localhost:50051");
+  auto delete_trust = std::make_shared<ClientTrust>();
+  CLI::App* del = adapter->add_subcommand(
+      "delete",
+      "Delete an adapter at a coordinator: its running prompt sets are cancelled and its state "
+      "freed");
+  del->add_option("name", *name, "The adapter's name")->required();
+  del->add_option("--server", *delete_server, "Coordinator address")->capture_default_str();
+  AddTrustFlags(del, delete_trust.get());
+  registry.Add(del, [delete_trust, delete_server, name] {
+    return RunAdapterDelete(*delete_trust, *delete_server, *name);
+  });
+}
+
 }  // namespace
 
 void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
@@ -391,6 +495,16 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
                      "The set's share of leases beside other sets with prompts to lease (weights "
                      "1 and 3 are leased 1:3); 0.001 to 1000")
       ->capture_default_str();
+  submit->add_option("--adapter", s->adapter,
+                     "A run of adapters (docs/tenants.md): the LoRA adapter the set trains, made "
+                     "by the first set that names it");
+  submit->add_option("--adapter-rank", s->adapter_rank, "A new adapter's rank (0: learner.lora_rank)");
+  submit->add_option("--adapter-alpha", s->adapter_alpha,
+                     "A new adapter's alpha (0: learner.lora_alpha)");
+  submit->add_flag("--adapter-rslora", s->adapter_rslora, "A new adapter scales alpha / sqrt(r)");
+  submit->add_option("--adapter-targets", s->adapter_targets,
+                     "A new adapter's modules, comma-separated (empty: learner.lora_targets)");
+  submit->add_option("--adapter-lr", s->adapter_lr, "A new adapter's learning rate (0: learner.lr)");
   submit->add_option("--eval-every", s->eval_every,
                      "An evaluation set, never trained on: its prompts run at once and again every "
                      "this many learner versions; each round's mean reward and pass@k (k = "
@@ -419,6 +533,7 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   registry.Add(status, [st_trust, st_server, st_id, st_json] {
     return RunStatus(*st_trust, *st_server, *st_id, *st_json);
   });
+  RegisterAdapterClientCommands(app, registry);
 }
 
 }  // namespace prl::cli

@@ -196,6 +196,15 @@ struct CoordinatorSection {
   // prompt slots (at least 1), outside the lag budget, so that training never waits for them.
   double eval_max_actor_share = 0.25;
   int max_restarts = 3;  // by prl run's supervisor
+  // Tenants (docs/tenants.md): a run of adapters, where every prompt set names the LoRA adapter
+  // it trains on the shared base model (made by the first set that names it from the set's
+  // settings and learner.lora_*), each adapter with its own lag budget.
+  bool adapters = false;
+  int64_t max_adapters = 64;      // live adapters, all tenants together
+  int32_t max_adapter_rank = 256;
+  // A JSON file of the tenants' limits by tenant name (docs/tenants.md): the adapter names each
+  // may train and its quotas. Its names are security.tenant_token_files'. Empty: no tenants.
+  std::string tenants_file;
 };
 
 struct ActorsSection {
@@ -342,6 +351,9 @@ struct SecuritySection {
   // (environment, remote reward) at that address, and to no other. A role's token never goes
   // to those services.
   std::map<std::string, std::string> service_token_files;
+  // Tenants (docs/tenants.md): tenant name -> the token file of its client token, limited to
+  // what coordinator.tenants_file allows it.
+  std::map<std::string, std::string> tenant_token_files;
   int cert_refresh_s = 10;  // certificate files are checked for changes this often
 };
 

@@ -137,6 +137,14 @@ void VisitCoordinatorFields(RunConfig& c, Visitor& v) {
     "Evaluation sets' leases an actor may hold: this share of its prompt slots (at least 1)");
   v("coordinator", "max_restarts", c.coordinator.max_restarts,
     "prl run: restarts of the coordinator");
+  v("coordinator", "adapters", c.coordinator.adapters,
+    "A run of adapters: every prompt set names the LoRA adapter it trains (docs/tenants.md)");
+  v("coordinator", "max_adapters", c.coordinator.max_adapters,
+    "Live adapters at most, all tenants together");
+  v("coordinator", "max_adapter_rank", c.coordinator.max_adapter_rank,
+    "The largest rank a prompt set's new adapter may ask for");
+  v("coordinator", "tenants_file", c.coordinator.tenants_file,
+    "JSON file of the tenants' limits: the adapters each may train, its quotas (docs/tenants.md)");
 }
 
 template <typename Visitor>
@@ -260,6 +268,8 @@ void VisitSecurityFields(RunConfig& c, Visitor& v) {
     "prl env serve, prl reward serve: the bearer token callers must present");
   v("security", "service_token_files", s.service_token_files,
     "host:port -> token file: the credential sent to the user-written service there");
+  v("security", "tenant_token_files", s.tenant_token_files,
+    "tenant -> token file: a client token limited to that tenant (coordinator.tenants_file)");
   v("security", "cert_refresh_s", s.cert_refresh_s, "How often certificate files are re-read (s)");
 }
 

@@ -217,6 +217,10 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
   PRL_RETURN_IF_ERROR(Range(c.eval_max_actor_share > 0 && c.eval_max_actor_share <= 1,
                             "coordinator.eval_max_actor_share", "a number in (0, 1]",
                             c.eval_max_actor_share));
+  PRL_RETURN_IF_ERROR(Range(c.max_adapters >= 1 && c.max_adapters <= 100'000,
+                            "coordinator.max_adapters", "1 to 100000", c.max_adapters));
+  PRL_RETURN_IF_ERROR(Range(c.max_adapter_rank >= 1 && c.max_adapter_rank <= 1024,
+                            "coordinator.max_adapter_rank", "1 to 1024", c.max_adapter_rank));
   for (size_t i = 0; i < c.agent_addresses.size(); ++i) {
     PRL_RETURN_IF_ERROR(Address(c.agent_addresses[i],
                                 absl::StrCat("coordinator.agent_addresses[", i, "]"), false));
@@ -386,6 +390,19 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                                          ": an actor's engine runs a prompt's samples together)"),
                             c.task.samples_per_prompt));
   PRL_RETURN_IF_ERROR(ValidateLearner(c.learner));
+  // A run of adapters makes each adapter from learner.lora_* (a rank, not a starting adapter).
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters ||
+                                (c.learner.lora_rank > 0 && c.learner.lora_init.empty()),
+                            "learner.lora_rank",
+                            "> 0 with coordinator.adapters (each new adapter's default rank; "
+                            "learner.lora_init unset)",
+                            c.learner.lora_rank));
+  PRL_RETURN_IF_ERROR(Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
+                            "coordinator.tenants_file",
+                            "set exactly when security.tenant_token_files is (the tenants' limits "
+                            "and their tokens)",
+                            absl::StrCat("'", c.coordinator.tenants_file, "' with ",
+                                         c.security.tenant_token_files.size(), " tenant tokens")));
   return ValidateServices(c);
 }
 

@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const Coordinator
   c->sets_.RecoverFinishTimes(opened.records);  // the retention clock of finished sets
   c->budget_.emplace(config.max_lag, config.groups_per_step, config.sync,
                      c->sets_.counts().groups_completed);  // the budget counts from here
+  // Each adapter's budget counts from here too; its replies carry the coordinator's start.
+  c->adapters_.Start({config.max_lag, config.groups_per_step, config.sync},
+                     c->budget_->start_unix_ns());
   return c;
 }
 
@@ -54,11 +57,14 @@ Coordinator::Coordinator(const CoordinatorConfig& config)
       actors_(config.max_actors, config.lease_ms) {}
 
 absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
-    const prl::v1::SubmitPromptSetRequest& request) {
+    const prl::v1::SubmitPromptSetRequest& request, const Caller& caller) {
   prl::v1::SubmitPromptSetResponse response;
   const auto duplicate = [&]() -> const std::string* {  // mutex held
-    return request.idempotency_key().empty() ? nullptr
-                                             : sets_.ByIdempotencyKey(request.idempotency_key());
+    // Keys are per caller: a tenant's key never answers with (or reveals) another's set.
+    const std::string* id = request.idempotency_key().empty()
+                                ? nullptr
+                                : sets_.ByIdempotencyKey(caller.tenant, request.idempotency_key());
+    return id;
   };
   // A duplicate is acknowledged once the first submission is durable: it may still be in its
   // fsync (applied, not yet answered). Everything written so far covers it.
@@ -80,6 +86,9 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   prl::v1::LogRecord record;
   prl::v1::SubmittedPromptSet* submitted = record.mutable_submitted();
   PRL_RETURN_IF_ERROR(Validate(request, submitted->mutable_request()));
+  if (request.has_adapter() || config_.adapters) {
+    PRL_RETURN_IF_ERROR(ValidateAdapter(request, submitted->mutable_request()->mutable_adapter()));
+  }
   if (request.has_environment() || request.has_agent()) {  // episodes start from the prompts
     for (const prl::v1::Prompt& p : request.prompts()) {
       *submitted->add_episode_prompts() = EpisodePromptOf(p);
@@ -89,6 +98,9 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   if (const std::string* known = duplicate()) {  // the same key, submitted meanwhile
     return answer_duplicate(*known, lock);
   }
+  // The caller's quotas, and the set's adapter found or made (tenancy.cc).
+  PRL_ASSIGN_OR_RETURN(const std::optional<prl::v1::LogRecord> created,
+                       AdmitLocked(caller, request.adapter(), submitted));
   const int64_t busy = sets_.PendingOrInFlight();
   if (busy + request.prompts_size() > config_.max_pending_prompts) {
     return absl::ResourceExhaustedError(
@@ -104,7 +116,12 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   submitted->set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   // Log first, then apply; the fsync is waited for without the mutex. Until it returns the set
   // is acknowledged to nobody (its prompts may be leased: if the fsync fails, the log refuses
-  // every later append, and the client, never answered, submits again).
+  // every later append, and the client, never answered, submits again). A new adapter is
+  // logged before its first set, so that a replay never meets a set of an unknown adapter.
+  if (created.has_value()) {
+    PRL_RETURN_IF_ERROR(log_->Write(*created).status());
+    Apply(*created);
+  }
   PRL_ASSIGN_OR_RETURN(uint64_t ticket, log_->Write(record));
   Apply(record);
   if (sets_.Find(id)->eval()) {  // its first round runs at once (coordinator/eval_rounds.h)
@@ -122,10 +139,19 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     sets_.ApplySubmitted(record.submitted());
     const PromptSets::Set& set = *sets_.Find(record.submitted().prompt_set_id());
     scheduler_.AddSet(set.id(), static_cast<int64_t>(set.prompts.size()), set.weight);
+    adapters_.AddSet(set.submitted.adapter_id(), set.id());
   } else if (record.has_completed()) {
     const prl::v1::CompletedGroup& completed = record.completed();
+    const int64_t before = sets_.counts().groups_completed;
     sets_.ApplyCompleted(completed.prompt_set_id(), completed.result());
     leases_.End({completed.prompt_set_id(), completed.result().prompt_index()});
+    if (sets_.counts().groups_completed > before) {  // a training group (not a duplicate)
+      adapters_.Completed(sets_.Find(completed.prompt_set_id())->submitted.adapter_id());
+    }
+  } else if (record.has_adapter_created()) {
+    adapters_.ApplyCreated(record.adapter_created());
+  } else if (!record.adapter_deleted().empty()) {
+    adapters_.ApplyDeleted(record.adapter_deleted());
   } else if (record.cancelled().size() > 0) {
     sets_.ApplyCancelled(record.cancelled());
   } else if (record.has_eval_round()) {
@@ -146,22 +172,27 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
   changed_.notify_all();
 }
 
-absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Get(const std::string& id) {
+absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Get(const std::string& id,
+                                                          const Caller& caller) {
   std::lock_guard<std::mutex> lock(mu_);
-  const PromptSets::Set* set = sets_.Find(id);
+  const PromptSets::Set* set = VisibleSetLocked(id, caller);
   if (set == nullptr) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
   return sets_.StatusOf(*set);
 }
 
-std::vector<prl::v1::PromptSetStatus> Coordinator::List() {
+std::vector<prl::v1::PromptSetStatus> Coordinator::List(const Caller& caller) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<prl::v1::PromptSetStatus> out;
-  for (const std::string& id : sets_.order()) out.push_back(sets_.StatusOf(*sets_.Find(id)));
+  for (const std::string& id : sets_.order()) {
+    if (const PromptSets::Set* set = VisibleSetLocked(id, caller)) {
+      out.push_back(sets_.StatusOf(*set));
+    }
+  }
   return out;
 }
 
 absl::StatusOr<prl::v1::ListPromptSetsResponse> Coordinator::ListPage(
-    const prl::v1::ListPromptSetsRequest& request) {
+    const prl::v1::ListPromptSetsRequest& request, const Caller& caller) {
   constexpr int kDefaultPage = 100, kMaxPage = 1000;
   const int page = request.page_size() == 0 ? kDefaultPage : request.page_size();
   if (page < 1 || page > kMaxPage) {
@@ -179,9 +210,12 @@ absl::StatusOr<prl::v1::ListPromptSetsResponse> Coordinator::ListPage(
     return Invalid("page_token", absl::StrCat("at most ", order.size()), absl::StrCat(first));
   }
   prl::v1::ListPromptSetsResponse response;
-  const size_t end = std::min(order.size(), first + static_cast<size_t>(page));
-  for (size_t i = first; i < end; ++i) {
-    *response.add_prompt_sets() = sets_.StatusOf(*sets_.Find(order[i]));
+  // A page holds up to page_size of the sets the caller sees (a tenant's own), from `first`.
+  size_t end = first;
+  for (; end < order.size() && response.prompt_sets_size() < page; ++end) {
+    if (const PromptSets::Set* set = VisibleSetLocked(order[end], caller)) {
+      *response.add_prompt_sets() = sets_.StatusOf(*set);
+    }
   }
   if (end < order.size()) response.set_next_page_token(absl::StrCat(end));
   return response;
@@ -197,9 +231,10 @@ absl::Status Coordinator::CheckGroup(const prl::v1::CheckGroupRequest& request) 
       "' has no open lease with group id ", request.group_id(), ": the group is refused"));
 }
 
-absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& id) {
+absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& id,
+                                                             const Caller& caller) {
   std::unique_lock<std::mutex> lock(mu_);
-  const PromptSets::Set* set = sets_.Find(id);
+  const PromptSets::Set* set = VisibleSetLocked(id, caller);
   if (set == nullptr) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
   if (!set->running()) return sets_.StatusOf(*set);
   prl::v1::LogRecord record;
@@ -214,9 +249,9 @@ absl::StatusOr<prl::v1::PromptSetStatus> Coordinator::Cancel(const std::string& 
 
 absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
     const std::string& id, size_t* cursor, absl::Duration timeout, bool* finished,
-    bool include_texts) {
+    bool include_texts, const Caller& caller) {
   std::unique_lock<std::mutex> lock(mu_);
-  const PromptSets::Set* set = sets_.Find(id);
+  const PromptSets::Set* set = VisibleSetLocked(id, caller);
   if (set == nullptr) return absl::NotFoundError(absl::StrCat("no prompt set '", id, "'"));
   std::vector<prl::v1::PromptSetEvent> out;
   if (*cursor == 0) {  // first call: the current status, then only what happens next
@@ -242,12 +277,33 @@ absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> Coordinator::WatchEvents(
 absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
     int64_t version, int64_t groups_consumed, int64_t groups_waiting,
     const prl::v1::LearnerProgressResponse* seen) {
+  prl::v1::LearnerProgressRequest request;
+  request.set_version(version);
+  request.set_groups_consumed(groups_consumed);
+  request.set_groups_waiting(groups_waiting);
+  if (seen != nullptr) *request.mutable_seen() = *seen;
+  return LearnerProgress(request);
+}
+
+absl::StatusOr<prl::v1::LearnerProgressResponse> Coordinator::LearnerProgress(
+    const prl::v1::LearnerProgressRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<prl::v1::LearnerProgressResponse> response = budget_->Report(
-      version, groups_consumed, groups_waiting, seen, sets_.counts().groups_completed);
-  if (!response.ok()) {
+  const prl::v1::LearnerProgressResponse* seen = request.has_seen() ? &request.seen() : nullptr;
+  // The model's part is checked before the adapters' are taken: a refused report changes
+  // nothing.
+  absl::Status checked =
+      budget_->Check(request.version(), request.groups_consumed(), request.groups_waiting());
+  absl::StatusOr<prl::v1::LearnerProgressResponse> response = prl::v1::LearnerProgressResponse();
+  if (checked.ok()) checked = AdapterProgressLocked(request, &*response);
+  if (checked.ok()) {
+    const prl::v1::LearnerProgressResponse adapters = *response;
+    response = budget_->Report(request.version(), request.groups_consumed(),
+                               request.groups_waiting(), seen, sets_.counts().groups_completed);
+    if (response.ok()) response->MergeFrom(adapters);
+  }
+  if (!checked.ok() || !response.ok()) {
     ++stats_.rejected_progress;
-    return response;
+    return checked.ok() ? response.status() : checked;
   }
   // The sets retired since the echoed reply (of this coordinator), else every one it still
   // remembers: a report is answered with what the learner has not heard yet.
@@ -288,6 +344,18 @@ CoordinatorStats Coordinator::Stats() {
   s.eval_groups = counts.eval_groups;
   s.evals = EvalSeriesLocked();
   sets_.Totals(&s.prompts_pending, &s.prompts_in_flight, &s.prompts_done);
+  for (const std::string& id : adapters_.order()) {
+    const Adapters::Adapter& a = *adapters_.ById(id);
+    CoordinatorStats::AdapterCounts& out = s.adapters[a.status.spec().name()];
+    out.version = a.budget->learner_version();
+    out.groups_consumed = a.budget->groups_consumed();
+    out.groups_unconsumed = a.budget->Unconsumed(a.completions);
+    out.prompts_in_flight = AdapterInFlightLocked(a);
+    for (const std::string& set_id : a.sets) {
+      const PromptSets::Set* set = sets_.Find(set_id);
+      out.prompt_sets_running += set != nullptr && set->running() ? 1 : 0;
+    }
+  }
   return s;
 }
 

@@ -42,6 +42,8 @@
 //   coordinator/lease_table.h   open leases: holder, deadline, expiry, renewal
 //   coordinator/actor_table.h   registered actors: names, capacities, last heard from
 //   coordinator/lag_budget.h    the learner's progress and the max_lag budget
+//   coordinator/adapters.h      a run of tenants' adapters, each with its own lag budget
+//                               (callers and quotas: coordinator/tenants.h, tenancy.cc)
 // The coordinator owns the mutex, the prompt log and the rule "log first, then apply"
 // (Apply: a record's effect on the parts); no fsync is waited for under the mutex (only a
 // compaction, rare, writes its snapshot under it).
@@ -64,6 +66,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/actor_table.h"
+#include "coordinator/adapters.h"
 #include "coordinator/fair_share.h"
 #include "coordinator/lag_budget.h"
 #include "coordinator/lease_scheduler.h"
@@ -71,6 +74,7 @@
 #include "coordinator/prompt_log.h"
 #include "coordinator/prompt_sets.h"
 #include "coordinator/set_throughput.h"
+#include "coordinator/tenants.h"
 #include "core/service_defaults.h"
 #include "prl/v1/prompt.pb.h"
 #include "tokenizer/text_codec.h"
@@ -147,6 +151,24 @@ struct CoordinatorConfig {
   // from the record that finished it. 0: finished sets are kept forever.
   int64_t retention_s = defaults::kRetentionS;
   // ---- end ----
+
+  // ---- Tenants: adapters on a shared base (coordinator/adapters.h, coordinator/tenants.h) ----
+  // A run of adapters: every set names the LoRA adapter it trains (created by the first set
+  // that names it), each adapter with its own lag budget; false: sets train the run's model
+  // and naming an adapter is refused.
+  bool adapters = false;
+  // A new adapter's unset settings (the run's learner.lora_rank, lora_alpha, lora_rslora,
+  // lora_targets, lr).
+  prl::v1::AdapterSpec adapter_defaults;
+  int64_t max_adapters = 64;      // live adapters, all tenants together
+  int32_t max_adapter_rank = 256;
+  // The model's check of a resolved adapter (its targets exist, the rank fits every target);
+  // null: the coordinator's own checks only.
+  std::function<absl::Status(const prl::v1::AdapterSpec&)> validate_adapter;
+  // Tenants by name (the names of security.tenant_token_files): what each may do. A caller
+  // whose tenant is not listed may do nothing.
+  std::map<std::string, TenantLimits> tenants;
+  // ---- end ----
 };
 
 struct CoordinatorStats {
@@ -181,6 +203,13 @@ struct CoordinatorStats {
   };
   std::map<std::string, EvalSeries> evals;  // the first kMaxEvalNames names
   static constexpr size_t kMaxEvalNames = 100;
+  // Adapters (a run of tenants), by name: the learner's newest version of each, its groups
+  // trained on and not yet, its prompts in flight and running sets.
+  struct AdapterCounts {
+    int64_t version = 0, groups_consumed = 0, groups_unconsumed = 0;
+    int64_t prompts_in_flight = 0, prompt_sets_running = 0;
+  };
+  std::map<std::string, AdapterCounts> adapters;
   int64_t eval_groups = 0;  // groups of evaluation sets completed (never trained on)
 };
 
@@ -189,18 +218,28 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorConfig& config);
 
   // PromptService. Submit validates everything first (errors name the field and prompt), then
-  // makes the set durable.
+  // makes the set durable. `caller`: the operator (default) or a tenant (coordinator/
+  // tenants.h), who sees, watches and cancels its own sets only.
   absl::StatusOr<prl::v1::SubmitPromptSetResponse> Submit(
-      const prl::v1::SubmitPromptSetRequest& request);
-  absl::StatusOr<prl::v1::PromptSetStatus> Get(const std::string& prompt_set_id);
-  std::vector<prl::v1::PromptSetStatus> List();
+      const prl::v1::SubmitPromptSetRequest& request, const Caller& caller = {});
+  absl::StatusOr<prl::v1::PromptSetStatus> Get(const std::string& prompt_set_id,
+                                               const Caller& caller = {});
+  std::vector<prl::v1::PromptSetStatus> List(const Caller& caller = {});
   // One page of List (ListPromptSets): page_size 0 means 100, at most 1000; a token that is
   // not one this coordinator returned is InvalidArgument.
   absl::StatusOr<prl::v1::ListPromptSetsResponse> ListPage(
-      const prl::v1::ListPromptSetsRequest& request);
+      const prl::v1::ListPromptSetsRequest& request, const Caller& caller = {});
+  // The adapters (a run of tenants), in creation order; a tenant's own only
+  // (coordinator/tenancy.cc).
+  prl::v1::ListAdaptersResponse ListAdapters(const Caller& caller = {});
+  // Cancels the adapter's running sets and drops it, durably (DeleteAdapterRequest). Another
+  // tenant's adapter is NotFound.
+  absl::StatusOr<prl::v1::DeleteAdapterResponse> DeleteAdapter(const std::string& name,
+                                                               const Caller& caller = {});
   // ActorControl.CheckGroup: OK iff the prompt is leased now under the group's lease.
   absl::Status CheckGroup(const prl::v1::CheckGroupRequest& request);
-  absl::StatusOr<prl::v1::PromptSetStatus> Cancel(const std::string& prompt_set_id);
+  absl::StatusOr<prl::v1::PromptSetStatus> Cancel(const std::string& prompt_set_id,
+                                                  const Caller& caller = {});
   // Events of a set from `*cursor` on (the status first); waits up to timeout for one.
   // `finished` becomes true once the set is done or cancelled and every event was returned.
   // Groups carry their samples' texts only with `include_texts`.
@@ -208,7 +247,8 @@ class Coordinator {
                                                                    size_t* cursor,
                                                                    absl::Duration timeout,
                                                                    bool* finished,
-                                                                   bool include_texts = false);
+                                                                   bool include_texts = false,
+                                                                   const Caller& caller = {});
 
   // ActorControl.
   // The actor is leased only prompts within `capacity` (coordinator/capacity.h).
@@ -235,6 +275,10 @@ class Coordinator {
   absl::StatusOr<prl::v1::LearnerProgressResponse> LearnerProgress(
       int64_t version, int64_t groups_consumed, int64_t groups_waiting = 0,
       const prl::v1::LearnerProgressResponse* seen = nullptr);
+  // The same with a learner of adapters' per-adapter progress (LearnerProgressRequest.adapters):
+  // each adapter's budget takes its part; the reply lists every live adapter's completions.
+  absl::StatusOr<prl::v1::LearnerProgressResponse> LearnerProgress(
+      const prl::v1::LearnerProgressRequest& request);
   static constexpr int64_t kMaxVersionStep = LagBudget::kMaxVersionStep;
 
   // Prompts the learner will not train on (too stale): each completed or leased one is pending
@@ -269,6 +313,27 @@ class Coordinator {
                                    prl::v1::EnvironmentSpec* out) const;
   // A logged record's effect on the prompt sets and the leases (replay and live), mutex held.
   void Apply(const prl::v1::LogRecord& record);
+
+  // ---- Tenants and adapters (coordinator/tenancy.cc) ----
+  // A submission's adapter checked and its defaults filled in (no mutex: its settings alone).
+  absl::Status ValidateAdapter(const prl::v1::SubmitPromptSetRequest& request,
+                               prl::v1::AdapterSpec* resolved) const;
+  // Mutex held: the caller's quotas, and the set's adapter found or made (its tenant and
+  // adapter id set in *submitted, whose request holds the resolved adapter; `asked`: the
+  // adapter as submitted). Returns the AdapterCreated record to log first, if new.
+  absl::StatusOr<std::optional<prl::v1::LogRecord>> AdmitLocked(
+      const Caller& caller, const prl::v1::AdapterSpec& asked,
+      prl::v1::SubmittedPromptSet* submitted) const;
+  // The set, if the caller may see it; else null (NotFound for the caller).
+  const PromptSets::Set* VisibleSetLocked(const std::string& id, const Caller& caller) const;
+  // The adapter of a training set (its budget), or null.
+  Adapters::Adapter* BudgetAdapterLocked(const PromptSets::Set& set);
+  // Prompts of the adapter's training sets leased now.
+  int64_t AdapterInFlightLocked(const Adapters::Adapter& adapter) const;
+  // The adapters' part of a learner's report into *response.
+  absl::Status AdapterProgressLocked(const prl::v1::LearnerProgressRequest& request,
+                                     prl::v1::LearnerProgressResponse* response);
+  // ---- end ----
 
   // ---- Lease lifecycle (coordinator/prompt_attempts.cc), mutex held ----
   // Ends the prompt's lease as a failed attempt: logged (not waited for) and applied; the
@@ -344,6 +409,7 @@ class Coordinator {
   // The max_lag budget and the learner's progress (lag_budget.h), from the count of
   // completions after the log's replay.
   std::optional<LagBudget> budget_;
+  Adapters adapters_;  // a run of tenants' adapters and their budgets (adapters.h)
   CoordinatorStats stats_;  // the calls' counters; the rest is derived in Stats()
   SetThroughput throughput_;  // leases and completed groups by set name (set_throughput.h)
 };

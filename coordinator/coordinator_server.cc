@@ -12,34 +12,55 @@ namespace v1 = prl::v1;
 using grpc::ServerContext;
 using rpc::ToGrpcStatus;
 
+namespace {
+
+// The caller's tenant, from its token (rpc/security.h); none: the operator. A tenant's token
+// that no longer names a tenant is an error, never the operator's rights.
+absl::StatusOr<Caller> CallerOf(const ServerContext* context) {
+  PRL_ASSIGN_OR_RETURN(std::string tenant, rpc::TenantOf(*context));
+  return Caller{std::move(tenant)};
+}
+
+}  // namespace
+
+// `Caller name` from the call's context, or the call answers the error.
+#define PRL_GRPC_ASSIGN_CALLER(name, context)                           \
+  absl::StatusOr<Caller> name##_or = CallerOf(context);                 \
+  if (!name##_or.ok()) return ToGrpcStatus(name##_or.status());         \
+  const Caller& name = *name##_or
+
 class CoordinatorServer::Prompts final : public v1::PromptService::Service {
  public:
   Prompts(Coordinator* c, int max_watchers) : c_(c), max_watchers_(max_watchers) {}
 
-  grpc::Status SubmitPromptSet(ServerContext*, const v1::SubmitPromptSetRequest* request,
+  grpc::Status SubmitPromptSet(ServerContext* context, const v1::SubmitPromptSetRequest* request,
                                v1::SubmitPromptSetResponse* response) override {
-    absl::StatusOr<v1::SubmitPromptSetResponse> r = c_->Submit(*request);
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
+    absl::StatusOr<v1::SubmitPromptSetResponse> r = c_->Submit(*request, caller);
     if (!r.ok()) return ToGrpcStatus(r.status());
     *response = *r;
     return grpc::Status::OK;
   }
-  grpc::Status GetPromptSet(ServerContext*, const v1::GetPromptSetRequest* request,
+  grpc::Status GetPromptSet(ServerContext* context, const v1::GetPromptSetRequest* request,
                             v1::PromptSetStatus* response) override {
-    absl::StatusOr<v1::PromptSetStatus> r = c_->Get(request->prompt_set_id());
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
+    absl::StatusOr<v1::PromptSetStatus> r = c_->Get(request->prompt_set_id(), caller);
     if (!r.ok()) return ToGrpcStatus(r.status());
     *response = *r;
     return grpc::Status::OK;
   }
-  grpc::Status ListPromptSets(ServerContext*, const v1::ListPromptSetsRequest* request,
+  grpc::Status ListPromptSets(ServerContext* context, const v1::ListPromptSetsRequest* request,
                               v1::ListPromptSetsResponse* response) override {
-    absl::StatusOr<v1::ListPromptSetsResponse> page = c_->ListPage(*request);
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
+    absl::StatusOr<v1::ListPromptSetsResponse> page = c_->ListPage(*request, caller);
     if (!page.ok()) return ToGrpcStatus(page.status());
     *response = std::move(*page);
     return grpc::Status::OK;
   }
-  grpc::Status CancelPromptSet(ServerContext*, const v1::CancelPromptSetRequest* request,
+  grpc::Status CancelPromptSet(ServerContext* context, const v1::CancelPromptSetRequest* request,
                                v1::PromptSetStatus* response) override {
-    absl::StatusOr<v1::PromptSetStatus> r = c_->Cancel(request->prompt_set_id());
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
+    absl::StatusOr<v1::PromptSetStatus> r = c_->Cancel(request->prompt_set_id(), caller);
     if (!r.ok()) return ToGrpcStatus(r.status());
     *response = *r;
     return grpc::Status::OK;
@@ -62,12 +83,13 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
  private:
   grpc::Status Watch(ServerContext* context, const v1::WatchPromptSetRequest* request,
                      grpc::ServerWriter<v1::PromptSetEvent>* writer) {
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
     size_t cursor = 0;
     bool finished = false;
     while (!context->IsCancelled()) {
       absl::StatusOr<std::vector<v1::PromptSetEvent>> events =
           c_->WatchEvents(request->prompt_set_id(), &cursor, absl::Milliseconds(500), &finished,
-                          request->include_texts());
+                          request->include_texts(), caller);
       if (!events.ok()) return ToGrpcStatus(events.status());
       for (const v1::PromptSetEvent& e : *events) {
         if (!writer->Write(e)) return grpc::Status::OK;  // the client went away
@@ -77,6 +99,23 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
     return grpc::Status::CANCELLED;
   }
 
+ public:
+  grpc::Status ListAdapters(ServerContext* context, const v1::ListAdaptersRequest*,
+                            v1::ListAdaptersResponse* response) override {
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
+    *response = c_->ListAdapters(caller);
+    return grpc::Status::OK;
+  }
+  grpc::Status DeleteAdapter(ServerContext* context, const v1::DeleteAdapterRequest* request,
+                             v1::DeleteAdapterResponse* response) override {
+    PRL_GRPC_ASSIGN_CALLER(caller, context);
+    absl::StatusOr<v1::DeleteAdapterResponse> r = c_->DeleteAdapter(request->name(), caller);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *response = *r;
+    return grpc::Status::OK;
+  }
+
+ private:
   Coordinator* c_;
   const int max_watchers_;
   std::atomic<int> watchers_{0};
@@ -125,10 +164,7 @@ class CoordinatorServer::Actors final : public ActorControlBase {
   }
   grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
                                      v1::LearnerProgressResponse* response) override {
-    return Reply(c_->LearnerProgress(request->version(), request->groups_consumed(),
-                                     request->groups_waiting(),
-                                     request->has_seen() ? &request->seen() : nullptr),
-                 response);
+    return Reply(c_->LearnerProgress(*request), response);
   }
   grpc::Status CheckGroup(ServerContext*, const v1::CheckGroupRequest* request,
                           v1::CheckGroupResponse*) override {

@@ -3,6 +3,8 @@
 // sets retired after retention_s together with their leases.
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <vector>
 
 #include "coordinator/coordinator.h"
 
@@ -14,7 +16,12 @@ void Coordinator::CompactIfDueLocked() {
       std::max({config_.compact_log_bytes, 2 * log.snapshot_bytes, compact_retry_bytes_})) {
     return;
   }
-  const absl::Status compacted = log_->Compact(sets_.Snapshot());
+  // The adapters first: a replay meets each before its sets.
+  std::vector<prl::v1::LogRecord> snapshot = adapters_.Snapshot();
+  std::vector<prl::v1::LogRecord> sets = sets_.Snapshot();
+  snapshot.insert(snapshot.end(), std::make_move_iterator(sets.begin()),
+                  std::make_move_iterator(sets.end()));
+  const absl::Status compacted = log_->Compact(snapshot);
   if (!compacted.ok()) {
     // The old log stays in use (Compact says so otherwise, and the next append fails).
     compact_retry_bytes_ = 2 * log.bytes;
@@ -34,6 +41,7 @@ void Coordinator::RetireFinishedLocked(absl::Time now) {
   };
   leases_.EndSets(is_retired);
   scheduler_.RemoveSets(is_retired);
+  adapters_.RemoveSets(is_retired);
   changed_.notify_all();  // watchers of a retired set find it gone
 }
 

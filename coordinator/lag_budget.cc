@@ -8,12 +8,14 @@
 
 namespace prl::coordinator {
 
-LagBudget::LagBudget(int64_t max_lag, int64_t groups_per_step, bool sync, int64_t groups_completed)
+LagBudget::LagBudget(int64_t max_lag, int64_t groups_per_step, bool sync, int64_t groups_completed,
+                     uint64_t start_unix_ns)
     : max_lag_(max_lag),
       groups_per_step_(groups_per_step),
       sync_(sync),
       completed_at_report_(groups_completed),
-      start_unix_ns_(static_cast<uint64_t>(absl::GetCurrentTimeNanos())),
+      start_unix_ns_(start_unix_ns != 0 ? start_unix_ns
+                                        : static_cast<uint64_t>(absl::GetCurrentTimeNanos())),
       completed_at_start_(groups_completed) {}
 
 int64_t LagBudget::Allowed(int64_t requested, int64_t in_flight, int64_t groups_completed) const {
@@ -31,9 +33,8 @@ void LagBudget::ForgetCompletion(int64_t groups_completed) {
   if (Unconsumed(groups_completed) > 0) ++completed_at_report_;
 }
 
-absl::StatusOr<prl::v1::LearnerProgressResponse> LagBudget::Report(
-    int64_t version, int64_t groups_consumed, int64_t groups_waiting,
-    const prl::v1::LearnerProgressResponse* seen, int64_t groups_completed) {
+absl::Status LagBudget::Check(int64_t version, int64_t groups_consumed,
+                              int64_t groups_waiting) const {
   // Any version after this coordinator starts (the learner's numbering goes on); then at most
   // kMaxVersionStep ahead of the last (a learner advances one version a step).
   const int64_t max_version = reported_ ? learner_version_ + kMaxVersionStep : INT64_MAX;
@@ -43,6 +44,13 @@ absl::StatusOr<prl::v1::LearnerProgressResponse> LagBudget::Report(
                      " and groups_consumed, groups_waiting >= 0; found version ", version,
                      ", groups_consumed ", groups_consumed, ", groups_waiting ", groups_waiting));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<prl::v1::LearnerProgressResponse> LagBudget::Report(
+    int64_t version, int64_t groups_consumed, int64_t groups_waiting,
+    const prl::v1::LearnerProgressResponse* seen, int64_t groups_completed) {
+  if (absl::Status s = Check(version, groups_consumed, groups_waiting); !s.ok()) return s;
   // A restarted learner may report a lower version: its numbering continues above what the
   // actors hold, so the highest one is the newest weights.
   learner_version_ = std::max(learner_version_, version);

@@ -25,8 +25,11 @@ class LagBudget {
   static constexpr int64_t kMaxVersionStep = 1000;  // a report's version above the last one
 
   // groups_per_step 0: no budget. `groups_completed`: the count after the log's replay, where
-  // this coordinator's counting starts.
-  LagBudget(int64_t max_lag, int64_t groups_per_step, bool sync, int64_t groups_completed);
+  // this coordinator's counting starts. `start_unix_ns`: the coordinator's start, which its
+  // replies carry (one per coordinator, shared by an adapter's budget, coordinator/adapters.h);
+  // 0: now.
+  LagBudget(int64_t max_lag, int64_t groups_per_step, bool sync, int64_t groups_completed,
+            uint64_t start_unix_ns = 0);
 
   // Prompts a lease call may take of `requested`, with `in_flight` leases open and
   // `groups_completed` groups completed so far.
@@ -37,13 +40,17 @@ class LagBudget {
   // counts against the budget.
   void ForgetCompletion(int64_t groups_completed);
 
+  // Whether a report is within bounds (counts >= 0, a version at most kMaxVersionStep above
+  // the last); FailedPrecondition naming them otherwise.
+  absl::Status Check(int64_t version, int64_t groups_consumed, int64_t groups_waiting) const;
   // The learner's report (ActorControl.ReportLearnerProgress); FailedPrecondition, nothing
-  // changed, out of bounds (counts >= 0, a version at most kMaxVersionStep above the last).
+  // changed, out of bounds (Check).
   absl::StatusOr<prl::v1::LearnerProgressResponse> Report(
       int64_t version, int64_t groups_consumed, int64_t groups_waiting,
       const prl::v1::LearnerProgressResponse* seen, int64_t groups_completed);
 
   int64_t learner_version() const { return learner_version_; }
+  uint64_t start_unix_ns() const { return start_unix_ns_; }
   int64_t groups_consumed() const { return groups_consumed_; }
 
  private:

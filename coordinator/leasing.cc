@@ -145,13 +145,27 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   // Expiries are logged, not waited for (the background ExpireLeases reports a failed log).
   ExpireLocked(now).IgnoreError();
   OpenDueEvalRoundsLocked();  // (evaluation.cc)
-  // Training prompts within the lag budget; evaluation prompts (never trained on) outside it,
-  // within the actor's evaluation share (evaluation.cc).
+  // Training prompts within their lag budget (the model's, or in a run of adapters each
+  // adapter's own: adapters.h); evaluation prompts (never trained on) outside it, within the
+  // actor's evaluation share (evaluation.cc).
   int64_t slots = request.max_prompts();
-  int64_t allowed = budget_->Allowed(request.max_prompts(), leases_.size() - sets_.EvalInFlight(),
-                                     sets_.counts().groups_completed);
+  int64_t model_allowed = budget_->Allowed(
+      request.max_prompts(), leases_.size() - sets_.EvalInFlight(), sets_.counts().groups_completed);
+  std::map<std::string, int64_t> adapter_allowed;  // by adapter id, on first use
   int64_t eval_allowed = EvalLeasesAllowedLocked(request.actor_id(), *actor);
-  if (allowed < request.max_prompts() && !scheduler_.empty()) ++stats_.lease_requests_throttled;
+  bool throttled = false;
+  // The budget a set's leases count against.
+  const auto allowed_for = [&](const PromptSets::Set& set) -> int64_t& {
+    if (set.eval()) return eval_allowed;
+    Adapters::Adapter* adapter = BudgetAdapterLocked(set);
+    if (adapter == nullptr) return model_allowed;
+    auto [it, added] = adapter_allowed.try_emplace(adapter->status.adapter_id(), 0);
+    if (added) {
+      it->second = adapter->budget->Allowed(request.max_prompts(), AdapterInFlightLocked(*adapter),
+                                            adapter->completions);
+    }
+    return it->second;
+  };
   prl::v1::LeaseResponse response;
   if (config_.sync) response.set_min_weight_version(budget_->learner_version());
   // Prompts beyond the actor's capacity keep their place for others (capacity.h); a set none
@@ -165,7 +179,10 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     const PromptSets::Set* set = sets_.Find(set_id);
     if (set == nullptr || !set->running()) return SetCheck::kDrop;
     if (!Fits(capacity, {set->samples, set->min_tokens})) return SetCheck::kPass;
-    if ((set->eval() ? eval_allowed : allowed) <= 0) return SetCheck::kPass;
+    if (allowed_for(*set) <= 0) {
+      throttled |= !set->eval();
+      return SetCheck::kPass;
+    }
     return share.Blocked(ShareClassOf(set->submitted.request())) ? SetCheck::kWait
                                                                  : SetCheck::kOpen;
   };
@@ -179,8 +196,7 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
   LeaseScheduler::Round round = scheduler_.StartRound(check_set, check_prompt);
   size_t response_bytes = 0;
   // A response stays well within any actor's receive limit (64 MiB): the rest next time.
-  while (slots > 0 && (allowed > 0 || eval_allowed > 0) &&
-         response_bytes <= kMaxLeaseResponseBytes) {
+  while (slots > 0 && response_bytes <= kMaxLeaseResponseBytes) {
     const std::optional<PromptRef> next = round.Next();
     if (!next.has_value()) break;
     const PromptSets::Set& set = *sets_.Find(next->set_id);
@@ -191,14 +207,19 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     out->set_lease_id(leases_.Open(*next, request.actor_id(), now));
     PromptSets::FillLease(set, next->index, out);
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
-    // actor's own delay in taking new weights is no longer part of its lag.
-    if (set.prompts[next->index].stale_reruns > 0) {
+    // actor's own delay in taking new weights is no longer part of its lag. The same for an
+    // adapter's prompt, with the adapter's newest version (and always in sync mode).
+    const bool rerun = set.prompts[next->index].stale_reruns > 0;
+    if (const Adapters::Adapter* adapter = BudgetAdapterLocked(set)) {
+      if (rerun || config_.sync) out->mutable_adapter()->set_min_version(adapter->budget->learner_version());
+    } else if (rerun) {
       response.set_min_weight_version(budget_->learner_version());
     }
-    --(set.eval() ? eval_allowed : allowed);
+    --allowed_for(set);
     --slots;
     response_bytes += out->ByteSizeLong();
   }
+  if (throttled) ++stats_.lease_requests_throttled;
   if (response.prompts_size() > 0) stats_.prompts_leased[actor->name] += response.prompts_size();
   return response;
 }

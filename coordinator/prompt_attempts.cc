@@ -107,7 +107,13 @@ absl::StatusOr<prl::v1::ReopenPromptsResponse> Coordinator::Reopen(
     // A completed prompt's group is out of the learner's backlog now: the lag budget frees its
     // place at once (a restarted learner that hands back stale groups before its first report
     // is not stuck behind a full budget).
-    if (completed) budget_->ForgetCompletion(sets_.counts().groups_completed);
+    if (completed) {
+      if (BudgetAdapterLocked(*set) != nullptr) {
+        adapters_.HandedBack(set->submitted.adapter_id());
+      } else {
+        budget_->ForgetCompletion(sets_.counts().groups_completed);
+      }
+    }
     response.set_reopened(response.reopened() + 1);
   }
   lock.unlock();

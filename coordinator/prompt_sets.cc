@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace prl::coordinator {
@@ -25,7 +26,7 @@ void PromptSets::ApplySubmitted(const prl::v1::SubmittedPromptSet& s) {
   set.weight = s.request().weight() > 0 ? s.request().weight() : 1.0;
   order_.push_back(s.prompt_set_id());
   if (!s.request().idempotency_key().empty()) {
-    idempotency_[s.request().idempotency_key()] = s.prompt_set_id();
+    idempotency_[ScopedKey(s.tenant(), s.request().idempotency_key())] = s.prompt_set_id();
   }
   if (set.eval()) {
     eval_.Add(set.id(), s.request().eval(), s.request().samples_per_prompt());
@@ -153,6 +154,10 @@ void PromptSets::FillLease(const Set& set, int64_t index, prl::v1::LeasedPrompt*
   if (req.has_environment()) *out->mutable_environment() = req.environment();
   if (req.has_agent()) *out->mutable_agent() = req.agent();
   out->set_eval(set.eval());
+  if (!set.submitted.adapter_id().empty()) {
+    out->mutable_adapter()->set_adapter_id(set.submitted.adapter_id());
+    *out->mutable_adapter()->mutable_spec() = set.submitted.request().adapter();
+  }
   if ((req.has_environment() || req.has_agent()) && index < set.submitted.episode_prompts_size()) {
     *out->mutable_episode_prompt() = set.submitted.episode_prompts(index);
   }
@@ -212,8 +217,13 @@ const PromptSets::Prompt* PromptSets::FindPrompt(const std::string& set_id, int6
   return &set->prompts[index];
 }
 
-const std::string* PromptSets::ByIdempotencyKey(const std::string& key) const {
-  auto it = idempotency_.find(key);
+std::string PromptSets::ScopedKey(const std::string& tenant, const std::string& key) {
+  return tenant.empty() ? key : absl::StrCat(tenant, "\x1f", key);
+}
+
+const std::string* PromptSets::ByIdempotencyKey(const std::string& tenant,
+                                                const std::string& key) const {
+  auto it = idempotency_.find(ScopedKey(tenant, key));
   return it == idempotency_.end() ? nullptr : &it->second;
 }
 
@@ -231,6 +241,7 @@ prl::v1::PromptSetStatus PromptSets::StatusOf(const Set& set, bool with_eval_rou
   s.set_samples_per_prompt(set.submitted.request().samples_per_prompt());
   s.set_prompts_failed(set.failed);
   s.set_weight(set.weight);
+  if (set.submitted.request().has_adapter()) s.set_adapter(set.submitted.request().adapter().name());
   for (const prl::v1::FailedPrompt& f : set.first_failed) *s.add_failed_prompts() = f;
   if (set.eval()) {
     s.set_eval(true);

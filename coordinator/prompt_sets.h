@@ -106,8 +106,9 @@ class PromptSets {
   const Set* Find(const std::string& set_id) const;
   // The prompt, or null when the set is unknown or the index out of range.
   const Prompt* FindPrompt(const std::string& set_id, int64_t index) const;
-  // The set submitted with this idempotency key (and not retired), or null.
-  const std::string* ByIdempotencyKey(const std::string& key) const;
+  // The set the tenant (empty: the operator) submitted with this idempotency key (and not
+  // retired), or null: keys are per tenant.
+  const std::string* ByIdempotencyKey(const std::string& tenant, const std::string& key) const;
   // Set ids in submission order.
   const std::vector<std::string>& order() const { return order_; }
   // `with_eval_rounds`: an evaluation set's finished rounds (up to EvalRounds::kMaxHistory);
@@ -140,6 +141,7 @@ class PromptSets {
 
  private:
   Set* FindMutable(const std::string& set_id);
+  static std::string ScopedKey(const std::string& tenant, const std::string& key);
   void Requeue(Set& set, int64_t index);  // a leased prompt is pending again
   void FinishIfSettled(Set& set);         // done once every prompt is completed or failed
   void BoundTexts(Set& set);              // the newest group's texts counted, oldest dropped

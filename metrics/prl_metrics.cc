@@ -166,6 +166,19 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
                                 "finished round, by set name.")),
       eval_rounds_(CounterFamily(registry, "prl_eval_rounds_total",
                                  "Evaluation sets: rounds finished, by set name.")),
+      adapter_version_(GaugeFamily(registry, "prl_adapter_version",
+                                   "A run of adapters: the learner's newest version, by adapter.")),
+      adapter_groups_trained_(GaugeFamily(registry, "prl_adapter_groups_trained",
+                                          "A run of adapters: groups the learner trained on, by "
+                                          "adapter.")),
+      adapter_groups_unconsumed_(GaugeFamily(registry, "prl_adapter_groups_unconsumed",
+                                             "A run of adapters: groups completed and not yet "
+                                             "trained on, by adapter.")),
+      adapter_prompts_in_flight_(GaugeFamily(registry, "prl_adapter_prompts_in_flight",
+                                             "A run of adapters: prompts leased now, by adapter.")),
+      adapter_prompt_sets_running_(GaugeFamily(registry, "prl_adapter_prompt_sets_running",
+                                               "A run of adapters: running prompt sets, by "
+                                               "adapter.")),
       requests_rejected_(CounterFamily(registry, "prl_coordinator_requests_rejected_total",
                                        "Authenticated requests refused for their content, by "
                                        "reason.")) {
@@ -191,6 +204,30 @@ CoordinatorMetrics::Eval CoordinatorMetrics::EvalOf(absl::string_view set) {
   const std::map<std::string, std::string> labels = {{"set", std::string(set)}};
   return {eval_mean_reward_.Add(labels), eval_pass_at_k_.Add(labels), eval_version_.Add(labels),
           eval_rounds_.Add(labels)};
+}
+
+CoordinatorMetrics::Adapter CoordinatorMetrics::AdapterOf(absl::string_view adapter) {
+  adapters_.insert(std::string(adapter));
+  const std::map<std::string, std::string> labels = {{"adapter", std::string(adapter)}};
+  return {adapter_version_.Add(labels), adapter_groups_trained_.Add(labels),
+          adapter_groups_unconsumed_.Add(labels), adapter_prompts_in_flight_.Add(labels),
+          adapter_prompt_sets_running_.Add(labels)};
+}
+
+void CoordinatorMetrics::KeepAdapters(const std::set<std::string>& live) {
+  for (auto it = adapters_.begin(); it != adapters_.end();) {
+    if (live.count(*it) > 0) {
+      ++it;
+      continue;
+    }
+    const Adapter a = AdapterOf(*it);
+    adapter_version_.Remove(&a.version);
+    adapter_groups_trained_.Remove(&a.groups_trained);
+    adapter_groups_unconsumed_.Remove(&a.groups_unconsumed);
+    adapter_prompts_in_flight_.Remove(&a.prompts_in_flight);
+    adapter_prompt_sets_running_.Remove(&a.prompt_sets_running);
+    it = adapters_.erase(it);
+  }
 }
 
 Counter& CoordinatorMetrics::RequestsRejected(absl::string_view reason) {

@@ -25,6 +25,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <set>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
@@ -106,6 +109,22 @@ struct CoordinatorMetrics {
     prometheus::Counter& rounds;
   };
   Eval EvalOf(absl::string_view set);
+  // A run of adapters (docs/tenants.md), by adapter name: the learner's newest version of it
+  // (prl_adapter_version{adapter}), groups trained on (prl_adapter_groups_trained{adapter}) and
+  // not yet (prl_adapter_groups_unconsumed{adapter}), prompts leased now
+  // (prl_adapter_prompts_in_flight{adapter}) and running sets
+  // (prl_adapter_prompt_sets_running{adapter}). A deleted adapter's series are dropped
+  // (KeepAdapters).
+  struct Adapter {
+    prometheus::Gauge& version;
+    prometheus::Gauge& groups_trained;
+    prometheus::Gauge& groups_unconsumed;
+    prometheus::Gauge& prompts_in_flight;
+    prometheus::Gauge& prompt_sets_running;
+  };
+  Adapter AdapterOf(absl::string_view adapter);
+  // Drops the series of the adapters AdapterOf made that are not in `live`.
+  void KeepAdapters(const std::set<std::string>& live);
   // prl_coordinator_requests_rejected_total{reason}: authenticated requests refused for their
   // content (docs/security.md): "completion_not_lease_holder" (a completion from an actor that
   // does not hold the lease, or with a wrong nonce), "progress_out_of_bounds" (learner progress
@@ -122,6 +141,12 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& eval_pass_at_k_;
   prometheus::Family<prometheus::Gauge>& eval_version_;
   prometheus::Family<prometheus::Counter>& eval_rounds_;
+  prometheus::Family<prometheus::Gauge>& adapter_version_;
+  prometheus::Family<prometheus::Gauge>& adapter_groups_trained_;
+  prometheus::Family<prometheus::Gauge>& adapter_groups_unconsumed_;
+  prometheus::Family<prometheus::Gauge>& adapter_prompts_in_flight_;
+  prometheus::Family<prometheus::Gauge>& adapter_prompt_sets_running_;
+  std::set<std::string> adapters_;  // names AdapterOf made series for
   prometheus::Family<prometheus::Counter>& requests_rejected_;
 };
 

@@ -2,13 +2,17 @@
 
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/hf_model_dir.h"
 #include "coordinator/coordinator_server.h"
 #include "core/status_macros.h"
 #include "metrics/prl_metrics.h"
+#include "model/lora.h"
 #include "reward/verifiers.h"
 #include "roles/model_text.h"
 #include "roles/role_metrics.h"
@@ -59,6 +63,17 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
     e.version.Set(static_cast<double>(series.latest.version()));
     metrics::AdvanceCounterTo(e.rounds, static_cast<double>(series.rounds));
   }
+  std::set<std::string> live;
+  for (const auto& [name, counts] : s.adapters) {  // a run of adapters (docs/tenants.md)
+    const metrics::CoordinatorMetrics::Adapter a = m.AdapterOf(name);
+    a.version.Set(static_cast<double>(counts.version));
+    a.groups_trained.Set(static_cast<double>(counts.groups_consumed));
+    a.groups_unconsumed.Set(static_cast<double>(counts.groups_unconsumed));
+    a.prompts_in_flight.Set(static_cast<double>(counts.prompts_in_flight));
+    a.prompt_sets_running.Set(static_cast<double>(counts.prompt_sets_running));
+    live.insert(name);
+  }
+  m.KeepAdapters(live);
   process.weight_version.Set(static_cast<double>(s.learner_version));
 }
 
@@ -100,6 +115,36 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
     out.text = std::move(*text);
   } else if (!absl::IsNotFound(text.status())) {
     return text.status();
+  }
+  // A run of adapters (docs/tenants.md): new adapters from learner.lora_*, checked against the
+  // model; the tenants' limits (their names: security.tenant_token_files').
+  out.adapters = c.coordinator.adapters;
+  out.max_adapters = c.coordinator.max_adapters;
+  out.max_adapter_rank = c.coordinator.max_adapter_rank;
+  out.adapter_defaults.set_rank(static_cast<int32_t>(c.learner.lora_rank));
+  out.adapter_defaults.set_alpha(c.learner.lora_alpha);
+  out.adapter_defaults.set_rslora(c.learner.lora_rslora);
+  for (absl::string_view t : absl::StrSplit(c.learner.lora_targets, ',', absl::SkipEmpty())) {
+    out.adapter_defaults.add_target_modules(std::string(absl::StripAsciiWhitespace(t)));
+  }
+  out.adapter_defaults.set_learning_rate(c.learner.lr);
+  out.validate_adapter = [model](const v1::AdapterSpec& spec) {
+    LoraConfig lora;
+    lora.rank = spec.rank();
+    lora.alpha = spec.alpha();
+    lora.rslora = spec.rslora();
+    lora.target_modules.assign(spec.target_modules().begin(), spec.target_modules().end());
+    return ValidateLoraConfig(lora, model);
+  };
+  if (!c.coordinator.tenants_file.empty()) {
+    PRL_ASSIGN_OR_RETURN(out.tenants, coordinator::ReadTenantsFile(c.coordinator.tenants_file));
+    for (const auto& [tenant, file] : c.security.tenant_token_files) {
+      if (out.tenants.count(tenant) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "security.tenant_token_files['", tenant, "']: the tenant has no limits in ",
+            "coordinator.tenants_file '", c.coordinator.tenants_file, "'"));
+      }
+    }
   }
   out.validate_reward = [](const v1::RewardSpec& spec) {
     reward::RewardSpec parsed;

@@ -23,6 +23,7 @@ rpc::SecuritySettings SecuritySettingsFrom(const config::SecuritySection& s) {
   r.learner_token_file = s.learner_token_file;
   r.service_token_file = s.service_token_file;
   r.service_token_files = s.service_token_files;
+  r.tenant_token_files = s.tenant_token_files;
   r.cert_refresh_s = s.cert_refresh_s;
   return r;
 }
@@ -51,7 +52,10 @@ absl::Status ConfigureRoleSecurity(const config::RunConfig& config, std::optiona
                                    std::set<rpc::Role> admitted) {
   rpc::SecuritySettings settings = SecuritySettingsFrom(config.security);
   if (self.has_value()) admitted.insert(*self);
-  if (!admitted.contains(rpc::Role::kClient)) settings.client_token_file.clear();
+  if (!admitted.contains(rpc::Role::kClient)) {
+    settings.client_token_file.clear();
+    settings.tenant_token_files.clear();  // tenants are clients
+  }
   if (!admitted.contains(rpc::Role::kActor)) settings.actor_token_file.clear();
   if (!admitted.contains(rpc::Role::kLearner)) settings.learner_token_file.clear();
   if (!admitted.contains(rpc::Role::kService)) settings.service_token_file.clear();

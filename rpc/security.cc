@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/net_address.h"
@@ -56,15 +57,24 @@ absl::Status Validate(const SecuritySettings& s) {
         "(the CA that verifies client certificates)");
   }
   std::set<std::string> seen;
-  for (const std::string* file :
-       {&s.client_token_file, &s.actor_token_file, &s.learner_token_file, &s.service_token_file}) {
+  std::vector<const std::string*> files = {&s.client_token_file, &s.actor_token_file,
+                                           &s.learner_token_file, &s.service_token_file};
+  for (const auto& [tenant, file] : s.tenant_token_files) {
+    if (tenant.empty() || file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "security.tenant_token_files: expected a tenant name and a token file, found '",
+          tenant.substr(0, 64), "': '", file, "'"));
+    }
+    files.push_back(&file);
+  }
+  for (const std::string* file : files) {
     if (file->empty()) continue;
     internal::TokenFile token(*file);
     absl::StatusOr<std::string> text = token.Read();
     if (!text.ok()) return text.status();
     if (!seen.insert(*text).second) {
-      return absl::InvalidArgumentError(absl::StrCat("security: token file '", *file,
-                                                     "' holds the same token as another role's"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "security: token file '", *file, "' holds the same token as another role's or tenant's"));
     }
   }
   return absl::OkStatus();
@@ -173,6 +183,25 @@ absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<R
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> TenantOf(const grpc::ServerContextBase& context) {
+  // The authoriser leaves a tenant's token in the call's metadata (and consumes every role's):
+  // a call that carries one was admitted with it, and maps to its tenant here. (An AuthContext
+  // property would not do: gRPC keeps one context per connection, which calls of several
+  // tenants' channels may share.)
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find("authorization");
+  if (found == metadata.end()) return std::string();
+  const absl::string_view authorization(found->second.data(), found->second.size());
+  const std::optional<std::string> tenant =
+      internal::TenantTokens::AnyTenantOf(absl::StripPrefix(authorization, "Bearer "));
+  if (!tenant.has_value()) {
+    // Admitted by a token that no longer names a tenant (rotated meanwhile): never the
+    // operator's rights.
+    return absl::UnauthenticatedError("the tenant's token changed during the call: retry");
+  }
+  return *tenant;
+}
+
 std::string DescribeSecurity() {
   const ProcessSecurity& p = Current();
   const SecuritySettings& s = p.settings;
@@ -184,6 +213,9 @@ std::string DescribeSecurity() {
                                 &s.service_token_file};
   for (const auto& [name, role] : kRoleNames) {
     if (!files[static_cast<int>(role)]->empty()) checked.emplace_back(name);
+  }
+  if (!s.tenant_token_files.empty()) {
+    checked.push_back(absl::StrCat(s.tenant_token_files.size(), " tenant(s)"));
   }
   absl::StrAppend(&out, checked.empty()
                             ? ", no tokens"

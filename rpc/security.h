@@ -20,8 +20,9 @@
 // logged).
 // Every method states which roles may call it (the AccessPolicy a server starts with; the
 // default is DefaultAccessPolicy). A missing or unknown token is UNAUTHENTICATED; a known
-// token of a role the method does not admit is PERMISSION_DENIED. gRPC health checking stays
-// open to everyone. Without token files, every caller that reaches the server is admitted.
+// token of a role the method does not admit is PERMISSION_DENIED. A tenant's token
+// (security.tenant_token_files) is a client token that also names its tenant (TenantOf). gRPC
+// health checking stays open to everyone. Without token files, every caller that reaches the server is admitted.
 //
 // User-written services (an environment, a remote reward; docs/security.md) are third-party code:
 // a role's token never goes to them. NewServiceChannel reaches one with no role token, and with
@@ -69,12 +70,16 @@ struct SecuritySettings {
   // host:port -> the token file presented to the user-written service there (and to no other
   // address): an environment's or a remote reward's own credential, never a role's.
   std::map<std::string, std::string> service_token_files;
+  // Tenants (docs/tenants.md): tenant name -> the token file of its client token. A tenant's
+  // token is a client token limited to what coordinator.tenants allows it: the server learns
+  // the caller's tenant from it (TenantOf).
+  std::map<std::string, std::string> tenant_token_files;
   int cert_refresh_s = 10;  // how often certificate files are checked for changes
 
   bool tls() const { return !tls_cert_file.empty(); }
   bool tokens() const {
     return !client_token_file.empty() || !actor_token_file.empty() || !learner_token_file.empty() ||
-           !service_token_file.empty();
+           !service_token_file.empty() || !tenant_token_files.empty();
   }
 };
 
@@ -115,6 +120,11 @@ std::shared_ptr<grpc::Channel> NewServiceChannel(const std::string& target,
 // (security.tls_ca_file), or a loopback target (core/net_address.h). NewChannel never sends the
 // token elsewhere: a bearer token in plaintext would cross the network readable.
 bool TokenMayTravelTo(const std::string& target);
+
+// The tenant whose token the caller presented (security.tenant_token_files), or "" (another
+// role's token, or a server without tokens). Unauthenticated (never "") when the call carries
+// a tenant's token that no longer names one (its file changed during the call).
+absl::StatusOr<std::string> TenantOf(const grpc::ServerContextBase& context);
 
 // This process's settings in words, for start-up lines: TLS or plaintext, mutual or not, which
 // roles' tokens it checks, and whether it sends one. Never a token or a key.

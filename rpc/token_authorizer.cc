@@ -72,18 +72,71 @@ bool TokensEqual(absl::string_view a, absl::string_view b) {
 TokenAuthorizer::TokenAuthorizer(const SecuritySettings& s, AccessPolicy policy)
     : files_{TokenFile(s.client_token_file), TokenFile(s.actor_token_file),
              TokenFile(s.learner_token_file), TokenFile(s.service_token_file)},
-      policy_(std::move(policy)) {}
+      policy_(std::move(policy)),
+      tenants_(TenantTokens::Of(s.tenant_token_files)) {}
 
-std::optional<Role> TokenAuthorizer::RoleOf(absl::string_view token) {
+TenantTokens::TenantTokens(const std::map<std::string, std::string>& files) {
+  for (const auto& [tenant, file] : files) {
+    tenants_.emplace_back(tenant, std::make_unique<TokenFile>(file));
+  }
+}
+
+std::optional<std::string> TenantTokens::TenantOf(absl::string_view token) {
+  std::optional<std::string> found;
+  for (const auto& [name, file] : tenants_) {  // every file, whatever matched: constant time
+    absl::StatusOr<std::string> known = file->Read();
+    if (known.ok() && !known->empty() && TokensEqual(token, *known)) found = name;
+  }
+  return found;
+}
+
+namespace {
+
+using TenantTable =
+    std::map<std::map<std::string, std::string>, std::unique_ptr<TenantTokens>>;
+
+std::mutex& TenantTableMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+
+TenantTable& Tenants() {
+  static TenantTable* table = new TenantTable();
+  return *table;
+}
+
+}  // namespace
+
+TenantTokens& TenantTokens::Of(const std::map<std::string, std::string>& files) {
+  std::lock_guard<std::mutex> lock(TenantTableMutex());
+  std::unique_ptr<TenantTokens>& tokens = Tenants()[files];
+  if (tokens == nullptr) tokens = std::make_unique<TenantTokens>(files);
+  return *tokens;
+}
+
+std::optional<std::string> TenantTokens::AnyTenantOf(absl::string_view token) {
+  std::lock_guard<std::mutex> lock(TenantTableMutex());
+  std::optional<std::string> found;
+  for (auto& [files, tokens] : Tenants()) {
+    if (std::optional<std::string> name = tokens->TenantOf(token)) found = std::move(name);
+  }
+  return found;
+}
+
+std::optional<Role> TokenAuthorizer::RoleOf(absl::string_view token, std::string* tenant) {
   std::optional<Role> found;
   for (const NamedValue<Role>& r : kRoleNames) {  // every file, whatever matched: constant time
     absl::StatusOr<std::string> known = files_[static_cast<int>(r.value)].Read();
     if (known.ok() && !known->empty() && TokensEqual(token, *known)) found = r.value;
   }
+  if (std::optional<std::string> name = tenants_.TenantOf(token)) {
+    found = Role::kClient;
+    if (tenant != nullptr) *tenant = *name;
+  }
   return found;
 }
 
-grpc::Status TokenAuthorizer::Process(const InputMetadata& metadata, grpc::AuthContext* context,
+grpc::Status TokenAuthorizer::Process(const InputMetadata& metadata, grpc::AuthContext* /*context*/,
                                       OutputMetadata* consumed, OutputMetadata*) {
   absl::string_view path, authorization;
   for (const auto& [key, value] : metadata) {
@@ -99,18 +152,19 @@ grpc::Status TokenAuthorizer::Process(const InputMetadata& metadata, grpc::AuthC
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         absl::StrCat(path, ": the authorization header is not a bearer token"));
   }
-  const std::optional<Role> role = RoleOf(authorization.substr(kBearer.size()));
+  std::string tenant;
+  const std::optional<Role> role = RoleOf(authorization.substr(kBearer.size()), &tenant);
   if (!role.has_value()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         absl::StrCat(path, ": unknown bearer token"));
   }
-  consumed->insert({"authorization", std::string(authorization)});
+  // A role's token is consumed; a tenant's stays for rpc::TenantOf (the class comment).
+  if (tenant.empty()) consumed->insert({"authorization", std::string(authorization)});
   const std::string name(EnumName(kRoleNames, *role));
   if (Admitted(policy_, path).count(*role) == 0) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat(path, ": the ", name, " role may not call this method"));
   }
-  context->AddProperty("prl_role", name);
   return grpc::Status::OK;
 }
 

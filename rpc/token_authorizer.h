@@ -1,6 +1,12 @@
 // TokenAuthorizer (internal to rpc/): the server side of bearer-token authorisation, a gRPC
 // AuthMetadataProcessor that maps the caller's `authorization: Bearer TOKEN` to a role and the
-// method (":path") to the roles its AccessPolicy admits. See security.h for the contract.
+// method (":path") to the roles its AccessPolicy admits. A role's token is consumed (the
+// service never sees it); a tenant's token (a client token) is left in the call's metadata,
+// where rpc::TenantOf maps it to its tenant (TenantTokens). See security.h for the contract.
+//
+// Nothing is added to the call's AuthContext: gRPC keeps one per connection, shared by every
+// call on it (and by the channels of one process that share a connection), so a property added
+// per call would grow without bound and name another call's caller.
 //
 // Tokens come from files and are re-read when a file changes (checked at most once a second),
 // so a rotated token takes effect without a restart. Comparisons take the same time whatever
@@ -12,9 +18,13 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 
 #include <array>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -41,6 +51,22 @@ class TokenFile {
 // Constant-time equality of two byte strings (the time depends only on their lengths).
 bool TokensEqual(absl::string_view a, absl::string_view b);
 
+// The tenants' tokens (security.tenant_token_files), each read through a TokenFile.
+class TenantTokens {
+ public:
+  explicit TenantTokens(const std::map<std::string, std::string>& files);
+  // The tenant whose token `token` is (every token compared, in constant time), or nullopt.
+  std::optional<std::string> TenantOf(absl::string_view token);
+  // The process's instance for these files (one per distinct map): every authoriser's, which
+  // rpc::TenantOf searches (AnyTenantOf).
+  static TenantTokens& Of(const std::map<std::string, std::string>& files);
+  // The tenant of `token` among every instance Of made (the servers' authorisers), or nullopt.
+  static std::optional<std::string> AnyTenantOf(absl::string_view token);
+
+ private:
+  std::vector<std::pair<std::string, std::unique_ptr<TokenFile>>> tenants_;  // name, token
+};
+
 class TokenAuthorizer final : public grpc::AuthMetadataProcessor {
  public:
   TokenAuthorizer(const SecuritySettings& settings, AccessPolicy policy);
@@ -50,11 +76,13 @@ class TokenAuthorizer final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* consumed_auth_metadata,
                        OutputMetadata* response_metadata) override;
 
-  // The role of a token, or nullopt (exposed for tests).
-  std::optional<Role> RoleOf(absl::string_view token);
+  // The role of a token, or nullopt (exposed for tests); a tenant's token is the client role,
+  // its tenant's name in *tenant.
+  std::optional<Role> RoleOf(absl::string_view token, std::string* tenant = nullptr);
 
  private:
   std::array<TokenFile, kNumRoles> files_;  // by Role
+  TenantTokens& tenants_;  // TenantTokens::Of the settings' files
   AccessPolicy policy_;
 };
 

@@ -73,7 +73,7 @@ v1::GroupResult Group(int64_t index, double reward) {
 TEST(PromptSetsTest, RecordsMoveCountsAndTheSnapshotRebuildsThem) {
   PromptSets sets(/*max_text_bytes_per_set=*/1 << 20, [](const PromptSets::Set&) { return ""; });
   sets.ApplySubmitted(Submitted("ps-a", 3, "key-1"));
-  ASSERT_NE(sets.ByIdempotencyKey("key-1"), nullptr);
+  ASSERT_NE(sets.ByIdempotencyKey("", "key-1"), nullptr);
   sets.MarkLeased("ps-a", 0);
   sets.MarkLeased("ps-a", 1);
   EXPECT_EQ(sets.PendingOrInFlight(), 3);
@@ -131,8 +131,8 @@ TEST(PromptSetsTest, RetirementDropsFinishedSetsWithTheirKeysAfterRetention) {
   EXPECT_TRUE(sets.Retire(t0 + absl::Seconds(59), 60).empty());
   EXPECT_EQ(sets.Retire(t0 + absl::Seconds(60), 60), std::vector<std::string>{"ps-a"});
   EXPECT_EQ(sets.Find("ps-a"), nullptr);
-  EXPECT_EQ(sets.ByIdempotencyKey("key-a"), nullptr);
-  EXPECT_NE(sets.ByIdempotencyKey("key-b"), nullptr);
+  EXPECT_EQ(sets.ByIdempotencyKey("", "key-a"), nullptr);
+  EXPECT_NE(sets.ByIdempotencyKey("", "key-b"), nullptr);
   EXPECT_EQ(sets.recently_retired().back(), "ps-a");
   EXPECT_EQ(sets.counts().sets_retired, 1);
   EXPECT_EQ(sets.order(), std::vector<std::string>{"ps-b"});

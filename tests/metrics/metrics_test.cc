@@ -113,6 +113,14 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   coordinator.PromptsLeased("actors-5d9c-q4m8z").Increment(55);
   coordinator.PromptSetLeases("math").Increment(30);
   coordinator.PromptSetGroupsCompleted("math").Increment(28);
+  const CoordinatorMetrics::Adapter adapter = coordinator.AdapterOf("team-a-math");
+  adapter.version.Set(9);
+  adapter.groups_trained.Set(72);
+  adapter.groups_unconsumed.Set(3);
+  adapter.prompts_in_flight.Set(5);
+  adapter.prompt_sets_running.Set(2);
+  coordinator.AdapterOf("deleted").version.Set(1);
+  coordinator.KeepAdapters({"team-a-math"});  // "deleted"'s series are gone
 
   actor.tokens_generated.Increment(123456);
   actor.prefill_tokens.Increment(4096);
@@ -191,6 +199,11 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_prompts_leased_total{actor=\"actors-5d9c-q4m8z\"}", 55},
       {"prl_prompt_set_leases_total{set=\"math\"}", 30},
       {"prl_prompt_set_groups_completed_total{set=\"math\"}", 28},
+      {"prl_adapter_version{adapter=\"team-a-math\"}", 9},
+      {"prl_adapter_groups_trained{adapter=\"team-a-math\"}", 72},
+      {"prl_adapter_groups_unconsumed{adapter=\"team-a-math\"}", 3},
+      {"prl_adapter_prompts_in_flight{adapter=\"team-a-math\"}", 5},
+      {"prl_adapter_prompt_sets_running{adapter=\"team-a-math\"}", 2},
       {"prl_tokens_generated_total", 123456},
       {"prl_prefill_tokens_total", 4096},
       {"prl_rollout_length_tokens_count", 2},
@@ -295,6 +308,8 @@ TEST_F(CatalogScrape, ShowsEveryCatalogMetricWithItsLabelsAndValue) {
     ASSERT_TRUE(got.has_value()) << series << " missing from:\n" << *scrape_;
     EXPECT_DOUBLE_EQ(*got, value) << series;
   }
+  // A deleted adapter's series are dropped (CoordinatorMetrics::KeepAdapters).
+  EXPECT_EQ(scrape_->find("adapter=\"deleted\""), std::string::npos);
   std::optional<double> start = SampleValue(*scrape_, "prl_process_start_time_seconds");
   ASSERT_TRUE(start.has_value());
   EXPECT_GT(*start, 1.6e9);  // a unix time in seconds, not ms or ns

@@ -26,6 +26,7 @@
 #include "env/builtin_environments.h"
 #include "env/environment_server.h"
 #include "prl/v1/environment.grpc.pb.h"
+#include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
 #include "reward/reward_service.h"
@@ -295,6 +296,87 @@ struct Recorder {
 
 // An environment or a remote reward is third-party code: an actor's calls to it carry no role
 // token, only the credential configured for its address (and no other address gets that).
+// A tenant's token (security.tenant_token_files) is a client token that names its tenant to the
+// coordinator: over real gRPC, each tenant submits to its own adapters, lists and reads only its
+// own sets, and the operator's client token sees all; an actor's token is still refused.
+TEST_F(SecurityTest, ATenantsTokenNamesItsTenantToTheCoordinator) {
+  SecuritySettings server_settings = Tokens();
+  server_settings.tenant_token_files = {{"team-a", certs_.Token("team-a", "tenant-secret-a")},
+                                        {"team-b", certs_.Token("team-b", "tenant-secret-b")}};
+  ASSERT_TRUE(ConfigureSecurity(server_settings, std::nullopt).ok());
+  coordinator::CoordinatorConfig cc;
+  const std::string dir =
+      (fs::temp_directory_path() / absl::StrCat("prl_security_tenants_", getpid())).string();
+  fs::create_directories(dir);
+  cc.log_path = dir + "/prompts.log";
+  cc.vocab_size = 16;
+  cc.max_position_embeddings = 32;
+  cc.validate_reward = [](const prl::v1::RewardSpec&) { return absl::OkStatus(); };
+  cc.adapters = true;
+  cc.adapter_defaults.set_rank(4);
+  cc.adapter_defaults.set_alpha(8);
+  cc.tenants["team-a"].adapters = {"a-*"};
+  cc.tenants["team-b"].adapters = {"b-*"};
+  auto coordinator = *coordinator::Coordinator::Open(cc);
+  auto server = *coordinator::CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0");
+  const auto stub_as = [&](const std::string& token_file, Role role) {
+    SecuritySettings client;
+    (role == Role::kClient ? client.client_token_file : client.actor_token_file) = token_file;
+    return prl::v1::PromptService::NewStub(Channel(client, role, server->port()));
+  };
+  const auto submit = [](prl::v1::PromptService::Stub& stub, const std::string& adapter,
+                         std::string* id) {
+    prl::v1::SubmitPromptSetRequest r;
+    r.add_prompts()->mutable_tokens()->add_ids(1);
+    r.set_samples_per_prompt(1);
+    r.mutable_sampling()->set_top_p(1);
+    r.mutable_sampling()->set_max_tokens(4);
+    r.mutable_reward()->set_name("exact_match");
+    r.mutable_adapter()->set_name(adapter);
+    grpc::ClientContext ctx;
+    prl::v1::SubmitPromptSetResponse response;
+    const grpc::Status s = stub.SubmitPromptSet(&ctx, r, &response);
+    if (id != nullptr) *id = response.prompt_set_id();
+    return s;
+  };
+  const auto listed = [](prl::v1::PromptService::Stub& stub) {
+    grpc::ClientContext ctx;
+    prl::v1::ListPromptSetsResponse response;
+    EXPECT_TRUE(stub.ListPromptSets(&ctx, {}, &response).ok());
+    return response.prompt_sets_size();
+  };
+  auto a = stub_as(server_settings.tenant_token_files["team-a"], Role::kClient);
+  auto b = stub_as(server_settings.tenant_token_files["team-b"], Role::kClient);
+  auto op = stub_as(server_settings.client_token_file, Role::kClient);
+  std::string a_set;
+  ASSERT_TRUE(submit(*a, "a-math", &a_set).ok());
+  const grpc::Status crossed = submit(*b, "a-math", nullptr);
+  EXPECT_EQ(crossed.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << crossed.error_message();
+  EXPECT_NE(crossed.error_message().find("coordinator.tenants.team-b.adapters"), std::string::npos)
+      << crossed.error_message();
+  const grpc::Status b_code = submit(*b, "b-code", nullptr);
+  ASSERT_TRUE(b_code.ok()) << b_code.error_message();
+  EXPECT_EQ(listed(*a), 1);
+  EXPECT_EQ(listed(*b), 1);
+  EXPECT_EQ(listed(*op), 2);
+  grpc::ClientContext ctx;
+  prl::v1::GetPromptSetRequest get;
+  get.set_prompt_set_id(a_set);
+  prl::v1::PromptSetStatus status;
+  EXPECT_EQ(b->GetPromptSet(&ctx, get, &status).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A tenant's token is a client's only: the actors' service refuses it.
+  SecuritySettings as_actor;
+  as_actor.actor_token_file = server_settings.tenant_token_files["team-a"];
+  EXPECT_EQ(Call(Channel(as_actor, Role::kActor, server->port()),
+                 "/prl.v1.ActorControl/LeasePrompts")
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  server.reset();
+  coordinator.reset();
+  fs::remove_all(dir);
+}
+
 TEST_F(SecurityTest, AUserWrittenServiceGetsItsOwnCredentialAndNeverARoleToken) {
   Recorder with_credential, without;
   SecuritySettings actor = Tokens();
