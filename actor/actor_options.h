@@ -27,6 +27,8 @@ using GroupWriter = std::function<absl::Status(absl::Span<const RolloutRecord> g
 GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout);
 absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout);
 
+class AdapterChannels;  // actor/adapter_channels.h
+
 struct ActorOptions {
   std::string coordinator = "localhost:50051";
   std::string name = "actor";
@@ -35,6 +37,10 @@ struct ActorOptions {
   // A LoRA learner's run (learner.lora_*): the adapter of the initial version, on the engine
   // from the start; each later version arrives as an adapter (Engine::SwapAdapter). Null: none.
   std::shared_ptr<const LoraSet> initial_adapter;
+  // A run of adapters (docs/tenants.md): each adapter's versions and groups, by the adapter its
+  // lease names (actor/adapter_channels.h). Null: a run of one model (a lease naming an adapter
+  // is given back).
+  std::shared_ptr<AdapterChannels> adapters;
   int32_t max_prompts_in_flight = 8;  // leased and generating at once
   // The model's text (tokenizer/text_codec.h): completions decoded for the text rewards and for
   // clients watching samples (GroupResult.texts). Null: the ids are written as decimal numbers

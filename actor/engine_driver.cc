@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "actor/adapter_channels.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
 
@@ -38,6 +39,7 @@ episode::GroupRequest GroupRequestOf(const v1::LeasedPrompt& lease) {
     g.reference = lease.reference();
     g.submitted = lease.episode_prompt();
   }
+  g.adapter = lease.adapter().adapter_id();  // a run of adapters: its engine adapter
   return g;
 }
 
@@ -57,7 +59,56 @@ EngineDriver::EngineDriver(std::unique_ptr<Engine> engine, WeightSubscriber* wei
       stats_(stats),
       options_(options) {}
 
+absl::StatusOr<bool> EngineDriver::AdapterReady(const v1::LeasedAdapter& adapter) {
+  if (options_.adapters == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the prompt trains adapter '", adapter.spec().name(),
+        "' (coordinator.adapters) but this actor serves no adapters (a run of one model)"));
+  }
+  const absl::Status opened = options_.adapters->Open(adapter);
+  if (absl::IsNotFound(opened)) return false;  // the learner has not made it yet: wait
+  PRL_RETURN_IF_ERROR(opened);
+  Engine& engine = episodes_.engine();
+  const std::string& id = adapter.adapter_id();
+  std::optional<int64_t> held = engine.AdapterVersion(id);
+  if (held.has_value() && *held >= adapter.min_version()) return true;
+  PRL_RETURN_IF_ERROR(SwapAdapterIfNewer(id, held.value_or(-1)));
+  held = engine.AdapterVersion(id);
+  return held.has_value() && *held >= adapter.min_version();
+}
+
+absl::Status EngineDriver::SwapAdapterIfNewer(const std::string& adapter_id, int64_t have) {
+  absl::StatusOr<std::optional<VersionedWeights>> next =
+      options_.adapters->TakeNewer(adapter_id, have);
+  if (!next.ok()) {
+    // Its channel failed (the adapter was deleted and its segments removed): closed; a lease
+    // that names it again opens it again, or is given back.
+    std::fprintf(stderr, "actor %s: adapter %s: %s; closing its channel\n", options_.name.c_str(),
+                 adapter_id.c_str(), std::string(next.status().message()).c_str());
+    options_.adapters->Close(adapter_id);
+    return absl::OkStatus();
+  }
+  if (!next->has_value() || (*next)->adapter == nullptr) return absl::OkStatus();
+  const absl::Status added =
+      episodes_.engine().AddAdapter(adapter_id, (*next)->adapter, (*next)->version);
+  // Every slot busy with requests in flight: this version waits for the next loop.
+  if (absl::IsResourceExhausted(added)) return absl::OkStatus();
+  return added;
+}
+
+absl::Status EngineDriver::SwapAdaptersIfNewer() {
+  if (options_.adapters == nullptr) return absl::OkStatus();
+  Engine& engine = episodes_.engine();
+  for (const std::string& id : engine.adapters()) {
+    if (id.empty()) continue;
+    const std::optional<int64_t> held = engine.AdapterVersion(id);
+    PRL_RETURN_IF_ERROR(SwapAdapterIfNewer(id, held.value_or(-1)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EngineDriver::SwapIfNewer() {
+  PRL_RETURN_IF_ERROR(SwapAdaptersIfNewer());
   if (weights_ == nullptr) return absl::OkStatus();
   Engine& engine = episodes_.engine();
   // The engine applies staged weights at its next Step: ask only for versions newer than the
@@ -146,15 +197,24 @@ absl::Status EngineDriver::AddGranted() {
       continue;
     }
     const std::string& id = l.lease.lease_id();
-    // A run of adapters' prompt (docs/tenants.md): this actor has no way yet to hold each
-    // tenant's adapter, and generating it with the base would train the adapter on another
-    // policy's samples. Given back, visibly, instead.
-    const absl::Status added =
-        l.lease.has_adapter()
-            ? absl::UnimplementedError(absl::StrCat(
-                  "the prompt trains adapter '", l.lease.adapter().spec().name(),
-                  "' (coordinator.adapters): actors that serve a run of adapters are not built yet"))
-            : episodes_.Add(GroupRequestOf(l.lease));
+    // A run of adapters' prompt (docs/tenants.md): its adapter at the version it needs first.
+    absl::Status added = absl::OkStatus();
+    if (l.lease.has_adapter()) {
+      absl::StatusOr<bool> ready = AdapterReady(l.lease.adapter());
+      if (ready.ok() && !*ready) {
+        if (absl::Now() - l.leased_at > options_.weight_wait_timeout) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "actor ", options_.name, ": adapter ", l.lease.adapter().spec().name(), " (",
+              l.lease.adapter().adapter_id(), ") version ", l.lease.adapter().min_version(),
+              " has not arrived after ", absl::FormatDuration(options_.weight_wait_timeout),
+              " (is the learner publishing it?)"));
+        }
+        waiting.push_back(std::move(l));
+        continue;
+      }
+      added = ready.status();
+    }
+    if (added.ok()) added = episodes_.Add(GroupRequestOf(l.lease));
     if (!added.ok()) {
       // The coordinator validated the prompt against its model and this actor's capacity;
       // this engine cannot run it all the same (e.g. the coordinator's model is not ours).

@@ -48,6 +48,15 @@ class EngineDriver {
     int64_t created_unix_nanos = 0;
   };
   absl::Status SwapIfNewer();
+  // A run of adapters (ActorOptions::adapters): whether the engine holds the lease's adapter at
+  // the version it needs (opening its channel and taking its newest version as needed); false:
+  // not yet (the learner has not made or published it). An error gives the lease back.
+  absl::StatusOr<bool> AdapterReady(const prl::v1::LeasedAdapter& adapter);
+  // The adapter's newest version newer than `have` into the engine (Engine::AddAdapter with its
+  // version); a failed channel is closed.
+  absl::Status SwapAdapterIfNewer(const std::string& adapter_id, int64_t have);
+  // Every adapter the engine holds, to its newest version.
+  absl::Status SwapAdaptersIfNewer();
   // Moves granted prompts into the engine; one whose weight version has not arrived waits
   // (a DeadlineExceeded error after weight_wait_timeout).
   absl::Status AddGranted();

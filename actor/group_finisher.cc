@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "actor/adapter_channels.h"
 #include "core/group_id.h"
 #include "core/status_macros.h"
 #include "core/test_hooks.h"
@@ -242,15 +243,23 @@ absl::Status GroupFinisher::Complete(const v1::CompleteRequest& complete) {
   return absl::OkStatus();
 }
 
-absl::Status GroupFinisher::WriteWithRetry(absl::Span<const RolloutRecord> records,
+absl::Status GroupFinisher::WriteWithRetry(const v1::LeasedPrompt& lease,
+                                           absl::Span<const RolloutRecord> records,
                                            const std::function<bool()>& halted) {
-  absl::Status written = write_group_(records);
+  const auto write = [&]() -> absl::Status {
+    if (!lease.has_adapter()) return write_group_(records);
+    if (options_.adapters == nullptr) {
+      return absl::FailedPreconditionError("a group of an adapter on an actor of no adapters");
+    }
+    return options_.adapters->Write(lease.adapter().adapter_id(), records);
+  };
+  absl::Status written = write();
   const absl::Time give_up = absl::Now() + absl::Minutes(1);
   for (absl::Duration backoff = absl::Milliseconds(100);
        Transient(written) && !halted() && absl::Now() + backoff < give_up;
        backoff = std::min(backoff * 2, absl::Seconds(5))) {
     absl::SleepFor(backoff);
-    written = write_group_(records);
+    written = write();
   }
   return written;
 }
@@ -286,7 +295,7 @@ absl::Status GroupFinisher::Finish(const GeneratedGroup& group,
   }
   // Into the replay buffer first, then done: a crash in between re-runs the prompt. A full
   // buffer blocks here, on the finisher: heartbeats go on renewing the lease meanwhile.
-  const absl::Status written = WriteWithRetry(scored.records, halted);
+  const absl::Status written = WriteWithRetry(lease, scored.records, halted);
   if (absl::IsFailedPrecondition(written)) return LostLease(written);
   if (Transient(written)) {
     // The replay stayed unreachable: drop the group (the next heartbeat gives the prompt back).

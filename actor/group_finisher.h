@@ -71,8 +71,10 @@ class GroupFinisher {
                            const reward::RewardResult& reward, uint64_t group_id,
                            int64_t finished_unix_nanos) const;
   // Writes, retrying while the replay is unavailable (a restarting ingest) with backoff for up
-  // to a minute; heartbeats keep the lease meanwhile.
-  absl::Status WriteWithRetry(absl::Span<const RolloutRecord> records,
+  // to a minute; heartbeats keep the lease meanwhile. A run of adapters' group goes to its
+  // adapter's writer (ActorOptions::adapters).
+  absl::Status WriteWithRetry(const prl::v1::LeasedPrompt& lease,
+                              absl::Span<const RolloutRecord> records,
                               const std::function<bool()>& halted);
   void CountWritten(const RequestOutput& output, const std::vector<reward::RewardResult>& rewards,
                     int64_t tokens);

@@ -397,6 +397,17 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             "> 0 with coordinator.adapters (each new adapter's default rank; "
                             "learner.lora_init unset)",
                             c.learner.lora_rank));
+  // Each adapter's channels are shared-memory segments on the learner's node for now
+  // (roles/adapter_segments.h).
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.broadcast.transport == WeightTransport::kShm,
+                            "broadcast.transport",
+                            "shm with coordinator.adapters (each adapter's versions travel in a "
+                            "segment of its own on the learner's node)",
+                            EnumName(kWeightTransportNames, c.broadcast.transport)));
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.replay.address.empty(), "replay.address",
+                            "empty with coordinator.adapters (each adapter's groups go to a "
+                            "segment of its own on the learner's node)",
+                            c.replay.address));
   PRL_RETURN_IF_ERROR(Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
                             "coordinator.tenants_file",
                             "set exactly when security.tenant_token_files is (the tenants' limits "

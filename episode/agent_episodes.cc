@@ -226,7 +226,7 @@ void EpisodeEngine::OnRendered(Group& g, Answer& a) {
     const std::shared_ptr<AgentCall>& call = *live;
     return call != nullptr && call->EndsTurn(*codec, format, turn);
   };
-  absl::StatusOr<uint64_t> id = engine_->AddRequest(added, params);
+  absl::StatusOr<uint64_t> id = engine_->AddRequest(added, params, g.request.adapter);
   if (!id.ok()) {
     *e.live = nullptr;
     return refuse(absl::InvalidArgumentError(absl::StrCat("messages: ", id.status().message())));

@@ -63,7 +63,8 @@ absl::Status EpisodeEngine::Add(GroupRequest request) {
   }
   if (!group.request.environment.has_value()) {  // one turn
     PRL_ASSIGN_OR_RETURN(group.request_id,
-                         engine_->AddRequest(group.request.prompt, group.request.params));
+                         engine_->AddRequest(group.request.prompt, group.request.params,
+                                             group.request.adapter));
     by_request_[group.request_id] = {group.request.id, -1};
     groups_[group.request.id] = std::move(g);
     return absl::OkStatus();
@@ -356,7 +357,7 @@ void EpisodeEngine::Launch(Group& g) {
     params.end_turn = [stops = std::make_shared<StopStrings>(codec_, g.stop_strings)](
                           absl::Span<const int32_t> turn) { return stops->CompletedBy(turn); };
   }
-  absl::StatusOr<uint64_t> id = engine_->AddRequest(*g.first_prompt, params);
+  absl::StatusOr<uint64_t> id = engine_->AddRequest(*g.first_prompt, params, g.request.adapter);
   if (!id.ok()) {
     return Fail(g, absl::Status(id.status().code(),
                                 absl::StrCat("the engine refused the episodes' first prompt (",

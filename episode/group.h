@@ -30,6 +30,9 @@ struct GroupRequest {
   std::optional<prl::v1::AgentSpec> agent;
   std::string reference;             // StartEpisodeRequest.reference
   prl::v1::EpisodePrompt submitted;  // the prompt as submitted (text or chat), when known
+  // A run of adapters (docs/tenants.md): the engine adapter its samples use (Engine::AddAdapter's
+  // name, the adapter's id); empty: none.
+  std::string adapter;
 };
 
 // One record of an agent's episode: one trajectory of its calls (episode/trajectory.h).

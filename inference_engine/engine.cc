@@ -262,7 +262,8 @@ absl::Status Engine::CheckAdapter(const LoraSet& adapter) const {
   return ValidateLoraParams(adapter.params, config_, options_.device);
 }
 
-absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter) {
+absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter,
+                                int64_t version) {
   if (name.empty() || adapter == nullptr) {
     return absl::InvalidArgumentError("AddAdapter: a name and an adapter are needed");
   }
@@ -291,8 +292,16 @@ absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const L
   }
   slot->name = name;
   slot->set = std::move(adapter);
+  slot->version = version;
   slot->salt = next_adapter_salt_++ * 0x9E3779B97F4A7C15ull;  // new weights, new K/V
   return absl::OkStatus();
+}
+
+std::optional<int64_t> Engine::AdapterVersion(const std::string& name) const {
+  for (const AdapterSlot& s : adapter_slots_) {
+    if (s.name == name) return s.version;
+  }
+  return std::nullopt;
 }
 
 absl::Status Engine::RemoveAdapter(const std::string& name) {
@@ -425,7 +434,10 @@ void Engine::Append(Sequence& seq, int32_t token, float logprob,
                     std::vector<std::pair<int32_t, float>> alternatives) {
   seq.tokens.push_back(token);
   seq.logprobs.push_back(logprob);
-  seq.versions.push_back(weights_->version());
+  // A run of adapters: the token's version is its adapter's (AddAdapter's version).
+  const int32_t slot = seq.request->adapter_slot;
+  const int64_t adapter_version = slot >= 0 ? adapter_slots_[slot].version : -1;
+  seq.versions.push_back(adapter_version >= 0 ? adapter_version : weights_->version());
   ++stats_.generated_tokens;
   const SamplingParams& p = seq.request->params;
   if (p.multi_turn) seq.sources.push_back(0);

@@ -179,12 +179,17 @@ class Engine {
   // (ResourceExhausted if each is in use). Adding a name again replaces its weights from the
   // next step on (its requests in flight go on with them, as across a weight swap; no other
   // request is touched). The prefix cache keeps each adapter's K/V apart. CPU engines only for
-  // now (Unimplemented on CUDA).
-  absl::Status AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter);
+  // now (Unimplemented on CUDA). `version` >= 0: the adapter's own version (a run of adapters,
+  // docs/tenants.md), recorded as the token version of every token its requests sample;
+  // -1: their tokens carry the weights' version.
+  absl::Status AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter,
+                          int64_t version = -1);
   // NotFound if unknown; FailedPrecondition while a request in flight names it.
   absl::Status RemoveAdapter(const std::string& name);
   // The adapters held, in slot order.
   std::vector<std::string> adapters() const;
+  // The version AddAdapter gave the adapter, or nullopt when it is not held.
+  std::optional<int64_t> AdapterVersion(const std::string& name) const;
   // Ends a request now; its samples are reported with finish_reason abort and the tokens they
   // have. False if the id is unknown or already finished.
   bool Abort(uint64_t request_id);
@@ -261,6 +266,7 @@ class Engine {
     uint64_t salt = 0;      // the prefix cache's key for this adapter's K/V
     int64_t last_use = 0;   // adapter_clock_ at the last AddRequest naming it
     int32_t requests = 0;   // requests in flight naming it
+    int64_t version = -1;   // AddAdapter's (-1: its tokens carry the weights' version)
   };
   std::vector<AdapterSlot> adapter_slots_;
   int64_t adapter_clock_ = 0;

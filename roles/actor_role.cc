@@ -11,6 +11,7 @@
 #include "core/status_macros.h"
 #include "roles/device_settings.h"
 #include "roles/learner_rank.h"
+#include "roles/adapter_segments.h"
 #include "roles/model_text.h"
 #include "roles/role_metrics.h"
 #include "roles/role_security.h"
@@ -126,14 +127,26 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
     return text.status();
   }
   auto initial = std::make_shared<const ParameterSet>(std::move(loaded));
-  PRL_ASSIGN_OR_RETURN(ReplaySink sink, OpenReplaySink(c, stop));
-  PRL_ASSIGN_OR_RETURN(const WeightSpec spec, RunWeightSpec(c, model));
-  if (spec.adapter.has_value()) {  // a LoRA learner's run: the versions are its adapter's
-    PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> start, StartingAdapter(c.learner, model));
-    options.initial_adapter = std::make_shared<const LoraSet>(*std::move(start));
+  ReplaySink sink;
+  std::unique_ptr<WeightSubscriber> weights;
+  if (c.coordinator.adapters) {
+    // A run of adapters (docs/tenants.md): the base never changes; each adapter's versions and
+    // groups have segments of their own, opened when a lease first names it.
+    options.adapters = std::make_shared<actor::AdapterChannels>(AdapterChannelOpener(c, model));
+    sink.writer = [](absl::Span<const RolloutRecord>) {
+      return absl::FailedPreconditionError(
+          "a run of adapters writes each group to its adapter's segment");
+    };
+    sink.description = absl::StrCat("each adapter's segment ", c.replay_segment(), "-<adapter>");
+  } else {
+    PRL_ASSIGN_OR_RETURN(sink, OpenReplaySink(c, stop));
+    PRL_ASSIGN_OR_RETURN(const WeightSpec spec, RunWeightSpec(c, model));
+    if (spec.adapter.has_value()) {  // a LoRA learner's run: the versions are its adapter's
+      PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> start, StartingAdapter(c.learner, model));
+      options.initial_adapter = std::make_shared<const LoraSet>(*std::move(start));
+    }
+    PRL_ASSIGN_OR_RETURN(weights, OpenWeightSubscriber(c, spec, options.engine.device));
   }
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<WeightSubscriber> weights,
-                       OpenWeightSubscriber(c, spec, options.engine.device));
   metrics::ProcessMetrics process_metrics(*endpoint->registry, metrics::Role::kActor);
   metrics::ActorMetrics actor_metrics(*endpoint->registry);
   metrics::WeightSyncMetrics weight_metrics(*endpoint->registry);

@@ -14,6 +14,7 @@
 #include "metrics/prl_metrics.h"
 #include "model/lora.h"
 #include "reward/verifiers.h"
+#include "roles/adapter_segments.h"
 #include "roles/model_text.h"
 #include "roles/role_metrics.h"
 #include "roles/role_security.h"
@@ -129,12 +130,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   }
   out.adapter_defaults.set_learning_rate(c.learner.lr);
   out.validate_adapter = [model](const v1::AdapterSpec& spec) {
-    LoraConfig lora;
-    lora.rank = spec.rank();
-    lora.alpha = spec.alpha();
-    lora.rslora = spec.rslora();
-    lora.target_modules.assign(spec.target_modules().begin(), spec.target_modules().end());
-    return ValidateLoraConfig(lora, model);
+    return ValidateLoraConfig(LoraConfigOf(spec), model);
   };
   if (!c.coordinator.tenants_file.empty()) {
     PRL_ASSIGN_OR_RETURN(out.tenants, coordinator::ReadTenantsFile(c.coordinator.tenants_file));

@@ -233,3 +233,53 @@ TEST(EngineLoraTest, SlotsEvictTheLeastRecentlyUsedIdleAdapterAndNeverOneInUse) 
 
 }  // namespace
 }  // namespace prl::testing
+
+namespace prl::testing {
+namespace {
+
+// A run of adapters (docs/tenants.md): each adapter has its own version (AddAdapter's), and the
+// tokens its requests sample carry it; a request of no adapter carries the weights' version; a
+// new version of one adapter moves only its own requests' later tokens.
+TEST(EngineLoraTest, EachAdaptersTokensCarryItsOwnVersion) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 14);
+  auto engine = *Engine::Create(weights, 5, InvariantOptions(c, 4096, true));
+  ASSERT_TRUE(engine->AddAdapter("a", Adapter(c, true, 4, {"all-linear"}, 31), 3).ok());
+  ASSERT_TRUE(engine->AddAdapter("b", Adapter(c, true, 4, {"all-linear"}, 32), 7).ok());
+  EXPECT_EQ(engine->AdapterVersion("a"), 3);
+  EXPECT_EQ(engine->AdapterVersion("z"), std::nullopt);
+  std::vector<Job> jobs = UnfilteredJobs(c, 3, 11);
+  std::map<uint64_t, std::string> adapter_of;
+  const std::vector<std::string> names = {"a", "b", ""};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].params.max_tokens = 6;
+    jobs[i].params.stop_token_ids.clear();
+    adapter_of[*engine->AddRequest(jobs[i].prompt, jobs[i].params, names[i])] = names[i];
+  }
+  ASSERT_TRUE(engine->Step().ok());
+  ASSERT_TRUE(engine->AddAdapter("b", Adapter(c, true, 4, {"all-linear"}, 33), 8).ok());
+  std::vector<RequestOutput> out;
+  while (engine->HasUnfinishedRequests()) {
+    ASSERT_TRUE(engine->Step().ok());
+    for (RequestOutput& r : engine->TakeFinished()) out.push_back(std::move(r));
+  }
+  ASSERT_EQ(out.size(), 3u);
+  for (const RequestOutput& r : out) {
+    const std::string& name = adapter_of.at(r.request_id);
+    for (const SampleOutput& s : r.samples) {
+      ASSERT_EQ(s.versions.size(), 6u);
+      for (size_t t = 0; t < s.versions.size(); ++t) {
+        if (name == "b") {  // 7 until the new version, 8 after (the last tokens at least)
+          EXPECT_TRUE(s.versions[t] == 7 || s.versions[t] == 8) << s.versions[t];
+          if (t > 0) EXPECT_GE(s.versions[t], s.versions[t - 1]);
+        } else {
+          EXPECT_EQ(s.versions[t], name == "a" ? 3 : 5) << "adapter '" << name << "' token " << t;
+        }
+      }
+      if (name == "b") EXPECT_EQ(s.versions.back(), 8);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace prl::testing

@@ -1,0 +1,56 @@
+#include "roles/adapter_segments.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "replay/replay_buffer.h"
+#include "weight_broadcast/shm_transport.h"
+
+namespace prl::roles {
+
+std::string AdapterWeightSegment(const config::RunConfig& config, const std::string& adapter_id) {
+  return absl::StrCat(config.weight_segment(), "-", adapter_id);
+}
+
+std::string AdapterReplaySegment(const config::RunConfig& config, const std::string& adapter_id) {
+  return absl::StrCat(config.replay_segment(), "-", adapter_id);
+}
+
+LoraConfig LoraConfigOf(const prl::v1::AdapterSpec& spec) {
+  LoraConfig lora;
+  lora.rank = spec.rank();
+  lora.alpha = spec.alpha();
+  lora.rslora = spec.rslora();
+  lora.target_modules.assign(spec.target_modules().begin(), spec.target_modules().end());
+  return lora;
+}
+
+actor::AdapterChannels::Opener AdapterChannelOpener(const config::RunConfig& config,
+                                                    const ModelConfig& model) {
+  return [config, model](const prl::v1::LeasedAdapter& adapter)
+             -> absl::StatusOr<actor::AdapterChannels::Channel> {
+    const std::string& id = adapter.adapter_id();
+    const auto not_yet = [&](const absl::Status& s) {
+      return absl::IsNotFound(s) || absl::IsUnavailable(s)
+                 ? absl::NotFoundError(absl::StrCat("adapter ", id, ": not made yet (", s.message(),
+                                                    ")"))
+                 : s;
+    };
+    actor::AdapterChannels::Channel channel;
+    absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> weights = ShmWeightSubscriber::Open(
+        AdapterWeightSegment(config, id), WeightSpec(model, LoraConfigOf(adapter.spec())), {});
+    if (!weights.ok()) return not_yet(weights.status());
+    channel.weights = *std::move(weights);
+    absl::StatusOr<std::unique_ptr<ReplayBuffer>> replay =
+        ReplayBuffer::Open(AdapterReplaySegment(config, id));
+    if (!replay.ok()) return not_yet(replay.status());
+    std::shared_ptr<ReplayBuffer> buffer = *std::move(replay);
+    const absl::Duration timeout = absl::Seconds(config.actors.replay_timeout_s);
+    channel.write_group = [buffer, write = actor::LocalReplayWriter(buffer.get(), timeout)](
+                              absl::Span<const RolloutRecord> group) { return write(group); };
+    return channel;
+  };
+}
+
+}  // namespace prl::roles
