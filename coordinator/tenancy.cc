@@ -313,6 +313,7 @@ absl::Status Coordinator::AdapterProgressLocked(const prl::v1::LearnerProgressRe
     prl::v1::AdapterCompletions* c = response->add_adapter_completions();
     c->set_adapter_id(id);
     c->set_completions(adapters_.ById(id)->completions);
+    *c->mutable_spec() = adapters_.ById(id)->status.spec();
   }
   return absl::OkStatus();
 }

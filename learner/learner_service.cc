@@ -161,6 +161,9 @@ absl::StatusOr<bool> LearnerService::Step(
     PRL_ASSIGN_OR_RETURN(
         bytes, intake_->Next(stop, state_.step + 1, state_.weight_version, &leased, &out.report));
   }
+  // A run of adapters: one trainer's step at a time, in turn (LearnerServiceOptions::turns).
+  std::optional<StepTurns::Turn> turn;
+  if (options_.turns != nullptr) turn.emplace(options_.turns->Take());
   PRL_ASSIGN_OR_RETURN(std::optional<std::vector<TrainSample>> samples,
                        ShareSamples(std::move(bytes)));
   if (!samples.has_value()) return false;  // rank 0 was told to stop
@@ -216,13 +219,17 @@ absl::StatusOr<bool> LearnerService::Step(
 
 absl::Status LearnerService::Run(const std::atomic<bool>* stop,
                                  const std::function<void(const LearnerStepReport&)>& on_step) {
-  PRL_RETURN_IF_ERROR(Resume());
-  if (options_.on_started && replay_ != nullptr) {
-    options_.on_started(state_.weight_version, state_.data_position);
+  {
+    std::optional<StepTurns::Turn> turn;
+    if (options_.turns != nullptr) turn.emplace(options_.turns->Take());
+    PRL_RETURN_IF_ERROR(Resume());
+    if (options_.on_started && replay_ != nullptr) {
+      options_.on_started(state_.weight_version, state_.data_position);
+    }
+    // The starting weights go out unless the transport has them (or a replay will publish).
+    if (replay_through_ == state_.step && !skip_publish_) PRL_RETURN_IF_ERROR(Publish());
+    skip_publish_ = false;
   }
-  // The starting weights go out unless the transport has them (or a replay will publish).
-  if (replay_through_ == state_.step && !skip_publish_) PRL_RETURN_IF_ERROR(Publish());
-  skip_publish_ = false;
   while (options_.max_steps == 0 || state_.step < options_.max_steps) {
     PRL_ASSIGN_OR_RETURN(const bool stepped, Step(stop, on_step));
     if (!stepped) break;

@@ -48,6 +48,7 @@
 #include "learner/prompt_hand_back.h"
 #include "learner/step_intake.h"
 #include "learner/step_report.h"
+#include "learner/step_turns.h"
 #include "learner/train_step.h"
 #include "replay/quarantine.h"
 #include "replay/replay_buffer.h"
@@ -84,6 +85,10 @@ struct LearnerServiceOptions {
   // coordinator from here when learner.drop_uniform_groups is on (the groups it drops before
   // its first step would otherwise count against the lag budget, and could fill it). Null: none.
   std::function<void(int64_t version, int64_t groups_consumed)> on_started;
+  // A run of adapters (docs/tenants.md): the turns this service's trainer takes with the other
+  // adapters' (learner/step_turns.h), held from when a step's samples are in until it is
+  // published and checkpointed, and while it resumes. Null: none (the only trainer).
+  StepTurns* turns = nullptr;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor

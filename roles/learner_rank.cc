@@ -177,6 +177,17 @@ absl::StatusOr<std::optional<LoraSet>> StartingAdapter(const config::LearnerSect
   return std::optional<LoraSet>(std::move(set));
 }
 
+learner::FsdpOptions FsdpOptionsFrom(const config::LearnerSection& l,
+                                     const LearnerRankOptions& options) {
+  learner::FsdpOptions fsdp;
+  fsdp.transformer.compute_dtype = l.dtype;
+  if (l.batch_invariant) {
+    fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
+  }
+  fsdp.reshard_after_forward = !options.keep_gathered;
+  return fsdp;
+}
+
 absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const config::LearnerSection& l, const LearnerRankOptions& options, const ParameterSet& weights,
     const collective::RendezvousConfig& rendezvous) {
@@ -205,12 +216,7 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
   } else {
     PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectGloo(rendezvous, comm_options));
   }
-  learner::FsdpOptions fsdp;
-  fsdp.transformer.compute_dtype = l.dtype;
-  if (l.batch_invariant) {
-    fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
-  }
-  fsdp.reshard_after_forward = !options.keep_gathered;
+  learner::FsdpOptions fsdp = FsdpOptionsFrom(l, options);
   PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> adapter, StartingAdapter(l, config));
   if (adapter.has_value()) {
     PRL_ASSIGN_OR_RETURN(r->frozen_base,

@@ -74,6 +74,11 @@ absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection&
 absl::StatusOr<learner::OptimizerConfig> OptimizerConfigFrom(const config::LearnerSection& learner);
 learner::AdvantageConfig AdvantageConfigFrom(const config::LearnerSection& learner);
 
+// The FSDP settings of the learner section (compute dtype, reduction order, resharding), without
+// LoRA (CreateLearnerRank adds the adapter and the frozen base).
+learner::FsdpOptions FsdpOptionsFrom(const config::LearnerSection& learner,
+                                     const LearnerRankOptions& options);
+
 // A collective: every rank of the group calls it. `weights` are the full starting weights
 // (every rank passes the same; they are sharded, not kept). With learner.kl_coef > 0 the
 // reference model is loaded too: learner.kl_reference's weights, or the starting weights.

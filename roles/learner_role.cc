@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
+#include "roles/adapter_learner.h"
 #include "roles/learner_rank.h"
 #include "roles/learner_step_sink.h"
 #include "roles/replay_role.h"
@@ -78,11 +79,8 @@ void PrintStart(const config::RunConfig& c, const LearnerRank& rank, const RankZ
 
 absl::Status ServeRank(const config::RunConfig& c, const collective::RendezvousConfig& rendezvous,
                        const std::atomic<bool>& stop) {
-  if (c.coordinator.adapters) {  // refused rather than one adapter trained on every tenant's sets
-    return absl::UnimplementedError(
-        "coordinator.adapters: a learner that trains each tenant's adapter apart is not built "
-        "yet (docs/tenants.md, \"Status\"); the coordinator's side runs");
-  }
+  // A run of adapters (docs/tenants.md): one trainer per adapter on a shared frozen base.
+  if (c.coordinator.adapters) return RunAdapterLearner(c, rendezvous, stop);
   // The endpoint before the slow part (rendezvous, weights): rank 0's, and every rank's when
   // each runs on its own node (an outside launcher: no local FileStore), for its probes.
   std::unique_ptr<RoleMetrics> endpoint;

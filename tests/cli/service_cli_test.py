@@ -108,6 +108,44 @@ class ServiceCliTest(unittest.TestCase):
         text = run("status", out["prompt_set_id"], "--server", self.server, check=True).stdout
         self.assertIn("eval round running, opened at version 0", text)
 
+    def test_a_run_of_adapters_submits_lists_and_deletes_adapters(self):
+        self.stop(signal.SIGKILL)
+        self.log = os.path.join(self.dir, "prompts-adapters.log")
+        self.coordinator = subprocess.Popen(
+            [PRL, "coordinator", "--model", self.model, "--log", self.log, "--listen",
+             "127.0.0.1:0", "--set", "coordinator.adapters=true", "--set",
+             "learner.lora_rank=4", "--set", "learner.lora_targets=q_proj,v_proj"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.coordinator.stdout.readline()
+        match = re.search(r"on port (\d+)", line)
+        self.assertIsNotNone(match, "no port in: %r" % line)
+        self.server = "127.0.0.1:%s" % match.group(1)
+        path = self.prompts("adapter.jsonl", [{"text": "1+1=", "reference": "2"}])
+        refused = self.submit(path)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("adapter.name", refused.stderr)
+        out = json.loads(self.submit(path, "--adapter", "math", "--adapter-rank", 8).stdout)
+        self.assertEqual(self.submit(path, "--adapter", "math").returncode, 0)
+        other = self.submit(path, "--adapter", "math", "--adapter-rank", 2)
+        self.assertEqual(other.returncode, 1)
+        self.assertIn("adapter.rank: the adapter 'math' exists with rank 8, found 2", other.stderr)
+        adapters = json.loads(run("adapter", "list", "--server", self.server, "--json",
+                                  check=True).stdout)
+        self.assertEqual(len(adapters), 1)
+        self.assertEqual(adapters[0]["name"], "math")
+        self.assertEqual(adapters[0]["rank"], 8)
+        self.assertEqual(adapters[0]["target_modules"], "q_proj,v_proj")  # the run's default
+        self.assertEqual(adapters[0]["prompt_sets_running"], 2)
+        self.assertIn("adapter math", run("status", out["prompt_set_id"], "--server",
+                                          self.server, check=True).stdout)
+        deleted = run("adapter", "delete", "math", "--server", self.server, check=True).stdout
+        self.assertIn("2 running prompt sets cancelled", deleted)
+        self.assertEqual(json.loads(run("adapter", "list", "--server", self.server, "--json",
+                                        check=True).stdout), [])
+        gone = run("adapter", "delete", "math", "--server", self.server)
+        self.assertEqual(gone.returncode, 1)
+        self.assertIn("no adapter 'math'", gone.stderr)
+
     def test_malformed_submissions_name_the_field_and_the_service_keeps_working(self):
         good = {"text": "1+1=", "reference": "2"}
         cases = [

@@ -1,0 +1,304 @@
+#include "roles/adapter_learner.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "checkpoint/hf_model_dir.h"
+#include "core/status_macros.h"
+#include "core/xxhash_inline.h"
+#include "learner/learner_service.h"
+#include "learner/step_turns.h"
+#include "prl/v1/prompt.grpc.pb.h"
+#include "replay/replay_buffer.h"
+#include "roles/adapter_segments.h"
+#include "roles/learner_rank.h"
+#include "roles/learner_role.h"
+#include "roles/replay_role.h"
+#include "roles/role_metrics.h"
+#include "rpc/grpc_util.h"
+#include "rpc/security.h"
+#include "weight_broadcast/shm_transport.h"
+
+namespace prl::roles {
+
+namespace {
+
+namespace v1 = prl::v1;
+
+// The coordinator's side of the fleet: progress reports, hand-backs (thread-safe: a gRPC stub).
+using Coordinator = v1::ActorControl::Stub;
+
+// One adapter's trainer: its segments, its model on the shared frozen base, its optimizer, and
+// a learner service stepping it on a thread of its own.
+class AdapterTrainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<AdapterTrainer>> Start(
+      const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
+      const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator);
+  ~AdapterTrainer() { Stop(); }
+
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Stops it and removes its segments (the adapter was deleted).
+  void Remove() {
+    Stop();
+    service_.reset();
+    publisher_.reset();
+    replay_.reset();
+    ReplayBuffer::Remove(replay_segment_, true).IgnoreError();
+    RemoveShmWeightSegment(weight_segment_).IgnoreError();
+  }
+
+  v1::AdapterProgress Progress() const {
+    v1::AdapterProgress p;
+    p.set_adapter_id(id_);
+    p.set_version(version_.load());
+    p.set_groups_consumed(consumed_.load());
+    const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
+    p.set_groups_waiting(rs.groups_ready + rs.groups_leased + service_->groups_in_step());
+    return p;
+  }
+  // The service's end: nullopt while it runs.
+  std::optional<absl::Status> Ended() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ended_;
+  }
+  void AddRetired(const std::vector<std::string>& sets) {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.insert(retired_.end(), sets.begin(), sets.end());
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  AdapterTrainer() = default;
+  void Run(const learner::LearnerServiceOptions& options);
+
+  std::string id_, name_, replay_segment_, weight_segment_;
+  std::unique_ptr<learner::FsdpModel> model_;
+  std::unique_ptr<learner::ShardedOptimizer> optimizer_;
+  std::unique_ptr<ReplayBuffer> replay_;
+  std::unique_ptr<ShmWeightPublisher> publisher_;
+  std::unique_ptr<learner::LearnerService> service_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> version_{0}, consumed_{0};
+  mutable std::mutex mu_;
+  std::optional<absl::Status> ended_;
+  std::vector<std::string> retired_;  // prompt sets retired, for the ledger
+  std::thread thread_;
+};
+
+absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
+    const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
+    const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator) {
+  std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
+  t->id_ = adapter.adapter_id();
+  t->name_ = adapter.spec().name();
+  const LoraConfig lora = LoraConfigOf(adapter.spec());
+  PRL_RETURN_IF_ERROR(ValidateLoraConfig(lora, model));
+  // The model: this adapter on the node's frozen base (no copy of the base).
+  LearnerRankOptions rank_options;
+  learner::FsdpOptions fsdp = FsdpOptionsFrom(c.learner, rank_options);
+  fsdp.lora = lora;
+  fsdp.frozen_base = rank.frozen_base.get();
+  PRL_ASSIGN_OR_RETURN(t->model_, learner::FsdpModel::Create(model, rank.comm.get(), fsdp));
+  PRL_ASSIGN_OR_RETURN(LoraSet start, LoraSet::Allocate(model, lora, Device::Cpu(), false));
+  // A new adapter as peft makes one (A random, B zero), seeded by its id: the same adapter
+  // starts the same after a restart (its checkpoint, if any, then takes over).
+  InitializeLora(start, XXH3_64bits(t->id_.data(), t->id_.size()));
+  PRL_RETURN_IF_ERROR(
+      t->model_->LoadFull({start.data(), static_cast<size_t>(start.layout.num_elements())}));
+  learner::OptimizerConfig optimizer = rank.optimizer_config;
+  optimizer.lr = adapter.spec().learning_rate();
+  PRL_ASSIGN_OR_RETURN(t->optimizer_, learner::ShardedOptimizer::Create(optimizer, t->model_.get()));
+  // Its segments: joined when they exist (this learner restarted), else made.
+  t->replay_segment_ = AdapterReplaySegment(c, t->id_);
+  t->weight_segment_ = AdapterWeightSegment(c, t->id_);
+  absl::StatusOr<std::unique_ptr<ReplayBuffer>> replay = ReplayBuffer::Open(t->replay_segment_);
+  if (absl::IsNotFound(replay.status())) {
+    replay = ReplayBuffer::Create(t->replay_segment_, ReplayConfigFrom(c));
+  }
+  PRL_ASSIGN_OR_RETURN(t->replay_, std::move(replay));
+  PRL_ASSIGN_OR_RETURN(t->publisher_,
+                       ShmWeightPublisher::Create(t->weight_segment_, WeightSpec(model, lora)));
+  learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
+  options.step = rank.step;
+  options.lr = optimizer.lr;
+  options.turns = turns;
+  options.checkpoint.dir = absl::StrCat(c.checkpoint_dir(), "/adapters/", t->id_);
+  options.dead_letter_path = c.dead_letter_file(absl::StrCat("learner-", t->id_));
+  if (coordinator != nullptr) {
+    options.reopen_stale = [coordinator](const std::vector<learner::StalePrompt>& prompts) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::ReopenPromptsRequest request;
+      for (const learner::StalePrompt& p : prompts) {
+        v1::ReopenPromptsRequest::Prompt* out = request.add_prompts();
+        out->set_prompt_set_id(p.prompt_set_id);
+        out->set_prompt_index(static_cast<int64_t>(p.prompt_index));
+        out->set_reason(p.reason);
+      }
+      v1::ReopenPromptsResponse response;
+      return rpc::FromGrpcStatus(coordinator->ReopenPrompts(&ctx, request, &response));
+    };
+  }
+  AdapterTrainer* raw = t.get();
+  options.retired_prompt_sets = [raw] {
+    std::lock_guard<std::mutex> lock(raw->mu_);
+    return std::exchange(raw->retired_, {});
+  };
+  options.on_started = [raw](int64_t version, int64_t consumed) {
+    raw->version_ = version;
+    raw->consumed_ = consumed;
+  };
+  t->service_ = std::make_unique<learner::LearnerService>(
+      t->model_.get(), t->optimizer_.get(), t->replay_.get(), t->publisher_.get(), options);
+  t->thread_ = std::thread([raw, options] { raw->Run(options); });
+  std::printf("learner: adapter %s (%s): %s, lr %g; versions in %s, groups from %s\n",
+              t->name_.c_str(), t->id_.c_str(), LoraFingerprint(lora).c_str(), optimizer.lr,
+              t->weight_segment_.c_str(), t->replay_segment_.c_str());
+  std::fflush(stdout);
+  return t;
+}
+
+void AdapterTrainer::Run(const learner::LearnerServiceOptions&) {
+  const absl::Status run = service_->Run(&stop_, [this](const learner::LearnerStepReport& step) {
+    const learner::StepReport& r = step.report;
+    version_ = r.version;
+    consumed_ = service_->groups_consumed();
+    std::printf("adapter %s step %lld: version %lld, %lld groups (%lld samples), reward %.4f, "
+                "loss %.4g, lag mean %.2f\n",
+                name_.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.version),
+                static_cast<long long>(r.groups), static_cast<long long>(r.samples),
+                r.mean_reward, r.loss, r.lag_mean);
+    std::fflush(stdout);
+  });
+  std::lock_guard<std::mutex> lock(mu_);
+  ended_ = run;
+}
+
+// The fleet: the trainers by adapter id, and the coordinator's reply they follow.
+class AdapterFleet {
+ public:
+  AdapterFleet(const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model)
+      : c_(c), rank_(rank), model_(model) {
+    coordinator_ = v1::ActorControl::NewStub(
+        rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
+  }
+  ~AdapterFleet() {
+    for (auto& [id, trainer] : trainers_) trainer->Stop();
+  }
+
+  // One round: report, then follow the reply (new adapters get trainers, deleted ones are
+  // removed). An error of a trainer ends the fleet.
+  absl::Status Round() {
+    for (const auto& [id, trainer] : trainers_) {
+      if (std::optional<absl::Status> ended = trainer->Ended(); ended.has_value()) {
+        if (!ended->ok()) {
+          return absl::Status(ended->code(), absl::StrCat("adapter ", trainer->name(), " (", id,
+                                                          "): ", ended->message()));
+        }
+      }
+    }
+    v1::LearnerProgressRequest request;
+    for (const auto& [id, trainer] : trainers_) *request.add_adapters() = trainer->Progress();
+    if (seen_.has_value()) *request.mutable_seen() = *seen_;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::LearnerProgressResponse reply;
+    if (!coordinator_->ReportLearnerProgress(&ctx, request, &reply).ok()) {
+      return absl::OkStatus();  // the coordinator restarts: the next round reports again
+    }
+    seen_ = reply;
+    const std::vector<std::string> retired(reply.retired_prompt_sets().begin(),
+                                           reply.retired_prompt_sets().end());
+    std::map<std::string, const v1::AdapterCompletions*> live;
+    for (const v1::AdapterCompletions& a : reply.adapter_completions()) live[a.adapter_id()] = &a;
+    for (auto it = trainers_.begin(); it != trainers_.end();) {
+      if (live.count(it->first) > 0) {
+        it->second->AddRetired(retired);
+        ++it;
+        continue;
+      }
+      std::printf("learner: adapter %s (%s) was deleted: its trainer stops, its segments go\n",
+                  it->second->name().c_str(), it->first.c_str());
+      std::fflush(stdout);
+      it->second->Remove();
+      it = trainers_.erase(it);
+    }
+    for (const auto& [id, adapter] : live) {
+      if (trainers_.count(id) > 0) continue;
+      PRL_ASSIGN_OR_RETURN(std::unique_ptr<AdapterTrainer> trainer,
+                           AdapterTrainer::Start(c_, rank_, model_, *adapter, &turns_,
+                                                 coordinator_.get()));
+      trainers_[id] = std::move(trainer);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const config::RunConfig& c_;
+  const LearnerRank& rank_;
+  const ModelConfig& model_;
+  std::unique_ptr<Coordinator> coordinator_;
+  learner::StepTurns turns_;
+  std::optional<v1::LearnerProgressResponse> seen_;
+  std::map<std::string, std::unique_ptr<AdapterTrainer>> trainers_;
+};
+
+}  // namespace
+
+absl::Status RunAdapterLearner(const config::RunConfig& c,
+                               const collective::RendezvousConfig& rendezvous,
+                               const std::atomic<bool>& stop) {
+  if (c.learner.world_size != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "learner.world_size: a run of adapters (coordinator.adapters) trains on one rank for "
+        "now, found ",
+        c.learner.world_size));
+  }
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+  std::optional<ParameterSet> full;  // the base, read once (then mapped: learner/frozen_base.h)
+  auto load = [&]() -> absl::StatusOr<const ParameterSet*> {
+    if (!full.has_value()) {
+      PRL_ASSIGN_OR_RETURN(full, LoadModel(c.model.path, Device::Cpu()));
+    }
+    return &*full;
+  };
+  LearnerRankOptions rank_options;
+  rank_options.temperature = static_cast<float>(c.task.temperature);
+  // The rank: its communicator, the frozen base mapped once, the step and optimizer settings
+  // (its own model of learner.lora_*'s adapter is not trained).
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<LearnerRank> rank,
+                       CreateLearnerRank(c.learner, rank_options, model, load, rendezvous));
+  full.reset();
+  std::printf("learner: a run of adapters on %s, one trainer per adapter on a frozen base; "
+              "coordinator %s%s\n",
+              rank->device.ToString().c_str(), c.coordinator_address().c_str(),
+              endpoint->Describe().c_str());
+  std::fflush(stdout);
+  endpoint->SetReadiness([] { return absl::OkStatus(); });
+  AdapterFleet fleet(c, *rank, model);
+  while (!stop) {
+    PRL_RETURN_IF_ERROR(fleet.Round());
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  endpoint->SetReadiness(nullptr);
+  return absl::OkStatus();
+}
+
+}  // namespace prl::roles

@@ -1,0 +1,34 @@
+// The learner of a run of adapters (docs/tenants.md; coordinator.adapters): one trainer per
+// adapter the coordinator knows, every trainer on the node's one frozen base (mapped once,
+// learner/frozen_base.h), each with its own adapter weights, optimizer (its learning rate),
+// replay segment, published versions, checkpoints (<checkpoint dir>/adapters/<adapter id>)
+// and step count (learner.steps each).
+//
+// A fleet loop reports every trainer's progress to the coordinator (LearnerProgressRequest
+// .adapters: each adapter's version and backlog, its lag budget's basis) a few times a second;
+// the reply lists the live adapters, with their settings: an adapter first heard of gets a
+// trainer (its segments made, its starting adapter published as its version 0, or its
+// checkpoint resumed), one no longer listed (deleted) is stopped and its segments removed.
+// Trainers whose step's groups are in take turns, in the order they became ready
+// (learner/step_turns.h): every adapter with a step's worth of groups steps in turn, none
+// twice ahead of another that waits.
+//
+// For now: learner.world_size 1 (the trainers share rank 0's communicator, one step at a
+// time), the CPU (as every LoRA learner), broadcast.transport shm and a local replay
+// (roles/adapter_segments.h).
+#pragma once
+
+#include <atomic>
+
+#include "absl/status/status.h"
+#include "collective/rendezvous.h"
+#include "config/run_config.h"
+
+namespace prl::roles {
+
+// Runs until `stop`; an error of any trainer (or of the setup) ends it.
+absl::Status RunAdapterLearner(const config::RunConfig& config,
+                               const collective::RendezvousConfig& rendezvous,
+                               const std::atomic<bool>& stop);
+
+}  // namespace prl::roles

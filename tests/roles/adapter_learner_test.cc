@@ -1,0 +1,182 @@
+// A run of adapters end to end in one process, as `prl run` starts its roles (docs/tenants.md):
+// a coordinator of adapters, the learner role (roles/adapter_learner.h: one trainer per
+// adapter on one frozen base) and the actor role, over real gRPC and shared memory. Each
+// adapter's sets train that adapter alone: its versions advance and its checkpoints are
+// written under its own directory; deleting an adapter stops its trainer and removes its
+// segments while the other adapter trains on.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "checkpoint/hf_model_dir.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_server.h"
+#include "model/parameters.h"
+#include "roles/actor_role.h"
+#include "roles/adapter_learner.h"
+#include "roles/adapter_segments.h"
+
+namespace prl::roles {
+namespace {
+
+namespace v1 = prl::v1;
+namespace fs = std::filesystem;
+
+ModelConfig TinyModel() {
+  ModelConfig c;
+  c.arch = Architecture::kQwen2;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 22;  // the run's default task's text (the character tokenizer)
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = true;
+  c.qkv_bias = true;
+  return c;
+}
+
+class AdapterLearnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / absl::StrCat("prl-adapter-learner-", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto weights = ParameterSet::Allocate(TinyModel(), Device::Cpu(), false);
+    ASSERT_TRUE(weights.ok());
+    InitializeParameters(*weights, 3, 0.5f);
+    ASSERT_TRUE(SaveModel((dir_ / "model").string(), *weights).ok());
+
+    coordinator::CoordinatorConfig cc;
+    cc.log_path = (dir_ / "prompts.log").string();
+    cc.vocab_size = 22;
+    cc.max_position_embeddings = 64;
+    cc.validate_reward = [](const v1::RewardSpec&) { return absl::OkStatus(); };
+    cc.adapters = true;
+    cc.adapter_defaults.set_rank(4);
+    cc.adapter_defaults.set_alpha(8);
+    cc.adapter_defaults.add_target_modules("all-linear");
+    cc.adapter_defaults.set_learning_rate(1e-2);
+    cc.max_lag = 2;
+    cc.groups_per_step = 2;
+    coordinator_ = *coordinator::Coordinator::Open(cc);
+    server_ = *coordinator::CoordinatorServer::Start(coordinator_.get(), "127.0.0.1:0");
+
+    c_.run.name = absl::StrCat("adapter-learner-", getpid());
+    c_.run.dir = (dir_ / "run").string();
+    c_.model.path = (dir_ / "model").string();
+    c_.coordinator.listen = absl::StrCat("127.0.0.1:", server_->port());
+    c_.coordinator.adapters = true;
+    c_.learner.lora_rank = 4;
+    c_.learner.lora_alpha = 8;
+    c_.learner.lora_targets = "all-linear";
+    c_.learner.groups_per_step = 2;
+    c_.learner.max_lag = 2;
+    c_.learner.checkpoint_every = 1;
+    c_.actors.max_prompts_in_flight = 4;
+    c_.actors.kv_cache_mb = 4;
+  }
+  void TearDown() override {
+    stop_ = true;
+    if (actor_.joinable()) actor_.join();
+    if (learner_.joinable()) learner_.join();
+    EXPECT_TRUE(learned_.ok()) << "learner: " << learned_;
+    EXPECT_TRUE(acted_.ok()) << "actor: " << acted_;
+    server_.reset();
+    coordinator_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void Start() {
+    collective::RendezvousConfig rendezvous;
+    rendezvous.file_store_dir = (dir_ / "store").string();
+    fs::create_directories(rendezvous.file_store_dir);
+    learner_ = std::thread([this, rendezvous] {
+      learned_ = RunAdapterLearner(c_, rendezvous, stop_);
+      ended_ = true;
+    });
+    actor_ = std::thread([this] {
+      acted_ = RunActorRole(c_, {"actor-0"}, stop_);
+      ended_ = true;
+    });
+  }
+
+  std::string Submit(const std::string& adapter, int prompts) {
+    v1::SubmitPromptSetRequest r;
+    for (int i = 0; i < prompts; ++i) {
+      v1::Prompt* p = r.add_prompts();
+      p->mutable_tokens()->add_ids(1 + i % 7);
+      p->mutable_tokens()->add_ids(2 + i % 5);
+      p->set_reference("3");
+    }
+    r.set_samples_per_prompt(4);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_top_p(1.0f);
+    r.mutable_sampling()->set_max_tokens(4);
+    r.mutable_reward()->set_name("exact_match");
+    r.mutable_adapter()->set_name(adapter);
+    auto submitted = coordinator_->Submit(r);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    return submitted.ok() ? submitted->prompt_set_id() : "";
+  }
+
+  v1::AdapterStatus Adapter(const std::string& name) {
+    const v1::ListAdaptersResponse list = coordinator_->ListAdapters();
+    for (const v1::AdapterStatus& a : list.adapters()) {
+      if (a.spec().name() == name) return a;
+    }
+    return {};
+  }
+
+  bool WaitFor(const std::function<bool()>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(300);
+    while (!done()) {
+      if (absl::Now() > deadline || ended_) return false;  // a role that ended says why below
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return true;
+  }
+
+  fs::path dir_;
+  config::RunConfig c_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::CoordinatorServer> server_;
+  std::atomic<bool> stop_{false}, ended_{false};
+  std::thread learner_, actor_;
+  absl::Status learned_, acted_;
+};
+
+TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
+  Start();
+  Submit("math", 12);
+  Submit("code", 12);
+  // Each adapter steps on its own groups: both reach version 3 (the learner reports each).
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 3 && Adapter("code").version() >= 3; }))
+      << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
+      << (ended_ ? " (a role ended)" : "");
+  const v1::AdapterStatus math = Adapter("math"), code = Adapter("code");
+  EXPECT_EQ(math.groups_consumed() % 2, 0);  // whole steps of 2 groups
+  for (const v1::AdapterStatus* a : {&math, &code}) {
+    const fs::path checkpoints = fs::path(c_.checkpoint_dir()) / "adapters" / a->adapter_id();
+    EXPECT_TRUE(fs::exists(checkpoints)) << checkpoints;
+  }
+  // Deleting code: its trainer stops and its segments are removed; math trains on.
+  const fs::path code_weights = fs::path("/dev/shm") / AdapterWeightSegment(c_, code.adapter_id());
+  ASSERT_TRUE(fs::exists(code_weights));
+  ASSERT_TRUE(coordinator_->DeleteAdapter("code").ok());
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(code_weights); }));
+  const int64_t before = Adapter("math").version();
+  Submit("math", 8);
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= before + 2; }));
+}
+
+}  // namespace
+}  // namespace prl::roles
