@@ -42,6 +42,19 @@ void AdapterChannels::Close(const std::string& adapter_id) {
   channels_.erase(adapter_id);
 }
 
+std::vector<std::string> AdapterChannels::Gone() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Channel>>> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open.assign(channels_.begin(), channels_.end());
+  }
+  std::vector<std::string> gone;
+  for (const auto& [id, channel] : open) {
+    if (channel->gone && channel->gone()) gone.push_back(id);
+  }
+  return gone;
+}
+
 std::vector<std::string> AdapterChannels::open() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;

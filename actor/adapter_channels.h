@@ -2,7 +2,7 @@
 // leases name, where its versions come from (a weight subscriber of the adapter alone) and
 // where its groups go (a writer), opened on first use: the learner makes both when it first
 // hears of the adapter, so until then Open is NotFound and the prompt waits. A channel whose
-// adapter was deleted fails (its segments are gone) and is closed.
+// adapter was deleted (its segments are gone) is closed, freeing its mappings.
 //
 // Owns: the open channels, by adapter id. Thread-safety: every method from any thread (the
 // engine loop opens and polls, the finisher writes).
@@ -29,6 +29,9 @@ class AdapterChannels {
   struct Channel {
     std::unique_ptr<WeightSubscriber> weights;  // the adapter's versions (WeightSpec.adapter)
     GroupWriter write_group;                    // its groups
+    // Whether the adapter's segments are gone (the learner removed them: it was deleted); null:
+    // never. A gone channel is closed, so that its mappings are freed.
+    std::function<bool()> gone;
   };
   // Opens an adapter's channel; NotFound while the learner has not made it yet.
   using Opener = std::function<absl::StatusOr<Channel>(const prl::v1::LeasedAdapter& adapter)>;
@@ -44,6 +47,8 @@ class AdapterChannels {
   // Writes a group of an open adapter; NotFound when it is not open.
   absl::Status Write(const std::string& adapter_id, absl::Span<const RolloutRecord> group);
   void Close(const std::string& adapter_id);
+  // The open channels whose adapter is gone (Channel::gone).
+  std::vector<std::string> Gone() const;
   std::vector<std::string> open() const;
 
  private:

@@ -81,11 +81,14 @@ absl::Status EngineDriver::SwapAdapterIfNewer(const std::string& adapter_id, int
   absl::StatusOr<std::optional<VersionedWeights>> next =
       options_.adapters->TakeNewer(adapter_id, have);
   if (!next.ok()) {
-    // Its channel failed (the adapter was deleted and its segments removed): closed; a lease
-    // that names it again opens it again, or is given back.
-    std::fprintf(stderr, "actor %s: adapter %s: %s; closing its channel\n", options_.name.c_str(),
-                 adapter_id.c_str(), std::string(next.status().message()).c_str());
-    options_.adapters->Close(adapter_id);
+    // Its channel failed or is closed (the adapter was deleted): it leaves the engine once no
+    // request uses it (CloseGoneAdapters), and a lease that names it again opens it again.
+    if (!absl::IsNotFound(next.status())) {
+      std::fprintf(stderr, "actor %s: adapter %s: %s; closing its channel\n",
+                   options_.name.c_str(), adapter_id.c_str(),
+                   std::string(next.status().message()).c_str());
+      options_.adapters->Close(adapter_id);
+    }
     return absl::OkStatus();
   }
   if (!next->has_value() || (*next)->adapter == nullptr) return absl::OkStatus();
@@ -96,11 +99,31 @@ absl::Status EngineDriver::SwapAdapterIfNewer(const std::string& adapter_id, int
   return added;
 }
 
+void EngineDriver::CloseGoneAdapters() {
+  const absl::Time now = absl::Now();
+  if (now - adapters_checked_ < absl::Seconds(1)) return;
+  adapters_checked_ = now;
+  Engine& engine = episodes_.engine();
+  for (const std::string& id : options_.adapters->Gone()) {
+    // Not while a lease of it is in the engine (its group would find no channel to go to);
+    // still used by a request (FailedPrecondition): the next look removes it.
+    const bool leased = std::any_of(leases_.begin(), leases_.end(), [&](const auto& l) {
+      return l.second.lease.adapter().adapter_id() == id;
+    });
+    if (leased) continue;
+    const absl::Status removed = engine.RemoveAdapter(id);
+    if (!removed.ok() && !absl::IsNotFound(removed)) continue;
+    options_.adapters->Close(id);
+  }
+}
+
 absl::Status EngineDriver::SwapAdaptersIfNewer() {
   if (options_.adapters == nullptr) return absl::OkStatus();
+  CloseGoneAdapters();
   Engine& engine = episodes_.engine();
+  const std::vector<std::string> open = options_.adapters->open();
   for (const std::string& id : engine.adapters()) {
-    if (id.empty()) continue;
+    if (id.empty() || std::find(open.begin(), open.end(), id) == open.end()) continue;
     const std::optional<int64_t> held = engine.AdapterVersion(id);
     PRL_RETURN_IF_ERROR(SwapAdapterIfNewer(id, held.value_or(-1)));
   }
@@ -202,15 +225,16 @@ absl::Status EngineDriver::AddGranted() {
     if (l.lease.has_adapter()) {
       absl::StatusOr<bool> ready = AdapterReady(l.lease.adapter());
       if (ready.ok() && !*ready) {
-        if (absl::Now() - l.leased_at > options_.weight_wait_timeout) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "actor ", options_.name, ": adapter ", l.lease.adapter().spec().name(), " (",
-              l.lease.adapter().adapter_id(), ") version ", l.lease.adapter().min_version(),
-              " has not arrived after ", absl::FormatDuration(options_.weight_wait_timeout),
-              " (is the learner publishing it?)"));
+        if (absl::Now() - l.leased_at <= options_.weight_wait_timeout) {
+          waiting.push_back(std::move(l));
+          continue;
         }
-        waiting.push_back(std::move(l));
-        continue;
+        // One adapter's version that never comes (its learner is behind, or it was deleted)
+        // costs only its own prompt: given back, the actor goes on with the others.
+        ready = absl::DeadlineExceededError(absl::StrCat(
+            "adapter ", l.lease.adapter().spec().name(), " (", l.lease.adapter().adapter_id(),
+            ") version ", l.lease.adapter().min_version(), " has not arrived after ",
+            absl::FormatDuration(options_.weight_wait_timeout)));
       }
       added = ready.status();
     }

@@ -55,8 +55,10 @@ class EngineDriver {
   // The adapter's newest version newer than `have` into the engine (Engine::AddAdapter with its
   // version); a failed channel is closed.
   absl::Status SwapAdapterIfNewer(const std::string& adapter_id, int64_t have);
-  // Every adapter the engine holds, to its newest version.
+  // Every adapter the engine holds, to its newest version; about once a second, the channels of
+  // deleted adapters are closed and those adapters leave the engine once no request uses them.
   absl::Status SwapAdaptersIfNewer();
+  void CloseGoneAdapters();
   // Moves granted prompts into the engine; one whose weight version has not arrived waits
   // (a DeadlineExceeded error after weight_wait_timeout).
   absl::Status AddGranted();
@@ -76,6 +78,7 @@ class EngineDriver {
   const ActorOptions& options_;
   std::map<std::string, Leased> leases_;  // the leases of the groups in episodes_, by lease id
   int64_t staged_version_ = 0;            // newest weights handed to the engine
+  absl::Time adapters_checked_ = absl::InfinitePast();  // CloseGoneAdapters' last look
   bool waiting_for_weights_ = false;      // a granted prompt waits for its version
   int64_t versions_received_seen_ = 0;    // subscriber stats already in the metrics
   double transfer_seconds_seen_ = 0;

@@ -304,6 +304,15 @@ absl::Status GroupFinisher::Finish(const GeneratedGroup& group,
                  std::string(written.message()).c_str());
     return absl::OkStatus();
   }
+  if (lease.has_adapter() && absl::IsNotFound(written)) {
+    // Its adapter's channel is closed (the adapter was deleted): only this group is lost, the
+    // prompt given back; the actor goes on with every other adapter's.
+    std::fprintf(stderr, "actor %s: group %s of adapter %s not written: %s\n",
+                 options_.name.c_str(), lease.lease_id().c_str(),
+                 lease.adapter().spec().name().c_str(), std::string(written.message()).c_str());
+    book_->Release(lease.lease_id(), v1::RELEASE_REASON_ENGINE_REFUSED, written);
+    return absl::OkStatus();
+  }
   PRL_RETURN_IF_ERROR(written);
   CountWritten(group.output, *rewards, scored.tokens);
   TapLine("actor_groups_written",

@@ -108,9 +108,18 @@ absl::Status Coordinator::ValidateAdapter(const prl::v1::SubmitPromptSetRequest&
   const prl::v1::AdapterSpec& d = config_.adapter_defaults;
   if (a.rank() == 0) resolved->set_rank(d.rank());
   if (a.alpha() == 0) resolved->set_alpha(d.alpha());
+  resolved->set_rslora(a.rslora() || d.rslora());  // rsLoRA when asked or the run's default
   if (a.target_modules().empty()) *resolved->mutable_target_modules() = d.target_modules();
   if (a.learning_rate() == 0) resolved->set_learning_rate(d.learning_rate());
-  if (!NamedAlone(a) && config_.validate_adapter) {
+  // What a new adapter would be, defaults included, is checked (an existing one named alone
+  // takes the existing settings instead: AdmitLocked).
+  if (resolved->rank() < 1 || resolved->rank() > config_.max_adapter_rank) {
+    return Invalid("adapter.rank",
+                   absl::StrCat("1 to ", config_.max_adapter_rank,
+                                " (coordinator.max_adapter_rank; unset: learner.lora_rank)"),
+                   absl::StrCat(resolved->rank()));
+  }
+  if (config_.validate_adapter) {
     if (absl::Status s = config_.validate_adapter(*resolved); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("adapter: ", s.message()));
     }
@@ -162,8 +171,10 @@ absl::StatusOr<std::optional<prl::v1::LogRecord>> Coordinator::AdmitLocked(
   const prl::v1::AdapterSpec& spec = request.adapter();
   if (const Adapters::Adapter* known = adapters_.ByName(spec.name())) {
     if (!caller.Sees(known->status.tenant())) {
+      // As for a name the tenant may not train: another tenant's adapter is not revealed.
       return absl::PermissionDeniedError(absl::StrCat(
-          "adapter.name: the adapter '", spec.name(), "' belongs to another tenant"));
+          "adapter.name: tenant '", caller.tenant, "' may not train the adapter '", spec.name(),
+          "' (coordinator.tenants.", caller.tenant, ".adapters, or another tenant's)"));
     }
     std::string expected, found;
     const std::string field =
@@ -178,9 +189,13 @@ absl::StatusOr<std::optional<prl::v1::LogRecord>> Coordinator::AdmitLocked(
     return std::nullopt;
   }
   if (adapters_.size() >= config_.max_adapters) {
+    // A tenant is not told how many adapters the others have.
     return absl::ResourceExhaustedError(
-        absl::StrCat(adapters_.size(), " adapters exist; the limit is ", config_.max_adapters,
-                     " (coordinator.max_adapters): delete one first"));
+        caller.operator_()
+            ? absl::StrCat(adapters_.size(), " adapters exist; the limit is ",
+                           config_.max_adapters, " (coordinator.max_adapters): delete one first")
+            : std::string("the coordinator holds as many adapters as it may "
+                          "(coordinator.max_adapters): ask its operator"));
   }
   if (limits != nullptr && limits->max_adapters > 0 &&
       adapters_.CreatedBy(caller.tenant) >= limits->max_adapters) {

@@ -203,15 +203,19 @@ class AdapterFleet {
   }
 
   // One round: report, then follow the reply (new adapters get trainers, deleted ones are
-  // removed). An error of a trainer ends the fleet.
+  // removed). A trainer that fails to start or stops with an error is made again later.
   absl::Status Round() {
-    for (const auto& [id, trainer] : trainers_) {
-      if (std::optional<absl::Status> ended = trainer->Ended(); ended.has_value()) {
-        if (!ended->ok()) {
-          return absl::Status(ended->code(), absl::StrCat("adapter ", trainer->name(), " (", id,
-                                                          "): ", ended->message()));
-        }
+    // A trainer that failed costs only its adapter: it stops (its segments stay) and is made
+    // again after a pause, the others train on.
+    for (auto it = trainers_.begin(); it != trainers_.end();) {
+      const std::optional<absl::Status> ended = it->second->Ended();
+      if (!ended.has_value() || ended->ok()) {
+        ++it;
+        continue;
       }
+      Failed(it->first, it->second->name(), *ended);
+      it->second->Stop();
+      it = trainers_.erase(it);
     }
     v1::LearnerProgressRequest request;
     for (const auto& [id, trainer] : trainers_) *request.add_adapters() = trainer->Progress();
@@ -239,17 +243,34 @@ class AdapterFleet {
       it->second->Remove();
       it = trainers_.erase(it);
     }
+    std::erase_if(failed_, [&](const auto& f) { return live.count(f.first) == 0; });
     for (const auto& [id, adapter] : live) {
       if (trainers_.count(id) > 0) continue;
-      PRL_ASSIGN_OR_RETURN(std::unique_ptr<AdapterTrainer> trainer,
-                           AdapterTrainer::Start(c_, rank_, model_, *adapter, &turns_,
-                                                 coordinator_.get()));
-      trainers_[id] = std::move(trainer);
+      if (auto f = failed_.find(id); f != failed_.end() && absl::Now() < f->second) continue;
+      absl::StatusOr<std::unique_ptr<AdapterTrainer>> trainer = AdapterTrainer::Start(
+          c_, rank_, model_, *adapter, &turns_, coordinator_.get());
+      if (!trainer.ok()) {
+        Failed(id, adapter->spec().name(), trainer.status());
+        continue;
+      }
+      failed_.erase(id);
+      trainers_[id] = *std::move(trainer);
     }
     return absl::OkStatus();
   }
 
  private:
+  // Says why an adapter's trainer stopped and when it is made again.
+  void Failed(const std::string& id, const std::string& name, const absl::Status& why) {
+    std::fprintf(stderr,
+                 "learner: adapter %s (%s): %s; its trainer stops, made again in %lld s (the "
+                 "other adapters train on)\n",
+                 name.c_str(), id.c_str(), std::string(why.message()).c_str(),
+                 static_cast<long long>(absl::ToInt64Seconds(kRetryAfter)));
+    failed_[id] = absl::Now() + kRetryAfter;
+  }
+  static constexpr absl::Duration kRetryAfter = absl::Seconds(30);
+
   const config::RunConfig& c_;
   const LearnerRank& rank_;
   const ModelConfig& model_;
@@ -257,6 +278,7 @@ class AdapterFleet {
   learner::StepTurns turns_;
   std::optional<v1::LearnerProgressResponse> seen_;
   std::map<std::string, std::unique_ptr<AdapterTrainer>> trainers_;
+  std::map<std::string, absl::Time> failed_;  // adapter id -> when its trainer is made again
 };
 
 }  // namespace

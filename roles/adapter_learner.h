@@ -26,7 +26,8 @@
 
 namespace prl::roles {
 
-// Runs until `stop`; an error of any trainer (or of the setup) ends it.
+// Runs until `stop`; an error of the setup ends it. A trainer's error costs only its adapter:
+// the trainer stops (saying why) and is made again after a pause, the others train on.
 absl::Status RunAdapterLearner(const config::RunConfig& config,
                                const collective::RendezvousConfig& rendezvous,
                                const std::atomic<bool>& stop);

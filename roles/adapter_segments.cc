@@ -1,6 +1,8 @@
 #include "roles/adapter_segments.h"
 
+#include <filesystem>
 #include <memory>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +51,12 @@ actor::AdapterChannels::Opener AdapterChannelOpener(const config::RunConfig& con
     const absl::Duration timeout = absl::Seconds(config.actors.replay_timeout_s);
     channel.write_group = [buffer, write = actor::LocalReplayWriter(buffer.get(), timeout)](
                               absl::Span<const RolloutRecord> group) { return write(group); };
+    // The learner removes the segments when the adapter is deleted (POSIX shared memory lives
+    // in /dev/shm): the actor then closes its channel.
+    channel.gone = [path = std::filesystem::path("/dev/shm") / AdapterWeightSegment(config, id)] {
+      std::error_code error;
+      return !std::filesystem::exists(path, error) && !error;
+    };
     return channel;
   };
 }

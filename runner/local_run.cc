@@ -63,6 +63,12 @@ class Run {
     if (c_.learner.steps < 1) {
       return absl::InvalidArgumentError("learner.steps: prl run needs >= 1, found 0");
     }
+    if (c_.coordinator.adapters) {  // its task has no tenants' adapters to submit to yet
+      return absl::UnimplementedError(
+          "coordinator.adapters: prl run with tenants is not built yet; start the roles "
+          "(prl coordinator, prl learner serve, prl actor) and submit each tenant's sets with "
+          "prl submit --adapter (docs/tenants.md)");
+    }
     PRL_RETURN_IF_ERROR(Prepare());
     PRL_ASSIGN_OR_RETURN(std::string start, PrepareStartModel(c_, o_.resume));
     PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start));

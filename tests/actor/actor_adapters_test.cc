@@ -302,3 +302,40 @@ TEST_F(ActorAdaptersTest, EachAdaptersGroupsGoToItsSegmentsWithItsVersionAndItsB
 
 }  // namespace
 }  // namespace prl::actor
+
+namespace prl::actor {
+namespace {
+
+// An adapter whose versions never come (its learner never made it, or it was deleted) costs
+// only its own prompts: they are given back when the wait ends (here at once) and fail after
+// coordinator.max_attempts with the reason, while another adapter's set completes and the actor
+// goes on. When the learner removes an adapter's segments, the actor closes its channel.
+TEST_F(ActorAdaptersTest, AnAdapterThatNeverArrivesCostsOnlyItsOwnPromptsAndAGoneOneIsClosed) {
+  const std::string math_set = Submit("math", 2);
+  const v1::AdapterStatus math = AdapterNamed("math");
+  Make(math);
+  Publish(math, 0, 51);
+  options_.weight_wait_timeout = absl::ZeroDuration();
+  ASSERT_NO_FATAL_FAILURE(StartActor());
+  const std::string ghost_set = Submit("ghost", 1);
+  ASSERT_TRUE(WaitFor([&] {
+    return Done(math_set) && coordinator_->Get(ghost_set)->state() == v1::PROMPT_SET_STATE_DONE;
+  }));
+  const v1::PromptSetStatus ghost = *coordinator_->Get(ghost_set);
+  EXPECT_EQ(ghost.prompts_failed(), 1);
+  ASSERT_EQ(ghost.failed_prompts_size(), 1);
+  EXPECT_NE(ghost.failed_prompts(0).reason().find("has not arrived"), std::string::npos)
+      << ghost.failed_prompts(0).reason();
+  EXPECT_EQ(coordinator_->Get(math_set)->prompts_done(), 2);
+  // The learner removes math's segments (it was deleted): the actor closes its channel.
+  ASSERT_EQ(options_.adapters->open(), std::vector<std::string>{math.adapter_id()});
+  made_.at(math.adapter_id()).publisher.reset();
+  ASSERT_TRUE(RemoveShmWeightSegment(roles::AdapterWeightSegment(run_, math.adapter_id())).ok());
+  ASSERT_TRUE(WaitFor([&] { return options_.adapters->open().empty(); }));
+  stop_ = true;
+  thread_.join();
+  EXPECT_TRUE(result_.ok()) << result_;
+}
+
+}  // namespace
+}  // namespace prl::actor

@@ -56,7 +56,8 @@ TEST_F(TenantsTest, ATenantTrainsOnlyTheAdaptersItsLimitsName) {
                       {"coordinator.tenants"}));
   // An adapter both may name belongs to whoever made it first.
   ASSERT_TRUE(c->Submit(For("shared", 1), kA).ok());
-  EXPECT_TRUE(IsError(c->Submit(For("shared", 1), kB).status(), kDenied, {"another tenant"}));
+  EXPECT_TRUE(IsError(c->Submit(For("shared", 1), kB).status(), kDenied,
+                      {"tenant 'team-b' may not train the adapter 'shared'"}));
   // The operator may train any.
   EXPECT_TRUE(c->Submit(For("shared", 1), kOperator).ok());
   EXPECT_EQ(c->ListAdapters(kA).adapters_size(), 2);
