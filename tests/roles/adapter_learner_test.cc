@@ -18,9 +18,11 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_server.h"
 #include "model/parameters.h"
+#include "replay/replay_buffer.h"
 #include "roles/actor_role.h"
 #include "roles/adapter_learner.h"
 #include "roles/adapter_segments.h"
+#include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
 namespace {
@@ -90,6 +92,12 @@ class AdapterLearnerTest : public ::testing::Test {
     if (learner_.joinable()) learner_.join();
     EXPECT_TRUE(learned_.ok()) << "learner: " << learned_;
     EXPECT_TRUE(acted_.ok()) << "actor: " << acted_;
+    // A learner leaves its adapters' segments for its successor: the test removes them.
+    const v1::ListAdaptersResponse adapters = coordinator_->ListAdapters();
+    for (const v1::AdapterStatus& a : adapters.adapters()) {
+      ReplayBuffer::Remove(AdapterReplaySegment(c_, a.adapter_id()), true).IgnoreError();
+      RemoveShmWeightSegment(AdapterWeightSegment(c_, a.adapter_id())).IgnoreError();
+    }
     server_.reset();
     coordinator_.reset();
     fs::remove_all(dir_);
