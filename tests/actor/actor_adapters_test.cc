@@ -32,28 +32,13 @@
 #include "task/arithmetic_task.h"
 #include "task/char_text_codec.h"
 #include "task/char_tokenizer.h"
+#include "tests/actor/actor_testing.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::actor {
 namespace {
 
 namespace v1 = prl::v1;
-
-ModelConfig TinyModel() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen2;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = task::CharTokenizer().vocab_size();
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  return c;
-}
 
 // A trained-looking adapter (B random, not zero) of the coordinator's settings.
 std::unique_ptr<LoraSet> TrainedAdapter(const ModelConfig& c, const v1::AdapterSpec& spec,
@@ -92,7 +77,7 @@ class ActorAdaptersTest : public ::testing::Test {
     run_.run.name = absl::StrCat("actor-adapters-", getpid());
     dir_ = std::filesystem::temp_directory_path() / run_.run.name;
     std::filesystem::remove_all(dir_);
-    model_ = TinyModel();
+    model_ = TinyCharModel();
     auto weights = ParameterSet::Allocate(model_, Device::Cpu(), false);
     ASSERT_TRUE(weights.ok());
     InitializeParameters(*weights, 7, 0.5f);

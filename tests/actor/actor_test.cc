@@ -15,28 +15,13 @@
 #include "task/arithmetic_task.h"
 #include "task/char_text_codec.h"
 #include "task/char_tokenizer.h"
+#include "tests/actor/actor_testing.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::actor {
 namespace {
 
 namespace v1 = prl::v1;
-
-ModelConfig TinyCharModel() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen2;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = task::CharTokenizer().vocab_size();
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  return c;
-}
 
 class ActorTest : public ::testing::Test {
  protected:
