@@ -25,6 +25,7 @@
 #include "roles/adapter_segments.h"
 #include "roles/learner_rank.h"
 #include "roles/learner_role.h"
+#include "roles/learner_step_sink.h"
 #include "roles/replay_role.h"
 #include "roles/role_metrics.h"
 #include "rpc/grpc_util.h"
@@ -85,7 +86,7 @@ class AdapterTrainer {
 
  private:
   AdapterTrainer() = default;
-  void Run(const learner::LearnerServiceOptions& options);
+  void Run();
 
   std::string id_, name_, replay_segment_, weight_segment_;
   std::unique_ptr<learner::FsdpModel> model_;
@@ -142,17 +143,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   options.dead_letter_path = c.dead_letter_file(absl::StrCat("learner-", t->id_));
   if (coordinator != nullptr) {
     options.reopen_stale = [coordinator](const std::vector<learner::StalePrompt>& prompts) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      v1::ReopenPromptsRequest request;
-      for (const learner::StalePrompt& p : prompts) {
-        v1::ReopenPromptsRequest::Prompt* out = request.add_prompts();
-        out->set_prompt_set_id(p.prompt_set_id);
-        out->set_prompt_index(static_cast<int64_t>(p.prompt_index));
-        out->set_reason(p.reason);
-      }
-      v1::ReopenPromptsResponse response;
-      return rpc::FromGrpcStatus(coordinator->ReopenPrompts(&ctx, request, &response));
+      return ReopenPromptsAt(*coordinator, prompts);
     };
   }
   AdapterTrainer* raw = t.get();
@@ -166,7 +157,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   };
   t->service_ = std::make_unique<learner::LearnerService>(
       t->model_.get(), t->optimizer_.get(), t->replay_.get(), t->publisher_.get(), options);
-  t->thread_ = std::thread([raw, options] { raw->Run(options); });
+  t->thread_ = std::thread([raw] { raw->Run(); });
   std::printf("learner: adapter %s (%s): %s, lr %g; versions in %s, groups from %s\n",
               t->name_.c_str(), t->id_.c_str(), LoraFingerprint(lora).c_str(), optimizer.lr,
               t->weight_segment_.c_str(), t->replay_segment_.c_str());
@@ -174,7 +165,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   return t;
 }
 
-void AdapterTrainer::Run(const learner::LearnerServiceOptions&) {
+void AdapterTrainer::Run() {
   const absl::Status run = service_->Run(&stop_, [this](const learner::LearnerStepReport& step) {
     const learner::StepReport& r = step.report;
     version_ = r.version;

@@ -164,8 +164,8 @@ std::vector<std::string> StepSink::RetiredPromptSets() {
   return fresh;
 }
 
-absl::Status StepSink::ReopenPrompts(const std::vector<learner::StalePrompt>& prompts) {
-  if (coordinator_ == nullptr) return absl::FailedPreconditionError("no coordinator address");
+absl::Status ReopenPromptsAt(prl::v1::ActorControl::Stub& coordinator,
+                             const std::vector<learner::StalePrompt>& prompts) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   prl::v1::ReopenPromptsRequest request;
@@ -176,7 +176,12 @@ absl::Status StepSink::ReopenPrompts(const std::vector<learner::StalePrompt>& pr
     out->set_reason(p.reason);
   }
   prl::v1::ReopenPromptsResponse response;
-  return rpc::FromGrpcStatus(coordinator_->ReopenPrompts(&ctx, request, &response));
+  return rpc::FromGrpcStatus(coordinator.ReopenPrompts(&ctx, request, &response));
+}
+
+absl::Status StepSink::ReopenPrompts(const std::vector<learner::StalePrompt>& prompts) {
+  if (coordinator_ == nullptr) return absl::FailedPreconditionError("no coordinator address");
+  return ReopenPromptsAt(*coordinator_, prompts);
 }
 
 void StepSink::Observe(const learner::LearnerStepReport& step, int64_t groups_consumed,

@@ -28,6 +28,11 @@
 
 namespace prl::roles {
 
+// Hands prompts whose groups the learner will not train on back to the coordinator
+// (ActorControl.ReopenPrompts). Thread-safe (a gRPC stub).
+absl::Status ReopenPromptsAt(prl::v1::ActorControl::Stub& coordinator,
+                             const std::vector<learner::StalePrompt>& prompts);
+
 class StepSink {
  public:
   // `registry` and `replay` must outlive the sink.
