@@ -4,7 +4,13 @@
 // own; the operator sees and may do everything.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/status_testing.h"
@@ -145,6 +151,35 @@ TEST(TenantLimitsTest, BadLimitsNameTheKey) {
   EXPECT_TRUE(IsError(ValidateTenantLimits(limits, "coordinator.tenants.t"),
                       absl::StatusCode::kInvalidArgument,
                       {"coordinator.tenants.t.max_prompts_in_flight"}));
+}
+
+// coordinator.tenants_file: read into each tenant's limits; a bad key, value or shape is an
+// error naming it.
+TEST(TenantLimitsTest, TheTenantsFileIsReadStrictly) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/tenants_", getpid(), ".json");
+  const auto read = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return ReadTenantsFile(path);
+  };
+  absl::StatusOr<std::map<std::string, TenantLimits>> ok =
+      read(R"({"team-a": {"adapters": ["a-*"], "max_prompt_sets": 3, "max_adapters": 2},
+               "team-b": {"adapters": ["b-math"]}})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->at("team-a").adapters, std::vector<std::string>{"a-*"});
+  EXPECT_EQ(ok->at("team-a").max_prompt_sets, 3);
+  EXPECT_EQ(ok->at("team-a").max_adapters, 2);
+  EXPECT_EQ(ok->at("team-b").max_prompts_in_flight, 0);
+  const auto refused = [&](const std::string& text, const std::string& field) {
+    EXPECT_TRUE(IsError(read(text).status(), absl::StatusCode::kInvalidArgument, {field})) << text;
+  };
+  refused(R"(["team-a"])", "expected a JSON object");
+  refused(R"({"team-a": {"max_sets": 1}})", "coordinator.tenants.team-a.max_sets");
+  refused(R"({"team-a": {"max_adapters": "two"}})", "coordinator.tenants.team-a.max_adapters");
+  refused(R"({"team-a": {"adapters": "a-*"}})", "coordinator.tenants.team-a.adapters");
+  refused(R"({"team-a": {"adapters": ["Bad Name"]}})", "coordinator.tenants.team-a.adapters[0]");
+  std::remove(path.c_str());
+  EXPECT_TRUE(IsError(ReadTenantsFile(path).status(), absl::StatusCode::kFailedPrecondition,
+                      {"coordinator.tenants_file: cannot read"}));
 }
 
 }  // namespace
