@@ -1,5 +1,5 @@
 // `prl run` (the whole pipeline on this machine, runner/local_run.h) and `prl bench e2e` (the
-// same config in sync and pipeline mode, compared).
+// same config in sync and pipeline mode, compared; with --tenants, cli/bench_tenants.h).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/report.h"
+#include "cli/bench_tenants.h"
 #include "cli/command.h"
 #include "cli/config_flags.h"
 #include "config/run_config.h"
@@ -64,6 +65,7 @@ struct E2eFlags {
   std::string config_file, run_dir = "runs/bench-e2e";
   std::vector<std::string> overrides;
   bool json = false;
+  int tenants = 0;  // > 0: the tenants benchmark (cli/bench_tenants.h)
 };
 
 absl::StatusOr<nlohmann::json> RunMode(const E2eFlags& f, const std::string& mode,
@@ -115,6 +117,10 @@ absl::Status RunE2eBench(const E2eFlags& f) {
   struct sigaction action {};
   action.sa_handler = [](int) { interrupted = true; };
   sigaction(SIGINT, &action, nullptr);
+  if (f.tenants > 0) {
+    return RunTenantsBench({f.config_file, f.run_dir, f.overrides, f.tenants, f.json},
+                           interrupted);
+  }
   // Sync first, with the warm-start; the pipeline run starts from the same warm model. Without
   // a warm-start (sft.steps=0) there is none: both create the same model from the config.
   PRL_ASSIGN_OR_RETURN(const nlohmann::json sync, RunMode(f, "sync", {}));
@@ -195,6 +201,9 @@ void RegisterRunCommands(CLI::App& app, CommandRegistry& registry) {
   e2e->add_option("--set", e->overrides, "Override one field: section.key=value (repeatable)");
   e2e->add_option("--run-dir", e->run_dir, "Where both runs go")->capture_default_str();
   e2e->add_flag("--json", e->json, "One JSON object instead of the table");
+  e2e->add_option("--tenants", e->tenants,
+                  "Instead: N tenants' adapters on one shared base in one run against N separate "
+                  "LoRA runs at once on the same cores (samples/s, lag, held-out gains)");
   registry.Add(e2e, [e] { return RunE2eBench(*e); });
 }
 

@@ -140,6 +140,7 @@ absl::Status CheckKnownKeys(const Json& root, absl::string_view origin) {
   }
   std::vector<std::string> sections;
   for (const auto& [name, unused] : lister.keys) sections.push_back(name);
+  sections.push_back("tenants (a list)");
   for (const auto& [section, value] : root.items()) {
     auto it = lister.keys.find(section);
     if (it == lister.keys.end()) {
@@ -164,10 +165,115 @@ absl::Status CheckKnownKeys(const Json& root, absl::string_view origin) {
 
 Json ToJson(const RunConfig& config) {
   RunConfig copy = config;
+  copy.tenants.clear();
   Json root = Json::object();
   Writer writer{root};
   VisitFields(copy, writer);
+  if (config.tenants.empty()) return root;
+  Json& tenants = root["tenants"] = Json::array();
+  for (const TenantSection& t : config.tenants) {  // every key, so that it reads back the same
+    const Json sections = ToJson(config.ForTenant(t));
+    Json& out = tenants.emplace_back(Json::object());
+    out["name"] = t.name;
+    for (const char* section : {"task", "env", "agent"}) out[section] = sections[section];
+    out["adapter"] = {{"rank", t.adapter.rank},
+                      {"alpha", t.adapter.alpha},
+                      {"rslora", t.adapter.rslora},
+                      {"target_modules", t.adapter.target_modules},
+                      {"learning_rate", t.adapter.learning_rate}};
+  }
   return root;
+}
+
+// tenants[i].adapter: AdapterSpec's settings, each of its type.
+absl::Status ReadTenantAdapter(const Json& value, const std::string& where,
+                               TenantSection::Adapter* a) {
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected an object {rank, alpha, rslora, target_modules, "
+                            "learning_rate}, found ",
+                     value.dump()));
+  }
+  for (const auto& [key, v] : value.items()) {
+    const std::string field = absl::StrCat(where, ".", key);
+    auto wrong = [&](const char* expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": expected ", expected, ", found ", v.dump()));
+    };
+    if (key == "rank") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20)) {
+        return wrong("an integer >= 0 (0: learner.lora_rank)");
+      }
+      a->rank = v.get<int32_t>();
+    } else if (key == "alpha" || key == "learning_rate") {
+      if (!v.is_number()) return wrong("a number (0: the run's)");
+      (key == "alpha" ? a->alpha : a->learning_rate) = v.get<double>();
+    } else if (key == "rslora") {
+      if (!v.is_boolean()) return wrong("true or false");
+      a->rslora = v.get<bool>();
+    } else if (key == "target_modules") {
+      bool ok = v.is_array();
+      for (const Json& m : v) ok = ok && m.is_string();
+      if (!ok) return wrong("a list of strings (PEFT's module names, or all-linear)");
+      a->target_modules = v.get<std::vector<std::string>>();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": unknown key (known: rank, alpha, rslora, target_modules, learning_rate)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The file's "tenants": each one's task, env and agent read as the run's sections with its
+// keys over them (so every key is checked as the run's is), and its adapter's settings.
+absl::Status ReadTenants(const Json& root, const Json& tenants, const std::string& origin,
+                         RunConfig* config) {
+  if (!tenants.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": tenants: expected a list of objects {name, task, env, agent, adapter}, found ",
+        tenants.dump()));
+  }
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const Json& t = tenants[i];
+    std::string where = absl::StrCat(origin, ": tenants[", i, "]");
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected an object with a \"name\" (its adapter's) and any of task, env, "
+                 "agent, adapter; found ",
+          t.dump()));
+    }
+    TenantSection tenant;
+    tenant.name = t["name"].get<std::string>();
+    absl::StrAppend(&where, " ('", tenant.name.substr(0, 64), "')");
+    Json merged = root;
+    for (const auto& [key, value] : t.items()) {
+      if (key == "name") continue;
+      if (key == "adapter") {
+        PRL_RETURN_IF_ERROR(ReadTenantAdapter(value, where + ".adapter", &tenant.adapter));
+        continue;
+      }
+      if (key != "task" && key != "env" && key != "agent") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": unknown key '", key, "' (known: name, task, env, agent, adapter)"));
+      }
+      if (!value.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".", key, ": expected an object, found ", value.dump()));
+      }
+      if (!merged.contains(key)) merged[key] = Json::object();
+      for (const auto& [k, v] : value.items()) merged[key][k] = v;
+    }
+    PRL_RETURN_IF_ERROR(CheckKnownKeys(merged, where));
+    RunConfig scratch;
+    Reader reader{merged, where, absl::OkStatus()};
+    VisitFields(scratch, reader);
+    PRL_RETURN_IF_ERROR(reader.status);
+    tenant.task = scratch.task;
+    tenant.env = scratch.env;
+    tenant.agent = scratch.agent;
+    config->tenants.push_back(std::move(tenant));
+  }
+  return absl::OkStatus();
 }
 
 // The value is parsed as JSON, except for string keys (names, paths, enumerations), where
@@ -207,11 +313,19 @@ absl::StatusOr<RunConfig> ParseRunConfig(absl::string_view json_text, absl::stri
   }
   for (const std::string& assignment : overrides)
     PRL_RETURN_IF_ERROR(ApplyOverride(root, assignment));
+  Json tenants;  // a list, read apart from the sections
+  if (root.is_object() && root.contains("tenants")) {
+    tenants = root["tenants"];
+    root.erase("tenants");
+  }
   PRL_RETURN_IF_ERROR(CheckKnownKeys(root, origin));
   RunConfig config;
   Reader reader{root, std::string(origin), absl::OkStatus()};
   VisitFields(config, reader);
   PRL_RETURN_IF_ERROR(reader.status);
+  if (!tenants.is_null()) {
+    PRL_RETURN_IF_ERROR(ReadTenants(root, tenants, std::string(origin), &config));
+  }
   absl::Status valid = ValidateRunConfig(config);
   if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", valid.message()));
   return config;
@@ -228,6 +342,15 @@ absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
 }
 
 std::string RunConfigToJson(const RunConfig& config) { return ToJson(config).dump(2); }
+
+RunConfig RunConfig::ForTenant(const TenantSection& tenant) const {
+  RunConfig c = *this;
+  c.tenants.clear();
+  c.task = tenant.task;
+  c.env = tenant.env;
+  c.agent = tenant.agent;
+  return c;
+}
 
 std::vector<ConfigKey> ListConfigKeys(const RunConfig& config) {
   const Json values = ToJson(config);

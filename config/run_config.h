@@ -363,6 +363,24 @@ struct MetricsSection {
   int base_port = 0;  // prl run: 0 free ports; else coordinator base, learner base+1, actors +2..
 };
 
+// A tenant of `prl run` (docs/tenants.md): the LoRA adapter it trains on the run's shared base
+// and its task. Its task, env and agent are the run's sections with the tenant's keys over them
+// (RunConfig::ForTenant); its adapter's settings, 0 or empty, are learner.lora_*'s and
+// learner.lr (as SubmitPromptSetRequest.adapter's).
+struct TenantSection {
+  std::string name;  // its adapter's name (1 to 64 of [a-z0-9._-])
+  TaskSection task;
+  EnvSection env;
+  AgentSection agent;
+  struct Adapter {
+    int32_t rank = 0;
+    double alpha = 0;
+    bool rslora = false;
+    std::vector<std::string> target_modules;
+    double learning_rate = 0;
+  } adapter;
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -379,6 +397,12 @@ struct RunConfig {
   RewardSection reward;
   SecuritySection security;
   MetricsSection metrics;
+  // prl run with tenants (a list in the file: {"name", "task", "env", "agent", "adapter"}),
+  // each training its own adapter (needs coordinator.adapters); empty: one model.
+  std::vector<TenantSection> tenants;
+
+  // This run as the tenant sees it: the tenant's task, env and agent, no tenants.
+  RunConfig ForTenant(const TenantSection& tenant) const;
 
   // Names and paths every process of a run derives from the file, so that the roles and
   // prl run (which cleans them up) always agree.

@@ -3,6 +3,7 @@
 // only know on its machine (is a GPU present?) is checked when the role starts
 // (roles/device_settings.h).
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -378,6 +379,57 @@ int ParseUmask(const std::string& text) {
   return value <= 0777 ? value : -1;
 }
 
+namespace {
+
+// An adapter's name as the coordinator takes it (coordinator/adapters.h).
+bool AdapterName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-' || name[0] == '_') {
+    return false;
+  }
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                    ch == '_' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// prl run's tenants: each its own adapter in a run of adapters, each task valid as the run's.
+absl::Status ValidateTenants(const RunConfig& c) {
+  if (c.tenants.empty()) return absl::OkStatus();
+  PRL_RETURN_IF_ERROR(Range(c.coordinator.adapters, "coordinator.adapters",
+                            "true with tenants (each tenant trains its own adapter)", "false"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < c.tenants.size(); ++i) {
+    const TenantSection& t = c.tenants[i];
+    const std::string where = absl::StrCat("tenants[", i, "]");
+    PRL_RETURN_IF_ERROR(Range(AdapterName(t.name), where + ".name",
+                              "1 to 64 characters of [a-z0-9._-] starting with a letter or digit "
+                              "(its adapter's name)",
+                              Quoted(t.name.substr(0, 80))));
+    PRL_RETURN_IF_ERROR(Range(names.insert(t.name).second, where + ".name",
+                              "a name no other tenant has", Quoted(t.name)));
+    const auto& a = t.adapter;
+    PRL_RETURN_IF_ERROR(Range(a.rank >= 0 && a.rank <= c.coordinator.max_adapter_rank,
+                              where + ".adapter.rank",
+                              absl::StrCat("0 (learner.lora_rank) to ", c.coordinator.max_adapter_rank,
+                                           " (coordinator.max_adapter_rank)"),
+                              a.rank));
+    PRL_RETURN_IF_ERROR(Range(std::isfinite(a.alpha) && a.alpha >= 0, where + ".adapter.alpha",
+                              "0 (learner.lora_alpha) or a finite number > 0", a.alpha));
+    PRL_RETURN_IF_ERROR(Range(std::isfinite(a.learning_rate) && a.learning_rate >= 0,
+                              where + ".adapter.learning_rate",
+                              "0 (learner.lr) or a finite number > 0", a.learning_rate));
+    const absl::Status task = ValidateRunConfig(c.ForTenant(t));
+    if (!task.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " ('", t.name, "'): ", task.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateRunConfig(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(ValidateRunAndTask(c));
   PRL_RETURN_IF_ERROR(ValidateCoordinator(c.coordinator));
@@ -414,6 +466,7 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             "and their tokens)",
                             absl::StrCat("'", c.coordinator.tenants_file, "' with ",
                                          c.security.tenant_token_files.size(), " tenant tokens")));
+  PRL_RETURN_IF_ERROR(ValidateTenants(c));
   return ValidateServices(c);
 }
 

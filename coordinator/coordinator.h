@@ -380,6 +380,8 @@ class Coordinator {
   absl::StatusOr<uint64_t> OpenEvalRoundLocked(const std::string& set_id);
   // Opens the rounds due at the learner's version.
   void OpenDueEvalRoundsLocked();
+  // The version an evaluation set's rounds follow: the learner's, or its adapter's.
+  int64_t EvalVersionLocked(const std::string& set_id) const;
   // The evaluation sets' newest rounds by name (CoordinatorStats::evals).
   std::map<std::string, CoordinatorStats::EvalSeries> EvalSeriesLocked() const;
   // Evaluation leases the actor may take now: its share (eval_max_actor_share of its prompt

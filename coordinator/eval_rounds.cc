@@ -85,9 +85,14 @@ prl::v1::EvalRoundResult EvalRounds::Finish(const std::string& set_id, int64_t u
 }
 
 std::vector<std::string> EvalRounds::Due(int64_t version) const {
+  return Due([version](const std::string&) { return version; });
+}
+
+std::vector<std::string> EvalRounds::Due(
+    const std::function<int64_t(const std::string&)>& version_of) const {
   std::vector<std::string> due;
   for (const auto& [id, s] : series_) {
-    if (s.round_version == kNoRound && version >= s.next_version) due.push_back(id);
+    if (s.round_version == kNoRound && version_of(id) >= s.next_version) due.push_back(id);
   }
   return due;
 }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -65,6 +66,8 @@ class EvalRounds {
   // The sets, in id order, whose next round is due at learner version `version` (no round
   // running, version >= next_version).
   std::vector<std::string> Due(int64_t version) const;
+  // The same where each set's version is its own: an adapter's set follows its adapter's.
+  std::vector<std::string> Due(const std::function<int64_t(const std::string&)>& version_of) const;
 
  private:
   std::map<std::string, Series> series_;

@@ -12,7 +12,7 @@ namespace prl::coordinator {
 absl::StatusOr<uint64_t> Coordinator::OpenEvalRoundLocked(const std::string& set_id) {
   prl::v1::LogRecord record;
   record.mutable_eval_round()->set_prompt_set_id(set_id);
-  record.mutable_eval_round()->set_version(budget_->learner_version());
+  record.mutable_eval_round()->set_version(EvalVersionLocked(set_id));
   // Applied even if the log refuses it, as a failed attempt is (prompt_attempts.cc): a round
   // whose record is lost opens again after a restart.
   absl::StatusOr<uint64_t> ticket = log_->Write(record);
@@ -20,8 +20,18 @@ absl::StatusOr<uint64_t> Coordinator::OpenEvalRoundLocked(const std::string& set
   return ticket;
 }
 
+int64_t Coordinator::EvalVersionLocked(const std::string& set_id) const {
+  const PromptSets::Set* set = sets_.Find(set_id);
+  if (set != nullptr && !set->submitted.adapter_id().empty()) {
+    const Adapters::Adapter* adapter = adapters_.ById(set->submitted.adapter_id());
+    return adapter != nullptr ? adapter->budget->learner_version() : 0;
+  }
+  return budget_->learner_version();
+}
+
 void Coordinator::OpenDueEvalRoundsLocked() {
-  for (const std::string& id : sets_.DueEvalRounds(budget_->learner_version())) {
+  const auto version_of = [this](const std::string& id) { return EvalVersionLocked(id); };
+  for (const std::string& id : sets_.DueEvalRounds(version_of)) {
     OpenEvalRoundLocked(id).IgnoreError();  // a failed log refuses every later append, visibly
   }
 }

@@ -269,9 +269,10 @@ int64_t PromptSets::EvalInFlight() const {
   return n;
 }
 
-std::vector<std::string> PromptSets::DueEvalRounds(int64_t version) const {
+std::vector<std::string> PromptSets::DueEvalRounds(
+    const std::function<int64_t(const std::string& set_id)>& version_of) const {
   std::vector<std::string> due;
-  for (const std::string& id : eval_.Due(version)) {
+  for (const std::string& id : eval_.Due(version_of)) {
     const Set* set = Find(id);
     if (set != nullptr && set->running()) due.push_back(id);
   }

@@ -121,8 +121,10 @@ class PromptSets {
   const Counts& counts() const { return counts_; }
   // Prompts of evaluation sets leased now (outside the lag budget).
   int64_t EvalInFlight() const;
-  // The running evaluation sets whose next round is due at learner version `version`.
-  std::vector<std::string> DueEvalRounds(int64_t version) const;
+  // The running evaluation sets whose next round is due, each at its version (the learner's,
+  // or its adapter's).
+  std::vector<std::string> DueEvalRounds(
+      const std::function<int64_t(const std::string& set_id)>& version_of) const;
   const EvalRounds& eval_rounds() const { return eval_; }
   // Pending (running sets only), in flight and done prompts of all sets.
   void Totals(int64_t* pending, int64_t* in_flight, int64_t* done) const;

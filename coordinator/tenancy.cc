@@ -72,11 +72,6 @@ absl::Status Coordinator::ValidateAdapter(const prl::v1::SubmitPromptSetRequest&
                    "unset (this run trains one model; adapters need coordinator.adapters)",
                    absl::StrCat("adapter '", a.name().substr(0, 64), "'"));
   }
-  if (request.eval().every_versions() > 0) {
-    return absl::UnimplementedError(
-        "eval: evaluation sets of an adapter are not supported yet (docs/tenants.md); "
-        "submit it as a training set or without eval");
-  }
   PRL_RETURN_IF_ERROR(ValidateAdapterName(a.name(), "adapter.name"));
   if (a.rank() < 0 || a.rank() > config_.max_adapter_rank) {
     return Invalid("adapter.rank",

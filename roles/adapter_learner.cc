@@ -2,12 +2,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <optional>
 #include <string>
 #include <thread>
@@ -48,7 +50,10 @@ class AdapterTrainer {
   static absl::StatusOr<std::unique_ptr<AdapterTrainer>> Start(
       const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator);
-  ~AdapterTrainer() { Stop(); }
+  ~AdapterTrainer() {
+    Stop();
+    if (report_file_ != nullptr) std::fclose(report_file_);
+  }
 
   void Stop() {
     stop_ = true;
@@ -83,6 +88,11 @@ class AdapterTrainer {
     retired_.insert(retired_.end(), sets.begin(), sets.end());
   }
   const std::string& name() const { return name_; }
+  // It took its learner.steps steps (and wrote its last checkpoint).
+  bool Finished() const {
+    const std::optional<absl::Status> ended = Ended();
+    return ended.has_value() && ended->ok();
+  }
 
  private:
   AdapterTrainer() = default;
@@ -99,6 +109,7 @@ class AdapterTrainer {
   mutable std::mutex mu_;
   std::optional<absl::Status> ended_;
   std::vector<std::string> retired_;  // prompt sets retired, for the ledger
+  std::FILE* report_file_ = nullptr;  // learner.report_file's of this adapter, or null
   std::thread thread_;
 };
 
@@ -155,6 +166,15 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     raw->version_ = version;
     raw->consumed_ = consumed;
   };
+  if (!c.learner.report_file.empty()) {
+    const std::string path = AdapterReportFile(c, t->name_);
+    t->report_file_ = std::fopen(path.c_str(), "a");
+    if (t->report_file_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("learner.report_file: cannot append to '", path, "' (adapter ", t->name_,
+                       "'s reports)"));
+    }
+  }
   t->service_ = std::make_unique<learner::LearnerService>(
       t->model_.get(), t->optimizer_.get(), t->replay_.get(), t->publisher_.get(), options);
   t->thread_ = std::thread([raw] { raw->Run(); });
@@ -176,6 +196,10 @@ void AdapterTrainer::Run() {
                 static_cast<long long>(r.groups), static_cast<long long>(r.samples),
                 r.mean_reward, r.loss, r.lag_mean);
     std::fflush(stdout);
+    if (report_file_ != nullptr) {
+      std::fprintf(report_file_, "%s\n", learner::StepReportToJson(r).c_str());
+      std::fflush(report_file_);
+    }
   });
   std::lock_guard<std::mutex> lock(mu_);
   ended_ = run;
@@ -191,6 +215,17 @@ class AdapterFleet {
   }
   ~AdapterFleet() {
     for (auto& [id, trainer] : trainers_) trainer->Stop();
+  }
+
+  // Every adapter named in `names` has a trainer that took its learner.steps steps.
+  bool Finished(const std::vector<std::string>& names) const {
+    for (const std::string& name : names) {
+      const bool done = std::any_of(trainers_.begin(), trainers_.end(), [&](const auto& t) {
+        return t.second->name() == name && t.second->Finished();
+      });
+      if (!done) return false;
+    }
+    return true;
   }
 
   // One round: report, then follow the reply (new adapters get trainers, deleted ones are
@@ -222,6 +257,12 @@ class AdapterFleet {
                                            reply.retired_prompt_sets().end());
     std::map<std::string, const v1::AdapterCompletions*> live;
     for (const v1::AdapterCompletions& a : reply.adapter_completions()) live[a.adapter_id()] = &a;
+    if (!swept_) {  // the segments of adapters deleted while this learner was down
+      std::set<std::string> keep;
+      for (const auto& [id, adapter] : live) keep.insert(id);
+      RemoveAdapterSegments(c_, keep);
+      swept_ = true;
+    }
     for (auto it = trainers_.begin(); it != trainers_.end();) {
       if (live.count(it->first) > 0) {
         it->second->AddRetired(retired);
@@ -268,6 +309,7 @@ class AdapterFleet {
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;
   std::optional<v1::LearnerProgressResponse> seen_;
+  bool swept_ = false;  // the first reply's deleted adapters' segments removed
   std::map<std::string, std::unique_ptr<AdapterTrainer>> trainers_;
   std::map<std::string, absl::Time> failed_;  // adapter id -> when its trainer is made again
 };
@@ -306,8 +348,18 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
   std::fflush(stdout);
   endpoint->SetReadiness([] { return absl::OkStatus(); });
   AdapterFleet fleet(c, *rank, model);
+  // prl run's tenants (config.tenants): the learner ends once each one's adapter has taken its
+  // learner.steps steps, as a run of one model ends after them.
+  std::vector<std::string> tenants;
+  for (const config::TenantSection& t : c.tenants) tenants.push_back(t.name);
   while (!stop) {
     PRL_RETURN_IF_ERROR(fleet.Round());
+    if (!tenants.empty() && fleet.Finished(tenants)) {
+      std::printf("learner: every tenant's adapter took its %lld steps\n",
+                  static_cast<long long>(c.learner.steps));
+      std::fflush(stdout);
+      break;
+    }
     absl::SleepFor(absl::Milliseconds(200));
   }
   endpoint->SetReadiness(nullptr);

@@ -6,6 +6,7 @@
 // (ValidateRunConfig says so).
 #pragma once
 
+#include <set>
 #include <string>
 
 #include "actor/adapter_channels.h"
@@ -19,6 +20,15 @@ namespace prl::roles {
 // "<the run's weight segment>-<adapter id>" and "<the run's replay segment>-<adapter id>".
 std::string AdapterWeightSegment(const config::RunConfig& config, const std::string& adapter_id);
 std::string AdapterReplaySegment(const config::RunConfig& config, const std::string& adapter_id);
+
+// Every adapter segment of the run on this node ("<segment>-ad-<12 hex>") but those of the
+// adapters in `keep`, removed: at prl run's exit, all; when the learner (re)starts, those of
+// adapters deleted while it was down.
+void RemoveAdapterSegments(const config::RunConfig& config, const std::set<std::string>& keep = {});
+
+// Where the learner appends an adapter's step reports (learner::StepReport JSON lines) when
+// learner.report_file is set: "<report_file without .jsonl>.<adapter name>.jsonl".
+std::string AdapterReportFile(const config::RunConfig& config, const std::string& adapter_name);
 
 // PEFT's settings of an adapter the coordinator made (its spec, defaults filled in).
 LoraConfig LoraConfigOf(const prl::v1::AdapterSpec& spec);

@@ -14,6 +14,7 @@
 #include "core/child_process.h"
 #include "core/status_macros.h"
 #include "replay/replay_buffer.h"
+#include "roles/adapter_segments.h"
 #include "roles/device_settings.h"
 #include "roles/role_security.h"
 #include "roles/weight_transports.h"
@@ -38,10 +39,51 @@ struct Supervised {
   int restarts = 0;
 };
 
+// What the run trains: its one model, or one tenant's adapter (config.tenants), each with its
+// task, the feeder and evaluation of its prompt sets, its steps' report and its outcome.
+struct Track {
+  std::string tenant;  // empty: the run's one model
+  config::RunConfig config;  // the run's, or the tenant's (RunConfig::ForTenant)
+  std::optional<prl::v1::AdapterSpec> adapter;
+  std::unique_ptr<TaskSource> task;
+  std::optional<PromptFeeder> feeder;
+  std::optional<TrainingEval> eval;
+  std::unique_ptr<RunReport> report;
+  RunReport::Outcome outcome;
+  std::string adapter_id, adapter_final;  // a tenant's, once trained
+};
+
+prl::v1::AdapterSpec AdapterSpecOf(const config::TenantSection& t) {
+  prl::v1::AdapterSpec a;
+  a.set_name(t.name);
+  a.set_rank(t.adapter.rank);
+  a.set_alpha(t.adapter.alpha);
+  a.set_rslora(t.adapter.rslora);
+  for (const std::string& m : t.adapter.target_modules) a.add_target_modules(m);
+  a.set_learning_rate(t.adapter.learning_rate);
+  return a;
+}
+
 class Run {
  public:
-  explicit Run(const LocalRunOptions& o)
-      : o_(o), c_(o.config), dir_(o.config.run_dir()), report_(c_, dir_ + "/learner_steps.jsonl") {}
+  explicit Run(const LocalRunOptions& o) : o_(o), c_(o.config), dir_(o.config.run_dir()) {
+    const std::string steps = dir_ + "/learner_steps.jsonl";  // learner.report_file (role_specs)
+    if (c_.tenants.empty()) {
+      Track& t = *tracks_.emplace_back(std::make_unique<Track>());
+      t.config = c_;
+      t.report = std::make_unique<RunReport>(t.config, steps);
+    }
+    config::RunConfig reports = c_;
+    reports.learner.report_file = steps;
+    for (const config::TenantSection& tenant : c_.tenants) {
+      Track& t = *tracks_.emplace_back(std::make_unique<Track>());
+      t.tenant = tenant.name;
+      t.config = c_.ForTenant(tenant);
+      t.adapter = AdapterSpecOf(tenant);
+      t.report = std::make_unique<RunReport>(
+          t.config, roles::AdapterReportFile(reports, tenant.name), tenant.name);
+    }
+  }
 
   absl::StatusOr<std::string> Execute() {
     absl::StatusOr<std::string> result = ExecuteSteps();
@@ -49,6 +91,7 @@ class Run {
     // Shared memory outlives processes: remove the run's segments on every exit path.
     ReplayBuffer::Remove(c_.replay_segment(), /*force=*/true).IgnoreError();
     roles::RemoveWeightTransportState(c_);
+    roles::RemoveAdapterSegments(c_);
     return result;
   }
 
@@ -63,47 +106,129 @@ class Run {
     if (c_.learner.steps < 1) {
       return absl::InvalidArgumentError("learner.steps: prl run needs >= 1, found 0");
     }
-    if (c_.coordinator.adapters) {  // its task has no tenants' adapters to submit to yet
-      return absl::UnimplementedError(
-          "coordinator.adapters: prl run with tenants is not built yet; start the roles "
-          "(prl coordinator, prl learner serve, prl actor) and submit each tenant's sets with "
-          "prl submit --adapter (docs/tenants.md)");
+    if (c_.coordinator.adapters && c_.tenants.empty()) {
+      return absl::InvalidArgumentError(
+          "tenants: prl run with coordinator.adapters trains its tenants' adapters: list them "
+          "(\"tenants\": [{\"name\", \"task\", \"adapter\"}], docs/tenants.md), or start the "
+          "roles (prl coordinator, prl learner serve, prl actor) and submit each tenant's sets "
+          "with prl submit --adapter");
     }
     PRL_RETURN_IF_ERROR(Prepare());
-    PRL_ASSIGN_OR_RETURN(std::string start, PrepareStartModel(c_, o_.resume));
+    PRL_ASSIGN_OR_RETURN(const std::string start, PrepareStartModel(ModelTaskConfig(), o_.resume));
     PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start));
-    PRL_ASSIGN_OR_RETURN(task_, OpenTask(c_, start, model.vocab_size));
-    PRL_RETURN_IF_ERROR(CheckEnvironmentText(c_, task_->text()));
-    std::printf("task: %s, text: %s\n",
-                std::string(EnumName(config::kTaskNames, c_.task.name)).c_str(),
-                task_->text().Describe().c_str());
+    PRL_RETURN_IF_ERROR(OpenTasks(start, model.vocab_size));
+    std::vector<SftTask> sft;
+    for (const auto& t : tracks_) sft.push_back({&t->config, t->task.get()});
     if (c_.sft.steps > 0) {  // what the warm-start starts from
-      PRL_ASSIGN_OR_RETURN(const EvalResult init, Evaluate(start, "eval_init"));
-      outcome_.eval_init = init.accuracy;
+      for (const auto& t : tracks_) {
+        PRL_ASSIGN_OR_RETURN(const EvalResult init, Evaluate(*t, start, "eval_init"));
+        t->outcome.eval_init = init.accuracy;
+      }
     }
     PRL_ASSIGN_OR_RETURN(const WarmStartResult warm,
-                         WarmStart(c_, *task_, start, o_.prl_path, o_.resume, o_.interrupted));
+                         WarmStart(c_, sft, start, o_.prl_path, o_.resume, o_.interrupted));
     outcome_.warm_start_seconds = warm.seconds;
-    PRL_ASSIGN_OR_RETURN(const EvalResult before, Evaluate(warm.model, "eval_before"));
-    outcome_.eval_before = before.accuracy;
-    outcome_.multi_turn_before = before.multi_turn_rate;
-    outcome_.turns_before = before.turns_mean;
+    for (const auto& t : tracks_) {
+      PRL_ASSIGN_OR_RETURN(const EvalResult before, Evaluate(*t, warm.model, "eval_before"));
+      t->outcome.eval_before = before.accuracy;
+      t->outcome.multi_turn_before = before.multi_turn_rate;
+      t->outcome.turns_before = before.turns_mean;
+    }
     PRL_ASSIGN_OR_RETURN(roles_, PrepareRoles(c_, warm.model, o_.prl_path));
     outcome_.role_config = roles_.role_config_path;
     PRL_RETURN_IF_ERROR(StartRoles());
     PRL_RETURN_IF_ERROR(Supervise());
+    if (!c_.tenants.empty()) PRL_RETURN_IF_ERROR(FindAdapters());
     StopRoles();
-    PRL_RETURN_IF_ERROR(Export(warm.model));
-    outcome_.model_final = dir_ + "/model-final";
-    PRL_RETURN_IF_ERROR(CopyTokenizerFiles(start, outcome_.model_final));
-    PRL_ASSIGN_OR_RETURN(const EvalResult after, Evaluate(outcome_.model_final, "eval_after"));
-    outcome_.eval_after = after.accuracy;
-    outcome_.multi_turn_after = after.multi_turn_rate;
-    outcome_.turns_after = after.turns_mean;
+    for (const auto& t : tracks_) {
+      PRL_RETURN_IF_ERROR(Export(*t, warm.model));
+      PRL_RETURN_IF_ERROR(CopyTokenizerFiles(start, t->outcome.model_final));
+      PRL_ASSIGN_OR_RETURN(const EvalResult after,
+                           Evaluate(*t, t->outcome.model_final, "eval_after"));
+      t->outcome.eval_after = after.accuracy;
+      t->outcome.multi_turn_after = after.multi_turn_rate;
+      t->outcome.turns_after = after.turns_mean;
+    }
     for (const Supervised& a : actors_) outcome_.actor_restarts += a.restarts;
     outcome_.learner_restarts = learner_.restarts;
     outcome_.coordinator_restarts = coordinator_.restarts;
-    return report_.WriteSummary(outcome_);
+    if (c_.tenants.empty()) {
+      Track& t = *tracks_.front();
+      RunReport::Outcome o = t.outcome;
+      o.warm_start_seconds = outcome_.warm_start_seconds;
+      o.actor_restarts = outcome_.actor_restarts;
+      o.learner_restarts = outcome_.learner_restarts;
+      o.coordinator_restarts = outcome_.coordinator_restarts;
+      o.role_config = outcome_.role_config;
+      return t.report->WriteSummary(o);
+    }
+    std::vector<TenantSummary> tenants;
+    for (const auto& t : tracks_) {
+      tenants.push_back({t->tenant, t->adapter_id, t->adapter_final, t->outcome.model_final,
+                         t->report.get(), t->outcome});
+    }
+    return WriteTenantsSummary(c_, tenants, outcome_);
+  }
+
+  // The config the start model is made for: a tenant's of the prompts task (which needs
+  // model.path), else the first track's.
+  config::RunConfig ModelTaskConfig() const {
+    for (const auto& t : tracks_) {
+      if (t->config.task.name == config::TaskName::kPrompts) return t->config;
+    }
+    return tracks_.front()->config;
+  }
+
+  // Each track's task; tenants share the base model, so their tasks' text must be the same.
+  absl::Status OpenTasks(const std::string& start, int64_t vocab_size) {
+    for (const auto& t : tracks_) {
+      absl::StatusOr<std::unique_ptr<TaskSource>> task = OpenTask(t->config, start, vocab_size);
+      if (!task.ok()) return Named(*t, task.status());
+      t->task = *std::move(task);
+      const absl::Status text = CheckEnvironmentText(t->config, t->task->text());
+      if (!text.ok()) return Named(*t, text);
+      const TaskSource& first = *tracks_.front()->task;
+      if (t->task->text().Describe() != first.text().Describe()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tenants.", t->tenant, ".task: its text is ", t->task->text().Describe(), " but tenant ",
+            tracks_.front()->tenant, "'s is ", first.text().Describe(),
+            ": tenants train adapters of one base model, so their tasks share its tokenizer"));
+      }
+      std::printf("%s%stask: %s, text: %s\n", t->tenant.c_str(), t->tenant.empty() ? "" : ": ",
+                  std::string(EnumName(config::kTaskNames, t->config.task.name)).c_str(),
+                  t->task->text().Describe().c_str());
+    }
+    return absl::OkStatus();
+  }
+
+  // A tenant's error names the tenant.
+  static absl::Status Named(const Track& t, const absl::Status& s) {
+    if (t.tenant.empty()) return s;
+    return absl::Status(s.code(), absl::StrCat("tenant ", t.tenant, ": ", s.message()));
+  }
+
+  // Each tenant's adapter id, from the coordinator (before it stops).
+  absl::Status FindAdapters() {
+    auto stub = prl::v1::PromptService::NewStub(rpc::NewChannel(
+        roles_.role_config.coordinator_address(), rpc::ChannelArgs(int64_t{16} << 20)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    prl::v1::ListAdaptersResponse reply;
+    const grpc::Status s = stub->ListAdapters(&ctx, prl::v1::ListAdaptersRequest(), &reply);
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("listing the tenants' adapters: ", s.error_message()));
+    }
+    for (const auto& t : tracks_) {
+      for (const prl::v1::AdapterStatus& a : reply.adapters()) {
+        if (a.spec().name() == t->tenant) t->adapter_id = a.adapter_id();
+      }
+      if (t->adapter_id.empty()) {
+        return absl::InternalError(
+            absl::StrCat("tenant ", t->tenant, ": the coordinator knows no adapter of that name"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   bool Interrupted() const { return o_.interrupted != nullptr && o_.interrupted->load(); }
@@ -129,8 +254,11 @@ class Run {
       std::vector<fs::path> left = {checkpoints};
       for (const char* name : {"model-init", "model-sft", "model-final", "adapter-final",
                                "sft.jsonl", "sft-checkpoints", "checkpoints", "coordinator", "logs",
-                               "learner_steps.jsonl", "summary.json", "config.json"}) {
+                               "learner_steps.jsonl", "summary.json", "config.json", "tenants"}) {
         left.push_back(fs::path(dir_) / name);
+      }
+      for (const auto& t : tracks_) {
+        if (!t->tenant.empty()) left.push_back(t->report->steps_path());
       }
       for (const fs::path& path : left) {
         if (path == checkpoints && !ours) continue;
@@ -142,21 +270,25 @@ class Run {
       }
       ReplayBuffer::Remove(c_.replay_segment(), true).IgnoreError();
       roles::RemoveWeightTransportState(c_);
+      roles::RemoveAdapterSegments(c_);
     }
     fs::create_directories(fs::path(dir_) / "logs", ec);
     if (ec) return absl::InternalError(absl::StrCat("creating ", dir_, ": ", ec.message()));
     return absl::OkStatus();
   }
 
-  absl::StatusOr<EvalResult> Evaluate(const std::string& model_dir, const char* what) {
+  absl::StatusOr<EvalResult> Evaluate(const Track& t, const std::string& model_dir,
+                                      const char* what) {
     PRL_ASSIGN_OR_RETURN(ParameterSet weights, LoadModel(model_dir, Device::Cpu()));
-    const prl::v1::EnvironmentSpec environment = EnvironmentOf(c_);
-    const prl::v1::AgentSpec agent = AgentOf(c_);
-    PRL_ASSIGN_OR_RETURN(
-        const EvalResult r,
-        runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)), *task_,
-                         c_.task.eval_prompts, c_.task.max_tokens, environment, agent));
-    std::printf("%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)", what, r.accuracy,
+    const prl::v1::EnvironmentSpec environment = EnvironmentOf(t.config);
+    const prl::v1::AgentSpec agent = AgentOf(t.config);
+    absl::StatusOr<EvalResult> evaluated =
+        runner::Evaluate(std::make_shared<const ParameterSet>(std::move(weights)), *t.task,
+                         t.config.task.eval_prompts, t.config.task.max_tokens, environment, agent);
+    if (!evaluated.ok()) return Named(t, evaluated.status());
+    const EvalResult& r = *evaluated;
+    std::printf("%s%s%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)", t.tenant.c_str(),
+                t.tenant.empty() ? "" : ": ", what, r.accuracy,
                 static_cast<long long>(r.problems), r.seconds);
     if (!agent.address().empty()) {
       std::printf("; the agent at %s: %.3f of two or more calls, %.2f calls on average",
@@ -177,8 +309,10 @@ class Run {
     coordinator_.process.emplace(std::move(started));
     auto channel = rpc::NewChannel(address, rpc::ChannelArgs(int64_t{64} << 20));
     PRL_RETURN_IF_ERROR(WaitForServer(*channel, *coordinator_.process, "the coordinator", address));
-    feeder_.emplace(rc, *task_, channel);
-    eval_.emplace(rc, *task_, channel);
+    for (const auto& t : tracks_) {
+      t->feeder.emplace(t->config, *t->task, channel, t->adapter);
+      t->eval.emplace(t->config, *t->task, channel, t->adapter);
+    }
     PRL_ASSIGN_OR_RETURN(started, ChildProcess::Start(roles_.learner));
     learner_.process.emplace(std::move(started));
     if (rc.broadcast.transport == config::WeightTransport::kGrpc ||
@@ -196,9 +330,13 @@ class Run {
     }
     std::printf("roles: coordinator on %s, %d learner rank(s), %d actor(s); logs in %s/logs\n",
                 address.c_str(), rc.learner.world_size, rc.actors.count, dir_.c_str());
+    if (!c_.tenants.empty()) {
+      std::printf("tenants: %zu, each training its own adapter on the shared base\n",
+                  c_.tenants.size());
+    }
     for (const std::string& line : roles_.lines) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
-    report_.Start();
+    for (const auto& t : tracks_) t->report->Start();
     return absl::OkStatus();
   }
 
@@ -241,11 +379,13 @@ class Run {
     while (true) {
       if (Interrupted()) return absl::CancelledError("interrupted");
       if (absl::Now() >= next_feed) {
-        PRL_RETURN_IF_ERROR(feeder_->Feed());
-        PRL_RETURN_IF_ERROR(eval_->Poll());
+        for (const auto& t : tracks_) {
+          PRL_RETURN_IF_ERROR(Named(*t, t->feeder->Feed()));
+          PRL_RETURN_IF_ERROR(Named(*t, t->eval->Poll()));
+        }
         next_feed = absl::Now() + absl::Milliseconds(100);
       }
-      PRL_RETURN_IF_ERROR(report_.ReadSteps(feeder_->in_flight()));
+      PRL_RETURN_IF_ERROR(ReadSteps());
       if (!coordinator_.process->running()) {
         PRL_RETURN_IF_ERROR(
             Revive(*coordinator_.process, &coordinator_.restarts, c_.coordinator.max_restarts));
@@ -262,10 +402,19 @@ class Run {
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
-    report_.Finish();
-    PRL_RETURN_IF_ERROR(eval_->Poll());  // rounds that finished with the last steps
-    outcome_.eval_curve = eval_->rounds();
-    return report_.ReadSteps(feeder_->in_flight());
+    for (const auto& t : tracks_) {
+      t->report->Finish();
+      PRL_RETURN_IF_ERROR(t->eval->Poll());  // rounds that finished with the last steps
+      t->outcome.eval_curve = t->eval->rounds();
+    }
+    return ReadSteps();
+  }
+
+  absl::Status ReadSteps() {
+    for (const auto& t : tracks_) {
+      PRL_RETURN_IF_ERROR(t->report->ReadSteps(t->feeder->in_flight()));
+    }
+    return absl::OkStatus();
   }
 
   void StopRoles() {
@@ -280,16 +429,26 @@ class Run {
   }
 
   // model-final/ from the last checkpoint; a LoRA run's adapter goes to adapter-final/ (a PEFT
-  // directory) and model-final/ is the RL start model with it merged in.
-  absl::Status Export(const std::string& rl_start) {
+  // directory) and model-final/ is the RL start model with it merged in. A tenant's go to
+  // tenants/<name>/, from its adapter's checkpoints.
+  absl::Status Export(Track& t, const std::string& rl_start) {
     if (!c_.learner.lora()) {
+      t.outcome.model_final = dir_ + "/model-final";
       return RunTool("export", {o_.prl_path, "export", "--checkpoint-dir", c_.checkpoint_dir(),
-                                "--out", dir_ + "/model-final"});
+                                "--out", t.outcome.model_final});
     }
-    PRL_RETURN_IF_ERROR(RunTool("export", {o_.prl_path, "export", "--adapter", "--checkpoint-dir",
-                                           c_.checkpoint_dir(), "--out", dir_ + "/adapter-final"}));
-    return RunTool("merge", {o_.prl_path, "adapter", "merge", "--model", rl_start, "--adapter",
-                             dir_ + "/adapter-final", "--out", dir_ + "/model-final"});
+    const std::string out = t.tenant.empty() ? dir_ : absl::StrCat(dir_, "/tenants/", t.tenant);
+    const std::string checkpoints = t.tenant.empty()
+                                        ? c_.checkpoint_dir()
+                                        : absl::StrCat(c_.checkpoint_dir(), "/adapters/", t.adapter_id);
+    const std::string log = t.tenant.empty() ? "" : "-" + t.tenant;
+    t.adapter_final = out + "/adapter-final";
+    t.outcome.model_final = out + "/model-final";
+    PRL_RETURN_IF_ERROR(RunTool("export" + log, {o_.prl_path, "export", "--adapter",
+                                                 "--checkpoint-dir", checkpoints, "--out",
+                                                 t.adapter_final}));
+    return RunTool("merge" + log, {o_.prl_path, "adapter", "merge", "--model", rl_start,
+                                   "--adapter", t.adapter_final, "--out", t.outcome.model_final});
   }
 
   absl::Status RunTool(const std::string& name, std::vector<std::string> argv) {
@@ -306,14 +465,11 @@ class Run {
   const LocalRunOptions& o_;
   const config::RunConfig c_;
   const std::string dir_;
-  std::unique_ptr<TaskSource> task_;
+  std::vector<std::unique_ptr<Track>> tracks_;  // the one model, or each tenant
   RoleSpecs roles_;
   Supervised coordinator_, learner_;
   std::vector<Supervised> actors_;
-  std::optional<PromptFeeder> feeder_;
-  std::optional<TrainingEval> eval_;
-  RunReport report_;
-  RunReport::Outcome outcome_;
+  RunReport::Outcome outcome_;  // the run's: warm-start, restarts, role config
 };
 
 }  // namespace

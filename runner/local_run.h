@@ -13,6 +13,12 @@
 //      checkpoint (`prl export`), eval_after, and write summary.json.
 // Shared-memory segments of the run are removed on every exit path, Ctrl-C included.
 //
+// With tenants (config.tenants, docs/tenants.md): one warm-start of the shared base on every
+// tenant's task alike; each tenant's train prompts go to its own adapter (one learner trains
+// them all, the actors serve them all); eval_before, eval_after and the evaluation rounds per
+// tenant; each adapter exported to tenants/<name>/adapter-final (PEFT) and merged into
+// tenants/<name>/model-final; summary.json lists each tenant and the run's totals.
+//
 // Run directory: config.json (effective config), model-init/, model-sft/, model-final/,
 // sft.jsonl, checkpoints/, coordinator/prompts.log, learner_steps.jsonl, logs/<role>.log,
 // summary.json.

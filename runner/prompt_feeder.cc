@@ -9,16 +9,24 @@ namespace prl::runner {
 namespace v1 = prl::v1;
 
 PromptFeeder::PromptFeeder(const config::RunConfig& config, const TaskSource& task,
-                           std::shared_ptr<grpc::Channel> coordinator)
-    : config_(config), task_(task), prompts_(v1::PromptService::NewStub(coordinator)) {}
+                           std::shared_ptr<grpc::Channel> coordinator,
+                           std::optional<v1::AdapterSpec> adapter)
+    : config_(config),
+      task_(task),
+      adapter_(std::move(adapter)),
+      prompts_(v1::PromptService::NewStub(coordinator)) {}
 
 absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   const config::RunConfig& c = config_;
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
                        task_.TrainPrompts(chunks_, 8 * c.learner.groups_per_step));
   v1::SubmitPromptSetRequest request;
-  request.set_name(absl::StrCat(c.run.name, " train"));  // one series in the per-set metrics
-  request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, "/chunk/", chunks_));
+  // One series in the per-set metrics (per tenant).
+  const std::string tenant = adapter_.has_value() ? adapter_->name() : "";
+  request.set_name(absl::StrCat(c.run.name, tenant.empty() ? "" : " ", tenant, " train"));
+  request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, tenant.empty() ? "" : "/",
+                                           tenant, "/chunk/", chunks_));
+  if (adapter_.has_value()) *request.mutable_adapter() = *adapter_;
   request.set_samples_per_prompt(c.task.samples_per_prompt);
   v1::RolloutSampling* sampling = request.mutable_sampling();
   sampling->set_temperature(static_cast<float>(c.task.temperature));
@@ -39,6 +47,7 @@ absl::Status PromptFeeder::Feed() {
   in_flight_ = 0;
   for (const v1::PromptSetStatus& s : *sets) {
     if (s.eval()) continue;  // evaluation rounds are not train prompts (runner/training_eval.h)
+    if (s.adapter() != (adapter_.has_value() ? adapter_->name() : "")) continue;  // another's
     pending += s.prompts_pending();
     in_flight_ += s.prompts_in_flight();
   }

@@ -1,13 +1,15 @@
 // PromptFeeder: `prl run`'s client of the coordinator. It keeps the task's train prompts
 // (runner/task_source.h) pending ahead of the learner — enough that the actors never wait for
 // prompts within the staleness budget — submitting a chunk at a time, each with an idempotency
-// key so that a retried submit is not duplicated.
+// key so that a retried submit is not duplicated. A tenant's feeder (prl run with tenants)
+// submits to its adapter and counts only its adapter's sets.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "config/run_config.h"
@@ -19,8 +21,11 @@ namespace prl::runner {
 class PromptFeeder {
  public:
   // `task` must outlive the feeder.
+  // `adapter`: the tenant's adapter (its settings, as SubmitPromptSetRequest.adapter), or
+  // nullopt for the run's one model.
   PromptFeeder(const config::RunConfig& config, const TaskSource& task,
-               std::shared_ptr<grpc::Channel> coordinator);
+               std::shared_ptr<grpc::Channel> coordinator,
+               std::optional<prl::v1::AdapterSpec> adapter = std::nullopt);
 
   // Submits a chunk when fewer than (max_lag + 2) steps' worth of prompts are pending. A
   // coordinator that is down (restarting) is tried again next time; a refused submission is
@@ -34,6 +39,7 @@ class PromptFeeder {
 
   const config::RunConfig& config_;
   const TaskSource& task_;
+  const std::optional<prl::v1::AdapterSpec> adapter_;
   std::unique_ptr<prl::v1::PromptService::Stub> prompts_;
   int64_t chunks_ = 0, in_flight_ = 0;
 };

@@ -73,17 +73,18 @@ absl::StatusOr<RoleSpecs> PrepareRoles(const config::RunConfig& config,
   c = config;
   c.model.path = start_model;
   c.learner.report_file = c.run_dir() + "/learner_steps.jsonl";
-  // The run's own environment server is one its coordinator allows.
-  std::vector<std::string>& allowed = c.coordinator.env_addresses;
-  if (!c.env.address.empty() &&
-      std::find(allowed.begin(), allowed.end(), c.env.address) == allowed.end()) {
-    allowed.push_back(c.env.address);
-  }
-  // And its agent.
-  std::vector<std::string>& agents = c.coordinator.agent_addresses;
-  if (!c.agent.address.empty() &&
-      std::find(agents.begin(), agents.end(), c.agent.address) == agents.end()) {
-    agents.push_back(c.agent.address);
+  // The run's own environment servers and agents (its tenants') are ones its coordinator
+  // allows.
+  const auto allow = [](std::vector<std::string>& allowed, const std::string& address) {
+    if (!address.empty() && std::find(allowed.begin(), allowed.end(), address) == allowed.end()) {
+      allowed.push_back(address);
+    }
+  };
+  allow(c.coordinator.env_addresses, c.env.address);
+  allow(c.coordinator.agent_addresses, c.agent.address);
+  for (const config::TenantSection& t : c.tenants) {
+    allow(c.coordinator.env_addresses, t.env.address);
+    allow(c.coordinator.agent_addresses, t.agent.address);
   }
   // Listeners the config leaves at their defaults get free ports: two runs on one machine never
   // share (or fight over) a port. A listen address the config names is used as it is.

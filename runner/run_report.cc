@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::runner {
@@ -26,9 +27,10 @@ absl::Status RunReport::ReadSteps(int64_t in_flight) {
     completion_tokens_ += step->completion_tokens;
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
     std::printf(
-        "step %3lld/%lld | version %3lld | reward %.3f | lag mean %.2f max %.0f | %6.0f tok/s | "
+        "%s%sstep %3lld/%lld | version %3lld | reward %.3f | lag mean %.2f max %.0f | %6.0f tok/s | "
         "%4lld samples in flight | %.0f s\n",
-        static_cast<long long>(step->step), static_cast<long long>(config_.learner.steps),
+        label_.c_str(), label_.empty() ? "" : ": ", static_cast<long long>(step->step),
+        static_cast<long long>(config_.learner.steps),
         static_cast<long long>(step->version), step->mean_reward, step->lag_mean, step->lag_max,
         elapsed > 0 ? static_cast<double>(completion_tokens_) / elapsed : 0.0,
         static_cast<long long>(in_flight * config_.task.samples_per_prompt), elapsed);
@@ -37,7 +39,7 @@ absl::Status RunReport::ReadSteps(int64_t in_flight) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
+Json RunReport::Summary(const Outcome& o) const {
   int64_t samples = 0, longest_sum = 0;
   double lag_sum = 0, lag_max = 0;
   Json curve = Json::array();
@@ -86,12 +88,7 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
       steps_.empty() ? 0 : static_cast<double>(longest_sum) / static_cast<double>(steps_.size());
   j["mean_lag"] = samples > 0 ? lag_sum / static_cast<double>(samples) : 0;
   j["max_lag"] = lag_max;
-  j["warm_start_seconds"] = o.warm_start_seconds;
-  j["restarts"] = {{"actor", o.actor_restarts},
-                   {"learner", o.learner_restarts},
-                   {"coordinator", o.coordinator_restarts}};
-  j["model_final"] = o.model_final;
-  j["config"] = o.role_config;
+  j["rl_start_unix"] = start_unix;
   j["reward_curve"] = curve;
   if (config_.eval.every_versions > 0) {
     Json eval = Json::array();
@@ -105,16 +102,93 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
     }
     j["eval_curve"] = eval;
   }
-  const std::string path = config_.run_dir() + "/summary.json";
+  return j;
+}
+
+namespace {
+
+void AddRunWide(const RunReport::Outcome& o, Json& j) {
+  j["warm_start_seconds"] = o.warm_start_seconds;
+  j["restarts"] = {{"actor", o.actor_restarts},
+                   {"learner", o.learner_restarts},
+                   {"coordinator", o.coordinator_restarts}};
+  j["config"] = o.role_config;
+}
+
+absl::Status WriteJson(const Json& j, const std::string& path) {
   std::ofstream f(path);
   f << j.dump(2) << "\n";
   if (!f) return absl::InternalError(absl::StrCat("writing ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
+  Json j = Summary(o);
+  AddRunWide(o, j);
+  j["model_final"] = o.model_final;
+  const std::string path = config_.run_dir() + "/summary.json";
+  PRL_RETURN_IF_ERROR(WriteJson(j, path));
+  const double seconds = rl_seconds_;
+  const int64_t samples = j["samples"].get<int64_t>();
   std::printf(
       "done: %lld steps, %lld samples in %.0f s (%.0f tok/s), lag mean %.2f max %.0f; "
       "held-out accuracy %.3f -> %.3f\n",
       static_cast<long long>(j["steps"].get<int64_t>()), static_cast<long long>(samples), seconds,
-      j["tokens_per_second"].get<double>(), j["mean_lag"].get<double>(), lag_max, o.eval_before,
-      o.eval_after);
+      j["tokens_per_second"].get<double>(), j["mean_lag"].get<double>(),
+      j["max_lag"].get<double>(), o.eval_before, o.eval_after);
+  return path;
+}
+
+absl::StatusOr<std::string> WriteTenantsSummary(const config::RunConfig& run,
+                                                const std::vector<TenantSummary>& tenants,
+                                                const RunReport::Outcome& run_outcome) {
+  Json j;
+  j["run"] = run.run.name;
+  j["mode"] = std::string(EnumName(config::kRunModeNames, run.run.mode));
+  Json list = Json::array();
+  int64_t samples = 0, tokens = 0;
+  double start = 0, end = 0;  // the RL phase, unix seconds, over every tenant
+  for (const TenantSummary& t : tenants) {
+    Json one;
+    one["name"] = t.name;
+    one["adapter_id"] = t.adapter_id;
+    one["adapter_final"] = t.adapter_final;
+    one["model_final"] = t.model_final;
+    one.update(t.report->Summary(t.outcome));
+    one.erase("run");
+    one.erase("mode");
+    one["eval_gain"] = t.outcome.eval_after - t.outcome.eval_before;
+    samples += one["samples"].get<int64_t>();
+    tokens += one["completion_tokens"].get<int64_t>();
+    const double s = one["rl_start_unix"].get<double>();
+    const double e = s + one["rl_seconds"].get<double>();
+    start = list.empty() ? s : std::min(start, s);
+    end = list.empty() ? e : std::max(end, e);
+    list.push_back(std::move(one));
+  }
+  const double seconds = end - start;
+  j["tenants"] = list;
+  j["samples"] = samples;
+  j["completion_tokens"] = tokens;
+  j["rl_start_unix"] = start;
+  j["rl_seconds"] = seconds;
+  j["samples_per_second"] = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+  j["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
+  AddRunWide(run_outcome, j);
+  const std::string path = run.run_dir() + "/summary.json";
+  PRL_RETURN_IF_ERROR(WriteJson(j, path));
+  for (const Json& t : list) {
+    std::printf("done: tenant %s, %lld steps, %lld samples, lag mean %.2f; held-out accuracy "
+                "%.3f -> %.3f\n",
+                t["name"].get<std::string>().c_str(),
+                static_cast<long long>(t["steps"].get<int64_t>()),
+                static_cast<long long>(t["samples"].get<int64_t>()), t["mean_lag"].get<double>(),
+                t["eval_before"].get<double>(), t["eval_after"].get<double>());
+  }
+  std::printf("done: %zu tenants, %lld samples in %.0f s (%.1f samples/s)\n", list.size(),
+              static_cast<long long>(samples), seconds, j["samples_per_second"].get<double>());
   return path;
 }
 

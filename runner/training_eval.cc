@@ -11,16 +11,23 @@ namespace prl::runner {
 namespace v1 = prl::v1;
 
 TrainingEval::TrainingEval(const config::RunConfig& config, const TaskSource& task,
-                           std::shared_ptr<grpc::Channel> coordinator)
-    : config_(config), task_(task), prompts_(v1::PromptService::NewStub(coordinator)) {}
+                           std::shared_ptr<grpc::Channel> coordinator,
+                           std::optional<v1::AdapterSpec> adapter)
+    : config_(config),
+      task_(task),
+      adapter_(std::move(adapter)),
+      prompts_(v1::PromptService::NewStub(coordinator)) {}
 
 absl::StatusOr<v1::SubmitPromptSetRequest> TrainingEval::Request() const {
   const config::RunConfig& c = config_;
   PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
                        task_.EvalPrompts(std::min(c.eval.prompts, c.task.eval_prompts)));
   v1::SubmitPromptSetRequest request;
-  request.set_name(absl::StrCat(c.run.name, " eval"));
-  request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, "/eval"));
+  const std::string tenant = adapter_.has_value() ? adapter_->name() : "";
+  request.set_name(absl::StrCat(c.run.name, tenant.empty() ? "" : " ", tenant, " eval"));
+  request.set_idempotency_key(
+      absl::StrCat("prl-run/", c.run.name, tenant.empty() ? "" : "/", tenant, "/eval"));
+  if (adapter_.has_value()) *request.mutable_adapter() = *adapter_;
   request.set_samples_per_prompt(c.eval.samples);
   request.mutable_eval()->set_every_versions(c.eval.every_versions);
   request.mutable_eval()->set_pass_reward(c.eval.pass_reward);
@@ -62,7 +69,8 @@ absl::Status TrainingEval::Poll() {
     if (r.version() <= last) continue;
     rounds_.push_back(r);
     std::printf(
-        "eval at version %lld: mean reward %.4f, pass@%d %.4f (%lld prompts, weights %lld-%lld%s)\n",
+        "%s%seval at version %lld: mean reward %.4f, pass@%d %.4f (%lld prompts, weights %lld-%lld%s)\n",
+        adapter_.has_value() ? adapter_->name().c_str() : "", adapter_.has_value() ? ": " : "",
         static_cast<long long>(r.version()), r.mean_reward(), r.k(), r.pass_at_k(),
         static_cast<long long>(r.prompts()), static_cast<long long>(r.min_weight_version()),
         static_cast<long long>(r.max_weight_version()),

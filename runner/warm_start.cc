@@ -47,20 +47,41 @@ absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& c, bool r
 
 namespace {
 
-// The task's warm-start examples as supervised rollout lines: completion = the reference, or
-// with a built-in environment its demonstrations (runner/demonstrations.h).
-absl::Status WriteSftExamples(const config::RunConfig& c, const TaskSource& task,
+// `n` warm-start examples of one task: completion = the reference, or with a built-in
+// environment its demonstrations (runner/demonstrations.h).
+absl::StatusOr<std::vector<SftExample>> TaskExamples(const SftTask& t, int64_t n,
+                                                     int64_t vocab_size,
+                                                     int64_t max_sequence_tokens) {
+  const config::RunConfig& c = *t.config;
+  PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, t.task->SftPrompts(n));
+  const prl::v1::EnvironmentSpec environment = EnvironmentOf(c);
+  return HasDemonstrations(environment, c.task.name)
+             ? Demonstrations(environment, c.task.name, t.task->text(), prompts, vocab_size,
+                              c.sft.env_demo_fraction, max_sequence_tokens)
+             : SftExamples(*t.task, prompts, vocab_size);
+}
+
+// The tasks' warm-start examples as supervised rollout lines, an equal share of each,
+// interleaved (so that every step of the warm-start sees every task).
+absl::Status WriteSftExamples(const config::RunConfig& c, const std::vector<SftTask>& tasks,
                               int64_t vocab_size, int64_t max_sequence_tokens,
                               const std::string& path) {
   const int64_t n = std::min<int64_t>(c.sft.steps * c.sft.examples_per_step, 50'000);
-  PRL_ASSIGN_OR_RETURN(const std::vector<prl::v1::Prompt> prompts, task.SftPrompts(n));
-  const prl::v1::EnvironmentSpec environment = EnvironmentOf(c);
-  absl::StatusOr<std::vector<SftExample>> made =
-      HasDemonstrations(environment, c.task.name)
-          ? Demonstrations(environment, c.task.name, task.text(), prompts, vocab_size,
-                           c.sft.env_demo_fraction, max_sequence_tokens)
-          : SftExamples(task, prompts, vocab_size);
-  PRL_ASSIGN_OR_RETURN(const std::vector<SftExample> examples, std::move(made));
+  const int64_t k = static_cast<int64_t>(tasks.size());
+  std::vector<std::vector<SftExample>> each;
+  for (int64_t i = 0; i < k; ++i) {
+    PRL_ASSIGN_OR_RETURN(each.emplace_back(),
+                         TaskExamples(tasks[i], n / k + (i < n % k ? 1 : 0), vocab_size,
+                                      max_sequence_tokens));
+  }
+  std::vector<SftExample> examples;
+  for (size_t row = 0; examples.size() < static_cast<size_t>(n); ++row) {
+    const size_t before = examples.size();
+    for (const std::vector<SftExample>& e : each) {
+      if (row < e.size()) examples.push_back(e[row]);
+    }
+    if (examples.size() == before) break;
+  }
   std::ofstream f(path);
   for (const SftExample& e : examples) {
     nlohmann::ordered_json line;
@@ -105,7 +126,8 @@ std::vector<std::string> SftArgv(const config::RunConfig& c, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c, const TaskSource& task,
+absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c,
+                                          const std::vector<SftTask>& tasks,
                                           const std::string& start_model,
                                           const std::string& prl_path, bool resume,
                                           const std::atomic<bool>* interrupted) {
@@ -117,11 +139,12 @@ absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c, const Task
   }
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start_model));
-  PRL_RETURN_IF_ERROR(WriteSftExamples(c, task, model.vocab_size,
+  PRL_RETURN_IF_ERROR(WriteSftExamples(c, tasks, model.vocab_size,
                                        model.max_position_embeddings, dir + "/sft.jsonl"));
-  std::printf("warm-start: %lld supervised steps of %lld examples (lr %g)\n",
+  std::printf("warm-start: %lld supervised steps of %lld examples (lr %g)%s\n",
               static_cast<long long>(c.sft.steps), static_cast<long long>(c.sft.examples_per_step),
-              c.sft.lr);
+              c.sft.lr,
+              tasks.size() > 1 ? ", every tenant's task alike" : "");
   std::fflush(stdout);
   const std::string log = dir + "/logs/sft.log";
   PRL_ASSIGN_OR_RETURN(ChildProcess sft,

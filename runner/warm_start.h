@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "config/run_config.h"
@@ -21,10 +22,18 @@ struct WarmStartResult {
   double seconds = 0;
 };
 
-// Runs sft.steps supervised steps from `start_model` on the task's warm-start examples (none
-// when sft.steps is 0; with `resume`, an earlier run's model-sft is reused). CANCELLED when
-// *interrupted becomes true.
-absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& config, const TaskSource& task,
+// A task the warm-start teaches: the run's own, or a tenant's (its config from
+// RunConfig::ForTenant). Both must outlive the call.
+struct SftTask {
+  const config::RunConfig* config;
+  const TaskSource* task;
+};
+
+// Runs sft.steps supervised steps from `start_model` on the tasks' warm-start examples, an
+// equal share of each, interleaved (none when sft.steps is 0; with `resume`, an earlier run's
+// model-sft is reused). CANCELLED when *interrupted becomes true.
+absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& config,
+                                          const std::vector<SftTask>& tasks,
                                           const std::string& start_model,
                                           const std::string& prl_path, bool resume,
                                           const std::atomic<bool>* interrupted);

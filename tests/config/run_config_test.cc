@@ -293,3 +293,109 @@ TEST(RunConfigTest, AMissingFileIsNotFoundNamingThePath) {
 
 }  // namespace
 }  // namespace prl::config
+
+namespace prl::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two tenants over the run's task: each keeps the run's keys it does not name.
+constexpr char kTenants[] = R"({
+  "task": {"max_digits": 2, "eval_prompts": 50},
+  "coordinator": {"adapters": true},
+  "learner": {"lora_rank": 8},
+  "tenants": [
+    {"name": "add", "task": {"operations": "+"}},
+    {"name": "sub", "task": {"operations": "-", "max_tokens": 7}, "env": {"name": "calculator"},
+     "adapter": {"rank": 4, "alpha": 8, "rslora": true, "target_modules": ["q_proj"],
+                 "learning_rate": 0.002}}
+  ]
+})";
+
+TEST(TenantsConfigTest, EachTenantsTaskIsTheRunsWithItsOwnKeysOver) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(kTenants, "t.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->tenants.size(), 2u);
+  const TenantSection& add = c->tenants[0];
+  const TenantSection& sub = c->tenants[1];
+  EXPECT_EQ(add.name, "add");
+  EXPECT_EQ(add.task.operations, "+");
+  EXPECT_EQ(add.task.max_digits, 2);  // the run's
+  EXPECT_EQ(add.task.max_tokens, RunConfig().task.max_tokens);
+  EXPECT_EQ(add.adapter.rank, 0);  // learner.lora_rank's, filled in by the coordinator
+  EXPECT_EQ(sub.task.operations, "-");
+  EXPECT_EQ(sub.task.max_tokens, 7);
+  EXPECT_EQ(sub.task.eval_prompts, 50);
+  EXPECT_EQ(sub.env.name, "calculator");
+  EXPECT_TRUE(add.env.name.empty());
+  EXPECT_EQ(sub.adapter.rank, 4);
+  EXPECT_DOUBLE_EQ(sub.adapter.alpha, 8);
+  EXPECT_TRUE(sub.adapter.rslora);
+  EXPECT_EQ(sub.adapter.target_modules, std::vector<std::string>{"q_proj"});
+  EXPECT_DOUBLE_EQ(sub.adapter.learning_rate, 0.002);
+  // The run as a tenant sees it: its task, no tenants, the rest the run's.
+  const RunConfig as_sub = c->ForTenant(sub);
+  EXPECT_TRUE(as_sub.tenants.empty());
+  EXPECT_EQ(as_sub.task.operations, "-");
+  EXPECT_EQ(as_sub.env.name, "calculator");
+  EXPECT_EQ(as_sub.learner.lora_rank, 8);
+}
+
+TEST(TenantsConfigTest, ThePrintedConfigReadsBackTheSameTenants) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(kTenants, "t.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string printed = RunConfigToJson(*c);
+  absl::StatusOr<RunConfig> back = ParseRunConfig(printed, "printed");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(RunConfigToJson(*back), printed);
+  ASSERT_EQ(back->tenants.size(), 2u);
+  EXPECT_EQ(back->tenants[1].task.max_tokens, 7);
+  EXPECT_TRUE(back->tenants[1].adapter.rslora);
+}
+
+TEST(TenantsConfigTest, ATenantsErrorsNameItsIndexNameKeyAndValue) {
+  const std::string head = R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
+                               "tenants": )";
+  const struct {
+    const char* tenants;
+    const char* message;
+  } cases[] = {
+      {R"({"name": "a"})", "tenants: expected a list of objects"},
+      {R"([{"task": {}}])", "tenants[0]: expected an object with a \"name\""},
+      {R"([{"name": "a", "tasks": {}}])", "tenants[0] ('a'): unknown key 'tasks'"},
+      {R"([{"name": "a", "task": 3}])", "tenants[0] ('a').task: expected an object, found 3"},
+      {R"([{"name": "a"}, {"name": "b", "task": {"operationz": "+"}}])",
+       "tenants[1] ('b'): unknown key 'task.operationz'"},
+      {R"([{"name": "a", "task": {"max_digits": "2"}}])",
+       "tenants[0] ('a'): task.max_digits: expected an integer, found \"2\""},
+      {R"([{"name": "a", "adapter": {"rank": -1}}])",
+       "tenants[0] ('a').adapter.rank: expected an integer >= 0"},
+      {R"([{"name": "a", "adapter": {"rnak": 4}}])",
+       "tenants[0] ('a').adapter.rnak: unknown key"},
+      {R"([{"name": "a", "adapter": {"target_modules": "q_proj"}}])",
+       "tenants[0] ('a').adapter.target_modules: expected a list of strings"},
+      {R"([{"name": "A b"}])", "tenants[0].name: expected 1 to 64 characters of [a-z0-9._-]"},
+      {R"([{"name": "a"}, {"name": "a"}])", "tenants[1].name: expected a name no other tenant has"},
+      {R"([{"name": "a", "adapter": {"rank": 300}}])",
+       "tenants[0].adapter.rank: expected 0 (learner.lora_rank) to 256"},
+      {R"([{"name": "a", "task": {"samples_per_prompt": 1}}])",
+       "tenants[0] ('a'): task.samples_per_prompt: expected"},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<RunConfig> parsed = ParseRunConfig(head + c.tenants + "}", "t.json");
+    ASSERT_FALSE(parsed.ok()) << c.tenants;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.message)) << c.tenants;
+  }
+}
+
+TEST(TenantsConfigTest, TenantsNeedARunOfAdapters) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(
+      R"({"learner": {"lora_rank": 8}, "tenants": [{"name": "a"}]})", "t.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("coordinator.adapters: expected true with tenants (each tenant trains its "
+                        "own adapter), found false"));
+}
+
+}  // namespace
+}  // namespace prl::config

@@ -188,6 +188,50 @@ TEST_F(AdaptersTest, AGroupCompletedCountsAgainstItsAdapterUntilTheLearnerTrains
   EXPECT_EQ(c->Stats().adapters.at("math").groups_unconsumed, 1);
 }
 
+// An adapter's evaluation set (prl run's per-tenant evaluation) runs on the adapter and opens
+// its rounds at the adapter's versions: neither another adapter's progress nor the learner's
+// own version makes a round due.
+TEST_F(AdaptersTest, AnAdaptersEvaluationSetFollowsItsAdaptersVersion) {
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(For("code", 1)).ok());
+  v1::SubmitPromptSetRequest eval = For("math", 2);
+  eval.mutable_eval()->set_every_versions(2);
+  absl::StatusOr<v1::SubmitPromptSetResponse> submitted = c->Submit(eval);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string set = submitted->prompt_set_id();
+  v1::ActorCapacity slots;
+  slots.set_max_prompts_in_flight(8);
+  const std::string actor = c->RegisterActor("a", slots)->actor_id();
+  absl::StatusOr<v1::LeaseResponse> lease = c->Lease(LeaseOf(actor, 8));
+  ASSERT_TRUE(lease.ok());
+  int evals = 0;
+  for (const v1::LeasedPrompt& p : lease->prompts()) {
+    if (!p.eval()) continue;
+    ++evals;
+    EXPECT_EQ(p.adapter().spec().name(), "math") << "evaluated on its adapter";
+    EXPECT_EQ(p.adapter().adapter_id(), IdOf(*c, "math"));
+    ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
+  }
+  ASSERT_EQ(evals, 2);
+  ASSERT_EQ(c->Get(set)->eval_rounds_size(), 1);
+  EXPECT_EQ(c->Get(set)->eval_rounds(0).version(), 0);
+  const auto report = [&](const std::string& adapter, int64_t version) {
+    v1::LearnerProgressRequest progress;
+    progress.set_version(version);  // a learner of one model's version: not math's
+    v1::AdapterProgress* a = progress.add_adapters();
+    a->set_adapter_id(IdOf(*c, adapter));
+    a->set_version(version);
+    ASSERT_TRUE(c->LearnerProgress(progress).ok());
+  };
+  report("code", 6);
+  EXPECT_EQ(c->Get(set)->eval_round_version(), -1) << "another adapter's versions";
+  report("math", 1);
+  EXPECT_EQ(c->Get(set)->eval_round_version(), -1);
+  report("math", 2);
+  EXPECT_EQ(c->Get(set)->eval_round_version(), 2) << "math's version 2";
+  EXPECT_EQ(c->Get(set)->prompts_pending(), 2);
+}
+
 TEST_F(AdaptersTest, ARefusedAdapterReportChangesNothing) {
   auto c = Open();
   ASSERT_TRUE(c->Submit(For("math", 1)).ok());

@@ -44,7 +44,7 @@ def arithmetic_prompts(path, count, rng):
 
 def run_prl(tmp, name, sections, defaults=None):
     """`prl run` on a loopback run named `name` in `tmp`/run, its config the defaults updated
-    with `sections` ({section: {key: value}}). Returns (exit code, stdout, the summary or None,
+    with `sections` ({section: {key: value}}, or "tenants": [...]). Returns (exit code, stdout, the summary or None,
     the learner's step reports)."""
     cfg = {
         "run": {"name": name, "dir": os.path.join(tmp, "run")},
@@ -54,7 +54,10 @@ def run_prl(tmp, name, sections, defaults=None):
     for section, values in (defaults or {}).items():
         cfg.setdefault(section, {}).update(values)
     for section, values in sections.items():
-        cfg.setdefault(section, {}).update(values)
+        if isinstance(values, list):  # "tenants"
+            cfg[section] = values
+        else:
+            cfg.setdefault(section, {}).update(values)
     path = os.path.join(tmp, "config.json")
     with open(path, "w") as f:
         json.dump(cfg, f)

@@ -22,6 +22,7 @@
 #include "roles/actor_role.h"
 #include "roles/adapter_learner.h"
 #include "roles/adapter_segments.h"
+#include "roles/replay_role.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -147,7 +148,8 @@ class AdapterLearnerTest : public ::testing::Test {
   bool WaitFor(const std::function<bool()>& done) {
     const absl::Time deadline = absl::Now() + absl::Seconds(300);
     while (!done()) {
-      if (absl::Now() > deadline || ended_) return false;  // a role that ended says why below
+      // A role that ended says why below (one that ended after it was done is fine).
+      if (absl::Now() > deadline || ended_) return done();
       absl::SleepFor(absl::Milliseconds(20));
     }
     return true;
@@ -184,6 +186,42 @@ TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
   const int64_t before = Adapter("math").version();
   Submit("math", 8);
   ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= before + 2; }));
+}
+
+// Segments of an adapter deleted while no learner ran (the learner removes a deleted adapter's
+// segments when it hears of the deletion): the next learner removes them when it first hears
+// which adapters live, and keeps the live ones'.
+TEST_F(AdapterLearnerTest, AStartingLearnerRemovesTheSegmentsOfAdaptersDeletedWhileItWasDown) {
+  const std::string leaked = AdapterReplaySegment(c_, "ad-0123456789ab");
+  auto left = ReplayBuffer::Create(leaked, ReplayConfigFrom(c_));
+  ASSERT_TRUE(left.ok()) << left.status();
+  left->reset();
+  ASSERT_TRUE(fs::exists(fs::path("/dev/shm") / leaked));
+  Submit("math", 4);
+  Start();
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 1; }));
+  EXPECT_FALSE(fs::exists(fs::path("/dev/shm") / leaked));
+  EXPECT_TRUE(fs::exists(fs::path("/dev/shm") / AdapterReplaySegment(c_, Adapter("math").adapter_id())));
+}
+
+// prl run's tenants: the learner ends by itself once every tenant's adapter has taken its
+// learner.steps steps, and not before: after code's steps alone it still trains math (had it
+// ended, math would never step).
+TEST_F(AdapterLearnerTest, WithTenantsTheLearnerEndsOnceEveryTenantTookItsSteps) {
+  c_.learner.steps = 2;
+  c_.tenants.resize(2);
+  c_.tenants[0].name = "math";
+  c_.tenants[1].name = "code";
+  Submit("code", 12);
+  Start();
+  ASSERT_TRUE(WaitFor([&] { return Adapter("code").version() >= 2; }));
+  Submit("math", 12);
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 2; }))
+      << "the learner ended before math took its steps";
+  learner_.join();  // it ends by itself
+  EXPECT_TRUE(learned_.ok()) << learned_;
+  EXPECT_EQ(Adapter("math").version(), 2);
+  EXPECT_EQ(Adapter("code").version(), 2);
 }
 
 }  // namespace

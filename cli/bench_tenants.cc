@@ -1,0 +1,190 @@
+#include "cli/bench_tenants.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "bench/report.h"
+#include "cli/command.h"
+#include "config/run_config.h"
+#include "core/child_process.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace prl::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// One `prl run` of the benchmark: its config file and run directory, and its output's log.
+struct RunSpec {
+  std::string name;
+  config::RunConfig config;
+  std::string config_path, log;
+};
+
+absl::Status WriteConfig(const RunSpec& spec) {
+  std::ofstream f(spec.config_path);
+  f << config::RunConfigToJson(spec.config) << "\n";
+  if (!f) return absl::InternalError(absl::StrCat("writing ", spec.config_path));
+  return absl::OkStatus();
+}
+
+// Starts every run at once and waits for them all; each one's summary.json.
+absl::StatusOr<std::vector<Json>> RunAll(const std::vector<RunSpec>& specs,
+                                         const std::atomic<bool>& interrupted) {
+  std::vector<ChildProcess> children;
+  for (const RunSpec& s : specs) {
+    PRL_RETURN_IF_ERROR(WriteConfig(s));
+    std::fprintf(stderr, "bench e2e --tenants: running %s (output in %s)\n", s.name.c_str(),
+                 s.log.c_str());
+    PRL_ASSIGN_OR_RETURN(ChildProcess child,
+                         ChildProcess::Start({s.name, {SelfPath(), "run", "--config", s.config_path},
+                                              s.log, {}}));
+    children.push_back(std::move(child));
+  }
+  while (std::any_of(children.begin(), children.end(), [](ChildProcess& c) { return c.running(); })) {
+    if (interrupted) {
+      for (ChildProcess& c : children) c.Stop(absl::Seconds(60));
+      return absl::CancelledError("interrupted");
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::vector<Json> summaries;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int status = *children[i].Poll();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return absl::InternalError(absl::StrCat("prl run (", specs[i].name, ") ",
+                                              DescribeWaitStatus(status), "; see ", specs[i].log));
+    }
+    std::ifstream in(specs[i].config.run_dir() + "/summary.json");
+    Json j = Json::parse(in, nullptr, false);
+    if (j.is_discarded()) {
+      return absl::InternalError(absl::StrCat("unreadable summary.json of ", specs[i].name));
+    }
+    summaries.push_back(std::move(j));
+  }
+  return summaries;
+}
+
+// One side's figures over its RL phase: from the first RL start to the last RL end.
+struct Side {
+  double samples = 0, tokens = 0, seconds = 0, lag_sum = 0, gain_sum = 0;
+  int runs = 0;
+  void Add(const Json& one) {  // a run's or a tenant's summary
+    const double start = one["rl_start_unix"].get<double>();
+    const double end = start + one["rl_seconds"].get<double>();
+    first = runs == 0 ? start : std::min(first, start);
+    last = runs == 0 ? end : std::max(last, end);
+    seconds = last - first;
+    samples += one["samples"].get<double>();
+    tokens += one["completion_tokens"].get<double>();
+    lag_sum += one["mean_lag"].get<double>() * one["samples"].get<double>();
+    gain_sum += one["eval_after"].get<double>() - one["eval_before"].get<double>();
+    ++runs;
+  }
+  double per_second(double x) const { return seconds > 0 ? x / seconds : 0; }
+  double lag() const { return samples > 0 ? lag_sum / samples : 0; }
+  double gain() const { return runs > 0 ? gain_sum / runs : 0; }
+  double first = 0, last = 0;
+};
+
+}  // namespace
+
+absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>& interrupted) {
+  if (f.tenants < 1 || f.tenants > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenants: expected 1 to 64 tenants, found ", f.tenants));
+  }
+  PRL_ASSIGN_OR_RETURN(config::RunConfig base, config::LoadRunConfig(f.config_file, f.overrides));
+  if (!base.tenants.empty()) {
+    return absl::InvalidArgumentError(
+        "tenants: bench e2e --tenants makes its own tenants from the config's task; give a "
+        "config without tenants");
+  }
+  if (!base.learner.lora_init.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learner.lora_init: expected empty (each tenant's adapter starts new), found '",
+        base.learner.lora_init, "'"));
+  }
+  if (base.learner.lora_rank == 0) {  // tenants train adapters: both sides train LoRA
+    base.learner.lora_rank = 8;
+    base.learner.lora_targets = "all-linear";
+  }
+  std::error_code ec;
+  fs::create_directories(f.run_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", f.run_dir, ": ", ec.message()));
+
+  // The tenants' run: one base, N adapters, each tenant the config's task.
+  RunSpec shared{"tenants", base, f.run_dir + "/tenants.json", f.run_dir + "/tenants.log"};
+  shared.config.run.name = base.run.name + "-tenants";
+  shared.config.run.dir = f.run_dir + "/tenants";
+  shared.config.coordinator.adapters = true;
+  for (int i = 0; i < f.tenants; ++i) {
+    config::TenantSection& t = shared.config.tenants.emplace_back();
+    t.name = absl::StrCat("t", i);
+    t.task = base.task;
+    t.env = base.env;
+    t.agent = base.agent;
+  }
+  PRL_RETURN_IF_ERROR(config::ValidateRunConfig(shared.config));
+  PRL_ASSIGN_OR_RETURN(const std::vector<Json> tenants_run, RunAll({shared}, interrupted));
+  const Json& t = tenants_run.front();
+
+  // N separate runs at once, each from the tenants run's start model (its warm-start's).
+  const std::string dir = shared.config.run_dir();
+  std::string start = base.model.path;
+  if (fs::exists(dir + "/model-sft/config.json")) {
+    start = dir + "/model-sft";
+  } else if (start.empty()) {
+    start = dir + "/model-init";
+  }
+  std::vector<RunSpec> separate;
+  for (int i = 0; i < f.tenants; ++i) {
+    RunSpec& s = separate.emplace_back(
+        RunSpec{absl::StrCat("separate-", i), base, absl::StrCat(f.run_dir, "/separate-", i, ".json"),
+                absl::StrCat(f.run_dir, "/separate-", i, ".log")});
+    s.config.run.name = absl::StrCat(base.run.name, "-separate-", i);
+    s.config.run.dir = absl::StrCat(f.run_dir, "/separate-", i);
+    s.config.model.path = start;
+    s.config.sft.steps = 0;
+  }
+  PRL_ASSIGN_OR_RETURN(const std::vector<Json> runs, RunAll(separate, interrupted));
+
+  Side tenants, apart;
+  for (const Json& one : t["tenants"]) tenants.Add(one);
+  for (const Json& one : runs) apart.Add(one);
+  bench::Report report;
+  report.bench = "e2e --tenants";
+  report.machine = bench::MachineInfo();
+  report.setup = {
+      {"tenants", absl::StrCat(f.tenants)},
+      {"steps per adapter", absl::StrCat(base.learner.steps)},
+      {"adapter", absl::StrCat("rank ", base.learner.lora_rank, ", ", base.learner.lora_targets)},
+      {"actors per run", absl::StrCat(base.actors.count)},
+      {"config", f.config_file.empty() ? "built-in quickstart" : f.config_file}};
+  const std::string them = absl::StrCat(f.tenants, " separate runs");
+  report.results.push_back({"tenants samples/s", tenants.per_second(tenants.samples), "samples/s",
+                            them + " samples/s", apart.per_second(apart.samples)});
+  report.results.push_back({"tenants tokens/s", tenants.per_second(tenants.tokens), "tokens/s",
+                            them + " tokens/s", apart.per_second(apart.tokens)});
+  report.results.push_back({"tenants RL wall time", tenants.seconds, "s", them + " RL wall time",
+                            apart.seconds});
+  report.results.push_back(
+      {"tenants samples", tenants.samples, "samples", them + " samples", apart.samples});
+  report.results.push_back({"tenants mean lag", tenants.lag(), "versions", them + " mean lag",
+                            apart.lag()});
+  report.results.push_back({"tenants mean held-out gain", tenants.gain(), "accuracy",
+                            them + " mean held-out gain", apart.gain()});
+  std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace prl::cli

@@ -1,0 +1,27 @@
+// `prl bench e2e --tenants N` (docs/benchmarks.md, "Tenants"): N tenants training their own
+// LoRA adapters on one shared base in one `prl run`, against N separate LoRA runs of the same
+// task started at once on the same cores, every run from the same warm-started base (the
+// tenants run's). Both sides train learner.steps steps per adapter; the figures are the
+// samples and tokens per second over each side's RL phase (from the first RL start to the last
+// RL end), the mean lag, and the held-out gains.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace prl::cli {
+
+struct TenantsBenchFlags {
+  std::string config_file, run_dir;
+  std::vector<std::string> overrides;
+  int tenants = 4;
+  bool json = false;
+};
+
+// `interrupted` (Ctrl-C) stops every run it started.
+absl::Status RunTenantsBench(const TenantsBenchFlags& flags, const std::atomic<bool>& interrupted);
+
+}  // namespace prl::cli
