@@ -7,10 +7,15 @@
 # that every dashboard and alert query returns data from a real Prometheus that scraped it.
 # Cleans up its namespaces, processes and /dev/shm on every exit path.
 #
-#   deploy/rehearse.sh PATH_TO_PRL          (as root: namespaces and mounts)
+#   deploy/rehearse.sh PATH_TO_PRL [--tenants]   (as root: namespaces and mounts)
+#
+# --tenants: the shared fleet of tenants' adapters instead (components/colocated and
+# components/tenants on the overlay): two adapters' sets through the coordinator's Service, each
+# adapter trained on its own groups by the learner beside the actors, every prompt accounted for.
 set -euo pipefail
 
-prl=${1:?usage: $0 PATH_TO_PRL}
+prl=${1:?usage: $0 PATH_TO_PRL [--tenants]}
+shift
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ $(id -u) -ne 0 ]]; then
   echo "rehearse: needs root (ip netns, mount, chroot)" >&2
@@ -28,4 +33,4 @@ cleanup() {
   rm -rf "/dev/shm/prl-rehearsal-$run_id"
 }
 trap cleanup EXIT
-/usr/bin/python3 "$here/rehearsal/main.py" "$prl" "$run_id"
+/usr/bin/python3 "$here/rehearsal/main.py" "$prl" "$run_id" "$@"

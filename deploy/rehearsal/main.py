@@ -7,7 +7,11 @@ set submitted through the coordinator's Service name from a client pod with the 
 CA and certificate, the actors scaled 1 -> 3 -> 1 while it runs, the accounting of every prompt;
 then the dashboard's and the alert rules' queries against Prometheus, which scraped it all.
 
-usage: main.py PATH_TO_PRL RUN_ID        (root: namespaces, mounts)
+With --tenants: the shared fleet of tenants' adapters instead (components/colocated and
+components/tenants on the overlay; deploy/rehearsal/tenants.py): two adapters' sets, each
+adapter trained on its own groups, every prompt of both accounted for.
+
+usage: main.py PATH_TO_PRL RUN_ID [--tenants]       (root: namespaces, mounts)
 """
 import json
 import os
@@ -26,6 +30,7 @@ import cluster
 import kubelet
 import network
 import observe
+import tenants
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROMPTS = 12000  # a multiple of groups_per_step (cpu-dev: 16); about two minutes of generation here
@@ -180,12 +185,22 @@ def prompts_configmap(index):
     for _ in range(EVAL_PROMPTS):
         a, b = rng.randrange(100), rng.randrange(100)
         held_out.append(json.dumps({"text": "%d+%d=" % (a, b), "reference": str(a + b)}))
-    index[("ConfigMap", "rehearsal-prompts")] = {"data": {"prompts.jsonl": "\n".join(lines) + "\n",
-                                                          "eval.jsonl": "\n".join(held_out) + "\n"}}
+    data = {"prompts.jsonl": "\n".join(lines) + "\n", "eval.jsonl": "\n".join(held_out) + "\n"}
+    data.update(tenants.prompt_files())  # the tenants rehearsal's
+    index[("ConfigMap", "rehearsal-prompts")] = {"data": data}
 
 
-def render(work):
+def render(work, components=()):
+    """The cpu-dev overlay, with `components` (of deploy/k8s/components) on it, and its Secrets."""
     overlay = os.path.join(REPO, "deploy/k8s/overlays/cpu-dev")
+    if components:
+        here = os.path.join(work, "kustomization")
+        os.makedirs(here)
+        with open(os.path.join(here, "kustomization.yaml"), "w") as f:
+            f.write("resources: [%s]\ncomponents:\n" % os.path.relpath(overlay, here))
+            for c in components:
+                f.write("  - %s\n" % os.path.relpath(os.path.join(REPO, "deploy/k8s/components", c), here))
+        overlay = here
     rendered = subprocess.run(["kubectl", "kustomize", overlay], check=True, capture_output=True, text=True).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     namespace = objects[0]["metadata"].get("namespace", "prl")
@@ -197,7 +212,8 @@ def render(work):
     kinds = {}
     for o in objects:
         kinds[o["kind"]] = kinds.get(o["kind"], 0) + 1
-    print("rendered cpu-dev: %s (Secrets from make-secrets.sh)" % ", ".join("%d %s" % (n, k) for k, n in sorted(kinds.items())))
+    print("rendered cpu-dev%s: %s (Secrets from make-secrets.sh)" % (
+        "".join(" + " + c for c in components), ", ".join("%d %s" % (n, k) for k, n in sorted(kinds.items()))))
     return objects, index
 
 
@@ -205,9 +221,9 @@ def status(kube, fleet, set_id):
     return json.loads(client(kube, fleet, ["status", set_id, "--server", "prl-coordinator:50051", "--json"]))[0]
 
 
-def run(prl, run_id, work):
+def run(prl, run_id, work, with_tenants=False):
     start = time.time()
-    objects, index = render(work)
+    objects, index = render(work, ("colocated", "tenants") if with_tenants else ())
     prompts_configmap(index)
     net = network.Network(run_id, "10.250.%d.0/24" % (int(run_id) % 200 + 20))
     net.create()
@@ -231,6 +247,11 @@ def run(prl, run_id, work):
         print("security of each process, as it says at start:\n" + "\n".join(lines), flush=True)
         if problems:
             raise RuntimeError("; ".join(problems))
+        if with_tenants:
+            result = tenants.scenario(lambda args: client(kube, fleet, args),
+                                      lambda set_id: status(kube, fleet, set_id))
+            report_tenants(kube, fleet, result)
+            return
         prometheus_ref.append(observe.Prometheus(REPO, work, 19090 + int(run_id) % 1000))
         fleet.refresh_names()
         scenario = scale_during_run(kube, fleet)
@@ -292,12 +313,12 @@ def scale_during_run(kube, fleet):
     return {"set": set_id, "status": s, "submitted": submitted, "done_at": time.time(), "scaled": scaled}
 
 
-def learner_totals(learner_dir):
+def learner_totals(learner_dir, report="learner_steps.jsonl"):
     """Steps and groups the learner trained on, and the groups it acknowledged untrained
     (stale ones whose prompts it handed back, second groups of trained prompts), from its
-    report file (learner.report_file; every line counts its own step's)."""
+    report file (learner.report_file, or an adapter's; every line counts its own step's)."""
     steps = groups = requeued = duplicates = 0
-    path = os.path.join(learner_dir, "learner_steps.jsonl")
+    path = os.path.join(learner_dir, report)
     for line in open(path) if os.path.exists(path) else []:
         r = json.loads(line)
         groups += r["groups"]
@@ -321,6 +342,24 @@ def drained_replay(learner, segment, groups_per_step):
         last = (settled, stat)
         time.sleep(3)
     raise RuntimeError("the learner did not drain the replay buffer: %s" % (last and last[1]))
+
+
+def report_tenants(kube, fleet, result):
+    """Each adapter's accounting: its set at the coordinator, its replay segment drained by the
+    learner, its steps from its report file (deploy/rehearsal/tenants.py)."""
+    learner = next(p for p in fleet.pods() if p.name == "prl-learner-0")
+    coordinator = next(p for p in fleet.pods() if p.name == "prl-coordinator-0")
+    config_map = next(v["configMap"]["name"] for v in learner.spec["volumes"] if v["name"] == "config")
+    config = json.loads(fleet.index[("ConfigMap", config_map)]["data"]["run.json"])
+    adapters = json.loads(client(kube, fleet, ["adapter", "list", "--server", "prl-coordinator:50051",
+                                               "--json"]))
+    stats, totals = {}, {}
+    for a in adapters:
+        segment = "prl-%s-replay-%s" % (config["run"]["name"], a["adapter_id"])
+        stats[a["name"]] = drained_replay(learner, segment, config["learner"]["groups_per_step"])
+        totals[a["name"]] = learner_totals(kube.pvc + "/prl-learner-checkpoints",
+                                           "learner_steps.%s.jsonl" % a["name"])
+    tenants.report(result, adapters, stats, totals, tenants.coordinator_metrics(coordinator))
 
 
 def report(kube, fleet, prometheus, scenario, start):
@@ -375,15 +414,16 @@ def report(kube, fleet, prometheus, scenario, start):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["--tenants"]):
         sys.exit(__doc__)
     prl, run_id = os.path.abspath(sys.argv[1]), sys.argv[2]
+    with_tenants = sys.argv[3:] == ["--tenants"]
     work = tempfile.mkdtemp(prefix="prl-rehearsal-%s-" % run_id)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("rehearsal: terminated"))  # clean up too
     print("rehearsal %s in %s" % (run_id, work), flush=True)
     ok = False
     try:
-        run(prl, run_id, work)
+        run(prl, run_id, work, with_tenants)
         ok = True
     finally:
         network.remove_leftovers(run_id)

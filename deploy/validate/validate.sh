@@ -71,6 +71,9 @@ validate_k8s() {
   render gpu-colocated overlays/gpu colocated
   # The other order (colocated first, as an overlay of your own may list them).
   render base-colocated-security base colocated security
+  # A shared fleet of tenants' adapters (components/tenants, last).
+  render cpu-dev-tenants overlays/cpu-dev colocated tenants
+  render base-colocated-security-tenants base colocated security tenants
   # The opt-out: an overlay with components/insecure in place of components/security.
   cp -r "$k8s" "$work/k8s-insecure"
   sed -i 's|../../components/security|../../components/insecure|' "$work"/k8s-insecure/overlays/*/kustomization.yaml
@@ -79,7 +82,7 @@ validate_k8s() {
   render gpu-insecure-colocated overlays/gpu colocated
   root=$k8s
   for name in base cpu-dev gpu cpu-dev-colocated gpu-colocated base-colocated-security \
-      cpu-dev-insecure gpu-insecure-colocated; do
+      cpu-dev-tenants base-colocated-security-tenants cpu-dev-insecure gpu-insecure-colocated; do
     echo "== $name"
     case $name in
       base) mode=none ;;
@@ -103,6 +106,8 @@ validate_k8s() {
   expect_settings gpu 24 "coordinator 7, learner 6, replay ingest 6, actor 5"
   expect_settings cpu-dev-colocated 29 "coordinator 7, learner 6, replay ingest 6, two actors 5"
   expect_settings base-colocated-security 29 "coordinator 7, learner 6, replay ingest 6, two actors 5"
+  expect_settings cpu-dev-tenants 23 "coordinator 7, learner 6, two actors 5 (no replay ingest)"
+  expect_settings base-colocated-security-tenants 23 "coordinator 7, learner 6, two actors 5"
   expect_settings cpu-dev-insecure 3 "security.insecure: coordinator, learner, replay ingest"
   expect_settings gpu-insecure-colocated 3 "security.insecure: coordinator, learner, replay ingest"
   # Every run config the fleet can mount parses strictly (unknown keys are errors).
