@@ -1,6 +1,8 @@
 #include "metrics/prl_metrics.h"
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -462,5 +464,61 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
                          "Global gradient norm of the last step, before clipping.")),
       learning_rate(
           AddGauge(registry, "prl_learner_learning_rate", "Learning rate of the last step.")) {}
+
+AdapterLearnerMetrics::AdapterLearnerMetrics(Registry& registry)
+    : steps_(CounterFamily(registry, "prl_adapter_learner_steps_total",
+                           "A run of adapters: optimizer steps the learner took, by adapter.")),
+      samples_(CounterFamily(registry, "prl_adapter_learner_samples_total",
+                             "A run of adapters: samples trained on, by adapter.")),
+      tokens_(CounterFamily(registry, "prl_adapter_learner_tokens_total",
+                            "A run of adapters: tokens trained on, by adapter.")),
+      version_(GaugeFamily(registry, "prl_adapter_learner_version",
+                           "A run of adapters: the adapter's newest published version.")),
+      reward_mean_(GaugeFamily(registry, "prl_adapter_learner_reward_mean",
+                               "A run of adapters: the last step's mean sample reward, by "
+                               "adapter.")),
+      loss_(GaugeFamily(registry, "prl_adapter_learner_loss",
+                        "A run of adapters: the last step's normalised loss, by adapter.")),
+      lag_mean_(GaugeFamily(registry, "prl_adapter_learner_lag_mean_versions",
+                            "A run of adapters: the last step's mean sample lag (versions), by "
+                            "adapter.")),
+      step_seconds_(GaugeFamily(registry, "prl_adapter_learner_step_seconds",
+                                "A run of adapters: the last step's wall time, by adapter.")),
+      groups_waiting_(GaugeFamily(registry, "prl_adapter_learner_groups_waiting",
+                                  "A run of adapters: groups in the adapter's replay segment or "
+                                  "taken for a step, by adapter.")) {}
+
+AdapterLearnerMetrics::Adapter AdapterLearnerMetrics::Of(absl::string_view adapter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  adapters_.insert(std::string(adapter));
+  const std::map<std::string, std::string> labels = {{"adapter", std::string(adapter)}};
+  return {steps_.Add(labels),     samples_.Add(labels),      tokens_.Add(labels),
+          version_.Add(labels),   reward_mean_.Add(labels),  loss_.Add(labels),
+          lag_mean_.Add(labels),  step_seconds_.Add(labels), groups_waiting_.Add(labels)};
+}
+
+void AdapterLearnerMetrics::Keep(const std::set<std::string>& live) {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& name : adapters_) {
+      if (live.count(name) == 0) gone.push_back(name);
+    }
+  }
+  for (const std::string& name : gone) {
+    const Adapter a = Of(name);
+    steps_.Remove(&a.steps);
+    samples_.Remove(&a.samples);
+    tokens_.Remove(&a.tokens);
+    version_.Remove(&a.version);
+    reward_mean_.Remove(&a.reward_mean);
+    loss_.Remove(&a.loss);
+    lag_mean_.Remove(&a.lag_mean_versions);
+    step_seconds_.Remove(&a.step_seconds);
+    groups_waiting_.Remove(&a.groups_waiting);
+    std::lock_guard<std::mutex> lock(mu_);
+    adapters_.erase(name);
+  }
+}
 
 }  // namespace prl::metrics

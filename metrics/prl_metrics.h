@@ -25,6 +25,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -384,6 +385,45 @@ struct LearnerMetrics {
   prometheus::Gauge& grad_norm;
   // prl_learner_learning_rate: learning rate of the last step.
   prometheus::Gauge& learning_rate;
+};
+
+// The learner of a run of adapters (roles/adapter_learner.h), by adapter name: each adapter's
+// steps, samples and tokens trained (prl_adapter_learner_{steps,samples,tokens}_total{adapter}),
+// its newest version (prl_adapter_learner_version{adapter}), its last step's mean sample reward,
+// loss, mean lag and wall time (prl_adapter_learner_reward_mean, _loss, _lag_mean_versions,
+// _step_seconds), and its groups waiting in its replay segment or taken for a step
+// (prl_adapter_learner_groups_waiting{adapter}). A deleted adapter's series are dropped (Keep).
+// Thread-safe (prometheus-cpp's families): each trainer updates its own adapter's series.
+class AdapterLearnerMetrics {
+ public:
+  explicit AdapterLearnerMetrics(prometheus::Registry& registry);
+  struct Adapter {
+    prometheus::Counter& steps;
+    prometheus::Counter& samples;
+    prometheus::Counter& tokens;
+    prometheus::Gauge& version;
+    prometheus::Gauge& reward_mean;
+    prometheus::Gauge& loss;
+    prometheus::Gauge& lag_mean_versions;
+    prometheus::Gauge& step_seconds;
+    prometheus::Gauge& groups_waiting;
+  };
+  Adapter Of(absl::string_view adapter);
+  // Drops the series of the adapters Of made that are not in `live`.
+  void Keep(const std::set<std::string>& live);
+
+ private:
+  prometheus::Family<prometheus::Counter>& steps_;
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Family<prometheus::Gauge>& version_;
+  prometheus::Family<prometheus::Gauge>& reward_mean_;
+  prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& lag_mean_;
+  prometheus::Family<prometheus::Gauge>& step_seconds_;
+  prometheus::Family<prometheus::Gauge>& groups_waiting_;
+  std::mutex mu_;
+  std::set<std::string> adapters_;  // names Of made series for
 };
 
 }  // namespace prl::metrics

@@ -49,7 +49,8 @@ class AdapterTrainer {
  public:
   static absl::StatusOr<std::unique_ptr<AdapterTrainer>> Start(
       const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
-      const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator);
+      const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
+      metrics::AdapterLearnerMetrics* metrics);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -76,6 +77,7 @@ class AdapterTrainer {
     p.set_groups_consumed(consumed_.load());
     const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
     p.set_groups_waiting(rs.groups_ready + rs.groups_leased + service_->groups_in_step());
+    if (metrics_.has_value()) metrics_->groups_waiting.Set(static_cast<double>(p.groups_waiting()));
     return p;
   }
   // The service's end: nullopt while it runs.
@@ -110,15 +112,18 @@ class AdapterTrainer {
   std::optional<absl::Status> ended_;
   std::vector<std::string> retired_;  // prompt sets retired, for the ledger
   std::FILE* report_file_ = nullptr;  // learner.report_file's of this adapter, or null
+  std::optional<metrics::AdapterLearnerMetrics::Adapter> metrics_;  // its series, if exported
   std::thread thread_;
 };
 
 absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
-    const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator) {
+    const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
+    metrics::AdapterLearnerMetrics* metrics) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->id_ = adapter.adapter_id();
   t->name_ = adapter.spec().name();
+  if (metrics != nullptr) t->metrics_.emplace(metrics->Of(t->name_));
   const LoraConfig lora = LoraConfigOf(adapter.spec());
   PRL_RETURN_IF_ERROR(ValidateLoraConfig(lora, model));
   // The model: this adapter on the node's frozen base (no copy of the base).
@@ -165,6 +170,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   options.on_started = [raw](int64_t version, int64_t consumed) {
     raw->version_ = version;
     raw->consumed_ = consumed;
+    if (raw->metrics_.has_value()) raw->metrics_->version.Set(static_cast<double>(version));
   };
   if (!c.learner.report_file.empty()) {
     const std::string path = AdapterReportFile(c, t->name_);
@@ -200,6 +206,16 @@ void AdapterTrainer::Run() {
       std::fprintf(report_file_, "%s\n", learner::StepReportToJson(r).c_str());
       std::fflush(report_file_);
     }
+    if (metrics_.has_value()) {
+      metrics_->steps.Increment();
+      metrics_->samples.Increment(static_cast<double>(r.samples));
+      metrics_->tokens.Increment(static_cast<double>(r.trained_tokens));
+      metrics_->version.Set(static_cast<double>(r.version));
+      metrics_->reward_mean.Set(r.mean_reward);
+      metrics_->loss.Set(r.loss);
+      metrics_->lag_mean_versions.Set(r.lag_mean);
+      metrics_->step_seconds.Set(r.step_seconds);
+    }
   });
   std::lock_guard<std::mutex> lock(mu_);
   ended_ = run;
@@ -208,8 +224,9 @@ void AdapterTrainer::Run() {
 // The fleet: the trainers by adapter id, and the coordinator's reply they follow.
 class AdapterFleet {
  public:
-  AdapterFleet(const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model)
-      : c_(c), rank_(rank), model_(model) {
+  AdapterFleet(const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
+               metrics::AdapterLearnerMetrics* metrics)
+      : c_(c), rank_(rank), model_(model), metrics_(metrics) {
     coordinator_ = v1::ActorControl::NewStub(
         rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
   }
@@ -276,11 +293,16 @@ class AdapterFleet {
       it = trainers_.erase(it);
     }
     std::erase_if(failed_, [&](const auto& f) { return live.count(f.first) == 0; });
+    if (metrics_ != nullptr) {  // a deleted adapter's series go
+      std::set<std::string> names;
+      for (const auto& [id, adapter] : live) names.insert(adapter->spec().name());
+      metrics_->Keep(names);
+    }
     for (const auto& [id, adapter] : live) {
       if (trainers_.count(id) > 0) continue;
       if (auto f = failed_.find(id); f != failed_.end() && absl::Now() < f->second) continue;
       absl::StatusOr<std::unique_ptr<AdapterTrainer>> trainer = AdapterTrainer::Start(
-          c_, rank_, model_, *adapter, &turns_, coordinator_.get());
+          c_, rank_, model_, *adapter, &turns_, coordinator_.get(), metrics_);
       if (!trainer.ok()) {
         Failed(id, adapter->spec().name(), trainer.status());
         continue;
@@ -306,6 +328,7 @@ class AdapterFleet {
   const config::RunConfig& c_;
   const LearnerRank& rank_;
   const ModelConfig& model_;
+  metrics::AdapterLearnerMetrics* metrics_;  // null: not exported
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;
   std::optional<v1::LearnerProgressResponse> seen_;
@@ -347,7 +370,8 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
               endpoint->Describe().c_str());
   std::fflush(stdout);
   endpoint->SetReadiness([] { return absl::OkStatus(); });
-  AdapterFleet fleet(c, *rank, model);
+  metrics::AdapterLearnerMetrics adapter_metrics(*endpoint->registry);
+  AdapterFleet fleet(c, *rank, model, &adapter_metrics);
   // prl run's tenants (config.tenants): the learner ends once each one's adapter has taken its
   // learner.steps steps, as a run of one model ends after them.
   std::vector<std::string> tenants;

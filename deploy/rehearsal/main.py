@@ -359,7 +359,8 @@ def report_tenants(kube, fleet, result):
         stats[a["name"]] = drained_replay(learner, segment, config["learner"]["groups_per_step"])
         totals[a["name"]] = learner_totals(kube.pvc + "/prl-learner-checkpoints",
                                            "learner_steps.%s.jsonl" % a["name"])
-    tenants.report(result, adapters, stats, totals, tenants.coordinator_metrics(coordinator))
+    tenants.report(result, adapters, stats, totals, tenants.metrics_of(coordinator),
+                   tenants.metrics_of(learner))
 
 
 def report(kube, fleet, prometheus, scenario, start):

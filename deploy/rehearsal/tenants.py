@@ -59,10 +59,11 @@ def scenario(client, status):
     return {"sets": sets, "done": done}
 
 
-def report(result, adapters, stats, totals, coordinator_metrics):
+def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics):
     """Prints each adapter's accounting and raises SystemExit when a prompt is unaccounted for.
     adapters: `prl adapter list --json`; stats[name]: its replay segment's `prl replay stat`;
-    totals[name]: (steps, groups trained, handed back, duplicates) from its report file."""
+    totals[name]: (steps, groups trained, handed back, duplicates) from its report file;
+    coordinator_metrics, learner_metrics: their /metrics (the adapter's series)."""
     by_name = {a["name"]: a for a in adapters}
     problems = []
     print("\n== accounting, per adapter")
@@ -84,7 +85,12 @@ def report(result, adapters, stats, totals, coordinator_metrics):
               "handed back %d, second groups %d, left %d" % (written, trained, steps, dropped,
                                                              handed_back, duplicates, left))
         version = coordinator_metrics.get('prl_adapter_version{adapter="%s"}' % name)
-        print("  prl_adapter_version{adapter=\"%s\"} at the coordinator: %s" % (name, version))
+        learner_steps = learner_metrics.get('prl_adapter_learner_steps_total{adapter="%s"}' % name)
+        print("  prl_adapter_version{adapter=\"%s\"} at the coordinator: %s; "
+              "prl_adapter_learner_steps_total at the learner: %s" % (name, version, learner_steps))
+        if learner_steps != steps:
+            problems.append("adapter %s: the learner's metrics count %s steps, its reports %d" % (
+                name, learner_steps, steps))
         if s["state"] != "done" or s["prompts_done"] != PROMPTS or s["prompts_total"] != PROMPTS:
             problems.append("adapter %s: the coordinator did not complete every prompt: %s" % (name, s))
         if written < PROMPTS or trained + dropped + handed_back + duplicates + left != written:
@@ -100,5 +106,5 @@ def report(result, adapters, stats, totals, coordinator_metrics):
         raise SystemExit(1)
 
 
-def coordinator_metrics(coordinator_pod):
-    return observe.scrape(coordinator_pod.ip, 9400)
+def metrics_of(pod):
+    return observe.scrape(pod.ip, 9400)

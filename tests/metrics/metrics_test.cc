@@ -96,6 +96,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   ReplayMetrics replay(registry);
   LearnerMetrics learner(registry, "ppo_clip");
   QuarantineMetrics quarantine(registry);
+  AdapterLearnerMetrics adapter_learner(registry);
 
   process.weight_version.Set(7);
 
@@ -121,6 +122,18 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   adapter.prompt_sets_running.Set(2);
   coordinator.AdapterOf("deleted").version.Set(1);
   coordinator.KeepAdapters({"team-a-math"});  // "deleted"'s series are gone
+  const AdapterLearnerMetrics::Adapter trainer = adapter_learner.Of("team-a-math");
+  trainer.steps.Increment(9);
+  trainer.samples.Increment(576);
+  trainer.tokens.Increment(4000);
+  trainer.version.Set(9);
+  trainer.reward_mean.Set(0.625);
+  trainer.loss.Set(-0.5);
+  trainer.lag_mean_versions.Set(1.25);
+  trainer.step_seconds.Set(0.03);
+  trainer.groups_waiting.Set(5);
+  adapter_learner.Of("deleted").steps.Increment(1);
+  adapter_learner.Keep({"team-a-math"});
 
   actor.tokens_generated.Increment(123456);
   actor.prefill_tokens.Increment(4096);
@@ -274,6 +287,15 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_learner_entropy", 0.75},
       {"prl_learner_grad_norm", 0.5},
       {"prl_learner_learning_rate", 1e-6},
+      {"prl_adapter_learner_steps_total{adapter=\"team-a-math\"}", 9},
+      {"prl_adapter_learner_samples_total{adapter=\"team-a-math\"}", 576},
+      {"prl_adapter_learner_tokens_total{adapter=\"team-a-math\"}", 4000},
+      {"prl_adapter_learner_version{adapter=\"team-a-math\"}", 9},
+      {"prl_adapter_learner_reward_mean{adapter=\"team-a-math\"}", 0.625},
+      {"prl_adapter_learner_loss{adapter=\"team-a-math\"}", -0.5},
+      {"prl_adapter_learner_lag_mean_versions{adapter=\"team-a-math\"}", 1.25},
+      {"prl_adapter_learner_step_seconds{adapter=\"team-a-math\"}", 0.03},
+      {"prl_adapter_learner_groups_waiting{adapter=\"team-a-math\"}", 5},
   };
 }
 
@@ -308,7 +330,8 @@ TEST_F(CatalogScrape, ShowsEveryCatalogMetricWithItsLabelsAndValue) {
     ASSERT_TRUE(got.has_value()) << series << " missing from:\n" << *scrape_;
     EXPECT_DOUBLE_EQ(*got, value) << series;
   }
-  // A deleted adapter's series are dropped (CoordinatorMetrics::KeepAdapters).
+  // A deleted adapter's series are dropped (CoordinatorMetrics::KeepAdapters,
+  // AdapterLearnerMetrics::Keep).
   EXPECT_EQ(scrape_->find("adapter=\"deleted\""), std::string::npos);
   std::optional<double> start = SampleValue(*scrape_, "prl_process_start_time_seconds");
   ASSERT_TRUE(start.has_value());
