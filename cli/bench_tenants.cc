@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -37,9 +39,62 @@ absl::Status WriteConfig(const RunSpec& spec) {
   return absl::OkStatus();
 }
 
-// Starts every run at once and waits for them all; each one's summary.json.
+// The proportional set size (PSS, bytes) of `root` and every process under it: what they map,
+// each shared page (a shared-memory segment, a mapped base, the binary) split between the
+// processes that map it, so that the sum over processes counts it once. 0 for a process gone.
+int64_t TreePss(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');  // the command may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2) {
+      children[ppid].push_back(std::stoi(name));
+    }
+  }
+  int64_t bytes = 0;
+  std::vector<pid_t> todo = {root};
+  while (!todo.empty()) {
+    const pid_t pid = todo.back();
+    todo.pop_back();
+    for (pid_t child : children[pid]) todo.push_back(child);
+    std::ifstream rollup(absl::StrCat("/proc/", pid, "/smaps_rollup"));
+    std::string key;
+    int64_t kb = 0;
+    while (rollup >> key) {
+      if (key == "Pss:" && rollup >> kb) {
+        bytes += kb * 1024;
+        break;
+      }
+    }
+  }
+  return bytes;
+}
+
+// The memory of a side's processes over time: (unix seconds, PSS bytes of them all).
+using MemorySamples = std::vector<std::pair<double, int64_t>>;
+
+// The largest sample within [from, to] (unix seconds).
+int64_t PeakWithin(const MemorySamples& samples, double from, double to) {
+  int64_t peak = 0;
+  for (const auto& [t, bytes] : samples) {
+    if (t >= from && t <= to) peak = std::max(peak, bytes);
+  }
+  return peak;
+}
+
+// Starts every run at once and waits for them all; each one's summary.json. Meanwhile the PSS
+// of all their processes together goes to *memory every half second.
 absl::StatusOr<std::vector<Json>> RunAll(const std::vector<RunSpec>& specs,
-                                         const std::atomic<bool>& interrupted) {
+                                         const std::atomic<bool>& interrupted,
+                                         MemorySamples* memory) {
   std::vector<ChildProcess> children;
   for (const RunSpec& s : specs) {
     PRL_RETURN_IF_ERROR(WriteConfig(s));
@@ -50,12 +105,19 @@ absl::StatusOr<std::vector<Json>> RunAll(const std::vector<RunSpec>& specs,
                                               s.log, {}}));
     children.push_back(std::move(child));
   }
+  absl::Time next_sample = absl::InfinitePast();
   while (std::any_of(children.begin(), children.end(), [](ChildProcess& c) { return c.running(); })) {
     if (interrupted) {
       for (ChildProcess& c : children) c.Stop(absl::Seconds(60));
       return absl::CancelledError("interrupted");
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    if (absl::Now() >= next_sample) {
+      int64_t bytes = 0;
+      for (ChildProcess& c : children) bytes += TreePss(c.pid());
+      memory->push_back({absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), bytes});
+      next_sample = absl::Now() + absl::Milliseconds(500);
+    }
+    absl::SleepFor(absl::Milliseconds(100));
   }
   std::vector<Json> summaries;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -135,7 +197,9 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
     t.agent = base.agent;
   }
   PRL_RETURN_IF_ERROR(config::ValidateRunConfig(shared.config));
-  PRL_ASSIGN_OR_RETURN(const std::vector<Json> tenants_run, RunAll({shared}, interrupted));
+  MemorySamples shared_memory, separate_memory;
+  PRL_ASSIGN_OR_RETURN(const std::vector<Json> tenants_run,
+                       RunAll({shared}, interrupted, &shared_memory));
   const Json& t = tenants_run.front();
 
   // N separate runs at once, each from the tenants run's start model (its warm-start's).
@@ -156,7 +220,8 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
     s.config.model.path = start;
     s.config.sft.steps = 0;
   }
-  PRL_ASSIGN_OR_RETURN(const std::vector<Json> runs, RunAll(separate, interrupted));
+  PRL_ASSIGN_OR_RETURN(const std::vector<Json> runs,
+                       RunAll(separate, interrupted, &separate_memory));
 
   Side tenants, apart;
   for (const Json& one : t["tenants"]) tenants.Add(one);
@@ -179,6 +244,13 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
                             apart.seconds});
   report.results.push_back(
       {"tenants samples", tenants.samples, "samples", them + " samples", apart.samples});
+  // Memory during the RL phase (the warm-start's and evaluations' processes aside).
+  constexpr double kMiB = 1 << 20;
+  report.results.push_back(
+      {"tenants peak memory (PSS, every process)",
+       static_cast<double>(PeakWithin(shared_memory, tenants.first, tenants.last)) / kMiB, "MiB",
+       them + " peak memory (PSS, every process)",
+       static_cast<double>(PeakWithin(separate_memory, apart.first, apart.last)) / kMiB});
   report.results.push_back({"tenants mean lag", tenants.lag(), "versions", them + " mean lag",
                             apart.lag()});
   report.results.push_back({"tenants mean held-out gain", tenants.gain(), "accuracy",

@@ -3,7 +3,9 @@
 // task started at once on the same cores, every run from the same warm-started base (the
 // tenants run's). Both sides train learner.steps steps per adapter; the figures are the
 // samples and tokens per second over each side's RL phase (from the first RL start to the last
-// RL end), the mean lag, and the held-out gains.
+// RL end), the peak memory of all the side's processes during it (their summed proportional set
+// sizes, /proc/PID/smaps_rollup: shared segments counted once), the mean lag, and the held-out
+// gains.
 #pragma once
 
 #include <atomic>

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -231,6 +232,11 @@ class AdapterFleet {
         rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
   }
   ~AdapterFleet() {
+    for (auto& [id, start] : starting_) {
+      absl::StatusOr<std::unique_ptr<AdapterTrainer>> trainer = start.trainer.get();
+      if (trainer.ok()) (*trainer)->Stop();
+    }
+    for (std::future<void>& removal : removing_) removal.wait();
     for (auto& [id, trainer] : trainers_) trainer->Stop();
   }
 
@@ -247,7 +253,13 @@ class AdapterFleet {
 
   // One round: report, then follow the reply (new adapters get trainers, deleted ones are
   // removed). A trainer that fails to start or stops with an error is made again later.
+  // Trainers are made and removed off this thread (mapping a replay segment, creating a model
+  // or stopping a step in progress can take seconds): the others' reports go on meanwhile.
   absl::Status Round() {
+    CollectStarted();
+    std::erase_if(removing_, [](std::future<void>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
     // A trainer that failed costs only its adapter: it stops (its segments stay) and is made
     // again after a pause, the others train on.
     for (auto it = trainers_.begin(); it != trainers_.end();) {
@@ -286,12 +298,11 @@ class AdapterFleet {
         ++it;
         continue;
       }
-      std::printf("learner: adapter %s (%s) was deleted: its trainer stops, its segments go\n",
-                  it->second->name().c_str(), it->first.c_str());
-      std::fflush(stdout);
-      it->second->Remove();
+      RemoveLater(it->first, std::move(it->second));
       it = trainers_.erase(it);
     }
+    live_.clear();
+    for (const auto& [id, adapter] : live) live_.insert(id);
     std::erase_if(failed_, [&](const auto& f) { return live.count(f.first) == 0; });
     if (metrics_ != nullptr) {  // a deleted adapter's series go
       std::set<std::string> names;
@@ -299,21 +310,48 @@ class AdapterFleet {
       metrics_->Keep(names);
     }
     for (const auto& [id, adapter] : live) {
-      if (trainers_.count(id) > 0) continue;
+      if (trainers_.count(id) > 0 || starting_.count(id) > 0) continue;
       if (auto f = failed_.find(id); f != failed_.end() && absl::Now() < f->second) continue;
-      absl::StatusOr<std::unique_ptr<AdapterTrainer>> trainer = AdapterTrainer::Start(
-          c_, rank_, model_, *adapter, &turns_, coordinator_.get(), metrics_);
-      if (!trainer.ok()) {
-        Failed(id, adapter->spec().name(), trainer.status());
-        continue;
-      }
-      failed_.erase(id);
-      trainers_[id] = *std::move(trainer);
+      // With one learner rank the trainers' collectives are local copies (StepTurns), so a
+      // trainer may be made while the others step.
+      starting_.emplace(id, Starting{adapter->spec().name(),
+                                     std::async(std::launch::async, [this, a = *adapter] {
+                                       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_,
+                                                                    coordinator_.get(), metrics_);
+                                     })});
     }
     return absl::OkStatus();
   }
 
  private:
+  // Trainers made since the last round join the fleet (or, deleted meanwhile, are removed).
+  void CollectStarted() {
+    for (auto it = starting_.begin(); it != starting_.end();) {
+      if (it->second.trainer.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++it;
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<AdapterTrainer>> trainer = it->second.trainer.get();
+      if (!trainer.ok()) {
+        Failed(it->first, it->second.name, trainer.status());
+      } else if (live_.count(it->first) == 0) {
+        RemoveLater(it->first, *std::move(trainer));
+      } else {
+        failed_.erase(it->first);
+        trainers_[it->first] = *std::move(trainer);
+      }
+      it = starting_.erase(it);
+    }
+  }
+
+  // A deleted adapter's trainer stops and its segments go, off the reporting thread.
+  void RemoveLater(const std::string& id, std::unique_ptr<AdapterTrainer> trainer) {
+    std::printf("learner: adapter %s (%s) was deleted: its trainer stops, its segments go\n",
+                trainer->name().c_str(), id.c_str());
+    std::fflush(stdout);
+    removing_.push_back(std::async(std::launch::async, [t = std::move(trainer)] { t->Remove(); }));
+  }
+
   // Says why an adapter's trainer stopped and when it is made again.
   void Failed(const std::string& id, const std::string& name, const absl::Status& why) {
     std::fprintf(stderr,
@@ -335,6 +373,14 @@ class AdapterFleet {
   bool swept_ = false;  // the first reply's deleted adapters' segments removed
   std::map<std::string, std::unique_ptr<AdapterTrainer>> trainers_;
   std::map<std::string, absl::Time> failed_;  // adapter id -> when its trainer is made again
+  std::set<std::string> live_;                // the adapters of the last reply
+  // Trainers being made (by adapter id) and removed; destroyed first, waiting for them.
+  struct Starting {
+    std::string name;
+    std::future<absl::StatusOr<std::unique_ptr<AdapterTrainer>>> trainer;
+  };
+  std::map<std::string, Starting> starting_;
+  std::vector<std::future<void>> removing_;
 };
 
 }  // namespace
