@@ -1,13 +1,14 @@
 #include "cli/bench_tenants.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -100,14 +101,16 @@ absl::StatusOr<std::vector<Json>> RunAll(const std::vector<RunSpec>& specs,
     PRL_RETURN_IF_ERROR(WriteConfig(s));
     std::fprintf(stderr, "bench e2e --tenants: running %s (output in %s)\n", s.name.c_str(),
                  s.log.c_str());
-    PRL_ASSIGN_OR_RETURN(ChildProcess child,
-                         ChildProcess::Start({s.name, {SelfPath(), "run", "--config", s.config_path},
-                                              s.log, {}}));
+    PRL_ASSIGN_OR_RETURN(
+        ChildProcess child,
+        ChildProcess::Start({s.name, {SelfPath(), "run", "--config", s.config_path}, s.log, {}}));
     children.push_back(std::move(child));
   }
   absl::Time next_sample = absl::InfinitePast();
-  while (std::any_of(children.begin(), children.end(), [](ChildProcess& c) { return c.running(); })) {
-    if (interrupted) {
+  while (
+      std::any_of(children.begin(), children.end(), [](ChildProcess& c) { return c.running(); })) {
+    if (interrupted) {  // every run is told at once, then waited for
+      for (ChildProcess& c : children) ::kill(c.pid(), SIGTERM);
       for (ChildProcess& c : children) c.Stop(absl::Seconds(60));
       return absl::CancelledError("interrupted");
     }
@@ -212,9 +215,9 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
   }
   std::vector<RunSpec> separate;
   for (int i = 0; i < f.tenants; ++i) {
-    RunSpec& s = separate.emplace_back(
-        RunSpec{absl::StrCat("separate-", i), base, absl::StrCat(f.run_dir, "/separate-", i, ".json"),
-                absl::StrCat(f.run_dir, "/separate-", i, ".log")});
+    RunSpec& s = separate.emplace_back(RunSpec{absl::StrCat("separate-", i), base,
+                                               absl::StrCat(f.run_dir, "/separate-", i, ".json"),
+                                               absl::StrCat(f.run_dir, "/separate-", i, ".log")});
     s.config.run.name = absl::StrCat(base.run.name, "-separate-", i);
     s.config.run.dir = absl::StrCat(f.run_dir, "/separate-", i);
     s.config.model.path = start;
@@ -240,8 +243,8 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
                             them + " samples/s", apart.per_second(apart.samples)});
   report.results.push_back({"tenants tokens/s", tenants.per_second(tenants.tokens), "tokens/s",
                             them + " tokens/s", apart.per_second(apart.tokens)});
-  report.results.push_back({"tenants RL wall time", tenants.seconds, "s", them + " RL wall time",
-                            apart.seconds});
+  report.results.push_back(
+      {"tenants RL wall time", tenants.seconds, "s", them + " RL wall time", apart.seconds});
   report.results.push_back(
       {"tenants samples", tenants.samples, "samples", them + " samples", apart.samples});
   // Memory during the RL phase (the warm-start's and evaluations' processes aside).
@@ -251,10 +254,14 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
        static_cast<double>(PeakWithin(shared_memory, tenants.first, tenants.last)) / kMiB, "MiB",
        them + " peak memory (PSS, every process)",
        static_cast<double>(PeakWithin(separate_memory, apart.first, apart.last)) / kMiB});
-  report.results.push_back({"tenants mean lag", tenants.lag(), "versions", them + " mean lag",
-                            apart.lag()});
+  report.results.push_back(
+      {"tenants mean lag", tenants.lag(), "versions", them + " mean lag", apart.lag()});
   report.results.push_back({"tenants mean held-out gain", tenants.gain(), "accuracy",
                             them + " mean held-out gain", apart.gain()});
+  if (shared_memory.empty() || shared_memory.front().second == 0) {
+    std::fprintf(stderr, "bench e2e --tenants: no memory figure (/proc/PID/smaps_rollup, Linux "
+                         "4.14 or later, could not be read)\n");
+  }
   std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
   return absl::OkStatus();
 }

@@ -118,8 +118,7 @@ absl::Status RunE2eBench(const E2eFlags& f) {
   action.sa_handler = [](int) { interrupted = true; };
   sigaction(SIGINT, &action, nullptr);
   if (f.tenants > 0) {
-    return RunTenantsBench({f.config_file, f.run_dir, f.overrides, f.tenants, f.json},
-                           interrupted);
+    return RunTenantsBench({f.config_file, f.run_dir, f.overrides, f.tenants, f.json}, interrupted);
   }
   // Sync first, with the warm-start; the pipeline run starts from the same warm model. Without
   // a warm-start (sft.steps=0) there is none: both create the same model from the config.

@@ -190,8 +190,9 @@ absl::Status ReadTenantAdapter(const Json& value, const std::string& where,
                                TenantSection::Adapter* a) {
   if (!value.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": expected an object {rank, alpha, rslora, target_modules, "
-                            "learning_rate}, found ",
+        absl::StrCat(where,
+                     ": expected an object {rank, alpha, rslora, target_modules, "
+                     "learning_rate}, found ",
                      value.dump()));
   }
   for (const auto& [key, v] : value.items()) {
@@ -237,10 +238,11 @@ absl::Status ReadTenants(const Json& root, const Json& tenants, const std::strin
     const Json& t = tenants[i];
     std::string where = absl::StrCat(origin, ": tenants[", i, "]");
     if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": expected an object with a \"name\" (its adapter's) and any of task, env, "
-                 "agent, adapter; found ",
-          t.dump()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       ": expected an object with a \"name\" (its adapter's) and any of task, env, "
+                       "agent, adapter; found ",
+                       t.dump()));
     }
     TenantSection tenant;
     tenant.name = t["name"].get<std::string>();

@@ -8,8 +8,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "config/run_config.h"
+#include "core/adapter_names.h"
 #include "core/status_macros.h"
 #include "env/builtin_names.h"
 
@@ -381,29 +383,20 @@ int ParseUmask(const std::string& text) {
 
 namespace {
 
-// An adapter's name as the coordinator takes it (coordinator/adapters.h).
-bool AdapterName(const std::string& name) {
-  if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-' || name[0] == '_') {
-    return false;
-  }
-  for (char ch : name) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-                    ch == '_' || ch == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 // prl run's tenants: each its own adapter in a run of adapters, each task valid as the run's.
 absl::Status ValidateTenants(const RunConfig& c) {
   if (c.tenants.empty()) return absl::OkStatus();
   PRL_RETURN_IF_ERROR(Range(c.coordinator.adapters, "coordinator.adapters",
                             "true with tenants (each tenant trains its own adapter)", "false"));
+  PRL_RETURN_IF_ERROR(Range(
+      static_cast<int64_t>(c.tenants.size()) <= c.coordinator.max_adapters, "tenants",
+      absl::StrCat("at most coordinator.max_adapters (", c.coordinator.max_adapters, ") tenants"),
+      c.tenants.size()));
   std::set<std::string> names;
   for (size_t i = 0; i < c.tenants.size(); ++i) {
     const TenantSection& t = c.tenants[i];
     const std::string where = absl::StrCat("tenants[", i, "]");
-    PRL_RETURN_IF_ERROR(Range(AdapterName(t.name), where + ".name",
+    PRL_RETURN_IF_ERROR(Range(IsAdapterName(t.name), where + ".name",
                               "1 to 64 characters of [a-z0-9._-] starting with a letter or digit "
                               "(its adapter's name)",
                               Quoted(t.name.substr(0, 80))));
@@ -412,14 +405,24 @@ absl::Status ValidateTenants(const RunConfig& c) {
     const auto& a = t.adapter;
     PRL_RETURN_IF_ERROR(Range(a.rank >= 0 && a.rank <= c.coordinator.max_adapter_rank,
                               where + ".adapter.rank",
-                              absl::StrCat("0 (learner.lora_rank) to ", c.coordinator.max_adapter_rank,
+                              absl::StrCat("0 (learner.lora_rank) to ",
+                                           c.coordinator.max_adapter_rank,
                                            " (coordinator.max_adapter_rank)"),
                               a.rank));
     PRL_RETURN_IF_ERROR(Range(std::isfinite(a.alpha) && a.alpha >= 0, where + ".adapter.alpha",
                               "0 (learner.lora_alpha) or a finite number > 0", a.alpha));
-    PRL_RETURN_IF_ERROR(Range(std::isfinite(a.learning_rate) && a.learning_rate >= 0,
-                              where + ".adapter.learning_rate",
-                              "0 (learner.lr) or a finite number > 0", a.learning_rate));
+    PRL_RETURN_IF_ERROR(
+        Range(std::isfinite(a.learning_rate) && a.learning_rate >= 0 && a.learning_rate <= 1,
+              where + ".adapter.learning_rate", "0 (learner.lr) or in (0, 1]", a.learning_rate));
+    PRL_RETURN_IF_ERROR(
+        Range(a.target_modules.size() <= kMaxAdapterTargets, where + ".adapter.target_modules",
+              absl::StrCat("at most ", kMaxAdapterTargets, " names"), a.target_modules.size()));
+    for (size_t m = 0; m < a.target_modules.size(); ++m) {
+      PRL_RETURN_IF_ERROR(Range(IsAdapterTarget(a.target_modules[m]),
+                                absl::StrCat(where, ".adapter.target_modules[", m, "]"),
+                                absl::StrCat("one of ", absl::StrJoin(kAdapterTargets, ", ")),
+                                Quoted(a.target_modules[m].substr(0, 64))));
+    }
     const absl::Status task = ValidateRunConfig(c.ForTenant(t));
     if (!task.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, " ('", t.name, "'): ", task.message()));
@@ -448,6 +451,14 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             "learner.lora_rank",
                             "> 0 with coordinator.adapters (each new adapter's default rank; "
                             "learner.lora_init unset)",
+                            c.learner.lora_rank));
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters ||
+                                c.learner.lora_rank <= c.coordinator.max_adapter_rank,
+                            "learner.lora_rank",
+                            absl::StrCat("at most coordinator.max_adapter_rank (",
+                                         c.coordinator.max_adapter_rank,
+                                         ") with coordinator.adapters (each new adapter's "
+                                         "default rank)"),
                             c.learner.lora_rank));
   // Each adapter's channels are shared-memory segments on the learner's node for now
   // (roles/adapter_segments.h).

@@ -4,23 +4,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/field_error.h"
+#include "core/adapter_names.h"
 
 namespace prl::coordinator {
 
 namespace {
 
-constexpr size_t kMaxAdapterName = 64;
 
 }  // namespace
 
 absl::Status ValidateAdapterName(const std::string& name, const std::string& field) {
-  const auto allowed = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-  };
-  const bool ok = !name.empty() && name.size() <= kMaxAdapterName &&
-                  std::all_of(name.begin(), name.end(), allowed) && name[0] != '.' &&
-                  name[0] != '_' && name[0] != '-';
-  if (ok) return absl::OkStatus();
+  if (IsAdapterName(name)) return absl::OkStatus();
   return Invalid(field,
                  absl::StrCat("1 to ", kMaxAdapterName,
                               " characters of [a-z0-9._-] starting with a letter or digit"),

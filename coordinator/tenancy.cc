@@ -11,16 +11,12 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/field_error.h"
 #include "coordinator/ids.h"
+#include "core/adapter_names.h"
 #include "core/status_macros.h"
 
 namespace prl::coordinator {
 
 namespace {
-
-// PEFT's module names an adapter may target (model/lora.h), and its shorthand for all of them.
-constexpr const char* kTargets[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
-                                    "gate_proj", "up_proj", "down_proj", "all-linear"};
-constexpr int kMaxTargets = 8;
 
 // Whether a submission names its adapter alone (an existing one, or a new one with the run's
 // settings).
@@ -87,15 +83,15 @@ absl::Status Coordinator::ValidateAdapter(const prl::v1::SubmitPromptSetRequest&
     return Invalid("adapter.learning_rate", "0 (learner.lr) or in (0, 1]",
                    absl::StrCat(a.learning_rate()));
   }
-  if (a.target_modules_size() > kMaxTargets) {
-    return Invalid("adapter.target_modules", absl::StrCat("at most ", kMaxTargets, " names"),
+  if (a.target_modules_size() > kMaxAdapterTargets) {
+    return Invalid("adapter.target_modules", absl::StrCat("at most ", kMaxAdapterTargets, " names"),
                    absl::StrCat(a.target_modules_size()));
   }
   for (int i = 0; i < a.target_modules_size(); ++i) {
     const std::string& t = a.target_modules(i);
-    if (std::find(std::begin(kTargets), std::end(kTargets), t) == std::end(kTargets)) {
+    if (!IsAdapterTarget(t)) {
       return Invalid(absl::StrCat("adapter.target_modules[", i, "]"),
-                     absl::StrCat("one of ", absl::StrJoin(kTargets, ", ")),
+                     absl::StrCat("one of ", absl::StrJoin(kAdapterTargets, ", ")),
                      absl::StrCat("'", t.substr(0, 64), "'"));
     }
   }

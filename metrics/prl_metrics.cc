@@ -488,25 +488,28 @@ AdapterLearnerMetrics::AdapterLearnerMetrics(Registry& registry)
                                   "A run of adapters: groups in the adapter's replay segment or "
                                   "taken for a step, by adapter.")) {}
 
-AdapterLearnerMetrics::Adapter AdapterLearnerMetrics::Of(absl::string_view adapter) {
+void AdapterLearnerMetrics::Update(absl::string_view adapter,
+                                   const std::function<void(const Adapter&)>& update) {
   std::lock_guard<std::mutex> lock(mu_);
+  update(OfLocked(adapter));
+}
+
+AdapterLearnerMetrics::Adapter AdapterLearnerMetrics::OfLocked(absl::string_view adapter) {
   adapters_.insert(std::string(adapter));
   const std::map<std::string, std::string> labels = {{"adapter", std::string(adapter)}};
-  return {steps_.Add(labels),     samples_.Add(labels),      tokens_.Add(labels),
-          version_.Add(labels),   reward_mean_.Add(labels),  loss_.Add(labels),
-          lag_mean_.Add(labels),  step_seconds_.Add(labels), groups_waiting_.Add(labels)};
+  return {steps_.Add(labels),    samples_.Add(labels),      tokens_.Add(labels),
+          version_.Add(labels),  reward_mean_.Add(labels),  loss_.Add(labels),
+          lag_mean_.Add(labels), step_seconds_.Add(labels), groups_waiting_.Add(labels)};
 }
 
 void AdapterLearnerMetrics::Keep(const std::set<std::string>& live) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> gone;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& name : adapters_) {
-      if (live.count(name) == 0) gone.push_back(name);
-    }
+  for (const std::string& name : adapters_) {
+    if (live.count(name) == 0) gone.push_back(name);
   }
   for (const std::string& name : gone) {
-    const Adapter a = Of(name);
+    const Adapter a = OfLocked(name);
     steps_.Remove(&a.steps);
     samples_.Remove(&a.samples);
     tokens_.Remove(&a.tokens);
@@ -516,7 +519,6 @@ void AdapterLearnerMetrics::Keep(const std::set<std::string>& live) {
     lag_mean_.Remove(&a.lag_mean_versions);
     step_seconds_.Remove(&a.step_seconds);
     groups_waiting_.Remove(&a.groups_waiting);
-    std::lock_guard<std::mutex> lock(mu_);
     adapters_.erase(name);
   }
 }

@@ -25,6 +25,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -393,7 +394,9 @@ struct LearnerMetrics {
 // loss, mean lag and wall time (prl_adapter_learner_reward_mean, _loss, _lag_mean_versions,
 // _step_seconds), and its groups waiting in its replay segment or taken for a step
 // (prl_adapter_learner_groups_waiting{adapter}). A deleted adapter's series are dropped (Keep).
-// Thread-safe (prometheus-cpp's families): each trainer updates its own adapter's series.
+// Thread-safe: each trainer updates its own adapter's series through Update, under the lock Keep
+// takes, so that a trainer still stepping after its adapter was dropped never touches a freed
+// series (its update makes them again; the next Keep drops them).
 class AdapterLearnerMetrics {
  public:
   explicit AdapterLearnerMetrics(prometheus::Registry& registry);
@@ -408,11 +411,14 @@ class AdapterLearnerMetrics {
     prometheus::Gauge& step_seconds;
     prometheus::Gauge& groups_waiting;
   };
-  Adapter Of(absl::string_view adapter);
-  // Drops the series of the adapters Of made that are not in `live`.
+  // Runs `update` on the adapter's series (made on first use).
+  void Update(absl::string_view adapter, const std::function<void(const Adapter&)>& update);
+  // Drops the series of the adapters that are not in `live`.
   void Keep(const std::set<std::string>& live);
 
  private:
+  Adapter OfLocked(absl::string_view adapter);  // under mu_
+
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Counter>& tokens_;
@@ -423,7 +429,7 @@ class AdapterLearnerMetrics {
   prometheus::Family<prometheus::Gauge>& step_seconds_;
   prometheus::Family<prometheus::Gauge>& groups_waiting_;
   std::mutex mu_;
-  std::set<std::string> adapters_;  // names Of made series for
+  std::set<std::string> adapters_;  // names with series
 };
 
 }  // namespace prl::metrics

@@ -10,9 +10,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -78,7 +79,11 @@ class AdapterTrainer {
     p.set_groups_consumed(consumed_.load());
     const ReplayStats rs = replay_->Stats();  // the backlog: waiting, and taken for a step
     p.set_groups_waiting(rs.groups_ready + rs.groups_leased + service_->groups_in_step());
-    if (metrics_.has_value()) metrics_->groups_waiting.Set(static_cast<double>(p.groups_waiting()));
+    if (metrics_ != nullptr) {
+      metrics_->Update(name_, [&](const metrics::AdapterLearnerMetrics::Adapter& m) {
+        m.groups_waiting.Set(static_cast<double>(p.groups_waiting()));
+      });
+    }
     return p;
   }
   // The service's end: nullopt while it runs.
@@ -113,7 +118,7 @@ class AdapterTrainer {
   std::optional<absl::Status> ended_;
   std::vector<std::string> retired_;  // prompt sets retired, for the ledger
   std::FILE* report_file_ = nullptr;  // learner.report_file's of this adapter, or null
-  std::optional<metrics::AdapterLearnerMetrics::Adapter> metrics_;  // its series, if exported
+  metrics::AdapterLearnerMetrics* metrics_ = nullptr;  // its series' owner; null: not exported
   std::thread thread_;
 };
 
@@ -124,7 +129,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->id_ = adapter.adapter_id();
   t->name_ = adapter.spec().name();
-  if (metrics != nullptr) t->metrics_.emplace(metrics->Of(t->name_));
+  t->metrics_ = metrics;
   const LoraConfig lora = LoraConfigOf(adapter.spec());
   PRL_RETURN_IF_ERROR(ValidateLoraConfig(lora, model));
   // The model: this adapter on the node's frozen base (no copy of the base).
@@ -171,15 +176,18 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   options.on_started = [raw](int64_t version, int64_t consumed) {
     raw->version_ = version;
     raw->consumed_ = consumed;
-    if (raw->metrics_.has_value()) raw->metrics_->version.Set(static_cast<double>(version));
+    if (raw->metrics_ != nullptr) {
+      raw->metrics_->Update(raw->name_, [&](const metrics::AdapterLearnerMetrics::Adapter& m) {
+        m.version.Set(static_cast<double>(version));
+      });
+    }
   };
   if (!c.learner.report_file.empty()) {
     const std::string path = AdapterReportFile(c, t->name_);
     t->report_file_ = std::fopen(path.c_str(), "a");
     if (t->report_file_ == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("learner.report_file: cannot append to '", path, "' (adapter ", t->name_,
-                       "'s reports)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "learner.report_file: cannot append to '", path, "' (adapter ", t->name_, "'s reports)"));
     }
   }
   t->service_ = std::make_unique<learner::LearnerService>(
@@ -207,15 +215,17 @@ void AdapterTrainer::Run() {
       std::fprintf(report_file_, "%s\n", learner::StepReportToJson(r).c_str());
       std::fflush(report_file_);
     }
-    if (metrics_.has_value()) {
-      metrics_->steps.Increment();
-      metrics_->samples.Increment(static_cast<double>(r.samples));
-      metrics_->tokens.Increment(static_cast<double>(r.trained_tokens));
-      metrics_->version.Set(static_cast<double>(r.version));
-      metrics_->reward_mean.Set(r.mean_reward);
-      metrics_->loss.Set(r.loss);
-      metrics_->lag_mean_versions.Set(r.lag_mean);
-      metrics_->step_seconds.Set(r.step_seconds);
+    if (metrics_ != nullptr) {
+      metrics_->Update(name_, [&](const metrics::AdapterLearnerMetrics::Adapter& m) {
+        m.steps.Increment();
+        m.samples.Increment(static_cast<double>(r.samples));
+        m.tokens.Increment(static_cast<double>(r.trained_tokens));
+        m.version.Set(static_cast<double>(r.version));
+        m.reward_mean.Set(r.mean_reward);
+        m.loss.Set(r.loss);
+        m.lag_mean_versions.Set(r.lag_mean);
+        m.step_seconds.Set(r.step_seconds);
+      });
     }
   });
   std::lock_guard<std::mutex> lock(mu_);
@@ -254,8 +264,9 @@ class AdapterFleet {
   // One round: report, then follow the reply (new adapters get trainers, deleted ones are
   // removed). A trainer that fails to start or stops with an error is made again later.
   // Trainers are made and removed off this thread (mapping a replay segment, creating a model
-  // or stopping a step in progress can take seconds): the others' reports go on meanwhile.
-  absl::Status Round() {
+  // or stopping a step in progress can take seconds): the others' reports go on meanwhile. True
+  // when the coordinator took the report.
+  absl::StatusOr<bool> Round() {
     CollectStarted();
     std::erase_if(removing_, [](std::future<void>& f) {
       return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -279,7 +290,7 @@ class AdapterFleet {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::LearnerProgressResponse reply;
     if (!coordinator_->ReportLearnerProgress(&ctx, request, &reply).ok()) {
-      return absl::OkStatus();  // the coordinator restarts: the next round reports again
+      return false;  // the coordinator restarts: the next round reports again
     }
     seen_ = reply;
     const std::vector<std::string> retired(reply.retired_prompt_sets().begin(),
@@ -314,13 +325,16 @@ class AdapterFleet {
       if (auto f = failed_.find(id); f != failed_.end() && absl::Now() < f->second) continue;
       // With one learner rank the trainers' collectives are local copies (StepTurns), so a
       // trainer may be made while the others step.
-      starting_.emplace(id, Starting{adapter->spec().name(),
-                                     std::async(std::launch::async, [this, a = *adapter] {
-                                       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_,
-                                                                    coordinator_.get(), metrics_);
-                                     })});
+      try {
+        starting_.emplace(id, Starting{adapter->spec().name(),
+                                       std::async(std::launch::async, [this, a = *adapter] {
+                                         return StartTrainer(a);
+                                       })});
+      } catch (const std::system_error& e) {  // no thread to start it on: again later
+        Failed(id, adapter->spec().name(), absl::ResourceExhaustedError(e.what()));
+      }
     }
-    return absl::OkStatus();
+    return true;
   }
 
  private:
@@ -344,12 +358,28 @@ class AdapterFleet {
     }
   }
 
-  // A deleted adapter's trainer stops and its segments go, off the reporting thread.
+  // AdapterTrainer::Start on a thread of its own: what it throws (a thread it cannot start)
+  // becomes the adapter's error.
+  absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
+    try {
+      return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
+    }
+  }
+
+  // A deleted adapter's trainer stops and its segments go, off the reporting thread (or on it,
+  // when no thread can be started).
   void RemoveLater(const std::string& id, std::unique_ptr<AdapterTrainer> trainer) {
     std::printf("learner: adapter %s (%s) was deleted: its trainer stops, its segments go\n",
                 trainer->name().c_str(), id.c_str());
     std::fflush(stdout);
-    removing_.push_back(std::async(std::launch::async, [t = std::move(trainer)] { t->Remove(); }));
+    std::shared_ptr<AdapterTrainer> shared = std::move(trainer);
+    try {
+      removing_.push_back(std::async(std::launch::async, [shared] { shared->Remove(); }));
+    } catch (const std::system_error&) {
+      shared->Remove();
+    }
   }
 
   // Says why an adapter's trainer stopped and when it is made again.
@@ -423,8 +453,10 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
   std::vector<std::string> tenants;
   for (const config::TenantSection& t : c.tenants) tenants.push_back(t.name);
   while (!stop) {
-    PRL_RETURN_IF_ERROR(fleet.Round());
-    if (!tenants.empty() && fleet.Finished(tenants)) {
+    // Finished before the round: its report then holds every tenant's last version.
+    const bool finished = !tenants.empty() && fleet.Finished(tenants);
+    PRL_ASSIGN_OR_RETURN(const bool reported, fleet.Round());
+    if (finished && reported) {
       std::printf("learner: every tenant's adapter took its %lld steps\n",
                   static_cast<long long>(c.learner.steps));
       std::fflush(stdout);

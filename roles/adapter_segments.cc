@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <string_view>
 #include <memory>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -24,9 +24,8 @@ std::string AdapterReplaySegment(const config::RunConfig& config, const std::str
 void RemoveAdapterSegments(const config::RunConfig& config, const std::set<std::string>& keep) {
   const auto is_adapter_id = [](std::string_view id) {  // "ad-" and 12 hex digits
     if (id.size() != 15 || !id.starts_with("ad-")) return false;
-    return std::all_of(id.begin() + 3, id.end(), [](char c) {
-      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-    });
+    return std::all_of(id.begin() + 3, id.end(),
+                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
   };
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {

@@ -42,7 +42,7 @@ struct Supervised {
 // What the run trains: its one model, or one tenant's adapter (config.tenants), each with its
 // task, the feeder and evaluation of its prompt sets, its steps' report and its outcome.
 struct Track {
-  std::string tenant;  // empty: the run's one model
+  std::string tenant;        // empty: the run's one model
   config::RunConfig config;  // the run's, or the tenant's (RunConfig::ForTenant)
   std::optional<prl::v1::AdapterSpec> adapter;
   std::unique_ptr<TaskSource> task;
@@ -181,7 +181,8 @@ class Run {
 
   // Each track's task; tenants share the base model, so their tasks' text must be the same.
   absl::Status OpenTasks(const std::string& start, int64_t vocab_size) {
-    for (const auto& t : tracks_) {
+    for (size_t i = 0; i < tracks_.size(); ++i) {
+      const auto& t = tracks_[i];
       absl::StatusOr<std::unique_ptr<TaskSource>> task = OpenTask(t->config, start, vocab_size);
       if (!task.ok()) return Named(*t, task.status());
       t->task = *std::move(task);
@@ -190,8 +191,8 @@ class Run {
       const TaskSource& first = *tracks_.front()->task;
       if (t->task->text().Describe() != first.text().Describe()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "tenants.", t->tenant, ".task: its text is ", t->task->text().Describe(), " but tenant ",
-            tracks_.front()->tenant, "'s is ", first.text().Describe(),
+            "tenants[", i, "] ('", t->tenant, "').task: its text is ", t->task->text().Describe(),
+            " but tenants[0] ('", tracks_.front()->tenant, "')'s is ", first.text().Describe(),
             ": tenants train adapters of one base model, so their tasks share its tokenizer"));
       }
       std::printf("%s%stask: %s, text: %s\n", t->tenant.c_str(), t->tenant.empty() ? "" : ": ",
@@ -288,8 +289,8 @@ class Run {
     if (!evaluated.ok()) return Named(t, evaluated.status());
     const EvalResult& r = *evaluated;
     std::printf("%s%s%s: %.3f greedy accuracy on %lld held-out prompts (%.1f s)", t.tenant.c_str(),
-                t.tenant.empty() ? "" : ": ", what, r.accuracy,
-                static_cast<long long>(r.problems), r.seconds);
+                t.tenant.empty() ? "" : ": ", what, r.accuracy, static_cast<long long>(r.problems),
+                r.seconds);
     if (!agent.address().empty()) {
       std::printf("; the agent at %s: %.3f of two or more calls, %.2f calls on average",
                   agent.address().c_str(), r.multi_turn_rate, r.turns_mean);
@@ -380,7 +381,11 @@ class Run {
       if (Interrupted()) return absl::CancelledError("interrupted");
       if (absl::Now() >= next_feed) {
         for (const auto& t : tracks_) {
-          PRL_RETURN_IF_ERROR(Named(*t, t->feeder->Feed()));
+          // A tenant whose adapter took its steps gets no more prompts (the others train on).
+          const std::vector<learner::StepReport>& steps = t->report->steps();
+          if (steps.empty() || steps.back().step < c_.learner.steps) {
+            PRL_RETURN_IF_ERROR(Named(*t, t->feeder->Feed()));
+          }
           PRL_RETURN_IF_ERROR(Named(*t, t->eval->Poll()));
         }
         next_feed = absl::Now() + absl::Milliseconds(100);
@@ -438,15 +443,15 @@ class Run {
                                 "--out", t.outcome.model_final});
     }
     const std::string out = t.tenant.empty() ? dir_ : absl::StrCat(dir_, "/tenants/", t.tenant);
-    const std::string checkpoints = t.tenant.empty()
-                                        ? c_.checkpoint_dir()
-                                        : absl::StrCat(c_.checkpoint_dir(), "/adapters/", t.adapter_id);
+    const std::string checkpoints =
+        t.tenant.empty() ? c_.checkpoint_dir()
+                         : absl::StrCat(c_.checkpoint_dir(), "/adapters/", t.adapter_id);
     const std::string log = t.tenant.empty() ? "" : "-" + t.tenant;
     t.adapter_final = out + "/adapter-final";
     t.outcome.model_final = out + "/model-final";
-    PRL_RETURN_IF_ERROR(RunTool("export" + log, {o_.prl_path, "export", "--adapter",
-                                                 "--checkpoint-dir", checkpoints, "--out",
-                                                 t.adapter_final}));
+    PRL_RETURN_IF_ERROR(
+        RunTool("export" + log, {o_.prl_path, "export", "--adapter", "--checkpoint-dir",
+                                 checkpoints, "--out", t.adapter_final}));
     return RunTool("merge" + log, {o_.prl_path, "adapter", "merge", "--model", rl_start,
                                    "--adapter", t.adapter_final, "--out", t.outcome.model_final});
   }

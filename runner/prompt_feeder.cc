@@ -24,8 +24,8 @@ absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
   // One series in the per-set metrics (per tenant).
   const std::string tenant = adapter_.has_value() ? adapter_->name() : "";
   request.set_name(absl::StrCat(c.run.name, tenant.empty() ? "" : " ", tenant, " train"));
-  request.set_idempotency_key(absl::StrCat("prl-run/", c.run.name, tenant.empty() ? "" : "/",
-                                           tenant, "/chunk/", chunks_));
+  request.set_idempotency_key(
+      absl::StrCat("prl-run/", c.run.name, tenant.empty() ? "" : "/", tenant, "/chunk/", chunks_));
   if (adapter_.has_value()) *request.mutable_adapter() = *adapter_;
   request.set_samples_per_prompt(c.task.samples_per_prompt);
   v1::RolloutSampling* sampling = request.mutable_sampling();

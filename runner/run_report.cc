@@ -27,11 +27,12 @@ absl::Status RunReport::ReadSteps(int64_t in_flight) {
     completion_tokens_ += step->completion_tokens;
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
     std::printf(
-        "%s%sstep %3lld/%lld | version %3lld | reward %.3f | lag mean %.2f max %.0f | %6.0f tok/s | "
+        "%s%sstep %3lld/%lld | version %3lld | reward %.3f | lag mean %.2f max %.0f | %6.0f tok/s "
+        "| "
         "%4lld samples in flight | %.0f s\n",
         label_.c_str(), label_.empty() ? "" : ": ", static_cast<long long>(step->step),
-        static_cast<long long>(config_.learner.steps),
-        static_cast<long long>(step->version), step->mean_reward, step->lag_mean, step->lag_max,
+        static_cast<long long>(config_.learner.steps), static_cast<long long>(step->version),
+        step->mean_reward, step->lag_mean, step->lag_max,
         elapsed > 0 ? static_cast<double>(completion_tokens_) / elapsed : 0.0,
         static_cast<long long>(in_flight * config_.task.samples_per_prompt), elapsed);
     std::fflush(stdout);
@@ -136,8 +137,8 @@ absl::StatusOr<std::string> RunReport::WriteSummary(const Outcome& o) const {
       "done: %lld steps, %lld samples in %.0f s (%.0f tok/s), lag mean %.2f max %.0f; "
       "held-out accuracy %.3f -> %.3f\n",
       static_cast<long long>(j["steps"].get<int64_t>()), static_cast<long long>(samples), seconds,
-      j["tokens_per_second"].get<double>(), j["mean_lag"].get<double>(),
-      j["max_lag"].get<double>(), o.eval_before, o.eval_after);
+      j["tokens_per_second"].get<double>(), j["mean_lag"].get<double>(), j["max_lag"].get<double>(),
+      o.eval_before, o.eval_after);
   return path;
 }
 
@@ -180,12 +181,12 @@ absl::StatusOr<std::string> WriteTenantsSummary(const config::RunConfig& run,
   const std::string path = run.run_dir() + "/summary.json";
   PRL_RETURN_IF_ERROR(WriteJson(j, path));
   for (const Json& t : list) {
-    std::printf("done: tenant %s, %lld steps, %lld samples, lag mean %.2f; held-out accuracy "
-                "%.3f -> %.3f\n",
-                t["name"].get<std::string>().c_str(),
-                static_cast<long long>(t["steps"].get<int64_t>()),
-                static_cast<long long>(t["samples"].get<int64_t>()), t["mean_lag"].get<double>(),
-                t["eval_before"].get<double>(), t["eval_after"].get<double>());
+    std::printf(
+        "done: tenant %s, %lld steps, %lld samples, lag mean %.2f; held-out accuracy "
+        "%.3f -> %.3f\n",
+        t["name"].get<std::string>().c_str(), static_cast<long long>(t["steps"].get<int64_t>()),
+        static_cast<long long>(t["samples"].get<int64_t>()), t["mean_lag"].get<double>(),
+        t["eval_before"].get<double>(), t["eval_after"].get<double>());
   }
   std::printf("done: %zu tenants, %lld samples in %.0f s (%.1f samples/s)\n", list.size(),
               static_cast<long long>(samples), seconds, j["samples_per_second"].get<double>());

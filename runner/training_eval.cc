@@ -69,7 +69,8 @@ absl::Status TrainingEval::Poll() {
     if (r.version() <= last) continue;
     rounds_.push_back(r);
     std::printf(
-        "%s%seval at version %lld: mean reward %.4f, pass@%d %.4f (%lld prompts, weights %lld-%lld%s)\n",
+        "%s%seval at version %lld: mean reward %.4f, pass@%d %.4f (%lld prompts, weights "
+        "%lld-%lld%s)\n",
         adapter_.has_value() ? adapter_->name().c_str() : "", adapter_.has_value() ? ": " : "",
         static_cast<long long>(r.version()), r.mean_reward(), r.k(), r.pass_at_k(),
         static_cast<long long>(r.prompts()), static_cast<long long>(r.min_weight_version()),

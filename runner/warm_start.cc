@@ -70,9 +70,8 @@ absl::Status WriteSftExamples(const config::RunConfig& c, const std::vector<SftT
   const int64_t k = static_cast<int64_t>(tasks.size());
   std::vector<std::vector<SftExample>> each;
   for (int64_t i = 0; i < k; ++i) {
-    PRL_ASSIGN_OR_RETURN(each.emplace_back(),
-                         TaskExamples(tasks[i], n / k + (i < n % k ? 1 : 0), vocab_size,
-                                      max_sequence_tokens));
+    PRL_ASSIGN_OR_RETURN(each.emplace_back(), TaskExamples(tasks[i], n / k + (i < n % k ? 1 : 0),
+                                                           vocab_size, max_sequence_tokens));
   }
   std::vector<SftExample> examples;
   for (size_t row = 0; examples.size() < static_cast<size_t>(n); ++row) {
@@ -139,12 +138,11 @@ absl::StatusOr<WarmStartResult> WarmStart(const config::RunConfig& c,
   }
   const absl::Time start = absl::Now();
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(start_model));
-  PRL_RETURN_IF_ERROR(WriteSftExamples(c, tasks, model.vocab_size,
-                                       model.max_position_embeddings, dir + "/sft.jsonl"));
+  PRL_RETURN_IF_ERROR(WriteSftExamples(c, tasks, model.vocab_size, model.max_position_embeddings,
+                                       dir + "/sft.jsonl"));
   std::printf("warm-start: %lld supervised steps of %lld examples (lr %g)%s\n",
               static_cast<long long>(c.sft.steps), static_cast<long long>(c.sft.examples_per_step),
-              c.sft.lr,
-              tasks.size() > 1 ? ", every tenant's task alike" : "");
+              c.sft.lr, tasks.size() > 1 ? ", every tenant's task alike" : "");
   std::fflush(stdout);
   const std::string log = dir + "/logs/sft.log";
   PRL_ASSIGN_OR_RETURN(ChildProcess sft,

@@ -370,8 +370,7 @@ TEST(TenantsConfigTest, ATenantsErrorsNameItsIndexNameKeyAndValue) {
        "tenants[0] ('a'): task.max_digits: expected an integer, found \"2\""},
       {R"([{"name": "a", "adapter": {"rank": -1}}])",
        "tenants[0] ('a').adapter.rank: expected an integer >= 0"},
-      {R"([{"name": "a", "adapter": {"rnak": 4}}])",
-       "tenants[0] ('a').adapter.rnak: unknown key"},
+      {R"([{"name": "a", "adapter": {"rnak": 4}}])", "tenants[0] ('a').adapter.rnak: unknown key"},
       {R"([{"name": "a", "adapter": {"target_modules": "q_proj"}}])",
        "tenants[0] ('a').adapter.target_modules: expected a list of strings"},
       {R"([{"name": "A b"}])", "tenants[0].name: expected 1 to 64 characters of [a-z0-9._-]"},
@@ -380,6 +379,11 @@ TEST(TenantsConfigTest, ATenantsErrorsNameItsIndexNameKeyAndValue) {
        "tenants[0].adapter.rank: expected 0 (learner.lora_rank) to 256"},
       {R"([{"name": "a", "task": {"samples_per_prompt": 1}}])",
        "tenants[0] ('a'): task.samples_per_prompt: expected"},
+      // What the coordinator would refuse only after the warm-start is refused at once.
+      {R"([{"name": "a", "adapter": {"learning_rate": 2}}])",
+       "tenants[0].adapter.learning_rate: expected 0 (learner.lr) or in (0, 1], found 2"},
+      {R"([{"name": "a", "adapter": {"target_modules": ["q_proj", "lm_head"]}}])",
+       "tenants[0].adapter.target_modules[1]: expected one of q_proj, k_proj"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<RunConfig> parsed = ParseRunConfig(head + c.tenants + "}", "t.json");
@@ -388,9 +392,26 @@ TEST(TenantsConfigTest, ATenantsErrorsNameItsIndexNameKeyAndValue) {
   }
 }
 
-TEST(TenantsConfigTest, TenantsNeedARunOfAdapters) {
+// The run's bounds on adapters hold for its tenants: how many, and the default rank.
+TEST(TenantsConfigTest, TenantsStayWithinTheRunsAdapterBounds) {
   absl::StatusOr<RunConfig> c = ParseRunConfig(
-      R"({"learner": {"lora_rank": 8}, "tenants": [{"name": "a"}]})", "t.json");
+      R"({"coordinator": {"adapters": true, "max_adapters": 1}, "learner": {"lora_rank": 8},
+          "tenants": [{"name": "a"}, {"name": "b"}]})",
+      "t.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("tenants: expected at most coordinator.max_adapters (1) tenants, found 2"));
+  c = ParseRunConfig(R"({"coordinator": {"adapters": true, "max_adapter_rank": 4},
+                         "learner": {"lora_rank": 8}})",
+                     "t.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("learner.lora_rank: expected at most coordinator.max_adapter_rank (4)"));
+}
+
+TEST(TenantsConfigTest, TenantsNeedARunOfAdapters) {
+  absl::StatusOr<RunConfig> c =
+      ParseRunConfig(R"({"learner": {"lora_rank": 8}, "tenants": [{"name": "a"}]})", "t.json");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(),
               HasSubstr("coordinator.adapters: expected true with tenants (each tenant trains its "

@@ -122,17 +122,18 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   adapter.prompt_sets_running.Set(2);
   coordinator.AdapterOf("deleted").version.Set(1);
   coordinator.KeepAdapters({"team-a-math"});  // "deleted"'s series are gone
-  const AdapterLearnerMetrics::Adapter trainer = adapter_learner.Of("team-a-math");
-  trainer.steps.Increment(9);
-  trainer.samples.Increment(576);
-  trainer.tokens.Increment(4000);
-  trainer.version.Set(9);
-  trainer.reward_mean.Set(0.625);
-  trainer.loss.Set(-0.5);
-  trainer.lag_mean_versions.Set(1.25);
-  trainer.step_seconds.Set(0.03);
-  trainer.groups_waiting.Set(5);
-  adapter_learner.Of("deleted").steps.Increment(1);
+  adapter_learner.Update("team-a-math", [](const AdapterLearnerMetrics::Adapter& trainer) {
+    trainer.steps.Increment(9);
+    trainer.samples.Increment(576);
+    trainer.tokens.Increment(4000);
+    trainer.version.Set(9);
+    trainer.reward_mean.Set(0.625);
+    trainer.loss.Set(-0.5);
+    trainer.lag_mean_versions.Set(1.25);
+    trainer.step_seconds.Set(0.03);
+    trainer.groups_waiting.Set(5);
+  });
+  adapter_learner.Update("deleted", [](const auto& trainer) { trainer.steps.Increment(1); });
   adapter_learner.Keep({"team-a-math"});
 
   actor.tokens_generated.Increment(123456);

@@ -4,6 +4,8 @@
 // adapter's sets train that adapter alone: its versions advance and its checkpoints are
 // written under its own directory; deleting an adapter stops its trainer and removes its
 // segments while the other adapter trains on.
+#include "roles/adapter_learner.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,7 +22,6 @@
 #include "model/parameters.h"
 #include "replay/replay_buffer.h"
 #include "roles/actor_role.h"
-#include "roles/adapter_learner.h"
 #include "roles/adapter_segments.h"
 #include "roles/replay_role.h"
 #include "weight_broadcast/shm_transport.h"
@@ -201,7 +202,8 @@ TEST_F(AdapterLearnerTest, AStartingLearnerRemovesTheSegmentsOfAdaptersDeletedWh
   Start();
   ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 1; }));
   EXPECT_FALSE(fs::exists(fs::path("/dev/shm") / leaked));
-  EXPECT_TRUE(fs::exists(fs::path("/dev/shm") / AdapterReplaySegment(c_, Adapter("math").adapter_id())));
+  EXPECT_TRUE(
+      fs::exists(fs::path("/dev/shm") / AdapterReplaySegment(c_, Adapter("math").adapter_id())));
 }
 
 // prl run's tenants: the learner ends by itself once every tenant's adapter has taken its
