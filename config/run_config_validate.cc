@@ -467,6 +467,11 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             "shm with coordinator.adapters (each adapter's versions travel in a "
                             "segment of its own on the learner's node)",
                             EnumName(kWeightTransportNames, c.broadcast.transport)));
+  // One learner rank trains every adapter for now (roles/adapter_learner.h).
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1,
+                            "learner.world_size",
+                            "1 with coordinator.adapters (one rank trains every adapter for now)",
+                            c.learner.world_size));
   PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.replay.address.empty(), "replay.address",
                             "empty with coordinator.adapters (each adapter's groups go to a "
                             "segment of its own on the learner's node)",

@@ -418,12 +418,6 @@ class AdapterFleet {
 absl::Status RunAdapterLearner(const config::RunConfig& c,
                                const collective::RendezvousConfig& rendezvous,
                                const std::atomic<bool>& stop) {
-  if (c.learner.world_size != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "learner.world_size: a run of adapters (coordinator.adapters) trains on one rank for "
-        "now, found ",
-        c.learner.world_size));
-  }
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
   std::optional<ParameterSet> full;  // the base, read once (then mapped: learner/frozen_base.h)

@@ -154,6 +154,9 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
            "replay": {"address": "127.0.0.1:7000"}})",
        "replay.address: expected empty with coordinator.adapters"},
+      {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2}})",
+       "learner.world_size: expected 1 with coordinator.adapters (one rank trains every adapter "
+       "for now), found 2"},
       {R"({"coordinator": {"max_adapter_rank": 0}})",
        "coordinator.max_adapter_rank: expected 1 to 1024, found 0"},
       {R"({"coordinator": {"tenants_file": "t.json"}})",

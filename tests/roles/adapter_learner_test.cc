@@ -24,6 +24,7 @@
 #include "roles/actor_role.h"
 #include "roles/adapter_segments.h"
 #include "roles/replay_role.h"
+#include "tests/actor/actor_testing.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -32,29 +33,13 @@ namespace {
 namespace v1 = prl::v1;
 namespace fs = std::filesystem;
 
-ModelConfig TinyModel() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen2;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 22;  // the run's default task's text (the character tokenizer)
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  return c;
-}
-
 class AdapterLearnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / absl::StrCat("prl-adapter-learner-", getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    auto weights = ParameterSet::Allocate(TinyModel(), Device::Cpu(), false);
+    auto weights = ParameterSet::Allocate(actor::TinyCharModel(), Device::Cpu(), false);
     ASSERT_TRUE(weights.ok());
     InitializeParameters(*weights, 3, 0.5f);
     ASSERT_TRUE(SaveModel((dir_ / "model").string(), *weights).ok());
