@@ -37,6 +37,8 @@ void ConvertDType(const Tensor& dst, const Tensor& src) {
 
 namespace {
 
+bool IsF32OrBf16(DType dt) { return dt == DType::kF32 || dt == DType::kBF16; }
+
 // The column blocks [dst_col, + width) of dst and [src_col, + width) of src: matrices of as
 // many rows, the blocks inside them.
 void CheckColumnBlocks(const char* op, const Tensor& dst, int64_t dst_col, const Tensor& src,
@@ -85,14 +87,17 @@ void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t s
   CheckColumnBlocks(op, dst, dst_col, src, src_col, width);
   const int64_t T = src.size(0), Wd = dst.size(1), Ws = src.size(1);
   const Device device = internal::CommonDevice(op, {&dst, &src});
-  PRL_CHECK(dst.dtype == src.dtype && (dst.dtype == DType::kF32 || device.is_cuda()), op, ": dst ",
-            DTypeName(dst.dtype), ", src ", DTypeName(src.dtype));
+  PRL_CHECK((dst.dtype == DType::kF32 && src.dtype == DType::kF32) ||
+                (device.is_cuda() && IsF32OrBf16(dst.dtype) && IsF32OrBf16(src.dtype)),
+            op, ": dst ", DTypeName(dst.dtype), ", src ", DTypeName(src.dtype));
   if (device.is_cuda()) {
 #if PRL_WITH_CUDA
-    const size_t element = DTypeSize(dst.dtype);
     return cuda::AddColumns(
-        device.index, dst.dtype, static_cast<char*>(dst.data) + dst_col * element, Wd,
-        static_cast<const char*>(src.data) + src_col * element, Ws, width, T, alpha, accumulate);
+        device.index, dst.dtype,
+        static_cast<char*>(dst.data) + dst_col * static_cast<int64_t>(DTypeSize(dst.dtype)), Wd,
+        src.dtype,
+        static_cast<const char*>(src.data) + src_col * static_cast<int64_t>(DTypeSize(src.dtype)),
+        Ws, width, T, alpha, accumulate);
 #endif
   }
   if (!device.is_cpu()) internal::NoBackend(op, device);
@@ -120,7 +125,8 @@ void AddColumnsAtRows(const Tensor& dst, const Tensor& rows, int64_t dst_col, co
             " rows of width ", width, " into columns [", dst_col, ", ", dst_col + width, ") of ",
             Wd);
   const Device device = internal::CommonDevice(op, {&dst, &rows, &src});
-  PRL_CHECK(dst.dtype == src.dtype && (dst.dtype == DType::kF32 || device.is_cuda()) &&
+  PRL_CHECK(((dst.dtype == DType::kF32 && src.dtype == DType::kF32) ||
+             (device.is_cuda() && IsF32OrBf16(dst.dtype) && IsF32OrBf16(src.dtype))) &&
                 rows.dtype == DType::kI32,
             op, ": dst ", DTypeName(dst.dtype), ", src ", DTypeName(src.dtype), ", rows ",
             DTypeName(rows.dtype));
@@ -130,7 +136,7 @@ void AddColumnsAtRows(const Tensor& dst, const Tensor& rows, int64_t dst_col, co
     return cuda::AddColumnsAtRows(
         device.index, dst.dtype,
         static_cast<char*>(dst.data) + dst_col * static_cast<int64_t>(DTypeSize(dst.dtype)), Wd,
-        rows.i32(), src.data, width, n, alpha);
+        rows.i32(), src.dtype, src.data, width, n, alpha);
 #endif
   }
   if (!device.is_cpu()) internal::NoBackend(op, device);

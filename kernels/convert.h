@@ -20,8 +20,9 @@ void CopyColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t 
 
 // dst[t, dst_col + j] = (accumulate ? dst[t, dst_col + j] : 0) + alpha * src[t, src_col + j]
 // for t < T, j < width (a LoRA adapter's output added into its columns of a fused projection,
-// model/lora.h). dst and src of one dtype: F32 on the CPU, F32 or BF16 on CUDA (fp32
-// arithmetic, one rounding; kernels/cuda/lora_columns.cu, not yet run on a GPU).
+// model/lora.h). F32 on the CPU; on CUDA dst and src each F32 or BF16, of one dtype or not (an
+// F32 adapter's output into a BF16 activation): fp32 arithmetic, one rounding to dst's dtype
+// (kernels/cuda/lora_columns.cu, not yet run on a GPU).
 void AddColumns(const Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                 int64_t width, float alpha, bool accumulate);
 

@@ -130,9 +130,10 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
       }
     }
     if (ctx.lora == nullptr) return;
+    const Tensor xf = LoraInput(x, *ctx.lora_scratch);  // read as F32 once for the targets
     for (const LoraTarget t : targets) {
       if ((*ctx.lora)[t].defined()) {
-        LoraForward((*ctx.lora)[t], ctx.lora_scale, LoraSiteOf(t, c), x, out, *ctx.lora_scratch,
+        LoraForward((*ctx.lora)[t], ctx.lora_scale, LoraSiteOf(t, c), xf, out, *ctx.lora_scratch,
                     ctx.order);
       }
     }

@@ -171,6 +171,13 @@ absl::StatusOr<LoraSet> LoraSet::Allocate(const ModelConfig& model, const LoraCo
   return set;
 }
 
+absl::StatusOr<LoraSet> LoraSet::CopyTo(Device device) const {
+  PRL_ASSIGN_OR_RETURN(LoraSet copy, Allocate(model, lora, device, /*zeroed=*/false));
+  PRL_RETURN_IF_ERROR(
+      CopyBytes(copy.buffer.data(), device, buffer.data(), buffer.device(), buffer.bytes()));
+  return copy;
+}
+
 absl::Status ValidateLoraParams(const LoraParams& params, const ModelConfig& model, Device device) {
   if (static_cast<int64_t>(params.layers.size()) != model.num_hidden_layers) {
     return absl::InvalidArgumentError(absl::StrCat("LoRA adapter: ", params.layers.size(),

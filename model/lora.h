@@ -19,8 +19,9 @@
 // viewed per layer and module (LoraParams); the same layout holds an adapter's gradients.
 // The Transformer applies the adapters given in ModelParams::lora (model/transformer.h).
 //
-// Status: the CPU backend (forward and backward); on CUDA a Transformer with adapters is
-// refused until the GPU path is written and verified.
+// Status: the CPU backend (forward and backward); on CUDA (F32 or BF16 compute, the adapters
+// F32) written but not yet run on a GPU, so refused unless TransformerOptions::cuda_lora (the
+// learner) or EngineOptions::cuda_lora (the engine) turns it on.
 #pragma once
 
 #include <array>
@@ -121,6 +122,8 @@ struct LoraSet {
 
   static absl::StatusOr<LoraSet> Allocate(const ModelConfig& model, const LoraConfig& lora,
                                           Device device, bool zeroed);
+  // A copy of this set on `device` (an engine on CUDA takes the CPU sets it is given this way).
+  absl::StatusOr<LoraSet> CopyTo(Device device) const;
   float* data() const { return static_cast<float*>(buffer.data()); }
 };
 

@@ -19,9 +19,11 @@ Tensor Prefix(const Tensor& t, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& c, int64_t T, int64_t rank) {
+LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& c, int64_t T, int64_t rank,
+                            DType activations) {
   const int64_t widest = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
   LoraScratch s;
+  if (activations != DType::kF32) s.xf = arena.Take(DType::kF32, {T * widest});
   s.t = arena.Take(DType::kF32, {T, rank});
   s.dt = arena.Take(DType::kF32, {T, rank});
   s.u = arena.Take(DType::kF32, {T * widest});
@@ -30,11 +32,18 @@ LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& c, int64_t T, int64
   return s;
 }
 
+Tensor LoraInput(const Tensor& x, const LoraScratch& s) {
+  if (x.dtype == DType::kF32) return x;
+  const Tensor xf = Prefix(s.xf, x.size(0), x.size(1));
+  k::ConvertDType(xf, x);
+  return xf;
+}
+
 void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
                  const Tensor& out, const LoraScratch& s, k::ReductionOrder order) {
   const int64_t T = x.size(0);
   const Tensor u = Prefix(s.u, T, site.out);
-  k::MatmulForward(s.t, x, p.a, {}, false, order);  // (T, r)
+  k::MatmulForward(s.t, LoraInput(x, s), p.a, {}, false, order);  // (T, r)
   k::MatmulForward(u, s.t, p.b, {}, false, order);  // (T, out)
   k::AddColumns(out, site.out_col, u, 0, site.out, static_cast<float>(scale), /*accumulate=*/true);
 }
@@ -47,7 +56,13 @@ void LoraForwardRows(const LoraPair& p, double scale, const LoraSite& site, cons
   const Tensor xg = Prefix(s.xg, n, site.in);
   const Tensor t = Prefix(s.t.Reshape({s.t.numel()}), n, p.a.size(0));
   const Tensor u = Prefix(s.u, n, site.out);
-  k::EmbeddingForward(xg, x, rows);  // the row gather
+  if (x.dtype == DType::kF32) {
+    k::EmbeddingForward(xg, x, rows);  // the row gather
+  } else {  // gathered in x's dtype (into the forward's unused dx scratch), then read as F32
+    const Tensor xg_x(s.dx.data, x.dtype, s.dx.device, {n, site.in});
+    k::EmbeddingForward(xg_x, x, rows);
+    k::ConvertDType(xg, xg_x);
+  }
   k::MatmulForward(t, xg, p.a, {}, false, order);
   k::MatmulForward(u, t, p.b, {}, false, order);
   k::AddColumnsAtRows(out, rows, site.out_col, u, static_cast<float>(scale));
@@ -61,9 +76,10 @@ void LoraBackward(const LoraPair& p, const LoraPair& g, double scale, const Lora
   // y += scale * u, u = t B^T, t = x A^T.
   k::AddColumns(du, 0, dout, site.out_col, site.out, static_cast<float>(scale),
                 /*accumulate=*/false);
-  k::MatmulForward(s.t, x, p.a);  // as the forward computed it in the fast order
+  const Tensor xf = LoraInput(x, s);
+  k::MatmulForward(s.t, xf, p.a);                  // as the forward computed it in the fast order
   k::MatmulBackward(s.dt, g.b, {}, du, s.t, p.b);  // dt = du B; dB += du^T t
-  k::MatmulBackward(dxa, g.a, {}, s.dt, x, p.a);   // dx_a = dt A; dA += dt^T x
+  k::MatmulBackward(dxa, g.a, {}, s.dt, xf, p.a);  // dx_a = dt A; dA += dt^T x
   k::AddColumns(dx, 0, dxa, 0, site.in, 1.0f, /*accumulate=*/true);
 }
 

@@ -2,7 +2,12 @@
 // targeted projection's output gains scale * (x A^T) B^T in its columns of the fused output,
 // and the backward adds the adapter's share of the gradient at x and accumulates the gradients
 // of A and B. The base weights' gradients are the caller's (the adapters leave them unchanged).
-// CPU (F32) only for now (kernels::AddColumns).
+//
+// Dtypes: the adapters are F32 always (their weights and gradients). The activations x, out,
+// dout and dx are F32, or on CUDA BF16 (a BF16 model): x is read as F32 (converted exactly into
+// the scratch), the adapter's products run in F32 and its result is added into the BF16
+// output with one rounding (kernels::AddColumns). CUDA's paths are written, not yet run on a
+// GPU (TransformerOptions::cuda_lora, tests/model/cuda_lora_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -26,16 +31,24 @@ struct LoraRows {
 // One layer's adapter scratch for T tokens, shared by the layers (nothing is kept between the
 // forward and the backward: x A^T is recomputed).
 struct LoraScratch {
+  Tensor xf;  // (T * max in) F32: x as F32 (LoraInput); only with activations not F32
   Tensor t;   // (T, r) x A^T
   Tensor dt;  // (T, r)
   Tensor u;   // (T * max out) B (x A^T)^T, or the scaled gradient at it
   Tensor dx;  // (T * max in) the adapter's gradient at x
   Tensor xg;  // (T * max in) the rows of x of one adapter (LoraForwardRows)
 };
-LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& config, int64_t T, int64_t rank);
+// activations: the dtype of x and out (F32, or BF16 on CUDA).
+LoraScratch TakeLoraScratch(Arena& arena, const ModelConfig& config, int64_t T, int64_t rank,
+                            DType activations = DType::kF32);
 
-// out (T, W) columns [site.out_col, + site.out) += scale * (x (T, site.in) A^T) B^T, the
-// products in `order` (the batch-invariant order keeps a row's result whatever the batch).
+// x (T, in) as F32: x itself when it is F32, else converted into s.xf. The targets that share an
+// input (q, k, v; gate, up) convert it once and pass the result on.
+Tensor LoraInput(const Tensor& x, const LoraScratch& s);
+
+// out (T, W) columns [site.out_col, + site.out) += scale * (x (T, site.in) A^T) B^T (x read
+// through LoraInput), the products in `order` (the batch-invariant order keeps a row's result
+// whatever the batch).
 void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Tensor& x,
                  const Tensor& out, const LoraScratch& s,
                  kernels::ReductionOrder order = kernels::ReductionOrder::kFast);

@@ -40,10 +40,10 @@ struct TransformerOptions {
   // CUDA, fast order: the residual adds read by the projections' GEMMs (LayerContext::
   // residual_in_gemm) instead of a copy each. Off until verified on a GPU.
   bool residual_in_gemm = false;
-  // CUDA with LoRA adapters (ModelParams::lora; F32 compute): the adapters' column kernels
-  // (kernels/cuda/lora_columns.cu) and a frozen base's backward are written but have not run on
-  // a GPU; off (adapters on CUDA refused) until a GPU session passes cuda_transformer_test's
-  // LoRA cases.
+  // CUDA with LoRA adapters (ModelParams::lora, F32, beside F32 or BF16 compute; model/
+  // lora_layer.h): the adapters' column kernels (kernels/cuda/lora_columns.cu) and a frozen
+  // base's backward are written but have not run on a GPU; off (adapters on CUDA refused) until
+  // a GPU session passes cuda_lora_test (the learner turns it on with learner.cuda_lora).
   bool cuda_lora = false;
 };
 

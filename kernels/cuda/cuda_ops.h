@@ -46,10 +46,11 @@ void RmsNormBackward(int device, DType dt, void* dx, float* dw, const void* dy, 
 // LoRA (kernels/convert.h): dst[t, j] = (accumulate ? dst[t, j] : 0) + alpha src[t, j] for
 // t < T, j < width (dst, src pointing at their first column, leading dimensions in elements);
 // and dst[rows[i], j] += alpha src[i, j] (src (rows_n, width) contiguous, rows distinct).
-void AddColumns(int device, DType dt, void* dst, int64_t dst_ld, const void* src, int64_t src_ld,
-                int64_t width, int64_t T, float alpha, bool accumulate);
-void AddColumnsAtRows(int device, DType dt, void* dst, int64_t dst_ld, const int32_t* rows,
-                      const void* src, int64_t width, int64_t rows_n, float alpha);
+// dst and src each F32 or BF16.
+void AddColumns(int device, DType dst_dt, void* dst, int64_t dst_ld, DType src_dt, const void* src,
+                int64_t src_ld, int64_t width, int64_t T, float alpha, bool accumulate);
+void AddColumnsAtRows(int device, DType dst_dt, void* dst, int64_t dst_ld, const int32_t* rows,
+                      DType src_dt, const void* src, int64_t width, int64_t rows_n, float alpha);
 // T rows of row_bytes from src (pitch src_pitch bytes) to dst (pitch dst_pitch bytes).
 void CopyColumns(int device, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
                  int64_t row_bytes, int64_t T);

@@ -2,7 +2,8 @@
 // adapter's output added into its columns of a fused projection, for every row or for the
 // rows of one adapter's requests. One thread per element, fp32 arithmetic, one rounding to the
 // destination's dtype; each element is written by one thread (rows are distinct), so the
-// result does not depend on the launch.
+// result does not depend on the launch. The source's dtype may differ from the destination's
+// (an F32 adapter's output into a BF16 model's activation, a BF16 gradient read into F32).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -10,8 +11,8 @@ namespace prl::kernels::cuda {
 
 namespace {
 
-template <typename T>
-__global__ void AddColumnsKernel(T* dst, int64_t dst_ld, const T* src, int64_t src_ld,
+template <typename T, typename S>
+__global__ void AddColumnsKernel(T* dst, int64_t dst_ld, const S* src, int64_t src_ld,
                                  int64_t width, int64_t n, float alpha, bool accumulate) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -22,8 +23,8 @@ __global__ void AddColumnsKernel(T* dst, int64_t dst_ld, const T* src, int64_t s
   }
 }
 
-template <typename T>
-__global__ void AddColumnsAtRowsKernel(T* dst, int64_t dst_ld, const int32_t* rows, const T* src,
+template <typename T, typename S>
+__global__ void AddColumnsAtRowsKernel(T* dst, int64_t dst_ld, const int32_t* rows, const S* src,
                                        int64_t width, int64_t n, float alpha) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -35,29 +36,36 @@ __global__ void AddColumnsAtRowsKernel(T* dst, int64_t dst_ld, const int32_t* ro
 
 }  // namespace
 
-void AddColumns(int device, DType dt, void* dst, int64_t dst_ld, const void* src, int64_t src_ld,
-                int64_t width, int64_t T, float alpha, bool accumulate) {
+void AddColumns(int device, DType dst_dt, void* dst, int64_t dst_ld, DType src_dt, const void* src,
+                int64_t src_ld, int64_t width, int64_t T, float alpha, bool accumulate) {
   const int64_t n = T * width;
   if (n == 0) return;
   SetDevice(device);
-  DispatchDType(dt, [&](auto tag) {
-    using V = decltype(tag);
-    AddColumnsKernel<V><<<GridStrideBlocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
-        static_cast<V*>(dst), dst_ld, static_cast<const V*>(src), src_ld, width, n, alpha,
-        accumulate);
+  DispatchDType(dst_dt, [&](auto dst_tag) {
+    DispatchDType(src_dt, [&](auto src_tag) {
+      using V = decltype(dst_tag);
+      using S = decltype(src_tag);
+      AddColumnsKernel<V, S><<<GridStrideBlocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
+          static_cast<V*>(dst), dst_ld, static_cast<const S*>(src), src_ld, width, n, alpha,
+          accumulate);
+    });
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }
 
-void AddColumnsAtRows(int device, DType dt, void* dst, int64_t dst_ld, const int32_t* rows,
-                      const void* src, int64_t width, int64_t rows_n, float alpha) {
+void AddColumnsAtRows(int device, DType dst_dt, void* dst, int64_t dst_ld, const int32_t* rows,
+                      DType src_dt, const void* src, int64_t width, int64_t rows_n, float alpha) {
   const int64_t n = rows_n * width;
   if (n == 0) return;
   SetDevice(device);
-  DispatchDType(dt, [&](auto tag) {
-    using V = decltype(tag);
-    AddColumnsAtRowsKernel<V><<<GridStrideBlocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
-        static_cast<V*>(dst), dst_ld, rows, static_cast<const V*>(src), width, n, alpha);
+  DispatchDType(dst_dt, [&](auto dst_tag) {
+    DispatchDType(src_dt, [&](auto src_tag) {
+      using V = decltype(dst_tag);
+      using S = decltype(src_tag);
+      AddColumnsAtRowsKernel<V, S>
+          <<<GridStrideBlocks(n, 256, 4096), 256, 0, CurrentStream(device)>>>(
+              static_cast<V*>(dst), dst_ld, rows, static_cast<const S*>(src), width, n, alpha);
+    });
   });
   PRL_CUDA_CHECK(cudaGetLastError());
 }

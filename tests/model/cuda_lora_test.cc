@@ -8,10 +8,20 @@
 //   (the bounds of cuda_transformer_test.cc, for the same reasons); with a frozen base (grads
 //   for the adapter only: no base weight, norm, head or embedding gradient) the adapter's
 //   gradients equal the full backward's within 1e-6;
+// - an F32 source into a BF16 destination and a BF16 source into an F32 one (a BF16 model's
+//   activation gaining an F32 adapter's output; the backward reading a BF16 gradient): the
+//   CPU's result on the stored inputs, rounded once to the destination's dtype;
+// - the Transformer in BF16 compute on a frozen base with an F32 adapter (the LoRA learner's
+//   bf16 mode): log-probs within 2e-2 absolute of the CPU's fp32 model and the adapter's
+//   gradients within 5e-2 relative per tensor (cuda_transformer_test's bf16 bounds: weights of
+//   std 0.02);
 // - without the setting, adapters on CUDA are refused with an error naming it.
 // Skips without a GPU (scripts/gpu_check.sh runs it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,6 +77,43 @@ TEST(CudaLoraColumnsTest, AddColumnsAndAddColumnsAtRowsMatchTheCpu) {
     EXPECT_LE(RelativeError(gdst.Download(), want), dt == DType::kF32 ? 1e-6 : 8e-3);
   }
 }
+
+TEST(CudaLoraColumnsTest, MixedDtypesMatchTheCpuRoundedOnceToTheDestination) {
+  PRL_SKIP_WITHOUT_GPU();
+  const int64_t T = 37, Wd = 96, Ws = 40, width = 24, dst_col = 17, src_col = 9, n = 5;
+  const std::vector<int32_t> rows = {30, 2, 17, 0, 36};
+  for (const auto& [dst_dt, src_dt] :
+       {std::pair{DType::kBF16, DType::kF32}, std::pair{DType::kF32, DType::kBF16}}) {
+    SCOPED_TRACE(std::string(DTypeName(dst_dt)) + " <- " + std::string(DTypeName(src_dt)));
+    const double bound = dst_dt == DType::kF32 ? 1e-6 : 8e-3;
+    {
+      std::vector<float> dst = AsStored(Random(T * Wd, 5), dst_dt),
+                         src = AsStored(Random(T * Ws, 6), src_dt);
+      std::vector<float> want = dst;
+      kernels::AddColumns(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}), dst_col,
+                          Tensor(src.data(), DType::kF32, Device::Cpu(), {T, Ws}), src_col, width,
+                          0.75f, /*accumulate=*/true);
+      DeviceTensor gdst(dst_dt, {T, Wd}), gsrc(src_dt, {T, Ws});
+      gdst.Upload(dst);
+      gsrc.Upload(src);
+      kernels::AddColumns(gdst.t, dst_col, gsrc.t, src_col, width, 0.75f, /*accumulate=*/true);
+      EXPECT_LE(RelativeError(gdst.Download(), want), bound);
+    }
+    std::vector<float> dst = AsStored(Random(T * Wd, 7), dst_dt),
+                       src = AsStored(Random(n * width, 8), src_dt);
+    std::vector<float> want = dst;
+    std::vector<int32_t> host_rows = rows;
+    kernels::AddColumnsAtRows(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}),
+                              Tensor(host_rows.data(), DType::kI32, Device::Cpu(), {n}), dst_col,
+                              Tensor(src.data(), DType::kF32, Device::Cpu(), {n, width}), 1.5f);
+    DeviceTensor gdst(dst_dt, {T, Wd}), gsrc(src_dt, {n, width}), grows(DType::kI32, {n});
+    gdst.Upload(dst);
+    gsrc.Upload(src);
+    grows.Upload(rows);
+    kernels::AddColumnsAtRows(gdst.t, grows.t, dst_col, gsrc.t, 1.5f);
+    EXPECT_LE(RelativeError(gdst.Download(), want), bound);
+  }
+}
 #endif  // PRL_WITH_CUDA
 
 ModelConfig Qwen2Config() {
@@ -96,9 +143,10 @@ struct LoraModel {
   ParameterSet params;
   LoraSet adapter;
 };
-LoraModel MakeModel(const ModelConfig& c, Device device) {
+LoraModel MakeModel(const ModelConfig& c, Device device, float weight_std = 0.2f,
+                    float b_std = 0.1f) {
   ParameterSet cpu = *ParameterSet::Allocate(c, Device::Cpu(), false);
-  InitializeParameters(cpu, 7, 0.2f);
+  InitializeParameters(cpu, 7, weight_std);
   LoraConfig lora;
   lora.rank = 8;
   lora.alpha = 16;
@@ -106,7 +154,7 @@ LoraModel MakeModel(const ModelConfig& c, Device device) {
   LoraSet adapter = *LoraSet::Allocate(c, lora, Device::Cpu(), false);
   InitializeLora(adapter, 3);
   std::mt19937_64 rng(5);
-  std::normal_distribution<float> normal(0.0f, 0.1f);
+  std::normal_distribution<float> normal(0.0f, b_std);
   for (const LoraEntry& e : adapter.layout.entries()) {
     if (!e.is_a) {
       for (int64_t i = 0; i < e.numel; ++i) adapter.data()[e.offset + i] = normal(rng);
@@ -126,8 +174,8 @@ struct Result {
   std::vector<float> logprobs, base_grads, adapter_grads, frozen_adapter_grads;
 };
 
-Result RunWithAdapter(const ModelConfig& c, Device device) {
-  LoraModel m = MakeModel(c, device);
+// A batch of four sequences and a gradient at each scored token's log-prob.
+PackedBatch LoraBatch(const ModelConfig& c, std::vector<float>* dlogprobs) {
   PackedBatch batch;
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
@@ -136,10 +184,17 @@ Result RunWithAdapter(const ModelConfig& c, Device device) {
     for (auto& t : seq) t = tok(rng);
     batch.AddScored(seq, 1);
   }
-  std::vector<float> dlogprobs(batch.num_tokens());
+  dlogprobs->resize(batch.num_tokens());
   for (int64_t t = 0; t < batch.num_tokens(); ++t) {
-    dlogprobs[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
+    (*dlogprobs)[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f + 0.01f * (t % 7);
   }
+  return batch;
+}
+
+Result RunWithAdapter(const ModelConfig& c, Device device) {
+  LoraModel m = MakeModel(c, device);
+  std::vector<float> dlogprobs;
+  const PackedBatch batch = LoraBatch(c, &dlogprobs);
   TransformerOptions options;
   options.cuda_lora = true;
   Transformer model(c, device, options);
@@ -199,6 +254,66 @@ TEST(CudaLoraTransformerTest, LogprobsAndGradientsMatchTheCpuWithTheBaseTrainedO
     EXPECT_LE(RelativeError(slice(gpu.frozen_adapter_grads), slice(gpu.adapter_grads)), 1e-6)
         << e.name << ": a frozen base changes no adapter gradient";
   }
+}
+
+// A frozen base in `dtype` compute with its F32 adapter: the log-probs and the adapter's
+// gradients (weights of std 0.02, B of std 0.02).
+Result RunFrozen(const ModelConfig& c, Device device, DType dtype) {
+  LoraModel m = MakeModel(c, device, 0.02f, 0.02f);
+  std::vector<float> dlogprobs;
+  const PackedBatch batch = LoraBatch(c, &dlogprobs);
+  TransformerOptions options;
+  options.cuda_lora = true;
+  options.compute_dtype = dtype;
+  Transformer model(c, device, options);
+  std::optional<ComputeParams> compute;
+  if (dtype != DType::kF32) compute = *ToComputeDType(m.params, dtype);
+  ModelParams weights = compute.has_value() ? compute->params : m.params.params;
+  weights.lora = &m.adapter.params;
+  LoraSet adapter_grads = *LoraSet::Allocate(c, m.adapter.lora, device, true);
+  ModelParams frozen;
+  frozen.lora = &adapter_grads.params;
+  Result r;
+  r.logprobs.resize(batch.num_tokens());
+  absl::Status s = model.Forward(weights, batch, 0.8f, absl::MakeSpan(r.logprobs), true);
+  EXPECT_TRUE(s.ok()) << s;
+  s = model.Backward(weights, dlogprobs, frozen);
+  EXPECT_TRUE(s.ok()) << s;
+  r.adapter_grads = Host(adapter_grads.data(), device, adapter_grads.layout.num_elements());
+  return r;
+}
+
+TEST(CudaLoraTransformerTest, Bf16LogprobsAndAdapterGradientsOfAFrozenBaseMatchTheCpu) {
+  if (!KernelBackendAvailable(DeviceType::kCuda)) {
+    GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
+  }
+  const ModelConfig c = Qwen2Config();
+  const Result cpu = RunFrozen(c, Device::Cpu(), DType::kF32);
+  const Result gpu = RunFrozen(c, Device::Cuda(0), DType::kBF16);
+  ASSERT_EQ(gpu.logprobs.size(), cpu.logprobs.size());
+  double max_abs = 0;
+  for (size_t t = 0; t < cpu.logprobs.size(); ++t) {
+    max_abs = std::max(max_abs, std::fabs(double{gpu.logprobs[t]} - cpu.logprobs[t]));
+  }
+  RecordProperty("lora_bf16_logprob_max_abs", std::to_string(max_abs));
+  EXPECT_LE(max_abs, 2e-2);
+  const LoraLayout lora = *LoraLayout::Make(c, [] {
+    LoraConfig l;
+    l.rank = 8;
+    l.alpha = 16;
+    l.target_modules = {"all-linear"};
+    return l;
+  }());
+  double worst = 0;
+  for (const LoraEntry& e : lora.entries()) {
+    auto slice = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel);
+    };
+    const double error = RelativeError(slice(gpu.adapter_grads), slice(cpu.adapter_grads));
+    worst = std::max(worst, error);
+    EXPECT_LE(error, 5e-2) << e.name;
+  }
+  RecordProperty("lora_bf16_worst_adapter_grad", std::to_string(worst));
 }
 
 TEST(CudaLoraTransformerTest, WithoutTheSettingAdaptersOnCudaAreRefused) {
