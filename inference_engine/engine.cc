@@ -253,13 +253,19 @@ absl::Status Engine::Step() {
   return StepOnStream();
 }
 
-absl::Status Engine::CheckAdapter(const LoraSet& adapter) const {
-  if (!options_.device.is_cpu()) {
+absl::StatusOr<std::shared_ptr<const LoraSet>> Engine::AdmitAdapter(
+    std::shared_ptr<const LoraSet> adapter) const {
+  if (!options_.device.is_cpu() && !options_.cuda_lora) {
     return absl::UnimplementedError(
         absl::StrCat("engine on ", options_.device.ToString(),
-                     ": LoRA adapters run on the CPU backend only for now (model/lora.h)"));
+                     ": LoRA adapters run on the CPU backend only for now (model/lora.h; "
+                     "EngineOptions::cuda_lora: written, not yet verified on a GPU)"));
   }
-  return ValidateLoraParams(adapter.params, config_, options_.device);
+  const Device held = adapter->buffer.device();
+  PRL_RETURN_IF_ERROR(ValidateLoraParams(adapter->params, config_, held));
+  if (held == options_.device) return adapter;
+  PRL_ASSIGN_OR_RETURN(LoraSet copy, adapter->CopyTo(options_.device));
+  return std::make_shared<const LoraSet>(std::move(copy));
 }
 
 absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter,
@@ -267,7 +273,7 @@ absl::Status Engine::AddAdapter(const std::string& name, std::shared_ptr<const L
   if (name.empty() || adapter == nullptr) {
     return absl::InvalidArgumentError("AddAdapter: a name and an adapter are needed");
   }
-  PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
+  PRL_ASSIGN_OR_RETURN(adapter, AdmitAdapter(std::move(adapter)));
   if (adapter_slots_.empty()) adapter_slots_.resize(std::max(options_.max_adapters, 0));
   AdapterSlot* slot = nullptr;
   for (AdapterSlot& s : adapter_slots_) {
@@ -334,7 +340,9 @@ void Engine::EraseRequest(uint64_t request_id) {
 }
 
 absl::Status Engine::SetAdapter(std::shared_ptr<const LoraSet> adapter) {
-  if (adapter != nullptr) PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
+  if (adapter != nullptr) {
+    PRL_ASSIGN_OR_RETURN(adapter, AdmitAdapter(std::move(adapter)));
+  }
   weights_->SetAdapter(std::move(adapter));
   blocks_.ClearPrefixCache();  // cached K/V belong to the model without (or with another) adapter
   return absl::OkStatus();
@@ -344,7 +352,7 @@ absl::Status Engine::SwapAdapter(std::shared_ptr<const LoraSet> adapter, int64_t
   if (adapter == nullptr) {
     return absl::InvalidArgumentError("SwapAdapter: expected an adapter, found none");
   }
-  PRL_RETURN_IF_ERROR(CheckAdapter(*adapter));
+  PRL_ASSIGN_OR_RETURN(adapter, AdmitAdapter(std::move(adapter)));
   weights_->StageAdapter(std::move(adapter), version);
   return absl::OkStatus();
 }

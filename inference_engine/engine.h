@@ -90,6 +90,11 @@ struct EngineOptions {
   // tuned_kernels (the engine tests pin the kernels of before); the actors' config turns it on
   // (actors.norm_in_gemm).
   bool norm_in_gemm = false;
+  // CUDA: LoRA adapters (AddAdapter, SetAdapter, SwapAdapter) copied to the GPU and run in the
+  // steps that name them (F32 adapters beside F32 or BF16 weights; model/lora_layer.h). Written,
+  // not yet run on a GPU: off (adapters refused on CUDA, Unimplemented) until a GPU session
+  // passes cuda_lora_test's engine cases.
+  bool cuda_lora = false;
 };
 
 absl::Status ValidateEngineOptions(const EngineOptions& options);
@@ -172,16 +177,17 @@ class Engine {
   // adapter: the name of a LoRA adapter added with AddAdapter, or empty (SetAdapter's, if any).
   absl::StatusOr<uint64_t> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params,
                                       const std::string& adapter = {});
-  // LoRA adapters by name (model/lora.h, CPU sets for this model), for the requests that name
+  // LoRA adapters by name (model/lora.h, sets for this model on any device: an engine on CUDA
+  // keeps its own copy on the GPU, EngineOptions::cuda_lora), for the requests that name
   // one; a step runs the requests of several adapters together, each adapter's products on its
   // rows. At most EngineOptions::max_adapters are held: adding a new name when every slot is
   // taken evicts the least recently used adapter that no request in flight uses
   // (ResourceExhausted if each is in use). Adding a name again replaces its weights from the
   // next step on (its requests in flight go on with them, as across a weight swap; no other
-  // request is touched). The prefix cache keeps each adapter's K/V apart. CPU engines only for
-  // now (Unimplemented on CUDA). `version` >= 0: the adapter's own version (a run of adapters,
-  // docs/tenants.md), recorded as the token version of every token its requests sample;
-  // -1: their tokens carry the weights' version.
+  // request is touched). The prefix cache keeps each adapter's K/V apart. On CUDA only with
+  // EngineOptions::cuda_lora (Unimplemented otherwise). `version` >= 0: the adapter's own version
+  // (a run of adapters, docs/tenants.md), recorded as the token version of every token its requests
+  // sample; -1: their tokens carry the weights' version.
   absl::Status AddAdapter(const std::string& name, std::shared_ptr<const LoraSet> adapter,
                           int64_t version = -1);
   // NotFound if unknown; FailedPrecondition while a request in flight names it.
@@ -271,8 +277,10 @@ class Engine {
   std::vector<AdapterSlot> adapter_slots_;
   int64_t adapter_clock_ = 0;
   uint64_t next_adapter_salt_ = 1;
-  // Checks an adapter against this engine (CPU, this model).
-  absl::Status CheckAdapter(const LoraSet& adapter) const;
+  // Checks an adapter against this engine (this model; CUDA with cuda_lora) and returns it on
+  // the engine's device (a copy when it is elsewhere).
+  absl::StatusOr<std::shared_ptr<const LoraSet>> AdmitAdapter(
+      std::shared_ptr<const LoraSet> adapter) const;
   // Removes a request, releasing its adapter slot.
   void EraseRequest(uint64_t request_id);
   struct DeviceState;  // CUDA: the engine's stream

@@ -89,7 +89,7 @@ ModelRunner::HostStep ModelRunner::BuildHostStep(const SchedulerOutput& step,
 }
 
 absl::Status ModelRunner::Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
-                                 StepTensors* t, int64_t lora_rank) {
+                                 StepTensors* t, int64_t lora_rank, bool adapter_rows) {
   const ModelConfig& c = config_;
   const DType dt = options_.dtype;
   const int64_t meta_len = 3 * T + (B + 1) + B + R;
@@ -105,7 +105,8 @@ absl::Status ModelRunner::Layout(Arena& arena, int64_t T, int64_t B, int64_t R, 
     t->lnf_rstd = a.Take(DType::kF32, {R});
     t->head_in = a.Take(dt, {R, c.hidden_size});
     t->logits = a.Take(DType::kF32, {R, c.vocab_size});
-    if (lora_rank > 0) t->lora = TakeLoraScratch(a, c, T, lora_rank);
+    if (lora_rank > 0) t->lora = TakeLoraScratch(a, c, T, lora_rank, dt);
+    if (adapter_rows) t->adapter_rows = a.Take(DType::kI32, {T});
   }));
   t->T = T;
   t->B = B;
@@ -155,10 +156,10 @@ void ModelRunner::Forward(const ModelParams& params, const StepTensors& t, bool 
     const Tensor& next = l + 1 < c.num_hidden_layers ? t.slot[(l + 1) % 2].input : t.final_input;
     if (params.lora != nullptr) ctx.lora = &params.lora->layers[l];
     for (size_t i = 0; i < step_adapters_.size(); ++i) {  // several adapters: each on its rows
-      AdapterRows& r = step_adapters_[i];
-      layer_rows[i] = {&r.adapter->layers[l], r.adapter->scale,
-                       Tensor(r.rows.data(), DType::kI32, Device::Cpu(),
-                              {static_cast<int64_t>(r.rows.size())})};
+      const AdapterRows& r = step_adapters_[i];
+      layer_rows[i] = {
+          &r.adapter->layers[l], r.adapter->scale,
+          t.adapter_rows.Rows(r.offset, r.offset + static_cast<int64_t>(r.rows.size()))};
     }
     ctx.lora_rows = layer_rows;
     DecoderLayerForward(ctx, params.layers[l], a, next, [&](const LayerActivations& act) {
@@ -308,9 +309,6 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
       run = &one;
       lora_rank = one.lora != nullptr ? one.lora->rank : 0;
     } else {
-      if (!options_.device.is_cpu()) {
-        return absl::UnimplementedError("LoRA adapters run on the CPU backend only for now");
-      }
       int32_t row = 0;
       lora_rank = 0;
       for (size_t c = 0; c < step.chunks.size(); ++c) {
@@ -342,8 +340,19 @@ absl::Status ModelRunner::Execute(const ModelParams& params, const SchedulerOutp
   }
   const HostStep host = BuildHostStep(step, 0);
   StepTensors t;
-  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t, lora_rank));
+  PRL_RETURN_IF_ERROR(Layout(arena_, host.T, host.B, host.R, host.used_width, &t, lora_rank,
+                             /*adapter_rows=*/!step_adapters_.empty()));
   PRL_RETURN_IF_ERROR(Upload(host, t));
+  if (!step_adapters_.empty()) {  // every adapter's rows, one after another
+    std::vector<int32_t> rows;
+    for (AdapterRows& r : step_adapters_) {
+      r.offset = static_cast<int64_t>(rows.size());
+      rows.insert(rows.end(), r.rows.begin(), r.rows.end());
+    }
+    PRL_RETURN_IF_ERROR(
+        transfer_.ToDevice(t.adapter_rows.Rows(0, static_cast<int64_t>(rows.size())), rows.data(),
+                           rows.size() * sizeof(int32_t)));
+  }
   Forward(*run, t, /*single_token_rows=*/false);
   ++graph_stats_.eager_steps;
   *logits = t.logits;

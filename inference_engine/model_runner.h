@@ -81,7 +81,7 @@ class ModelRunner {
   // logits of the last row of every chunk with samples = true, in chunk order (valid until the
   // next Execute). chunk_adapters: empty (params.lora, if any, for every row), or one LoRA
   // adapter (model/lora.h; null: none) per chunk of the step, each applied to its chunks' rows
-  // (CPU; the step runs eagerly).
+  // (the step runs eagerly; the engine admits adapters on CUDA with EngineOptions::cuda_lora).
   absl::Status Execute(const ModelParams& params, const SchedulerOutput& step, Tensor* logits,
                        absl::Span<const LoraParams* const> chunk_adapters = {});
 
@@ -119,6 +119,7 @@ class ModelRunner {
     LayerActivations slot[2];
     Tensor final_input, gathered, lnf_rstd, head_in, logits;
     LoraScratch lora;  // with a LoRA adapter (ModelParams::lora)
+    Tensor adapter_rows;  // (T) I32, several adapters: each adapter's rows, one after another
   };
   // The step's metadata on the host, padded to `pad_to` single-token sequences if larger.
   struct HostStep {
@@ -132,9 +133,9 @@ class ModelRunner {
   };
 
   HostStep BuildHostStep(const SchedulerOutput& step, int64_t pad_to) const;
-  // lora_rank: the adapter's rank (0: none).
+  // lora_rank: the adapter's rank (0: none); adapter_rows: room for several adapters' rows.
   absl::Status Layout(Arena& arena, int64_t T, int64_t B, int64_t R, int64_t width,
-                      StepTensors* out, int64_t lora_rank = 0);
+                      StepTensors* out, int64_t lora_rank = 0, bool adapter_rows = false);
   absl::Status Upload(const HostStep& host, const StepTensors& t);
   // single_token_rows: every sequence of the step decodes one token (a graph decode step).
   void Forward(const ModelParams& params, const StepTensors& t, bool single_token_rows);
@@ -165,6 +166,7 @@ class ModelRunner {
   struct AdapterRows {
     const LoraParams* adapter;
     std::vector<int32_t> rows;
+    int64_t offset = 0;  // of its rows in StepTensors::adapter_rows
   };
   std::vector<AdapterRows> step_adapters_;  // (T, K) one MoE layer's routes, copied to the host
 };
