@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -10,8 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
+#include "kernels/convert.h"
 #include "weight_broadcast/weight_transport.h"
 
 namespace prl::learner {
@@ -106,6 +109,55 @@ absl::StatusOr<std::unique_ptr<FrozenBase>> FrozenBase::Share(const std::string&
 
 ModelParams FrozenBase::Bind() const {
   return layout_.Bind(const_cast<float*>(data()), Device::Cpu());
+}
+
+absl::StatusOr<ModelParams> FrozenBase::BindOn(Device device, DType dtype) const {
+  if (device.is_cpu()) {
+    if (dtype != DType::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("frozen base on the CPU: expected F32, found ", DTypeName(dtype)));
+    }
+    return Bind();
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frozen base on ", device.ToString(), ": expected F32 or BF16, found ", DTypeName(dtype)));
+  }
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  for (const DeviceCopy& c : device_copies_) {
+    if (c.device == device && c.dtype == dtype) return layout_.Bind(c.buffer.data(), dtype, device);
+  }
+  const int64_t n = num_elements();
+  PRL_ASSIGN_OR_RETURN(Buffer buffer,
+                       Buffer::Allocate(device, static_cast<size_t>(n) * DTypeSize(dtype)));
+  if (dtype == DType::kF32) {
+    PRL_RETURN_IF_ERROR(CopyBytes(buffer.data(), device, data(), Device::Cpu(),
+                                  static_cast<size_t>(n) * sizeof(float)));
+  } else {  // through an F32 staging buffer, a piece at a time (each copy waits for the
+            // conversion before it on this thread's stream; freeing the staging waits too)
+    const int64_t piece = std::min<int64_t>(n, int64_t{16} << 20);
+    PRL_ASSIGN_OR_RETURN(Buffer staging,
+                         Buffer::Allocate(device, static_cast<size_t>(piece) * sizeof(float)));
+    for (int64_t begin = 0; begin < n; begin += piece) {
+      const int64_t m = std::min(piece, n - begin);
+      PRL_RETURN_IF_ERROR(cuda::MemcpyOnCurrentStream(device.index, staging.data(), data() + begin,
+                                                      static_cast<size_t>(m) * sizeof(float)));
+      kernels::ConvertDType(
+          Tensor(static_cast<char*>(buffer.data()) + begin * static_cast<int64_t>(DTypeSize(dtype)),
+                 dtype, device, {m}),
+          Tensor(staging.data(), DType::kF32, device, {m}));
+    }
+    PRL_RETURN_IF_ERROR(cuda::SynchronizeCurrentStream(device.index));  // the copy is whole
+  }
+  device_copies_.push_back({device, dtype, std::move(buffer)});
+  return layout_.Bind(device_copies_.back().buffer.data(), dtype, device);
+}
+
+int64_t FrozenBase::device_bytes() const {
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  int64_t bytes = 0;
+  for (const DeviceCopy& c : device_copies_) bytes += static_cast<int64_t>(c.buffer.bytes());
+  return bytes;
 }
 
 }  // namespace prl::learner

@@ -12,10 +12,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "collective/communicator.h"
+#include "core/buffer.h"
 #include "core/mapped_file.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -45,6 +48,13 @@ class FrozenBase {
   int64_t num_elements() const { return layout_.num_elements(); }
   // Views of the mapped weights (read-only memory behind non-const pointers: never write).
   ModelParams Bind() const;
+  // Views of the base on `device` in `dtype`: the mapping's (Bind) on the CPU; on CUDA a copy
+  // in `dtype` (F32 or BF16), uploaded at the first call and shared by the later ones, so that
+  // a run of adapters' trainers hold one copy on the GPU, not one each. Thread-safe. The
+  // CUDA path is written, not yet run on a GPU (learner.cuda_lora).
+  absl::StatusOr<ModelParams> BindOn(Device device, DType dtype) const;
+  // Bytes of the copies BindOn made on GPUs.
+  int64_t device_bytes() const;
   int64_t bytes() const { return static_cast<int64_t>(file_.size()); }
 
  private:
@@ -54,6 +64,13 @@ class FrozenBase {
   ModelConfig config_;
   ParameterLayout layout_;
   MappedFile file_;
+  struct DeviceCopy {
+    Device device;
+    DType dtype;
+    Buffer buffer;
+  };
+  mutable std::mutex device_mutex_;
+  mutable std::vector<DeviceCopy> device_copies_;  // guarded by device_mutex_
 };
 
 // The file name of `config`'s frozen base in `dir` (its fingerprint in the name, so that two

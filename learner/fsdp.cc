@@ -48,12 +48,13 @@ absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::Create(const ModelConfig& 
                      DTypeName(compute), " on ", comm->device().ToString()));
   }
   if (options.lora.has_value()) {
-    if (options.frozen_base == nullptr || compute != DType::kF32 || !comm->device().is_cpu()) {
+    const bool device_ok = comm->device().is_cpu() || options.transformer.cuda_lora;
+    if (options.frozen_base == nullptr || !device_ok) {
       return absl::InvalidArgumentError(
-          absl::StrCat("fsdp with LoRA: expected a frozen base, f32 compute on the CPU; found ",
-                       options.frozen_base == nullptr ? "no frozen base" : "a frozen base", ", ",
-                       DTypeName(compute), " on ", comm->device().ToString(),
-                       " (LoRA on CUDA waits for a GPU session to verify its kernels)"));
+          absl::StrCat("fsdp with LoRA: expected a frozen base, on the CPU (or CUDA with "
+                       "TransformerOptions::cuda_lora, written, not yet verified on a GPU); found ",
+                       options.frozen_base == nullptr ? "no frozen base" : "a frozen base", " on ",
+                       comm->device().ToString()));
     }
     PRL_RETURN_IF_ERROR(ValidateLoraConfig(*options.lora, config));
     if (ModelFingerprint(options.frozen_base->config()) != ModelFingerprint(config)) {
@@ -440,6 +441,7 @@ FsdpMemory FsdpModel::memory() const {
   m.full_model_bytes = layout_.num_elements() * static_cast<int64_t>(sizeof(float));
   if (options_.frozen_base != nullptr && lora()) {
     m.frozen_base_bytes = options_.frozen_base->bytes();
+    m.frozen_base_device_bytes = options_.frozen_base->device_bytes();
   }
   return m;
 }

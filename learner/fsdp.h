@@ -92,6 +92,7 @@ struct FsdpMemory {
   int64_t compute_copy_bytes = 0;  // the BF16 copies the passes read (mixed precision)
   int64_t full_model_bytes = 0;   // one fp32 copy of the whole model, for comparison
   int64_t frozen_base_bytes = 0;  // LoRA mode: the mapped base (shared by the node's ranks)
+  int64_t frozen_base_device_bytes = 0;  // LoRA on CUDA: its copy on the GPU (one per process)
 };
 
 class FsdpModel : public UnitHooks {

@@ -27,7 +27,9 @@ absl::Status FsdpModel::InitLora() {
   const int64_t own = std::clamp<int64_t>(n - r * unit.shard, 0, unit.shard);
   if (own > 0) decay_runs_.push_back({0, own});
 
-  params_ = options_.frozen_base->Bind();
+  // The base's views: the node's mapping on the CPU; on CUDA the process's one copy on the GPU.
+  PRL_ASSIGN_OR_RETURN(params_,
+                       options_.frozen_base->BindOn(device_, options_.transformer.compute_dtype));
   params_.lora = &lora_params_;
   grads_ = ModelParams{};  // no layers: the base is frozen (model/transformer.h)
   grads_.lora = &lora_grads_;

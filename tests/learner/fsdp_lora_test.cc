@@ -8,7 +8,7 @@
 // - the base file is written once (mode 0600), mapped by every rank, and gone once all have
 //   mapped it; a file of the wrong size is an error naming both sizes; the default directory is
 //   this user's alone (0700), and one others may write is refused; two learners of one model
-//   on a node each map their own base;
+//   on a node each map their own base; BindOn on the CPU is the mapping (no copy);
 // - LoRA without a frozen base, or with a base of another model, is refused with an error.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -208,6 +208,24 @@ TEST(FrozenBaseTest, OneFileIsWrittenMappedByEveryRankAndRemovedOnceMapped) {
     ASSERT_EQ(base->num_elements(), f.base.layout.num_elements());
     EXPECT_TRUE(std::equal(base->data(), base->data() + base->num_elements(), f.base.data()));
   }
+}
+
+// BindOn on the CPU is the mapping itself (no copy); BF16 is a CUDA mode, refused naming it.
+TEST(FrozenBaseTest, BindOnTheCpuViewsTheMappingAndRefusesBf16) {
+  const Fixture f;
+  ScratchDir dir("frozen_base_bind");
+  const std::string path = FrozenBasePath(dir.path(), f.config);
+  ASSERT_TRUE(FrozenBase::Write(path, f.base).ok());
+  absl::StatusOr<std::unique_ptr<FrozenBase>> base = FrozenBase::Map(path, f.config);
+  ASSERT_TRUE(base.ok()) << base.status();
+  absl::StatusOr<ModelParams> on_cpu = (*base)->BindOn(Device::Cpu(), DType::kF32);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_EQ(on_cpu->embed.data, (*base)->Bind().embed.data);
+  EXPECT_EQ((*base)->device_bytes(), 0);
+  const absl::StatusOr<ModelParams> bf16 = (*base)->BindOn(Device::Cpu(), DType::kBF16);
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bf16.status().message().find("expected F32, found BF16"), std::string::npos)
+      << bf16.status();
 }
 
 TEST(FrozenBaseTest, TwoLearnersOfOneModelOnANodeEachMapTheirOwnBase) {
