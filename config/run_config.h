@@ -232,6 +232,10 @@ struct ActorsSection {
   // CUDA, with tuned_kernels: the RMSNorms fused into the projections of single-row decode steps
   // (EngineOptions::norm_in_gemm). Verified on an H200: 1.15x decode at batch 1.
   bool norm_in_gemm = true;
+  // CUDA: LoRA adapters in the engine (EngineOptions::cuda_lora): a LoRA learner's versions and
+  // a run of adapters' adapters on a GPU actor. Written, not yet run on a GPU: off (a CUDA actor
+  // with adapters is refused, naming this key) until a GPU session passes cuda_lora_test.
+  bool cuda_lora = false;
   int32_t max_prompts_in_flight = 8;
   // Agentic episodes (docs/environments.md): environment calls one actor makes to one
   // environment (address) at once; a hung environment blocks only its own.
@@ -300,6 +304,10 @@ struct LearnerSection {
   std::string lora_targets = "q_proj,k_proj,v_proj,o_proj";
   std::string lora_init;
   bool lora() const { return lora_rank > 0 || !lora_init.empty(); }
+  // CUDA: a LoRA learner on the GPU (TransformerOptions::cuda_lora: the frozen base on the GPU in
+  // learner.dtype, the adapter in F32). Written, not yet run on a GPU: off (LoRA with
+  // learner.device = cuda is refused, naming this key) until a GPU session passes cuda_lora_test.
+  bool cuda_lora = false;
   int64_t checkpoint_every = 100;
   int keep_checkpoints = 2;
   std::string checkpoint_dir;  // empty: <run dir>/checkpoints

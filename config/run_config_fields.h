@@ -171,6 +171,8 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
     "CUDA: the tuned decode kernels (GEMM search, flash decoding, split sampler)");
   v("actors", "norm_in_gemm", c.actors.norm_in_gemm,
     "CUDA, with tuned_kernels: RMSNorms fused into single-row decode projections");
+  v("actors", "cuda_lora", c.actors.cuda_lora,
+    "CUDA: LoRA adapters in the engine (written, not yet verified on a GPU)");
   v("actors", "max_prompts_in_flight", c.actors.max_prompts_in_flight,
     "Prompts leased and generating at once, per actor");
   v("actors", "env_calls_per_address", c.actors.env_calls_per_address,
@@ -237,6 +239,8 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
     "all-linear");
   v("learner", "lora_init", l.lora_init,
     "LoRA: a PEFT adapter directory to start from (its config sets rank, alpha, targets)");
+  v("learner", "cuda_lora", l.cuda_lora,
+    "CUDA: a LoRA learner on the GPU (written, not yet verified on a GPU)");
   v("learner", "batch_invariant", l.batch_invariant,
     "Forward in the batch-invariant order (with actors.batch_invariant: the actors' bits)");
   v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");

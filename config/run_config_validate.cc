@@ -296,9 +296,10 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
                             l.lora_rank));
   PRL_RETURN_IF_ERROR(Range(l.lora_alpha > 0 && std::isfinite(l.lora_alpha), "learner.lora_alpha",
                             "a number > 0", l.lora_alpha));
-  PRL_RETURN_IF_ERROR(Range(!l.lora() || l.device == DeviceType::kCpu, "learner.device",
-                            "cpu with LoRA (learner.lora_rank or lora_init; LoRA on CUDA waits for "
-                            "a GPU session to verify its kernels)",
+  PRL_RETURN_IF_ERROR(Range(!l.lora() || l.device == DeviceType::kCpu || l.cuda_lora,
+                            "learner.device",
+                            "cpu with LoRA (learner.lora_rank or lora_init), or cuda with "
+                            "learner.cuda_lora (written, not yet verified on a GPU)",
                             std::string(EnumName(kDeviceTypeNames, l.device))));
   PRL_RETURN_IF_ERROR(Range(l.clip_low > 0 && l.clip_low <= 1, "learner.clip_low",
                             "a number in (0, 1]", l.clip_low));
@@ -445,6 +446,14 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                                          ": an actor's engine runs a prompt's samples together)"),
                             c.task.samples_per_prompt));
   PRL_RETURN_IF_ERROR(ValidateLearner(c.learner));
+  // The actors run adapters with a LoRA learner and in a run of adapters.
+  PRL_RETURN_IF_ERROR(Range(
+      !(c.learner.lora() || c.coordinator.adapters) || c.actors.device == DeviceType::kCpu ||
+          c.actors.cuda_lora,
+      "actors.device",
+      "cpu with LoRA adapters (learner.lora_rank, lora_init or coordinator.adapters), or cuda "
+      "with actors.cuda_lora (written, not yet verified on a GPU)",
+      std::string(EnumName(kDeviceTypeNames, c.actors.device))));
   // A run of adapters makes each adapter from learner.lora_* (a rank, not a starting adapter).
   PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters ||
                                 (c.learner.lora_rank > 0 && c.learner.lora_init.empty()),

@@ -31,6 +31,7 @@ absl::StatusOr<EngineOptions> ActorEngineOptions(const config::ActorsSection& a)
   o.double_buffered_weights = a.double_buffered_weights;
   o.tuned_kernels = a.tuned_kernels;
   o.norm_in_gemm = a.norm_in_gemm;
+  o.cuda_lora = a.cuda_lora;
   o.kv_cache_bytes = a.kv_cache_mb << 20;
   if (o.device.is_cuda()) {
     PRL_ASSIGN_OR_RETURN(const cuda::DeviceMemory memory, cuda::MemoryInfo(o.device.index));

@@ -181,6 +181,7 @@ learner::FsdpOptions FsdpOptionsFrom(const config::LearnerSection& l,
                                      const LearnerRankOptions& options) {
   learner::FsdpOptions fsdp;
   fsdp.transformer.compute_dtype = l.dtype;
+  fsdp.transformer.cuda_lora = l.cuda_lora;
   if (l.batch_invariant) {
     fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
   }

@@ -34,7 +34,7 @@ cd "$(dirname "$0")/.." || exit 1
 BUNDLE=${1:-build-gpu/bundle}
 OUT_DIR=${OUT:-/tmp/prl-gpu-check}
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-tests score learner engine roles moe bench swaps e2e}
+PARTS=${PARTS:-tests score learner engine roles moe lora bench swaps e2e}
 mkdir -p "$OUT_DIR"
 if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE.tar.gz" ]; then
   tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz" || exit 1
@@ -604,6 +604,52 @@ PY
   cat "$work/bench_model_moe.txt"
 }
 
+# LoRA on the GPU (learner.cuda_lora, actors.cuda_lora; written, not yet run on a GPU): `prl
+# run` training an adapter of rank 8 on the frozen base with the learner and the actors on CUDA
+# (bf16; each version an adapter the actors copy to the GPU), 100 steps required; then two
+# tenants (a run of adapters, docs/tenants.md) on one base, 60 steps each. Their test binaries
+# (cuda_lora_test, cuda_lora_learner_test, cuda_engine_lora_test) are in part tests.
+run_lora() {
+  echo "== prl run: a LoRA adapter, then two tenants, with the learner and the actors on CUDA"
+  local work="$OUT_DIR/lora"
+  mkdir -p "$work"
+  local cuda=(--set learner.device=cuda --set actors.device=cuda --set learner.dtype=bf16
+    --set actors.dtype=bf16 --set learner.cuda_lora=true --set actors.cuda_lora=true
+    --set coordinator.listen=127.0.0.1:0 --set broadcast.listen=127.0.0.1:0
+    --set learner.lora_rank=8 --set learner.lora_targets=all-linear --set learner.lr=1e-3
+    --set sft.steps=300 --set task.eval_prompts=100)
+  "$PRL" run --run-dir "$work/adapter" --set run.name=gpu-lora "${cuda[@]}" \
+    --set learner.steps=100 >"$work/adapter.log" 2>&1 ||
+    { tail -20 "$work/adapter.log"; status=1; }
+  python3 - "$work/adapter/summary.json" <<'PY' || status=1
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("prl run, LoRA on CUDA: %d steps, %.0f samples/s, lag mean %.2f, held-out %.3f -> %.3f" % (
+    s["steps"], s["samples_per_second"], s["mean_lag"], s["eval_before"], s["eval_after"]))
+sys.exit(0 if s["steps"] == 100 else 1)
+PY
+  python3 - "$work/tenants.json" <<'PY'
+import json, sys
+json.dump({"coordinator": {"adapters": True},
+           "tenants": [{"name": "add", "task": {"operations": "+"}},
+                       {"name": "sub", "task": {"operations": "-"}, "adapter": {"rank": 4}}]},
+          open(sys.argv[1], "w"))
+PY
+  "$PRL" run --config "$work/tenants.json" --run-dir "$work/tenants" --set run.name=gpu-tenants \
+    "${cuda[@]}" --set learner.steps=60 >"$work/tenants.log" 2>&1 ||
+    { tail -20 "$work/tenants.log"; status=1; }
+  python3 - "$work/tenants/summary.json" <<'PY' || status=1
+import json, sys
+s = json.load(open(sys.argv[1]))
+ok = True
+for t in s["tenants"]:
+    print("prl run, tenant %s on CUDA: %d steps, held-out %.3f -> %.3f" % (
+        t["name"], t["steps"], t["eval_before"], t["eval_after"]))
+    ok = ok and t["steps"] == 60
+sys.exit(0 if ok and len(s["tenants"]) == 2 else 1)
+PY
+}
+
 # --- weight swaps and the pipeline against sync mode ---------------------------------------
 # Publish-to-swapped latency and the stall per transport for the 0.5B and 1.5B shapes (a second
 # prl process decodes in bf16 while versions arrive), then `prl bench e2e` (sync mode, then
@@ -642,8 +688,8 @@ run_e2e() {
 }
 
 part tests && run_tests
-if part score || part learner || part engine || part roles || part bench || part swaps ||
-  part e2e || part profile || part profile_learner; then
+if part score || part learner || part engine || part roles || part moe || part lora ||
+  part bench || part swaps || part e2e || part profile || part profile_learner; then
   if [ ! -x "$PRL" ]; then
     echo "gpu_check: no $PRL in the bundle" >&2
     status=1
@@ -655,6 +701,7 @@ if part score || part learner || part engine || part roles || part bench || part
     part profile_learner && run_profile_learner
     part roles && run_roles
     part moe && run_moe
+    part lora && run_lora
     part bench && run_bench
     part swaps && run_swaps
     part e2e && run_e2e

@@ -167,6 +167,15 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
        "actors.agent_episodes_per_address: expected 1 to 65536, found 0"},
       {R"({"learner": {"router_aux_loss_coef": -0.1}})",
        "learner.router_aux_loss_coef: expected a number >= 0 (0: off), found -0.1"},
+      {R"({"learner": {"lora_rank": 8, "device": "cuda"}})",
+       "learner.device: expected cpu with LoRA (learner.lora_rank or lora_init), or cuda with "
+       "learner.cuda_lora (written, not yet verified on a GPU), found cuda"},
+      {R"({"learner": {"lora_rank": 8}, "actors": {"device": "cuda"}})",
+       "actors.device: expected cpu with LoRA adapters (learner.lora_rank, lora_init or "
+       "coordinator.adapters), or cuda with actors.cuda_lora"},
+      {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
+           "actors": {"device": "cuda"}})",
+       "actors.device: expected cpu with LoRA adapters"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<RunConfig> parsed = ParseRunConfig(c.json, "my.json");
@@ -175,6 +184,25 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
     EXPECT_THAT(parsed.status().message(), HasSubstr(c.message)) << c.json;
     EXPECT_THAT(parsed.status().message(), HasSubstr("my.json")) << c.json;
   }
+}
+
+// LoRA on CUDA is written but not yet verified on a GPU: each role takes it only when asked.
+TEST(RunConfigTest, LoraOnCudaIsTakenOnlyWithEachRolesCudaLoraKey) {
+  absl::StatusOr<RunConfig> on = ParseRunConfig(
+      R"({"learner": {"lora_rank": 8, "device": "cuda", "cuda_lora": true},
+          "actors": {"device": "cuda", "cuda_lora": true}})",
+      "my.json");
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->learner.cuda_lora);
+  EXPECT_TRUE(on->actors.cuda_lora);
+  absl::StatusOr<RunConfig> off = ParseRunConfig("{}", "my.json");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->learner.cuda_lora);
+  EXPECT_FALSE(off->actors.cuda_lora);
+  // Without LoRA the keys change nothing, and a full fine-tune on CUDA needs neither.
+  EXPECT_TRUE(
+      ParseRunConfig(R"({"learner": {"device": "cuda"}, "actors": {"device": "cuda"}})", "my.json")
+          .ok());
 }
 
 TEST(RunConfigTest, AnAgentSectionReadsEveryKeyAndTheEndpointDefaultsToLoopback) {
