@@ -224,13 +224,19 @@ class ModelPasses {
   ModelPasses(const ModelConfig& config, const ModelBenchOptions& o, const ParameterSet& params,
               ParameterSet& grads, const PackedBatch& batch)
       : o_(o),
-        model_(config, o.device,
-               TransformerOptions{.compute_dtype = o.dtype, .residual_in_gemm = o.tuned_kernels}),
+        model_(config, o.device, Options(o)),
         params_(params),
         grads_(grads),
         batch_(batch),
         logprobs_(o.tokens),
         dlogprobs_(o.tokens, -1.0f) {}
+
+  static TransformerOptions Options(const ModelBenchOptions& o) {
+    TransformerOptions t{.compute_dtype = o.dtype, .residual_in_gemm = o.tuned_kernels};
+    if (o.keep_logits_mb >= 0) t.keep_logits = o.keep_logits_mb > 0;
+    t.keep_logits_bytes = std::max<int64_t>(o.keep_logits_mb, 0) << 20;
+    return t;
+  }
 
   absl::Status MakeComputeCopy() {
     if (o_.dtype != DType::kF32) {
@@ -327,6 +333,10 @@ std::vector<std::pair<std::string, std::string>> SetupRows(const ModelConfig& co
        o.dtype == DType::kBF16 ? "bf16 (bf16 weights and activations, fp32 accumulation)" : "f32"},
       {"iterations", absl::StrCat(o.iterations, " (median reported)")},
       {"kernels", o.tuned_kernels ? "tuned (GEMM algorithm search, residual GEMMs)" : "default"},
+      {"lm_head_logits", o.keep_logits_mb < 0    ? "the device's default (kept on the CPU)"
+                         : o.keep_logits_mb == 0 ? "recomputed in the backward"
+                                                 : absl::StrCat("kept for the backward (up to ",
+                                                                o.keep_logits_mb, " MiB)")},
       {"flops_per_step", absl::StrFormat("forward %.1f GFLOP, forward+backward %.1f GFLOP",
                                          flops.forward / 1e9, flops.train / 1e9)}};
 }

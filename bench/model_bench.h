@@ -40,6 +40,10 @@ struct ModelBenchOptions {
   // CUDA: cuBLASLt algorithm search (kernels::SetGemmAlgorithmSearch) and residual GEMMs
   // (TransformerOptions::residual_in_gemm).
   bool tuned_kernels = false;
+  // TransformerOptions::keep_logits: -1 the device's default (the CPU keeps, CUDA recomputes
+  // until verified), 0 recompute the logits in the backward, N > 0 keep them (every trained
+  // row's in one chunk when they fit N MiB).
+  int64_t keep_logits_mb = -1;
   // CUDA: one forward+backward after the timed ones runs between cudaProfilerStart and
   // cudaProfilerStop (for ncu --profile-from-start off); it is not part of the figures.
   bool profile = false;

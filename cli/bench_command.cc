@@ -129,6 +129,12 @@ void RegisterModelBench(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   model->add_flag("--tuned-kernels", f->options.tuned_kernels,
                   "CUDA: cuBLASLt algorithm search and residual GEMMs");
+  model
+      ->add_option("--keep-logits-mb", f->options.keep_logits_mb,
+                   "The LM head's logits kept from the forward for the backward when every "
+                   "trained row's fit this many MiB (0: recomputed; -1: the device's default, "
+                   "kept on the CPU, recomputed on CUDA until verified)")
+      ->capture_default_str();
   model->add_flag("--profile", f->options.profile,
                   "CUDA: one extra forward+backward between cudaProfilerStart/Stop (for ncu "
                   "--profile-from-start off; not timed)");

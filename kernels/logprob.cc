@@ -49,7 +49,7 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
 
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
                      const Tensor& W, const Tensor& targets, const Tensor& lse, float temperature,
-                     const Tensor& scratch, ReductionOrder order) {
+                     const Tensor& scratch, ReductionOrder order, bool logits_kept) {
   const char* op = "LogprobBackward";
   const int64_t R = h.size(0), C = h.size(1), V = W.size(0);
   PRL_CHECK(temperature > 0.0f, op, ": temperature ", temperature, " must be > 0");
@@ -63,13 +63,15 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
   ExpectTensor(op, "targets", targets, DType::kI32, {R});
   ExpectTensor(op, "lse", lse, DType::kF32, {R});
   ExpectTensor(op, "scratch", scratch, DType::kF32, {scratch.size(0), V});
+  PRL_CHECK(!logits_kept || scratch.size(0) >= R, op, ": logits kept in a scratch of ",
+            scratch.size(0), " rows for ", R);
   const Device device =
       internal::CommonDevice(op, {&dh, &dW, &dlogprob, &h, &W, &targets, &lse, &scratch});
   if (device.is_cpu()) {
     return cpu::LogprobBackward(dh.f32(), dW.defined() ? dW.f32() : nullptr, dlogprob.f32(),
                                 h.f32(), W.f32(), targets.i32(), lse.f32(), R, V, C, temperature,
                                 scratch.f32(), scratch.size(0),
-                                order == ReductionOrder::kBatchInvariant);
+                                order == ReductionOrder::kBatchInvariant, logits_kept);
   }
 #if PRL_WITH_CUDA
   // The backward on CUDA is deterministic but has one order (gradients need no bit-equality
@@ -83,7 +85,7 @@ void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob,
                       : cuda::ScratchAlloc(device.index, static_cast<size_t>(chunk * V) * 2);
   cuda::LogprobBackward(device.index, dt, dh.data, dW.defined() ? dW.data : nullptr, dw_dt,
                         dlogprob.f32(), h.data, W.data, targets.i32(), lse.f32(), R, V, C,
-                        temperature, scratch.f32(), dlogits, chunk);
+                        temperature, scratch.f32(), dlogits, chunk, logits_kept);
   if (dt != DType::kF32) cuda::ScratchFree(device.index, dlogits);
   return;
 #else

@@ -3,7 +3,9 @@
 // logprob[r] = log softmax(h[r] . W^T / temperature)[targets[r]]. The temperature is the
 // sampling transform of docs/architecture.md, so the learner's log pi matches the actor's log mu.
 // Logits are materialised at most chunk_rows rows at a time (the (R, V) matrix of a long batch
-// with a 152k vocabulary would be tens of GB); the backward recomputes them.
+// with a 152k vocabulary would be tens of GB); the backward recomputes them, unless one chunk
+// held every row and the forward's logits are still in the scratch (logits_kept: one GEMM of
+// the size of the LM head's forward saved).
 #pragma once
 
 #include "core/tensor.h"
@@ -24,9 +26,14 @@ void LogprobForward(const Tensor& logprob, const Tensor& lse, const Tensor& h, c
                     const Tensor* entropy = nullptr);
 
 // dh (R, C) =, dW (V, C) += the gradients given dlogprob (R). dW undefined: a frozen LM head,
-// skipped (CPU only for now).
+// skipped. logits_kept: scratch (at least R rows) holds the logits LogprobForward left there
+// for these h, W, temperature and order, which the backward reads (and overwrites) instead of
+// computing them again; the result equals the recomputing backward's (bit for bit on the CPU,
+// where the two GEMMs are the same; on CUDA the forward's logits of the batch-invariant order
+// replace the fast order's the backward would compute).
 void LogprobBackward(const Tensor& dh, const Tensor& dW, const Tensor& dlogprob, const Tensor& h,
                      const Tensor& W, const Tensor& targets, const Tensor& lse, float temperature,
-                     const Tensor& scratch, ReductionOrder order = ReductionOrder::kFast);
+                     const Tensor& scratch, ReductionOrder order = ReductionOrder::kFast,
+                     bool logits_kept = false);
 
 }  // namespace prl::kernels

@@ -52,6 +52,7 @@ struct Transformer::Workspace {
   Tensor head_logprob;                   // (R)
   Tensor head_entropy;                   // (R) the rows' softmax entropies (nats)
   Tensor logits;                         // (chunk, V) scratch
+  bool logits_kept = false;  // logits holds every trained row's logits (Backward reads them)
 
   // Backward scratch. The two "wide" buffers are shared by the MLP and attention halves.
   Tensor dresid;    // (T, C) gradient of the residual stream
@@ -102,6 +103,7 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
   if (options_.logits_chunk_bytes <= 0) {
     options_.logits_chunk_bytes = device.is_cuda() ? int64_t{1} << 30 : int64_t{64} << 20;
   }
+  if (!options_.keep_logits.has_value()) options_.keep_logits = device.is_cpu();
 }
 
 Transformer::~Transformer() = default;
@@ -145,8 +147,16 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   ws.R = static_cast<int64_t>(ws.head_rows.size());
 
   const int64_t T = ws.T, R = ws.R, C = c.hidden_size, I = c.intermediate_size;
-  const int64_t chunk = std::min<int64_t>(
-      std::max<int64_t>(R, 1), k::LogprobChunkRows(c.vocab_size, options_.logits_chunk_bytes));
+  // A training pass that keeps its logits for the backward: one chunk of every trained row when
+  // they fit keep_logits_bytes; kept whenever one chunk holds them all.
+  const bool keep = for_backward && *options_.keep_logits;
+  const int64_t chunk_budget =
+      keep && R * c.vocab_size * static_cast<int64_t>(sizeof(float)) <= options_.keep_logits_bytes
+          ? options_.keep_logits_bytes
+          : options_.logits_chunk_bytes;
+  const int64_t chunk =
+      std::min<int64_t>(std::max<int64_t>(R, 1), k::LogprobChunkRows(c.vocab_size, chunk_budget));
+  ws.logits_kept = keep && R > 0 && chunk >= R;
   const int64_t num_slots = for_backward ? c.num_hidden_layers : 2;
   const DType dt = options_.compute_dtype;
   PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) {
@@ -380,7 +390,7 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
     PRL_RETURN_IF_ERROR(CopyToDevice(ws.dlogprob, head_dlogprob.data()));
     k::LogprobBackward(ws.dhead_in, grads.lm_head, ws.dlogprob, ws.head_in, params.lm_head,
                        ws.head_targets, ws.head_lse, ws.temperature, ws.logits,
-                       options_.reduction_order);
+                       options_.reduction_order, ws.logits_kept);
     if (R < T) {
       PRL_RETURN_IF_ERROR(ZeroTensor(ws.dln));
       k::EmbeddingBackward(ws.dln, ws.dhead_in, ws.head_rows_dev);  // row scatter-add

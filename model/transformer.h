@@ -12,6 +12,7 @@
 // work.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +31,16 @@ struct TransformerOptions {
   // On a GPU (where a chunk of 64 MiB is ~100 rows of a 152k vocabulary, too few for the
   // GEMM) 0 means 1 GiB.
   int64_t logits_chunk_bytes = 0;  // 0: 64 MiB on the CPU, 1 GiB on a GPU
+  // Training passes (Forward with for_backward): when one chunk holds the logits of every
+  // trained row, Backward reads the logits Forward left in it instead of computing them again
+  // (the LM head's forward GEMM, a large share of a small model's FLOPs, runs once); the
+  // results are the recomputing pass's (bit for bit on the CPU). Unset: on for the CPU, off on
+  // CUDA until a GPU session has verified it (cuda_transformer_test's kept-logits case).
+  std::optional<bool> keep_logits;
+  // With keep_logits: a budget above logits_chunk_bytes makes one chunk of every trained row
+  // when R x V x 4 bytes fit it (memory for speed on a GPU: 8192 rows of a 152k vocabulary
+  // take 5 GB). 0: logits_chunk_bytes alone decides.
+  int64_t keep_logits_bytes = 0;
   // kBatchInvariant makes Forward's log-probs bit-identical to the engine's behaviour
   // log-probs in the same mode (kernels/reduction_order.h); Backward is unaffected.
   kernels::ReductionOrder reduction_order = kernels::ReductionOrder::kFast;

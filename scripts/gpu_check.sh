@@ -473,6 +473,13 @@ run_bench() {
   "$PRL" bench model --config qwen2.5-0.5b --device cuda --dtype bf16 --tokens 8192 \
     --seq-len 256 --iters 5 --json >"$OUT_DIR/bench_bf16_short.json" \
     2>"$OUT_DIR/bench_bf16_short.log" || status=1
+  # The LM head's logits kept from the forward for the backward (TransformerOptions::keep_logits,
+  # off on CUDA until cuda_transformer_test's kept-logits case has passed): the 0.5B shape again,
+  # its 8192 rows' logits in one 5 GB chunk, one logits GEMM fewer per step.
+  echo "-- prl bench model --config qwen2.5-0.5b --dtype bf16 --keep-logits-mb 8192"
+  "$PRL" bench model --config qwen2.5-0.5b --device cuda --dtype bf16 --tokens 8192 \
+    --seq-len 2048 --iters 5 --keep-logits-mb 8192 --json \
+    >"$OUT_DIR/bench_bf16_keep_logits.json" 2>"$OUT_DIR/bench_bf16_keep_logits.log" || status=1
   for preset in qwen2.5-0.5b qwen2.5-1.5b; do
     bench "bench_f32_$preset" --config "$preset" --device cuda --dtype f32 --tokens 8192 \
       --seq-len 2048 --iters 3 --torch-modes eager
@@ -495,6 +502,7 @@ print("\n%-20s %-4s %8s %7s %6s %5s | %-20s | %-20s" % (
 runs = [("qwen2.5-0.5b/2048", "bf16", "bench_bf16_qwen2.5-0.5b"),
         ("qwen2.5-1.5b/2048", "bf16", "bench_bf16_qwen2.5-1.5b"),
         ("qwen2.5-0.5b/256", "bf16", "bench_bf16_short"),
+        ("0.5b/2048 kept", "bf16", "bench_bf16_keep_logits"),
         ("qwen2.5-0.5b/2048", "f32", "bench_f32_qwen2.5-0.5b"),
         ("qwen2.5-1.5b/2048", "f32", "bench_f32_qwen2.5-1.5b")]
 for label, mode, name in runs:

@@ -116,10 +116,12 @@ void EmbeddingBackward(float* dtable, const float* dout, const int32_t* tokens, 
 void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
                     const int32_t* targets, int64_t R, int64_t V, int64_t C, float temperature,
                     float* scratch, int64_t chunk_rows, bool invariant, float* entropy = nullptr);
-// dh (R, C) =, dW (V, C) += gradients given dlogprob (R); recomputes the logits per chunk.
+// dh (R, C) =, dW (V, C) += gradients given dlogprob (R); recomputes the logits per chunk,
+// unless logits_kept (scratch holds LogprobForward's scaled logits of all R rows).
 void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
                      const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
-                     float temperature, float* scratch, int64_t chunk_rows, bool invariant);
+                     float temperature, float* scratch, int64_t chunk_rows, bool invariant,
+                     bool logits_kept = false);
 
 // Optimizer (kernels/optimizer.h), on n contiguous elements.
 void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, bool decay,

@@ -55,11 +55,12 @@ void LogprobForward(float* logprob, float* lse, const float* h, const float* W,
 
 void LogprobBackward(float* dh, float* dW, const float* dlogprob, const float* h, const float* W,
                      const int32_t* targets, const float* lse, int64_t R, int64_t V, int64_t C,
-                     float temperature, float* scratch, int64_t chunk_rows, bool invariant) {
+                     float temperature, float* scratch, int64_t chunk_rows, bool invariant,
+                     bool logits_kept) {
   const float inv_temperature = 1.0f / temperature;
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, R - r0);
-    ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature, invariant);
+    if (!logits_kept) ScaledLogits(scratch, h + r0 * C, W, rows, V, C, temperature, invariant);
     // d logprob / d logits = (onehot(target) - softmax(z)) / temperature.
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {

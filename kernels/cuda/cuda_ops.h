@@ -117,10 +117,12 @@ void LogprobForward(int device, DType dt, float* logprob, float* lse, const void
                     float* entropy = nullptr);
 // dh (dt) =, dW (dW_dtype: F32 or dt) += . `dlogits_scratch` holds chunk_rows x V elements of
 // dt (BF16 mode converts dlogits for the tensor-core GEMMs; F32 mode may alias `scratch`).
+// logits_kept: scratch holds LogprobForward's logits of all R rows (no GEMM recomputes them).
 void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
                      const float* dlogprob, const void* h, const void* W, const int32_t* targets,
                      const float* lse, int64_t R, int64_t V, int64_t C, float temperature,
-                     float* scratch, void* dlogits_scratch, int64_t chunk_rows);
+                     float* scratch, void* dlogits_scratch, int64_t chunk_rows,
+                     bool logits_kept = false);
 
 // --- Sampling (kernels/sampling.h): one block of kRowThreads per row; rows on the device --
 // split_vocabulary: rows without top-k/top-p are drawn from per-split statistics of many

@@ -81,11 +81,11 @@ void LogprobForward(int device, DType dt, float* logprob, float* lse, const void
 void LogprobBackward(int device, DType dt, void* dh, void* dW, DType dW_dtype,
                      const float* dlogprob, const void* h, const void* W, const int32_t* targets,
                      const float* lse, int64_t R, int64_t V, int64_t C, float temperature,
-                     float* scratch, void* dlogits_scratch, int64_t chunk_rows) {
+                     float* scratch, void* dlogits_scratch, int64_t chunk_rows, bool logits_kept) {
   SetDevice(device);
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, R - r0);
-    LogitsChunk(device, dt, scratch, Offset(h, r0 * C, dt), W, n, V, C);
+    if (!logits_kept) LogitsChunk(device, dt, scratch, Offset(h, r0 * C, dt), W, n, V, C);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((V + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(n));
     DispatchDType(dt, [&](auto tag) {

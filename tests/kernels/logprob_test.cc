@@ -133,6 +133,37 @@ TEST(LogprobTest, BackwardMatchesFiniteDifferencesForEveryChunkSize) {
   }
 }
 
+// The backward reading the logits the forward left in its one chunk (logits_kept) gives the
+// recomputing backward's gradients bit for bit, in both reduction orders and at temperatures
+// other than 1 (the CPU forward keeps the scaled logits the backward would compute).
+TEST(LogprobTest, TheBackwardFromTheForwardsKeptLogitsIsTheRecomputingBackwardBitForBit) {
+  std::mt19937_64 rng(23);
+  const HeadCase hc(rng);
+  const Vec dlogprob = RandomVec(R, rng), prior_dW = RandomVec(V * C, rng);
+  for (const auto order :
+       {kernels::ReductionOrder::kFast, kernels::ReductionOrder::kBatchInvariant}) {
+    for (const float temperature : {1.0f, 0.7f}) {
+      std::vector<float> dh[2], dW[2];
+      for (const bool kept : {false, true}) {
+        std::vector<float> h = ToF32(hc.h), W = ToF32(hc.W), dl = ToF32(dlogprob);
+        std::vector<float> scratch(R * V), logprob(R), lse(R);
+        std::vector<int32_t> targets = hc.targets;
+        kernels::LogprobForward(View(logprob, {R}), View(lse, {R}), View(h, {R, C}),
+                                View(W, {V, C}), View(targets, {R}), temperature,
+                                View(scratch, {R, V}), order);
+        if (!kept) std::fill(scratch.begin(), scratch.end(), 1e30f);  // nothing to read
+        dh[kept].assign(R * C, 8.0f);
+        dW[kept] = ToF32(prior_dW);
+        kernels::LogprobBackward(View(dh[kept], {R, C}), View(dW[kept], {V, C}), View(dl, {R}),
+                                 View(h, {R, C}), View(W, {V, C}), View(targets, {R}),
+                                 View(lse, {R}), temperature, View(scratch, {R, V}), order, kept);
+      }
+      EXPECT_EQ(dh[0], dh[1]) << "temperature " << temperature;
+      EXPECT_EQ(dW[0], dW[1]) << "temperature " << temperature;
+    }
+  }
+}
+
 TEST(LogprobTest, ChunkRowsFollowTheMemoryBudget) {
   EXPECT_EQ(kernels::LogprobChunkRows(1000, 4000 * 10), 10);
   EXPECT_EQ(kernels::LogprobChunkRows(151936, 1), 1);  // never zero rows

@@ -295,5 +295,56 @@ TEST(CudaTransformerMoeTest, LogprobsGradientsAndRoutesMatchTheCpuBackend) {
   }
 }
 
+// TransformerOptions::keep_logits on CUDA (off there until this passes): a training pass whose
+// trained rows fit one logits chunk reads the forward's logits in the backward instead of
+// recomputing them. In the fast order the forward and the recomputing backward run the same GEMM
+// on the same rows, so the log-probs and every gradient must equal the recomputing pass's bit
+// for bit, in the fp32 and the bf16 modes; and a keep_logits_bytes budget makes that one chunk
+// where logits_chunk_bytes alone would make chunks of 16 rows (the same pass, bit for bit).
+TEST(CudaTransformerKeptLogitsTest, KeptLogitsGiveTheRecomputingPassesResultsBitForBit) {
+  if (!KernelBackendAvailable(DeviceType::kCuda)) {
+    GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
+  }
+  const ModelConfig config = Config(Architecture::kQwen2, true, 4, 2, 64);
+  const Device gpu = Device::Cuda(0);
+  std::mt19937_64 rng(9);
+  std::vector<float> dlogprobs;
+  const PackedBatch batch = RandomBatch(config, rng, &dlogprobs);
+  ParameterSet cpu = *ParameterSet::Allocate(config, Device::Cpu(), false);
+  InitializeParameters(cpu, 7, 0.02f);
+  ParameterSet params = *ParameterSet::Allocate(config, gpu, false);
+  ASSERT_TRUE(CopyBytes(params.data(), gpu, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::optional<ComputeParams> compute;
+    if (dtype != DType::kF32) compute = *ToComputeDType(params, dtype);
+    const ModelParams& weights = compute.has_value() ? compute->params : params.params;
+    auto pass = [&](bool keep, int64_t chunk_bytes, std::vector<float>* grads) {
+      TransformerOptions options;
+      options.compute_dtype = dtype;
+      options.keep_logits = keep;
+      options.logits_chunk_bytes = chunk_bytes;
+      options.keep_logits_bytes = int64_t{1} << 30;
+      Transformer model(config, gpu, options);
+      ParameterSet g = *ParameterSet::Allocate(config, gpu, true);
+      std::vector<float> lp(batch.num_tokens());
+      EXPECT_TRUE(model.Forward(weights, batch, 0.8f, absl::MakeSpan(lp), true).ok());
+      EXPECT_TRUE(model.Backward(weights, dlogprobs, g.params).ok());
+      grads->resize(static_cast<size_t>(g.layout.num_elements()));
+      EXPECT_TRUE(CopyBytes(grads->data(), Device::Cpu(), g.data(), gpu, g.buffer.bytes()).ok());
+      return lp;
+    };
+    const int64_t one_chunk = int64_t{1} << 30, rows16 = 16 * config.vocab_size * 4;
+    std::vector<float> recomputed_grads, kept_grads, budget_grads;
+    const std::vector<float> recomputed = pass(false, one_chunk, &recomputed_grads);
+    const std::vector<float> kept = pass(true, one_chunk, &kept_grads);
+    EXPECT_EQ(kept, recomputed);
+    EXPECT_EQ(kept_grads, recomputed_grads) << "the backward reads the logits it would compute";
+    const std::vector<float> budget = pass(true, rows16, &budget_grads);
+    EXPECT_EQ(budget, kept);
+    EXPECT_EQ(budget_grads, kept_grads) << "keep_logits_bytes makes one chunk of every row";
+  }
+}
+
 }  // namespace
 }  // namespace prl

@@ -149,6 +149,32 @@ TEST_P(TransformerTest, LogitChunkingDoesNotChangeResults) {
   EXPECT_LT(RelativeDifference(g2.data(), g1.data(), f.params.layout.num_elements()), 1e-6);
 }
 
+// A training pass whose trained rows fit one logits chunk keeps the forward's logits for the
+// backward (TransformerOptions::keep_logits, the CPU's default): its log-probs and gradients are
+// the recomputing pass's bit for bit; and a keep_logits_bytes budget makes that one chunk when
+// logits_chunk_bytes alone would cut the rows into chunks of 3.
+TEST_P(TransformerTest, KeptLogitsGiveTheRecomputingPassesResultsBitForBit) {
+  TransformerOptions recompute;
+  recompute.keep_logits = false;
+  TransformerOptions keep;
+  keep.keep_logits = true;
+  TransformerOptions budget = keep;
+  budget.logits_chunk_bytes = 3 * f.config.vocab_size * static_cast<int64_t>(sizeof(float));
+  budget.keep_logits_bytes = int64_t{1} << 30;
+  const PackedBatch batch = f.Batch(0, f.sequences.size());
+  std::vector<std::vector<float>> logprobs, grads;
+  for (const TransformerOptions& options : {recompute, keep, budget}) {
+    Transformer model(f.config, Device::Cpu(), options);
+    ParameterSet g = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+    logprobs.push_back(Score(model, f, batch, &g));
+    grads.emplace_back(g.data(), g.data() + f.params.layout.num_elements());
+  }
+  EXPECT_EQ(logprobs[1], logprobs[0]);
+  EXPECT_EQ(grads[1], grads[0]) << "kept logits";
+  EXPECT_EQ(logprobs[2], logprobs[0]);
+  EXPECT_EQ(grads[2], grads[0]) << "one chunk by keep_logits_bytes";
+}
+
 TEST_P(TransformerTest, BackwardAccumulatesIntoGradients) {
   Transformer model(f.config, Device::Cpu());
   ParameterSet once = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
