@@ -180,10 +180,14 @@ void RegisterEngineBench(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   engine->add_option("--torch-modes", e->options.torch_modes, "PyTorch modes: eager,graph")
       ->capture_default_str();
-  engine->add_option("--adapters", e->options.adapters,
-                     "CPU: also decode with this many LoRA adapters mixed in each batch, beside "
-                     "the base model alone")
+  engine
+      ->add_option("--adapters", e->options.adapters,
+                   "Also decode with this many LoRA adapters mixed in each batch, beside the "
+                   "base model alone (CUDA: with --cuda-lora)")
       ->capture_default_str();
+  engine->add_flag("--cuda-lora", e->options.engine.cuda_lora,
+                   "CUDA: take the adapters on the GPU (actors.cuda_lora; written, not yet "
+                   "verified on a GPU)");
   engine->add_option("--adapter-rank", e->options.adapter_rank, "Rank of those adapters")
       ->capture_default_str();
   engine->add_flag("--invariant-cost", e->options.invariant_cost,

@@ -173,7 +173,10 @@ void RegisterGenerateCommand(CLI::App& app, CommandRegistry& registry) {
       "\"logprobs\", \"versions\", \"finish_reason\"}.");
   cmd->add_option("--model", f->model, "Hugging Face model directory")->required();
   cmd->add_option("--adapter", f->adapter,
-                  "A LoRA adapter on the model: a PEFT directory (CPU only for now)");
+                  "A LoRA adapter on the model: a PEFT directory (on CUDA with --cuda-lora)");
+  cmd->add_flag("--cuda-lora", f->engine.cuda_lora,
+                "CUDA: take the adapter on the GPU (actors.cuda_lora; written, not yet verified "
+                "on a GPU)");
   cmd->add_option("--input", f->input, "Prompts, JSONL")->required();
   cmd->add_option("--output", f->output, "Samples, JSONL (written atomically)")->required();
   cmd->add_option("--n", f->params.n, "Samples per prompt (they share the prompt's KV blocks)")

@@ -258,8 +258,9 @@ absl::StatusOr<std::shared_ptr<const LoraSet>> Engine::AdmitAdapter(
   if (!options_.device.is_cpu() && !options_.cuda_lora) {
     return absl::UnimplementedError(
         absl::StrCat("engine on ", options_.device.ToString(),
-                     ": LoRA adapters run on the CPU backend only for now (model/lora.h; "
-                     "EngineOptions::cuda_lora: written, not yet verified on a GPU)"));
+                     ": LoRA adapters run on the CPU backend unless EngineOptions::cuda_lora "
+                     "(actors.cuda_lora, prl generate --cuda-lora) is set: written, not yet "
+                     "verified on a GPU"));
   }
   const Device held = adapter->buffer.device();
   PRL_RETURN_IF_ERROR(ValidateLoraParams(adapter->params, config_, held));

@@ -225,15 +225,18 @@ class Engine {
   // Stages new weights (same shapes) for the next Step; thread-safe and non-blocking. A later
   // call before that Step replaces the staged weights.
   absl::Status SwapWeights(std::shared_ptr<const ParameterSet> weights, int64_t version);
-  // A LoRA adapter (model/lora.h, a CPU set for this model) on the weights, for every step
-  // from the next on; null removes it. Weight swaps keep it. Clears the prefix cache (cached
-  // K/V belong to the model without it). CPU engines only for now (Unimplemented on CUDA);
-  // from the stepping thread, like Step.
+  // A LoRA adapter (model/lora.h, a set for this model on any device) on the weights, for
+  // every step from the next on; null removes it. Weight swaps keep it. Clears the prefix cache
+  // (cached K/V belong to the model without it). On CUDA only with EngineOptions::cuda_lora
+  // (Unimplemented otherwise; the engine keeps its own copy on the GPU). From the stepping
+  // thread, like Step.
   absl::Status SetAdapter(std::shared_ptr<const LoraSet> adapter);
-  // Stages a LoRA adapter (a CPU set for this model) with its version for the next Step, as
-  // SwapWeights stages weights (thread-safe, non-blocking; the later call wins): from that
-  // Step on the engine runs the base with this adapter, and version() is its version (a LoRA
-  // learner's actors: each published version is an adapter, inference_engine/weight_slots.h).
+  // Stages a LoRA adapter (a set for this model) with its version for the next Step, as
+  // SwapWeights stages weights (thread-safe; the later call wins): from that Step on the engine
+  // runs the base with this adapter, and version() is its version (a LoRA learner's actors:
+  // each published version is an adapter, inference_engine/weight_slots.h). On CUDA the call
+  // copies a set held elsewhere to the GPU before it returns (the adapter's size, not the
+  // model's).
   absl::Status SwapAdapter(std::shared_ptr<const LoraSet> adapter, int64_t version);
 
   EngineStats Stats() const;

@@ -194,6 +194,7 @@ class FsdpModel : public UnitHooks {
   bool lora() const { return lora_layout_.has_value(); }
   absl::Status InitLora();
   absl::Status GatherAdapter();  // the whole adapter into lora_full_, once per optimizer step
+  absl::Status ComputeDone();    // CUDA: this thread's queued kernels finished (before NCCL)
   absl::Status LoraBackward(absl::Span<const float> dlogprobs, double load_balancing_weight);
 
   ModelConfig config_;

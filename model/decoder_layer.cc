@@ -1,5 +1,6 @@
 #include "model/decoder_layer.h"
 
+#include <algorithm>
 #include <array>
 
 #include "core/status_macros.h"
@@ -129,7 +130,11 @@ void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const La
         }
       }
     }
-    if (ctx.lora == nullptr) return;
+    if (ctx.lora == nullptr || std::none_of(targets.begin(), targets.end(), [&](LoraTarget t) {
+          return (*ctx.lora)[t].defined();
+        })) {
+      return;
+    }
     const Tensor xf = LoraInput(x, *ctx.lora_scratch);  // read as F32 once for the targets
     for (const LoraTarget t : targets) {
       if ((*ctx.lora)[t].defined()) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
 
 namespace prl {
@@ -175,6 +176,9 @@ absl::StatusOr<LoraSet> LoraSet::CopyTo(Device device) const {
   PRL_ASSIGN_OR_RETURN(LoraSet copy, Allocate(model, lora, device, /*zeroed=*/false));
   PRL_RETURN_IF_ERROR(
       CopyBytes(copy.buffer.data(), device, buffer.data(), buffer.device(), buffer.bytes()));
+  // A copy from pageable host memory may return before its DMA lands, and the engine's stream is
+  // not ordered with the copy's: the copy is whole when this returns.
+  if (device.is_cuda()) PRL_RETURN_IF_ERROR(cuda::Synchronize(device.index));
   return copy;
 }
 

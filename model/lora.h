@@ -122,7 +122,8 @@ struct LoraSet {
 
   static absl::StatusOr<LoraSet> Allocate(const ModelConfig& model, const LoraConfig& lora,
                                           Device device, bool zeroed);
-  // A copy of this set on `device` (an engine on CUDA takes the CPU sets it is given this way).
+  // A copy of this set on `device`, complete when it returns (an engine on CUDA takes the CPU
+  // sets it is given this way).
   absl::StatusOr<LoraSet> CopyTo(Device device) const;
   float* data() const { return static_cast<float*>(buffer.data()); }
 };

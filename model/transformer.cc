@@ -427,6 +427,10 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
     if (ws.lora == nullptr) return;
     const LoraLayerParams& lp = ws.lora->layers[layer];
     const LoraLayerParams& lg = ws.lora_grads->layers[layer];
+    if (std::none_of(targets.begin(), targets.end(),
+                     [&](LoraTarget t) { return lp[t].defined(); })) {
+      return;
+    }
     const Tensor xf = LoraInput(x, ws.lora_scratch);  // read as F32 once for the targets
     for (const LoraTarget t : targets) {
       if (lp[t].defined()) {

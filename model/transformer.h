@@ -39,7 +39,8 @@ struct TransformerOptions {
   std::optional<bool> keep_logits;
   // With keep_logits: a budget above logits_chunk_bytes makes one chunk of every trained row
   // when R x V x 4 bytes fit it (memory for speed on a GPU: 8192 rows of a 152k vocabulary
-  // take 5 GB). 0: logits_chunk_bytes alone decides.
+  // take 5 GB; the bf16 mode's backward takes half as much again for the chunk's BF16 dlogits).
+  // 0: logits_chunk_bytes alone decides.
   int64_t keep_logits_bytes = 0;
   // kBatchInvariant makes Forward's log-probs bit-identical to the engine's behaviour
   // log-probs in the same mode (kernels/reduction_order.h); Backward is unaffected.

@@ -643,6 +643,19 @@ json.dump({"coordinator": {"adapters": True},
                        {"name": "sub", "task": {"operations": "-"}, "adapter": {"rank": 4}}]},
           open(sys.argv[1], "w"))
 PY
+  # Many adapters in one decode batch on the GPU (eager steps) beside the base model alone.
+  echo "-- prl bench engine --adapters 8 --cuda-lora: the 0.5B shape, bf16, batches 16 and 64"
+  timeout 240 "$PRL" bench engine --config qwen2.5-0.5b --device cuda --dtype bf16 \
+    --adapters 8 --adapter-rank 16 --batches 16,64 --prompt-len 64 --output-len 128 --iters 1 \
+    --swap-interval-ms 0 --cuda-lora --json >"$work/bench_engine_adapters.json" \
+    2>"$work/bench_engine_adapters.log" || { tail -5 "$work/bench_engine_adapters.log"; status=1; }
+  python3 - "$work/bench_engine_adapters.json" <<'PY' || true
+import json, sys
+for x in json.load(open(sys.argv[1]))["results"]:
+    if "adapters" in x["name"]:
+        print("%s: %.0f tok/s, base alone %.0f, ratio %.2f" % (
+            x["name"], x["value"], x.get("baseline_value", 0), x.get("ratio", 0)))
+PY
   "$PRL" run --config "$work/tenants.json" --run-dir "$work/tenants" --set run.name=gpu-tenants \
     "${cuda[@]}" --set learner.steps=60 >"$work/tenants.log" 2>&1 ||
     { tail -20 "$work/tenants.log"; status=1; }

@@ -1,6 +1,7 @@
 // LoRA's column additions on CUDA (kernels/convert.h AddColumns, AddColumnsAtRows): an
 // adapter's output added into its columns of a fused projection, for every row or for the
-// rows of one adapter's requests. One thread per element, fp32 arithmetic, one rounding to the
+// rows of one adapter's requests. One thread per element, one fp32 fused multiply-add (the same
+// in both kernels, so that a row gets the same bits through either), one rounding to the
 // destination's dtype; each element is written by one thread (rows are distinct), so the
 // result does not depend on the launch. The source's dtype may differ from the destination's
 // (an F32 adapter's output into a BF16 model's activation, a BF16 gradient read into F32).
@@ -18,8 +19,7 @@ __global__ void AddColumnsKernel(T* dst, int64_t dst_ld, const S* src, int64_t s
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / width, j = i % width;
     T& d = dst[t * dst_ld + j];
-    const float add = alpha * ToF32(src[t * src_ld + j]);
-    d = FromF32<T>(accumulate ? ToF32(d) + add : add);
+    d = FromF32<T>(__fmaf_rn(alpha, ToF32(src[t * src_ld + j]), accumulate ? ToF32(d) : 0.0f));
   }
 }
 
@@ -30,7 +30,7 @@ __global__ void AddColumnsAtRowsKernel(T* dst, int64_t dst_ld, const int32_t* ro
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / width, j = i % width;
     T& d = dst[static_cast<int64_t>(rows[r]) * dst_ld + j];
-    d = FromF32<T>(ToF32(d) + alpha * ToF32(src[r * width + j]));
+    d = FromF32<T>(__fmaf_rn(alpha, ToF32(src[r * width + j]), ToF32(d)));
   }
 }
 

@@ -300,12 +300,15 @@ TEST(CudaTransformerMoeTest, LogprobsGradientsAndRoutesMatchTheCpuBackend) {
 // recomputing them. In the fast order the forward and the recomputing backward run the same GEMM
 // on the same rows, so the log-probs and every gradient must equal the recomputing pass's bit
 // for bit, in the fp32 and the bf16 modes; and a keep_logits_bytes budget makes that one chunk
-// where logits_chunk_bytes alone would make chunks of 16 rows (the same pass, bit for bit).
+// where logits_chunk_bytes alone would make chunks of 16 rows (the same pass, bit for bit). The
+// embedding's gradient is the exception: its scatter-add (EmbeddingBackward) adds repeated
+// tokens' rows with atomics, in no fixed order, so it is compared within 1e-6 (the model is
+// untied, so that the LM head's gradient is compared bit for bit).
 TEST(CudaTransformerKeptLogitsTest, KeptLogitsGiveTheRecomputingPassesResultsBitForBit) {
   if (!KernelBackendAvailable(DeviceType::kCuda)) {
     GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
   }
-  const ModelConfig config = Config(Architecture::kQwen2, true, 4, 2, 64);
+  const ModelConfig config = Config(Architecture::kQwen2, /*tied=*/false, 4, 2, 64);
   const Device gpu = Device::Cuda(0);
   std::mt19937_64 rng(9);
   std::vector<float> dlogprobs;
@@ -338,11 +341,23 @@ TEST(CudaTransformerKeptLogitsTest, KeptLogitsGiveTheRecomputingPassesResultsBit
     std::vector<float> recomputed_grads, kept_grads, budget_grads;
     const std::vector<float> recomputed = pass(false, one_chunk, &recomputed_grads);
     const std::vector<float> kept = pass(true, one_chunk, &kept_grads);
-    EXPECT_EQ(kept, recomputed);
-    EXPECT_EQ(kept_grads, recomputed_grads) << "the backward reads the logits it would compute";
     const std::vector<float> budget = pass(true, rows16, &budget_grads);
+    EXPECT_EQ(kept, recomputed);
     EXPECT_EQ(budget, kept);
-    EXPECT_EQ(budget_grads, kept_grads) << "keep_logits_bytes makes one chunk of every row";
+    for (const ParamEntry& e : ParameterLayout(config).entries()) {
+      auto slice = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel);
+      };
+      if (e.name == "model.embed_tokens.weight") {
+        EXPECT_LE(::prl::testing::RelativeError(slice(kept_grads), slice(recomputed_grads)), 1e-6);
+        EXPECT_LE(::prl::testing::RelativeError(slice(budget_grads), slice(kept_grads)), 1e-6);
+        continue;
+      }
+      EXPECT_EQ(slice(kept_grads), slice(recomputed_grads))
+          << e.name << ": the backward reads the logits it would compute";
+      EXPECT_EQ(slice(budget_grads), slice(kept_grads))
+          << e.name << ": keep_logits_bytes makes one chunk of every row";
+    }
   }
 }
 
