@@ -259,6 +259,11 @@ struct LearnerSection {
   int world_size = 1;
   DeviceType device = DeviceType::kCpu;
   DType dtype = DType::kF32;
+  // The LM head's logits of a micro-batch kept from its forward for its backward when every
+  // trained row's fit this many MiB (TransformerOptions::keep_logits_bytes; 0: only when one
+  // logits chunk holds them anyway). Memory for speed: one logits GEMM fewer per micro-batch.
+  // The CPU keeps them; CUDA recomputes them until a GPU session has verified it.
+  int64_t keep_logits_mb = 0;
   int64_t steps = 2000;  // RL optimizer steps (0: until stopped; prl run needs >= 1)
   int64_t groups_per_step = 16;
   learner::LossKind loss = learner::LossKind::kReinforceTis;

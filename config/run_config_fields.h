@@ -197,6 +197,9 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "device", Enum(l.device, kDeviceTypeNames), "cpu (Gloo) or cuda (NCCL)");
   v("learner", "dtype", Enum(l.dtype, kComputeDTypeNames),
     "fp32, or bf16 (CUDA: bf16 compute, fp32 master weights)");
+  v("learner", "keep_logits_mb", l.keep_logits_mb,
+    "Keep a micro-batch's LM-head logits for its backward when they fit this many MiB (0: when "
+    "one logits chunk holds them)");
   v("learner", "steps", l.steps, "Optimizer steps (0: until stopped)");
   v("learner", "groups_per_step", l.groups_per_step, "Groups per optimizer step");
   v("learner", "loss", Enum(l.loss, learner::kLossKindNames), "Policy loss");

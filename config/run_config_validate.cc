@@ -307,6 +307,8 @@ absl::Status ValidateLearnerOptimisation(const LearnerSection& l) {
 }
 
 absl::Status ValidateLearner(const LearnerSection& l) {
+  PRL_RETURN_IF_ERROR(Range(l.keep_logits_mb >= 0 && l.keep_logits_mb <= (int64_t{1} << 20),
+                            "learner.keep_logits_mb", "0 to 1048576 (MiB)", l.keep_logits_mb));
   PRL_RETURN_IF_ERROR(Range(l.world_size >= 1 && l.world_size <= 64, "learner.world_size",
                             "1 to 64", l.world_size));
   PRL_RETURN_IF_ERROR(DeviceAndDType(l.device, l.dtype, "learner"));

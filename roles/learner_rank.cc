@@ -182,6 +182,7 @@ learner::FsdpOptions FsdpOptionsFrom(const config::LearnerSection& l,
   learner::FsdpOptions fsdp;
   fsdp.transformer.compute_dtype = l.dtype;
   fsdp.transformer.cuda_lora = l.cuda_lora;
+  fsdp.transformer.keep_logits_bytes = l.keep_logits_mb << 20;
   if (l.batch_invariant) {
     fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
   }

@@ -167,6 +167,8 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
        "actors.agent_episodes_per_address: expected 1 to 65536, found 0"},
       {R"({"learner": {"router_aux_loss_coef": -0.1}})",
        "learner.router_aux_loss_coef: expected a number >= 0 (0: off), found -0.1"},
+      {R"({"learner": {"keep_logits_mb": -1}})",
+       "learner.keep_logits_mb: expected 0 to 1048576 (MiB), found -1"},
       {R"({"learner": {"lora_rank": 8, "device": "cuda"}})",
        "learner.device: expected cpu with LoRA (learner.lora_rank or lora_init), or cuda with "
        "learner.cuda_lora (written, not yet verified on a GPU), found cuda"},
