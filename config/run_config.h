@@ -234,7 +234,7 @@ struct ActorsSection {
   bool norm_in_gemm = true;
   // CUDA: LoRA adapters in the engine (EngineOptions::cuda_lora): a LoRA learner's versions and
   // a run of adapters' adapters on a GPU actor. Written, not yet run on a GPU: off (a CUDA actor
-  // with adapters is refused, naming this key) until a GPU session passes cuda_engine_lora_test.
+  // with adapters is refused, naming this key) until a GPU session passes CudaEngineLoraTest.
   bool cuda_lora = false;
   int32_t max_prompts_in_flight = 8;
   // Agentic episodes (docs/environments.md): environment calls one actor makes to one

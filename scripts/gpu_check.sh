@@ -616,7 +616,8 @@ PY
 # run` training an adapter of rank 8 on the frozen base with the learner and the actors on CUDA
 # (bf16; each version an adapter the actors copy to the GPU), 100 steps required; then two
 # tenants (a run of adapters, docs/tenants.md) on one base, 60 steps each. Their test binaries
-# (cuda_lora_test, cuda_lora_learner_test, cuda_engine_lora_test) are in part tests.
+# (cuda_lora_test; CudaLoraLearnerTest in cuda_learner_test, CudaEngineLoraTest in
+# cuda_engine_test) are in part tests.
 run_lora() {
   echo "== prl run: a LoRA adapter, then two tenants, with the learner and the actors on CUDA"
   local work="$OUT_DIR/lora"

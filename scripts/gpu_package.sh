@@ -18,8 +18,8 @@ BUILD_DIR=${1:-build-gpu}
 # prl and every GPU test binary (ctest label gpu), and the worker process that
 # cuda_weight_transport_test starts (it looks for it beside itself).
 TARGETS=(prl cuda_kernels_test cuda_moe_test cuda_attention_logprob_test cuda_transformer_test
-  cuda_lora_test cuda_learner_test cuda_lora_learner_test cuda_engine_test cuda_engine_lora_test
-  collective_nccl_test cuda_weight_transport_test weight_transport_worker)
+  cuda_lora_test cuda_learner_test cuda_engine_test collective_nccl_test cuda_weight_transport_test
+  weight_transport_worker)
 # A build directory that exists keeps its configuration (the default architectures, 80 and 90,
 # include the H100's), so the everyday build can be packaged without compiling again.
 if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
