@@ -29,33 +29,6 @@ namespace {
 #define PRL_SKIP_WITHOUT_GPU() \
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU (scripts/gpu_check.sh runs this)"
 
-std::shared_ptr<const ParameterSet> OnGpu(const ParameterSet& host) {
-  auto set =
-      std::make_shared<ParameterSet>(*ParameterSet::Allocate(host.config, Device::Cuda(0), false));
-  EXPECT_TRUE(
-      CopyBytes(set->data(), Device::Cuda(0), host.data(), Device::Cpu(), host.buffer.bytes())
-          .ok());
-  return set;
-}
-
-// A CPU adapter with B random (std 0.5), so that it changes the model.
-std::shared_ptr<const LoraSet> TrainedAdapter(const ModelConfig& c, int64_t rank,
-                                              std::vector<std::string> targets, uint64_t seed) {
-  LoraConfig l;
-  l.rank = rank;
-  l.alpha = 2.0 * static_cast<double>(rank);
-  l.target_modules = std::move(targets);
-  auto set = std::make_shared<LoraSet>(*LoraSet::Allocate(c, l, Device::Cpu(), false));
-  InitializeLora(*set, seed);
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> n(0.0f, 0.5f);
-  for (const LoraEntry& e : set->layout.entries()) {
-    if (e.is_a) continue;
-    for (int64_t i = 0; i < e.numel; ++i) set->data()[e.offset + i] = n(rng);
-  }
-  return set;
-}
-
 EngineOptions GpuInvariantOptions(DType dtype, bool cuda_lora) {
   EngineOptions o;
   o.device = Device::Cuda(0);
@@ -65,16 +38,6 @@ EngineOptions GpuInvariantOptions(DType dtype, bool cuda_lora) {
   o.max_model_len = 256;
   o.cuda_lora = cuda_lora;
   return o;
-}
-
-std::vector<Job> UnfilteredJobs(const ModelConfig& c, int count, uint64_t seed) {
-  std::vector<Job> jobs = RandomJobs(count, c.vocab_size, seed, /*max_prompt=*/70);
-  for (Job& j : jobs) {
-    j.params.top_p = 1.0f;
-    j.params.top_k = 0;
-    if (j.params.temperature == 0.0f) j.params.temperature = 1.0f;
-  }
-  return jobs;
 }
 
 // The learner's log-probs on the GPU (batch-invariant order, `dtype` compute) of a completion
@@ -135,9 +98,10 @@ TEST(CudaEngineLoraTest, ABatchOfSeveralAdaptersGivesEachRequestTheGpuLearnersBi
   auto weights = TinyWeights(c, 13);
   const std::vector<std::string> names = {"a", "b", "c", ""};
   const std::vector<std::shared_ptr<const LoraSet>> sets = {
-      TrainedAdapter(c, 4, {"all-linear"}, 21), TrainedAdapter(c, 2, {"q_proj", "v_proj"}, 22),
-      TrainedAdapter(c, 8, {"gate_proj", "up_proj", "down_proj"}, 23), nullptr};
-  std::vector<Job> jobs = UnfilteredJobs(c, 6, 9);
+      TestAdapter(c, /*trained=*/true, 4, {"all-linear"}, 21),
+      TestAdapter(c, /*trained=*/true, 2, {"q_proj", "v_proj"}, 22),
+      TestAdapter(c, /*trained=*/true, 8, {"gate_proj", "up_proj", "down_proj"}, 23), nullptr};
+  std::vector<Job> jobs = UnfilteredJobs(c, 6, 9, /*max_prompt=*/70);
   const size_t distinct = jobs.size();
   for (size_t i = 0; i < distinct; ++i) jobs.push_back(jobs[i]);  // each prompt twice
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
@@ -168,8 +132,8 @@ TEST(CudaEngineLoraTest, ASwappedAdapterTakesOverAtTheNextStepAsIfGivenFromTheSt
   PRL_SKIP_WITHOUT_GPU();
   const ModelConfig c = TinyQwen3EngineConfig();
   auto weights = TinyWeights(c, 13);
-  const auto adapter = TrainedAdapter(c, 4, {"all-linear"}, 31);
-  const std::vector<Job> jobs = UnfilteredJobs(c, 5, 4);
+  const auto adapter = TestAdapter(c, /*trained=*/true, 4, {"all-linear"}, 31);
+  const std::vector<Job> jobs = UnfilteredJobs(c, 5, 4, /*max_prompt=*/70);
   auto from_start = *Engine::Create(OnGpu(*weights), 0, GpuInvariantOptions(DType::kBF16, true));
   ASSERT_TRUE(from_start->SetAdapter(adapter).ok());
   const std::vector<RequestOutput> want = RunJobs(*from_start, jobs);
@@ -191,7 +155,8 @@ TEST(CudaEngineLoraTest, WithoutTheSettingAnAdapterOnACudaEngineIsRefusedNamingI
   const ModelConfig c = TinyQwen3EngineConfig();
   auto engine =
       *Engine::Create(OnGpu(*TinyWeights(c, 13)), 0, GpuInvariantOptions(DType::kF32, false));
-  const absl::Status s = engine->AddAdapter("a", TrainedAdapter(c, 4, {"q_proj"}, 1));
+  const absl::Status s =
+      engine->AddAdapter("a", TestAdapter(c, /*trained=*/true, 4, {"q_proj"}, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   EXPECT_NE(s.message().find("cuda_lora"), std::string::npos) << s;
 }

@@ -23,22 +23,15 @@ namespace {
 
 using kernels::ReductionOrder;
 using testing::Job;
+using testing::OnGpu;
 using testing::RandomJobs;
 using testing::RunJobs;
 using testing::TinyEngineConfig;
 using testing::TinyWeights;
+using testing::UnfilteredJobs;
 
 #define PRL_SKIP_WITHOUT_GPU() \
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU (scripts/gpu_check.sh runs this)"
-
-std::shared_ptr<const ParameterSet> OnGpu(const ParameterSet& host) {
-  auto set =
-      std::make_shared<ParameterSet>(*ParameterSet::Allocate(host.config, Device::Cuda(0), false));
-  EXPECT_TRUE(
-      CopyBytes(set->data(), Device::Cuda(0), host.data(), Device::Cpu(), host.buffer.bytes())
-          .ok());
-  return set;
-}
 
 EngineOptions GpuOptions(DType dtype, bool invariant, bool graphs) {
   EngineOptions o;
@@ -49,16 +42,6 @@ EngineOptions GpuOptions(DType dtype, bool invariant, bool graphs) {
   o.kv_cache_bytes = int64_t{64} << 20;
   o.max_model_len = 256;
   return o;
-}
-
-std::vector<Job> UnfilteredJobs(const ModelConfig& c, uint64_t seed, int count = 16) {
-  std::vector<Job> jobs = RandomJobs(count, c.vocab_size, seed);
-  for (Job& j : jobs) {
-    j.params.top_p = 1.0f;
-    j.params.top_k = 0;
-    if (j.params.temperature == 0.0f) j.params.temperature = 1.0f;
-  }
-  return jobs;
 }
 
 // The learner's log-probs (Transformer::Forward on the GPU) of each sample's completion.
@@ -127,7 +110,7 @@ TEST(CudaEngineTest, BehaviourLogprobsAgreeWithTheLearnerOnTheGpu) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (bool invariant : {false, true}) {
       auto engine = *Engine::Create(weights, 0, GpuOptions(dtype, invariant, true));
-      const std::vector<Job> jobs = UnfilteredJobs(c, 7);
+      const std::vector<Job> jobs = UnfilteredJobs(c, 16, 7);
       const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
       const Agreement a =
           Compare(LearnerScores(*weights, dtype,
@@ -193,7 +176,7 @@ TEST(CudaEngineTest, MoeEngineAgreesWithTheLearnerAndRecordsItsRoutes) {
   auto weights = OnGpu(*TinyWeights(c, 3));
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     auto engine = *Engine::Create(weights, 0, GpuOptions(dtype, true, true));
-    const std::vector<Job> jobs = UnfilteredJobs(c, 9, /*count=*/8);
+    const std::vector<Job> jobs = UnfilteredJobs(c, 8, 9);
     const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
     const Agreement a = Compare(
         LearnerScores(*weights, dtype, ReductionOrder::kBatchInvariant, jobs, out), out);
@@ -216,7 +199,7 @@ TEST(CudaEngineTest, MoeEngineAgreesWithTheLearnerAndRecordsItsRoutes) {
   EngineOptions fast = GpuOptions(DType::kBF16, false, true);
   fast.tuned_kernels = true;
   auto engine = *Engine::Create(weights, 0, fast);
-  const std::vector<RequestOutput> out = RunJobs(*engine, UnfilteredJobs(c, 10, /*count=*/8));
+  const std::vector<RequestOutput> out = RunJobs(*engine, UnfilteredJobs(c, 8, 10));
   int64_t tokens = 0;
   for (const RequestOutput& r : out) {
     for (const SampleOutput& s : r.samples) {
@@ -241,7 +224,7 @@ TEST(CudaEngineTest, TunedKernelsKeepTheFastModesAgreementWithTheLearner) {
       EngineOptions o = GpuOptions(dtype, false, graphs);
       o.tuned_kernels = true;
       auto engine = *Engine::Create(weights, 0, o);
-      const std::vector<Job> jobs = UnfilteredJobs(c, 7);
+      const std::vector<Job> jobs = UnfilteredJobs(c, 16, 7);
       const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
       const Agreement a =
           Compare(LearnerScores(*weights, dtype, ReductionOrder::kFast, jobs, out), out);
@@ -277,7 +260,7 @@ TEST(CudaEngineTest, InvariantTensorCoresKeepTheEngineAndTheLearnerBitIdentical)
     kernels::SetTensorCoreInvariantGemm(tensor_cores);
     for (bool graphs : {true, false}) {
       auto engine = *Engine::Create(weights, 0, GpuOptions(DType::kBF16, true, graphs));
-      const std::vector<Job> jobs = UnfilteredJobs(c, 7);
+      const std::vector<Job> jobs = UnfilteredJobs(c, 16, 7);
       const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
       const Agreement a = Compare(
           LearnerScores(*weights, DType::kBF16, ReductionOrder::kBatchInvariant, jobs, out), out);
@@ -305,7 +288,7 @@ TEST(CudaEngineTest, NormInGemmKeepsTheTunedKernelsAgreementWithTheLearner) {
     auto engine = *Engine::Create(weights, 0, o);
     std::vector<Job> jobs;
     std::vector<RequestOutput> out;
-    for (const Job& job : UnfilteredJobs(c, 7, /*count=*/3)) {
+    for (const Job& job : UnfilteredJobs(c, 3, 7)) {
       jobs.push_back(job);
       out.push_back(RunJobs(*engine, {job}).front());
     }

@@ -19,26 +19,6 @@
 namespace prl::testing {
 namespace {
 
-std::shared_ptr<const LoraSet> Adapter(const ModelConfig& c, bool trained, int64_t rank = 4,
-                                       std::vector<std::string> targets = {"all-linear"},
-                                       uint64_t seed = 5) {
-  LoraConfig l;
-  l.rank = rank;
-  l.alpha = 2.0 * static_cast<double>(rank);
-  l.target_modules = std::move(targets);
-  auto set = std::make_shared<LoraSet>(*LoraSet::Allocate(c, l, Device::Cpu(), false));
-  InitializeLora(*set, seed);
-  if (trained) {
-    std::mt19937_64 rng(seed + 1);
-    std::normal_distribution<float> n(0.0f, 0.5f);
-    for (const LoraEntry& e : set->layout.entries()) {
-      if (e.is_a) continue;
-      for (int64_t i = 0; i < e.numel; ++i) set->data()[e.offset + i] = n(rng);
-    }
-  }
-  return set;
-}
-
 // The learner's log-probs of a completion with the adapter (batch-invariant order; null: none).
 std::vector<float> LearnerLogprobs(const ParameterSet& weights, const LoraSet* adapter,
                                    const std::vector<int32_t>& prompt,
@@ -56,26 +36,15 @@ std::vector<float> LearnerLogprobs(const ParameterSet& weights, const LoraSet* a
   return std::vector<float>(lp.begin() + prompt.size() - 1, lp.end());
 }
 
-// Unfiltered sampling (no top-k / top-p), whose behaviour log-probs are the model's.
-std::vector<Job> UnfilteredJobs(const ModelConfig& c, int count, uint64_t seed) {
-  std::vector<Job> jobs = RandomJobs(count, c.vocab_size, seed, /*max_prompt=*/70);
-  for (Job& j : jobs) {
-    j.params.top_p = 1.0f;
-    j.params.top_k = 0;
-    if (j.params.temperature == 0.0f) j.params.temperature = 1.0f;
-  }
-  return jobs;
-}
-
 TEST(EngineLoraTest, BehaviourLogprobsWithAnAdapterAreTheLearnersBitForBit) {
   const ModelConfig c = TinyQwen3EngineConfig();
   auto weights = TinyWeights(c, 11);
-  auto adapter = Adapter(c, /*trained=*/true);
+  auto adapter = TestAdapter(c, /*trained=*/true);
   for (const int64_t kv_blocks : {int64_t{4096}, int64_t{40}}) {
     SCOPED_TRACE(kv_blocks);
     auto engine = *Engine::Create(weights, 0, InvariantOptions(c, kv_blocks, true));
     ASSERT_TRUE(engine->SetAdapter(adapter).ok());
-    const std::vector<Job> jobs = UnfilteredJobs(c, 10, 5);
+    const std::vector<Job> jobs = UnfilteredJobs(c, 10, 5, /*max_prompt=*/70);
     const std::vector<RequestOutput> out = RunJobs(*engine, jobs);
     int64_t tokens = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -108,9 +77,9 @@ TEST(EngineLoraTest, ATrainedAdapterChangesTheSamplesAFreshOneAndNoneDoNot) {
     return logprobs;
   };
   const auto base = run(nullptr, false);
-  EXPECT_EQ(run(Adapter(c, /*trained=*/false), false), base) << "B = 0 adds exactly zero";
-  EXPECT_EQ(run(Adapter(c, /*trained=*/true), true), base) << "removed";
-  EXPECT_NE(run(Adapter(c, /*trained=*/true), false), base) << "a trained adapter";
+  EXPECT_EQ(run(TestAdapter(c, /*trained=*/false), false), base) << "B = 0 adds exactly zero";
+  EXPECT_EQ(run(TestAdapter(c, /*trained=*/true), true), base) << "removed";
+  EXPECT_NE(run(TestAdapter(c, /*trained=*/true), false), base) << "a trained adapter";
 }
 
 // A LoRA learner's actor: versions arrive as adapters (Engine::SwapAdapter). The swap waits for
@@ -119,8 +88,8 @@ TEST(EngineLoraTest, ATrainedAdapterChangesTheSamplesAFreshOneAndNoneDoNot) {
 TEST(EngineLoraTest, ASwappedAdapterTakesOverAtTheNextStepWithItsVersion) {
   const ModelConfig c = TinyEngineConfig();
   auto weights = TinyWeights(c, 13);
-  auto first = Adapter(c, /*trained=*/true, 4, {"all-linear"}, 5);
-  auto second = Adapter(c, /*trained=*/true, 4, {"all-linear"}, 9);
+  auto first = TestAdapter(c, /*trained=*/true, 4, {"all-linear"}, 5);
+  auto second = TestAdapter(c, /*trained=*/true, 4, {"all-linear"}, 9);
   const std::vector<Job> jobs = RandomJobs(5, c.vocab_size, 8, /*max_prompt=*/30);
   auto logprobs_of = [&](Engine& engine) {
     std::vector<std::vector<float>> out;
@@ -153,9 +122,10 @@ TEST(EngineLoraTest, ABatchOfSeveralAdaptersGivesEachRequestItsOwnAdaptersBits) 
   auto weights = TinyWeights(c, 13);
   const std::vector<std::string> names = {"a", "b", "c", ""};
   const std::vector<std::shared_ptr<const LoraSet>> sets = {
-      Adapter(c, true, 4, {"all-linear"}, 21), Adapter(c, true, 2, {"q_proj", "v_proj"}, 22),
-      Adapter(c, true, 8, {"gate_proj", "up_proj", "down_proj"}, 23), nullptr};
-  std::vector<Job> jobs = UnfilteredJobs(c, 6, 9);
+      TestAdapter(c, true, 4, {"all-linear"}, 21),
+      TestAdapter(c, true, 2, {"q_proj", "v_proj"}, 22),
+      TestAdapter(c, true, 8, {"gate_proj", "up_proj", "down_proj"}, 23), nullptr};
+  std::vector<Job> jobs = UnfilteredJobs(c, 6, 9, /*max_prompt=*/70);
   const size_t distinct = jobs.size();
   for (size_t i = 0; i < distinct; ++i) jobs.push_back(jobs[i]);  // each prompt twice
   for (const int64_t kv_blocks : {int64_t{4096}, int64_t{48}}) {
@@ -198,7 +168,7 @@ TEST(EngineLoraTest, SlotsEvictTheLeastRecentlyUsedIdleAdapterAndNeverOneInUse) 
   EngineOptions o = InvariantOptions(c, 4096, true);
   o.max_adapters = 2;
   auto engine = *Engine::Create(weights, 0, o);
-  auto adapter = Adapter(c, true);
+  auto adapter = TestAdapter(c, true);
   SamplingParams p;
   p.max_tokens = 4;
   ASSERT_TRUE(engine->AddAdapter("a", adapter).ok());
@@ -216,7 +186,8 @@ TEST(EngineLoraTest, SlotsEvictTheLeastRecentlyUsedIdleAdapterAndNeverOneInUse) 
   EXPECT_EQ(engine->RemoveAdapter("b").code(), absl::StatusCode::kNotFound);
   ModelConfig wider = c;  // an adapter made for another model
   wider.intermediate_size *= 2;
-  EXPECT_EQ(engine->SetAdapter(Adapter(wider, true)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->SetAdapter(TestAdapter(wider, true)).code(),
+            absl::StatusCode::kInvalidArgument);
   EngineOptions too_many = o;
   too_many.max_adapters = -1;
   EXPECT_EQ(Engine::Create(weights, 0, too_many).status().message(),
@@ -244,11 +215,11 @@ TEST(EngineLoraTest, EachAdaptersTokensCarryItsOwnVersion) {
   const ModelConfig c = TinyEngineConfig();
   auto weights = TinyWeights(c, 14);
   auto engine = *Engine::Create(weights, 5, InvariantOptions(c, 4096, true));
-  ASSERT_TRUE(engine->AddAdapter("a", Adapter(c, true, 4, {"all-linear"}, 31), 3).ok());
-  ASSERT_TRUE(engine->AddAdapter("b", Adapter(c, true, 4, {"all-linear"}, 32), 7).ok());
+  ASSERT_TRUE(engine->AddAdapter("a", TestAdapter(c, true, 4, {"all-linear"}, 31), 3).ok());
+  ASSERT_TRUE(engine->AddAdapter("b", TestAdapter(c, true, 4, {"all-linear"}, 32), 7).ok());
   EXPECT_EQ(engine->AdapterVersion("a"), 3);
   EXPECT_EQ(engine->AdapterVersion("z"), std::nullopt);
-  std::vector<Job> jobs = UnfilteredJobs(c, 3, 11);
+  std::vector<Job> jobs = UnfilteredJobs(c, 3, 11, /*max_prompt=*/70);
   std::map<uint64_t, std::string> adapter_of;
   const std::vector<std::string> names = {"a", "b", ""};
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -257,7 +228,7 @@ TEST(EngineLoraTest, EachAdaptersTokensCarryItsOwnVersion) {
     adapter_of[*engine->AddRequest(jobs[i].prompt, jobs[i].params, names[i])] = names[i];
   }
   ASSERT_TRUE(engine->Step().ok());
-  ASSERT_TRUE(engine->AddAdapter("b", Adapter(c, true, 4, {"all-linear"}, 33), 8).ok());
+  ASSERT_TRUE(engine->AddAdapter("b", TestAdapter(c, true, 4, {"all-linear"}, 33), 8).ok());
   std::vector<RequestOutput> out;
   while (engine->HasUnfinishedRequests()) {
     ASSERT_TRUE(engine->Step().ok());

@@ -7,9 +7,11 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "inference_engine/engine.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
 
@@ -90,6 +92,52 @@ inline std::vector<Job> RandomJobs(int count, int64_t vocab, uint64_t seed, int 
     jobs.push_back(j);
   }
   return jobs;
+}
+
+// RandomJobs with unfiltered sampling (no top-k / top-p, temperature > 0): their behaviour
+// log-probs are the model's, which the learner's are compared with.
+inline std::vector<Job> UnfilteredJobs(const ModelConfig& c, int count, uint64_t seed,
+                                       int max_prompt = 40) {
+  std::vector<Job> jobs = RandomJobs(count, c.vocab_size, seed, max_prompt);
+  for (Job& j : jobs) {
+    j.params.top_p = 1.0f;
+    j.params.top_k = 0;
+    if (j.params.temperature == 0.0f) j.params.temperature = 1.0f;
+  }
+  return jobs;
+}
+
+// A CPU LoRA adapter for the engine tests (A as peft makes it); trained: B random (std 0.5), so
+// that it changes what the model samples; else B = 0 (the identity on the base).
+inline std::shared_ptr<const LoraSet> TestAdapter(const ModelConfig& c, bool trained,
+                                                  int64_t rank = 4,
+                                                  std::vector<std::string> targets = {"all-linear"},
+                                                  uint64_t seed = 5) {
+  LoraConfig l;
+  l.rank = rank;
+  l.alpha = 2.0 * static_cast<double>(rank);
+  l.target_modules = std::move(targets);
+  auto set = std::make_shared<LoraSet>(*LoraSet::Allocate(c, l, Device::Cpu(), false));
+  InitializeLora(*set, seed);
+  if (trained) {
+    std::mt19937_64 rng(seed + 1);
+    std::normal_distribution<float> n(0.0f, 0.5f);
+    for (const LoraEntry& e : set->layout.entries()) {
+      if (e.is_a) continue;
+      for (int64_t i = 0; i < e.numel; ++i) set->data()[e.offset + i] = n(rng);
+    }
+  }
+  return set;
+}
+
+// A copy of host weights on cuda:0 (the CUDA engine tests; a failed copy fails the test).
+inline std::shared_ptr<const ParameterSet> OnGpu(const ParameterSet& host) {
+  auto set =
+      std::make_shared<ParameterSet>(*ParameterSet::Allocate(host.config, Device::Cuda(0), false));
+  EXPECT_TRUE(
+      CopyBytes(set->data(), Device::Cuda(0), host.data(), Device::Cpu(), host.buffer.bytes())
+          .ok());
+  return set;
 }
 
 // Runs the jobs (all queued up front) to completion; outputs by job index.

@@ -34,46 +34,14 @@
 #include "learner/train_step.h"
 #include "model/parameters.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/learner/cuda_learner_testing.h"
 
 namespace prl::learner {
 namespace {
 
-ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen2;
-  c.hidden_size = 128;
-  c.intermediate_size = 384;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 32;
-  c.vocab_size = 300;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  return c;
-}
-
-std::vector<TrainSample> Samples(const ModelConfig& c) {
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-  std::uniform_real_distribution<float> lp(-8.0f, -3.0f);
-  std::vector<TrainSample> samples;
-  const int prompt_lens[] = {5, 17, 3, 40, 9, 12};
-  const int completion_lens[] = {30, 8, 60, 25, 1, 44};
-  for (int i = 0; i < 6; ++i) {
-    TrainSample s;
-    for (int t = 0; t < prompt_lens[i]; ++t) s.prompt.push_back(tok(rng));
-    for (int t = 0; t < completion_lens[i]; ++t) {
-      s.completion.push_back(tok(rng));
-      s.behaviour_logprobs.push_back(lp(rng));
-    }
-    s.has_advantage = true;
-    s.advantage = i % 2 == 0 ? 1.0 : -0.7;
-    samples.push_back(std::move(s));
-  }
-  return samples;
-}
+using testing::GpuTestConfig;
+using testing::GpuTestSamples;
+using testing::RecordFigure;
 
 struct Outcome {
   std::vector<float> grads;   // the step's full gradient (before clipping)
@@ -151,15 +119,8 @@ class CudaLearnerTest : public ::testing::Test {
     return out;
   }
 
-  void Record(const std::string& name, double value) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.3e", value);
-    RecordProperty(name, buf);
-    std::printf("%s %s\n", name.c_str(), buf);
-  }
-
-  ModelConfig config_ = TinyConfig();
-  std::vector<TrainSample> samples_ = Samples(config_);
+  ModelConfig config_ = GpuTestConfig();
+  std::vector<TrainSample> samples_ = GpuTestSamples(config_);
   std::vector<float> full_;
   std::string dir_;
   int next_group_ = 0;
@@ -178,9 +139,9 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
           absl::StrCat("learner_", sgd ? "sgd_" : "adamw_", std::string(DTypeName(dtype)));
       const double grad_error = ::prl::testing::RelativeError(direct.grads, cpu.grads);
       const double update_error = ::prl::testing::RelativeError(direct.update, cpu.update);
-      Record(tag + "_grad", grad_error);
-      Record(tag + "_update", update_error);
-      Record(tag + "_loss_abs", std::fabs(direct.loss - cpu.loss));
+      RecordFigure(tag + "_grad", grad_error);
+      RecordFigure(tag + "_update", update_error);
+      RecordFigure(tag + "_loss_abs", std::fabs(direct.loss - cpu.loss));
       EXPECT_LE(grad_error, f32 ? 1e-4 : 5e-2) << tag;
       EXPECT_LE(update_error, sgd ? (f32 ? 1e-4 : 5e-2) : (f32 ? 1e-2 : 0.3)) << tag;
       EXPECT_NEAR(direct.loss, cpu.loss, f32 ? 1e-4 : 2e-2) << tag;
@@ -188,8 +149,8 @@ TEST_F(CudaLearnerTest, GpuStepMatchesTheCpuLearnerInBothModesAndBothPaths) {
       // path's arithmetic.
       const double path_grad = ::prl::testing::RelativeError(gathered.grads, direct.grads);
       const double path_update = ::prl::testing::RelativeError(gathered.update, direct.update);
-      Record(tag + "_sharded_vs_direct_grad", path_grad);
-      Record(tag + "_sharded_vs_direct_update", path_update);
+      RecordFigure(tag + "_sharded_vs_direct_grad", path_grad);
+      RecordFigure(tag + "_sharded_vs_direct_update", path_update);
       EXPECT_LE(path_grad, 1e-6) << tag;
       if (sgd) {
         // SGD's update lr * clip * g (clip <= 1) is the gradient's image: per parameter the
@@ -278,7 +239,7 @@ TEST_F(CudaLearnerTest, ACheckpointOfTheGpuLearnerLoadsIntoTheCpuAndTheGpuLearne
     norm += (static_cast<double>(a[i]) - saved[i]) * (static_cast<double>(a[i]) - saved[i]);
   }
   const double rel = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-  Record("checkpoint_resume_adamw_update_F32", rel);
+  RecordFigure("checkpoint_resume_adamw_update_F32", rel);
   EXPECT_LE(rel, 1e-2);  // AdamW's loose fp32 bound above
 }
 
@@ -291,7 +252,7 @@ TEST(FsdpComputeDTypeTest, Bf16ModeIsRefusedOnTheCpuNamingTheDeviceAndTheDType) 
   ASSERT_TRUE(comm.ok()) << comm.status();
   FsdpOptions options;
   options.transformer.compute_dtype = DType::kBF16;
-  const absl::Status s = FsdpModel::Create(TinyConfig(), comm->get(), options).status();
+  const absl::Status s = FsdpModel::Create(GpuTestConfig(), comm->get(), options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(std::string(s.message()).find("bf16 on a CUDA device; found BF16 on cpu"),
             std::string::npos)

@@ -28,46 +28,14 @@
 #include "model/lora.h"
 #include "model/parameters.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/learner/cuda_learner_testing.h"
 
 namespace prl::learner {
 namespace {
 
-ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen2;
-  c.hidden_size = 128;
-  c.intermediate_size = 384;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 32;
-  c.vocab_size = 300;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  return c;
-}
-
-std::vector<TrainSample> Samples(const ModelConfig& c) {
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-  std::uniform_real_distribution<float> lp(-8.0f, -3.0f);
-  std::vector<TrainSample> samples;
-  const int prompt_lens[] = {5, 17, 3, 40, 9, 12};
-  const int completion_lens[] = {30, 8, 60, 25, 1, 44};
-  for (int i = 0; i < 6; ++i) {
-    TrainSample s;
-    for (int t = 0; t < prompt_lens[i]; ++t) s.prompt.push_back(tok(rng));
-    for (int t = 0; t < completion_lens[i]; ++t) {
-      s.completion.push_back(tok(rng));
-      s.behaviour_logprobs.push_back(lp(rng));
-    }
-    s.has_advantage = true;
-    s.advantage = i % 2 == 0 ? 1.0 : -0.7;
-    samples.push_back(std::move(s));
-  }
-  return samples;
-}
+using testing::GpuTestConfig;
+using testing::GpuTestSamples;
+using testing::RecordFigure;
 
 struct Outcome {
   std::vector<float> grads, update;
@@ -167,18 +135,11 @@ class CudaLoraLearnerTest : public ::testing::Test {
     return out;
   }
 
-  void Record(const std::string& name, double value) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.3e", value);
-    RecordProperty(name, buf);
-    std::printf("%s %s\n", name.c_str(), buf);
-  }
-
-  ModelConfig config_ = TinyConfig();
+  ModelConfig config_ = GpuTestConfig();
   ParameterSet base_ = *ParameterSet::Allocate(config_, Device::Cpu(), false);
   LoraConfig lora_;
   std::vector<float> adapter_;
-  std::vector<TrainSample> samples_ = Samples(config_);
+  std::vector<TrainSample> samples_ = GpuTestSamples(config_);
   std::string dir_;
   int next_group_ = 0;
 };
@@ -196,9 +157,9 @@ TEST_F(CudaLoraLearnerTest, GpuStepMatchesTheCpuLoraLearnerInBothModes) {
     const std::string tag = absl::StrCat("lora_learner_", std::string(DTypeName(dtype)));
     const double grad_error = ::prl::testing::RelativeError(gpu.grads, cpu.grads);
     const double update_error = ::prl::testing::RelativeError(gpu.update, cpu.update);
-    Record(tag + "_grad", grad_error);
-    Record(tag + "_update", update_error);
-    Record(tag + "_loss_abs", std::fabs(gpu.loss - cpu.loss));
+    RecordFigure(tag + "_grad", grad_error);
+    RecordFigure(tag + "_update", update_error);
+    RecordFigure(tag + "_loss_abs", std::fabs(gpu.loss - cpu.loss));
     EXPECT_LE(grad_error, f32 ? 1e-4 : 5e-2) << tag;
     EXPECT_LE(update_error, f32 ? 1e-4 : 5e-2) << tag;
     EXPECT_NEAR(gpu.loss, cpu.loss, f32 ? 1e-4 : 2e-2) << tag;

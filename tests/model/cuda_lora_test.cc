@@ -1,16 +1,15 @@
 // LoRA on CUDA (TransformerOptions::cuda_lora, written, not yet run on a GPU) against the CPU
 // backend, for the GPU session that turns it on:
-// - the column kernels (kernels/cuda/lora_columns.cu): AddColumns and AddColumnsAtRows in F32
-//   equal the CPU's to rounding (1e-6 relative: one fp32 multiply-add per element), in BF16
-//   within BF16's rounding of the CPU's result on bf16-stored inputs;
+// - the column kernels (kernels/cuda/lora_columns.cu): AddColumns and AddColumnsAtRows for
+//   every pair of destination and source dtypes (an F32 adapter output into a BF16 model's
+//   activation; the backward reading a BF16 gradient into F32) equal the CPU's result on the
+//   stored inputs, within 1e-6 relative into F32 (one fp32 multiply-add per element) and within
+//   BF16's rounding into BF16;
 // - the Transformer with an adapter on every linear projection (F32): log-probs within 1e-5
 //   relative and every gradient (base and adapter) within 1e-4 relative per tensor of the CPU's
 //   (the bounds of cuda_transformer_test.cc, for the same reasons); with a frozen base (grads
 //   for the adapter only: no base weight, norm, head or embedding gradient) the adapter's
 //   gradients equal the full backward's within 1e-6;
-// - an F32 source into a BF16 destination and a BF16 source into an F32 one (a BF16 model's
-//   activation gaining an F32 adapter's output; the backward reading a BF16 gradient): the
-//   CPU's result on the stored inputs, rounded once to the destination's dtype;
 // - the Transformer in BF16 compute on a frozen base with an F32 adapter (the LoRA learner's
 //   bf16 mode): log-probs within 2e-2 absolute of the CPU's fp32 model and the adapter's
 //   gradients within 5e-2 relative per tensor (cuda_transformer_test's bf16 bounds: weights of
@@ -42,76 +41,45 @@ using ::prl::testing::AsStored;
 using ::prl::testing::DeviceTensor;
 using ::prl::testing::Random;
 
-TEST(CudaLoraColumnsTest, AddColumnsAndAddColumnsAtRowsMatchTheCpu) {
-  PRL_SKIP_WITHOUT_GPU();
-  const int64_t T = 37, Wd = 96, Ws = 40, width = 24, dst_col = 17, src_col = 9;
-  for (const DType dt : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dt));
-    for (const bool accumulate : {true, false}) {
-      std::vector<float> dst = AsStored(Random(T * Wd, 1), dt),
-                         src = AsStored(Random(T * Ws, 2), dt);
-      std::vector<float> want = dst;
-      kernels::AddColumns(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}), dst_col,
-                          Tensor(src.data(), DType::kF32, Device::Cpu(), {T, Ws}), src_col, width,
-                          0.75f, accumulate);
-      DeviceTensor gdst(dt, {T, Wd}), gsrc(dt, {T, Ws});
-      gdst.Upload(dst);
-      gsrc.Upload(src);
-      kernels::AddColumns(gdst.t, dst_col, gsrc.t, src_col, width, 0.75f, accumulate);
-      EXPECT_LE(RelativeError(gdst.Download(), want), dt == DType::kF32 ? 1e-6 : 8e-3);
-    }
-    const int64_t n = 5;
-    std::vector<float> dst = AsStored(Random(T * Wd, 3), dt),
-                       src = AsStored(Random(n * width, 4), dt);
-    const std::vector<int32_t> rows = {30, 2, 17, 0, 36};
-    std::vector<float> want = dst;
-    std::vector<int32_t> host_rows = rows;
-    kernels::AddColumnsAtRows(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}),
-                              Tensor(host_rows.data(), DType::kI32, Device::Cpu(), {n}), dst_col,
-                              Tensor(src.data(), DType::kF32, Device::Cpu(), {n, width}), 1.5f);
-    DeviceTensor gdst(dt, {T, Wd}), gsrc(dt, {n, width}), grows(DType::kI32, {n});
-    gdst.Upload(dst);
-    gsrc.Upload(src);
-    grows.Upload(rows);
-    kernels::AddColumnsAtRows(gdst.t, grows.t, dst_col, gsrc.t, 1.5f);
-    EXPECT_LE(RelativeError(gdst.Download(), want), dt == DType::kF32 ? 1e-6 : 8e-3);
-  }
-}
-
-TEST(CudaLoraColumnsTest, MixedDtypesMatchTheCpuRoundedOnceToTheDestination) {
+// Every pair of destination and source dtypes (the same, or an F32 adapter output into a BF16
+// activation, or a BF16 gradient read into F32): the CPU's result on the stored inputs, rounded
+// once to the destination's dtype.
+TEST(CudaLoraColumnsTest, AddColumnsAndAddColumnsAtRowsMatchTheCpuForEveryPairOfDtypes) {
   PRL_SKIP_WITHOUT_GPU();
   const int64_t T = 37, Wd = 96, Ws = 40, width = 24, dst_col = 17, src_col = 9, n = 5;
   const std::vector<int32_t> rows = {30, 2, 17, 0, 36};
-  for (const auto& [dst_dt, src_dt] :
-       {std::pair{DType::kBF16, DType::kF32}, std::pair{DType::kF32, DType::kBF16}}) {
-    SCOPED_TRACE(std::string(DTypeName(dst_dt)) + " <- " + std::string(DTypeName(src_dt)));
-    const double bound = dst_dt == DType::kF32 ? 1e-6 : 8e-3;
-    {
-      std::vector<float> dst = AsStored(Random(T * Wd, 5), dst_dt),
-                         src = AsStored(Random(T * Ws, 6), src_dt);
+  uint32_t seed = 1;
+  for (const DType dst_dt : {DType::kF32, DType::kBF16}) {
+    for (const DType src_dt : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(DTypeName(dst_dt)) + " <- " + std::string(DTypeName(src_dt)));
+      const double bound = dst_dt == DType::kF32 ? 1e-6 : 8e-3;
+      for (const bool accumulate : {true, false}) {
+        std::vector<float> dst = AsStored(Random(T * Wd, seed++), dst_dt),
+                           src = AsStored(Random(T * Ws, seed++), src_dt);
+        std::vector<float> want = dst;
+        kernels::AddColumns(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}), dst_col,
+                            Tensor(src.data(), DType::kF32, Device::Cpu(), {T, Ws}), src_col, width,
+                            0.75f, accumulate);
+        DeviceTensor gdst(dst_dt, {T, Wd}), gsrc(src_dt, {T, Ws});
+        gdst.Upload(dst);
+        gsrc.Upload(src);
+        kernels::AddColumns(gdst.t, dst_col, gsrc.t, src_col, width, 0.75f, accumulate);
+        EXPECT_LE(RelativeError(gdst.Download(), want), bound) << "accumulate " << accumulate;
+      }
+      std::vector<float> dst = AsStored(Random(T * Wd, seed++), dst_dt),
+                         src = AsStored(Random(n * width, seed++), src_dt);
       std::vector<float> want = dst;
-      kernels::AddColumns(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}), dst_col,
-                          Tensor(src.data(), DType::kF32, Device::Cpu(), {T, Ws}), src_col, width,
-                          0.75f, /*accumulate=*/true);
-      DeviceTensor gdst(dst_dt, {T, Wd}), gsrc(src_dt, {T, Ws});
+      std::vector<int32_t> host_rows = rows;
+      kernels::AddColumnsAtRows(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}),
+                                Tensor(host_rows.data(), DType::kI32, Device::Cpu(), {n}), dst_col,
+                                Tensor(src.data(), DType::kF32, Device::Cpu(), {n, width}), 1.5f);
+      DeviceTensor gdst(dst_dt, {T, Wd}), gsrc(src_dt, {n, width}), grows(DType::kI32, {n});
       gdst.Upload(dst);
       gsrc.Upload(src);
-      kernels::AddColumns(gdst.t, dst_col, gsrc.t, src_col, width, 0.75f, /*accumulate=*/true);
-      EXPECT_LE(RelativeError(gdst.Download(), want), bound);
+      grows.Upload(rows);
+      kernels::AddColumnsAtRows(gdst.t, grows.t, dst_col, gsrc.t, 1.5f);
+      EXPECT_LE(RelativeError(gdst.Download(), want), bound) << "at rows";
     }
-    std::vector<float> dst = AsStored(Random(T * Wd, 7), dst_dt),
-                       src = AsStored(Random(n * width, 8), src_dt);
-    std::vector<float> want = dst;
-    std::vector<int32_t> host_rows = rows;
-    kernels::AddColumnsAtRows(Tensor(want.data(), DType::kF32, Device::Cpu(), {T, Wd}),
-                              Tensor(host_rows.data(), DType::kI32, Device::Cpu(), {n}), dst_col,
-                              Tensor(src.data(), DType::kF32, Device::Cpu(), {n, width}), 1.5f);
-    DeviceTensor gdst(dst_dt, {T, Wd}), gsrc(src_dt, {n, width}), grows(DType::kI32, {n});
-    gdst.Upload(dst);
-    gsrc.Upload(src);
-    grows.Upload(rows);
-    kernels::AddColumnsAtRows(gdst.t, grows.t, dst_col, gsrc.t, 1.5f);
-    EXPECT_LE(RelativeError(gdst.Download(), want), bound);
   }
 }
 #endif  // PRL_WITH_CUDA
