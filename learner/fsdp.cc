@@ -152,7 +152,15 @@ absl::Span<float> FsdpModel::grad_shard() {
 
 absl::Status FsdpModel::RunCollective(
     const std::function<absl::Status(collective::Communicator&)>& fn) {
-  return comm_thread_.Submit([&] { return fn(*comm_); }).get();
+  // What the caller queued (the kernels that wrote what fn reads) is done first: on CUDA the
+  // collectives run on NCCL's stream, which is not ordered with the caller's.
+  PRL_ASSIGN_OR_RETURN(std::shared_ptr<cuda::StreamMarker> marker, Mark());
+  return comm_thread_
+      .Submit([&]() -> absl::Status {
+        PRL_RETURN_IF_ERROR(marker->Wait());
+        return fn(*comm_);
+      })
+      .get();
 }
 
 int64_t FsdpModel::trained_elements() const {

@@ -143,9 +143,9 @@ class FsdpModel : public UnitHooks {
   // embeddings, projections, head; not norms or biases), as runs [begin, end) of elements.
   const std::vector<std::pair<int64_t, int64_t>>& decay_runs() const { return decay_runs_; }
 
-  // Runs fn on the communication thread after everything already queued, and waits: use it for
-  // collectives outside the passes (statistics, grad norm) so the order stays the same on
-  // every rank.
+  // Runs fn on the communication thread after everything already queued there and after the
+  // kernels the caller queued on its stream, and waits: use it for collectives outside the
+  // passes (statistics, grad norm) so the order stays the same on every rank.
   absl::Status RunCollective(const std::function<absl::Status(collective::Communicator&)>& fn);
 
   FsdpMemory memory() const;
@@ -194,7 +194,6 @@ class FsdpModel : public UnitHooks {
   bool lora() const { return lora_layout_.has_value(); }
   absl::Status InitLora();
   absl::Status GatherAdapter();  // the whole adapter into lora_full_, once per optimizer step
-  absl::Status ComputeDone();    // CUDA: this thread's queued kernels finished (before NCCL)
   absl::Status LoraBackward(absl::Span<const float> dlogprobs, double load_balancing_weight);
 
   ModelConfig config_;

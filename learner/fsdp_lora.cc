@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
 #include "kernels/optimizer.h"
 #include "learner/fsdp.h"
@@ -48,16 +47,8 @@ absl::Status FsdpModel::InitLora() {
   return absl::OkStatus();
 }
 
-// On CUDA the collectives run on NCCL's stream, which is not ordered with this thread's: the
-// kernels that wrote what a collective reads (the optimizer's update of the shard, the
-// backward's gradient) must be done first. (The collectives return when their stream is idle.)
-absl::Status FsdpModel::ComputeDone() {
-  return device_.is_cuda() ? cuda::SynchronizeCurrentStream(device_.index) : absl::OkStatus();
-}
-
 absl::Status FsdpModel::GatherAdapter() {
   if (!sharded() || lora_gathered_) return absl::OkStatus();
-  PRL_RETURN_IF_ERROR(ComputeDone());
   const Tensor in = ShardView(static_cast<float*>(param_shard_.data()), 0);
   const Tensor out(lora_full_.data(), DType::kF32, device_, {max_unit_padded_});
   PRL_RETURN_IF_ERROR(
@@ -75,7 +66,6 @@ absl::Status FsdpModel::LoraBackward(absl::Span<const float> dlogprobs,
   PRL_RETURN_IF_ERROR(ZeroTensor(full));
   PRL_RETURN_IF_ERROR(
       transformer_.Backward(params_, dlogprobs, grads_, nullptr, load_balancing_weight));
-  PRL_RETURN_IF_ERROR(ComputeDone());
   const Tensor mine(lora_scratch_.data(), DType::kF32, device_, {shard_elems_});
   PRL_RETURN_IF_ERROR(
       RunCollective([&](collective::Communicator& c) { return c.ReduceScatter(full, mine); }));
