@@ -47,6 +47,12 @@ absl::Status ValidateOptions(const ModelConfig& config, const ModelBenchOptions&
                                                    " exceeds max_position_embeddings ",
                                                    config.max_position_embeddings));
   }
+  if (o.keep_logits_mb < -1 || o.keep_logits_mb > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench model: --keep-logits-mb: expected -1 (the device's default), 0 (recompute) or up "
+        "to 1048576 MiB, found ",
+        o.keep_logits_mb));
+  }
   return absl::OkStatus();
 }
 

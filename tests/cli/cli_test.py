@@ -240,6 +240,17 @@ class CliTest(unittest.TestCase):
             self.assertGreater(r["value"], 0)
             self.assertAlmostEqual(r["ratio"], r["value"] / r["baseline_value"], places=6)
 
+    def test_bench_model_keeps_or_recomputes_the_logits_and_refuses_a_bad_budget(self):
+        for mb, said in ((0, "recomputed in the backward"), (64, "kept for the backward")):
+            proc = run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len", 32,
+                       "--iters", 1, "--keep-logits-mb", mb, check=True)
+            self.assertIn(said, proc.stdout)
+        proc = run("bench", "model", "--config", "tiny", "--tokens", 64, "--seq-len", 32,
+                   "--iters", 1, "--keep-logits-mb", -5)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("--keep-logits-mb: expected -1", proc.stderr)
+        self.assertIn("found -5", proc.stderr)
+
     def test_bench_model_mfu_and_torch_baseline_rows(self):
         # A stand-in interpreter that ignores the script and answers like it: one mode ran,
         # one failed (as torch.compile without a compiler would).

@@ -105,6 +105,15 @@ std::vector<float> Host(const void* data, Device device, int64_t n) {
   return out;
 }
 
+// The adapter of these tests: rank 8, alpha 16, on every linear projection.
+LoraConfig AllLinearRank8() {
+  LoraConfig l;
+  l.rank = 8;
+  l.alpha = 16;
+  l.target_modules = {"all-linear"};
+  return l;
+}
+
 // A model's weights (std 0.2, as cuda_transformer_test), an all-linear adapter of rank 8 with B
 // random, and a batch: on `device`, the same values everywhere.
 struct LoraModel {
@@ -115,10 +124,7 @@ LoraModel MakeModel(const ModelConfig& c, Device device, float weight_std = 0.2f
                     float b_std = 0.1f) {
   ParameterSet cpu = *ParameterSet::Allocate(c, Device::Cpu(), false);
   InitializeParameters(cpu, 7, weight_std);
-  LoraConfig lora;
-  lora.rank = 8;
-  lora.alpha = 16;
-  lora.target_modules = {"all-linear"};
+  const LoraConfig lora = AllLinearRank8();
   LoraSet adapter = *LoraSet::Allocate(c, lora, Device::Cpu(), false);
   InitializeLora(adapter, 3);
   std::mt19937_64 rng(5);
@@ -207,13 +213,7 @@ TEST(CudaLoraTransformerTest, LogprobsAndGradientsMatchTheCpuWithTheBaseTrainedO
                                   cpu.base_grads.begin() + e.offset + e.numel);
     EXPECT_LE(RelativeError(got, want), 1e-4) << e.name;
   }
-  const LoraLayout lora = *LoraLayout::Make(c, [] {
-    LoraConfig l;
-    l.rank = 8;
-    l.alpha = 16;
-    l.target_modules = {"all-linear"};
-    return l;
-  }());
+  const LoraLayout lora = *LoraLayout::Make(c, AllLinearRank8());
   for (const LoraEntry& e : lora.entries()) {
     auto slice = [&](const std::vector<float>& v) {
       return std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel);
@@ -265,13 +265,7 @@ TEST(CudaLoraTransformerTest, Bf16LogprobsAndAdapterGradientsOfAFrozenBaseMatchT
   }
   RecordProperty("lora_bf16_logprob_max_abs", std::to_string(max_abs));
   EXPECT_LE(max_abs, 2e-2);
-  const LoraLayout lora = *LoraLayout::Make(c, [] {
-    LoraConfig l;
-    l.rank = 8;
-    l.alpha = 16;
-    l.target_modules = {"all-linear"};
-    return l;
-  }());
+  const LoraLayout lora = *LoraLayout::Make(c, AllLinearRank8());
   double worst = 0;
   for (const LoraEntry& e : lora.entries()) {
     auto slice = [&](const std::vector<float>& v) {
