@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/field_error.h"
+#include "core/json_input.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -46,10 +47,15 @@ absl::Status ParseChat(const Json& j, const std::string& where, v1::Chat* chat) 
 
 absl::Status ParseTokens(const Json& j, const std::string& where, v1::Prompt* p) {
   for (const auto& t : j["tokens"]) {
-    if (!t.is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"tokens\" must be integers"));
+    // Checked before narrowing: 4294967297 is no token id, not token 1.
+    const bool fits = t.is_number_unsigned() ? t.get<uint64_t>() <= INT32_MAX
+                                             : t.is_number_integer() && t.get<int64_t>() >= 0 &&
+                                                   t.get<int64_t>() <= INT32_MAX;
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": \"tokens\": expected token ids from 0 to 2147483647, found ", JsonExcerpt(t)));
     }
-    p->mutable_tokens()->add_ids(t.get<int32_t>());
+    p->mutable_tokens()->add_ids(static_cast<int32_t>(t.get<int64_t>()));
   }
   return absl::OkStatus();
 }
@@ -57,8 +63,8 @@ absl::Status ParseTokens(const Json& j, const std::string& where, v1::Prompt* p)
 // A JSON value of a Chat field ("" means `empty`).
 absl::StatusOr<Json> ParseJsonField(const std::string& text, const std::string& field, Json empty) {
   if (text.empty()) return empty;
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded() || j.type() != empty.type()) {
+  PRL_ASSIGN_OR_RETURN(Json j, ParseJsonInput(text, field));
+  if (j.type() != empty.type()) {
     return Invalid(field, absl::StrCat("a JSON ", empty.is_array() ? "array" : "object"),
                    absl::StrCat("'", text.substr(0, 80), "'"));
   }
@@ -89,9 +95,10 @@ absl::StatusOr<tokenizer::ChatPrompt> ToChatPrompt(const v1::Chat& chat, const s
 }
 
 absl::Status ParsePromptLine(const std::string& line, const std::string& where, v1::Prompt* p) {
-  const Json j = Json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": expected one JSON object"));
+  PRL_ASSIGN_OR_RETURN(const Json j, ParseJsonInput(line, where));
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected one JSON object, found ", JsonTypeName(j)));
   }
   if (j.contains("text") && j["text"].is_string()) {
     p->set_text(j["text"].get<std::string>());

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/json_input.h"
 #include "core/xxhash_inline.h"
 #include "nlohmann/json.hpp"
 
@@ -31,8 +32,10 @@ std::string CallId(absl::string_view seed, size_t index) {
 std::string ParseCall(absl::string_view body, absl::string_view seed, size_t index,
                       std::vector<prl::v1::ToolCall>* calls) {
   const std::string where = absl::StrCat("tool call ", index + 1);
-  const Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  absl::StatusOr<Json> parsed = ParseJsonInput(body, where);
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  const Json& j = *parsed;
+  if (!j.is_object()) {
     return absl::StrCat(where, ": expected a JSON object, found '",
                         std::string(body.substr(0, 120)), "'");
   }
@@ -44,10 +47,13 @@ std::string ParseCall(absl::string_view body, absl::string_view seed, size_t ind
   std::string arguments = "{}";
   if (j.contains(key)) {
     const Json& a = j[key];
+    const bool text_of_an_object = a.is_string() && [&] {
+      const absl::StatusOr<Json> inner = ParseJsonInput(a.get_ref<const std::string&>(), where);
+      return inner.ok() && inner->is_object();
+    }();
     if (a.is_object()) {
       arguments = a.dump();
-    } else if (a.is_string() && Json::accept(a.get<std::string>()) &&
-               Json::parse(a.get<std::string>()).is_object()) {
+    } else if (text_of_an_object) {
       arguments = a.get<std::string>();  // arguments already as JSON text
     } else {
       return absl::StrCat(where, ": \"", key, "\": expected a JSON object, found ",

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/prompt_format.h"
+#include "core/json_input.h"
 #include "core/status_macros.h"
 
 namespace prl::episode {
@@ -96,8 +97,10 @@ absl::StatusOr<std::vector<int32_t>> RenderReply(const tokenizer::TextCodec& cod
 
 absl::StatusOr<ChatContext> WithTools(ChatContext context, const std::string& tools_json) {
   if (tools_json.empty()) return context;
-  const Json tools = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
-  if (tools.is_discarded() || !tools.is_array()) {
+  absl::StatusOr<Json> parsed = ParseJsonInput(tools_json, "StartEpisodeResponse.tools_json");
+  if (!parsed.ok()) return parsed.status();
+  const Json& tools = *parsed;
+  if (!tools.is_array()) {
     return absl::InvalidArgumentError(
         absl::StrCat("StartEpisodeResponse.tools_json: expected a JSON array of tools, found '",
                      tools_json.substr(0, 80), "'"));

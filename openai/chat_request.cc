@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_input.h"
 #include "core/status_macros.h"
 
 namespace prl::openai {
@@ -19,9 +20,13 @@ absl::Status Invalid(const std::string& field, const std::string& expected,
 }
 
 // A value in an error: short JSON.
-std::string Found(const Json& value) {
-  std::string text = value.dump();
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+std::string Found(const Json& value) { return JsonExcerpt(value); }
+
+// Whether `object` has the member `key` equal to the string `expected` (any other type: no).
+bool HasString(const Json& object, const char* key, const char* expected) {
+  if (!object.is_object()) return false;
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == expected;
 }
 
 absl::StatusOr<std::string> String(const Json& value, const std::string& field,
@@ -46,7 +51,7 @@ absl::StatusOr<std::string> Content(const Json& value, const std::string& field,
   for (size_t i = 0; i < value.size(); ++i) {
     const std::string at = absl::StrCat(field, "[", i, "]");
     const Json& part = value[i];
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text")) {
+    if (!HasString(part, "type", "text") || !part.contains("text")) {
       return Invalid(at,
                      "a text part {\"type\": \"text\", \"text\": ...} (images and audio are "
                      "not served)",
@@ -93,14 +98,18 @@ absl::StatusOr<Json> ToolCalls(const Json& value, const std::string& field,
                          String(fn.value("name", Json()), at + ".function.name", limits));
     PRL_ASSIGN_OR_RETURN(const std::string arguments, String(fn.value("arguments", Json("{}")),
                                                              at + ".function.arguments", limits));
-    const Json parsed = Json::parse(arguments, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_discarded() || !parsed.is_object()) {
+    absl::StatusOr<Json> parsed = ParseJsonInput(arguments, at + ".function.arguments");
+    if (!parsed.ok()) return parsed.status();
+    if (!parsed->is_object()) {
       return Invalid(at + ".function.arguments", "a JSON object as a string",
                      Found(Json(arguments)));
     }
-    Json normal = {{"id", call.value("id", "")},
+    PRL_ASSIGN_OR_RETURN(const std::string id, call.contains("id") && !call["id"].is_null()
+                                                   ? String(call["id"], at + ".id", limits)
+                                                   : absl::StatusOr<std::string>(std::string()));
+    Json normal = {{"id", id},
                    {"type", "function"},
-                   {"function", {{"name", name}, {"arguments", parsed}}}};
+                   {"function", {{"name", name}, {"arguments", *std::move(parsed)}}}};
     out.push_back(std::move(normal));
   }
   return out;
@@ -119,10 +128,10 @@ absl::StatusOr<Json> Messages(const Json& value, const ChatLimits& limits) {
     const std::string at = absl::StrCat("messages[", i, "]");
     const Json& m = value[i];
     if (!m.is_object()) return Invalid(at, "a message object", Found(m));
-    PRL_RETURN_IF_ERROR(KnownFields(m, at,
-                                    {"role", "content", "name", "tool_calls", "tool_call_id",
-                                     "refusal", "annotations", "function_call",
-                                     "reasoning_content"}));
+    PRL_RETURN_IF_ERROR(
+        KnownFields(m, at,
+                    {"role", "content", "name", "tool_calls", "tool_call_id", "refusal",
+                     "annotations", "function_call", "reasoning_content"}));
     if (m.contains("function_call") && !m["function_call"].is_null()) {
       return Invalid(at + ".function_call", "null (use tool_calls)", Found(m["function_call"]));
     }
@@ -168,7 +177,7 @@ absl::StatusOr<Json> Tools(const Json& value, const ChatLimits& limits) {
   for (size_t i = 0; i < value.size(); ++i) {
     const std::string at = absl::StrCat("tools[", i, "]");
     const Json& tool = value[i];
-    if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+    if (!HasString(tool, "type", "function") || !tool.contains("function") ||
         !tool["function"].is_object()) {
       return Invalid(at, "{\"type\": \"function\", \"function\": {\"name\", ...}}", Found(tool));
     }
@@ -196,7 +205,7 @@ absl::Status ToolChoiceOf(const Json& value, ChatCall* call) {
       return Invalid("tool_choice", "auto, none, required or a function", Found(value));
     return absl::OkStatus();
   }
-  if (!value.is_object() || value.value("type", "") != "function" || !value.contains("function") ||
+  if (!HasString(value, "type", "function") || !value.contains("function") ||
       !value["function"].is_object() || !value["function"].contains("name") ||
       !value["function"]["name"].is_string()) {
     return Invalid("tool_choice", "{\"type\": \"function\", \"function\": {\"name\"}}",
@@ -267,7 +276,8 @@ absl::Status Sampling(const Json& body, const ChatLimits& limits, ChatCall* call
     const Json& o = body["stream_options"];
     if (!o.is_object()) return Invalid("stream_options", "an object", Found(o));
     PRL_RETURN_IF_ERROR(KnownFields(o, "stream_options", {"include_usage"}));
-    call->include_usage = o.value("include_usage", false);
+    PRL_ASSIGN_OR_RETURN(call->include_usage,
+                         MemberBool(o, "include_usage", "stream_options", false));
   }
   if (body.contains("model") && !body["model"].is_null()) {
     PRL_ASSIGN_OR_RETURN(call->model, String(body["model"], "model", limits));
@@ -327,6 +337,17 @@ absl::StatusOr<ChatCall> ParseChatRequest(const Json& body, const ChatLimits& li
   return call;
 }
 
+absl::StatusOr<ChatCall> ParseChatRequestBody(absl::string_view body, const ChatLimits& limits) {
+  PRL_ASSIGN_OR_RETURN(const Json json, ParseJsonInput(body, "the request body"));
+  return ParseChatRequest(json, limits);
+}
+
+absl::StatusOr<ChatCall> ParseCompletionRequestBody(absl::string_view body,
+                                                    const ChatLimits& limits) {
+  PRL_ASSIGN_OR_RETURN(const Json json, ParseJsonInput(body, "the request body"));
+  return ParseCompletionRequest(json, limits);
+}
+
 absl::StatusOr<ChatCall> ParseCompletionRequest(const Json& body, const ChatLimits& limits) {
   if (!body.is_object()) return Invalid("the request body", "a JSON object", Found(body));
   PRL_RETURN_IF_ERROR(
@@ -347,10 +368,17 @@ absl::StatusOr<ChatCall> ParseCompletionRequest(const Json& body, const ChatLimi
                      absl::StrCat(prompt.size()));
     }
     for (size_t i = 0; i < prompt.size(); ++i) {
-      if (!prompt[i].is_number_integer()) {
-        return Invalid(absl::StrCat("prompt[", i, "]"), "a token id", Found(prompt[i]));
+      // Checked before narrowing: 4294967297 is no token id, not token 1.
+      const Json& id = prompt[i];
+      const bool fits =
+          id.is_number_unsigned()
+              ? id.get<uint64_t>() <= INT32_MAX
+              : id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+      if (!fits) {
+        return Invalid(absl::StrCat("prompt[", i, "]"), "a token id from 0 to 2147483647",
+                       Found(id));
       }
-      call.prompt_ids.push_back(prompt[i].get<int32_t>());
+      call.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
   } else {
     return Invalid("prompt", "a string or an array of token ids (one prompt)", Found(prompt));

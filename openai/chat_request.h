@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::openai {
@@ -67,6 +68,13 @@ struct ChatCall {
   bool include_usage = false;  // stream_options.include_usage
   std::string model;
 };
+
+// The endpoint's entry points: a body's bytes, parsed bounded (core/json_input.h: at most 64
+// deep), then checked as below. A wrong member type is a 400 naming the field, never a throw.
+absl::StatusOr<ChatCall> ParseChatRequestBody(absl::string_view body,
+                                              const ChatLimits& limits = {});
+absl::StatusOr<ChatCall> ParseCompletionRequestBody(absl::string_view body,
+                                                    const ChatLimits& limits = {});
 
 absl::StatusOr<ChatCall> ParseChatRequest(const nlohmann::ordered_json& body,
                                           const ChatLimits& limits = {});

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace prl::openai {
 namespace {
 
@@ -123,6 +125,71 @@ TEST(ChatRequestTest, ACompletionTakesTextOrTokenIds) {
                 .message()
                 .find("echo: expected false"),
             std::string::npos);
+}
+
+// Each of these took the actor down (nlohmann's value() threw type_error, or a recursive copy of
+// a deep body overflowed the stack); each is now a 400 naming the field and the found type.
+TEST(ChatRequestTest, WrongTypedMembersAndDeepBodiesAreRefusedNamingTheFieldNeverThrown) {
+  struct Case {
+    std::string body, error;
+  };
+  const std::string deep_messages = R"({"messages": [{"role": "user", "content": "hi", "name": )" +
+                                    std::string(100'000, '[') + std::string(100'000, ']') + "}]}";
+  const std::vector<Case> cases = {
+      {R"({"messages": [{"role": "user", "content": [{"type": null, "text": "x"}]}]})",
+       "messages[0].content[0]: expected a text part"},
+      {R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})",
+       "messages[0].content[0]: expected a text part"},
+      {R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": 7,
+          "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
+       "messages[0].tool_calls[0].id: expected a string, found 7"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "stream": true,
+          "stream_options": {"include_usage": null}})",
+       ""},  // null: the default, as for every optional member
+      {R"({"messages": [{"role": "user", "content": "hi"}],
+          "stream_options": {"include_usage": "yes"}})",
+       "stream_options.include_usage: expected true or false, found a string"},
+      {R"({"messages": [{"role": "user", "content": "hi"}],
+          "tools": [{"type": 1, "function": {"name": "f"}}]})",
+       "tools[0]: expected {\"type\": \"function\""},
+      {R"({"messages": [{"role": "user", "content": "hi"}],
+          "tool_choice": {"type": null, "function": {"name": "f"}}})",
+       "tool_choice: expected"},
+      {R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+          "function": {"name": "f", "arguments": ")" +
+           std::string(1000, '[') + R"("}}]}]})",
+       "messages[0].tool_calls[0].function.arguments: expected JSON nested at most 64 deep"},
+      {deep_messages, "the request body: expected JSON nested at most 64 deep, found deeper"},
+  };
+  for (const Case& c : cases) {
+    const absl::StatusOr<ChatCall> call = ParseChatRequestBody(c.body);
+    if (c.error.empty()) {
+      EXPECT_TRUE(call.ok()) << c.body.substr(0, 200) << ": " << call.status();
+      continue;
+    }
+    EXPECT_TRUE(absl::IsInvalidArgument(call.status()))
+        << c.body.substr(0, 200) << ": " << call.status();
+    EXPECT_NE(call.status().message().find(c.error), std::string::npos)
+        << c.body.substr(0, 200) << ": " << call.status();
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseChatRequestBody("not json").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ParseCompletionRequestBody(std::string(100'000, '[') + std::string(100'000, ']')).status()));
+}
+
+// A token id is checked before it is narrowed: 4294967297 is not token 1.
+TEST(ChatRequestTest, ATokenIdBeyondInt32IsRefusedNotNarrowed) {
+  for (const char* id : {"4294967297", "2147483648", "-1", "18446744073709551615"}) {
+    const absl::Status s =
+        ParseCompletionRequestBody(absl::StrCat(R"({"prompt": [1, )", id, "]}")).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << id << ": " << s;
+    EXPECT_NE(s.message().find("prompt[1]: expected a token id from 0 to 2147483647"),
+              std::string::npos)
+        << s;
+  }
+  const absl::StatusOr<ChatCall> top = ParseCompletionRequestBody(R"({"prompt": [2147483647]})");
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->prompt_ids, std::vector<int32_t>{2147483647});
 }
 
 }  // namespace
