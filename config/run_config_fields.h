@@ -183,6 +183,8 @@ void VisitActorFields(RunConfig& c, Visitor& v) {
     "The OpenAI-compatible endpoint agents call (host:port; port 0: any free one)");
   v("actors", "openai_address", c.actors.openai_address,
     "The endpoint's host:port as agents reach it (empty: the bound address)");
+  v("actors", "openai_max_connections", c.actors.openai_max_connections,
+    "Connections the endpoint holds open at once (idle ones are shed first)");
   v("actors", "agent_episodes_per_address", c.actors.agent_episodes_per_address,
     "Agents' episodes running at once per agent address, per actor");
   v("actors", "replay_timeout_s", c.actors.replay_timeout_s,

@@ -45,6 +45,12 @@ EpisodeEngine::~EpisodeEngine() {
     while (e->calls_pending() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
   }
   pool_.Shutdown();
+  // The endpoint goes last of all that hold its calls: the render threads stop, the answers
+  // they and the environments left are dropped unapplied, and only then the server (its
+  // callbacks hold weak references, so a late one would do nothing either way).
+  renders_.Shutdown();
+  inbox_->Take();
+  server_.reset();
 }
 
 // ---- Groups in and out ----------------------------------------------------------------------
@@ -62,9 +68,9 @@ absl::Status EpisodeEngine::Add(GroupRequest request) {
     return absl::OkStatus();
   }
   if (!group.request.environment.has_value()) {  // one turn
-    PRL_ASSIGN_OR_RETURN(group.request_id,
-                         engine_->AddRequest(group.request.prompt, group.request.params,
-                                             group.request.adapter));
+    PRL_ASSIGN_OR_RETURN(
+        group.request_id,
+        engine_->AddRequest(group.request.prompt, group.request.params, group.request.adapter));
     by_request_[group.request_id] = {group.request.id, -1};
     groups_[group.request.id] = std::move(g);
     return absl::OkStatus();

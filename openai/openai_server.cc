@@ -1,5 +1,6 @@
 #include "openai/openai_server.h"
 
+#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
@@ -8,15 +9,20 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <cstdio>
 #include <deque>
+#include <future>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/net_address.h"
+#include "openai/connection_table.h"
+#include "openai/request_parser.h"
 
 namespace prl::openai {
 
@@ -27,21 +33,48 @@ namespace ssl = boost::asio::ssl;
 using tcp = boost::asio::ip::tcp;
 using Json = nlohmann::ordered_json;
 
+// Posts jobs onto the server's loop while it runs. The backend's callbacks hold it (never the
+// server): the destructor closes it first, and a job posted after that is dropped.
+class LoopLink {
+ public:
+  explicit LoopLink(asio::io_context* ioc) : ioc_(ioc) {}
+  void Post(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ioc_ != nullptr) asio::post(*ioc_, std::move(job));
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ioc_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  asio::io_context* ioc_;
+};
+
 struct OpenAiServer::Impl {
+  // Destroyed in reverse: the loop (and the handlers it holds) and the generating connections
+  // go before the table that their destructors update.
   OpenAiServerOptions options;
   CompletionBackend* backend = nullptr;
   std::string host;
   int port = 0;
   int64_t started = 0;  // unix seconds: /v1/models' "created"
-  int active = 0;       // open connections (the server's thread only)
-  int64_t calls = 0;    // calls answered, for their ids (the server's thread only)
-  asio::io_context ioc{1};
+  // The server's loop only:
+  ConnectionTable connections{0, 0};
+  int64_t calls = 0;     // calls answered, for their ids
+  int64_t requests = 0;  // requests read, for the log
   std::optional<ssl::context> tls;
+  asio::io_context ioc{1};
+  std::shared_ptr<LoopLink> link = std::make_shared<LoopLink>(&ioc);
   tcp::acceptor acceptor{ioc};
   asio::steady_timer retry{ioc};
   std::thread thread;
+  // Connections whose call the backend holds: their owner until the answer is written.
+  std::map<uint64_t, std::shared_ptr<void>> generating;
 
   void Accept();
+  void Run();
 };
 
 namespace {
@@ -57,6 +90,8 @@ http::status StatusOf(absl::StatusCode code) {
       return http::status::forbidden;
     case absl::StatusCode::kNotFound:
       return http::status::not_found;
+    case absl::StatusCode::kUnimplemented:
+      return http::status::method_not_allowed;
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists:
       return http::status::conflict;
@@ -95,89 +130,121 @@ std::string ParamOf(const std::string& message) {
   return message.substr(0, colon);
 }
 
-std::string BearerKey(const http::request<http::string_body>& request) {
-  const auto it = request.find(http::field::authorization);
-  if (it == request.end()) return "";
-  const std::string value(it->value());
-  return absl::StartsWith(value, "Bearer ") ? value.substr(7) : "";
-}
-
 // One connection: requests one after another (keep-alive); a streamed answer is written chunk
-// by chunk as the backend's progress arrives. Owned by the handlers pending on it.
+// by chunk as the backend's progress arrives. Owned by the handlers pending on it, and while the
+// backend generates for it by the server's `generating`; the backend's callbacks hold a weak
+// reference. Every method runs on the server's loop.
 template <class Stream>
 class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(Stream stream, OpenAiServer::Impl& server) : stream_(std::move(stream)), server_(server) {
-    ++server_.active;
-  }
-  ~Session() { --server_.active; }
+  Session(Stream stream, OpenAiServer::Impl& server)
+      : stream_(std::move(stream)), server_(server) {}
+  ~Session() { server_.connections.Remove(id_); }
 
-  void Start() {
+  void Start(const std::string& peer) {
+    std::weak_ptr<Session> weak = this->shared_from_this();
+    id_ = server_.connections.Add(peer, [weak] {
+      if (auto self = weak.lock()) self->Close();
+    });
+    beast::get_lowest_layer(stream_).expires_after(HeaderTimeout());
     if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
-      beast::get_lowest_layer(stream_).expires_after(Timeout());
       stream_.async_handshake(ssl::stream_base::server,
                               [self = this->shared_from_this()](beast::error_code ec) {
-                                if (!ec) self->Read();
+                                if (!ec) self->Guard([&] { self->ReadHead(); });
                               });
     } else {
-      Read();
+      ReadHead();
     }
   }
 
  private:
-  std::chrono::milliseconds Timeout() const {
+  std::chrono::milliseconds HeaderTimeout() const {
+    return std::chrono::milliseconds(server_.options.header_timeout_ms);
+  }
+  std::chrono::milliseconds BodyTimeout() const {
     return std::chrono::milliseconds(server_.options.request_timeout_ms);
   }
 
-  void Read() {
+  // Runs `f`; an exception is the request's 500 (or, once answering, the connection's end),
+  // logged with the request's id: no request takes the endpoint down.
+  template <class F>
+  void Guard(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      Failed(e.what());
+    } catch (...) {
+      Failed("an exception of unknown type");
+    }
+  }
+
+  void Failed(const std::string& what) {
+    std::fprintf(stderr, "openai endpoint: request %lld: internal error: %s\n",
+                 static_cast<long long>(request_id_), what.c_str());
+    server_.generating.erase(id_);
+    if (answering_) return Close();
+    keep_alive_ = false;
+    SendError(absl::InternalError(absl::StrCat("internal error (request ", request_id_,
+                                               "): the actor's log has the details")));
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    beast::get_lowest_layer(stream_).close();
+  }
+
+  // ---- Reading: the head, the key, then the body ----
+  void ReadHead() {
+    server_.connections.SetWaiting(id_, true);
+    answering_ = false;
     parser_.emplace();
-    parser_->header_limit(16 * 1024);
-    parser_->body_limit(static_cast<uint64_t>(server_.options.max_body_bytes));
-    beast::get_lowest_layer(stream_).expires_after(Timeout());
+    ConfigureParser(*parser_, server_.options.max_body_bytes);
+    beast::get_lowest_layer(stream_).expires_after(HeaderTimeout());
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                              self->Guard([&] { self->OnHead(ec); });
+                            });
+  }
+
+  void OnHead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted) {
+      return;  // closed, idle past the deadline, or shed
+    }
+    request_id_ = ++server_.requests;
+    server_.connections.SetWaiting(id_, false);
+    keep_alive_ = false;  // until the body is read: an answer before it closes the connection
+    version_ = parser_->get().version() == 0 ? 11 : parser_->get().version();
+    if (ec == http::error::header_limit) return Close();  // unanswered: nothing to trust in it
+    if (ec) return SendError(ParseError(ec, server_.options.max_body_bytes));
+    absl::StatusOr<RequestHead> head = CheckParsedHead(*parser_);
+    if (head.ok() && !server_.backend->KnowsKey(head->key)) {
+      head = absl::UnauthenticatedError(
+          "unknown key: it belongs to no episode this actor runs (it ended?)");
+    }
+    if (!head.ok()) return SendError(head.status());
+    server_.connections.SetAuthenticated(id_);
+    head_ = *std::move(head);
+    beast::get_lowest_layer(stream_).expires_after(BodyTimeout());
     http::async_read(stream_, buffer_, *parser_,
                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec == http::error::body_limit) {
-                         return self->SendError(absl::InvalidArgumentError(
-                             absl::StrCat("the request body: expected at most ",
-                                          self->server_.options.max_body_bytes, " bytes")));
-                       }
-                       if (!ec) self->Handle(self->parser_->release());
+                       self->Guard([&] { self->OnBody(ec); });
                      });
   }
 
-  void Handle(http::request<http::string_body> request) {
-    request_ = std::move(request);
-    keep_alive_ = request_.keep_alive();
+  void OnBody(beast::error_code ec) {
+    if (ec == beast::error::timeout || ec == asio::error::operation_aborted) return;
+    if (ec) return SendError(ParseError(ec, server_.options.max_body_bytes));
+    keep_alive_ = head_.keep_alive;
     beast::get_lowest_layer(stream_).expires_never();  // generating: bounded by the episode
-    const std::string target(request_.target());
-    const std::string path = target.substr(0, target.find('?'));
-    const bool models = path == "/v1/models";
-    const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
-    if (!models && !chat && !completions) {
-      return SendError(absl::NotFoundError(
-          absl::StrCat("no route ", path.substr(0, 128),
-                       ": the paths are /v1/models, /v1/chat/completions and /v1/completions")));
-    }
-    if ((models && request_.method() != http::verb::get) ||
-        (!models && request_.method() != http::verb::post)) {
-      return Send(http::status::method_not_allowed,
-                  ErrorJson(absl::StrCat(models ? "GET" : "POST", " only"), "not_found_error"));
-    }
-    const std::string key = BearerKey(request_);
-    if (key.empty() || !server_.backend->KnowsKey(key)) {
-      return SendError(absl::UnauthenticatedError(
-          key.empty() ? "no key: send the episode's key as Authorization: Bearer <key>"
-                      : "unknown key: it belongs to no episode this actor runs (it ended?)"));
-    }
-    if (models) {
+    const std::string body = parser_->release().body();
+    if (head_.route == Route::kModels) {
       return Send(http::status::ok, ModelsJson(server_.backend->model(), server_.started));
     }
-    const Json body = Json::parse(request_.body(), nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) {
-      return SendError(absl::InvalidArgumentError("the request body: expected JSON"));
-    }
-    absl::StatusOr<ChatCall> call = chat ? ParseChatRequest(body, server_.options.limits)
-                                         : ParseCompletionRequest(body, server_.options.limits);
+    const bool chat = head_.route == Route::kChat;
+    absl::StatusOr<ChatCall> call = chat ? ParseChatRequestBody(body, server_.options.limits)
+                                         : ParseCompletionRequestBody(body, server_.options.limits);
     if (!call.ok()) return SendError(call.status());
     streaming_ = call->stream;
     include_usage_ = call->include_usage;
@@ -186,19 +253,30 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     meta_.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", ++server_.calls, "-", server_.started);
     meta_.model = server_.backend->model();
     meta_.created = absl::ToUnixSeconds(absl::Now());
-    auto self = this->shared_from_this();
-    auto on_ioc = [self](auto f) { asio::post(self->server_.ioc, std::move(f)); };
+    Generate(*std::move(call));
+  }
+
+  // The backend holds only a weak reference and the loop's link: a callback after the
+  // connection or the server ended does nothing.
+  void Generate(ChatCall call) {
+    server_.generating[id_] = this->shared_from_this();
+    std::weak_ptr<Session> weak = this->shared_from_this();
+    std::shared_ptr<LoopLink> link = server_.link;
     CompletionBackend::Progress progress;
     if (streaming_) {
-      progress = [self, on_ioc](const std::string& text) {
-        on_ioc([self, text] { self->OnProgress(text); });
+      progress = [weak, link](const std::string& text) {
+        link->Post([weak, text] {
+          if (auto self = weak.lock()) self->Guard([&] { self->OnProgress(text); });
+        });
       };
     }
-    server_.backend->Generate(
-        key, *std::move(call), std::move(progress),
-        [self, on_ioc](absl::StatusOr<Completion> done) {
-          on_ioc([self, done = std::move(done)]() mutable { self->OnDone(std::move(done)); });
-        });
+    server_.backend->Generate(head_.key, std::move(call), std::move(progress),
+                              [weak, link](absl::StatusOr<Completion> done) {
+                                link->Post([weak, done = std::move(done)]() mutable {
+                                  if (auto self = weak.lock())
+                                    self->Guard([&] { self->OnDone(std::move(done)); });
+                                });
+                              });
   }
 
   // ---- Streams: headers on the first event, then one chunk per event ----
@@ -212,6 +290,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void OnDone(absl::StatusOr<Completion> done) {
+    // The pending writes own the connection from here.
+    const std::shared_ptr<void> owner = std::move(server_.generating[id_]);
+    server_.generating.erase(id_);
     if (done.ok()) {
       done->chat = meta_.chat;
       done->id = meta_.id;
@@ -239,8 +320,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void OpenStream() {
-    stream_open_ = true;
-    stream_response_.emplace(http::status::ok, request_.version());
+    answering_ = stream_open_ = true;
+    stream_response_.emplace(http::status::ok, version_);
     stream_response_->set(http::field::content_type, "text/event-stream");
     stream_response_->set(http::field::cache_control, "no-cache");
     stream_response_->chunked(true);
@@ -262,7 +343,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       headers_sent_ = true;
       return http::async_write_header(stream_, *serializer_, [self](beast::error_code ec, size_t) {
         self->writing_ = false;
-        if (!ec) self->Flush();
+        if (!ec) self->Guard([&] { self->Flush(); });
       });
     }
     if (pending_.empty()) {
@@ -270,7 +351,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (!finished_) return;
       return asio::async_write(stream_, http::make_chunk_last(),
                                [self](beast::error_code ec, size_t) {
-                                 if (!ec) self->Next();
+                                 if (!ec) self->Guard([&] { self->Next(); });
                                });
     }
     chunk_ = std::move(pending_.front());
@@ -278,7 +359,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     asio::async_write(stream_, http::make_chunk(asio::buffer(chunk_)),
                       [self](beast::error_code ec, size_t) {
                         self->writing_ = false;
-                        if (!ec) self->Flush();
+                        if (!ec) self->Guard([&] { self->Flush(); });
                       });
   }
 
@@ -292,7 +373,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void Send(http::status status, const Json& body) {
-    response_.emplace(status, request_.version() == 0 ? 11 : request_.version());
+    answering_ = true;
+    response_.emplace(status, version_);
     response_->set(http::field::content_type, "application/json");
     if (status == http::status::unauthorized) {
       response_->set(http::field::www_authenticate, "Bearer");
@@ -300,10 +382,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     response_->keep_alive(keep_alive_ && status != http::status::bad_request);
     response_->body() = Dump(body);
     response_->prepare_payload();
-    beast::get_lowest_layer(stream_).expires_after(Timeout());
+    beast::get_lowest_layer(stream_).expires_after(BodyTimeout());
     http::async_write(stream_, *response_,
                       [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                        if (!ec) self->Next();
+                        if (!ec) self->Guard([&] { self->Next(); });
                       });
   }
 
@@ -315,17 +397,38 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     stream_response_.reset();
     stream_open_ = headers_sent_ = finished_ = false;
     sent_text_ = 0;
-    if (again) return Read();
+    if (again) return ReadHead();
+    Linger();
+  }
+
+  // Closing after an answer: the send side first, then what the client still sends (a body
+  // never read) is discarded until it closes or the header deadline passes, so that it reads
+  // the answer instead of a reset. Nothing of it is kept.
+  void Linger() {
     beast::error_code ignored;
     beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_send, ignored);
+    beast::get_lowest_layer(stream_).expires_after(HeaderTimeout());
+    DiscardSome();
+  }
+
+  void DiscardSome() {
+    beast::get_lowest_layer(stream_).async_read_some(
+        asio::buffer(discard_), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+          self->discarded_ += n;
+          if (!ec && self->discarded_ <= self->server_.options.max_body_bytes) self->DiscardSome();
+        });
   }
 
   Stream stream_;
   OpenAiServer::Impl& server_;
+  uint64_t id_ = 0;         // in server_.connections
+  int64_t request_id_ = 0;  // the request being answered (the log's)
   beast::flat_buffer buffer_{8192};
-  std::optional<http::request_parser<http::string_body>> parser_;
-  http::request<http::string_body> request_;
-  bool keep_alive_ = true;
+  std::optional<RequestParser> parser_;
+  RequestHead head_;
+  unsigned version_ = 11;
+  bool keep_alive_ = false;
+  bool answering_ = false;  // an answer (or a stream) has begun
   std::optional<http::response<http::string_body>> response_;
   // A stream: its header, serializer, the events not yet written.
   bool streaming_ = false, include_usage_ = false;
@@ -336,6 +439,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::optional<http::response_serializer<http::empty_body>> serializer_;
   std::deque<std::string> pending_;
   std::string chunk_;
+  std::array<char, 4096> discard_;
+  int64_t discarded_ = 0;
 };
 
 }  // namespace
@@ -350,25 +455,42 @@ void OpenAiServer::Impl::Accept() {
       });
       return;
     }
-    if (active >= options.max_connections) {
+    beast::error_code peer_error;
+    const std::string peer = socket.remote_endpoint(peer_error).address().to_string();
+    if (peer_error || !connections.Admit(peer)) {
       const std::string body = Dump(ErrorJson("too many connections", "server_error"));
       const std::string busy = absl::StrCat(
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
           "Content-Length: ",
           body.size(), "\r\nConnection: close\r\n\r\n", body);
       beast::error_code ignored;
-      asio::write(socket, asio::buffer(busy), ignored);
+      // Non-blocking: a peer that does not read gets nothing rather than stalling the loop.
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(busy), ignored);
       socket.close(ignored);
     } else if (tls.has_value()) {
       std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
           beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *tls), *this)
-          ->Start();
+          ->Start(peer);
     } else {
       std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), *this)
-          ->Start();
+          ->Start(peer);
     }
     Accept();
   });
+}
+
+void OpenAiServer::Impl::Run() {
+  for (;;) {  // the sessions guard their handlers; this is the last resort
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "openai endpoint: internal error outside a request: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "openai endpoint: internal error outside a request\n");
+    }
+  }
 }
 
 absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
@@ -393,15 +515,31 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
   impl->backend = backend;
   impl->host = options.address.substr(0, colon);
   impl->started = absl::ToUnixSeconds(absl::Now());
+  impl->connections =
+      ConnectionTable(options.max_connections, options.max_unauthenticated_per_peer);
+  if (options.require_client_cert && (!tls || options.tls_ca_file.empty())) {
+    return absl::FailedPreconditionError(
+        "security.require_client_cert needs security.tls_cert_file, tls_key_file and "
+        "tls_ca_file for the OpenAI endpoint too");
+  }
   if (tls) {
     impl->tls.emplace(ssl::context::tls_server);
+    // TLS 1.2 at least, as gRPC's servers.
+    SSL_CTX_set_min_proto_version(impl->tls->native_handle(), TLS1_2_VERSION);
     beast::error_code ec;
     impl->tls->use_certificate_chain_file(options.tls_cert_file, ec);
     if (!ec) impl->tls->use_private_key_file(options.tls_key_file, ssl::context::pem, ec);
+    if (!ec && options.require_client_cert) {
+      impl->tls->load_verify_file(options.tls_ca_file, ec);
+      if (!ec) {
+        impl->tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert, ec);
+      }
+    }
     if (ec) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "security.tls_cert_file / tls_key_file: cannot load for the OpenAI endpoint: ",
-          ec.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("security.tls_cert_file / tls_key_file",
+                       options.require_client_cert ? " / tls_ca_file" : "",
+                       ": cannot load for the OpenAI endpoint: ", ec.message()));
     }
   }
   beast::error_code ec;
@@ -423,18 +561,27 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
   impl->port = impl->acceptor.local_endpoint().port();
   impl->Accept();
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->ioc.run(); });
+  impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
 }
 
 OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 OpenAiServer::~OpenAiServer() {
+  impl_->link->Close();  // the backend's callbacks from now on post nothing
   impl_->ioc.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->generating.clear();  // then the loop's handlers go with the loop, in ~Impl
 }
 
 int OpenAiServer::port() const { return impl_->port; }
+
+int OpenAiServer::connections() const {
+  std::promise<int> open;
+  std::future<int> answer = open.get_future();
+  asio::post(impl_->ioc, [&] { open.set_value(impl_->connections.open()); });
+  return answer.get();
+}
 
 std::string OpenAiServer::base_url() const {
   const bool v6 = impl_->host.find(':') != std::string::npos;

@@ -15,10 +15,28 @@
 // (limits), 503 (stopping) or 500.
 //
 // Listening: loopback by default; a non-loopback address needs TLS (security.tls_cert_file and
-// tls_key_file: HTTPS with the process's certificate) or security.insecure, like every prl
-// listener (rpc/security.h). Bounds: at most max_connections open (more get 503), headers of at
-// most 16 KiB and a body of at most max_body_bytes, a request read within request_timeout_ms;
-// a generation itself is bounded by its episode's limits, not here.
+// tls_key_file: HTTPS with the process's certificate, TLS 1.2 at least; with
+// require_client_cert, a client certificate signed by tls_ca_file, as on the gRPC servers) or
+// security.insecure, like every prl listener (rpc/security.h).
+//
+// Before authentication (docs/security.md, "The agent endpoint"): a request's line and headers
+// (at most 16 KiB) must arrive within header_timeout_ms of the connection or of the previous
+// answer, and the key is checked before any of the body is read (openai/http_request.h): a
+// caller without a key is answered 401 and its connection closed, its body never buffered. The
+// body (at most max_body_bytes) must then arrive within request_timeout_ms. At most
+// max_connections are open: a connection past the cap sheds the longest-waiting one that is not
+// generating (before its key was accepted, or idle between requests), and gets 503 only when
+// every connection is generating; one peer (IP address) holds at most
+// max_unauthenticated_per_peer connections whose key has not been accepted (its oldest is shed).
+// A generation itself is bounded by its episode's limits, not here.
+//
+// No request takes the endpoint down: a handler's exception (the backend's included) is a 500
+// naming the request's id, logged with it; the server goes on.
+//
+// Lifetimes: the backend's callbacks hold only weak references to their connection and post to
+// the server's loop through a link that the destructor closes first: a callback that comes (or
+// is destroyed) after the server stopped does nothing. Connections are counted and destroyed on
+// the server's loop only.
 //
 // Thread-safety: the server runs on its own thread; the backend's callbacks may come from any
 // thread (they are posted to it).
@@ -56,14 +74,18 @@ class CompletionBackend {
 };
 
 struct OpenAiServerOptions {
-  std::string address = "127.0.0.1:0";  // port 0: any free one
-  int max_connections = 256;
+  std::string address = "127.0.0.1:0";    // port 0: any free one
+  int max_connections = 256;              // actors.openai_max_connections
+  int max_unauthenticated_per_peer = 16;  // connections of one IP whose key is not yet accepted
   int64_t max_body_bytes = int64_t{16} << 20;
-  int request_timeout_ms = 30'000;  // to read a request
+  int header_timeout_ms = 10'000;   // the request line and headers, from connect or last answer
+  int request_timeout_ms = 30'000;  // the body, once the key is accepted
   ChatLimits limits;
   // TLS (HTTPS): the certificate chain and key (PEM); both empty: plain HTTP, which a
-  // non-loopback address refuses unless `insecure`.
-  std::string tls_cert_file, tls_key_file;
+  // non-loopback address refuses unless `insecure`. With require_client_cert, clients present a
+  // certificate that tls_ca_file verifies (mutual TLS).
+  std::string tls_cert_file, tls_key_file, tls_ca_file;
+  bool require_client_cert = false;
   bool insecure = false;
 };
 
@@ -77,6 +99,8 @@ class OpenAiServer {
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
   int port() const;
+  // Open connections (for tests; read on the server's loop).
+  int connections() const;
   // "http://127.0.0.1:PORT/v1" (https with TLS): what an agent's client is given.
   std::string base_url() const;
 

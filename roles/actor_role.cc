@@ -9,9 +9,9 @@
 #include "actor/actor.h"
 #include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
+#include "roles/adapter_segments.h"
 #include "roles/device_settings.h"
 #include "roles/learner_rank.h"
-#include "roles/adapter_segments.h"
 #include "roles/model_text.h"
 #include "roles/role_metrics.h"
 #include "roles/role_security.h"
@@ -79,6 +79,9 @@ absl::StatusOr<actor::ActorOptions> ActorOptionsFrom(const config::RunConfig& c,
   endpoint.address = c.actors.openai_listen;
   endpoint.tls_cert_file = c.security.tls_cert_file;
   endpoint.tls_key_file = c.security.tls_key_file;
+  endpoint.tls_ca_file = c.security.tls_ca_file;
+  endpoint.require_client_cert = c.security.require_client_cert;
+  endpoint.max_connections = c.actors.openai_max_connections;
   endpoint.insecure = c.security.insecure;
   o.openai = endpoint;
   o.openai_model = ServedModelName(c.model.path);

@@ -122,6 +122,40 @@ TEST_F(CoordinatorTest, ChatPromptsAreRenderedWithTheTemplateAndTokenised) {
             absl::string_view::npos);
 }
 
+// 100,000 '[' then as many ']' (200 KB, under the prompt cap) in tools_json or
+// template_kwargs_json overflowed the coordinator's stack while the prompt set was validated, for
+// any client, again after every restart. Now it is refused naming the field, and the coordinator
+// goes on accepting.
+TEST_F(CoordinatorTest,
+       ADeeplyNestedToolsOrKwargsJsonIsRefusedNamingTheFieldAndTheCoordinatorGoesOn) {
+  auto c = Open();
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  const std::string deep_object = [] {
+    std::string s;
+    for (int i = 0; i < 100'000; ++i) s += R"({"a":)";
+    return s + "1" + std::string(100'000, '}');
+  }();
+  struct Case {
+    std::string tools, kwargs, field;
+  };
+  for (const Case& k : {Case{deep, "", "prompts[0].chat.tools_json"},
+                        Case{"", deep_object, "prompts[0].chat.template_kwargs_json"}}) {
+    v1::SubmitPromptSetRequest r = Request(1);
+    v1::Chat* chat = r.mutable_prompts(0)->mutable_chat();
+    v1::ChatMessage* user = chat->add_messages();
+    user->set_role("user");
+    user->set_content("hi");
+    chat->set_tools_json(k.tools);
+    chat->set_template_kwargs_json(k.kwargs);
+    const absl::Status refused = c->Submit(r).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+    EXPECT_NE(refused.message().find(k.field + ": expected JSON nested at most 64 deep"),
+              absl::string_view::npos)
+        << refused;
+  }
+  EXPECT_TRUE(c->Submit(Request(1)).ok());
+}
+
 TEST_F(CoordinatorTest, WithoutModelTextOnlyTokenPromptsAreAccepted) {
   config_.text = nullptr;
   auto c = Open();

@@ -9,6 +9,7 @@
 #include "tests/status_testing.h"
 #include "tests/tokenizer/corpus.h"
 #include "tests/tokenizer/js_reference.h"
+#include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -172,6 +173,44 @@ TEST(TokenizerTest, ConcurrentEncodeAndDecodeAgree) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int w = 0; w < 8; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
+}
+
+}  // namespace
+}  // namespace prl::tokenizer
+
+namespace prl::tokenizer {
+namespace {
+
+// The renderer converts its inputs to template values recursively: an input nested deeper than
+// any bounded parse allows (core/json_input.h) is refused naming it, before any conversion.
+TEST(ChatTemplateDepthTest, InputsNestedPastTheBoundAreRefusedNamingThem) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
+      "{% for m in messages %}{{ m['content'] }}{% endfor %}{{ tools | length }}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatTemplateInputs inputs;
+  inputs.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  inputs.tools = nlohmann::ordered_json::array();
+  absl::StatusOr<std::string> fine = t->Render(inputs);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(*fine, "hi0");
+  // Built in place and moved, never copied (a copy recurses).
+  const auto deep = [] {
+    nlohmann::ordered_json value = nlohmann::ordered_json::array();
+    nlohmann::ordered_json* at = &value;
+    for (int i = 0; i < 100'000; ++i) at = &at->emplace_back(nlohmann::ordered_json::array());
+    return value;
+  };
+  for (const std::string where : {"tools", "chat_template_kwargs", "messages"}) {
+    ChatTemplateInputs bad = inputs;
+    if (where == "tools") bad.tools = deep();
+    if (where == "chat_template_kwargs") bad.extra["x"] = deep();
+    if (where == "messages") bad.messages[0]["content"] = deep();
+    const absl::Status refused = t->Render(bad).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(refused)) << where << ": " << refused;
+    EXPECT_NE(refused.message().find(where + ": expected JSON nested at most 64 deep"),
+              std::string::npos)
+        << refused;
+  }
 }
 
 }  // namespace
