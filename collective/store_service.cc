@@ -39,35 +39,42 @@ class StoreServer::Service final : public v1::StoreService::Service {
 
   grpc::Status Set(grpc::ServerContext*, const v1::StoreSetRequest* request,
                    v1::StoreSetResponse*) override {
-    return rpc::ToGrpcStatus(store_->Set(request->key(), request->value()));
+    return rpc::Guarded("prl.v1.StoreService/Set", [&]() -> grpc::Status {
+      return rpc::ToGrpcStatus(store_->Set(request->key(), request->value()));
+    });
   }
 
   grpc::Status Get(grpc::ServerContext* context, const v1::StoreGetRequest* request,
                    v1::StoreGetResponse* response) override {
-    const absl::Duration timeout = absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
-    const absl::Time deadline = absl::Now() + timeout;
-    while (true) {
-      if (shutting_down_) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store server is shutting down");
+    return rpc::Guarded("prl.v1.StoreService/Get", [&]() -> grpc::Status {
+      const absl::Duration timeout =
+          absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+      const absl::Time deadline = absl::Now() + timeout;
+      while (true) {
+        if (shutting_down_) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store server is shutting down");
+        }
+        if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+        const absl::Duration slice =
+            std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kWaitSlice);
+        absl::StatusOr<std::string> value = store_->Get(request->key(), slice);
+        if (value.ok()) {
+          response->set_value(*std::move(value));
+          return grpc::Status::OK;
+        }
+        if (!absl::IsDeadlineExceeded(value.status())) return rpc::ToGrpcStatus(value.status());
+        if (absl::Now() >= deadline) {
+          return rpc::ToGrpcStatus(GetTimedOut(request->key(), timeout, "store server"));
+        }
       }
-      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-      const absl::Duration slice =
-          std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kWaitSlice);
-      absl::StatusOr<std::string> value = store_->Get(request->key(), slice);
-      if (value.ok()) {
-        response->set_value(*std::move(value));
-        return grpc::Status::OK;
-      }
-      if (!absl::IsDeadlineExceeded(value.status())) return rpc::ToGrpcStatus(value.status());
-      if (absl::Now() >= deadline) {
-        return rpc::ToGrpcStatus(GetTimedOut(request->key(), timeout, "store server"));
-      }
-    }
+    });
   }
 
   grpc::Status Delete(grpc::ServerContext*, const v1::StoreDeleteRequest* request,
                       v1::StoreDeleteResponse*) override {
-    return rpc::ToGrpcStatus(store_->Delete(request->key()));
+    return rpc::Guarded("prl.v1.StoreService/Delete", [&]() -> grpc::Status {
+      return rpc::ToGrpcStatus(store_->Delete(request->key()));
+    });
   }
 
  private:
@@ -83,8 +90,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(MemoryStore* sto
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, kMaxMessageBytes);
   builder.RegisterService(server->service_.get());
-  PRL_ASSIGN_OR_RETURN(server->server_,
-                       rpc::StartServer(builder, address, &server->port_, policy));
+  PRL_ASSIGN_OR_RETURN(server->server_, rpc::StartServer(builder, address, &server->port_, policy));
   return server;
 }
 
@@ -106,8 +112,7 @@ GrpcStore::GrpcStore(const std::string& target, absl::Duration connect_timeout)
   // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes it as each connection attempt's timeout,
   // and at 100 ms a loaded host's handshake fails and backs off again.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  stub_ = v1::StoreService::NewStub(
-      rpc::NewChannel(target, args));
+  stub_ = v1::StoreService::NewStub(rpc::NewChannel(target, args));
 }
 
 absl::Status GrpcStore::CallError(absl::string_view call, absl::string_view key,

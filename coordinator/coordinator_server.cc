@@ -24,9 +24,9 @@ absl::StatusOr<Caller> CallerOf(const ServerContext* context) {
 }  // namespace
 
 // `Caller name` from the call's context, or the call answers the error.
-#define PRL_GRPC_ASSIGN_CALLER(name, context)                           \
-  absl::StatusOr<Caller> name##_or = CallerOf(context);                 \
-  if (!name##_or.ok()) return ToGrpcStatus(name##_or.status());         \
+#define PRL_GRPC_ASSIGN_CALLER(name, context)                   \
+  absl::StatusOr<Caller> name##_or = CallerOf(context);         \
+  if (!name##_or.ok()) return ToGrpcStatus(name##_or.status()); \
   const Caller& name = *name##_or
 
 class CoordinatorServer::Prompts final : public v1::PromptService::Service {
@@ -35,49 +35,59 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
 
   grpc::Status SubmitPromptSet(ServerContext* context, const v1::SubmitPromptSetRequest* request,
                                v1::SubmitPromptSetResponse* response) override {
-    PRL_GRPC_ASSIGN_CALLER(caller, context);
-    absl::StatusOr<v1::SubmitPromptSetResponse> r = c_->Submit(*request, caller);
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    *response = *r;
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.PromptService/SubmitPromptSet", [&]() -> grpc::Status {
+      PRL_GRPC_ASSIGN_CALLER(caller, context);
+      absl::StatusOr<v1::SubmitPromptSetResponse> r = c_->Submit(*request, caller);
+      if (!r.ok()) return ToGrpcStatus(r.status());
+      *response = *r;
+      return grpc::Status::OK;
+    });
   }
   grpc::Status GetPromptSet(ServerContext* context, const v1::GetPromptSetRequest* request,
                             v1::PromptSetStatus* response) override {
-    PRL_GRPC_ASSIGN_CALLER(caller, context);
-    absl::StatusOr<v1::PromptSetStatus> r = c_->Get(request->prompt_set_id(), caller);
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    *response = *r;
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.PromptService/GetPromptSet", [&]() -> grpc::Status {
+      PRL_GRPC_ASSIGN_CALLER(caller, context);
+      absl::StatusOr<v1::PromptSetStatus> r = c_->Get(request->prompt_set_id(), caller);
+      if (!r.ok()) return ToGrpcStatus(r.status());
+      *response = *r;
+      return grpc::Status::OK;
+    });
   }
   grpc::Status ListPromptSets(ServerContext* context, const v1::ListPromptSetsRequest* request,
                               v1::ListPromptSetsResponse* response) override {
-    PRL_GRPC_ASSIGN_CALLER(caller, context);
-    absl::StatusOr<v1::ListPromptSetsResponse> page = c_->ListPage(*request, caller);
-    if (!page.ok()) return ToGrpcStatus(page.status());
-    *response = std::move(*page);
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.PromptService/ListPromptSets", [&]() -> grpc::Status {
+      PRL_GRPC_ASSIGN_CALLER(caller, context);
+      absl::StatusOr<v1::ListPromptSetsResponse> page = c_->ListPage(*request, caller);
+      if (!page.ok()) return ToGrpcStatus(page.status());
+      *response = std::move(*page);
+      return grpc::Status::OK;
+    });
   }
   grpc::Status CancelPromptSet(ServerContext* context, const v1::CancelPromptSetRequest* request,
                                v1::PromptSetStatus* response) override {
-    PRL_GRPC_ASSIGN_CALLER(caller, context);
-    absl::StatusOr<v1::PromptSetStatus> r = c_->Cancel(request->prompt_set_id(), caller);
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    *response = *r;
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.PromptService/CancelPromptSet", [&]() -> grpc::Status {
+      PRL_GRPC_ASSIGN_CALLER(caller, context);
+      absl::StatusOr<v1::PromptSetStatus> r = c_->Cancel(request->prompt_set_id(), caller);
+      if (!r.ok()) return ToGrpcStatus(r.status());
+      *response = *r;
+      return grpc::Status::OK;
+    });
   }
   grpc::Status WatchPromptSet(ServerContext* context, const v1::WatchPromptSetRequest* request,
                               grpc::ServerWriter<v1::PromptSetEvent>* writer) override {
-    // Each open stream holds a server thread: at most max_watch_streams at once.
-    if (watchers_.fetch_add(1) >= max_watchers_) {
+    return rpc::Guarded("prl.v1.PromptService/WatchPromptSet", [&]() -> grpc::Status {
+      // Each open stream holds a server thread: at most max_watch_streams at once.
+      if (watchers_.fetch_add(1) >= max_watchers_) {
+        watchers_.fetch_sub(1);
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat(max_watchers_,
+                                         " watch streams are open (coordinator."
+                                         "max_watch_streams): retry later"));
+      }
+      const grpc::Status status = Watch(context, request, writer);
       watchers_.fetch_sub(1);
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat(max_watchers_,
-                                       " watch streams are open (coordinator."
-                                       "max_watch_streams): retry later"));
-    }
-    const grpc::Status status = Watch(context, request, writer);
-    watchers_.fetch_sub(1);
-    return status;
+      return status;
+    });
   }
 
  private:
@@ -102,17 +112,21 @@ class CoordinatorServer::Prompts final : public v1::PromptService::Service {
  public:
   grpc::Status ListAdapters(ServerContext* context, const v1::ListAdaptersRequest*,
                             v1::ListAdaptersResponse* response) override {
-    PRL_GRPC_ASSIGN_CALLER(caller, context);
-    *response = c_->ListAdapters(caller);
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.PromptService/ListAdapters", [&]() -> grpc::Status {
+      PRL_GRPC_ASSIGN_CALLER(caller, context);
+      *response = c_->ListAdapters(caller);
+      return grpc::Status::OK;
+    });
   }
   grpc::Status DeleteAdapter(ServerContext* context, const v1::DeleteAdapterRequest* request,
                              v1::DeleteAdapterResponse* response) override {
-    PRL_GRPC_ASSIGN_CALLER(caller, context);
-    absl::StatusOr<v1::DeleteAdapterResponse> r = c_->DeleteAdapter(request->name(), caller);
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    *response = *r;
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.PromptService/DeleteAdapter", [&]() -> grpc::Status {
+      PRL_GRPC_ASSIGN_CALLER(caller, context);
+      absl::StatusOr<v1::DeleteAdapterResponse> r = c_->DeleteAdapter(request->name(), caller);
+      if (!r.ok()) return ToGrpcStatus(r.status());
+      *response = *r;
+      return grpc::Status::OK;
+    });
   }
 
  private:
@@ -137,42 +151,57 @@ class CoordinatorServer::Actors final : public ActorControlBase {
                                          const v1::LeaseRequest* request,
                                          v1::LeaseResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(Reply(c_->Lease(*request), response));
+    reactor->Finish(rpc::Guarded("prl.v1.ActorControl/LeasePrompts",
+                                 [&] { return Reply(c_->Lease(*request), response); }));
     return reactor;
   }
   grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context,
                                      const v1::CompleteRequest* request,
                                      v1::CompleteResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    c_->CompleteAsync(*request, [reactor, response](absl::StatusOr<v1::CompleteResponse> r) {
-      reactor->Finish(Reply(std::move(r), response));
+    // Finished by the callback once the completion is durable; a throw before it was taken
+    // finishes the call here.
+    const grpc::Status started = rpc::Guarded("prl.v1.ActorControl/Complete", [&] {
+      c_->CompleteAsync(*request, [reactor, response](absl::StatusOr<v1::CompleteResponse> r) {
+        reactor->Finish(Reply(std::move(r), response));
+      });
+      return grpc::Status::OK;
     });
+    if (!started.ok()) reactor->Finish(started);
     return reactor;
   }
 
   grpc::Status Register(ServerContext*, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override {
-    return Reply(c_->RegisterActor(request->actor_name(), request->capacity()), response);
+    return rpc::Guarded("prl.v1.ActorControl/Register", [&]() -> grpc::Status {
+      return Reply(c_->RegisterActor(request->actor_name(), request->capacity()), response);
+    });
   }
   grpc::Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
-    return Reply(c_->Heartbeat(*request), response);
+    return rpc::Guarded("prl.v1.ActorControl/Heartbeat",
+                        [&]() -> grpc::Status { return Reply(c_->Heartbeat(*request), response); });
   }
   grpc::Status Release(ServerContext*, const v1::ReleaseRequest* request,
                        v1::ReleaseResponse* response) override {
-    return Reply(c_->Release(*request), response);
+    return rpc::Guarded("prl.v1.ActorControl/Release",
+                        [&]() -> grpc::Status { return Reply(c_->Release(*request), response); });
   }
   grpc::Status ReportLearnerProgress(ServerContext*, const v1::LearnerProgressRequest* request,
                                      v1::LearnerProgressResponse* response) override {
-    return Reply(c_->LearnerProgress(*request), response);
+    return rpc::Guarded("prl.v1.ActorControl/ReportLearnerProgress", [&]() -> grpc::Status {
+      return Reply(c_->LearnerProgress(*request), response);
+    });
   }
   grpc::Status CheckGroup(ServerContext*, const v1::CheckGroupRequest* request,
                           v1::CheckGroupResponse*) override {
-    return ToGrpcStatus(c_->CheckGroup(*request));
+    return rpc::Guarded("prl.v1.ActorControl/CheckGroup",
+                        [&]() -> grpc::Status { return ToGrpcStatus(c_->CheckGroup(*request)); });
   }
   grpc::Status ReopenPrompts(ServerContext*, const v1::ReopenPromptsRequest* request,
                              v1::ReopenPromptsResponse* response) override {
-    return Reply(c_->Reopen(*request), response);
+    return rpc::Guarded("prl.v1.ActorControl/ReopenPrompts",
+                        [&]() -> grpc::Status { return Reply(c_->Reopen(*request), response); });
   }
 
  private:

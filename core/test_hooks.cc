@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,13 @@ void TapLine(absl::string_view name, absl::string_view line) {
   if (fd < 0) return;
   [[maybe_unused]] const ssize_t written = ::write(fd, text.data(), text.size());
   ::close(fd);
+}
+
+void ThrowPoint(absl::string_view name) {
+  const char* armed = std::getenv("PRL_THROW_POINT");
+  if (armed != nullptr && name == armed) {
+    throw std::runtime_error(absl::StrCat("injected by PRL_THROW_POINT=", name));
+  }
 }
 
 }  // namespace prl

@@ -11,7 +11,11 @@
 // test has an oracle of what the processes did that is not their own bookkeeping: e.g. every
 // group the actors wrote, against the coordinator's state and the learner's ledger.
 //
-// Thread-safety: both may be called from any thread.
+// PRL_THROW_POINT=<name>: ThrowPoint(<name>) throws std::runtime_error, so that a test injects
+// a handler's bug where it cannot reach the handler's code (the no-throw boundary of every
+// server, rpc/grpc_util.h: Guarded). Read at every call: a test may set it in-process.
+//
+// Thread-safety: all may be called from any thread.
 #pragma once
 
 #include "absl/strings/string_view.h"
@@ -20,5 +24,6 @@ namespace prl {
 
 void FaultPoint(absl::string_view name);
 void TapLine(absl::string_view name, absl::string_view line);
+void ThrowPoint(absl::string_view name);
 
 }  // namespace prl

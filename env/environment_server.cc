@@ -18,33 +18,39 @@ class EnvironmentServer::Service final : public v1::EnvironmentService::Service 
 
   grpc::Status StartEpisode(grpc::ServerContext*, const v1::StartEpisodeRequest* request,
                             v1::StartEpisodeResponse* response) override {
-    absl::StatusOr<std::shared_ptr<Environment>> env = ByName(request->environment());
-    if (!env.ok()) return rpc::ToGrpcStatus(env.status());
-    absl::StatusOr<v1::StartEpisodeResponse> r = (*env)->StartEpisode(*request);
-    if (!r.ok()) return rpc::ToGrpcStatus(r.status());
-    Remember(request->episode_id(), *env);
-    *response = *std::move(r);
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.EnvironmentService/StartEpisode", [&]() -> grpc::Status {
+      absl::StatusOr<std::shared_ptr<Environment>> env = ByName(request->environment());
+      if (!env.ok()) return rpc::ToGrpcStatus(env.status());
+      absl::StatusOr<v1::StartEpisodeResponse> r = (*env)->StartEpisode(*request);
+      if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+      Remember(request->episode_id(), *env);
+      *response = *std::move(r);
+      return grpc::Status::OK;
+    });
   }
 
   grpc::Status Step(grpc::ServerContext*, const v1::StepRequest* request,
                     v1::StepResponse* response) override {
-    absl::StatusOr<std::shared_ptr<Environment>> env = OfEpisode(request->episode_id());
-    if (!env.ok()) return rpc::ToGrpcStatus(env.status());
-    absl::StatusOr<v1::StepResponse> r = (*env)->Step(*request);
-    if (!r.ok()) return rpc::ToGrpcStatus(r.status());
-    *response = *std::move(r);
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.EnvironmentService/Step", [&]() -> grpc::Status {
+      absl::StatusOr<std::shared_ptr<Environment>> env = OfEpisode(request->episode_id());
+      if (!env.ok()) return rpc::ToGrpcStatus(env.status());
+      absl::StatusOr<v1::StepResponse> r = (*env)->Step(*request);
+      if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+      *response = *std::move(r);
+      return grpc::Status::OK;
+    });
   }
 
   grpc::Status EndEpisode(grpc::ServerContext*, const v1::EndEpisodeRequest* request,
                           v1::EndEpisodeResponse* response) override {
-    absl::StatusOr<std::shared_ptr<Environment>> env = OfEpisode(request->episode_id());
-    if (!env.ok()) return rpc::ToGrpcStatus(env.status());
-    absl::StatusOr<v1::EndEpisodeResponse> r = (*env)->EndEpisode(*request);
-    if (!r.ok()) return rpc::ToGrpcStatus(r.status());
-    *response = *std::move(r);
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.EnvironmentService/EndEpisode", [&]() -> grpc::Status {
+      absl::StatusOr<std::shared_ptr<Environment>> env = OfEpisode(request->episode_id());
+      if (!env.ok()) return rpc::ToGrpcStatus(env.status());
+      absl::StatusOr<v1::EndEpisodeResponse> r = (*env)->EndEpisode(*request);
+      if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+      *response = *std::move(r);
+      return grpc::Status::OK;
+    });
   }
 
  private:
@@ -95,8 +101,7 @@ absl::StatusOr<std::unique_ptr<EnvironmentServer>> EnvironmentServer::Start(
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, options.max_message_bytes);
   builder.RegisterService(server->service_.get());
-  PRL_ASSIGN_OR_RETURN(server->server_,
-                       rpc::StartServer(builder, options.address, &server->port_));
+  PRL_ASSIGN_OR_RETURN(server->server_, rpc::StartServer(builder, options.address, &server->port_));
   return server;
 }
 

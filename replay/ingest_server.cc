@@ -31,56 +31,58 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
 
   grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<v1::PushRequest>* reader,
                     v1::PushResponse* response) override {
-    // gRPC sends no response message with an error status: the counts also travel in the
-    // trailing metadata, so a client knows what was accepted before the error.
-    struct Trailer {
-      grpc::ServerContext* context;
-      v1::PushResponse* response;
-      ~Trailer() {
-        context->AddTrailingMetadata(kGroupsAcceptedKey,
-                                     absl::StrCat(response->groups_accepted()));
-        context->AddTrailingMetadata(kRecordsAcceptedKey,
-                                     absl::StrCat(response->records_accepted()));
-      }
-    } trailer{context, response};
-    v1::PushRequest request;
-    for (uint64_t message = 0; reader->Read(&request); ++message) {
-      std::vector<RolloutRecord> group;
-      group.reserve(request.group_size());
-      for (int i = 0; i < request.group_size(); ++i) {
-        absl::StatusOr<RolloutRecord> record = FromProto(request.group(i));
-        if (!record.ok()) {
-          const absl::Status refused = quarantine_.Refuse(
-              group,
-              GroupProblem{DeadLetterReason::kMalformed, absl::StrCat("records[", i, "]"),
-                           "a valid rollout record", std::string(record.status().message())});
+    return rpc::Guarded("prl.v1.ReplayService/Push", [&]() -> grpc::Status {
+      // gRPC sends no response message with an error status: the counts also travel in the
+      // trailing metadata, so a client knows what was accepted before the error.
+      struct Trailer {
+        grpc::ServerContext* context;
+        v1::PushResponse* response;
+        ~Trailer() {
+          context->AddTrailingMetadata(kGroupsAcceptedKey,
+                                       absl::StrCat(response->groups_accepted()));
+          context->AddTrailingMetadata(kRecordsAcceptedKey,
+                                       absl::StrCat(response->records_accepted()));
+        }
+      } trailer{context, response};
+      v1::PushRequest request;
+      for (uint64_t message = 0; reader->Read(&request); ++message) {
+        std::vector<RolloutRecord> group;
+        group.reserve(request.group_size());
+        for (int i = 0; i < request.group_size(); ++i) {
+          absl::StatusOr<RolloutRecord> record = FromProto(request.group(i));
+          if (!record.ok()) {
+            const absl::Status refused = quarantine_.Refuse(
+                group,
+                GroupProblem{DeadLetterReason::kMalformed, absl::StrCat("records[", i, "]"),
+                             "a valid rollout record", std::string(record.status().message())});
+            return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                absl::StrCat("push message ", message, ": ", refused.message()));
+          }
+          group.push_back(std::move(record).value());
+        }
+        if (admit_) {
+          const absl::Status admitted = admit_(group);
+          if (!admitted.ok()) {
+            return rpc::ToGrpcStatus(absl::Status(
+                admitted.code(), absl::StrCat("push message ", message, ": ", admitted.message())));
+          }
+        }
+        // Quarantine (replay/quarantine.h): checked against the model before it is written.
+        const int64_t version = learner_version_ ? learner_version_() : INT64_MAX;
+        if (const absl::Status checked = quarantine_.Check(group, version); !checked.ok()) {
           return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              absl::StrCat("push message ", message, ": ", refused.message()));
+                              absl::StrCat("push message ", message, ": ", checked.message()));
         }
-        group.push_back(std::move(record).value());
-      }
-      if (admit_) {
-        const absl::Status admitted = admit_(group);
-        if (!admitted.ok()) {
+        const absl::Status written = buffer_->WriteGroup(group, write_timeout_);
+        if (!written.ok()) {
           return rpc::ToGrpcStatus(absl::Status(
-              admitted.code(), absl::StrCat("push message ", message, ": ", admitted.message())));
+              written.code(), absl::StrCat("push message ", message, ": ", written.message())));
         }
+        response->set_groups_accepted(response->groups_accepted() + 1);
+        response->set_records_accepted(response->records_accepted() + group.size());
       }
-      // Quarantine (replay/quarantine.h): checked against the model before it is written.
-      const int64_t version = learner_version_ ? learner_version_() : INT64_MAX;
-      if (const absl::Status checked = quarantine_.Check(group, version); !checked.ok()) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            absl::StrCat("push message ", message, ": ", checked.message()));
-      }
-      const absl::Status written = buffer_->WriteGroup(group, write_timeout_);
-      if (!written.ok()) {
-        return rpc::ToGrpcStatus(absl::Status(
-            written.code(), absl::StrCat("push message ", message, ": ", written.message())));
-      }
-      response->set_groups_accepted(response->groups_accepted() + 1);
-      response->set_records_accepted(response->records_accepted() + group.size());
-    }
-    return grpc::Status::OK;
+      return grpc::Status::OK;
+    });
   }
 
  private:
@@ -98,8 +100,7 @@ absl::StatusOr<std::unique_ptr<ReplayIngestServer>> ReplayIngestServer::Start(
   grpc::ServerBuilder builder;
   rpc::ConfigureServerBuilder(builder, options.max_message_bytes);
   builder.RegisterService(server->service_.get());
-  PRL_ASSIGN_OR_RETURN(server->server_,
-                       rpc::StartServer(builder, options.address, &server->port_));
+  PRL_ASSIGN_OR_RETURN(server->server_, rpc::StartServer(builder, options.address, &server->port_));
   return server;
 }
 

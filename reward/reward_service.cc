@@ -160,17 +160,19 @@ class RewardServer::Service final : public v1::RewardService::Service {
 
   grpc::Status Score(grpc::ServerContext*, const v1::ScoreRequest* request,
                      v1::ScoreResponse* response) override {
-    std::vector<RewardInput> inputs;
-    inputs.reserve(request->samples_size());
-    for (const v1::RewardSample& s : request->samples()) inputs.push_back(FromProto(s));
-    absl::StatusOr<std::vector<RewardResult>> results = callback_(inputs);
-    if (!results.ok()) return rpc::ToGrpcStatus(results.status());
-    for (const RewardResult& r : *results) {
-      v1::SampleReward* out = response->add_rewards();
-      out->set_reward(r.reward);
-      for (const auto& [name, value] : r.components) (*out->mutable_components())[name] = value;
-    }
-    return grpc::Status::OK;
+    return rpc::Guarded("prl.v1.RewardService/Score", [&]() -> grpc::Status {
+      std::vector<RewardInput> inputs;
+      inputs.reserve(request->samples_size());
+      for (const v1::RewardSample& s : request->samples()) inputs.push_back(FromProto(s));
+      absl::StatusOr<std::vector<RewardResult>> results = callback_(inputs);
+      if (!results.ok()) return rpc::ToGrpcStatus(results.status());
+      for (const RewardResult& r : *results) {
+        v1::SampleReward* out = response->add_rewards();
+        out->set_reward(r.reward);
+        for (const auto& [name, value] : r.components) (*out->mutable_components())[name] = value;
+      }
+      return grpc::Status::OK;
+    });
   }
 
  private:

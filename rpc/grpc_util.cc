@@ -3,10 +3,33 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <atomic>
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "core/net_address.h"
+#include "core/test_hooks.h"
 
 namespace prl::rpc {
+
+grpc::Status Guarded(const char* method, const std::function<grpc::Status()>& handler) {
+  static std::atomic<int64_t> calls{0};
+  std::string what;
+  try {
+    ThrowPoint(method);
+    return handler();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "an exception of unknown type";
+  }
+  const int64_t call = ++calls;
+  std::fprintf(stderr, "%s: call %lld: internal error: %s\n", method, static_cast<long long>(call),
+               what.c_str());
+  return grpc::Status(grpc::StatusCode::INTERNAL,
+                      absl::StrCat("internal error (call ", call, " of ", method,
+                                   "): the server's log has the details"));
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,13 @@ namespace prl::rpc {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Every prl service method's body runs inside Guarded: an exception it throws becomes INTERNAL
+// "internal error (call N of <method>): the server's log has the details", and the method, the
+// call's number N and the exception's text go to stderr; no call takes a server down. (gRPC's
+// own catch would answer UNKNOWN and log nothing; a callback reactor's would not catch at all.)
+// `method` is "prl.v1.<Service>/<Method>"; core/test_hooks.h's ThrowPoint(method) runs first.
+grpc::Status Guarded(const char* method, const std::function<grpc::Status()>& handler);
 
 // The most threads one server runs calls on, and the most it keeps waiting for calls.
 inline constexpr int kMaxServerThreads = 256;

@@ -57,31 +57,33 @@ class GrpcWeightPublisher::Service final : public v1::WeightService::Service {
 
   grpc::Status Subscribe(grpc::ServerContext* context, const v1::SubscribeRequest* request,
                          grpc::ServerWriter<v1::WeightChunk>* writer) override {
-    // The request carries only the subscriber's fingerprint; the rest of its side is checked by
-    // the subscriber against the first chunk.
-    WeightHandshake theirs = handshake_;
-    theirs.model_fingerprint = request->model_fingerprint();
-    const absl::Status same = CheckHandshake(handshake_, theirs, "weight server");
-    if (!same.ok()) return rpc::ToGrpcStatus(same);
-    versions_.Reported(request->have_version());
-    AddSubscribers(1);
-    const absl::Cleanup disconnected = [this] { AddSubscribers(-1); };
-    int64_t have = request->have_version();
-    int64_t last_index = -1;
-    for (;;) {
-      std::shared_ptr<const Snapshot> next = WaitNewer(have, context);
-      if (next == nullptr) return EndOfStream();
-      Sending(context, next->index);
-      const bool sent = Send(*next, context, writer);
-      Sending(context, -1);
-      if (!sent) return EndOfStream();
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.versions_sent += 1;
-      stats_.bytes_sent += weight_bytes_;
-      if (last_index >= 0) stats_.versions_skipped += next->index - last_index - 1;
-      last_index = next->index;
-      have = next->version;
-    }
+    return rpc::Guarded("prl.v1.WeightService/Subscribe", [&]() -> grpc::Status {
+      // The request carries only the subscriber's fingerprint; the rest of its side is checked by
+      // the subscriber against the first chunk.
+      WeightHandshake theirs = handshake_;
+      theirs.model_fingerprint = request->model_fingerprint();
+      const absl::Status same = CheckHandshake(handshake_, theirs, "weight server");
+      if (!same.ok()) return rpc::ToGrpcStatus(same);
+      versions_.Reported(request->have_version());
+      AddSubscribers(1);
+      const absl::Cleanup disconnected = [this] { AddSubscribers(-1); };
+      int64_t have = request->have_version();
+      int64_t last_index = -1;
+      for (;;) {
+        std::shared_ptr<const Snapshot> next = WaitNewer(have, context);
+        if (next == nullptr) return EndOfStream();
+        Sending(context, next->index);
+        const bool sent = Send(*next, context, writer);
+        Sending(context, -1);
+        if (!sent) return EndOfStream();
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.versions_sent += 1;
+        stats_.bytes_sent += weight_bytes_;
+        if (last_index >= 0) stats_.versions_skipped += next->index - last_index - 1;
+        last_index = next->index;
+        have = next->version;
+      }
+    });
   }
 
   absl::Status Publish(int64_t version, const WeightView& weights) {
@@ -324,8 +326,7 @@ absl::StatusOr<std::unique_ptr<GrpcWeightSubscriber>> GrpcWeightSubscriber::Conn
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   // The subscriber never sends data on its stream: keep pinging regardless.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  subscriber->stub_ = v1::WeightService::NewStub(
-      rpc::NewChannel(target, args));
+  subscriber->stub_ = v1::WeightService::NewStub(rpc::NewChannel(target, args));
   subscriber->receiver_ = std::thread([s = subscriber.get()] { s->ReceiveLoop(); });
   return subscriber;
 }

@@ -251,6 +251,44 @@ TEST_F(SecurityTest, EveryMethodOfEveryServerAdmitsOnlyItsRoles) {
                             "/grpc.health.v1.Health/Check")));
 }
 
+// No call takes a server down: a handler's exception (injected at rpc::Guarded's ThrowPoint,
+// where every prl service method's body runs) is INTERNAL naming the call and the method, and
+// the same server answers the next call.
+TEST_F(SecurityTest, EveryMethodOfEveryServerAnswersAHandlersExceptionWithInternalAndGoesOn) {
+  ASSERT_TRUE(ConfigureSecurity({}, std::nullopt).ok());
+  Servers servers;
+  const std::vector<std::pair<int, std::string>> methods = {
+      {servers.coordinator_server->port(), "prl.v1.PromptService/SubmitPromptSet"},
+      {servers.coordinator_server->port(), "prl.v1.PromptService/ListPromptSets"},
+      {servers.coordinator_server->port(), "prl.v1.PromptService/WatchPromptSet"},
+      {servers.coordinator_server->port(), "prl.v1.ActorControl/LeasePrompts"},
+      {servers.coordinator_server->port(), "prl.v1.ActorControl/Complete"},
+      {servers.coordinator_server->port(), "prl.v1.ActorControl/Register"},
+      {servers.ingest->port(), "prl.v1.ReplayService/Push"},
+      {servers.weights->port(), "prl.v1.WeightService/Subscribe"},
+      {servers.store->port(), "prl.v1.StoreService/Set"},
+      {servers.reward->port(), "prl.v1.RewardService/Score"},
+      {servers.environments->port(), "prl.v1.EnvironmentService/StartEpisode"},
+      {servers.environments->port(), "prl.v1.EnvironmentService/Step"},
+  };
+  for (const auto& [port, method] : methods) {
+    const auto channel = NewChannel(absl::StrCat("127.0.0.1:", port), ChannelArgs(1 << 20));
+    ASSERT_EQ(setenv("PRL_THROW_POINT", method.c_str(), 1), 0);
+    const grpc::Status failed = Call(channel, "/" + method);
+    unsetenv("PRL_THROW_POINT");
+    EXPECT_EQ(failed.error_code(), grpc::StatusCode::INTERNAL)
+        << method << ": " << failed.error_message();
+    EXPECT_NE(failed.error_message().find("internal error (call "), std::string::npos)
+        << failed.error_message();
+    EXPECT_NE(failed.error_message().find(" of " + method), std::string::npos)
+        << failed.error_message();
+    const grpc::Status next = Call(channel, "/" + method);
+    EXPECT_NE(next.error_code(), grpc::StatusCode::INTERNAL)
+        << method << ": " << next.error_message();
+    EXPECT_NE(next.error_code(), grpc::StatusCode::UNAVAILABLE) << method << " went down";
+  }
+}
+
 // An EnvironmentService that records the authorization header of every call.
 class RecordingEnvironment final : public v1::EnvironmentService::Service {
  public:
@@ -351,8 +389,7 @@ TEST_F(SecurityTest, ATenantsTokenNamesItsTenantToTheCoordinator) {
   std::string a_set;
   ASSERT_TRUE(submit(*a, "a-math", &a_set).ok());
   const grpc::Status crossed = submit(*b, "a-math", nullptr);
-  EXPECT_EQ(crossed.error_code(), grpc::StatusCode::PERMISSION_DENIED)
-      << crossed.error_message();
+  EXPECT_EQ(crossed.error_code(), grpc::StatusCode::PERMISSION_DENIED) << crossed.error_message();
   EXPECT_NE(crossed.error_message().find("coordinator.tenants.team-b.adapters"), std::string::npos)
       << crossed.error_message();
   const grpc::Status b_code = submit(*b, "b-code", nullptr);
@@ -368,10 +405,10 @@ TEST_F(SecurityTest, ATenantsTokenNamesItsTenantToTheCoordinator) {
   // A tenant's token is a client's only: the actors' service refuses it.
   SecuritySettings as_actor;
   as_actor.actor_token_file = server_settings.tenant_token_files["team-a"];
-  EXPECT_EQ(Call(Channel(as_actor, Role::kActor, server->port()),
-                 "/prl.v1.ActorControl/LeasePrompts")
-                .error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(
+      Call(Channel(as_actor, Role::kActor, server->port()), "/prl.v1.ActorControl/LeasePrompts")
+          .error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
   server.reset();
   coordinator.reset();
   fs::remove_all(dir);
