@@ -19,7 +19,7 @@
 // require_client_cert, a client certificate signed by tls_ca_file, as on the gRPC servers) or
 // security.insecure, like every prl listener (rpc/security.h).
 //
-// Before authentication (docs/security.md, "The agent endpoint"): a request's line and headers
+// Before authentication (docs/security.md, "Boundaries"): a request's line and headers
 // (at most 16 KiB) must arrive within header_timeout_ms of the connection or of the previous
 // answer, and the key is checked before any of the body is read (openai/http_request.h): a
 // caller without a key is answered 401 and its connection closed, its body never buffered. The
