@@ -41,7 +41,7 @@ struct StepFlags {
 };
 
 std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memory,
-                   int64_t optimizer_bytes, int world_size, bool json) {
+                   int64_t optimizer_bytes, int world_size, int64_t dropped_groups, bool json) {
   const learner::LossStats& l = r.stats.loss;
   const double tokens_per_s = static_cast<double>(r.stats.input_tokens) / r.stats.seconds;
   if (json) {
@@ -57,6 +57,7 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
     j["effective_sample_size"] = l.effective_sample_size();
     j["kl_behaviour_learner"] = l.kl();
     j["entropy"] = l.entropy();
+    j["dropped_groups"] = dropped_groups;  // --drop-uniform-groups: groups of uniform reward
     j["reference_kl"] = r.stats.reference_kl;
     j["lag_mean"] = r.stats.lag_mean;
     j["lag_max"] = r.stats.lag_max;
@@ -73,17 +74,19 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
   }
   return absl::StrFormat(
       "step: loss %.6g, %.0f trained tokens in %.0f sequences, grad norm %.4g (clip x%.3g)\n"
-      "  ratio mean %.4f max %.4f, clipped %.2f%%, ESS %.4f, KL(mu||pi) %.3g, entropy %.4f\n"
+      "  ratio mean %.4f max %.4f, clipped %.2f%%, ESS %.4f, KL(mu||pi) %.3g, entropy %.4f; "
+      "%lld groups dropped\n"
       "  lag mean %.2f max %.0f; %lld input tokens, %lld micro-batches per rank, %.2f s "
       "(%.0f tok/s)\n"
       "  rank 0 memory: params %.1f MB, grads %.1f MB, optimizer %.1f MB, unit buffers %.1f MB "
       "(full model %.1f MB, world size %d)",
       l.loss, l.tokens, l.sequences, r.optimizer.grad_norm, r.optimizer.clip_scale, l.mean_ratio(),
       l.ratio_max, 100 * l.clipped_fraction(), l.effective_sample_size(), l.kl(), l.entropy(),
-      r.stats.lag_mean, r.stats.lag_max, static_cast<long long>(r.stats.input_tokens),
-      static_cast<long long>(r.stats.micro_batches), r.stats.seconds, tokens_per_s,
-      memory.param_shard_bytes / 1e6, memory.grad_shard_bytes / 1e6, optimizer_bytes / 1e6,
-      memory.unit_buffer_bytes / 1e6, memory.full_model_bytes / 1e6, world_size);
+      static_cast<long long>(dropped_groups), r.stats.lag_mean, r.stats.lag_max,
+      static_cast<long long>(r.stats.input_tokens), static_cast<long long>(r.stats.micro_batches),
+      r.stats.seconds, tokens_per_s, memory.param_shard_bytes / 1e6, memory.grad_shard_bytes / 1e6,
+      optimizer_bytes / 1e6, memory.unit_buffer_bytes / 1e6, memory.full_model_bytes / 1e6,
+      world_size);
 }
 
 // What every rank sets up: the learner rank (roles/learner_rank.h), the full model (read once,
@@ -93,6 +96,7 @@ struct Rank {
   std::optional<ParameterSet> full;
   std::optional<LoraSet> adapter;  // LoRA: the trained adapter, gathered for output
   std::vector<learner::TrainSample> samples;
+  int64_t dropped_groups = 0;  // by --drop-uniform-groups
 
   absl::Span<float> full_span() {
     return {full->data(), static_cast<size_t>(full->layout.num_elements())};
@@ -118,6 +122,7 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUpRank(const StepFlags& f, const config
                                                    advantages.dropped_groups,
                                                    " with uniform rewards); nothing to train on"));
   }
+  r->dropped_groups = advantages.dropped_groups;
   roles::LearnerRankOptions options;
   options.temperature = static_cast<float>(c.task.temperature);
   options.keep_gathered = f.keep_gathered;
@@ -166,7 +171,7 @@ absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
   PRL_RETURN_IF_ERROR(SaveFull(*r, c.model.path, f.out));
   if (r->rank0()) {
     std::printf("%s\n", Report(result, l.model->memory(), l.optimizer->state_bytes(),
-                               l.comm->world_size(), f.json)
+                               l.comm->world_size(), r->dropped_groups, f.json)
                             .c_str());
     if (!f.json) std::printf("wrote %s%s\n", f.out.c_str(), r->adapter ? " (a PEFT adapter)" : "");
   }

@@ -59,6 +59,14 @@ class CliTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, cmd)
             self.assertIn("Usage", proc.stdout, cmd)
 
+    def test_submit_refuses_a_weight_outside_its_documented_range(self):
+        # 0 travelled as "unset" and was leased as 1, though --help says 0.001 to 1000.
+        for weight in ["0", "-1", "1000.5"]:
+            proc = run("submit", self.path("none.jsonl"), "--weight", weight)
+            self.assertNotEqual(proc.returncode, 0, weight)
+            self.assertIn("--weight", proc.stderr, weight)
+            self.assertIn("0.001", proc.stderr, weight)
+
     def test_score_errors_name_the_line_and_field(self):
         cases = [
             ('{"tokens": [1, 2, 40], "score_from": 1}', "line 2: tokens[2] = 40 is not a token id"),

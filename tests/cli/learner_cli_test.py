@@ -224,7 +224,22 @@ class LearnerCliTest(unittest.TestCase):
                     "lag_max", "trained_tokens", "grad_norm", "rank0_memory_bytes"]:
             self.assertIn(key, report)
         self.assertEqual(report["sequences"], 24)
+        self.assertEqual(report["dropped_groups"], 0)
         self.assertTrue(os.path.exists(self.path("stepped/model.safetensors")))
+        # --drop-uniform-groups: the report counts the groups it dropped, as the file has them.
+        rewards = {}
+        with open(self.rollouts) as f:
+            for line in f:
+                r = json.loads(line)
+                rewards.setdefault(r["group"], set()).add(r["reward"])
+        uniform = sum(1 for values in rewards.values() if len(values) == 1)
+        self.assertGreater(len(rewards), uniform, "the file must keep a group to train on")
+        proc = run("learner", "step", "--model", self.model, "--rollouts", self.rollouts,
+                   "--out", self.path("stepped_dropped"), "--world-size", 2, "--json",
+                   "--drop-uniform-groups", check=True)
+        dropped = json.loads(proc.stdout)
+        self.assertEqual(dropped["dropped_groups"], uniform)
+        self.assertEqual(dropped["sequences"], 24 - 4 * uniform)
 
     def test_kl_to_the_reference_starts_at_zero_and_grows_as_the_policy_moves(self):
         # learner.kl_coef: every rank holds the starting model as its frozen reference.
