@@ -31,8 +31,13 @@ void EpisodeEngine::CallRun(Group& g, int32_t sample) {
   limits->set_timeout_s(spec.timeout_s());
   g.agent->calls.Post([inbox = inbox_.get(), client = g.agent->client, group = g.request.id,
                        attempt = g.attempt, sample, timeout = absl::Seconds(spec.timeout_s()),
-                       request = std::move(request)] {
+                       request = std::move(request), ended = e.ended] {
     Answer a = Answer::For(Answer::Kind::kReturned, group, attempt, sample);
+    if (ended->load()) {  // the group ended while this waited its turn: never sent
+      a.status = absl::CancelledError(
+          absl::StrCat("episode ", request.episode_id(), " ended before its RunEpisode was sent"));
+      return inbox->Put(std::move(a));
+    }
     absl::StatusOr<v1::RunEpisodeResponse> returned = client->RunEpisode(request, timeout);
     a.status = returned.status();
     if (returned.ok()) a.returned = *std::move(returned);
@@ -81,9 +86,9 @@ void EpisodeEngine::AnswerTurn(Group& g, int32_t sample, TurnOutput turn) {
     out.model = model;
     out.created = absl::ToUnixSeconds(absl::Now());
     absl::StatusOr<std::string> text = codec->DecodeCompletion(turn.tokens);
-    AnswerText answer = ReadAnswer(c.opening + (text.ok() ? *text : std::string()), c.call, format,
-                                   turn.reason == FinishReason::kLength,
-                                   absl::StrCat(episode_id, "/", c.index));
+    AnswerText answer =
+        ReadAnswer(c.opening + (text.ok() ? *text : std::string()), c.call, format,
+                   turn.reason == FinishReason::kLength, absl::StrCat(episode_id, "/", c.index));
     out.content = answer.content;
     out.reasoning_content = answer.reasoning;
     out.tool_calls = answer.tool_calls;

@@ -65,6 +65,9 @@ struct EpisodeEngine::AgentCall {
 // An agent's episode: its key, its calls, and the trajectories (records) they made.
 struct EpisodeEngine::AgentEpisode {
   std::string episode_id, key;
+  // Set when the episode's group ends: its RunEpisode, still queued behind other episodes' on
+  // the agent's address, is then dropped, never sent (agent_calls.cc: CallRun).
+  std::shared_ptr<std::atomic<bool>> ended = std::make_shared<std::atomic<bool>>(false);
   bool returned = false;  // RunEpisode answered
   int32_t calls = 0;      // calls accepted
   int64_t tokens = 0;     // the trajectories' tokens after their first prompts (the budget)
@@ -104,8 +107,13 @@ struct EpisodeEngine::AgentLink {
 // One environment call's result, left in the inbox by the call's thread.
 struct EpisodeEngine::Answer {
   enum class Kind {
-    kStart, kStep, kEnd,                         // an environment's
-    kCall, kRendered, kAnswered, kReturned       // an agent's (a call; RunEpisode's answer)
+    kStart,
+    kStep,
+    kEnd,  // an environment's
+    kCall,
+    kRendered,
+    kAnswered,
+    kReturned  // an agent's (a call; RunEpisode's answer)
   } kind = Kind::kStart;
   std::string group_id;
   int32_t attempt = 0;  // the group's attempt the call belongs to (older ones are dropped)
