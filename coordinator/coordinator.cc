@@ -85,7 +85,7 @@ absl::StatusOr<prl::v1::SubmitPromptSetResponse> Coordinator::Submit(
   // Checks and tokenisation (a chat template per prompt) run without the mutex.
   prl::v1::LogRecord record;
   prl::v1::SubmittedPromptSet* submitted = record.mutable_submitted();
-  PRL_RETURN_IF_ERROR(Validate(request, submitted->mutable_request()));
+  PRL_RETURN_IF_ERROR(Validate(request, caller, submitted->mutable_request()));
   if (request.has_adapter() || config_.adapters) {
     PRL_RETURN_IF_ERROR(ValidateAdapter(request, submitted->mutable_request()->mutable_adapter()));
   }
@@ -205,19 +205,19 @@ absl::StatusOr<prl::v1::ListPromptSetsResponse> Coordinator::ListPage(
                    absl::StrCat("'", request.page_token().substr(0, 32), "'"));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const std::vector<std::string>& order = sets_.order();
-  if (first > order.size()) {
-    return Invalid("page_token", absl::StrCat("at most ", order.size()), absl::StrCat(first));
+  // Tokens count only the sets the caller sees (a tenant's own): a page, its token and its
+  // errors reveal nothing of other tenants' sets.
+  std::vector<const PromptSets::Set*> visible;
+  for (const std::string& id : sets_.order()) {
+    if (const PromptSets::Set* set = VisibleSetLocked(id, caller)) visible.push_back(set);
+  }
+  if (first > visible.size()) {
+    return Invalid("page_token", absl::StrCat("at most ", visible.size()), absl::StrCat(first));
   }
   prl::v1::ListPromptSetsResponse response;
-  // A page holds up to page_size of the sets the caller sees (a tenant's own), from `first`.
-  size_t end = first;
-  for (; end < order.size() && response.prompt_sets_size() < page; ++end) {
-    if (const PromptSets::Set* set = VisibleSetLocked(order[end], caller)) {
-      *response.add_prompt_sets() = sets_.StatusOf(*set);
-    }
-  }
-  if (end < order.size()) response.set_next_page_token(absl::StrCat(end));
+  const size_t end = std::min(visible.size(), first + static_cast<size_t>(page));
+  for (size_t i = first; i < end; ++i) *response.add_prompt_sets() = sets_.StatusOf(*visible[i]);
+  if (end < visible.size()) response.set_next_page_token(absl::StrCat(end));
   return response;
 }
 

@@ -160,7 +160,7 @@ struct CoordinatorConfig {
   // A new adapter's unset settings (the run's learner.lora_rank, lora_alpha, lora_rslora,
   // lora_targets, lr).
   prl::v1::AdapterSpec adapter_defaults;
-  int64_t max_adapters = 64;      // live adapters, all tenants together
+  int64_t max_adapters = 64;  // live adapters, all tenants together
   int32_t max_adapter_rank = 256;
   // The model's check of a resolved adapter (its targets exist, the rank fits every target);
   // null: the coordinator's own checks only.
@@ -243,12 +243,9 @@ class Coordinator {
   // Events of a set from `*cursor` on (the status first); waits up to timeout for one.
   // `finished` becomes true once the set is done or cancelled and every event was returned.
   // Groups carry their samples' texts only with `include_texts`.
-  absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> WatchEvents(const std::string& prompt_set_id,
-                                                                   size_t* cursor,
-                                                                   absl::Duration timeout,
-                                                                   bool* finished,
-                                                                   bool include_texts = false,
-                                                                   const Caller& caller = {});
+  absl::StatusOr<std::vector<prl::v1::PromptSetEvent>> WatchEvents(
+      const std::string& prompt_set_id, size_t* cursor, absl::Duration timeout, bool* finished,
+      bool include_texts = false, const Caller& caller = {});
 
   // ActorControl.
   // The actor is leased only prompts within `capacity` (coordinator/capacity.h).
@@ -300,17 +297,24 @@ class Coordinator {
   using PromptState = PromptSets::PromptState;
   explicit Coordinator(const CoordinatorConfig& config);
   // Submission checks (coordinator/submission.cc).
-  absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request,
+  absl::Status Validate(const prl::v1::SubmitPromptSetRequest& request, const Caller& caller,
                         prl::v1::SubmitPromptSetRequest* tokenised) const;
   absl::Status ValidateShape(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateSampling(const prl::v1::SubmitPromptSetRequest& request) const;
   absl::Status ValidateReward(const prl::v1::RewardSpec& reward) const;
   // The agent of a set of agents' episodes, with its defaults filled into *out.
-  absl::Status ValidateAgent(const prl::v1::SubmitPromptSetRequest& request,
+  absl::Status ValidateAgent(const prl::v1::SubmitPromptSetRequest& request, const Caller& caller,
                              prl::v1::AgentSpec* out) const;
   // The environment of a set of agentic episodes, with its defaults filled into *out.
   absl::Status ValidateEnvironment(const prl::v1::SubmitPromptSetRequest& request,
-                                   prl::v1::EnvironmentSpec* out) const;
+                                   const Caller& caller, prl::v1::EnvironmentSpec* out) const;
+  // Whether actors may dial `address` for `caller`: one of `shared` (the operator's list,
+  // `key` names it), or of the caller's own tenant addresses (`own`; the operator may use any
+  // tenant's). Invalid naming `field` and the lists the caller may use otherwise.
+  absl::Status CheckAddress(const Caller& caller, const std::string& address,
+                            const std::vector<std::string>& shared, const char* key,
+                            std::vector<std::string> TenantLimits::*own,
+                            const std::string& field) const;
   // A logged record's effect on the prompt sets and the leases (replay and live), mutex held.
   void Apply(const prl::v1::LogRecord& record);
 
@@ -411,8 +415,8 @@ class Coordinator {
   // The max_lag budget and the learner's progress (lag_budget.h), from the count of
   // completions after the log's replay.
   std::optional<LagBudget> budget_;
-  Adapters adapters_;  // a run of tenants' adapters and their budgets (adapters.h)
-  CoordinatorStats stats_;  // the calls' counters; the rest is derived in Stats()
+  Adapters adapters_;         // a run of tenants' adapters and their budgets (adapters.h)
+  CoordinatorStats stats_;    // the calls' counters; the rest is derived in Stats()
   SetThroughput throughput_;  // leases and completed groups by set name (set_throughput.h)
 };
 

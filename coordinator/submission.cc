@@ -143,6 +143,7 @@ absl::Status Coordinator::ValidateReward(const prl::v1::RewardSpec& reward) cons
 }
 
 absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequest& request,
+                                              const Caller& caller,
                                               prl::v1::EnvironmentSpec* out) const {
   const prl::v1::EnvironmentSpec& e = request.environment();
   if (e.name().size() > kMaxNameBytes) {
@@ -172,15 +173,11 @@ absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequ
                                   ") or an environment.address"),
                      absl::StrCat("'", e.name().substr(0, 64), "'"));
     }
-  } else if (std::find(config_.env_addresses.begin(), config_.env_addresses.end(), e.address()) ==
-             config_.env_addresses.end()) {
-    // Actors dial the address: only those the operator allowed.
-    return Invalid("environment.address",
-                   config_.env_addresses.empty()
-                       ? std::string("an address listed in coordinator.env_addresses (none is)")
-                       : absl::StrCat("one of coordinator.env_addresses: ",
-                                      absl::StrJoin(config_.env_addresses, ", ")),
-                   absl::StrCat("'", e.address().substr(0, 128), "'"));
+  } else {
+    // Actors dial the address: only those the operator allowed this caller.
+    PRL_RETURN_IF_ERROR(CheckAddress(caller, e.address(), config_.env_addresses,
+                                     "coordinator.env_addresses", &TenantLimits::env_addresses,
+                                     "environment.address"));
   }
   if (e.max_turns() < 0 || e.max_turns() > 1024) {
     return Invalid("environment.max_turns", "0 (8) to 1024", absl::StrCat(e.max_turns()));
@@ -219,9 +216,10 @@ absl::Status Coordinator::ValidateEnvironment(const prl::v1::SubmitPromptSetRequ
 }
 
 absl::Status Coordinator::ValidateAgent(const prl::v1::SubmitPromptSetRequest& request,
-                                        prl::v1::AgentSpec* out) const {
+                                        const Caller& caller, prl::v1::AgentSpec* out) const {
   const prl::v1::AgentSpec& a = request.agent();
-  if (a.name().size() > kMaxNameBytes) return TooLarge("agent.name", kMaxNameBytes, a.name().size());
+  if (a.name().size() > kMaxNameBytes)
+    return TooLarge("agent.name", kMaxNameBytes, a.name().size());
   if (a.address().size() > kMaxNameBytes) {
     return TooLarge("agent.address", kMaxNameBytes, a.address().size());
   }
@@ -239,25 +237,20 @@ absl::Status Coordinator::ValidateAgent(const prl::v1::SubmitPromptSetRequest& r
   if (parameter_bytes > kMaxEnvParamsBytes) {
     return TooLarge("agent.parameters (bytes in all)", kMaxEnvParamsBytes, parameter_bytes);
   }
-  if (std::find(config_.agent_addresses.begin(), config_.agent_addresses.end(), a.address()) ==
-      config_.agent_addresses.end()) {
-    // Actors dial the address and hand it episode keys: only those the operator allowed.
-    return Invalid("agent.address",
-                   config_.agent_addresses.empty()
-                       ? std::string("an address listed in coordinator.agent_addresses (none is)")
-                       : absl::StrCat("one of coordinator.agent_addresses: ",
-                                      absl::StrJoin(config_.agent_addresses, ", ")),
-                   absl::StrCat("'", a.address().substr(0, 128), "'"));
-  }
+  // Actors dial the address and hand it episode keys: only those the operator allowed this
+  // caller.
+  PRL_RETURN_IF_ERROR(CheckAddress(caller, a.address(), config_.agent_addresses,
+                                   "coordinator.agent_addresses", &TenantLimits::agent_addresses,
+                                   "agent.address"));
   if (a.max_calls() < 0 || a.max_calls() > 1024) {
     return Invalid("agent.max_calls", "0 (16) to 1024", absl::StrCat(a.max_calls()));
   }
   const int32_t max_tokens = request.sampling().max_tokens();
   if (a.max_tokens_per_call() < 0 || a.max_tokens_per_call() > max_tokens) {
-    return Invalid("agent.max_tokens_per_call",
-                   absl::StrCat("0 (sampling.max_tokens) to sampling.max_tokens (", max_tokens,
-                                ")"),
-                   absl::StrCat(a.max_tokens_per_call()));
+    return Invalid(
+        "agent.max_tokens_per_call",
+        absl::StrCat("0 (sampling.max_tokens) to sampling.max_tokens (", max_tokens, ")"),
+        absl::StrCat(a.max_tokens_per_call()));
   }
   const int32_t call_tokens = a.max_tokens_per_call() > 0 ? a.max_tokens_per_call() : max_tokens;
   if (a.max_episode_tokens() < 0 ||
@@ -285,7 +278,32 @@ absl::Status Coordinator::ValidateAgent(const prl::v1::SubmitPromptSetRequest& r
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CheckAddress(const Caller& caller, const std::string& address,
+                                       const std::vector<std::string>& shared, const char* key,
+                                       std::vector<std::string> TenantLimits::*own,
+                                       const std::string& field) const {
+  const auto listed = [&](const std::vector<std::string>& list) {
+    return std::find(list.begin(), list.end(), address) != list.end();
+  };
+  if (listed(shared)) return absl::OkStatus();
+  const char* own_key = own == &TenantLimits::agent_addresses ? "agent_addresses" : "env_addresses";
+  std::vector<std::string> usable = shared;
+  for (const auto& [tenant, limits] : config_.tenants) {
+    if (!caller.operator_() && tenant != caller.tenant) continue;  // never another tenant's
+    if (listed(limits.*own)) return absl::OkStatus();
+    usable.insert(usable.end(), (limits.*own).begin(), (limits.*own).end());
+  }
+  const std::string lists = caller.operator_() ? absl::StrCat(key, " or a tenant's ", own_key)
+                                               : absl::StrCat(key, " or coordinator.tenants.",
+                                                              caller.tenant, ".", own_key);
+  return Invalid(field,
+                 usable.empty() ? absl::StrCat("an address listed in ", lists, " (none is)")
+                                : absl::StrCat("one of ", lists, ": ", absl::StrJoin(usable, ", ")),
+                 absl::StrCat("'", address.substr(0, 128), "'"));
+}
+
 absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& request,
+                                   const Caller& caller,
                                    prl::v1::SubmitPromptSetRequest* out) const {
   *out = request;
   PRL_RETURN_IF_ERROR(ValidateShape(request));
@@ -295,9 +313,9 @@ absl::Status Coordinator::Validate(const prl::v1::SubmitPromptSetRequest& reques
                    absl::StrCat("agent '", request.agent().name().substr(0, 64), "'"));
   }
   if (request.has_agent()) {  // the episodes' rewards come from the agent
-    PRL_RETURN_IF_ERROR(ValidateAgent(request, out->mutable_agent()));
+    PRL_RETURN_IF_ERROR(ValidateAgent(request, caller, out->mutable_agent()));
   } else if (request.has_environment()) {  // the episodes' rewards come from the environment
-    PRL_RETURN_IF_ERROR(ValidateEnvironment(request, out->mutable_environment()));
+    PRL_RETURN_IF_ERROR(ValidateEnvironment(request, caller, out->mutable_environment()));
   } else {
     PRL_RETURN_IF_ERROR(ValidateReward(request.reward()));
   }

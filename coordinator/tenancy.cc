@@ -127,8 +127,9 @@ absl::StatusOr<std::optional<prl::v1::LogRecord>> Coordinator::AdmitLocked(
   if (!caller.operator_()) {
     auto it = config_.tenants.find(caller.tenant);
     if (it == config_.tenants.end()) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "tenant '", caller.tenant, "' has no limits in coordinator.tenants: it may submit nothing"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("tenant '", caller.tenant,
+                       "' has no limits in coordinator.tenants: it may submit nothing"));
     }
     limits = &it->second;
     if (!request.has_adapter()) {
@@ -152,28 +153,27 @@ absl::StatusOr<std::optional<prl::v1::LogRecord>> Coordinator::AdmitLocked(
     }
     if (limits->max_prompts_in_flight > 0 &&
         busy + request.prompts_size() > limits->max_prompts_in_flight) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "tenant '", caller.tenant, "' has ", busy, " prompts pending or in flight and this set adds ",
-          request.prompts_size(), "; its quota is ", limits->max_prompts_in_flight,
-          " (coordinator.tenants.", caller.tenant, ".max_prompts_in_flight)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tenant '", caller.tenant, "' has ", busy,
+                       " prompts pending or in flight and this set adds ", request.prompts_size(),
+                       "; its quota is ", limits->max_prompts_in_flight, " (coordinator.tenants.",
+                       caller.tenant, ".max_prompts_in_flight)"));
     }
   }
   if (!request.has_adapter()) return std::nullopt;
   const prl::v1::AdapterSpec& spec = request.adapter();
   if (const Adapters::Adapter* known = adapters_.ByName(spec.name())) {
     if (!caller.Sees(known->status.tenant())) {
-      // As for a name the tenant may not train: another tenant's adapter is not revealed.
-      return absl::PermissionDeniedError(absl::StrCat(
-          "adapter.name: tenant '", caller.tenant, "' may not train the adapter '", spec.name(),
-          "' (coordinator.tenants.", caller.tenant, ".adapters, or another tenant's)"));
+      // The very error of a name the tenant may not train: another tenant's adapter is not
+      // revealed.
+      return AdapterRefused(caller.tenant, *limits, spec.name());
     }
     std::string expected, found;
-    const std::string field =
-        FirstDifference(known->status.spec(), spec, &expected, &found);
+    const std::string field = FirstDifference(known->status.spec(), spec, &expected, &found);
     if (!field.empty() && !NamedAlone(asked)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "adapter.", field, ": the adapter '", spec.name(), "' exists with ", field, " ",
-          expected, ", found ", found, " (name it alone to train it, or delete it first)"));
+          "adapter.", field, ": the adapter '", spec.name(), "' exists with ", field, " ", expected,
+          ", found ", found, " (name it alone to train it, or delete it first)"));
     }
     submitted->set_adapter_id(known->status.adapter_id());
     *submitted->mutable_request()->mutable_adapter() = known->status.spec();
@@ -183,17 +183,17 @@ absl::StatusOr<std::optional<prl::v1::LogRecord>> Coordinator::AdmitLocked(
     // A tenant is not told how many adapters the others have.
     return absl::ResourceExhaustedError(
         caller.operator_()
-            ? absl::StrCat(adapters_.size(), " adapters exist; the limit is ",
-                           config_.max_adapters, " (coordinator.max_adapters): delete one first")
+            ? absl::StrCat(adapters_.size(), " adapters exist; the limit is ", config_.max_adapters,
+                           " (coordinator.max_adapters): delete one first")
             : std::string("the coordinator holds as many adapters as it may "
                           "(coordinator.max_adapters): ask its operator"));
   }
   if (limits != nullptr && limits->max_adapters > 0 &&
       adapters_.CreatedBy(caller.tenant) >= limits->max_adapters) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant '", caller.tenant, "' has ", adapters_.CreatedBy(caller.tenant),
-        " adapters; its quota is ", limits->max_adapters, " (coordinator.tenants.",
-        caller.tenant, ".max_adapters): delete one first"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant '", caller.tenant, "' has ", adapters_.CreatedBy(caller.tenant),
+                     " adapters; its quota is ", limits->max_adapters, " (coordinator.tenants.",
+                     caller.tenant, ".max_adapters): delete one first"));
   }
   prl::v1::LogRecord record;
   prl::v1::AdapterStatus* created = record.mutable_adapter_created();
@@ -252,8 +252,8 @@ prl::v1::ListAdaptersResponse Coordinator::ListAdapters(const Caller& caller) {
   return response;
 }
 
-absl::StatusOr<prl::v1::DeleteAdapterResponse> Coordinator::DeleteAdapter(
-    const std::string& name, const Caller& caller) {
+absl::StatusOr<prl::v1::DeleteAdapterResponse> Coordinator::DeleteAdapter(const std::string& name,
+                                                                          const Caller& caller) {
   std::unique_lock<std::mutex> lock(mu_);
   const Adapters::Adapter* adapter = adapters_.ByName(name);
   if (adapter == nullptr || !caller.Sees(adapter->status.tenant())) {

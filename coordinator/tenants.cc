@@ -22,6 +22,11 @@ absl::Status CheckAdapterAllowed(const std::string& tenant, const TenantLimits& 
       return absl::OkStatus();
     }
   }
+  return AdapterRefused(tenant, limits, adapter_name);
+}
+
+absl::Status AdapterRefused(const std::string& tenant, const TenantLimits& limits,
+                            const std::string& adapter_name) {
   return absl::PermissionDeniedError(absl::StrCat(
       "adapter.name: tenant '", tenant, "' may train the adapters ",
       limits.adapters.empty() ? std::string("(none listed)") : absl::StrJoin(limits.adapters, ", "),
@@ -36,7 +41,8 @@ absl::StatusOr<std::map<std::string, TenantLimits>> ReadTenantsFile(const std::s
   }
   std::stringstream text;
   text << in.rdbuf();
-  const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json json =
+      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   const std::string file = absl::StrCat("coordinator.tenants_file '", path, "'");
   if (json.is_discarded() || !json.is_object()) {
     return absl::InvalidArgumentError(
@@ -46,8 +52,8 @@ absl::StatusOr<std::map<std::string, TenantLimits>> ReadTenantsFile(const std::s
   for (const auto& [tenant, value] : json.items()) {
     const std::string field = absl::StrCat("coordinator.tenants.", tenant.substr(0, 64));
     if (tenant.empty() || !value.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file, ": ", field, ": expected a tenant name and an object of its limits"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": ", field, ": expected a tenant name and an object of its limits"));
     }
     TenantLimits limits;
     for (const auto& [key, v] : value.items()) {
@@ -55,15 +61,19 @@ absl::StatusOr<std::map<std::string, TenantLimits>> ReadTenantsFile(const std::s
                        : key == "max_prompts_in_flight" ? &limits.max_prompts_in_flight
                        : key == "max_adapters"          ? &limits.max_adapters
                                                         : nullptr;
-      if (key == "adapters") {
+      std::vector<std::string>* list = key == "adapters"          ? &limits.adapters
+                                       : key == "agent_addresses" ? &limits.agent_addresses
+                                       : key == "env_addresses"   ? &limits.env_addresses
+                                                                  : nullptr;
+      if (list != nullptr) {
         if (!v.is_array()) {
-          return Invalid(absl::StrCat(field, ".adapters"), "an array of names", v.dump());
+          return Invalid(absl::StrCat(field, ".", key), "an array of strings", v.dump());
         }
         for (const nlohmann::json& name : v) {
           if (!name.is_string()) {
-            return Invalid(absl::StrCat(field, ".adapters"), "names (strings)", name.dump());
+            return Invalid(absl::StrCat(field, ".", key), "strings", name.dump());
           }
-          limits.adapters.push_back(name.get<std::string>());
+          list->push_back(name.get<std::string>());
         }
       } else if (quota != nullptr) {
         if (!v.is_number_integer()) {
@@ -72,7 +82,8 @@ absl::StatusOr<std::map<std::string, TenantLimits>> ReadTenantsFile(const std::s
         *quota = v.get<int64_t>();
       } else {
         return Invalid(absl::StrCat(field, ".", key.substr(0, 64)),
-                       "one of adapters, max_prompt_sets, max_prompts_in_flight, max_adapters",
+                       "one of adapters, agent_addresses, env_addresses, max_prompt_sets, "
+                       "max_prompts_in_flight, max_adapters",
                        "an unknown key");
       }
     }
@@ -90,6 +101,16 @@ absl::Status ValidateTenantLimits(const TenantLimits& limits, const std::string&
       if (name.empty()) continue;  // "*": every name
     }
     PRL_RETURN_IF_ERROR(ValidateAdapterName(name, absl::StrCat(field, ".adapters[", i, "]")));
+  }
+  for (const auto* list : {&limits.agent_addresses, &limits.env_addresses}) {
+    const char* key = list == &limits.agent_addresses ? "agent_addresses" : "env_addresses";
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string& address = (*list)[i];
+      if (address.empty() || address.size() > 256 || address.find(':') == std::string::npos) {
+        return Invalid(absl::StrCat(field, ".", key, "[", i, "]"), "host:port",
+                       absl::StrCat("'", address.substr(0, 64), "'"));
+      }
+    }
   }
   const auto quota = [&](int64_t value, const char* key) -> absl::Status {
     if (value >= 0) return absl::OkStatus();

@@ -3,7 +3,9 @@
 // A tenant is a team with a client token of its own (security.tenant_token_files); the
 // coordinator's server learns the caller's tenant from the token (rpc/security.h) and passes it
 // as a Caller. The operator (the client token, or a server without tokens) may do everything.
-// A tenant may only train adapters whose names its limits allow (coordinator.tenants), sees,
+// A tenant may only train adapters whose names its limits allow (coordinator.tenants), name
+// only the operator's shared agent and environment addresses and its own (never another
+// tenant's: actors present the credential configured for an address), sees,
 // watches and cancels only its own prompt sets, uses and deletes only adapters it created, and
 // holds at most its quotas: running prompt sets, prompts pending or in flight, adapters.
 // A call beyond a quota is RESOURCE_EXHAUSTED naming the quota; another tenant's set or adapter
@@ -23,6 +25,9 @@ namespace prl::coordinator {
 struct TenantLimits {
   // The adapter names it may train: exact names, or prefixes ending in '*' ("team-a-*").
   std::vector<std::string> adapters;
+  // Its own agent and environment addresses: usable by it (and the operator) beside the
+  // operator's shared ones (coordinator.agent_addresses, env_addresses), never by another tenant.
+  std::vector<std::string> agent_addresses, env_addresses;
   // Quotas; 0: no limit.
   int64_t max_prompt_sets = 0;        // its running prompt sets
   int64_t max_prompts_in_flight = 0;  // prompts pending or leased in its running sets
@@ -41,10 +46,15 @@ struct Caller {
 // the allowed names otherwise.
 absl::Status CheckAdapterAllowed(const std::string& tenant, const TenantLimits& limits,
                                  const std::string& adapter_name);
+// The error of CheckAdapterAllowed, also the answer for another tenant's adapter (whose
+// existence is not revealed).
+absl::Status AdapterRefused(const std::string& tenant, const TenantLimits& limits,
+                            const std::string& adapter_name);
 
 // Reads coordinator.tenants_file: a JSON object of tenant name -> {"adapters": [names or
-// prefixes ending in '*'], "max_prompt_sets": n, "max_prompts_in_flight": n, "max_adapters": n}
-// (quotas optional, 0: no limit). Unknown keys and bad values are errors naming them.
+// prefixes ending in '*'], "agent_addresses": [host:port], "env_addresses": [host:port],
+// "max_prompt_sets": n, "max_prompts_in_flight": n, "max_adapters": n} (addresses and quotas
+// optional; quotas 0: no limit). Unknown keys and bad values are errors naming them.
 absl::StatusOr<std::map<std::string, TenantLimits>> ReadTenantsFile(const std::string& path);
 
 // Validates a tenant's limits (names and patterns well formed, quotas >= 0); errors name

@@ -3,7 +3,6 @@
 // and deletes only its own adapters, holds at most its quotas, and its idempotency keys are its
 // own; the operator sees and may do everything.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/status_testing.h"
 
@@ -62,8 +62,13 @@ TEST_F(TenantsTest, ATenantTrainsOnlyTheAdaptersItsLimitsName) {
                       {"coordinator.tenants"}));
   // An adapter both may name belongs to whoever made it first.
   ASSERT_TRUE(c->Submit(For("shared", 1), kA).ok());
-  EXPECT_TRUE(IsError(c->Submit(For("shared", 1), kB).status(), kDenied,
-                      {"tenant 'team-b' may not train the adapter 'shared'"}));
+  // Another tenant's adapter gets the very error of a name the tenant may not train (its
+  // existence is not revealed).
+  const absl::Status taken = c->Submit(For("shared", 1), kB).status();
+  const absl::Status never = c->Submit(For("never", 1), kB).status();
+  EXPECT_TRUE(IsError(taken, kDenied, {"adapter.name: tenant 'team-b' may train the adapters"}));
+  EXPECT_EQ(taken.code(), never.code());
+  EXPECT_EQ(absl::StrReplaceAll(never.message(), {{"'never'", "'shared'"}}), taken.message());
   // The operator may train any.
   EXPECT_TRUE(c->Submit(For("shared", 1), kOperator).ok());
   EXPECT_EQ(c->ListAdapters(kA).adapters_size(), 2);
@@ -81,9 +86,9 @@ TEST_F(TenantsTest, ATenantSeesWatchesAndCancelsOnlyItsOwnSets) {
   EXPECT_TRUE(IsError(c->Cancel(a_set, kB).status(), kNotFound, {a_set}));
   size_t cursor = 0;
   bool finished = false;
-  EXPECT_TRUE(IsError(
-      c->WatchEvents(a_set, &cursor, absl::ZeroDuration(), &finished, false, kB).status(),
-      kNotFound, {a_set}));
+  EXPECT_TRUE(
+      IsError(c->WatchEvents(a_set, &cursor, absl::ZeroDuration(), &finished, false, kB).status(),
+              kNotFound, {a_set}));
   ASSERT_EQ(c->List(kB).size(), 1u);
   EXPECT_EQ(c->List(kB)[0].prompt_set_id(), b_set);
   EXPECT_EQ(c->List(kOperator).size(), 2u);
@@ -93,12 +98,61 @@ TEST_F(TenantsTest, ATenantSeesWatchesAndCancelsOnlyItsOwnSets) {
   ASSERT_TRUE(listed.ok());
   ASSERT_EQ(listed->prompt_sets_size(), 1);
   EXPECT_EQ(listed->prompt_sets(0).prompt_set_id(), b_set);
+  // Pages count only the caller's sets: B's one set after A's is its page 0, with no next page,
+  // and a token past B's sets names B's count, not everyone's.
+  EXPECT_EQ(listed->next_page_token(), "");
+  page.set_page_token("2");
+  EXPECT_TRUE(IsError(c->ListPage(page, kB).status(), absl::StatusCode::kInvalidArgument,
+                      {"page_token: expected at most 1, found 2"}));
+  page.set_page_token("");
+  listed = c->ListPage(page, kOperator);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->next_page_token(), "1");
   EXPECT_EQ(c->Get(a_set, kA)->state(), v1::PROMPT_SET_STATE_RUNNING);  // B's cancel did nothing
   EXPECT_EQ(c->Cancel(b_set, kB)->state(), v1::PROMPT_SET_STATE_CANCELLED);
   // Adapters: another tenant's is not found, its own is deleted.
   EXPECT_TRUE(IsError(c->DeleteAdapter("a-math", kB).status(), kNotFound, {"a-math"}));
   EXPECT_TRUE(c->DeleteAdapter("b-code", kB).ok());
   EXPECT_EQ(c->ListAdapters(kOperator).adapters_size(), 1);
+}
+
+// Actors dial a set's agent or environment address and present the credential configured for
+// it: a tenant names only the operator's shared addresses and its own, never another tenant's
+// (whose addresses its errors do not show); the operator may name any.
+TEST_F(TenantsTest, ATenantNamesOnlySharedAddressesAndItsOwn) {
+  config_.agent_addresses = {"10.0.0.1:7000"};
+  config_.env_addresses = {"10.0.0.1:8000"};
+  config_.tenants["team-a"].agent_addresses = {"10.0.0.2:7000"};
+  config_.tenants["team-a"].env_addresses = {"10.0.0.2:8000"};
+  config_.tenants["team-b"].agent_addresses = {"10.0.0.3:7000"};
+  config_.tenants["team-b"].max_prompt_sets = 0;
+  auto c = Open();
+  const auto agent_set = [](const std::string& adapter, const std::string& address) {
+    v1::SubmitPromptSetRequest r = For(adapter, 1);
+    r.clear_reward();
+    r.mutable_agent()->set_name("calc");
+    r.mutable_agent()->set_address(address);
+    return r;
+  };
+  const auto env_set = [](const std::string& adapter, const std::string& address) {
+    v1::SubmitPromptSetRequest r = For(adapter, 1);
+    r.clear_reward();
+    r.mutable_environment()->set_name("calc");
+    r.mutable_environment()->set_address(address);
+    return r;
+  };
+  EXPECT_TRUE(c->Submit(agent_set("a-1", "10.0.0.1:7000"), kA).ok()) << "shared";
+  EXPECT_TRUE(c->Submit(agent_set("a-2", "10.0.0.2:7000"), kA).ok()) << "its own";
+  EXPECT_TRUE(c->Submit(env_set("a-3", "10.0.0.2:8000"), kA).ok()) << "its own";
+  const absl::Status foreign = c->Submit(agent_set("a-4", "10.0.0.3:7000"), kA).status();
+  EXPECT_TRUE(IsError(foreign, absl::StatusCode::kInvalidArgument,
+                      {"agent.address: expected one of coordinator.agent_addresses or "
+                       "coordinator.tenants.team-a.agent_addresses: 10.0.0.1:7000, 10.0.0.2:7000",
+                       "found '10.0.0.3:7000'"}));
+  EXPECT_EQ(foreign.message().find("10.0.0.3:7000,"), std::string::npos) << foreign;
+  EXPECT_FALSE(c->Submit(env_set("b-1", "10.0.0.2:8000"), kB).ok()) << "team-a's environment";
+  EXPECT_TRUE(c->Submit(agent_set("b-1", "10.0.0.3:7000"), kB).ok());
+  EXPECT_TRUE(c->Submit(agent_set("op", "10.0.0.3:7000"), kOperator).ok()) << "the operator";
 }
 
 TEST_F(TenantsTest, IdempotencyKeysArePerTenant) {
