@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds test suites with a sanitizer and runs them (docs/development.md, "Sanitizers").
+#
+# usage: scripts/sanitize.sh asan|tsan [all|inputs|concurrency] [-- GTEST_ARGS...]
+#   asan          AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/); default scope
+#                 `all`: every CPU test suite
+#   tsan          ThreadSanitizer (build-tsan/); default scope `concurrency`: the suites whose
+#                 threads meet (episode engine, endpoint, coordinator, replay, weight transports,
+#                 adapter learner)
+#   inputs        the suites of input from outside (bounded JSON, the endpoint, the chat
+#                 template, the coordinator's validation, tool calls, the agent endpoint's
+#                 security): what CI runs under asan (.ci/run through scripts/test.sh)
+# A finding stops the suite with its report (halt_on_error); the script exits non-zero.
+# The build is CUDA-free (sanitizers cover the host code) and incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:?usage: scripts/sanitize.sh asan|tsan [all|inputs|concurrency]}
+SCOPE=${2:-}
+shift $(($# < 2 ? $# : 2))
+[[ "${1:-}" == "--" ]] && shift
+
+INPUT_SUITES=(json_input_test openai_test tokenizer_test chat_template_test coordinator_test
+  security_agent_endpoint_test)
+CONCURRENCY_SUITES=(episode_test openai_test coordinator_test replay_buffer_test
+  replay_ingest_test weight_shm_transport_test weight_grpc_transport_test
+  weight_collective_transport_test adapter_learner_test)
+
+case "$MODE" in
+  asan)
+    FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+    DIR=build-asan
+    SCOPE=${SCOPE:-all}
+    # Leaks are reported too; UBSan stops at its first finding, with a stack.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    ;;
+  tsan)
+    FLAGS="-fsanitize=thread -fno-omit-frame-pointer"
+    DIR=build-tsan
+    SCOPE=${SCOPE:-concurrency}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    ;;
+  *)
+    echo "usage: scripts/sanitize.sh asan|tsan [all|inputs|concurrency]" >&2
+    exit 2
+    ;;
+esac
+
+./scripts/setup.sh
+cmake -S . -B "$DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRL_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$FLAGS" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$FLAGS" >/dev/null
+
+case "$SCOPE" in
+  inputs) SUITES=("${INPUT_SUITES[@]}") ;;
+  concurrency) SUITES=("${CONCURRENCY_SUITES[@]}") ;;
+  all)
+    mapfile -t SUITES < <(grep -rhoE 'prl_gtest\([a-z0-9_]+' tests/*/CMakeLists.txt |
+      sed 's/prl_gtest(//' | grep -v '^cuda_' | grep -v nccl)
+    ;;
+  *)
+    echo "unknown scope '$SCOPE': all, inputs or concurrency" >&2
+    exit 2
+    ;;
+esac
+
+cmake --build "$DIR" -j "$(nproc)" --target "${SUITES[@]}"
+failed=()
+for suite in "${SUITES[@]}"; do
+  binary=$(find "$DIR/tests" -type f -name "$suite" -perm -u+x | head -1)
+  echo "== $MODE: $suite"
+  # A test that cannot run here (no GPU) skips, as under ctest.
+  if ! OMP_WAIT_POLICY=PASSIVE "$binary" --gtest_brief=1 "$@"; then failed+=("$suite"); fi
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "$MODE: ${#failed[@]} of ${#SUITES[@]} suites failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "$MODE: ${#SUITES[@]} suites clean"
