@@ -333,7 +333,7 @@ TEST(AgentEpisodesStopTest, StoppingWhileFourCallsAreInFlightTouchesNothingFreed
     ServedAgent agent = ServedAgent::Start(
         [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
           ++calling;
-          Json body = Completion("1", 24);
+          Json body = Completion("1", 64);
           body["stream"] = round == 1;
           try {
             EndpointClient(r).Post("/completions", body);
@@ -342,7 +342,9 @@ TEST(AgentEpisodesStopTest, StoppingWhileFourCallsAreInFlightTouchesNothingFreed
           out->set_reward(1);
           return grpc::Status::OK;
         });
-    ASSERT_TRUE(loop->episodes().Add(AgentGroup("g", AgentAt(agent.address), 4)).ok());
+    v1::AgentSpec spec = AgentAt(agent.address);
+    spec.set_max_tokens_per_call(64);  // long enough to be generating when the engine goes
+    ASSERT_TRUE(loop->episodes().Add(AgentGroup("g", spec, 4)).ok());
     loop->Run([&] {
       return calling.load() == 4 && loop->episodes().engine().Stats().unfinished_requests > 0;
     });
