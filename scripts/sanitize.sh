@@ -7,9 +7,11 @@
 #   tsan          ThreadSanitizer (build-tsan/); default scope `concurrency`: the suites whose
 #                 threads meet (episode engine, endpoint, coordinator, replay, weight transports,
 #                 adapter learner)
-#   inputs        the suites of input from outside (bounded JSON, the endpoint, the chat
-#                 template, the coordinator's validation, tool calls, the agent endpoint's
-#                 security): what CI runs under asan (.ci/run through scripts/test.sh)
+#   inputs        the suites of input from outside that build without the engine (bounded
+#                 JSON, the endpoint's parsers and server, the tokenizer and chat template):
+#                 what CI runs under asan (scripts/test.sh), within its time budget. The
+#                 coordinator's validation, tool calls and the agent endpoint end to end run
+#                 in `all` (and their parsers in the fuzzers, scripts/fuzz.sh)
 # A finding stops the suite with its report (halt_on_error); the script exits non-zero.
 # The build is CUDA-free (sanitizers cover the host code) and incremental.
 set -euo pipefail
@@ -19,8 +21,7 @@ SCOPE=${2:-}
 shift $(($# < 2 ? $# : 2))
 [[ "${1:-}" == "--" ]] && shift
 
-INPUT_SUITES=(json_input_test openai_test tokenizer_test chat_template_test coordinator_test
-  security_agent_endpoint_test)
+INPUT_SUITES=(json_input_test openai_test tokenizer_test chat_template_test)
 CONCURRENCY_SUITES=(episode_test openai_test coordinator_test replay_buffer_test
   replay_ingest_test weight_shm_transport_test weight_grpc_transport_test
   weight_collective_transport_test adapter_learner_test)
@@ -72,8 +73,7 @@ for suite in "${SUITES[@]}"; do
   # A test that cannot run here (no GPU) skips, as under ctest.
   if ! OMP_WAIT_POLICY=PASSIVE "$binary" --gtest_brief=1 "$@"; then failed+=("$suite"); fi
 done
-if [[ ${#failed[@]} -gt 0 ]]; then
-  echo "$MODE: ${#failed[@]} of ${#SUITES[@]} suites failed: ${failed[*]}" >&2
-  exit 1
-fi
-echo "$MODE: ${#SUITES[@]} suites clean"
+# The closing line counts suites (each a GoogleTest binary, clean or not).
+[[ ${#failed[@]} -gt 0 ]] && echo "$MODE: failed suites: ${failed[*]}" >&2
+echo "$MODE: $((${#SUITES[@]} - ${#failed[@]})) passed, ${#failed[@]} failed"
+[[ ${#failed[@]} -eq 0 ]]

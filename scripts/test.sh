@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, configures, builds and runs every test (CI runs exactly this).
+# Installs what is missing, configures, builds and runs every test, then the input suites under
+# ASan + UBSan (CI runs exactly this).
 #   PRL_BUILD_DIR   build directory (default: build)
 #   PRL_CMAKE_ARGS  extra CMake arguments, e.g. "-DPRL_CUDA=OFF"
 set -euo pipefail
@@ -13,5 +14,6 @@ JOBS=$(nproc)
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${PRL_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
-cd "$BUILD_DIR"
-ctest --output-on-failure -j "$JOBS"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
+# The suites of input from outside again, under ASan + UBSan (docs/development.md, "Sanitizers").
+./scripts/sanitize.sh asan inputs

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -230,6 +231,39 @@ TEST(OpenAiServerLimitsTest, CallbacksAfterTheServerStoppedDoNothing) {
     c.content = "partial";
     done(c);
   }
+}
+
+// With security.require_client_cert the endpoint, like the gRPC servers, serves only a client
+// whose certificate tls_ca_file verifies; and it refuses to start without that CA.
+TEST(OpenAiServerLimitsTest, RequireClientCertIsHonoured) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("prl_endpoint_mtls_", getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_NO_FATAL_FAILURE(security::testing::MakeCertificate(dir));  // the server's
+  const std::string client = absl::StrCat(
+      "cd ", dir.string(),
+      " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "
+      "client.key -out client.crt -days 2 -subj /CN=prl-agent 2>/dev/null");
+  ASSERT_EQ(std::system(client.c_str()), 0) << client;
+  TestBackend backend;
+  OpenAiServerOptions options;
+  options.tls_cert_file = (dir / "endpoint.crt").string();
+  options.tls_key_file = (dir / "endpoint.key").string();
+  options.require_client_cert = true;
+  EXPECT_TRUE(absl::IsFailedPrecondition(OpenAiServer::Start(options, &backend).status()))
+      << "require_client_cert without tls_ca_file";
+  options.tls_ca_file = (dir / "client.crt").string();
+  std::unique_ptr<OpenAiServer> server = Serve(&backend, options);
+  ASSERT_NE(server, nullptr);
+  const auto models = testing::Request(http::verb::get, "/v1/models", kKey);
+  const std::string ca = (dir / "endpoint.crt").string();
+  const testing::HttpAnswer anonymous = security::testing::HttpsCall(server->port(), ca, models);
+  EXPECT_EQ(anonymous.status, 0) << "served without a client certificate: " << anonymous.body;
+  const testing::HttpAnswer mutual = security::testing::HttpsCall(
+      server->port(), ca, models, (dir / "client.crt").string(), (dir / "client.key").string());
+  EXPECT_EQ(mutual.status, 200) << mutual.body;
+  server.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -81,15 +81,21 @@ inline void MakeCertificate(const std::filesystem::path& dir) {
 }
 
 // HTTPS as an agent's SDK speaks it: the server's certificate verified against `ca_file`, for
-// the address 127.0.0.1. status 0 when the TLS connection failed (the body says why).
+// the address 127.0.0.1; with `client_cert` (and its `client_key`), presented to the server
+// (mutual TLS). status 0 when the TLS connection failed (the body says why).
 inline openai::testing::HttpAnswer HttpsCall(
     int port, const std::string& ca_file,
-    const boost::beast::http::request<boost::beast::http::string_body>& request) {
+    const boost::beast::http::request<boost::beast::http::string_body>& request,
+    const std::string& client_cert = "", const std::string& client_key = "") {
   namespace asio = boost::asio;
   namespace beast = boost::beast;
   asio::io_context ioc;
   asio::ssl::context tls(asio::ssl::context::tls_client);
   tls.load_verify_file(ca_file);
+  if (!client_cert.empty()) {
+    tls.use_certificate_chain_file(client_cert);
+    tls.use_private_key_file(client_key, asio::ssl::context::pem);
+  }
   beast::ssl_stream<beast::tcp_stream> stream(ioc, tls);
   stream.set_verify_mode(asio::ssl::verify_peer);
   stream.set_verify_callback(asio::ssl::host_name_verification("127.0.0.1"));
