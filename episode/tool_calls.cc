@@ -1,10 +1,12 @@
 #include "episode/tool_calls.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "core/json_input.h"
 #include "core/xxhash_inline.h"
@@ -48,7 +50,9 @@ std::string ParseCall(absl::string_view body, absl::string_view seed, size_t ind
   if (j.contains(key)) {
     const Json& a = j[key];
     const bool text_of_an_object = a.is_string() && [&] {
-      const absl::StatusOr<Json> inner = ParseJsonInput(a.get_ref<const std::string&>(), where);
+      // One level less than a call: written back (WriteToolCall) inside the call's object.
+      const absl::StatusOr<Json> inner = ParseJsonInput(a.get_ref<const std::string&>(), where,
+                                                        JsonLimits{.max_depth = kMaxJsonDepth - 1});
       return inner.ok() && inner->is_object();
     }();
     if (a.is_object()) {
@@ -93,6 +97,37 @@ ParsedTurn ParseHermes(absl::string_view text, absl::string_view seed) {
   return out;
 }
 
+// llama3_json's calls, one JSON object after another separated by ';' (as vLLM reads them): a
+// ';' inside a string is text ("SELECT 1; SELECT 2"). Parts are trimmed; empty ones dropped.
+std::vector<absl::string_view> SplitCalls(absl::string_view body) {
+  std::vector<absl::string_view> parts;
+  bool in_string = false, escaped = false;
+  size_t start = 0;
+  const auto cut = [&](size_t end) {
+    const absl::string_view part = absl::StripAsciiWhitespace(body.substr(start, end - start));
+    if (!part.empty()) parts.push_back(part);
+    start = end + 1;
+  };
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == ';') {
+      cut(i);
+    }
+  }
+  cut(body.size());
+  return parts;
+}
+
 ParsedTurn ParseLlama3Json(absl::string_view text, absl::string_view seed) {
   ParsedTurn out;
   absl::string_view body = absl::StripAsciiWhitespace(text);
@@ -103,9 +138,8 @@ ParsedTurn ParseLlama3Json(absl::string_view text, absl::string_view seed) {
     out.content = std::string(absl::StripAsciiWhitespace(text));
     return out;
   }
-  for (absl::string_view part : absl::StrSplit(body, ';', absl::SkipWhitespace())) {
-    const std::string error =
-        ParseCall(absl::StripAsciiWhitespace(part), seed, out.calls.size(), &out.calls);
+  for (absl::string_view part : SplitCalls(body)) {
+    const std::string error = ParseCall(part, seed, out.calls.size(), &out.calls);
     if (!error.empty()) {
       out.error = error;
       break;
@@ -155,9 +189,13 @@ std::string WriteToolCall(ToolCallFormat format, const std::string& name,
                           const std::string& arguments_json) {
   const std::string quoted = Json(name).dump();
   switch (format) {
-    case ToolCallFormat::kHermes:
-      return absl::StrCat(kOpen, "\n{\"name\": ", quoted, ", \"arguments\": ", arguments_json,
-                          "}\n", kClose);
+    case ToolCallFormat::kHermes: {
+      // The reader cuts a call at the first </tool_call>: inside the JSON (where '<' can only
+      // be in a string) "</" is written "<\/", the same text to a JSON parser.
+      const std::string call =
+          absl::StrCat("{\"name\": ", quoted, ", \"arguments\": ", arguments_json, "}");
+      return absl::StrCat(kOpen, "\n", absl::StrReplaceAll(call, {{"</", "<\\/"}}), "\n", kClose);
+    }
     case ToolCallFormat::kLlama3Json:
       return absl::StrCat("{\"name\": ", quoted, ", \"parameters\": ", arguments_json, "}");
     default:

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "core/json_input.h"
 #include "episode/episode_protocol.h"
 #include "episode/turn_renderer.h"
 #include "task/char_text_codec.h"
@@ -123,6 +125,52 @@ class TemplateOnly final : public tokenizer::TextCodec {
  private:
   std::string source_;
 };
+
+// Found by fuzz/tool_calls_fuzzer.cc (its corpus keeps the three inputs): a call the reader
+// accepts is written back (WriteToolCall) as text the reader reads to the same call.
+TEST(ToolCallsTest, EveryCallReadIsWrittenBackAsTextThatReadsTheSame) {
+  const auto round_trip = [](ToolCallFormat format, const std::string& text) {
+    const ParsedTurn first = ParseToolCalls(format, text, "ep/0");
+    EXPECT_EQ(first.error, "") << text;
+    std::string written;
+    for (const v1::ToolCall& c : first.calls) {
+      absl::StrAppend(&written, written.empty() ? "" : ";",
+                      WriteToolCall(format, c.name(), c.arguments_json()));
+    }
+    const ParsedTurn again = ParseToolCalls(format, written, "ep/0");
+    EXPECT_EQ(again.error, "") << written;
+    ASSERT_EQ(again.calls.size(), first.calls.size()) << written;
+    for (size_t i = 0; i < first.calls.size(); ++i) {
+      EXPECT_EQ(again.calls[i].name(), first.calls[i].name());
+      EXPECT_EQ(Json::parse(again.calls[i].arguments_json()),
+                Json::parse(first.calls[i].arguments_json()));
+    }
+    return first;
+  };
+  // hermes: a closing tag inside the call's strings (the reader cuts at the first one).
+  round_trip(ToolCallFormat::kHermes,
+             R"(<tool_call>{"name":"</tool_call>","arguments":{"a":"</tool_call>"}})"
+             "</tool_call>");
+  // llama3_json: a ';' inside a string is text, not a separator between calls.
+  const ParsedTurn sql = round_trip(
+      ToolCallFormat::kLlama3Json,
+      R"({"name": "sql", "parameters": {"query": "SELECT 1; SELECT 2"}}; {"name": "f", "parameters": {}})");
+  ASSERT_EQ(sql.calls.size(), 2u);
+  EXPECT_EQ(Json::parse(sql.calls[0].arguments_json())["query"], "SELECT 1; SELECT 2");
+  // Arguments given as JSON text are read one level shallower than a call's bound: written
+  // back inside the call's object, they stay within it.
+  const std::string deep =
+      std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']');
+  const std::string at_bound = R"({"a": )" + deep + "}";  // 64 deep as text
+  const ParsedTurn refused = ParseToolCalls(
+      ToolCallFormat::kHermes,
+      "<tool_call>" + Json({{"name", "f"}, {"arguments", at_bound}}).dump() + "</tool_call>", "e");
+  EXPECT_NE(refused.error, "") << "64 deep as text would be 65 deep written back";
+  const std::string shallower = R"({"a": )" + deep.substr(1, deep.size() - 2) + "}";
+  round_trip(
+      ToolCallFormat::kHermes,
+      "<tool_call>" + Json({{"name", "f"}, {"arguments", shallower}}).dump() + "</tool_call>");
+}
 
 TEST(ToolCallsTest, AFormatIsNamedOrReadFromTheTemplate) {
   const task::CharTextCodec chars;
