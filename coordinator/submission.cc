@@ -293,9 +293,12 @@ absl::Status Coordinator::CheckAddress(const Caller& caller, const std::string& 
     if (listed(limits.*own)) return absl::OkStatus();
     usable.insert(usable.end(), (limits.*own).begin(), (limits.*own).end());
   }
-  const std::string lists = caller.operator_() ? absl::StrCat(key, " or a tenant's ", own_key)
-                                               : absl::StrCat(key, " or coordinator.tenants.",
-                                                              caller.tenant, ".", own_key);
+  std::string lists = key;
+  if (!caller.operator_()) {
+    lists = absl::StrCat(key, " or coordinator.tenants.", caller.tenant, ".", own_key);
+  } else if (!config_.tenants.empty()) {
+    lists = absl::StrCat(key, " or a tenant's ", own_key);
+  }
   return Invalid(field,
                  usable.empty() ? absl::StrCat("an address listed in ", lists, " (none is)")
                                 : absl::StrCat("one of ", lists, ": ", absl::StrJoin(usable, ", ")),
