@@ -336,8 +336,10 @@ void EpisodeEngine::AnswerCall(AgentEpisode& e, absl::StatusOr<openai::Completio
 }
 
 void EpisodeEngine::EndAgents(Group& g, const absl::Status& why) {
+  // Every episode marked before any RunEpisode is cancelled: a cancelled one frees its
+  // address's thread, which must find the group's queued ones already ended.
+  for (AgentEpisode& e : g.agents) e.ended->store(true);
   for (AgentEpisode& e : g.agents) {
-    e.ended->store(true);
     if (gateway_ != nullptr) gateway_->Revoke(e.key);
     if (!e.returned && g.agent != nullptr) g.agent->client->Cancel(e.episode_id);
     AnswerCall(e, absl::UnauthenticatedError(

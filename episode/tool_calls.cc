@@ -35,7 +35,13 @@ std::string ParseCall(absl::string_view body, absl::string_view seed, size_t ind
                       std::vector<prl::v1::ToolCall>* calls) {
   const std::string where = absl::StrCat("tool call ", index + 1);
   absl::StatusOr<Json> parsed = ParseJsonInput(body, where);
-  if (!parsed.ok()) return std::string(parsed.status().message());
+  if (!parsed.ok() && absl::StrContains(parsed.status().message(), "nested at most")) {
+    return std::string(parsed.status().message());
+  }
+  if (!parsed.ok()) {
+    return absl::StrCat(where, ": expected a JSON object, found '",
+                        std::string(body.substr(0, 120)), "'");
+  }
   const Json& j = *parsed;
   if (!j.is_object()) {
     return absl::StrCat(where, ": expected a JSON object, found '",

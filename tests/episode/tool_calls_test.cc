@@ -153,7 +153,7 @@ TEST(ToolCallsTest, EveryCallReadIsWrittenBackAsTextThatReadsTheSame) {
   };
   // hermes: a closing tag inside the call's strings (the reader cuts at the first one).
   round_trip(ToolCallFormat::kHermes,
-             R"(<tool_call>{"name":"</tool_call>","arguments":{"a":"</tool_call>"}})"
+             R"(<tool_call>{"name":"\u003c/tool_call>","arguments":{"a":"\u003c/tool_call>"}})"
              "</tool_call>");
   // llama3_json: a ';' inside a string is text, not a separator between calls.
   const ParsedTurn sql = round_trip(
