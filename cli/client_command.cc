@@ -186,6 +186,11 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
   r.set_name(f.name.empty() ? f.file : f.name);
   r.set_samples_per_prompt(f.samples);
   r.set_idempotency_key(f.idempotency_key);
+  // Checked here: 0 would travel as "unset" and be leased as 1.
+  if (!(f.weight >= 0.001 && f.weight <= 1000)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight: expected 0.001 to 1000 (the set's share of leases), found ", f.weight));
+  }
   r.set_weight(f.weight);
   if (!f.adapter.empty()) {
     v1::AdapterSpec* a = r.mutable_adapter();
@@ -496,7 +501,6 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
       ->add_option("--weight", s->weight,
                    "The set's share of leases beside other sets with prompts to lease (weights "
                    "1 and 3 are leased 1:3); 0.001 to 1000")
-      ->check(CLI::Range(0.001, 1000.0))  // 0 would travel as "unset" and lease as 1
       ->capture_default_str();
   submit->add_option("--adapter", s->adapter,
                      "A run of adapters (docs/tenants.md): the LoRA adapter the set trains, made "

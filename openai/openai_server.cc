@@ -216,7 +216,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     server_.connections.SetWaiting(id_, false);
     keep_alive_ = false;  // until the body is read: an answer before it closes the connection
     version_ = parser_->get().version() == 0 ? 11 : parser_->get().version();
-    if (ec == http::error::header_limit) return Close();  // unanswered: nothing to trust in it
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+      return Close();  // unanswered: nothing to trust in it
+    }
     if (ec) return SendError(ParseError(ec, server_.options.max_body_bytes));
     absl::StatusOr<RequestHead> head = CheckParsedHead(*parser_);
     if (head.ok() && !server_.backend->KnowsKey(head->key)) {
@@ -423,7 +425,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   OpenAiServer::Impl& server_;
   uint64_t id_ = 0;         // in server_.connections
   int64_t request_id_ = 0;  // the request being answered (the log's)
-  beast::flat_buffer buffer_{8192};
+  beast::flat_buffer buffer_{kMaxHeaderBytes + 8192};  // a whole head, and the body's start
   std::optional<RequestParser> parser_;
   RequestHead head_;
   unsigned version_ = 11;

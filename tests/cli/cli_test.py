@@ -62,10 +62,12 @@ class CliTest(unittest.TestCase):
     def test_submit_refuses_a_weight_outside_its_documented_range(self):
         # 0 travelled as "unset" and was leased as 1, though --help says 0.001 to 1000.
         for weight in ["0", "-1", "1000.5"]:
-            proc = run("submit", self.path("none.jsonl"), "--weight", weight)
-            self.assertNotEqual(proc.returncode, 0, weight)
-            self.assertIn("--weight", proc.stderr, weight)
-            self.assertIn("0.001", proc.stderr, weight)
+            with open(self.path("weight.jsonl"), "w") as f:
+                f.write('{"text": "1+1="}\n')
+            proc = run("submit", self.path("weight.jsonl"), "--weight", weight,
+                       "--server", "127.0.0.1:1")
+            self.assertEqual(proc.returncode, 1, weight)
+            self.assertIn("--weight: expected 0.001 to 1000", proc.stderr, weight)
 
     def test_score_errors_name_the_line_and_field(self):
         cases = [

@@ -154,7 +154,7 @@ class ServiceCliTest(unittest.TestCase):
             ([{"tokens": [1, 99]}], [], "prompts[0].tokens[1]"),
             ([good], ["--samples", 0], "samples_per_prompt"),
             ([good], ["--samples", 1000000], "samples_per_prompt"),
-            ([good], ["--weight", 10000], "weight: expected 0 (unset: 1) or 0.001 to 1000"),
+            ([good], ["--weight", 10000], "--weight: expected 0.001 to 1000"),
             ([good], ["--eval-every", -2], "eval.every_versions: expected 0 (a training set) or"),
             ([{"text": "1+1=" * 10}], [], "exceeds the model's context"),
             ([{"text": "abc"}], [], "prompts[0].text"),
