@@ -697,9 +697,14 @@ def cmd_check_grad_selftest(args):
             logp = forward(cfg, params, tokens)
             changed = tokens[:5] + [(tokens[5] + 1) % cfg.vocab] + tokens[6:]
             diff = (logp - forward(cfg, params, changed)).abs().amax(-1)
+        # Earlier positions within float64 rounding, not bit for bit: a MoE expert's rows are
+        # gathered and multiplied as one batch, so a later token routed elsewhere changes the
+        # batch's shape and the BLAS kernel's summation order (4e-16 seen); a causality leak
+        # would be orders of magnitude larger.
         if ((logp.exp().sum(-1) - 1).abs().max() > 1e-12
-                or diff[:5].max() != 0 or diff[5:].min() == 0):
-            print("  %s: log-probs not normalised or not causal" % arch)
+                or diff[:5].max() > 1e-12 or diff[5:].min() == 0):
+            print("  %s: log-probs not normalised or not causal (%.3e before the change)"
+                  % (arch, float(diff[:5].max())))
             ok = False
 
         def loss():
