@@ -1,5 +1,6 @@
 #include "openai/connection_table.h"
 
+#include <tuple>
 #include <utility>
 
 namespace prl::openai {
@@ -23,16 +24,24 @@ void ConnectionTable::Shed(std::map<uint64_t, Entry>::iterator it) {
 }
 
 bool ConnectionTable::Admit(const std::string& peer) {
-  int of_peer = 0;
+  std::map<std::string, int> unauthenticated;  // by peer
   for (const auto& [id, e] : entries_) {
-    of_peer += !e.shed_already && !e.authenticated && e.peer == peer;
+    if (!e.shed_already && !e.authenticated && e.waiting) ++unauthenticated[e.peer];
   }
-  if (of_peer >= max_unauthenticated_per_peer_) {
+  if (max_unauthenticated_per_peer_ > 0 && unauthenticated[peer] >= max_unauthenticated_per_peer_) {
     const auto victim = Oldest([&](const Entry& e) { return !e.authenticated && e.peer == peer; });
-    if (victim != entries_.end()) Shed(victim);
+    if (victim != entries_.end()) {
+      --unauthenticated[peer];
+      Shed(victim);
+    }
   }
   if (open() < max_connections_) return true;
-  auto victim = Oldest([](const Entry& e) { return !e.authenticated; });
+  std::string heaviest;  // the peer holding the most unauthenticated connections
+  int most = 0;
+  for (const auto& [p, n] : unauthenticated) {
+    if (n > most) std::tie(heaviest, most) = std::tie(p, n);
+  }
+  auto victim = Oldest([&](const Entry& e) { return !e.authenticated && e.peer == heaviest; });
   if (victim == entries_.end()) victim = Oldest([](const Entry&) { return true; });
   if (victim == entries_.end()) return false;
   Shed(victim);

@@ -3,10 +3,12 @@
 // TLS handshake or its next request's head) or busy (reading an accepted request's body,
 // generating, answering); it is unauthenticated until a request of its carried a key the backend
 // knew. Admit's rules, in order:
-//   1. a peer holds at most max_unauthenticated_per_peer unauthenticated connections: past it,
-//      its longest-waiting one is shed;
-//   2. at most max_connections are open: past it, the longest-waiting connection is shed, an
-//      unauthenticated one before an idle authenticated one; a busy one never is;
+//   1. with max_unauthenticated_per_peer > 0, a peer holds at most that many unauthenticated
+//      connections: past it, its longest-waiting one is shed (0, the default: no bound of its
+//      own, since agents on one host open many connections at once);
+//   2. at most max_connections are open: past it, one waiting connection is shed — the
+//      longest-waiting unauthenticated one of the peer holding the most unauthenticated
+//      connections, else the longest-waiting idle authenticated one; a busy one never is;
 //   3. when every connection is busy, the new one is refused (503).
 // A shed connection is closed by its `shed` callback and no longer counted; it stays listed
 // until Remove (its session's end).

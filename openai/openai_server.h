@@ -24,10 +24,10 @@
 // answer, and the key is checked before any of the body is read (openai/http_request.h): a
 // caller without a key is answered 401 and its connection closed, its body never buffered. The
 // body (at most max_body_bytes) must then arrive within request_timeout_ms. At most
-// max_connections are open: a connection past the cap sheds the longest-waiting one that is not
-// generating (before its key was accepted, or idle between requests), and gets 503 only when
-// every connection is generating; one peer (IP address) holds at most
-// max_unauthenticated_per_peer connections whose key has not been accepted (its oldest is shed).
+// max_connections are open: a connection past the cap sheds one that is not generating — the
+// longest-waiting one whose key was not accepted, of the peer (IP address) holding the most
+// such connections, else the longest-idle one between requests — and gets 503 only when every
+// connection is generating (openai/connection_table.h).
 // A generation itself is bounded by its episode's limits, not here.
 //
 // No request takes the endpoint down: a handler's exception (the backend's included) is a 500
@@ -74,9 +74,11 @@ class CompletionBackend {
 };
 
 struct OpenAiServerOptions {
-  std::string address = "127.0.0.1:0";    // port 0: any free one
-  int max_connections = 256;              // actors.openai_max_connections
-  int max_unauthenticated_per_peer = 16;  // connections of one IP whose key is not yet accepted
+  std::string address = "127.0.0.1:0";  // port 0: any free one
+  int max_connections = 256;            // actors.openai_max_connections
+  // Connections of one IP whose key is not yet accepted; 0: no bound of its own (at the cap, the
+  // peer holding the most is shed first). Agents on one host open many at once.
+  int max_unauthenticated_per_peer = 0;
   int64_t max_body_bytes = int64_t{16} << 20;
   int header_timeout_ms = 10'000;   // the request line and headers, from connect or last answer
   int request_timeout_ms = 30'000;  // the body, once the key is accepted

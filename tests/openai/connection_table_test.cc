@@ -1,7 +1,7 @@
 // openai/connection_table.h: Admit's rules one by one — a peer's unauthenticated connections
-// bounded (its longest-waiting shed), the cap met by shedding the longest-waiting connection
-// (unauthenticated before idle authenticated; a busy one never), and a refusal only when every
-// connection is busy.
+// bounded when a bound is set (its longest-waiting shed), the cap met by shedding a waiting
+// connection (the heaviest peer's unauthenticated one before an idle authenticated one; a busy
+// one never), and a refusal only when every connection is busy.
 #include "openai/connection_table.h"
 
 #include <gtest/gtest.h>
@@ -65,6 +65,22 @@ TEST_F(ConnectionTableTest, AtTheCapTheLongestWaitingIsShedUnauthenticatedFirstB
   t.Remove(busy);
   EXPECT_TRUE(t.Admit("t"));
   EXPECT_EQ(t.listed(), 4);  // the shed ones stay listed until their sessions end
+}
+
+// At the cap, the unauthenticated connection shed is the longest-waiting one of the peer that
+// holds the most: one host opening connections it never uses cannot crowd out another's.
+TEST_F(ConnectionTableTest, AtTheCapThePeerHoldingTheMostUnauthenticatedLosesOne) {
+  ConnectionTable t(/*max_connections=*/3, /*max_unauthenticated_per_peer=*/0);
+  AddNamed(t, "agent-host");  // the oldest, but its peer holds one
+  const uint64_t flood_1 = AddNamed(t, "flooder");
+  AddNamed(t, "flooder");
+  EXPECT_TRUE(t.Admit("agent-host"));
+  EXPECT_EQ(shed_, std::vector<uint64_t>{flood_1});
+  // Without a bound per peer, many unauthenticated connections of one peer are fine below the cap.
+  ConnectionTable roomy(/*max_connections=*/100, /*max_unauthenticated_per_peer=*/0);
+  for (int i = 0; i < 50; ++i) AddNamed(roomy, "agent-host");
+  EXPECT_TRUE(roomy.Admit("agent-host"));
+  EXPECT_EQ(shed_.size(), 1u);
 }
 
 TEST_F(ConnectionTableTest, WaitingAgainRestartsTheClock) {
