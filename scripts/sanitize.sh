@@ -39,7 +39,7 @@ case "$MODE" in
     FLAGS="-fsanitize=thread -fno-omit-frame-pointer"
     DIR=build-tsan
     SCOPE=${SCOPE:-concurrency}
-    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
     ;;
   *)
     echo "usage: scripts/sanitize.sh asan|tsan [all|inputs|concurrency]" >&2
