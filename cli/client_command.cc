@@ -26,7 +26,8 @@ namespace {
 namespace v1 = prl::v1;
 
 std::unique_ptr<v1::PromptService::Stub> Connect(const std::string& server) {
-  return v1::PromptService::NewStub(rpc::NewChannel(server, rpc::ChannelArgs(int64_t{256} << 20)));
+  return v1::PromptService::NewStub(
+      rpc::NewChannel(server, rpc::ChannelArgs(int64_t{256} << 20)));
 }
 
 std::string StateName(v1::PromptSetState s) {
@@ -77,8 +78,8 @@ std::string StatusDetails(const v1::PromptSetStatus& s) {
   }
   if (!s.message().empty()) absl::StrAppend(&out, "\n  waiting: ", s.message());
   for (const v1::EvalRoundResult& r : s.eval_rounds()) {
-    absl::StrAppend(
-        &out, absl::StrFormat("\n  eval at version %lld: mean reward %.4f, pass@%d %.4f (%lld "
+    absl::StrAppend(&out, absl::StrFormat(
+                              "\n  eval at version %lld: mean reward %.4f, pass@%d %.4f (%lld "
                               "prompts, %lld failed)",
                               static_cast<long long>(r.version()), r.mean_reward(), r.k(),
                               r.pass_at_k(), static_cast<long long>(r.prompts()),
@@ -108,22 +109,23 @@ nlohmann::ordered_json StatusJson(const v1::PromptSetStatus& s) {
     j["eval_round_version"] = s.eval_round_version();
     j["eval_rounds"] = nlohmann::ordered_json::array();
     for (const v1::EvalRoundResult& r : s.eval_rounds()) {
-      j["eval_rounds"].push_back(
-          {{"version", r.version()},
-           {"mean_reward", r.mean_reward()},
-           {"pass_at_k", r.pass_at_k()},
-           {"k", r.k()},
-           {"prompts", r.prompts()},
-           {"prompts_failed", r.prompts_failed()},
-           {"weight_versions", {r.min_weight_version(), r.max_weight_version()}}});
+      j["eval_rounds"].push_back({{"version", r.version()},
+                                  {"mean_reward", r.mean_reward()},
+                                  {"pass_at_k", r.pass_at_k()},
+                                  {"k", r.k()},
+                                  {"prompts", r.prompts()},
+                                  {"prompts_failed", r.prompts_failed()},
+                                  {"weight_versions",
+                                   {r.min_weight_version(), r.max_weight_version()}}});
     }
   }
   j["failed_prompts"] = nlohmann::ordered_json::array();
   for (const v1::FailedPrompt& f : s.failed_prompts()) {
-    j["failed_prompts"].push_back({{"prompt_index", f.prompt_index()},
-                                   {"attempts", f.attempts()},
-                                   {"stale_reruns", f.stale_reruns()},
-                                   {"reason", f.reason()}});
+    j["failed_prompts"].push_back(
+        {{"prompt_index", f.prompt_index()},
+         {"attempts", f.attempts()},
+         {"stale_reruns", f.stale_reruns()},
+         {"reason", f.reason()}});
   }
   j["message"] = s.message();
   return j;
@@ -202,8 +204,8 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
     for (absl::string_view t : absl::StrSplit(f.adapter_targets, ',', absl::SkipEmpty())) {
       a->add_target_modules(std::string(t));
     }
-  } else if (f.adapter_rank != 0 || f.adapter_alpha != 0 || f.adapter_lr != 0 || f.adapter_rslora ||
-             !f.adapter_targets.empty()) {
+  } else if (f.adapter_rank != 0 || f.adapter_alpha != 0 || f.adapter_lr != 0 ||
+             f.adapter_rslora || !f.adapter_targets.empty()) {
     return absl::InvalidArgumentError(
         "--adapter-rank, --adapter-alpha, --adapter-rslora, --adapter-targets and --adapter-lr "
         "set a new adapter's settings: name it with --adapter");
@@ -266,7 +268,8 @@ absl::StatusOr<v1::SubmitPromptSetRequest> ReadSubmission(const SubmitFlags& f) 
       (*a->mutable_parameters())[parts[0]] = parts[1];
     }
   }
-  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts, coordinator::ReadPromptFile(f.file));
+  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
+                       coordinator::ReadPromptFile(f.file));
   for (const v1::Prompt& p : prompts) *r.add_prompts() = p;
   return r;
 }
@@ -285,12 +288,14 @@ void PrintGroup(const v1::GroupResult& g, bool json) {
   }
   for (int i = 0; i < g.rewards_size(); ++i) {
     std::printf("  prompt %lld sample %d: reward %.4g, %d tokens: %s\n",
-                static_cast<long long>(g.prompt_index()), i, g.rewards(i), g.completion_tokens(i),
+                static_cast<long long>(g.prompt_index()), i, g.rewards(i),
+                g.completion_tokens(i),
                 i < g.texts_size() ? nlohmann::json(g.texts(i)).dump().c_str() : "(no text)");
   }
 }
 
-absl::Status Watch(v1::PromptService::Stub& stub, const std::string& id, bool json, bool texts) {
+absl::Status Watch(v1::PromptService::Stub& stub, const std::string& id, bool json,
+                   bool texts) {
   grpc::ClientContext ctx;
   v1::WatchPromptSetRequest request;
   request.set_prompt_set_id(id);
@@ -329,8 +334,9 @@ absl::Status RunSubmit(const SubmitFlags& f) {
                 response.duplicate() ? " (already submitted with this idempotency key)" : "");
   }
   std::fflush(stdout);
-  return f.watch || f.show_texts ? Watch(*stub, response.prompt_set_id(), f.json, f.show_texts)
-                                 : absl::OkStatus();
+  return f.watch || f.show_texts
+             ? Watch(*stub, response.prompt_set_id(), f.json, f.show_texts)
+             : absl::OkStatus();
 }
 
 absl::Status RunStatus(const ClientTrust& trust, const std::string& server, const std::string& id,
@@ -373,29 +379,22 @@ absl::Status RunAdapterList(const ClientTrust& trust, const std::string& server,
     const v1::AdapterSpec& spec = a.spec();
     const std::string targets = absl::StrJoin(spec.target_modules(), ",");
     if (json) {
-      j.push_back({{"name", spec.name()},
-                   {"adapter_id", a.adapter_id()},
-                   {"tenant", a.tenant()},
-                   {"rank", spec.rank()},
-                   {"alpha", spec.alpha()},
-                   {"rslora", spec.rslora()},
-                   {"target_modules", targets},
-                   {"learning_rate", spec.learning_rate()},
-                   {"version", a.version()},
-                   {"groups_consumed", a.groups_consumed()},
+      j.push_back({{"name", spec.name()}, {"adapter_id", a.adapter_id()}, {"tenant", a.tenant()},
+                   {"rank", spec.rank()}, {"alpha", spec.alpha()}, {"rslora", spec.rslora()},
+                   {"target_modules", targets}, {"learning_rate", spec.learning_rate()},
+                   {"version", a.version()}, {"groups_consumed", a.groups_consumed()},
                    {"prompt_sets_running", a.prompt_sets_running()},
                    {"prompts_in_flight", a.prompts_in_flight()}});
       continue;
     }
-    std::printf(
-        "%s %s r=%d alpha=%g%s targets=%s lr=%g: version %lld, %lld groups trained, %lld "
-        "sets running, %lld prompts in flight%s\n",
-        spec.name().c_str(), a.adapter_id().c_str(), spec.rank(), spec.alpha(),
-        spec.rslora() ? " rslora" : "", targets.c_str(), spec.learning_rate(),
-        static_cast<long long>(a.version()), static_cast<long long>(a.groups_consumed()),
-        static_cast<long long>(a.prompt_sets_running()),
-        static_cast<long long>(a.prompts_in_flight()),
-        a.tenant().empty() ? "" : absl::StrCat(" (tenant ", a.tenant(), ")").c_str());
+    std::printf("%s %s r=%d alpha=%g%s targets=%s lr=%g: version %lld, %lld groups trained, %lld "
+                "sets running, %lld prompts in flight%s\n",
+                spec.name().c_str(), a.adapter_id().c_str(), spec.rank(), spec.alpha(),
+                spec.rslora() ? " rslora" : "", targets.c_str(), spec.learning_rate(),
+                static_cast<long long>(a.version()), static_cast<long long>(a.groups_consumed()),
+                static_cast<long long>(a.prompt_sets_running()),
+                static_cast<long long>(a.prompts_in_flight()),
+                a.tenant().empty() ? "" : absl::StrCat(" (tenant ", a.tenant(), ")").c_str());
   }
   if (json) std::printf("%s\n", j.dump().c_str());
   if (!json && response.adapters().empty()) std::printf("no adapters\n");
@@ -497,23 +496,20 @@ void RegisterClientCommands(CLI::App& app, CommandRegistry& registry) {
   submit->add_option("--agent-timeout-s", s->agent_timeout_s,
                      "Agents: an episode's wall time (0: 300)");
   submit->add_option("--name", s->name, "A name for humans (default: the file name)");
-  submit
-      ->add_option("--weight", s->weight,
-                   "The set's share of leases beside other sets with prompts to lease (weights "
-                   "1 and 3 are leased 1:3); 0.001 to 1000")
+  submit->add_option("--weight", s->weight,
+                     "The set's share of leases beside other sets with prompts to lease (weights "
+                     "1 and 3 are leased 1:3); 0.001 to 1000")
       ->capture_default_str();
   submit->add_option("--adapter", s->adapter,
                      "A run of adapters (docs/tenants.md): the LoRA adapter the set trains, made "
                      "by the first set that names it");
-  submit->add_option("--adapter-rank", s->adapter_rank,
-                     "A new adapter's rank (0: learner.lora_rank)");
+  submit->add_option("--adapter-rank", s->adapter_rank, "A new adapter's rank (0: learner.lora_rank)");
   submit->add_option("--adapter-alpha", s->adapter_alpha,
                      "A new adapter's alpha (0: learner.lora_alpha)");
   submit->add_flag("--adapter-rslora", s->adapter_rslora, "A new adapter scales alpha / sqrt(r)");
   submit->add_option("--adapter-targets", s->adapter_targets,
                      "A new adapter's modules, comma-separated (empty: learner.lora_targets)");
-  submit->add_option("--adapter-lr", s->adapter_lr,
-                     "A new adapter's learning rate (0: learner.lr)");
+  submit->add_option("--adapter-lr", s->adapter_lr, "A new adapter's learning rate (0: learner.lr)");
   submit->add_option("--eval-every", s->eval_every,
                      "An evaluation set, never trained on: its prompts run at once and again every "
                      "this many learner versions; each round's mean reward and pass@k (k = "

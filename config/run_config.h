@@ -144,11 +144,10 @@ struct SftSection {
 // versions after, never trained on; summary.json holds the curve.
 struct EvalSection {
   int64_t every_versions = 100;  // 0: no evaluation during training
-  int64_t prompts =
-      128;              // held-out prompts per round: the first of them (at most task.eval_prompts)
-  int32_t samples = 1;  // k, samples per prompt (pass@k)
-  bool greedy = true;   // temperature 0; false: task.temperature
-  double pass_reward = 1.0;  // a sample passes at a reward >= this
+  int64_t prompts = 128;  // held-out prompts per round: the first of them (at most task.eval_prompts)
+  int32_t samples = 1;          // k, samples per prompt (pass@k)
+  bool greedy = true;           // temperature 0; false: task.temperature
+  double pass_reward = 1.0;     // a sample passes at a reward >= this
 };
 
 struct CoordinatorSection {
@@ -201,7 +200,7 @@ struct CoordinatorSection {
   // it trains on the shared base model (made by the first set that names it from the set's
   // settings and learner.lora_*), each adapter with its own lag budget.
   bool adapters = false;
-  int64_t max_adapters = 64;  // live adapters, all tenants together
+  int64_t max_adapters = 64;      // live adapters, all tenants together
   int32_t max_adapter_rank = 256;
   // A JSON file of the tenants' limits by tenant name (docs/tenants.md): the adapter names each
   // may train and its quotas. Its names are security.tenant_token_files'. Empty: no tenants.
@@ -251,8 +250,8 @@ struct ActorsSection {
   // address). Agents' episodes running at once per agent address (each RunEpisode is one).
   std::string openai_listen = "127.0.0.1:0";
   std::string openai_address;
-  // Connections the endpoint holds open at once: past it, one waiting for its request (before
-  // its key, or idle) is shed; 503 only when all are generating (docs/security.md).
+  // Connections the endpoint holds open at once: past it, one that is not generating is shed
+  // (openai/connection_table.h); 503 only when all are generating (docs/security.md).
   int32_t openai_max_connections = 256;
   int32_t agent_episodes_per_address = 256;
   double replay_timeout_s = 60;  // how long a write waits while the replay buffer is full

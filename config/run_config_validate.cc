@@ -122,11 +122,12 @@ absl::Status ValidateRunAndTask(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(Range(c.env.address.empty() || !c.env.name.empty(), "env.name",
                             "the name of the environment env.address serves", "''"));
   PRL_RETURN_IF_ERROR(Address(c.env.address, "env.address", true));
-  PRL_RETURN_IF_ERROR(
-      Range(c.env.tool_call_format.empty() || c.env.tool_call_format == "hermes" ||
-                c.env.tool_call_format == "llama3_json" || c.env.tool_call_format == "none",
-            "env.tool_call_format", "\"\" (from the chat template), hermes, llama3_json or none",
-            Quoted(c.env.tool_call_format)));
+  PRL_RETURN_IF_ERROR(Range(c.env.tool_call_format.empty() || c.env.tool_call_format == "hermes" ||
+                                c.env.tool_call_format == "llama3_json" ||
+                                c.env.tool_call_format == "none",
+                            "env.tool_call_format",
+                            "\"\" (from the chat template), hermes, llama3_json or none",
+                            Quoted(c.env.tool_call_format)));
   PRL_RETURN_IF_ERROR(Range(c.env.max_turns >= 0 && c.env.max_turns <= 1024, "env.max_turns",
                             "0 (8) to 1024", c.env.max_turns));
   PRL_RETURN_IF_ERROR(
@@ -171,19 +172,19 @@ absl::Status ValidateAgent(const RunConfig& c) {
             absl::StrCat("0 (task.max_tokens) to task.max_tokens (", c.task.max_tokens, ")"),
             a.max_tokens_per_call));
   const int32_t call_tokens = a.max_tokens_per_call > 0 ? a.max_tokens_per_call : c.task.max_tokens;
+  PRL_RETURN_IF_ERROR(Range(a.max_episode_tokens == 0 || a.max_episode_tokens >= call_tokens,
+                            "agent.max_episode_tokens",
+                            absl::StrCat("0 (no limit) or at least a call's tokens (", call_tokens,
+                                         ")"),
+                            a.max_episode_tokens));
   PRL_RETURN_IF_ERROR(Range(
-      a.max_episode_tokens == 0 || a.max_episode_tokens >= call_tokens, "agent.max_episode_tokens",
-      absl::StrCat("0 (no limit) or at least a call's tokens (", call_tokens, ")"),
-      a.max_episode_tokens));
-  PRL_RETURN_IF_ERROR(Range(a.timeout_s >= 0 && a.timeout_s <= c.coordinator.max_agent_timeout_s,
-                            "agent.timeout_s",
-                            absl::StrCat("0 (300) to coordinator.max_agent_timeout_s (",
-                                         c.coordinator.max_agent_timeout_s, ")"),
-                            a.timeout_s));
+      a.timeout_s >= 0 && a.timeout_s <= c.coordinator.max_agent_timeout_s, "agent.timeout_s",
+      absl::StrCat("0 (300) to coordinator.max_agent_timeout_s (",
+                   c.coordinator.max_agent_timeout_s, ")"),
+      a.timeout_s));
   return Range(a.tool_call_format.empty() || a.tool_call_format == "hermes" ||
                    a.tool_call_format == "llama3_json" || a.tool_call_format == "none",
-               "agent.tool_call_format",
-               "\"\" (from the chat template), hermes, llama3_json or none",
+               "agent.tool_call_format", "\"\" (from the chat template), hermes, llama3_json or none",
                Quoted(a.tool_call_format));
 }
 
@@ -224,8 +225,8 @@ absl::Status ValidateCoordinator(const CoordinatorSection& c) {
   PRL_RETURN_IF_ERROR(Range(c.max_adapter_rank >= 1 && c.max_adapter_rank <= 1024,
                             "coordinator.max_adapter_rank", "1 to 1024", c.max_adapter_rank));
   for (size_t i = 0; i < c.agent_addresses.size(); ++i) {
-    PRL_RETURN_IF_ERROR(
-        Address(c.agent_addresses[i], absl::StrCat("coordinator.agent_addresses[", i, "]"), false));
+    PRL_RETURN_IF_ERROR(Address(c.agent_addresses[i],
+                                absl::StrCat("coordinator.agent_addresses[", i, "]"), false));
   }
   for (size_t i = 0; i < c.reward_addresses.size(); ++i) {
     PRL_RETURN_IF_ERROR(Address(c.reward_addresses[i],
@@ -262,9 +263,10 @@ absl::Status ValidateActors(const ActorsSection& a) {
   PRL_RETURN_IF_ERROR(Range(a.openai_max_connections >= 1 && a.openai_max_connections <= 65536,
                             "actors.openai_max_connections", "1 to 65536",
                             a.openai_max_connections));
-  PRL_RETURN_IF_ERROR(
-      Range(a.agent_episodes_per_address >= 1 && a.agent_episodes_per_address <= 65536,
-            "actors.agent_episodes_per_address", "1 to 65536", a.agent_episodes_per_address));
+  PRL_RETURN_IF_ERROR(Range(a.agent_episodes_per_address >= 1 &&
+                                a.agent_episodes_per_address <= 65536,
+                            "actors.agent_episodes_per_address", "1 to 65536",
+                            a.agent_episodes_per_address));
   PRL_RETURN_IF_ERROR(
       Range(a.replay_timeout_s > 0, "actors.replay_timeout_s", "a number > 0", a.replay_timeout_s));
   return Range(a.max_restarts >= 0, "actors.max_restarts", ">= 0", a.max_restarts);
@@ -407,11 +409,12 @@ absl::Status ValidateTenants(const RunConfig& c) {
     PRL_RETURN_IF_ERROR(Range(names.insert(t.name).second, where + ".name",
                               "a name no other tenant has", Quoted(t.name)));
     const auto& a = t.adapter;
-    PRL_RETURN_IF_ERROR(
-        Range(a.rank >= 0 && a.rank <= c.coordinator.max_adapter_rank, where + ".adapter.rank",
-              absl::StrCat("0 (learner.lora_rank) to ", c.coordinator.max_adapter_rank,
-                           " (coordinator.max_adapter_rank)"),
-              a.rank));
+    PRL_RETURN_IF_ERROR(Range(a.rank >= 0 && a.rank <= c.coordinator.max_adapter_rank,
+                              where + ".adapter.rank",
+                              absl::StrCat("0 (learner.lora_rank) to ",
+                                           c.coordinator.max_adapter_rank,
+                                           " (coordinator.max_adapter_rank)"),
+                              a.rank));
     PRL_RETURN_IF_ERROR(Range(std::isfinite(a.alpha) && a.alpha >= 0, where + ".adapter.alpha",
                               "0 (learner.lora_alpha) or a finite number > 0", a.alpha));
     PRL_RETURN_IF_ERROR(
@@ -457,42 +460,42 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
       "with actors.cuda_lora (written, not yet verified on a GPU)",
       std::string(EnumName(kDeviceTypeNames, c.actors.device))));
   // A run of adapters makes each adapter from learner.lora_* (a rank, not a starting adapter).
-  PRL_RETURN_IF_ERROR(
-      Range(!c.coordinator.adapters || (c.learner.lora_rank > 0 && c.learner.lora_init.empty()),
-            "learner.lora_rank",
-            "> 0 with coordinator.adapters (each new adapter's default rank; "
-            "learner.lora_init unset)",
-            c.learner.lora_rank));
-  PRL_RETURN_IF_ERROR(
-      Range(!c.coordinator.adapters || c.learner.lora_rank <= c.coordinator.max_adapter_rank,
-            "learner.lora_rank",
-            absl::StrCat("at most coordinator.max_adapter_rank (", c.coordinator.max_adapter_rank,
-                         ") with coordinator.adapters (each new adapter's "
-                         "default rank)"),
-            c.learner.lora_rank));
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters ||
+                                (c.learner.lora_rank > 0 && c.learner.lora_init.empty()),
+                            "learner.lora_rank",
+                            "> 0 with coordinator.adapters (each new adapter's default rank; "
+                            "learner.lora_init unset)",
+                            c.learner.lora_rank));
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters ||
+                                c.learner.lora_rank <= c.coordinator.max_adapter_rank,
+                            "learner.lora_rank",
+                            absl::StrCat("at most coordinator.max_adapter_rank (",
+                                         c.coordinator.max_adapter_rank,
+                                         ") with coordinator.adapters (each new adapter's "
+                                         "default rank)"),
+                            c.learner.lora_rank));
   // Each adapter's channels are shared-memory segments on the learner's node for now
   // (roles/adapter_segments.h).
-  PRL_RETURN_IF_ERROR(
-      Range(!c.coordinator.adapters || c.broadcast.transport == WeightTransport::kShm,
-            "broadcast.transport",
-            "shm with coordinator.adapters (each adapter's versions travel in a "
-            "segment of its own on the learner's node)",
-            EnumName(kWeightTransportNames, c.broadcast.transport)));
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.broadcast.transport == WeightTransport::kShm,
+                            "broadcast.transport",
+                            "shm with coordinator.adapters (each adapter's versions travel in a "
+                            "segment of its own on the learner's node)",
+                            EnumName(kWeightTransportNames, c.broadcast.transport)));
   // One learner rank trains every adapter for now (roles/adapter_learner.h).
-  PRL_RETURN_IF_ERROR(Range(
-      !c.coordinator.adapters || c.learner.world_size == 1, "learner.world_size",
-      "1 with coordinator.adapters (one rank trains every adapter for now)", c.learner.world_size));
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1,
+                            "learner.world_size",
+                            "1 with coordinator.adapters (one rank trains every adapter for now)",
+                            c.learner.world_size));
   PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.replay.address.empty(), "replay.address",
                             "empty with coordinator.adapters (each adapter's groups go to a "
                             "segment of its own on the learner's node)",
                             c.replay.address));
-  PRL_RETURN_IF_ERROR(
-      Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
-            "coordinator.tenants_file",
-            "set exactly when security.tenant_token_files is (the tenants' limits "
-            "and their tokens)",
-            absl::StrCat("'", c.coordinator.tenants_file, "' with ",
-                         c.security.tenant_token_files.size(), " tenant tokens")));
+  PRL_RETURN_IF_ERROR(Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
+                            "coordinator.tenants_file",
+                            "set exactly when security.tenant_token_files is (the tenants' limits "
+                            "and their tokens)",
+                            absl::StrCat("'", c.coordinator.tenants_file, "' with ",
+                                         c.security.tenant_token_files.size(), " tenant tokens")));
   PRL_RETURN_IF_ERROR(ValidateTenants(c));
   return ValidateServices(c);
 }

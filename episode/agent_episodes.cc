@@ -28,10 +28,10 @@ uint64_t MixSeed(uint64_t seed, int32_t sample, int32_t trajectory) {
 absl::Status EpisodeEngine::ServeAgents(const openai::OpenAiServerOptions& options,
                                         const std::string& model, const std::string& base_url) {
   if (server_ != nullptr) return absl::FailedPreconditionError("the endpoint is already served");
-  gateway_ =
-      std::make_unique<AgentGateway>(model, [this](const EpisodeRef& episode, openai::ChatCall call,
-                                                   openai::CompletionBackend::Progress progress,
-                                                   openai::CompletionBackend::Done done) {
+  gateway_ = std::make_unique<AgentGateway>(
+      model, [this](const EpisodeRef& episode, openai::ChatCall call,
+                    openai::CompletionBackend::Progress progress,
+                    openai::CompletionBackend::Done done) {
         PostCall(episode, std::move(call), std::move(progress), std::move(done));
       });
   absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> server =
@@ -122,18 +122,18 @@ void EpisodeEngine::OnCall(Group& g, Answer& a) {
         absl::StrCat("episode ", e.episode_id, " has ended (its agent returned)")));
   }
   if (e.call != nullptr) {
-    return refuse(absl::FailedPreconditionError(
-        absl::StrCat("call ", e.call->index + 1, " of episode ", e.episode_id,
-                     " is still generating: an episode's calls run one at a time")));
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        "call ", e.call->index + 1, " of episode ", e.episode_id,
+        " is still generating: an episode's calls run one at a time")));
   }
   if (e.calls >= spec.max_calls()) {
     return refuse(absl::ResourceExhaustedError(absl::StrCat(
         "episode ", e.episode_id, " made its ", spec.max_calls(), " calls (agent.max_calls)")));
   }
   if (spec.max_episode_tokens() > 0 && e.tokens >= spec.max_episode_tokens()) {
-    return refuse(absl::ResourceExhaustedError(absl::StrCat("episode ", e.episode_id, " spent its ",
-                                                            spec.max_episode_tokens(),
-                                                            " tokens (agent.max_episode_tokens)")));
+    return refuse(absl::ResourceExhaustedError(
+        absl::StrCat("episode ", e.episode_id, " spent its ", spec.max_episode_tokens(),
+                     " tokens (agent.max_episode_tokens)")));
   }
   call->index = e.calls++;
   e.call = std::move(call);
@@ -158,10 +158,10 @@ void EpisodeEngine::OnRendered(Group& g, Answer& a) {
   const int64_t sequence = (continues ? e.sequence_tokens : 0) + n_added;
   const int64_t room = engine_->max_sequence_tokens() - sequence;
   if (room < 1) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("messages: the conversation is ", sequence,
-                     " tokens, which leaves no room for an answer ", "in the model's context of ",
-                     engine_->max_sequence_tokens(), " tokens (context_length_exceeded)")));
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "messages: the conversation is ", sequence, " tokens, which leaves no room for an answer ",
+        "in the model's context of ", engine_->max_sequence_tokens(),
+        " tokens (context_length_exceeded)")));
   }
   int64_t budget = spec.max_tokens_per_call();
   if (c.call.max_tokens > 0) budget = std::min<int64_t>(budget, c.call.max_tokens);
@@ -255,14 +255,14 @@ void EpisodeEngine::OnReturned(Group& g, Answer& a) {
                                          ": RunEpisode of episode '", e.episode_id, "'");
   if (!a.status.ok()) return Fail(g, a.status);  // (its message names the agent and episode)
   if (e.call != nullptr) {
-    return Fail(g, absl::FailedPreconditionError(
-                       absl::StrCat(agent, " returned while its call ", e.call->index + 1,
-                                    " was still generating: nothing half-finished is trained")));
+    return Fail(g, absl::FailedPreconditionError(absl::StrCat(
+                       agent, " returned while its call ", e.call->index + 1,
+                       " was still generating: nothing half-finished is trained")));
   }
   if (e.calls == 0) {
-    return Fail(g, absl::FailedPreconditionError(
-                       absl::StrCat(agent, " returned without calling the endpoint (", base_url_,
-                                    "): the episode has nothing to train")));
+    return Fail(g, absl::FailedPreconditionError(absl::StrCat(
+                       agent, " returned without calling the endpoint (",
+                       base_url_, "): the episode has nothing to train")));
   }
   if (absl::Status valid = env::ValidateRunEpisodeResponse(a.returned, e.calls); !valid.ok()) {
     return Fail(g, absl::InvalidArgumentError(absl::StrCat(agent, ": ", valid.message())));

@@ -68,9 +68,9 @@ absl::Status EpisodeEngine::Add(GroupRequest request) {
     return absl::OkStatus();
   }
   if (!group.request.environment.has_value()) {  // one turn
-    PRL_ASSIGN_OR_RETURN(
-        group.request_id,
-        engine_->AddRequest(group.request.prompt, group.request.params, group.request.adapter));
+    PRL_ASSIGN_OR_RETURN(group.request_id,
+                         engine_->AddRequest(group.request.prompt, group.request.params,
+                                             group.request.adapter));
     by_request_[group.request_id] = {group.request.id, -1};
     groups_[group.request.id] = std::move(g);
     return absl::OkStatus();

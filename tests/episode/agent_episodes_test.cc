@@ -54,7 +54,9 @@ std::vector<int32_t> Ids(const Json& answer) {
 
 class AgentEpisodesTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(loop_.episodes().ServeAgents({}, "tiny").ok()); }
+  void SetUp() override {
+    ASSERT_TRUE(loop_.episodes().ServeAgents({}, "tiny").ok());
+  }
   EpisodeLoop loop_;
 };
 
@@ -64,25 +66,25 @@ class AgentEpisodesTest : public ::testing::Test {
 TEST_F(AgentEpisodesTest, CallsThatExtendTheTrajectoryMakeOneRecordWithTheCacheKept) {
   std::mutex mu;
   std::map<int, std::vector<Json>> answers;  // by sample
-  ServedAgent served = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient client(r);
-        std::string prompt = r.prompt().text();
-        for (const char* next : {"+", "*", ""}) {
-          auto [status, answer] = client.Post("/completions", Completion(prompt));
-          if (status != 200) return grpc::Status(grpc::StatusCode::INTERNAL, answer.dump());
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            answers[r.sample_index()].push_back(answer);
-          }
-          prompt += answer["choices"][0]["text"].get<std::string>() + next;
-          if (*next == '\0') break;
-        }
-        out->set_reward(r.sample_index() == 0 ? 1.0 : 0.0);
-        for (double c : {0.1, 0.2, 0.3}) out->add_call_rewards(c);
-        out->set_done_reason("answered");
-        return grpc::Status::OK;
-      });
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    EndpointClient client(r);
+    std::string prompt = r.prompt().text();
+    for (const char* next : {"+", "*", ""}) {
+      auto [status, answer] = client.Post("/completions", Completion(prompt));
+      if (status != 200) return grpc::Status(grpc::StatusCode::INTERNAL, answer.dump());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        answers[r.sample_index()].push_back(answer);
+      }
+      prompt += answer["choices"][0]["text"].get<std::string>() + next;
+      if (*next == '\0') break;
+    }
+    out->set_reward(r.sample_index() == 0 ? 1.0 : 0.0);
+    for (double c : {0.1, 0.2, 0.3}) out->add_call_rewards(c);
+    out->set_done_reason("answered");
+    return grpc::Status::OK;
+  });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address))).ok());
   ASSERT_TRUE(loop_.RunToEnd());
   ASSERT_TRUE(loop_.failed().empty()) << loop_.failed()[0].why;
@@ -140,18 +142,17 @@ TEST_F(AgentEpisodesTest, CallsThatExtendTheTrajectoryMakeOneRecordWithTheCacheK
 
 // The second call does not begin with the first's prompt and answer: a record of its own.
 TEST_F(AgentEpisodesTest, AnAgentThatRewritesItsHistoryMakesOneMoreRecord) {
-  ServedAgent served = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient client(r);
-        auto first = client.Post("/completions", Completion("(1+2)="));
-        auto second = client.Post("/completions", Completion("(3+4)="));
-        if (first.first != 200 || second.first != 200)
-          return grpc::Status(grpc::StatusCode::INTERNAL, "");
-        out->set_reward(1);
-        out->add_call_rewards(0.5);
-        out->add_call_rewards(0.75);
-        return grpc::Status::OK;
-      });
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    EndpointClient client(r);
+    auto first = client.Post("/completions", Completion("(1+2)="));
+    auto second = client.Post("/completions", Completion("(3+4)="));
+    if (first.first != 200 || second.first != 200) return grpc::Status(grpc::StatusCode::INTERNAL, "");
+    out->set_reward(1);
+    out->add_call_rewards(0.5);
+    out->add_call_rewards(0.75);
+    return grpc::Status::OK;
+  });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address), 1)).ok());
   ASSERT_TRUE(loop_.RunToEnd());
   ASSERT_TRUE(loop_.failed().empty()) << loop_.failed()[0].why;
@@ -169,18 +170,17 @@ TEST_F(AgentEpisodesTest, AnAgentThatRewritesItsHistoryMakesOneMoreRecord) {
 // Past max_calls a call is refused (429) and the episode goes on; a key is for its episode only.
 TEST_F(AgentEpisodesTest, LimitsRefuseTheCallNotTheEpisode) {
   std::atomic<int> third{0}, stranger{0};
-  ServedAgent served = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient client(r);
-        client.Post("/completions", Completion("1"));
-        client.Post("/completions", Completion("2"));
-        third = client.Post("/completions", Completion("3")).first;
-        stranger = client.Post("/completions", Completion("4"), "prl-ep-guessed").first;
-        out->set_reward(1);
-        return grpc::Status::OK;
-      });
-  ASSERT_TRUE(
-      loop_.episodes().Add(AgentGroup("g", AgentAt(served.address, /*max_calls=*/2), 1)).ok());
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    EndpointClient client(r);
+    client.Post("/completions", Completion("1"));
+    client.Post("/completions", Completion("2"));
+    third = client.Post("/completions", Completion("3")).first;
+    stranger = client.Post("/completions", Completion("4"), "prl-ep-guessed").first;
+    out->set_reward(1);
+    return grpc::Status::OK;
+  });
+  ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address, /*max_calls=*/2), 1)).ok());
   ASSERT_TRUE(loop_.RunToEnd());
   ASSERT_TRUE(loop_.failed().empty()) << loop_.failed()[0].why;
   EXPECT_EQ(third, 429);
@@ -193,22 +193,19 @@ TEST_F(AgentEpisodesTest, LimitsRefuseTheCallNotTheEpisode) {
 TEST_F(AgentEpisodesTest, ACallWhileAnotherGeneratesIsRefused) {
   std::atomic<bool> send_second{false};
   std::atomic<int> second{0}, first{0};
-  ServedAgent served = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient client(r);
-        std::thread t([&] { first = client.Post("/completions", Completion("(1+2)=")).first; });
-        while (!send_second) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        second = client.Post("/completions", Completion("(1+2)=")).first;
-        t.join();
-        out->set_reward(1);
-        return grpc::Status::OK;
-      });
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    EndpointClient client(r);
+    std::thread t([&] { first = client.Post("/completions", Completion("(1+2)=")).first; });
+    while (!send_second) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    second = client.Post("/completions", Completion("(1+2)=")).first;
+    t.join();
+    out->set_reward(1);
+    return grpc::Status::OK;
+  });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address), 1)).ok());
-  ASSERT_TRUE(loop_.Run([&] {
-    return loop_.episodes().engine().Stats().num_waiting +
-               loop_.episodes().engine().Stats().num_running >
-           0;
-  }));
+  ASSERT_TRUE(loop_.Run([&] { return loop_.episodes().engine().Stats().num_waiting +
+                                         loop_.episodes().engine().Stats().num_running > 0; }));
   loop_.ClearWake();
   send_second = true;
   loop_.WaitForWake();  // the second call is in the inbox; the first has not stepped since
@@ -221,18 +218,18 @@ TEST_F(AgentEpisodesTest, ACallWhileAnotherGeneratesIsRefused) {
 // Agents that fail: each fails its own group, visibly, naming the agent and what went wrong,
 // its keys revoked.
 TEST_F(AgentEpisodesTest, AHungCrashedOrLyingAgentFailsItsGroup) {
-  ServedAgent hung = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext* context, v1::RunEpisodeResponse*) {
-        EndpointClient(r).Post("/completions", Completion("1"));
-        hung.agent->WaitForRelease(context);
-        return grpc::Status::OK;
-      });
-  ServedAgent liar = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient(r).Post("/completions", Completion("1"));
-        out->set_reward(std::nan(""));
-        return grpc::Status::OK;
-      });
+  ServedAgent hung = ServedAgent::Start([&](const v1::RunEpisodeRequest& r,
+                                            grpc::ServerContext* context, v1::RunEpisodeResponse*) {
+    EndpointClient(r).Post("/completions", Completion("1"));
+    hung.agent->WaitForRelease(context);
+    return grpc::Status::OK;
+  });
+  ServedAgent liar = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                            v1::RunEpisodeResponse* out) {
+    EndpointClient(r).Post("/completions", Completion("1"));
+    out->set_reward(std::nan(""));
+    return grpc::Status::OK;
+  });
   ServedAgent idle = ServedAgent::Start(
       [&](const v1::RunEpisodeRequest&, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
         out->set_reward(1);
@@ -268,17 +265,17 @@ TEST_F(AgentEpisodesTest, AHungCrashedOrLyingAgentFailsItsGroup) {
 // cancelled and its key revoked.
 TEST_F(AgentEpisodesTest, AHungAgentHoldsOnlyItsOwnEpisodes) {
   std::atomic<bool> cancelled{false};
-  ServedAgent hung = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest&, grpc::ServerContext* context, v1::RunEpisodeResponse*) {
-        cancelled = !hung.agent->WaitForRelease(context);
-        return grpc::Status::OK;
-      });
-  ServedAgent healthy = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient(r).Post("/completions", Completion("1"));
-        out->set_reward(1);
-        return grpc::Status::OK;
-      });
+  ServedAgent hung = ServedAgent::Start([&](const v1::RunEpisodeRequest&,
+                                            grpc::ServerContext* context, v1::RunEpisodeResponse*) {
+    cancelled = !hung.agent->WaitForRelease(context);
+    return grpc::Status::OK;
+  });
+  ServedAgent healthy = ServedAgent::Start([&](const v1::RunEpisodeRequest& r,
+                                               grpc::ServerContext*, v1::RunEpisodeResponse* out) {
+    EndpointClient(r).Post("/completions", Completion("1"));
+    out->set_reward(1);
+    return grpc::Status::OK;
+  });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("hung", AgentAt(hung.address), 4)).ok());
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("healthy", AgentAt(healthy.address), 4)).ok());
   ASSERT_TRUE(loop_.Run([&] { return !loop_.finished().empty(); }));
@@ -357,12 +354,12 @@ TEST(AgentEpisodesStopTest, StoppingWhileFourCallsAreInFlightTouchesNothingFreed
 // the version that sampled each.
 TEST_F(AgentEpisodesTest, AWeightSwapMidCallKeepsTheCall) {
   std::atomic<int> status{0};
-  ServedAgent served = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        status = EndpointClient(r).Post("/completions", Completion("(1+2)=", 40)).first;
-        out->set_reward(1);
-        return grpc::Status::OK;
-      });
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    status = EndpointClient(r).Post("/completions", Completion("(1+2)=", 40)).first;
+    out->set_reward(1);
+    return grpc::Status::OK;
+  });
   v1::AgentSpec spec = AgentAt(served.address);
   spec.set_max_tokens_per_call(40);
   GroupRequest group = AgentGroup("g", spec, 1);
@@ -384,21 +381,21 @@ TEST_F(AgentEpisodesTest, AWeightSwapMidCallKeepsTheCall) {
 TEST_F(AgentEpisodesTest, AStreamedCallSendsTheAnswerAsItGrows) {
   std::mutex mu;
   std::string stream, whole;
-  ServedAgent served = ServedAgent::Start(
-      [&](const v1::RunEpisodeRequest& r, grpc::ServerContext*, v1::RunEpisodeResponse* out) {
-        EndpointClient client(r);
-        Json body = Completion("(1+2)=");
-        body["stream"] = true;
-        auto streamed = client.Post("/completions", body);
-        Json plain = Completion("(1+2)=");
-        plain["logprobs"] = 2;
-        auto answered = client.Post("/completions", plain);
-        std::lock_guard<std::mutex> lock(mu);
-        stream = streamed.second.get<std::string>();
-        whole = answered.second.dump();
-        out->set_reward(1);
-        return grpc::Status::OK;
-      });
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    EndpointClient client(r);
+    Json body = Completion("(1+2)=");
+    body["stream"] = true;
+    auto streamed = client.Post("/completions", body);
+    Json plain = Completion("(1+2)=");
+    plain["logprobs"] = 2;
+    auto answered = client.Post("/completions", plain);
+    std::lock_guard<std::mutex> lock(mu);
+    stream = streamed.second.get<std::string>();
+    whole = answered.second.dump();
+    out->set_reward(1);
+    return grpc::Status::OK;
+  });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address), 1)).ok());
   ASSERT_TRUE(loop_.RunToEnd());
   ASSERT_TRUE(loop_.failed().empty()) << loop_.failed()[0].why;
@@ -410,8 +407,8 @@ TEST_F(AgentEpisodesTest, AStreamedCallSendsTheAnswerAsItGrows) {
   }
   EXPECT_TRUE(absl::EndsWith(stream, "data: [DONE]\n\n"));
   const EpisodeSegment& first = loop_.finished()[0].episodes[0].segments[0];
-  EXPECT_EQ(text, *task::CharTextCodec().DecodeCompletion(
-                      absl::MakeConstSpan(first.output.tokens.data(), first.turn_ends[0])));
+  EXPECT_EQ(text, *task::CharTextCodec().DecodeCompletion(absl::MakeConstSpan(
+                      first.output.tokens.data(), first.turn_ends[0])));
   const Json answer = Json::parse(whole);
   const Json& lp = answer["choices"][0]["logprobs"];
   ASSERT_EQ(lp["top_logprobs"].size(), lp["tokens"].size());
