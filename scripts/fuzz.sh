@@ -24,23 +24,7 @@ cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${1:-120}
 TARGET=${2:-safetensors_header}
 
-./scripts/setup.sh
-# libFuzzer's runtime ships apart from clang (libclang-rt-N-dev, N: the version `clang` runs).
-probe=$(mktemp -d)
-trap 'rm -rf "$probe"' EXIT
-echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' \
-  >"$probe/probe.cc"
-if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/probe.cc" -o "$probe/probe" \
-  2>/dev/null; then
-  runtime="libclang-rt-$(clang++ -dumpversion | cut -d. -f1)-dev"
-  echo "fuzz: installing $runtime"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "$runtime" >/dev/null
-fi
-
+./scripts/setup.sh  # clang and its libFuzzer runtime (scripts/packages/test.txt)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DPRL_FUZZ=ON -DPRL_CUDA=OFF \
   -DPRL_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 # The targets fuzz/CMakeLists.txt defines (prl_add_fuzzer).
