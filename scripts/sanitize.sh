@@ -48,7 +48,10 @@ case "$MODE" in
 esac
 
 ./scripts/setup.sh
+# -O1 -g1: the sanitizers' usual optimisation, with line tables for the reports' stacks; -O2 -g
+# took twice the compile time (the endpoint's Beast server alone 263 s against 119 s).
 cmake -S . -B "$DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRL_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$FLAGS" \
   -DCMAKE_SHARED_LINKER_FLAGS="$FLAGS" >/dev/null
 

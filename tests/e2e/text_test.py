@@ -2,8 +2,10 @@
 """Text through the service with a real model's own tokenizer (Qwen3's tokenizer.json and chat
 template, a model with random weights made by `prl model init --tokenizer`): a client submits
 text and chat prompts to roles started from one config and reads back decoded samples that text
-rewards scored; and the arithmetic task, exported as a prompt file, learns through that
-tokenizer (a supervised warm-start, then RL, held-out accuracy before and after).
+rewards scored; a Qwen3-MoE directory with that tokenizer trains through `prl run`; and the
+arithmetic task, exported as a prompt file, learns through that tokenizer (a supervised
+warm-start, then RL, held-out accuracy before and after: a learning run, ctest `e2e.text_learning`,
+label `learning`, run on demand as docs/development.md says).
 
 usage: text_test.py PATH_TO_PRL QWEN3_TOKENIZER_DIR [unittest args]
 """
