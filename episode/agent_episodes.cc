@@ -221,19 +221,22 @@ void EpisodeEngine::OnRendered(Group& g, Answer& a) {
   params.top_p = sampling.top_p;
   params.top_logprobs = sampling.top_logprobs;
   params.seed = MixSeed(seed, a.sample, e.segments_started);
+  // A forced tool call's opening: context after the prompt (source 1), as between calls.
+  params.context_after_prompt = c.opening_tokens;
   params.end_turn = [live = e.live, codec = codec_,
                      format = g.tool_format](absl::Span<const int32_t> turn) {
     const std::shared_ptr<AgentCall>& call = *live;
     return call != nullptr && call->EndsTurn(*codec, format, turn);
   };
-  absl::StatusOr<uint64_t> id = engine_->AddRequest(added, params, g.request.adapter);
+  absl::StatusOr<uint64_t> id = engine_->AddRequest(start.tokens, params, g.request.adapter);
   if (!id.ok()) {
     *e.live = nullptr;
     return refuse(absl::InvalidArgumentError(absl::StrCat("messages: ", id.status().message())));
   }
   e.request_id = *id;
   by_request_[*id] = {g.request.id, a.sample};
-  e.prompt_tokens = e.sequence_tokens = n_added;
+  e.prompt_tokens = static_cast<int64_t>(start.tokens.size());
+  e.sequence_tokens = n_added;
   ++e.segments_started;
   c.context_tokens = static_cast<int64_t>(start.tokens.size());
 }

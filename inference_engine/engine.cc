@@ -170,10 +170,26 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
     }
   }
   PRL_RETURN_IF_ERROR(ValidateSamplingParams(params, config_.vocab_size));
-  const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  const std::vector<int32_t>& context = params.context_after_prompt;
+  if (!context.empty() && !params.multi_turn) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context_after_prompt: expected only with multi_turn (its tokens' sources), ",
+                     "found ", context.size(), " tokens in a single-turn request"));
+  }
+  for (size_t i = 0; i < context.size(); ++i) {
+    if (context[i] < 0 || context[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("context_after_prompt[", i, "] = ", context[i],
+                                                     " is not a token id in [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  const int64_t total =
+      static_cast<int64_t>(prompt.size() + context.size()) + params.max_tokens;
   if (total > MaxModelLen(config_, options_)) {
+    const std::string with_context =
+        context.empty() ? "" : absl::StrCat(" and its context of ", context.size(), " tokens");
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt.size(), " tokens) + max_tokens (", params.max_tokens, ") exceeds ",
+        "prompt (", prompt.size(), " tokens", with_context, ") + max_tokens (", params.max_tokens, ") exceeds ",
         options_.max_model_len > 0 ? "the engine's max_model_len of " : "the model's context of ",
         MaxModelLen(config_, options_), " tokens"));
   }
@@ -196,10 +212,19 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
     seq->sample_index = j;
     seq->tokens = prompt;
     seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
-    seq->turn_start = seq->num_prompt_tokens;
+    // The context after the prompt: computed with the prompt, never sampled (as Continue's).
+    const int64_t adapter_version = slot >= 0 ? adapter_slots_[slot].version : -1;
+    for (int32_t t : context) {
+      seq->tokens.push_back(t);
+      seq->logprobs.push_back(0.0f);
+      seq->versions.push_back(adapter_version >= 0 ? adapter_version : weights_->version());
+      seq->sources.push_back(1);
+    }
+    seq->turn_start = static_cast<int64_t>(seq->tokens.size());
     seq->turn_max_tokens = params.max_tokens;
     request->samples.push_back(std::move(seq));
   }
+  request->params.context_after_prompt.clear();  // held by the samples now
   request->forked = params.n == 1;
   request->route_width = config_.num_moe_layers() * config_.num_experts_per_tok;
   if (slot >= 0) {

@@ -33,6 +33,11 @@ struct SamplingParams {
   // log-probs under the distribution it was drawn from (TurnOutput::alternatives; the OpenAI
   // endpoint's top_logprobs). Each costs a copy of the token's logits row to the host.
   int32_t top_logprobs = 0;
+  // Multi-turn: tokens after the prompt, before the first turn samples: context (source 1,
+  // log-prob 0, never trained), in the completion's arrays as Engine::Continue's tokens are,
+  // e.g. a forced tool call's opening (episode/trajectory.h ForcedOpening). The prompt stays
+  // what was rendered; max_tokens counts only what the turn samples.
+  std::vector<int32_t> context_after_prompt;
 };
 
 // What a multi-turn sample's next turn samples with (Engine::Continue), when it changes.

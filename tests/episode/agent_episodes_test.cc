@@ -16,6 +16,8 @@
 #include "task/char_tokenizer.h"
 #include "tests/episode/agent_testing.h"
 #include "tests/episode/episode_testing.h"
+#include "tests/tokenizer/js_reference.h"
+#include "tokenizer/hf_text_codec.h"
 
 namespace prl::episode {
 namespace {
@@ -413,6 +415,72 @@ TEST_F(AgentEpisodesTest, AStreamedCallSendsTheAnswerAsItGrows) {
   const Json& lp = answer["choices"][0]["logprobs"];
   ASSERT_EQ(lp["top_logprobs"].size(), lp["tokens"].size());
   for (const Json& alternatives : lp["top_logprobs"]) EXPECT_LE(alternatives.size(), 2u);
+}
+
+// A forced tool choice (tool_choice naming a function) opens the answer with the format's call
+// opening: in the record it is context after the prompt, never part of it (source 1, log-prob
+// 0, its call's end after the model's tokens), as docs/agents.md says; the answer lists it
+// first among the tokens the call added. Qwen3's real template and tokenizer (hermes calls).
+TEST(AgentEpisodesChatTest, AForcedToolChoicesOpeningIsContextAfterThePromptNotPartOfIt) {
+  if (const std::string reason = tokenizer::testing::SkipReason(); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  auto loaded = tokenizer::HfTextCodec::Load(tokenizer::testing::PackageModelDir("qwen3"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::shared_ptr<const tokenizer::TextCodec> codec = *std::move(loaded);
+  EpisodeLoop loop({}, /*context=*/1024, /*kv_cache_bytes=*/int64_t{64} << 20, codec);
+  ASSERT_TRUE(loop.episodes().ServeAgents({}, "tiny").ok());
+  std::mutex mu;
+  Json answer;
+  ServedAgent served = ServedAgent::Start([&](const v1::RunEpisodeRequest& r, grpc::ServerContext*,
+                                              v1::RunEpisodeResponse* out) {
+    const Json tool = {{"type", "function"},
+                       {"function", {{"name", "calc"},
+                                     {"description", "Evaluates an arithmetic expression."},
+                                     {"parameters", {{"type", "object"},
+                                                     {"properties", {{"expr", {{"type", "string"}}}}},
+                                                     {"required", {"expr"}}}}}}};
+    const Json body = {{"model", "m"},
+                       {"max_tokens", 5},
+                       {"messages", Json::array({{{"role", "user"}, {"content", "6*7?"}}})},
+                       {"tools", Json::array({tool})},
+                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "calc"}}}}}};
+    auto [status, a] = EndpointClient(r).Post("/chat/completions", body);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      answer = a;
+    }
+    if (status != 200) return grpc::Status(grpc::StatusCode::INTERNAL, a.dump());
+    out->set_reward(1);
+    return grpc::Status::OK;
+  });
+  GroupRequest g = AgentGroup("g", AgentAt(served.address), 1);
+  g.prompt = *codec->EncodePrompt("6*7?");
+  g.params.stop_token_ids = codec->stop_ids();
+  g.submitted.set_text("6*7?");
+  ASSERT_TRUE(loop.episodes().Add(std::move(g)).ok());
+  ASSERT_TRUE(loop.RunToEnd());
+  ASSERT_TRUE(loop.failed().empty()) << loop.failed()[0].why;
+  const EpisodeSegment& s = loop.finished()[0].episodes[0].segments[0];
+  const std::vector<int32_t> opening =
+      *codec->EncodeContinuation("<tool_call>\n{\"name\": \"calc\", \"arguments\": ");
+  ASSERT_FALSE(opening.empty());
+  // The prompt is the chat as rendered; the opening is not at its end.
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], s.prompt.size()) << answer.dump();
+  ASSERT_GE(s.prompt.size(), opening.size());
+  EXPECT_NE(std::vector<int32_t>(s.prompt.end() - opening.size(), s.prompt.end()), opening);
+  // The completion: the opening (context), then what the model sampled.
+  ASSERT_GT(s.output.tokens.size(), opening.size());
+  EXPECT_EQ(std::vector<int32_t>(s.output.tokens.begin(), s.output.tokens.begin() + opening.size()),
+            opening);
+  EXPECT_EQ(s.output.tokens, Ids(answer)) << answer.dump();
+  std::vector<uint8_t> sources(s.output.tokens.size(), 0);
+  std::fill(sources.begin(), sources.begin() + opening.size(), 1);
+  EXPECT_EQ(s.output.sources, sources);
+  EXPECT_EQ(answer["prl"]["token_sources"].get<std::vector<int>>(),
+            std::vector<int>(sources.begin(), sources.end()));
+  for (size_t i = 0; i < opening.size(); ++i) EXPECT_EQ(s.output.logprobs[i], 0.0f) << i;
+  EXPECT_EQ(s.turn_ends, std::vector<uint32_t>{static_cast<uint32_t>(s.output.tokens.size())});
 }
 
 }  // namespace

@@ -67,6 +67,39 @@ TEST(EngineRoutesTest, AnEpisodesRoutesCoverTheReplyAndAreTheLearners) {
   }
 }
 
+// Context after the prompt (a forced tool call's opening, SamplingParams::context_after_prompt)
+// is prefilled with the prompt; its positions' routes are recorded as a reply's are, forked
+// samples included.
+TEST(EngineRoutesTest, ContextAfterThePromptHasItsRoutesAndTheyAreTheLearners) {
+  const ModelConfig c = TinyMoeConfig();
+  auto weights = TinyWeights(c, 33);
+  auto engine = *Engine::Create(weights, 0, InvariantOptions(c, 4096, false));
+  const std::vector<int32_t> prompt = {3, 9, 27, 17, 51, 42, 8};
+  SamplingParams p;
+  p.n = 2;
+  p.temperature = 0.9f;
+  p.max_tokens = 4;
+  p.seed = 5;
+  p.multi_turn = true;
+  p.context_after_prompt = {60, 61, 62};
+  const uint64_t id = *engine->AddRequest(prompt, p);
+  while (engine->Stats().num_running + engine->Stats().num_waiting > 0) {
+    ASSERT_TRUE(engine->Step().ok());
+  }
+  for (const TurnOutput& t : engine->TakeTurns()) {
+    ASSERT_TRUE(engine->FinishSample(id, t.sample_index).ok());
+  }
+  const std::vector<RequestOutput> done = engine->TakeFinished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].prompt, prompt);
+  for (const SampleOutput& s : done[0].samples) {
+    ASSERT_GT(s.tokens.size(), 3u);
+    EXPECT_EQ(std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + 3),
+              (std::vector<int32_t>{60, 61, 62}));
+    ExpectRoutesAreTheLearners(*weights, prompt, s);
+  }
+}
+
 TEST(EngineRoutesTest, ADenseModelRecordsNoRoutes) {
   const ModelConfig c = TinyEngineConfig();
   auto engine = *Engine::Create(TinyWeights(c, 33), 0, InvariantOptions(c, 4096, true));

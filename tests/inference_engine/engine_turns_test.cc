@@ -116,6 +116,61 @@ TEST(EngineTurnsTest, TheNextTurnComputesOnlyTheReplyAndEqualsAFreshRequestBitFo
   }
 }
 
+// Context after the prompt (SamplingParams::context_after_prompt: a forced tool call's
+// opening) is computed with the prompt but never sampled: the first turn is what a fresh request
+// over prompt + context samples, bit for bit; the completion holds the context first (source 1,
+// log-prob 0) and the prompt stays the prompt. A single-turn request cannot carry it.
+TEST(EngineTurnsTest, ContextAfterThePromptIsComputedNeverSampledAndLeavesThePromptAsItWas) {
+  const ModelConfig c = TinyEngineConfig();
+  auto weights = TinyWeights(c, 22);
+  const std::vector<int32_t> prompt = {3, 9, 27, 17, 51, 42, 8, 1, 30};
+  const std::vector<int32_t> context = {60, 61, 62, 63, 5};
+  auto engine = *Engine::Create(weights, 0, InvariantOptions());
+  SamplingParams p = Episode(0.0f);
+  p.context_after_prompt = context;
+  const uint64_t id = *engine->AddRequest(prompt, p);
+  RunUntilIdle(*engine);
+  std::vector<TurnOutput> turns = engine->TakeTurns();
+  ASSERT_EQ(turns.size(), 1u);
+  EXPECT_EQ(turns[0].tokens.size(), static_cast<size_t>(p.max_tokens))
+      << "max_tokens counts only the sampled tokens";
+  ASSERT_TRUE(engine->FinishSample(id, 0).ok());
+  const std::vector<RequestOutput> done = engine->TakeFinished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].prompt, prompt);
+  const SampleOutput& s = done[0].samples[0];
+  std::vector<int32_t> expected = context;
+  expected.insert(expected.end(), turns[0].tokens.begin(), turns[0].tokens.end());
+  EXPECT_EQ(s.tokens, expected);
+  ASSERT_EQ(s.sources.size(), expected.size());
+  for (size_t t = 0; t < expected.size(); ++t) {
+    EXPECT_EQ(s.sources[t], t < context.size() ? 1 : 0) << t;
+    if (t < context.size()) {
+      EXPECT_EQ(s.logprobs[t], 0.0f) << t;
+    }
+  }
+  EXPECT_EQ(engine->Stats().prefill_tokens, static_cast<int64_t>(prompt.size() + context.size()));
+
+  std::vector<int32_t> whole = prompt;
+  whole.insert(whole.end(), context.begin(), context.end());
+  SamplingParams fresh = Episode(0.0f);
+  fresh.multi_turn = false;
+  auto other = *Engine::Create(weights, 0, InvariantOptions());
+  const std::vector<RequestOutput> ref = RunJobs(*other, {Job{whole, fresh}});
+  ASSERT_EQ(ref[0].samples[0].tokens, turns[0].tokens);
+  for (size_t t = 0; t < turns[0].tokens.size(); ++t) {
+    EXPECT_EQ(s.logprobs[context.size() + t], ref[0].samples[0].logprobs[t]) << t;
+  }
+
+  SamplingParams single = Episode(0.0f);
+  single.multi_turn = false;
+  single.context_after_prompt = context;
+  const absl::StatusOr<uint64_t> refused = engine->AddRequest(prompt, single);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("context_after_prompt"), std::string::npos)
+      << refused.status();
+}
+
 // The learner scores the whole episode (prompt, then every completion token, the reply
 // included as context): its log-probs of the model's tokens are the behaviour log-probs.
 TEST(EngineTurnsTest, AnEpisodesBehaviourLogprobsAreTheLearnersForEveryModelToken) {
