@@ -10,8 +10,10 @@ scripts/setup_test_references.sh installs; random weights from `prl model init -
   pinned; scripts/setup_agent_example.sh), started as a user would and named by agent.address,
   nothing else; every call it makes goes to the actor's OpenAI-compatible endpoint.
 
-Both start from a short warm-start on the calculator's demonstrations (the tool through the
-template), so the model calls the tool and its episodes have two or more turns (calls). What is
+Both start from one short warm-start on the calculator's demonstrations (the tool through the
+template), made once for the class by a run of one RL step (its model-sft directory is the
+model both runs start from), so the model calls the tool and its episodes have two or more
+turns (calls). What is
 pinned: the runs finish every step; the episodes use the tool; the records are what was sampled
 (at the first step, before any weight moved, the learner's log-probs equal the behaviour
 log-probs the engine reported: KL ~ 0). Learning (held-out success 0.00 -> 0.75 and -> 1.00) is
@@ -65,17 +67,26 @@ class AgentRunTest(unittest.TestCase):
         run("task", "export", *chat, "--count", 1000, "--out", cls.train)
         run("task", "export", *chat, "--split", "eval", "--count", TASK["eval_prompts"],
             "--out", cls.held_out)
+        # The warm-start both runs share: its demonstrations and the model it trained.
+        cls.warm_model = cls.model
+        _, _, warm_dir, _ = cls.prl_run("warm", cls.config(
+            sft={"steps": 120, "examples_per_step": 16, "env_demo_fraction": 1.0},
+            task=dict(TASK, train_file=cls.train, eval_file=cls.held_out, eval_prompts=4),
+            learner=dict(LEARNER, steps=1, groups_per_step=1)))
+        cls.warm_model = os.path.join(warm_dir, "model-sft")
+        cls.demonstrations = os.path.join(warm_dir, "sft.jsonl")
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def prl_run(self, name, config):
-        run_dir = os.path.join(self.tmp, name)
+    @classmethod
+    def prl_run(cls, name, config):
+        run_dir = os.path.join(cls.tmp, name)
         tag = "t%d-%s" % (os.getpid(), name)
         config = dict(config, run={"name": tag, "dir": run_dir},
                       coordinator={"listen": "127.0.0.1:0"}, broadcast={"listen": "127.0.0.1:0"})
-        path = os.path.join(self.tmp, name + ".json")
+        path = os.path.join(cls.tmp, name + ".json")
         with open(path, "w") as f:
             json.dump(config, f)
         try:
@@ -89,12 +100,12 @@ class AgentRunTest(unittest.TestCase):
             steps = [json.loads(line) for line in f]
         return summary, steps, run_dir, out
 
-    def config(self, **extra):
-        return dict({"model": {"path": self.model},
-                     "task": dict(TASK, train_file=self.train, eval_file=self.held_out),
-                     "env": TOOL_ENV, "sft": {"steps": 120, "examples_per_step": 16,
-                                              "env_demo_fraction": 1.0},
-                     "learner": LEARNER}, **extra)
+    @classmethod
+    def config(cls, **extra):
+        # From the shared warm-start's model (setUpClass), with no warm-start of its own.
+        return dict({"model": {"path": cls.warm_model},
+                     "task": dict(TASK, train_file=cls.train, eval_file=cls.held_out),
+                     "env": TOOL_ENV, "sft": {"steps": 0}, "learner": LEARNER}, **extra)
 
     def check_trained(self, summary, steps):
         self.assertEqual(summary["steps"], LEARNER["steps"])
@@ -115,7 +126,7 @@ class AgentRunTest(unittest.TestCase):
         self.assertGreater(summary["eval_multi_turn_before"], 0.5, "the warm model calls the tool")
         # The demonstrations: Qwen3's own call (<tool_call> ...), the tool's result the
         # environment's tokens.
-        with open(os.path.join(run_dir, "sft.jsonl")) as f:
+        with open(self.demonstrations) as f:
             demo = json.loads(f.readline())
         self.assertEqual(demo["completion"][0], 151657, "a call opens with <tool_call>")
         self.assertIn(1, demo["sources"])
