@@ -12,6 +12,7 @@ namespace prl {
 
 namespace {
 constexpr size_t kCpuAlignment = 64;
+constexpr size_t kMaxCpuBytes = size_t{1} << 48;
 }
 
 absl::StatusOr<Buffer> Buffer::Allocate(Device device, size_t bytes) {
@@ -19,6 +20,13 @@ absl::StatusOr<Buffer> Buffer::Allocate(Device device, size_t bytes) {
   buffer.device_ = device;
   if (bytes == 0) return buffer;
   if (device.is_cpu()) {
+    // More than any host's address space (2^48 bytes): refused before the allocator sees it
+    // (whose rounding would overflow near SIZE_MAX, and which ASan aborts on past 2^40).
+    if (bytes > kMaxCpuBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "allocating ", bytes, " bytes of host memory: more than the ", kMaxCpuBytes,
+          " bytes an address space holds"));
+    }
     const size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     buffer.data_ = std::aligned_alloc(kCpuAlignment, rounded);
     if (buffer.data_ == nullptr) {

@@ -56,7 +56,7 @@ absl::Status StepJournal::Append(const JournaledStep& step) const {
   h.keys = step.group_keys.size();
   h.payload_bytes = step.payload.size();
   std::string body(h.keys * sizeof(uint64_t), '\0');
-  std::memcpy(body.data(), step.group_keys.data(), body.size());
+  if (!body.empty()) std::memcpy(body.data(), step.group_keys.data(), body.size());
   for (const std::string& key : step.prompt_keys) absl::StrAppend(&body, key, "\n");
   h.prompt_key_bytes = body.size() - h.keys * sizeof(uint64_t);
   body.append(reinterpret_cast<const char*>(step.payload.data()), step.payload.size());
