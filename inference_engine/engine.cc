@@ -163,12 +163,7 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
           "adapter: '", adapter, "' is not one of the engine's adapters (AddAdapter)"));
     }
   }
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt[", i, "] = ", prompt[i], " is not a token id in [0, ", config_.vocab_size, ")"));
-    }
-  }
+  PRL_RETURN_IF_ERROR(CheckTokenIds(prompt, "prompt"));
   PRL_RETURN_IF_ERROR(ValidateSamplingParams(params, config_.vocab_size));
   const std::vector<int32_t>& context = params.context_after_prompt;
   if (!context.empty() && !params.multi_turn) {
@@ -176,21 +171,14 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
         absl::StrCat("context_after_prompt: expected only with multi_turn (its tokens' sources), ",
                      "found ", context.size(), " tokens in a single-turn request"));
   }
-  for (size_t i = 0; i < context.size(); ++i) {
-    if (context[i] < 0 || context[i] >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("context_after_prompt[", i, "] = ", context[i],
-                                                     " is not a token id in [0, ",
-                                                     config_.vocab_size, ")"));
-    }
-  }
-  const int64_t total =
-      static_cast<int64_t>(prompt.size() + context.size()) + params.max_tokens;
+  PRL_RETURN_IF_ERROR(CheckTokenIds(context, "context_after_prompt"));
+  const int64_t total = static_cast<int64_t>(prompt.size() + context.size()) + params.max_tokens;
   if (total > MaxModelLen(config_, options_)) {
     const std::string with_context =
         context.empty() ? "" : absl::StrCat(" and its context of ", context.size(), " tokens");
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt.size(), " tokens", with_context, ") + max_tokens (", params.max_tokens, ") exceeds ",
-        options_.max_model_len > 0 ? "the engine's max_model_len of " : "the model's context of ",
+        "prompt (", prompt.size(), " tokens", with_context, ") + max_tokens (", params.max_tokens,
+        ") exceeds ", options_.max_model_len > 0 ? "the engine's max_model_len of " : "the model's context of ",
         MaxModelLen(config_, options_), " tokens"));
   }
   const int64_t blocks_needed = (total + options_.block_size - 1) / options_.block_size;
@@ -213,13 +201,10 @@ absl::StatusOr<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt,
     seq->tokens = prompt;
     seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
     // The context after the prompt: computed with the prompt, never sampled (as Continue's).
-    const int64_t adapter_version = slot >= 0 ? adapter_slots_[slot].version : -1;
-    for (int32_t t : context) {
-      seq->tokens.push_back(t);
-      seq->logprobs.push_back(0.0f);
-      seq->versions.push_back(adapter_version >= 0 ? adapter_version : weights_->version());
-      seq->sources.push_back(1);
-    }
+    seq->tokens.insert(seq->tokens.end(), context.begin(), context.end());
+    seq->logprobs.assign(context.size(), 0.0f);
+    seq->versions.assign(context.size(), TokenVersion(slot));
+    seq->sources.assign(context.size(), 1);
     seq->turn_start = static_cast<int64_t>(seq->tokens.size());
     seq->turn_max_tokens = params.max_tokens;
     request->samples.push_back(std::move(seq));
@@ -464,14 +449,28 @@ void Engine::RecordRoutes(const SchedulerOutput& step) {
   }
 }
 
+absl::Status Engine::CheckTokenIds(absl::Span<const int32_t> ids,
+                                   absl::string_view field) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] = ", ids[i],
+                                                     " is not a token id in [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t Engine::TokenVersion(int32_t slot) const {
+  const int64_t adapter_version = slot >= 0 ? adapter_slots_[slot].version : -1;
+  return adapter_version >= 0 ? adapter_version : weights_->version();
+}
+
 void Engine::Append(Sequence& seq, int32_t token, float logprob,
                     std::vector<std::pair<int32_t, float>> alternatives) {
   seq.tokens.push_back(token);
   seq.logprobs.push_back(logprob);
-  // A run of adapters: the token's version is its adapter's (AddAdapter's version).
-  const int32_t slot = seq.request->adapter_slot;
-  const int64_t adapter_version = slot >= 0 ? adapter_slots_[slot].version : -1;
-  seq.versions.push_back(adapter_version >= 0 ? adapter_version : weights_->version());
+  seq.versions.push_back(TokenVersion(seq.request->adapter_slot));
   ++stats_.generated_tokens;
   const SamplingParams& p = seq.request->params;
   if (p.multi_turn) seq.sources.push_back(0);

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/service_defaults.h"
 #include "inference_engine/block_manager.h"
@@ -257,6 +258,11 @@ class Engine {
   // `alternatives`: the token's top log-probs, kept when its request asks for them.
   void Append(Sequence& seq, int32_t token, float logprob,
               std::vector<std::pair<int32_t, float>> alternatives = {});
+  // OK when every id is in [0, vocab); else InvalidArgument naming `field`[i] and the id.
+  absl::Status CheckTokenIds(absl::Span<const int32_t> ids, absl::string_view field) const;
+  // The version a token of a request in adapter slot `slot` (-1: none) carries: the adapter's
+  // own (a run of adapters, AddAdapter's version >= 0), else the weights'.
+  int64_t TokenVersion(int32_t slot) const;
   // Qwen3-MoE: appends the step's routes of the positions each chunk computed first.
   void RecordRoutes(const SchedulerOutput& step);
   void FinishRequestIfDone(Request& request);

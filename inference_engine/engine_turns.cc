@@ -74,12 +74,8 @@ absl::Status Engine::Continue(uint64_t request_id, int32_t sample_index,
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": max_tokens: expected >= 1, found ", max_tokens));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": tokens[", i, "] = ", tokens[i],
-                                                     " is not a token id in [0, ",
-                                                     config_.vocab_size, ")"));
-    }
+  if (absl::Status ids = CheckTokenIds(tokens, "tokens"); !ids.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.message()));
   }
   SamplingParams params = seq->request->params;
   if (sampling.has_value()) {

@@ -169,6 +169,12 @@ TEST(EngineTurnsTest, ContextAfterThePromptIsComputedNeverSampledAndLeavesThePro
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("context_after_prompt"), std::string::npos)
       << refused.status();
+  SamplingParams bad_id = Episode(0.0f);
+  bad_id.context_after_prompt = {5, static_cast<int32_t>(c.vocab_size)};
+  const absl::StatusOr<uint64_t> out_of_range = engine->AddRequest(prompt, bad_id);
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out_of_range.status().message().find("context_after_prompt[1] = "), std::string::npos)
+      << out_of_range.status();
 }
 
 // The learner scores the whole episode (prompt, then every completion token, the reply
