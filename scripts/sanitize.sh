@@ -44,6 +44,13 @@ case "$MODE" in
     OPT="-O2 -g -DNDEBUG"  # CMake's RelWithDebInfo
     SCOPE=${SCOPE:-concurrency}
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
+    # Debian's Abseil rebuilt with TSan (its sonames), loaded by the suites and by Debian's gRPC,
+    # so every absl::Mutex, gRPC's included, is seen to synchronise (scripts/tsan_deps.sh).
+    TSAN_LIBS=$(./scripts/tsan_deps.sh)
+    export LD_LIBRARY_PATH=$TSAN_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # libgomp's and OpenBLAS's own threads are not instrumented either: kernels run on the
+    # calling thread, so the threads TSan watches are prl's (and gRPC's).
+    export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
     ;;
   *)
     echo "usage: scripts/sanitize.sh asan|tsan [all|inputs|concurrency]" >&2
