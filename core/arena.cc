@@ -23,6 +23,12 @@ absl::Status Arena::Build(const std::function<void(Arena&)>& layout) {
   return absl::OkStatus();
 }
 
+size_t Arena::Measure(Device device, const std::function<void(Arena&)>& layout) {
+  Arena arena(device);
+  layout(arena);
+  return arena.offset_;
+}
+
 Tensor Arena::Take(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t(nullptr, dtype, device_, shape);
   offset_ = (offset_ + kAlignment - 1) / kAlignment * kAlignment;

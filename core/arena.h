@@ -20,7 +20,12 @@ class Arena {
   // During layout: the next tensor. Before the buffer exists the view's data is null.
   Tensor Take(DType dtype, std::initializer_list<int64_t> shape);
 
+  // The bytes `layout` takes, without allocating (the views it binds have null data).
+  static size_t Measure(Device device, const std::function<void(Arena&)>& layout);
+
   size_t capacity_bytes() const { return buffer_.bytes(); }
+  // The bytes the last Build's layout took (<= capacity_bytes()).
+  size_t laid_out_bytes() const { return offset_; }
   Device device() const { return device_; }
 
  private:

@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
+#include "model/activation_checkpointing.h"
 #include "model/config.h"
 #include "model/lora_layer.h"
 #include "model/moe_layer.h"
@@ -39,11 +40,17 @@ struct LayerActivations {
   MoeActivations moe;  // a MoE layer's MLP (laid out iff the model has a MoE layer)
 };
 
-// Lays out one layer's activations for T tokens in an arena (Arena::Build's layout function).
+// Lays out one layer's activations for T tokens in an arena (Arena::Build's layout function):
+// the groups of `parts` (model/activation_checkpointing.h), the others left undefined.
 // Activations are stored in `dtype` (F32, or BF16 in the CUDA bf16 mode); the norms' rstd and
 // the attention lse are F32.
 LayerActivations TakeLayerActivations(Arena& arena, const ModelConfig& config, int64_t T,
-                                      bool with_attention_lse, DType dtype = DType::kF32);
+                                      bool with_attention_lse, DType dtype = DType::kF32,
+                                      unsigned parts = kLayerAll);
+// Each tensor `kept` defines, else `work`'s: a checkpointed layer's kept activations completed
+// by the recomputed ones.
+LayerActivations OverlayLayerActivations(const LayerActivations& kept,
+                                         const LayerActivations& work);
 
 struct LayerContext {
   const ModelConfig* config;
@@ -77,9 +84,18 @@ struct LayerContext {
 using AttentionStep = absl::FunctionRef<void(const LayerActivations& a)>;
 
 // Runs the layer on a.input and writes the residual stream it produces to next_input
-// (T, C), which must not alias a.input or a.mid.
+// (T, C), which must not alias a.input or a.mid: DecoderAttentionForward, then
+// DecoderMlpForward.
 void DecoderLayerForward(const LayerContext& ctx, const LayerParams& p, const LayerActivations& a,
                          const Tensor& next_input, AttentionStep attention);
+// The attention half: a.input -> ln1, qkv (and Qwen3's pre-norm heads), attn, mid.
+void DecoderAttentionForward(const LayerContext& ctx, const LayerParams& p,
+                             const LayerActivations& a, AttentionStep attention);
+// The MLP half: a.mid -> ln2, gate_up and act (or the MoE block's), next_input. An undefined
+// next_input (a recomputation for the backward, which reads the rest only) skips a dense
+// MLP's down projection; a MoE block's combine needs somewhere to write.
+void DecoderMlpForward(const LayerContext& ctx, const LayerParams& p, const LayerActivations& a,
+                       const Tensor& next_input);
 
 // Qwen3's per-head q/k RMSNorm, the backward: dqkv (T, QKV) holds the gradient with respect to
 // the normalised query and key heads (RoPE already undone) and receives, in their place, the

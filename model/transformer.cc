@@ -41,7 +41,12 @@ struct Transformer::Workspace {
   Tensor inv_freq;                       // (D/2)
   Tensor rope_cos;                       // (T, D/2)
   Tensor rope_sin;                       // (T, D/2)
-  std::vector<LayerActivations> layers;  // L with for_backward, else 2 alternating slots
+  // The pass's checkpointing (none for a forward-only pass).
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
+  // With for_backward, each layer's kept activations (all of them without checkpointing),
+  // else 2 alternating slots of every activation.
+  std::vector<LayerActivations> layers;
+  LayerActivations work;  // checkpointing: the parts not kept, for the layer being computed
   Tensor final_input;                    // (T, C) residual stream after the last layer
   Tensor lnf;                            // (T, C) final norm output
   Tensor lnf_rstd;                       // (T)
@@ -72,6 +77,9 @@ struct Transformer::Workspace {
   // and the router's own routes of the last Forward, (T, Lm, K) token-major.
   std::vector<int32_t> forced_routes;
   std::vector<uint8_t> recomputed_routes;
+  // Checkpointing a Qwen3-MoE model: the experts each MoE layer used in Forward (replayed or
+  // the router's), (Lm, T, K) layer-major, replayed when Backward recomputes the layer.
+  std::vector<int32_t> used_routes;
   std::vector<float> entropies;  // (T) of the last Forward; 0 where no target
   // The load-balancing loss's sums over the MoE layers of the last Forward(for_backward)
   // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
@@ -82,9 +90,22 @@ struct Transformer::Workspace {
   std::vector<float> host_probs;
   double lb_loss = 0.0;
 
-  LayerActivations& Slot(int64_t layer) {
-    return layers[for_backward ? layer : layer % static_cast<int64_t>(layers.size())];
+  // Layer `layer`'s activations in this pass (views: a checkpointed layer's kept ones with the
+  // shared work slot's).
+  LayerActivations Slot(int64_t layer) const {
+    if (!for_backward) return layers[layer % static_cast<int64_t>(layers.size())];
+    if (checkpointing == ActivationCheckpointing::kNone) return layers[layer];
+    return OverlayLayerActivations(layers[layer], work);
   }
+};
+
+// What a pass lays out depends on.
+struct Transformer::PassShape {
+  int64_t T = 0, B = 0, R = 0;  // tokens, sequences, rows with a target
+  int64_t chunk = 0;            // logits chunk rows
+  bool for_backward = false;
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
+  int64_t lora_rank = 0;  // 0: no adapters
 };
 
 Transformer::Transformer(const ModelConfig& config, Device device, TransformerOptions options)
@@ -109,6 +130,74 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
 Transformer::~Transformer() = default;
 
 size_t Transformer::workspace_bytes() const { return arena_.capacity_bytes(); }
+
+size_t Transformer::last_pass_bytes() const { return arena_.laid_out_bytes(); }
+
+Transformer::PassShape Transformer::ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows,
+                                            bool for_backward, int64_t lora_rank) const {
+  PassShape s;
+  s.T = tokens;
+  s.B = seqs;
+  s.R = target_rows;
+  s.for_backward = for_backward;
+  s.checkpointing = for_backward ? options_.activation_checkpointing : ActivationCheckpointing::kNone;
+  s.lora_rank = lora_rank;
+  // A training pass that keeps its logits for the backward: one chunk of every trained row when
+  // they fit keep_logits_bytes; kept whenever one chunk holds them all.
+  const int64_t V = config_.vocab_size;
+  const bool keep = for_backward && *options_.keep_logits;
+  const int64_t chunk_budget =
+      keep && s.R * V * static_cast<int64_t>(sizeof(float)) <= options_.keep_logits_bytes
+          ? options_.keep_logits_bytes
+          : options_.logits_chunk_bytes;
+  s.chunk = std::min<int64_t>(std::max<int64_t>(s.R, 1), k::LogprobChunkRows(V, chunk_budget));
+  return s;
+}
+
+size_t Transformer::PlanPassBytes(int64_t tokens, int64_t seqs, int64_t target_rows,
+                                  bool for_backward, int64_t lora_rank) const {
+  Workspace scratch;  // the views are discarded: this pass's own workspace stays as it was
+  const PassShape shape = ShapeOf(tokens, seqs, target_rows, for_backward, lora_rank);
+  return Arena::Measure(device_, [&](Arena& a) { LayOut(a, scratch, shape); });
+}
+
+void Transformer::LayOut(Arena& a, Workspace& ws, const PassShape& s) const {
+  const ModelConfig& c = config_;
+  const int64_t T = s.T, R = s.R, C = c.hidden_size, I = c.intermediate_size;
+  const DType dt = options_.compute_dtype;
+  ws.tokens = a.Take(DType::kI32, {T});
+  ws.cu_seqlens = a.Take(DType::kI32, {s.B + 1});
+  ws.positions = a.Take(DType::kI32, {T});
+  ws.inv_freq = a.Take(DType::kF32, {c.head_dim / 2});
+  ws.rope_cos = a.Take(DType::kF32, {T, c.head_dim / 2});
+  ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
+  const unsigned kept = s.for_backward ? KeptLayerParts(s.checkpointing) : kLayerAll;
+  ws.layers.assign(s.for_backward ? c.num_hidden_layers : 2, {});
+  for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true, dt, kept);
+  ws.work = kept == kLayerAll ? LayerActivations{}
+                              : TakeLayerActivations(a, c, T, /*lse=*/true, dt, kLayerAll & ~kept);
+  if (s.lora_rank > 0) ws.lora_scratch = TakeLoraScratch(a, c, T, s.lora_rank, dt);
+  ws.final_input = a.Take(dt, {T, C});
+  ws.lnf = a.Take(dt, {T, C});
+  ws.lnf_rstd = a.Take(DType::kF32, {T});
+  ws.head_rows_dev = a.Take(DType::kI32, {R});
+  ws.head_targets = a.Take(DType::kI32, {R});
+  ws.head_in = R == T ? ws.lnf : a.Take(dt, {R, C});
+  ws.head_lse = a.Take(DType::kF32, {R});
+  ws.head_logprob = a.Take(DType::kF32, {R});
+  ws.head_entropy = a.Take(DType::kF32, {R});
+  ws.logits = a.Take(DType::kF32, {s.chunk, c.vocab_size});
+  if (s.for_backward) {
+    ws.dresid = a.Take(dt, {T, C});
+    ws.dln = a.Take(dt, {T, C});
+    const int64_t dense_I = c.has_dense_mlp() ? I : 0;
+    ws.wide_a = a.Take(dt, {T * std::max(2 * dense_I, c.qkv_dim())});
+    ws.wide_b = a.Take(dt, {T * std::max(dense_I, c.q_dim() * (c.qk_norm ? 2 : 1))});
+    if (c.has_moe()) ws.moe = TakeMoeScratch(a, c, T, dt);
+    ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
+    ws.dlogprob = a.Take(DType::kF32, {R});
+  }
+}
 
 absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& batch,
                                   float temperature, absl::Span<float> logprobs, bool for_backward,
@@ -146,52 +235,12 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   }
   ws.R = static_cast<int64_t>(ws.head_rows.size());
 
-  const int64_t T = ws.T, R = ws.R, C = c.hidden_size, I = c.intermediate_size;
-  // A training pass that keeps its logits for the backward: one chunk of every trained row when
-  // they fit keep_logits_bytes; kept whenever one chunk holds them all.
-  const bool keep = for_backward && *options_.keep_logits;
-  const int64_t chunk_budget =
-      keep && R * c.vocab_size * static_cast<int64_t>(sizeof(float)) <= options_.keep_logits_bytes
-          ? options_.keep_logits_bytes
-          : options_.logits_chunk_bytes;
-  const int64_t chunk =
-      std::min<int64_t>(std::max<int64_t>(R, 1), k::LogprobChunkRows(c.vocab_size, chunk_budget));
-  ws.logits_kept = keep && R > 0 && chunk >= R;
-  const int64_t num_slots = for_backward ? c.num_hidden_layers : 2;
-  const DType dt = options_.compute_dtype;
-  PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) {
-    ws.tokens = a.Take(DType::kI32, {T});
-    ws.cu_seqlens = a.Take(DType::kI32, {ws.B + 1});
-    ws.positions = a.Take(DType::kI32, {T});
-    ws.inv_freq = a.Take(DType::kF32, {c.head_dim / 2});
-    ws.rope_cos = a.Take(DType::kF32, {T, c.head_dim / 2});
-    ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
-    ws.layers.assign(num_slots, {});
-    for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true, dt);
-    if (params.lora != nullptr) {
-      ws.lora_scratch = TakeLoraScratch(a, c, T, params.lora->rank, options_.compute_dtype);
-    }
-    ws.final_input = a.Take(dt, {T, C});
-    ws.lnf = a.Take(dt, {T, C});
-    ws.lnf_rstd = a.Take(DType::kF32, {T});
-    ws.head_rows_dev = a.Take(DType::kI32, {R});
-    ws.head_targets = a.Take(DType::kI32, {R});
-    ws.head_in = R == T ? ws.lnf : a.Take(dt, {R, C});
-    ws.head_lse = a.Take(DType::kF32, {R});
-    ws.head_logprob = a.Take(DType::kF32, {R});
-    ws.head_entropy = a.Take(DType::kF32, {R});
-    ws.logits = a.Take(DType::kF32, {chunk, c.vocab_size});
-    if (for_backward) {
-      ws.dresid = a.Take(dt, {T, C});
-      ws.dln = a.Take(dt, {T, C});
-      const int64_t dense_I = c.has_dense_mlp() ? I : 0;
-      ws.wide_a = a.Take(dt, {T * std::max(2 * dense_I, c.qkv_dim())});
-      ws.wide_b = a.Take(dt, {T * std::max(dense_I, c.q_dim() * (c.qk_norm ? 2 : 1))});
-      if (c.has_moe()) ws.moe = TakeMoeScratch(a, c, T, dt);
-      ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
-      ws.dlogprob = a.Take(DType::kF32, {R});
-    }
-  }));
+  const int64_t T = ws.T, R = ws.R;
+  const PassShape shape =
+      ShapeOf(T, ws.B, ws.R, for_backward, params.lora != nullptr ? params.lora->rank : 0);
+  ws.checkpointing = shape.checkpointing;
+  ws.logits_kept = for_backward && *options_.keep_logits && ws.R > 0 && shape.chunk >= ws.R;
+  PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) { LayOut(a, ws, shape); }));
 
   std::vector<int32_t> positions(T);
   for (int64_t s = 0; s < ws.B; ++s) {
@@ -211,6 +260,8 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   ws.lb_prob_sum.assign(c.num_experts, 0.0);
   ws.lb_loss = 0.0;
   ws.forced_routes.clear();
+  ws.used_routes.assign(
+      for_backward && ws.checkpointing != ActivationCheckpointing::kNone ? Lm * T * K : 0, 0);
   if (!batch.routes.empty()) {  // (T, Lm, K) -> (Lm, T, K)
     ws.forced_routes.resize(batch.routes.size());
     for (int64_t t = 0; t < T; ++t) {
@@ -279,27 +330,42 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   return absl::OkStatus();
 }
 
-void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
-  const ModelConfig& c = config_;
-  Workspace& ws = *ws_;
-  const Tensor& next_input =
-      layer + 1 < c.num_hidden_layers ? ws.Slot(layer + 1).input : ws.final_input;
-  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-  LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
-  ctx.residual_in_gemm = options_.residual_in_gemm;
-  // The layer's index among the MoE layers.
+namespace {
+
+// The layer's index among the MoE layers.
+int64_t MoeIndex(const ModelConfig& c, int64_t layer) {
   int64_t moe_index = 0;
   for (int64_t l = 0; l < layer; ++l) moe_index += c.IsMoeLayer(l) ? 1 : 0;
-  const int64_t T = ws.T, Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
-  if (p.is_moe() && !ws.forced_routes.empty()) {
-    ctx.moe_forced_routes = ws.forced_routes.data() + moe_index * T * K;
-  }
+  return moe_index;
+}
+
+}  // namespace
+
+LayerContext Transformer::ContextOf(const LayerParams& p, int64_t layer,
+                                    const int32_t* forced_routes) const {
+  const Workspace& ws = *ws_;
+  LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
+  ctx.residual_in_gemm = options_.residual_in_gemm;
+  if (p.is_moe()) ctx.moe_forced_routes = forced_routes;
   if (ws.lora != nullptr) {
     ctx.lora = &ws.lora->layers[layer];
     ctx.lora_scale = ws.lora->scale;
     ctx.lora_scratch = &ws.lora_scratch;
   }
-  const LayerActivations& a = ws.Slot(layer);
+  return ctx;
+}
+
+void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const Tensor next_input =
+      layer + 1 < c.num_hidden_layers ? ws.Slot(layer + 1).input : ws.final_input;
+  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+  const int64_t moe_index = MoeIndex(c, layer);
+  const int64_t T = ws.T, Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
+  const LayerContext ctx = ContextOf(
+      p, layer, ws.forced_routes.empty() ? nullptr : ws.forced_routes.data() + moe_index * T * K);
+  const LayerActivations a = ws.Slot(layer);
   DecoderLayerForward(ctx, p, a, next_input, [&](const LayerActivations& act) {
     k::AttentionForward(act.attn, act.attn_lse, act.qkv, ws.cu_seqlens, shape,
                         options_.reduction_order);
@@ -307,7 +373,11 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   if (!p.is_moe()) return;
   std::vector<int32_t>& recomputed = ws.host_recomputed;
   std::vector<float>& probs = ws.host_probs;
-  MoeRoutesToHost(a.moe, nullptr, &recomputed, &probs);
+  // Checkpointed: the experts used, for the recomputation (replayed or the router's).
+  std::vector<int32_t> used;
+  const bool keep_used = !ws.used_routes.empty();
+  MoeRoutesToHost(a.moe, keep_used ? &used : nullptr, &recomputed, &probs);
+  if (keep_used) std::copy(used.begin(), used.end(), ws.used_routes.begin() + moe_index * T * K);
   const int64_t E = c.num_experts;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t kk = 0; kk < K; ++kk) {
@@ -317,6 +387,30 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
     }
     for (int64_t e = 0; e < E; ++e) ws.lb_prob_sum[e] += probs[t * E + e];
   }
+}
+
+void Transformer::RecomputeLayer(const LayerParams& p, int64_t layer) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const int64_t T = ws.T, K = c.num_experts_per_tok;
+  const int32_t* used =
+      p.is_moe() ? ws.used_routes.data() + MoeIndex(c, layer) * T * K : nullptr;
+  const LayerContext ctx = ContextOf(p, layer, used);
+  const LayerActivations a = ws.Slot(layer);
+  if (ws.checkpointing == ActivationCheckpointing::kFull) {
+    const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+    DecoderAttentionForward(ctx, p, a, [&](const LayerActivations& act) {
+      k::AttentionForward(act.attn, act.attn_lse, act.qkv, ws.cu_seqlens, shape,
+                          options_.reduction_order);
+    });
+  } else {  // selective: attention's outputs were kept; the norm before it was not
+    k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm,
+                      static_cast<float>(c.rms_norm_eps));
+  }
+  // The layer's output is the next layer's kept input: a dense MLP stops before its down
+  // projection; a MoE block's combine writes into dln, which BackwardLayer overwrites before
+  // it reads it.
+  DecoderMlpForward(ctx, p, a, p.is_moe() ? ws.dln : Tensor{});
 }
 
 double Transformer::load_balancing_loss() const { return ws_->lb_loss; }
@@ -404,6 +498,7 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   if (tied) PRL_RETURN_IF_ERROR(release(0, false));
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, true));
+    if (ws.checkpointing != ActivationCheckpointing::kNone) RecomputeLayer(params.layers[l], l);
     PRL_RETURN_IF_ERROR(BackwardLayer(params.layers[l], grad_layers[l], l));
     PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, true));
   }
@@ -415,7 +510,7 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
 absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer) {
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
-  const LayerActivations& a = ws.layers[layer];
+  const LayerActivations a = ws.Slot(layer);
   const int64_t T = ws.T, I = c.intermediate_size;
   const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
   const Tensor dqkv = ws.wide_a.Rows(0, T * c.qkv_dim()).Reshape({T, c.qkv_dim()});

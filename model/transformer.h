@@ -19,7 +19,9 @@
 #include "absl/types/span.h"
 #include "core/arena.h"
 #include "kernels/reduction_order.h"
+#include "model/activation_checkpointing.h"
 #include "model/config.h"
+#include "model/decoder_layer.h"
 #include "model/packed_batch.h"
 #include "model/parameters.h"
 
@@ -57,6 +59,10 @@ struct TransformerOptions {
   // base's backward are written but have not run on a GPU; off (adapters on CUDA refused) until
   // a GPU session passes cuda_lora_test (the learner turns it on with learner.cuda_lora).
   bool cuda_lora = false;
+  // Training passes: which activations Forward keeps for Backward, which Backward recomputes
+  // (model/activation_checkpointing.h: none, selective, full). Gradients are none's bit for
+  // bit on the CPU.
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
 };
 
 // How FSDP (learner/fsdp.h) takes part in the passes. A pass announces every parameter unit
@@ -120,13 +126,28 @@ class Transformer {
   // Qwen3-MoE: the load-balancing loss (model/moe_layer.h: E sum_e f_e P_e) over the tokens
   // and MoE layers of the last Forward; 0 for a dense model.
   double load_balancing_loss() const;
-  // Bytes currently held for activations and scratch.
+  // Bytes currently held for activations and scratch (the largest pass's so far).
   size_t workspace_bytes() const;
+  // Bytes the last Forward laid out for its activations, logits chunk and (training passes)
+  // the backward's scratch: the pass's peak workspace.
+  size_t last_pass_bytes() const;
+  // The bytes a pass over `tokens` tokens in `seqs` sequences, `target_rows` of them with a
+  // target, would lay out (last_pass_bytes()), without running it: for planning micro-batches
+  // against a memory budget. lora_rank: the adapters' rank (0: none).
+  size_t PlanPassBytes(int64_t tokens, int64_t seqs, int64_t target_rows, bool for_backward,
+                       int64_t lora_rank = 0) const;
 
  private:
   struct Workspace;
 
+  struct PassShape;
+  void LayOut(Arena& arena, Workspace& ws, const PassShape& shape) const;
+  PassShape ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows, bool for_backward,
+                    int64_t lora_rank) const;
+  LayerContext ContextOf(const LayerParams& p, int64_t layer, const int32_t* forced_routes) const;
   void ForwardLayer(const LayerParams& p, int64_t layer);
+  // Checkpointing: the activations of `layer` Forward did not keep, again, before its backward.
+  void RecomputeLayer(const LayerParams& p, int64_t layer);
   absl::Status BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer);
 
   ModelConfig config_;
