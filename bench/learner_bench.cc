@@ -8,11 +8,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
 #include "bench/stats.h"
 #include "collective/rendezvous.h"
 #include "config/run_config.h"
@@ -34,28 +38,52 @@ namespace prl::bench {
 namespace {
 
 constexpr char kOutEnv[] = "PRL_BENCH_LEARNER_OUT";
+// The measurement a rank runs: "<rollout length>:<checkpointing mode>".
+constexpr char kCaseEnv[] = "PRL_BENCH_LEARNER_CASE";
 constexpr int64_t kPromptTokens = 32;
 
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// One measurement: rollouts of seq_len, under a checkpointing mode.
+struct Case {
+  int64_t seq_len = 0;
+  ActivationCheckpointing mode = ActivationCheckpointing::kNone;
+  // Input tokens per step: the options' tokens, at least one rollout.
+  int64_t Tokens(const LearnerBenchOptions& o) const { return std::max(o.tokens, seq_len); }
+};
+
 // Sequence lengths (input tokens) of one step's rollouts.
-std::vector<int64_t> SequenceLengths(const LearnerBenchOptions& o) {
+std::vector<int64_t> SequenceLengths(const LearnerBenchOptions& o, const Case& c) {
   std::vector<int64_t> lens;
-  for (int64_t start = 0; start < o.tokens; start += o.seq_len) {
-    lens.push_back(std::min(o.seq_len, o.tokens - start));
+  const int64_t tokens = c.Tokens(o);
+  for (int64_t start = 0; start < tokens; start += c.seq_len) {
+    lens.push_back(std::min(c.seq_len, tokens - start));
   }
   return lens;
 }
 
+absl::StatusOr<Case> CaseOfThisRank() {
+  const char* text = getenv(kCaseEnv);
+  std::pair<std::string, std::string> parts =
+      absl::StrSplit(text == nullptr ? "" : text, absl::MaxSplits(':', 1));
+  Case c;
+  if (!absl::SimpleAtoi(parts.first, &c.seq_len)) {
+    return absl::InvalidArgumentError(absl::StrCat(kCaseEnv, ": expected <length>:<mode>"));
+  }
+  PRL_ASSIGN_OR_RETURN(c.mode, ParseEnum(kActivationCheckpointingNames, parts.second,
+                                         "learner.activation_checkpointing"));
+  return c;
+}
+
 std::vector<learner::TrainSample> RandomSamples(const ModelConfig& config,
-                                                const LearnerBenchOptions& o) {
+                                                const LearnerBenchOptions& o, const Case& c) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));
   std::uniform_real_distribution<float> logprob(-4.0f, -0.01f), adv(-1.0f, 1.0f);
   std::vector<learner::TrainSample> samples;
-  for (int64_t len : SequenceLengths(o)) {
+  for (int64_t len : SequenceLengths(o, c)) {
     learner::TrainSample s;
     const int64_t prompt = std::min(kPromptTokens, len);  // input tokens = prompt + completion - 1
     s.prompt.resize(prompt);
@@ -116,25 +144,31 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
   if (out_path == nullptr || !rendezvous.ok()) {
     return absl::NotFoundError("not a bench learner rank");
   }
+  PRL_ASSIGN_OR_RETURN(const Case c, CaseOfThisRank());
   config::LearnerSection section;
   section.world_size = rendezvous->world_size;
   section.device = o.device;
   section.dtype = o.dtype;
   section.lr = 1e-6;
-  section.micro_batch_tokens = o.tokens;  // one micro-batch per rank
+  section.micro_batch_tokens = c.Tokens(o);  // one micro-batch per rank
+  section.activation_checkpointing = c.mode;
   PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
   InitializeParameters(init, /*seed=*/1);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<roles::LearnerRank> rank,
                        roles::CreateLearnerRank(section, {}, init, *rendezvous));
-  const std::vector<learner::TrainSample> samples = RandomSamples(config, o);
+  const std::vector<learner::TrainSample> samples = RandomSamples(config, o, c);
   std::vector<double> seconds;
+  int64_t peak_activation_bytes = 0;
   for (int i = 0; i <= o.iterations; ++i) {
     PRL_ASSIGN_OR_RETURN(
         const learner::StepResult r,
         learner::TrainStep(*rank->model, *rank->optimizer, samples, rank->step, 0));
     if (i > 0) seconds.push_back(r.stats.seconds);  // the first step warms up
+    peak_activation_bytes = std::max(peak_activation_bytes, r.stats.peak_activation_bytes);
     if (o.progress && rank->rank0()) {
-      std::fprintf(stderr, "bench learner: world size %d, step %d/%d: %.3f s%s\n",
+      std::fprintf(stderr, "bench learner: length %lld, %s, world size %d, step %d/%d: %.3f s%s\n",
+                   static_cast<long long>(c.seq_len),
+                   std::string(EnumName(kActivationCheckpointingNames, c.mode)).c_str(),
                    section.world_size, i, o.iterations, r.stats.seconds,
                    i == 0 ? " (warm-up)" : "");
     }
@@ -148,6 +182,7 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
     j["optimizer_bytes"] = rank->optimizer->state_bytes();
     j["unit_buffer_bytes"] = m.unit_buffer_bytes;
     j["compute_copy_bytes"] = m.compute_copy_bytes;
+    j["peak_activation_bytes"] = peak_activation_bytes;
     if (rank->device.is_cuda()) {
       PRL_ASSIGN_OR_RETURN(j["gemm_gflops"],
                            GpuGemmGflops(config, o.tokens, rank->device, o.dtype));
@@ -159,22 +194,23 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
 
 absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerBenchOptions& o,
                                        const std::vector<std::string>& argv) {
-  if (o.tokens <= 0 || o.seq_len <= kPromptTokens || o.iterations <= 0 || o.world_sizes.empty()) {
+  if (o.tokens <= 0 || o.seq_lens.empty() || o.iterations <= 0 || o.world_sizes.empty() ||
+      o.checkpointing.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bench learner: expected --tokens > 0, --seq-len > ", kPromptTokens,
-                     ", --iters > 0 and at least one world size"));
+        absl::StrCat("bench learner: expected --tokens > 0, at least one --seq-len, --iters > 0, "
+                     "at least one world size and one checkpointing mode"));
   }
-  if (o.seq_len > config.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat("bench learner: --seq-len ", o.seq_len,
-                                                   " exceeds max_position_embeddings ",
-                                                   config.max_position_embeddings));
+  for (const int64_t len : o.seq_lens) {
+    if (len <= kPromptTokens || len > config.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bench learner: --seq-len ", len, ": expected more than ", kPromptTokens,
+          " (the prompt) and at most max_position_embeddings ", config.max_position_embeddings));
+    }
   }
-  const std::vector<int64_t> lens = SequenceLengths(o);
-  // Every position but the prompt's first kPromptTokens - 1 is scored.
-  int64_t head_rows = 0;
-  for (int64_t len : lens) head_rows += len - std::min(kPromptTokens, len) + 1;
-  const double step_flops = TrainingFlops(config, lens, head_rows);
   const int64_t full_state = ParameterCount(config) * 16;  // fp32 params, grads, Adam m and v
+  // Several lengths or modes: each figure's name says its case.
+  const bool sweep = o.seq_lens.size() > 1 || o.checkpointing.size() > 1 ||
+                     o.checkpointing[0] != ActivationCheckpointing::kNone;
 
   char path[] = "/tmp/prl-bench-learner-XXXXXX";
   const int fd = mkstemp(path);
@@ -185,6 +221,10 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
   Report report;
   report.bench = "learner";
   report.machine = MachineInfo();
+  std::string modes;
+  for (const ActivationCheckpointing m : o.checkpointing) {
+    absl::StrAppend(&modes, modes.empty() ? "" : ", ", EnumName(kActivationCheckpointingNames, m));
+  }
   report.setup = {
       {"model",
        absl::StrFormat("%s hidden=%d layers=%d heads=%d kv_heads=%d intermediate=%d "
@@ -193,13 +233,19 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
                        config.num_attention_heads, config.num_key_value_heads,
                        config.intermediate_size, config.vocab_size, config.tie_word_embeddings,
                        ParameterCount(config))},
-      {"step", absl::StrFormat("%d input tokens in rollouts of %d (%d prompt), reinforce_tis, "
-                               "AdamW, FSDP over %s on %s, %s; %.1f GFLOP per step",
-                               o.tokens, o.seq_len, kPromptTokens,
+      {"step", absl::StrFormat("max(%d, the rollout length) input tokens in rollouts of %s "
+                               "(%d prompt), reinforce_tis, AdamW, FSDP over %s on %s, %s",
+                               o.tokens, absl::StrJoin(o.seq_lens, ", "), kPromptTokens,
                                o.device == DeviceType::kCpu ? "Gloo" : "NCCL",
                                EnumName(kDeviceTypeNames, o.device),
-                               o.dtype == DType::kBF16 ? "bf16 mixed precision" : "fp32",
-                               step_flops / 1e9)},
+                               o.dtype == DType::kBF16 ? "bf16 mixed precision" : "fp32")},
+      {"activation_checkpointing",
+       absl::StrCat(modes, sweep && o.checkpointing.size() > 1
+                               ? absl::StrCat(" (each beside ",
+                                              EnumName(kActivationCheckpointingNames,
+                                                       o.checkpointing[0]),
+                                              " of the same length and world size)")
+                               : "")},
       {"iterations", absl::StrCat(o.iterations, " timed steps after one warm-up (median)")},
       {"baseline",
        o.device == DeviceType::kCpu
@@ -207,41 +253,71 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
              "best of the runs just before and just after each world size"
            : "cuBLASLt GEMM in the compute dtype on the MLP shape (tokens x hidden times "
              "hidden x 2 intermediate) on rank 0's GPU, best of 5, after the steps"}};
-  for (int world : o.world_sizes) {
-    const double before = SgemmGflops(config, o.tokens);
-    learner::LaunchOptions launch;
-    launch.world_size = world;
-    const absl::Status ran = learner::RunLocalRanks(argv, launch);
-    double sgemm = std::max(before, SgemmGflops(config, o.tokens));
-    if (!ran.ok()) {
-      unlink(path);
-      return ran;
+  for (const int64_t len : o.seq_lens) {
+    // Per world size, the first mode's tokens/s and peak workspace: the others' baseline.
+    std::map<int, std::pair<double, double>> first;
+    for (const ActivationCheckpointing mode : o.checkpointing) {
+      const Case c{len, mode};
+      const std::string mode_name(EnumName(kActivationCheckpointingNames, mode));
+      setenv(kCaseEnv, absl::StrCat(len, ":", mode_name).c_str(), 1);
+      const std::vector<int64_t> lens = SequenceLengths(o, c);
+      const int64_t tokens = c.Tokens(o);
+      // Every position but the prompt's first kPromptTokens - 1 is scored.
+      int64_t head_rows = 0;
+      for (int64_t l : lens) head_rows += l - std::min(kPromptTokens, l) + 1;
+      const double step_flops = TrainingFlops(config, lens, head_rows);
+      for (int world : o.world_sizes) {
+        const double before = SgemmGflops(config, tokens);
+        learner::LaunchOptions launch;
+        launch.world_size = world;
+        const absl::Status ran = learner::RunLocalRanks(argv, launch);
+        double sgemm = std::max(before, SgemmGflops(config, tokens));
+        if (!ran.ok()) {
+          unlink(path);
+          return ran;
+        }
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(text.str());
+        } catch (const nlohmann::json::exception& e) {
+          unlink(path);
+          return absl::InternalError(
+              absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
+        }
+        const double s = j["step_seconds"].get<double>();
+        if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's GEMM
+        const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
+                              j["optimizer_bytes"].get<int64_t>();
+        const double peak_mb = j["peak_activation_bytes"].get<int64_t>() / 1e6;
+        const double tokens_per_s = tokens / s;
+        const std::string w = absl::StrCat(sweep ? absl::StrCat("s", len, "_", mode_name, "_") : "",
+                                           "w", world);
+        const bool gpu = j.contains("gemm_gflops");
+        const bool is_first = mode == o.checkpointing[0];
+        if (is_first) first[world] = {tokens_per_s, peak_mb};
+        const std::string first_name(EnumName(kActivationCheckpointingNames, o.checkpointing[0]));
+        if (is_first) {
+          report.results.push_back({w + "_tokens_per_s", tokens_per_s, "tok/s",
+                                    gpu ? "at_gemm_speed" : "at_sgemm_speed",
+                                    sgemm * 1e9 / (step_flops / tokens)});
+        } else {
+          report.results.push_back({w + "_tokens_per_s", tokens_per_s, "tok/s",
+                                    first_name + "_tokens_per_s", first[world].first});
+        }
+        report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
+                                  gpu ? "cublaslt_gemm" : "sgemm", sgemm});
+        report.results.push_back({w + "_peak_activation_mb_per_rank", peak_mb, "MB",
+                                  is_first ? "" : first_name + "_peak_activation_mb",
+                                  is_first ? 0.0 : first[world].second});
+        report.results.push_back(
+            {w + "_state_mb_per_rank", state / 1e6, "MB", "unsharded_state_mb", full_state / 1e6});
+        report.results.push_back({w + "_unit_buffers_mb_per_rank",
+                                  j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
+      }
     }
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::exception& e) {
-      unlink(path);
-      return absl::InternalError(absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
-    }
-    const double s = j["step_seconds"].get<double>();
-    if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's GEMM
-    const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
-                          j["optimizer_bytes"].get<int64_t>();
-    const std::string w = absl::StrCat("w", world);
-    const bool gpu = j.contains("gemm_gflops");
-    report.results.push_back({w + "_tokens_per_s", o.tokens / s, "tok/s",
-                              gpu ? "at_gemm_speed" : "at_sgemm_speed",
-                              sgemm * 1e9 / (step_flops / o.tokens)});
-    report.results.push_back(
-        {w + "_gflops", step_flops / s / 1e9, "GFLOP/s", gpu ? "cublaslt_gemm" : "sgemm", sgemm});
-    report.results.push_back(
-        {w + "_state_mb_per_rank", state / 1e6, "MB", "unsharded_state_mb", full_state / 1e6});
-    report.results.push_back({w + "_unit_buffers_mb_per_rank",
-                              j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
   }
   unlink(path);
   return report;

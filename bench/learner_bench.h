@@ -3,7 +3,10 @@
 // ranks as separate processes over Gloo, or over NCCL on GPUs), beside the GEMM measured in the
 // same run on the model's MLP shape (OpenBLAS SGEMM on the CPU; on a GPU cuBLASLt in the
 // compute dtype, measured by rank 0 on its GPU); plus each rank's memory for parameters,
-// gradients, optimizer state, unit buffers and (mixed precision) the bf16 compute copies.
+// gradients, optimizer state, unit buffers and (mixed precision) the bf16 compute copies, and
+// its peak pass workspace (activations and scratch). With several rollout lengths or
+// activation checkpointing modes, every (length, mode, world size) is measured, each mode
+// beside the first mode's figures of the same length and world size.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +17,18 @@
 #include "bench/report.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "model/activation_checkpointing.h"
 #include "model/config.h"
 
 namespace prl::bench {
 
 struct LearnerBenchOptions {
-  int64_t tokens = 2048;  // input tokens per step, all ranks together
-  int64_t seq_len = 512;  // each rollout: 32 prompt tokens + the rest completion
+  int64_t tokens = 2048;  // input tokens per step, all ranks together (at least one rollout)
+  // Rollout lengths, each measured: 32 prompt tokens + the rest completion.
+  std::vector<int64_t> seq_lens = {512};
+  // learner.activation_checkpointing modes, each measured for every length (the first, none
+  // where listed, is the others' baseline), with each pass's peak workspace per rank.
+  std::vector<ActivationCheckpointing> checkpointing = {ActivationCheckpointing::kNone};
   int iterations = 3;     // timed steps per world size (median reported), after one warm-up
   std::vector<int> world_sizes = {1, 2};
   // Where the ranks run (the CPU over Gloo, or rank r on GPU r over NCCL: roles/learner_rank.h)

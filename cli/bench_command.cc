@@ -50,6 +50,7 @@ absl::Status RunModelBench(ModelBenchFlags f) {
 
 struct LearnerBenchFlags {
   std::string config = "40m", device = "cpu", dtype = "fp32";
+  std::vector<std::string> checkpointing = {"none"};
   bench::LearnerBenchOptions options;
   bool json = false;
   std::vector<std::string> argv;
@@ -61,6 +62,11 @@ absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
   PRL_ASSIGN_OR_RETURN(options.device, ParseEnum(kDeviceTypeNames, f.device, "--device"));
   PRL_ASSIGN_OR_RETURN(const Device device, ResolveDevice(f.device));
   PRL_ASSIGN_OR_RETURN(options.dtype, ResolveComputeDType(f.dtype, device));
+  options.checkpointing.clear();
+  for (const std::string& name : f.checkpointing) {
+    PRL_ASSIGN_OR_RETURN(options.checkpointing.emplace_back(),
+                         ParseEnum(kActivationCheckpointingNames, name, "--checkpointing"));
+  }
   const absl::Status rank = bench::RunLearnerBenchRank(config, options);
   if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
   PRL_ASSIGN_OR_RETURN(const bench::Report report, bench::RunLearnerBench(config, options, f.argv));
@@ -220,7 +226,16 @@ void RegisterLearnerBench(CLI::App* bench, CommandRegistry& registry, int argc, 
       ->capture_default_str();
   learner->add_option("--tokens", l->options.tokens, "Input tokens per step (all ranks)")
       ->capture_default_str();
-  learner->add_option("--seq-len", l->options.seq_len, "Rollout length (32 prompt tokens)")
+  learner
+      ->add_option("--seq-len", l->options.seq_lens,
+                   "Rollout lengths, each measured (32 prompt tokens; a step holds at least one)")
+      ->delimiter(',')
+      ->capture_default_str();
+  learner
+      ->add_option("--checkpointing", l->checkpointing,
+                   "learner.activation_checkpointing modes, each measured (none, selective, full; "
+                   "the first is the others' baseline)")
+      ->delimiter(',')
       ->capture_default_str();
   learner->add_option("--iters", l->options.iterations, "Timed steps (median reported)")
       ->capture_default_str();

@@ -57,6 +57,7 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
     j["effective_sample_size"] = l.effective_sample_size();
     j["kl_behaviour_learner"] = l.kl();
     j["entropy"] = l.entropy();
+    j["policy_entropy"] = r.stats.policy_entropy;
     j["dropped_groups"] = dropped_groups;  // --drop-uniform-groups: groups of uniform reward
     j["reference_kl"] = r.stats.reference_kl;
     j["lag_mean"] = r.stats.lag_mean;
@@ -66,6 +67,7 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
     j["seconds"] = r.stats.seconds;
     j["tokens_per_second"] = tokens_per_s;
     j["world_size"] = world_size;
+    j["peak_activation_bytes"] = r.stats.peak_activation_bytes;
     j["rank0_memory_bytes"] = {{"params", memory.param_shard_bytes},
                                {"grads", memory.grad_shard_bytes},
                                {"optimizer", optimizer_bytes},
@@ -74,19 +76,19 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
   }
   return absl::StrFormat(
       "step: loss %.6g, %.0f trained tokens in %.0f sequences, grad norm %.4g (clip x%.3g)\n"
-      "  ratio mean %.4f max %.4f, clipped %.2f%%, ESS %.4f, KL(mu||pi) %.3g, entropy %.4f; "
-      "%lld groups dropped\n"
+      "  ratio mean %.4f max %.4f, clipped %.2f%%, ESS %.4f, KL(mu||pi) %.3g, entropy %.4f, "
+      "policy entropy %.4f; %lld groups dropped\n"
       "  lag mean %.2f max %.0f; %lld input tokens, %lld micro-batches per rank, %.2f s "
       "(%.0f tok/s)\n"
       "  rank 0 memory: params %.1f MB, grads %.1f MB, optimizer %.1f MB, unit buffers %.1f MB "
-      "(full model %.1f MB, world size %d)",
+      "(full model %.1f MB, world size %d); peak pass workspace %.1f MB",
       l.loss, l.tokens, l.sequences, r.optimizer.grad_norm, r.optimizer.clip_scale, l.mean_ratio(),
       l.ratio_max, 100 * l.clipped_fraction(), l.effective_sample_size(), l.kl(), l.entropy(),
-      static_cast<long long>(dropped_groups), r.stats.lag_mean, r.stats.lag_max,
+      r.stats.policy_entropy, static_cast<long long>(dropped_groups), r.stats.lag_mean, r.stats.lag_max,
       static_cast<long long>(r.stats.input_tokens), static_cast<long long>(r.stats.micro_batches),
       r.stats.seconds, tokens_per_s, memory.param_shard_bytes / 1e6, memory.grad_shard_bytes / 1e6,
       optimizer_bytes / 1e6, memory.unit_buffer_bytes / 1e6, memory.full_model_bytes / 1e6,
-      world_size);
+      world_size, r.stats.peak_activation_bytes / 1e6);
 }
 
 // What every rank sets up: the learner rank (roles/learner_rank.h), the full model (read once,
@@ -266,6 +268,8 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
       .Shorthand("--device", "learner.device")
       .Shorthand("--dtype", "learner.dtype")
       .Shorthand("--micro-batch-tokens", "learner.micro_batch_tokens")
+      .Shorthand("--activation-checkpointing", "learner.activation_checkpointing")
+      .Shorthand("--activation-budget-mb", "learner.activation_budget_mb")
       .Shorthand("--router-aux-loss-coef", "learner.router_aux_loss_coef")
       .Shorthand("--loss", "learner.loss")
       .Shorthand("--normalization", "learner.normalization")

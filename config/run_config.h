@@ -27,6 +27,7 @@
 #include "core/dtype.h"
 #include "core/enum_names.h"
 #include "core/service_defaults.h"
+#include "model/activation_checkpointing.h"
 
 namespace prl::config {
 
@@ -284,6 +285,14 @@ struct LearnerSection {
   double clip_low = 0.2, clip_high = 0.2;
   int64_t max_lag = defaults::kMaxLag;
   int64_t micro_batch_tokens = 4096;
+  // Activations a training pass keeps for its backward (model/activation_checkpointing.h):
+  // none, selective (the MLP recomputed) or full (each layer's input only); docs/learner.md
+  // "Long sequences".
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
+  // The most MiB a rank's training pass may lay out for activations and scratch (0: no
+  // budget): micro-batches are split to fit, and a sequence that cannot fit alone is refused
+  // before it runs (dead-lettered, its prompt failed), naming the settings that would fit it.
+  int64_t activation_budget_mb = 0;
   // recompute: the CPU's fp32 and the batch-invariant modes route as the actor did, so there is
   // nothing to replay; replay is for the modes that cannot promise it.
   learner::MoeRouting moe_routing = learner::MoeRouting::kRecompute;

@@ -223,6 +223,13 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "clip_high", l.clip_high, "PPO ratio clip above 1");
   v("learner", "max_lag", l.max_lag, "Versions a token may lag when trained on");
   v("learner", "micro_batch_tokens", l.micro_batch_tokens, "Input tokens per micro-batch");
+  v("learner", "activation_checkpointing",
+    Enum(l.activation_checkpointing, kActivationCheckpointingNames),
+    "Activations kept for the backward: none, selective (the MLP recomputed) or full (each "
+    "layer's input only)");
+  v("learner", "activation_budget_mb", l.activation_budget_mb,
+    "MiB of activations a rank's pass may lay out (0: no budget): micro-batches split to fit, a "
+    "sequence that cannot fit refused");
   v("learner", "moe_routing", Enum(l.moe_routing, learner::kMoeRoutingNames),
     "Qwen3-MoE: recompute the experts of completion tokens, or replay the actor's");
   v("learner", "router_aux_loss_coef", l.router_aux_loss_coef,

@@ -322,6 +322,9 @@ absl::Status ValidateLearner(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(Range(l.max_lag >= 0, "learner.max_lag", ">= 0", l.max_lag));
   PRL_RETURN_IF_ERROR(Range(l.micro_batch_tokens >= 16, "learner.micro_batch_tokens", ">= 16",
                             l.micro_batch_tokens));
+  PRL_RETURN_IF_ERROR(Range(l.activation_budget_mb >= 0 && l.activation_budget_mb <= (int64_t{1} << 30),
+                            "learner.activation_budget_mb", "0 to 1073741824 (MiB; 0: no budget)",
+                            l.activation_budget_mb));
   PRL_RETURN_IF_ERROR(
       Range(l.checkpoint_every >= 1, "learner.checkpoint_every", ">= 1", l.checkpoint_every));
   PRL_RETURN_IF_ERROR(

@@ -132,6 +132,9 @@ class FsdpModel : public UnitHooks {
   // Transformer::entropies of the last Forward.
   absl::Span<const float> entropies() const { return transformer_.entropies(); }
   double load_balancing_loss() const { return transformer_.load_balancing_loss(); }
+  // Transformer::last_pass_bytes: the last pass's workspace (activations and scratch).
+  int64_t last_pass_bytes() const { return static_cast<int64_t>(transformer_.last_pass_bytes()); }
+  const TransformerOptions& transformer_options() const { return options_.transformer; }
   absl::Status ZeroGrad();
   // Call after changing param_shard() (an optimizer step): drops gathered copies.
   absl::Status ParametersChanged();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "learner/activation_budget.h"
 #include "learner/step_samples.h"
 #include "weight_broadcast/versioning.h"
 
@@ -71,7 +72,15 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
   intake.admission.dead_letter_path = options.dead_letter_path;
   intake.admission.reopen = options.reopen_stale;
   intake.admission.reopen_retry = options.reopen_retry;
-  intake_.emplace(LimitsOfModel(model->config()), replay, std::move(intake));
+  ModelLimits limits = LimitsOfModel(model->config());
+  if (const int64_t budget = options.step.activation_budget_bytes; budget > 0) {
+    const LoraConfig* lora = model->lora_config();
+    const PassPlanner planner{model->config(), model->device(), model->transformer_options(),
+                              lora != nullptr ? lora->rank : 0};
+    limits.max_trained_tokens = std::max<int64_t>(planner.MaxSequenceTokens(budget), 1);
+    limits.max_trained_tokens_why = planner.DescribeLimits(budget);
+  }
+  intake_.emplace(limits, replay, std::move(intake));
 }
 
 absl::Status LearnerService::Publish() {

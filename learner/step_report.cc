@@ -56,6 +56,7 @@ void VisitFields(StepReport& r, Visitor& v) {
   v("policy_entropy", r.policy_entropy, /*optional=*/true);
   v("dropped_uniform_total", r.dropped_uniform_total, /*optional=*/true);
   v("reference_kl", r.reference_kl, /*optional=*/true);
+  v("peak_activation_bytes", r.peak_activation_bytes, /*optional=*/true);
 }
 
 struct Writer {
@@ -153,6 +154,7 @@ void SetStepResult(const StepResult& result, double lr, StepReport* r) {
           ? static_cast<double>(s.lagged_route_mismatches) / s.lagged_routed_tokens
           : 0.0;
   r->router_aux_loss = s.router_aux_loss;
+  r->peak_activation_bytes = s.peak_activation_bytes;
   r->step_seconds = result.stats.seconds;
 }
 

@@ -66,6 +66,9 @@ struct StepReport {
   // The longest completion trained on (tokens): what a sync-mode step waited for. Optional in
   // ParseStepReport (0 when absent, as in reports written before it existed).
   int64_t completion_tokens_max = 0;
+  // The largest pass workspace (activations, logits chunk, backward scratch) of the step on any
+  // rank, bytes (StepStats::peak_activation_bytes). Optional (0 when absent).
+  int64_t peak_activation_bytes = 0;
   double step_seconds = 0, publish_seconds = 0;
   // Groups not trained, in this step (since the previous report): too stale to train on
   // (dropped or re-queued); of prompts this learner's lineage had already trained on,

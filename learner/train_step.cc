@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "learner/activation_budget.h"
 
 namespace prl::learner {
 
@@ -16,6 +17,11 @@ absl::Status ValidateStepConfig(const StepConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "router_aux_loss_coef: expected a finite number >= 0 (0: off), found ",
         config.router_aux_loss_coef));
+  }
+  if (config.activation_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "activation_budget_bytes: expected >= 0 (0: no budget), found ",
+        config.activation_budget_bytes));
   }
   if (config.micro_batch_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -29,7 +35,8 @@ absl::Status ValidateStepConfig(const StepConfig& config) {
 }
 
 std::vector<std::vector<int>> PlanMicroBatches(absl::Span<const TrainSample> samples, int rank,
-                                               int world_size, int64_t micro_batch_tokens) {
+                                               int world_size, int64_t micro_batch_tokens,
+                                               const PassFits& fits) {
   // Each sample goes to the rank with the fewest tokens so far (lowest rank on ties): the
   // same plan on every rank.
   std::vector<int64_t> load(world_size, 0);
@@ -43,7 +50,8 @@ std::vector<std::vector<int>> PlanMicroBatches(absl::Span<const TrainSample> sam
   int64_t tokens = 0;
   for (int i : mine) {
     const int64_t n = samples[i].input_tokens();
-    if (batches.empty() || tokens + n > micro_batch_tokens) {
+    if (batches.empty() || tokens + n > micro_batch_tokens ||
+        (fits && !fits(tokens + n, static_cast<int64_t>(batches.back().size()) + 1))) {
       batches.emplace_back();
       tokens = 0;
     }
@@ -174,6 +182,7 @@ struct RankSums {
   double lag_sum = 0, lag_count = 0, lag_max = 0;  // learner version - token version
   double router_aux_loss = 0;  // token-weighted over the step's micro-batches
   double entropy_sum = 0, entropy_tokens = 0;  // the policy's entropy at trained tokens
+  double peak_activation_bytes = 0;            // the largest pass's workspace
 
   void AddLags(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
                int64_t learner_version) {
@@ -261,7 +270,7 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
               {r.input_tokens, r.lag_sum, r.lag_count, r.routed_tokens, r.route_mismatches,
                r.lagged_routed_tokens, r.lagged_route_mismatches, r.router_aux_loss,
                r.entropy_sum, r.entropy_tokens});
-  double maxima[] = {loss.back(), r.lag_max};
+  double maxima[] = {loss.back(), r.lag_max, r.peak_activation_bytes};
   PRL_RETURN_IF_ERROR(model.RunCollective([&](collective::Communicator& c) {
     PRL_RETURN_IF_ERROR(c.AllReduceHost(absl::MakeSpan(sums), collective::ReduceOp::kSum));
     return c.AllReduceHost(maxima, collective::ReduceOp::kMax);
@@ -273,6 +282,7 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   stats->input_tokens = static_cast<int64_t>(extra[0]);
   stats->lag_mean = extra[2] > 0 ? extra[1] / extra[2] : 0;
   stats->lag_max = maxima[1];
+  stats->peak_activation_bytes = static_cast<int64_t>(maxima[2]);
   stats->routed_tokens = static_cast<int64_t>(extra[3]);
   stats->route_mismatches = static_cast<int64_t>(extra[4]);
   stats->lagged_routed_tokens = static_cast<int64_t>(extra[5]);
@@ -280,6 +290,29 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   stats->router_aux_loss = extra[7];
   stats->policy_entropy = extra[9] > 0 ? extra[8] / extra[9] : 0.0;
   stats->reference_kl = stats->loss.reference_kl();
+  return absl::OkStatus();
+}
+
+PassPlanner PlannerOf(const FsdpModel& model) {
+  const LoraConfig* lora = model.lora_config();
+  return PassPlanner{model.config(), model.device(), model.transformer_options(),
+                     lora != nullptr ? lora->rank : 0};
+}
+
+// Every sample fits the budget alone (the same answer on every rank, before any pass): the
+// learner's admission refuses longer sequences, so this fails only for samples that bypass it.
+absl::Status CheckBudget(const FsdpModel& model, absl::Span<const TrainSample> samples,
+                         int64_t budget_bytes) {
+  const PassPlanner planner = PlannerOf(model);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const int64_t tokens = samples[i].input_tokens();
+    if (planner.PassBytes(tokens, 1) <= budget_bytes) continue;
+    const int64_t length = tokens + 1;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sample ", i, ": a sequence of ", length, " tokens needs learner.activation_budget_mb >= ",
+        planner.BudgetMbFor(length), " (", planner.DescribeLimits(budget_bytes),
+        "); no pass of the step ran"));
+  }
   return absl::OkStatus();
 }
 
@@ -296,8 +329,15 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   }
   PRL_RETURN_IF_ERROR(CheckRoutes(samples, model.config()));
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<std::vector<int>> plan =
-      PlanMicroBatches(samples, model.rank(), model.world_size(), config.micro_batch_tokens);
+  PassFits fits;
+  if (config.activation_budget_bytes > 0) {
+    PRL_RETURN_IF_ERROR(CheckBudget(model, samples, config.activation_budget_bytes));
+    fits = [&model, budget = config.activation_budget_bytes](int64_t tokens, int64_t seqs) {
+      return PlannerOf(model).PassBytes(tokens, seqs) <= budget;
+    };
+  }
+  const std::vector<std::vector<int>> plan = PlanMicroBatches(
+      samples, model.rank(), model.world_size(), config.micro_batch_tokens, fits);
   PRL_ASSIGN_OR_RETURN(const StepTotals totals, AgreeTotals(model, samples, plan));
   RankSums sums;
   static const std::vector<int> kNone;
@@ -309,6 +349,8 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
     PRL_RETURN_IF_ERROR(
         RunPass(model, Build(samples, indices, model.config(), config.moe_routing, learner_version),
                 config, totals.normalizer, share, &sums));
+    sums.peak_activation_bytes =
+        std::max(sums.peak_activation_bytes, static_cast<double>(model.last_pass_bytes()));
     sums.AddLags(samples, indices, learner_version);
   }
   StepStats stats;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,9 @@ struct StepConfig {
   // micro-batches of all ranks are weighted by their share of the step's input tokens.
   double router_aux_loss_coef = 0.0;
   int64_t micro_batch_tokens = 4096;  // input tokens per micro-batch (a longer sequence alone)
+  // learner/activation_budget.h: the most bytes a rank's pass may lay out (0: no budget). A
+  // micro-batch over it is split; a sequence over it alone fails the step before any pass runs.
+  int64_t activation_budget_bytes = 0;
   float temperature = 1.0f;           // the learner's log-probs use the sampling temperature
   // The frozen reference model of loss.kl (learner/reference_kl.h), sharded like the policy on
   // its own communicator; needed when loss.kl is enabled, else unused. Not owned. Each pass
@@ -67,6 +71,9 @@ struct StepStats {
   // loss.kl enabled: the mean over the trained tokens of the KL estimator of the policy to the
   // reference (LossStats::reference_kl), all ranks; 0 when off.
   double reference_kl = 0;
+  // The largest workspace (activations, logits chunk, backward scratch) a pass of the step laid
+  // out on any rank (Transformer::last_pass_bytes).
+  int64_t peak_activation_bytes = 0;
   double seconds = 0;
 };
 
@@ -75,9 +82,15 @@ struct StepResult {
   OptimizerStepResult optimizer;
 };
 
-// The samples this rank trains on, grouped into micro-batches (indices into samples).
+// Whether a pass over `tokens` input tokens in `seqs` sequences fits the activation budget.
+using PassFits = std::function<bool(int64_t tokens, int64_t seqs)>;
+
+// The samples this rank trains on, grouped into micro-batches (indices into samples) of at most
+// micro_batch_tokens input tokens and, with `fits`, passes that fit (a sample that exceeds
+// either alone is a micro-batch of its own).
 std::vector<std::vector<int>> PlanMicroBatches(absl::Span<const TrainSample> samples, int rank,
-                                               int world_size, int64_t micro_batch_tokens);
+                                               int world_size, int64_t micro_batch_tokens,
+                                               const PassFits& fits = nullptr);
 
 // Collectives: every rank calls them with the same samples. Accumulate adds the step's
 // gradient to the (zeroed by the caller) gradient shard.

@@ -460,6 +460,10 @@ LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
       reference_kl(AddGauge(registry, "prl_learner_reference_kl",
                             "The mean KL estimate of the policy to the reference model at the "
                             "last step's trained tokens (learner.kl_coef > 0), in nats.")),
+      peak_activation_bytes(AddGauge(
+          registry, "prl_learner_peak_activation_bytes",
+          "The largest pass workspace (activations, logits chunk, backward scratch) of the last "
+          "step on any learner rank, in bytes.")),
       grad_norm(AddGauge(registry, "prl_learner_grad_norm",
                          "Global gradient norm of the last step, before clipping.")),
       learning_rate(

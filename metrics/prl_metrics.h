@@ -382,6 +382,9 @@ struct LearnerMetrics {
   // prl_learner_reference_kl: the mean KL estimate of the policy to the reference model at the
   // last step's trained tokens (learner.kl_coef > 0; learner.kl_estimator), in nats.
   prometheus::Gauge& reference_kl;
+  // prl_learner_peak_activation_bytes: the largest pass workspace (activations, logits chunk,
+  // backward scratch) of the last step on any rank (learner.activation_budget_mb bounds it).
+  prometheus::Gauge& peak_activation_bytes;
   // prl_learner_grad_norm: global gradient norm before clipping.
   prometheus::Gauge& grad_norm;
   // prl_learner_learning_rate: learning rate of the last step.

@@ -75,6 +75,12 @@ std::optional<GroupProblem> CheckRecord(const RolloutRecord& r, const std::strin
                                 " tokens (max_position_embeddings)"),
                    absl::StrCat(r.prompt_tokens.size(), " + ", n, " = ", length));
   }
+  if (limits.max_trained_tokens > 0 && length > limits.max_trained_tokens) {
+    return Problem(DeadLetterReason::kContext, at + ".prompt_tokens + .completion_tokens",
+                   absl::StrCat("at most ", limits.max_trained_tokens, " tokens (",
+                                limits.max_trained_tokens_why, ")"),
+                   absl::StrCat(r.prompt_tokens.size(), " + ", n, " = ", length));
+  }
   for (size_t i = 0; i < n; ++i) {
     const float lp = r.behaviour_logprobs[i];
     if (!std::isfinite(lp) || lp > 0.0f) {

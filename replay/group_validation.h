@@ -7,7 +7,8 @@
 // A group passes when it is a complete group (DescribeGroup: ids, sizes, sample indices) and
 // every record has
 //   - prompt and completion token ids in [0, vocab_size);
-//   - prompt + completion tokens <= max_position_embeddings;
+//   - prompt + completion tokens <= max_position_embeddings, and <= the longest sequence the
+//     learner's activation budget fits (the learner's own check);
 //   - one behaviour log-prob and one token version per completion token;
 //   - finite behaviour log-probs <= 0 (log-probabilities);
 //   - token versions in [0, learner_version] (a version above the learner's own is from the
@@ -37,6 +38,11 @@ struct ModelLimits {
   // check_routes false nothing about routes is checked.
   bool check_routes = false;
   int64_t moe_layers = 0, top_k = 0, num_experts = 0;
+  // The learner's activation budget (learner/activation_budget.h): the longest sequence
+  // (prompt + completion) its training pass fits, and the settings' account of it for the
+  // refusal; 0: not checked.
+  int64_t max_trained_tokens = 0;
+  std::string max_trained_tokens_why;
 };
 
 // Every limit of a model (model/config.h's ModelConfig; a template, so that replay/ does not

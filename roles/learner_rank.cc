@@ -21,6 +21,7 @@ absl::StatusOr<learner::StepConfig> StepConfigFrom(const config::LearnerSection&
   c.loss.clip_low = l.clip_low;
   c.loss.clip_high = l.clip_high;
   c.micro_batch_tokens = l.micro_batch_tokens;
+  c.activation_budget_bytes = l.activation_budget_mb << 20;
   c.moe_routing = l.moe_routing;
   c.router_aux_loss_coef = l.router_aux_loss_coef;
   c.temperature = temperature;
@@ -183,6 +184,7 @@ learner::FsdpOptions FsdpOptionsFrom(const config::LearnerSection& l,
   fsdp.transformer.compute_dtype = l.dtype;
   fsdp.transformer.cuda_lora = l.cuda_lora;
   fsdp.transformer.keep_logits_bytes = l.keep_logits_mb << 20;
+  fsdp.transformer.activation_checkpointing = l.activation_checkpointing;
   if (l.batch_invariant) {
     fsdp.transformer.reduction_order = kernels::ReductionOrder::kBatchInvariant;
   }

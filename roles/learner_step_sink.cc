@@ -86,6 +86,7 @@ void StepSink::UpdateMetrics(const learner::LearnerStepReport& step) {
   learner_.entropy.Set(r.entropy);
   learner_.policy_entropy.Set(r.policy_entropy);
   learner_.reference_kl.Set(r.reference_kl);
+  learner_.peak_activation_bytes.Set(static_cast<double>(r.peak_activation_bytes));
   learner_.grad_norm.Set(r.grad_norm);
   learner_.learning_rate.Set(r.lr);
   weights_.publish_seconds.Observe(r.publish_seconds);

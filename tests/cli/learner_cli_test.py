@@ -6,6 +6,7 @@ error instead of hanging, input errors name the line and field, the bench JSON f
 usage: learner_cli_test.py PATH_TO_PRL [unittest args]
 """
 import json
+import math
 import os
 import random
 import signal
@@ -221,8 +222,13 @@ class LearnerCliTest(unittest.TestCase):
         report = json.loads(proc.stdout)
         for key in ["loss", "mean_ratio", "max_ratio", "clipped_fraction",
                     "effective_sample_size", "kl_behaviour_learner", "entropy", "lag_mean",
-                    "lag_max", "trained_tokens", "grad_norm", "rank0_memory_bytes"]:
+                    "lag_max", "trained_tokens", "grad_norm", "rank0_memory_bytes",
+                    "policy_entropy", "peak_activation_bytes"]:
             self.assertIn(key, report)
+        # The policy's entropy over a 40-token vocabulary: above 0, at most log 40.
+        self.assertGreater(report["policy_entropy"], 0.0)
+        self.assertLessEqual(report["policy_entropy"], math.log(40) + 1e-6)
+        self.assertGreater(report["peak_activation_bytes"], 0)
         self.assertEqual(report["sequences"], 24)
         self.assertEqual(report["dropped_groups"], 0)
         self.assertTrue(os.path.exists(self.path("stepped/model.safetensors")))
@@ -275,16 +281,88 @@ class LearnerCliTest(unittest.TestCase):
         report = json.loads(proc.stdout)
         self.assertEqual(report["bench"], "learner")
         names = [r["name"] for r in report["results"]]
-        self.assertEqual(names, ["w1_tokens_per_s", "w1_gflops", "w1_state_mb_per_rank",
-                                 "w1_unit_buffers_mb_per_rank", "w2_tokens_per_s",
-                                 "w2_gflops", "w2_state_mb_per_rank",
-                                 "w2_unit_buffers_mb_per_rank"])
+        self.assertEqual(names, ["w1_tokens_per_s", "w1_gflops", "w1_peak_activation_mb_per_rank",
+                                 "w1_state_mb_per_rank", "w1_unit_buffers_mb_per_rank",
+                                 "w2_tokens_per_s", "w2_gflops", "w2_peak_activation_mb_per_rank",
+                                 "w2_state_mb_per_rank", "w2_unit_buffers_mb_per_rank"])
         by_name = {r["name"]: r for r in report["results"]}
         # Sharded state halves (up to padding) at world size 2.
         self.assertAlmostEqual(by_name["w2_state_mb_per_rank"]["value"],
                                by_name["w1_state_mb_per_rank"]["value"] / 2, delta=0.01)
         self.assertEqual(by_name["w1_unit_buffers_mb_per_rank"]["value"], 0)
 
+    def test_bench_learner_measures_each_length_and_checkpointing_mode_beside_the_first(self):
+        proc = run("bench", "learner", "--config", "tiny", "--tokens", 64, "--seq-len", "96,192",
+                   "--checkpointing", "none,full", "--iters", 1, "--world-sizes", 1, "--json",
+                   check=True)
+        by_name = {r["name"]: r for r in json.loads(proc.stdout)["results"]}
+        for length in (96, 192):
+            none = by_name["s%d_none_w1_peak_activation_mb_per_rank" % length]
+            full = by_name["s%d_full_w1_peak_activation_mb_per_rank" % length]
+            self.assertEqual(full["baseline_name"], "none_peak_activation_mb")
+            self.assertEqual(full["baseline_value"], none["value"])
+            self.assertLess(full["value"], none["value"])
+            speed = by_name["s%d_full_w1_tokens_per_s" % length]
+            self.assertEqual(speed["baseline_value"],
+                             by_name["s%d_none_w1_tokens_per_s" % length]["value"])
+        self.assertLess(by_name["s96_none_w1_peak_activation_mb_per_rank"]["value"],
+                        by_name["s192_none_w1_peak_activation_mb_per_rank"]["value"])
+        self.assert_error(run("bench", "learner", "--config", "tiny", "--checkpointing", "most"),
+                          "--checkpointing", "selective")
+
+    def test_checkpointed_steps_give_the_gradients_of_keeping_every_activation(self):
+        # learner.activation_checkpointing under FSDP at world sizes 1 to 3: the step's gradient
+        # (--dump-grads) is none's bit for bit, and the pass lays out less.
+        for world in (1, 2, 3):
+            dumps, peaks = {}, {}
+            for mode in ("none", "selective", "full"):
+                dump = self.path("grads_%s_w%d.safetensors" % (mode, world))
+                proc = run("learner", "step", "--model", self.model, "--rollouts",
+                           self.rollouts, "--out", self.path("ckpt_%s_w%d" % (mode, world)),
+                           "--world-size", world, "--activation-checkpointing", mode,
+                           "--dump-grads", dump, "--json", check=True)
+                peaks[mode] = json.loads(proc.stdout)["peak_activation_bytes"]
+                with open(dump, "rb") as f:
+                    dumps[mode] = f.read()
+            self.assertEqual(dumps["selective"], dumps["none"], "world size %d" % world)
+            self.assertEqual(dumps["full"], dumps["none"], "world size %d" % world)
+            self.assertLess(peaks["full"], peaks["selective"])
+            self.assertLess(peaks["selective"], peaks["none"])
+
+    def test_an_activation_budget_splits_micro_batches_and_refuses_what_cannot_fit(self):
+        # 8 rollouts of 60 tokens: one micro-batch of ~2.5 MB of workspace without a budget.
+        rng = random.Random(8)
+        lines = []
+        for g in range(2):
+            for _ in range(4):
+                completion = [rng.randrange(40) for _ in range(50)]
+                lines.append({"prompt": [rng.randrange(40) for _ in range(10)],
+                              "completion": completion,
+                              "behaviour_logprobs": [-rng.uniform(2.5, 4.5) for _ in completion],
+                              "reward": float(rng.randrange(2)), "group": "g%d" % g})
+        rollouts = self.write("budget_rollouts.jsonl", lines)
+        base = ["learner", "step", "--model", self.model, "--rollouts", rollouts, "--json"]
+        whole = json.loads(run(*base, "--out", self.path("budget_none"), check=True).stdout)
+        self.assertEqual(whole["micro_batches_per_rank"], 1)
+        self.assertGreater(whole["peak_activation_bytes"], 1 << 20)
+        # A budget of 1 MiB: the micro-batch is split into passes that fit; the step is the same.
+        split = json.loads(run(*base, "--out", self.path("budget_split"),
+                               "--activation-budget-mb", 1, check=True).stdout)
+        self.assertGreater(split["micro_batches_per_rank"], 1)
+        self.assertLessEqual(split["peak_activation_bytes"], 1 << 20)
+        self.assertAlmostEqual(split["loss"], whole["loss"], places=5)
+        self.assertAlmostEqual(split["grad_norm"], whole["grad_norm"], places=5)
+        # A wider model whose one sequence needs more than 1 MiB: refused before any pass, naming
+        # the settings and what full checkpointing would fit.
+        wide = self.path("wide_model")
+        run("model", "init", "--arch", "qwen2", "--hidden-size", 256, "--layers", 2, "--heads", 4,
+            "--kv-heads", 2, "--intermediate-size", 1024, "--vocab-size", 40,
+            "--max-position-embeddings", 64, "--seed", 3, "--out", wide, check=True)
+        proc = run("learner", "step", "--model", wide, "--rollouts", rollouts, "--json",
+                   "--out", self.path("budget_never"), "--activation-budget-mb", 1)
+        self.assert_error(proc, "a sequence of 60 tokens needs learner.activation_budget_mb >= ",
+                          "learner.activation_checkpointing = none", "full fits ")
+        self.assertFalse(os.path.exists(self.path("budget_never")))
 
 if __name__ == "__main__":
     PRL = os.path.abspath(sys.argv.pop(1))

@@ -20,7 +20,7 @@
 namespace prl::testing {
 namespace {
 
-constexpr ModelLimits kModel{/*vocab_size=*/100, /*max_position_embeddings=*/64};
+const ModelLimits kModel{/*vocab_size=*/100, /*max_position_embeddings=*/64};
 
 // prl_replay_groups_dead_lettered_total exports every reason from 0 (metrics/prl_metrics.h):
 // its list is this file's reasons, in order.
@@ -57,6 +57,21 @@ struct Case {
   DeadLetterReason reason;
   std::string field, found;
 };
+
+// The learner's own limit (learner/activation_budget.h): a sequence its activation budget cannot
+// hold is refused like one longer than the context, with the settings' account in `expected`.
+TEST(GroupValidationTest, ASequenceOverTheLearnersBudgetIsRefusedWithItsAccount) {
+  ModelLimits limits = kModel;
+  limits.max_trained_tokens = 6;  // the records hold 3 + 4
+  limits.max_trained_tokens_why = "learner.activation_budget_mb = 1 with ...";
+  std::vector<RolloutRecord> group = Good();
+  const std::optional<GroupProblem> p = ValidateGroup(group, limits, 10);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->reason, DeadLetterReason::kContext);
+  EXPECT_EQ(p->expected, "at most 6 tokens (learner.activation_budget_mb = 1 with ...)");
+  limits.max_trained_tokens = 7;
+  EXPECT_FALSE(ValidateGroup(group, limits, 10).has_value());
+}
 
 TEST(GroupValidationTest, EachReasonNamesTheFieldExpectedAndFound) {
   const std::vector<Case> cases = {
