@@ -28,9 +28,21 @@ struct ProcessSecurity {
   std::shared_ptr<internal::TokenFile> token;  // the token this process sends (null: none)
 };
 
-ProcessSecurity& Current() {
-  static ProcessSecurity* security = new ProcessSecurity();
-  return *security;
+// The process's settings: an immutable snapshot, replaced whole by ConfigureSecurity. Several
+// roles may share a process (tests, `prl run`'s in-process roles), each configuring it while the
+// others' threads make channels: a reader keeps the snapshot it took for as long as it reads it.
+std::mutex& CurrentMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+std::shared_ptr<const ProcessSecurity>& CurrentSlot() {
+  static auto* slot =
+      new std::shared_ptr<const ProcessSecurity>(std::make_shared<const ProcessSecurity>());
+  return *slot;
+}
+std::shared_ptr<const ProcessSecurity> Current() {
+  std::lock_guard<std::mutex> lock(CurrentMutex());
+  return CurrentSlot();
 }
 
 absl::Status Readable(const std::string& path, absl::string_view key) {
@@ -161,10 +173,10 @@ const AccessPolicy& DefaultAccessPolicy() {
 
 absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<Role> self) {
   PRL_RETURN_IF_ERROR(Validate(settings));
-  ProcessSecurity& p = Current();
+  auto next = std::make_shared<ProcessSecurity>();
+  ProcessSecurity& p = *next;
   p.settings = settings;
   p.self = self;
-  p.token = nullptr;
   for (const auto& [address, file] : settings.service_token_files) {
     internal::TokenFile token(file);
     absl::StatusOr<std::string> text = token.Read();
@@ -180,6 +192,8 @@ absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<R
     const std::string& file = *files[static_cast<int>(*self)];
     if (!file.empty()) p.token = std::make_shared<internal::TokenFile>(file);
   }
+  std::lock_guard<std::mutex> lock(CurrentMutex());
+  CurrentSlot() = std::move(next);
   return absl::OkStatus();
 }
 
@@ -203,7 +217,8 @@ absl::StatusOr<std::string> TenantOf(const grpc::ServerContextBase& context) {
 }
 
 std::string DescribeSecurity() {
-  const ProcessSecurity& p = Current();
+  const std::shared_ptr<const ProcessSecurity> current = Current();
+  const ProcessSecurity& p = *current;
   const SecuritySettings& s = p.settings;
   std::string out = !s.tls() ? "plaintext" : s.require_client_cert ? "mutual TLS" : "TLS";
   if (!s.tls() && !s.tls_ca_file.empty()) out = "plaintext listeners, TLS to servers";
@@ -229,7 +244,8 @@ std::string DescribeSecurity() {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const std::string& address, const AccessPolicy& policy) {
-  const SecuritySettings& s = Current().settings;
+  const std::shared_ptr<const ProcessSecurity> current = Current();
+  const SecuritySettings& s = current->settings;
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (s.tls()) {
     credentials = TlsServer(s);
@@ -263,13 +279,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 }
 
 bool TokenMayTravelTo(const std::string& target) {
-  const ProcessSecurity& p = Current();
+  const std::shared_ptr<const ProcessSecurity> current = Current();
+  const ProcessSecurity& p = *current;
   return p.token == nullptr || !p.settings.tls_ca_file.empty() || IsLoopbackEndpoint(target);
 }
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
                                           const grpc::ChannelArguments& args) {
-  const ProcessSecurity& p = Current();
+  const std::shared_ptr<const ProcessSecurity> current = Current();
+  const ProcessSecurity& p = *current;
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
       p.settings.tls_ca_file.empty() ? grpc::InsecureChannelCredentials() : TlsChannel(p.settings);
   if (!TokenMayTravelTo(target)) {
@@ -290,7 +308,8 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& target,
 
 std::shared_ptr<grpc::Channel> NewServiceChannel(const std::string& target,
                                                  const grpc::ChannelArguments& args) {
-  const ProcessSecurity& p = Current();
+  const std::shared_ptr<const ProcessSecurity> current = Current();
+  const ProcessSecurity& p = *current;
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
       p.settings.tls_ca_file.empty() ? grpc::InsecureChannelCredentials() : TlsChannel(p.settings);
   auto file = p.settings.service_token_files.find(target);

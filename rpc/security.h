@@ -30,8 +30,9 @@
 // a service checks as the `service` role (prl env serve, prl reward serve:
 // security.service_token_file).
 //
-// Thread-safety: ConfigureSecurity once, before any server or channel; the rest from any
-// thread.
+// Thread-safety: every function from any thread. A process configures its settings at start;
+// where several roles share a process (tests), each configuring them, ConfigureSecurity replaces
+// them whole: a channel or server made meanwhile takes the old or the new ones, never a mix.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -93,8 +94,9 @@ using AccessPolicy = std::map<std::string, std::set<Role>>;
 const AccessPolicy& DefaultAccessPolicy();
 
 // Validates the settings (files readable, token files non-empty and distinct, a key with a
-// certificate) and makes them this process's. `self`: the role this process calls others as
-// (its token goes out with every call); nullopt for a process that only serves.
+// certificate) and makes them this process's (on an error the settings stay as they were).
+// `self`: the role this process calls others as (its token goes out with every call); nullopt
+// for a process that only serves.
 absl::Status ConfigureSecurity(const SecuritySettings& settings, std::optional<Role> self);
 
 // The credentials of a listener on `address` under this process's settings, admitting callers

@@ -89,6 +89,8 @@ TEST_F(AgentEpisodesTest, CallsThatExtendTheTrajectoryMakeOneRecordWithTheCacheK
   });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address))).ok());
   ASSERT_TRUE(loop_.RunToEnd());
+  // Read under the agent's lock: the reply that ordered its writes came over a socket.
+  const std::lock_guard<std::mutex> agent_wrote(mu);
   ASSERT_TRUE(loop_.failed().empty()) << loop_.failed()[0].why;
   ASSERT_EQ(loop_.finished().size(), 1u);
   const FinishedGroup& g = loop_.finished()[0];
@@ -400,6 +402,8 @@ TEST_F(AgentEpisodesTest, AStreamedCallSendsTheAnswerAsItGrows) {
   });
   ASSERT_TRUE(loop_.episodes().Add(AgentGroup("g", AgentAt(served.address), 1)).ok());
   ASSERT_TRUE(loop_.RunToEnd());
+  // Read under the agent's lock: the reply that ordered its writes came over a socket.
+  const std::lock_guard<std::mutex> agent_wrote(mu);
   ASSERT_TRUE(loop_.failed().empty()) << loop_.failed()[0].why;
   std::string text, final_text;
   for (absl::string_view line : absl::StrSplit(stream, '\n')) {
@@ -460,6 +464,8 @@ TEST(AgentEpisodesChatTest, AForcedToolChoicesOpeningIsContextAfterThePromptNotP
   g.submitted.set_text("6*7?");
   ASSERT_TRUE(loop.episodes().Add(std::move(g)).ok());
   ASSERT_TRUE(loop.RunToEnd());
+  // Read under the agent's lock: the reply that ordered its writes came over a socket.
+  const std::lock_guard<std::mutex> agent_wrote(mu);
   ASSERT_TRUE(loop.failed().empty()) << loop.failed()[0].why;
   const EpisodeSegment& s = loop.finished()[0].episodes[0].segments[0];
   const std::vector<int32_t> opening =
