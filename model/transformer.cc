@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/attention.h"
+#include "kernels/context_attention.h"
 #include "kernels/embedding.h"
 #include "kernels/logprob.h"
 #include "kernels/matmul.h"
@@ -80,6 +82,11 @@ struct Transformer::Workspace {
   // Checkpointing a Qwen3-MoE model: the experts each MoE layer used in Forward (replayed or
   // the router's), (Lm, T, K) layer-major, replayed when Backward recomputes the layer.
   std::vector<int32_t> used_routes;
+  // A context-parallel pass (model/context_parallel.h): its plan and the group; the gathered
+  // keys and values of one layer and the exchanges' buffers (and in Backward their gradients').
+  std::optional<ContextPlan> context;
+  ContextExchange* exchange = nullptr;
+  Tensor kv_full, kv_send, kv_recv, dkv_full, dkv_send, dkv_recv;
   std::vector<float> entropies;  // (T) of the last Forward; 0 where no target
   // The load-balancing loss's sums over the MoE layers of the last Forward(for_backward)
   // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
@@ -89,6 +96,7 @@ struct Transformer::Workspace {
   std::vector<int32_t> host_recomputed;
   std::vector<float> host_probs;
   double lb_loss = 0.0;
+  double lb_tokens = 0.0;  // the tokens the load-balancing loss is over (the group's: context)
 
   // Layer `layer`'s activations in this pass (views: a checkpointed layer's kept ones with the
   // shared work slot's).
@@ -106,6 +114,8 @@ struct Transformer::PassShape {
   bool for_backward = false;
   ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
   int64_t lora_rank = 0;  // 0: no adapters
+  // Context parallelism: the gathered rows, the most rows a rank holds, the group's size.
+  int64_t kv_rows = 0, max_rows = 0, group = 0;
 };
 
 Transformer::Transformer(const ModelConfig& config, Device device, TransformerOptions options)
@@ -140,7 +150,8 @@ Transformer::PassShape Transformer::ShapeOf(int64_t tokens, int64_t seqs, int64_
   s.B = seqs;
   s.R = target_rows;
   s.for_backward = for_backward;
-  s.checkpointing = for_backward ? options_.activation_checkpointing : ActivationCheckpointing::kNone;
+  s.checkpointing =
+      for_backward ? options_.activation_checkpointing : ActivationCheckpointing::kNone;
   s.lora_rank = lora_rank;
   // A training pass that keeps its logits for the backward: one chunk of every trained row when
   // they fit keep_logits_bytes; kept whenever one chunk holds them all.
@@ -187,6 +198,17 @@ void Transformer::LayOut(Arena& a, Workspace& ws, const PassShape& s) const {
   ws.head_logprob = a.Take(DType::kF32, {R});
   ws.head_entropy = a.Take(DType::kF32, {R});
   ws.logits = a.Take(DType::kF32, {s.chunk, c.vocab_size});
+  if (s.group > 0) {
+    const int64_t width = 2 * c.kv_dim();
+    ws.kv_full = a.Take(dt, {s.kv_rows, width});
+    ws.kv_send = a.Take(dt, {s.max_rows, width});
+    ws.kv_recv = a.Take(dt, {s.group * s.max_rows, width});
+    if (s.for_backward) {
+      ws.dkv_full = a.Take(dt, {s.kv_rows, width});
+      ws.dkv_send = a.Take(dt, {s.group * s.max_rows, width});
+      ws.dkv_recv = a.Take(dt, {s.max_rows, width});
+    }
+  }
   if (s.for_backward) {
     ws.dresid = a.Take(dt, {T, C});
     ws.dln = a.Take(dt, {T, C});
@@ -201,7 +223,7 @@ void Transformer::LayOut(Arena& a, Workspace& ws, const PassShape& s) const {
 
 absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& batch,
                                   float temperature, absl::Span<float> logprobs, bool for_backward,
-                                  UnitHooks* hooks) {
+                                  UnitHooks* hooks, const ContextShard* context) {
   PRL_RETURN_IF_ERROR(ValidatePackedBatch(batch, config_));
   if (!(temperature > 0.0f)) {
     return absl::InvalidArgumentError(
@@ -236,16 +258,35 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   ws.R = static_cast<int64_t>(ws.head_rows.size());
 
   const int64_t T = ws.T, R = ws.R;
-  const PassShape shape =
+  PassShape shape =
       ShapeOf(T, ws.B, ws.R, for_backward, params.lora != nullptr ? params.lora->rank : 0);
+  ws.context.reset();
+  ws.exchange = nullptr;
+  if (context != nullptr) {
+    if (!device_.is_cpu() || options_.compute_dtype != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat(
+          "context parallelism runs on the CPU in fp32 for now (its CUDA attention waits for a "
+          "GPU session), found ", device_.ToString(), " ", DTypeName(options_.compute_dtype)));
+    }
+    PRL_ASSIGN_OR_RETURN(ws.context,
+                         ContextPlan::Make(*context, batch, c.max_position_embeddings));
+    ws.exchange = context->exchange;
+    shape.kv_rows = ws.context->kv_rows;
+    shape.max_rows = ws.context->max_rows;
+    shape.group = ws.context->size;
+  }
   ws.checkpointing = shape.checkpointing;
   ws.logits_kept = for_backward && *options_.keep_logits && ws.R > 0 && shape.chunk >= ws.R;
   PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) { LayOut(a, ws, shape); }));
 
   std::vector<int32_t> positions(T);
-  for (int64_t s = 0; s < ws.B; ++s) {
-    for (int32_t t = batch.cu_seqlens[s]; t < batch.cu_seqlens[s + 1]; ++t) {
-      positions[t] = t - batch.cu_seqlens[s];
+  if (ws.context) {
+    positions = ws.context->positions;  // the tokens' positions in their whole sequences
+  } else {
+    for (int64_t s = 0; s < ws.B; ++s) {
+      for (int32_t t = batch.cu_seqlens[s]; t < batch.cu_seqlens[s + 1]; ++t) {
+        positions[t] = t - batch.cu_seqlens[s];
+      }
     }
   }
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.tokens, batch.tokens.data()));
@@ -287,7 +328,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PRL_RETURN_IF_ERROR(release(0));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1));
-    ForwardLayer(params.layers[l], l);
+    PRL_RETURN_IF_ERROR(ForwardLayer(params.layers[l], l));
     PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1));
   }
   PRL_RETURN_IF_ERROR(acquire(head_unit));
@@ -319,8 +360,18 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   }
   PRL_RETURN_IF_ERROR(release(head_unit));
   if (tied) PRL_RETURN_IF_ERROR(release(0));
+  ws.lb_tokens = static_cast<double>(T);
+  if (Lm > 0 && ws.context) {  // the group's counts, sums and tokens
+    std::vector<double> sums(ws.lb_count);
+    sums.insert(sums.end(), ws.lb_prob_sum.begin(), ws.lb_prob_sum.end());
+    sums.push_back(ws.lb_tokens);
+    PRL_RETURN_IF_ERROR(ws.exchange->AllReduceHost(absl::MakeSpan(sums)));
+    std::copy_n(sums.begin(), c.num_experts, ws.lb_count.begin());
+    std::copy_n(sums.begin() + c.num_experts, c.num_experts, ws.lb_prob_sum.begin());
+    ws.lb_tokens = sums.back();
+  }
   if (Lm > 0) {  // aux = E sum_e f_e P_e over the Lm T (layer, token) rows
-    const double rows = static_cast<double>(Lm * T);
+    const double rows = static_cast<double>(Lm) * ws.lb_tokens;
     for (int64_t e = 0; e < c.num_experts; ++e) {
       ws.lb_loss += (ws.lb_count[e] / rows) * (ws.lb_prob_sum[e] / rows);
     }
@@ -355,22 +406,55 @@ LayerContext Transformer::ContextOf(const LayerParams& p, int64_t layer,
   return ctx;
 }
 
-void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
+absl::Status Transformer::Attend(const LayerActivations& a) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+  if (!ws.context) {
+    k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape, options_.reduction_order);
+    return absl::OkStatus();
+  }
+  PRL_RETURN_IF_ERROR(GatherKeysValues(*ws.context, *ws.exchange, a.qkv, c.q_dim(), ws.kv_send,
+                                       ws.kv_recv, ws.kv_full));
+  k::ContextAttentionForward(a.attn, a.attn_lse, a.qkv, ws.kv_full, ws.context->pieces, shape);
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::AttendBackward(const LayerActivations& a, const Tensor& dattn,
+                                         const Tensor& dqkv) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+  if (!ws.context) {
+    k::AttentionBackward(dqkv, dattn, a.qkv, a.attn, a.attn_lse, ws.cu_seqlens, shape);
+    return absl::OkStatus();
+  }
+  // The layer's keys and values gathered again (one all-gather instead of keeping every
+  // layer's), the local queries' share of their gradients summed over the group.
+  PRL_RETURN_IF_ERROR(GatherKeysValues(*ws.context, *ws.exchange, a.qkv, c.q_dim(), ws.kv_send,
+                                       ws.kv_recv, ws.kv_full));
+  PRL_RETURN_IF_ERROR(ZeroTensor(ws.dkv_full));
+  k::ContextAttentionBackward(dqkv, ws.dkv_full, dattn, a.qkv, ws.kv_full, a.attn, a.attn_lse,
+                              ws.context->pieces, shape);
+  return ScatterKeyValueGrads(*ws.context, *ws.exchange, ws.dkv_full, ws.dkv_send, ws.dkv_recv,
+                              dqkv, c.q_dim());
+}
+
+absl::Status Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
   const Tensor next_input =
       layer + 1 < c.num_hidden_layers ? ws.Slot(layer + 1).input : ws.final_input;
-  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
   const int64_t moe_index = MoeIndex(c, layer);
   const int64_t T = ws.T, Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   const LayerContext ctx = ContextOf(
       p, layer, ws.forced_routes.empty() ? nullptr : ws.forced_routes.data() + moe_index * T * K);
   const LayerActivations a = ws.Slot(layer);
-  DecoderLayerForward(ctx, p, a, next_input, [&](const LayerActivations& act) {
-    k::AttentionForward(act.attn, act.attn_lse, act.qkv, ws.cu_seqlens, shape,
-                        options_.reduction_order);
-  });
-  if (!p.is_moe()) return;
+  absl::Status attended;
+  DecoderLayerForward(ctx, p, a, next_input,
+                      [&](const LayerActivations& act) { attended = Attend(act); });
+  PRL_RETURN_IF_ERROR(attended);
+  if (!p.is_moe()) return absl::OkStatus();
   std::vector<int32_t>& recomputed = ws.host_recomputed;
   std::vector<float>& probs = ws.host_probs;
   // Checkpointed: the experts used, for the recomputation (replayed or the router's).
@@ -387,9 +471,10 @@ void Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
     }
     for (int64_t e = 0; e < E; ++e) ws.lb_prob_sum[e] += probs[t * E + e];
   }
+  return absl::OkStatus();
 }
 
-void Transformer::RecomputeLayer(const LayerParams& p, int64_t layer) {
+absl::Status Transformer::RecomputeLayer(const LayerParams& p, int64_t layer) {
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
   const int64_t T = ws.T, K = c.num_experts_per_tok;
@@ -398,11 +483,10 @@ void Transformer::RecomputeLayer(const LayerParams& p, int64_t layer) {
   const LayerContext ctx = ContextOf(p, layer, used);
   const LayerActivations a = ws.Slot(layer);
   if (ws.checkpointing == ActivationCheckpointing::kFull) {
-    const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
-    DecoderAttentionForward(ctx, p, a, [&](const LayerActivations& act) {
-      k::AttentionForward(act.attn, act.attn_lse, act.qkv, ws.cu_seqlens, shape,
-                          options_.reduction_order);
-    });
+    absl::Status attended;
+    DecoderAttentionForward(ctx, p, a,
+                            [&](const LayerActivations& act) { attended = Attend(act); });
+    PRL_RETURN_IF_ERROR(attended);
   } else {  // selective: attention's outputs were kept; the norm before it was not
     k::RmsNormForward(a.ln1, a.ln1_rstd, a.input, p.input_norm,
                       static_cast<float>(c.rms_norm_eps));
@@ -411,6 +495,7 @@ void Transformer::RecomputeLayer(const LayerParams& p, int64_t layer) {
   // projection; a MoE block's combine writes into dln, which BackwardLayer overwrites before
   // it reads it.
   DecoderMlpForward(ctx, p, a, p.is_moe() ? ws.dln : Tensor{});
+  return absl::OkStatus();
 }
 
 double Transformer::load_balancing_loss() const { return ws_->lb_loss; }
@@ -456,7 +541,7 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   ws.lb_dprobs.clear();
   if (load_balancing_weight != 0.0 && c.num_moe_layers() > 0) {
     // d(weight aux) / d p[t, e] = weight E f_e / (Lm T), f_e = count_e / (Lm T).
-    const double rows = static_cast<double>(c.num_moe_layers() * T);
+    const double rows = static_cast<double>(c.num_moe_layers()) * ws.lb_tokens;
     for (int64_t e = 0; e < c.num_experts; ++e) {
       ws.lb_dprobs.push_back(load_balancing_weight * static_cast<double>(c.num_experts) *
                              (ws.lb_count[e] / rows) / rows);
@@ -498,7 +583,9 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
   if (tied) PRL_RETURN_IF_ERROR(release(0, false));
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     PRL_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, true));
-    if (ws.checkpointing != ActivationCheckpointing::kNone) RecomputeLayer(params.layers[l], l);
+    if (ws.checkpointing != ActivationCheckpointing::kNone) {
+      PRL_RETURN_IF_ERROR(RecomputeLayer(params.layers[l], l));
+    }
     PRL_RETURN_IF_ERROR(BackwardLayer(params.layers[l], grad_layers[l], l));
     PRL_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, true));
   }
@@ -512,7 +599,6 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
   Workspace& ws = *ws_;
   const LayerActivations a = ws.Slot(layer);
   const int64_t T = ws.T, I = c.intermediate_size;
-  const k::AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim};
   const Tensor dqkv = ws.wide_a.Rows(0, T * c.qkv_dim()).Reshape({T, c.qkv_dim()});
   const Tensor dattn = ws.wide_b.Rows(0, T * c.q_dim()).Reshape({T, c.q_dim()});
   // The layer's LoRA adapters of `targets` (model/lora_layer.h): from the gradient at their
@@ -552,7 +638,7 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
   // Attention half: mid = input + o_proj(attention(rope([qk_norm](qkv(ln1))))).
   k::MatmulBackward(dattn, g.o_weight, g.o_bias, ws.dresid, a.attn, p.o_weight);
   adapters({LoraTarget::kO}, a.attn, ws.dresid, dattn);
-  k::AttentionBackward(dqkv, dattn, a.qkv, a.attn, a.attn_lse, ws.cu_seqlens, shape);
+  PRL_RETURN_IF_ERROR(AttendBackward(a, dattn, dqkv));
   k::RopeApply(dqkv, c.num_attention_heads + c.num_key_value_heads, c.head_dim, ws.rope_cos,
                ws.rope_sin, /*inverse=*/true);
   if (c.qk_norm) PRL_RETURN_IF_ERROR(QkNormBackward(c, p, g, a, dqkv, ws.wide_b));  // dattn done

@@ -21,6 +21,7 @@
 #include "kernels/reduction_order.h"
 #include "model/activation_checkpointing.h"
 #include "model/config.h"
+#include "model/context_parallel.h"
 #include "model/decoder_layer.h"
 #include "model/packed_batch.h"
 #include "model/parameters.h"
@@ -99,8 +100,13 @@ class Transformer {
   // logprobs (T) receives the log-probability of each position's target (0 where none).
   // The batch is validated here; errors name the offending sequence.
   // With hooks, `params` may change between layers (the hooks rebind it); it is read lazily.
+  // With `context`, a context-parallel pass over this rank's share of a batch
+  // (model/context_parallel.h): `batch` is ShardBatch(full, rank, size) and every rank of the
+  // group runs the pass (and its Backward) in step, the group's collectives inside them. CPU and
+  // F32 only for now.
   absl::Status Forward(const ModelParams& params, const PackedBatch& batch, float temperature,
-                       absl::Span<float> logprobs, bool for_backward, UnitHooks* hooks = nullptr);
+                       absl::Span<float> logprobs, bool for_backward, UnitHooks* hooks = nullptr,
+                       const ContextShard* context = nullptr);
 
   // grads += d(sum_t dlogprobs[t] * logprob[t] + load_balancing_weight * aux) / d(params),
   // aux the last Forward's load_balancing_loss(). Needs the immediately preceding
@@ -145,9 +151,13 @@ class Transformer {
   PassShape ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows, bool for_backward,
                     int64_t lora_rank) const;
   LayerContext ContextOf(const LayerParams& p, int64_t layer, const int32_t* forced_routes) const;
-  void ForwardLayer(const LayerParams& p, int64_t layer);
+  absl::Status ForwardLayer(const LayerParams& p, int64_t layer);
   // Checkpointing: the activations of `layer` Forward did not keep, again, before its backward.
-  void RecomputeLayer(const LayerParams& p, int64_t layer);
+  absl::Status RecomputeLayer(const LayerParams& p, int64_t layer);
+  // The attention step's forward (a.attn, a.attn_lse from a.qkv) and backward (dqkv from
+  // dattn): packed, or context-parallel with the group's collectives.
+  absl::Status Attend(const LayerActivations& a);
+  absl::Status AttendBackward(const LayerActivations& a, const Tensor& dattn, const Tensor& dqkv);
   absl::Status BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer);
 
   ModelConfig config_;

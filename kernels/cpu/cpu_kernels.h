@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/context_attention.h"
 #include "kernels/optimizer.h"
 #include "kernels/sampling.h"
 
@@ -62,6 +63,16 @@ void AttentionForwardInvariant(float* out, float* lse, const float* qkv, const i
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
                        const float* lse, const int32_t* cu_seqlens, int64_t num_seqs, int64_t H,
                        int64_t KV, int64_t D);
+// Context-parallel attention (kernels/context_attention.h): the pieces' queries against their
+// sequences' gathered k|v rows (kv, (kv_rows, 2 KV D)). Backward writes the query columns of
+// dqkv and adds into dkv.
+void ContextAttentionForward(float* out, float* lse, const float* qkv, const float* kv,
+                             const QueryPiece* pieces, int64_t num_pieces, int64_t H, int64_t KV,
+                             int64_t D);
+void ContextAttentionBackward(float* dqkv, float* dkv, const float* dout, const float* qkv,
+                              const float* kv, const float* out, const float* lse,
+                              const QueryPiece* pieces, int64_t num_pieces, int64_t H, int64_t KV,
+                              int64_t D, int64_t kv_rows);
 
 // Paged KV cache (engine). A block holds block_size consecutive positions of one sequence:
 // keys (num_blocks, KV, D, block_size) transposed within the block, values (num_blocks, KV,

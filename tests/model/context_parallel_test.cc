@@ -1,0 +1,252 @@
+// Context parallelism (model/context_parallel.h): C ranks, each holding two chunks of every
+// sequence, compute the log-probs, entropies, load-balancing loss and (summed) gradients of the
+// one rank that holds everything, to fp32 rounding, for every architecture, with activation
+// checkpointing too; and the split itself.
+#include "model/context_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "model/transformer.h"
+#include "tests/model/transformer_testing.h"
+
+namespace prl {
+namespace {
+
+// The group's collectives between threads of this process: each rank's contribution in a shared
+// slot, read once every rank has written (two barriers per call).
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int size) : size_(size), barrier_(size), slots_(size), host_(size) {}
+
+  class Exchange : public ContextExchange {
+   public:
+    Exchange(ThreadGroup* group, int rank) : group_(group), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return group_->size_; }
+    absl::Status AllGather(const Tensor& shard, const Tensor& out) override {
+      group_->Put(rank_, shard.f32(), shard.numel());
+      const int64_t n = shard.numel();
+      for (int r = 0; r < size(); ++r) {
+        std::copy_n(group_->slots_[r].data(), n, out.f32() + r * n);
+      }
+      group_->barrier_.arrive_and_wait();
+      return absl::OkStatus();
+    }
+    absl::Status ReduceScatter(const Tensor& in, const Tensor& shard) override {
+      group_->Put(rank_, in.f32(), in.numel());
+      const int64_t n = shard.numel();
+      for (int64_t i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (int r = 0; r < size(); ++r) sum += group_->slots_[r][rank_ * n + i];
+        shard.f32()[i] = sum;
+      }
+      group_->barrier_.arrive_and_wait();
+      return absl::OkStatus();
+    }
+    absl::Status AllReduceHost(absl::Span<double> values) override {
+      group_->host_[rank_].assign(values.begin(), values.end());
+      group_->barrier_.arrive_and_wait();
+      for (size_t i = 0; i < values.size(); ++i) {
+        double sum = 0.0;
+        for (int r = 0; r < size(); ++r) sum += group_->host_[r][i];
+        values[i] = sum;
+      }
+      group_->barrier_.arrive_and_wait();
+      return absl::OkStatus();
+    }
+
+   private:
+    ThreadGroup* group_;
+    int rank_;
+  };
+
+ private:
+  void Put(int rank, const float* data, int64_t n) {
+    slots_[rank].assign(data, data + n);
+    barrier_.arrive_and_wait();
+  }
+  int size_;
+  std::barrier<> barrier_;
+  std::vector<std::vector<float>> slots_;
+  std::vector<std::vector<double>> host_;
+};
+
+TEST(ContextRunsTest, TwoChunksPerRankFromTheFrontAndTheBackCoverEveryPositionOnce) {
+  for (const int size : {1, 2, 3, 4}) {
+    for (const int64_t length : {1, 2, 5, 7, 8, 64, 1000}) {
+      std::vector<int> holder(length, -1);
+      for (int r = 0; r < size; ++r) {
+        for (const PositionRun& run : ContextRuns(length, r, size)) {
+          for (int64_t p = run.begin; p < run.end; ++p) {
+            ASSERT_EQ(holder[p], -1) << length << " tokens, rank " << r << ", position " << p;
+            holder[p] = r;
+          }
+        }
+      }
+      for (int64_t p = 0; p < length; ++p) ASSERT_GE(holder[p], 0) << p;
+    }
+  }
+  const std::vector<PositionRun> runs = ContextRuns(1000, 1, 4);  // chunks 1 and 6 of 8
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].begin, 125);
+  EXPECT_EQ(runs[0].end, 250);
+  EXPECT_EQ(runs[1].begin, 750);
+  EXPECT_EQ(runs[1].end, 875);
+}
+
+struct Pass {
+  std::vector<float> logprobs, entropies, grads;
+  double load_balancing_loss = 0;
+};
+
+std::vector<float> Dlogprobs(const PackedBatch& batch) {
+  std::vector<float> d(batch.num_tokens());
+  for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+    d[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -0.5f + 0.125f * (t % 7);
+  }
+  return d;
+}
+
+// The global index of each of rank r's local tokens.
+std::vector<int64_t> GlobalRows(const PackedBatch& full, int rank, int size) {
+  std::vector<int64_t> rows;
+  for (int64_t s = 0; s < full.num_seqs(); ++s) {
+    const int64_t start = full.cu_seqlens[s];
+    for (const PositionRun& run :
+         ContextRuns(full.cu_seqlens[s + 1] - start, rank, size)) {
+      for (int64_t p = run.begin; p < run.end; ++p) rows.push_back(start + p);
+    }
+  }
+  return rows;
+}
+
+// The group's pass: log-probs and entropies at their global rows, gradients summed.
+Pass GroupPass(const Fixture& f, const PackedBatch& full, int size,
+               const TransformerOptions& options, double lb_weight) {
+  const std::vector<float> d_full = Dlogprobs(full);
+  ContextShard shard;
+  for (int64_t s = 0; s < full.num_seqs(); ++s) {
+    shard.lengths.push_back(full.cu_seqlens[s + 1] - full.cu_seqlens[s]);
+  }
+  ThreadGroup group(size);
+  Pass pass;
+  pass.logprobs.assign(full.num_tokens(), 0.0f);
+  pass.entropies.assign(full.num_tokens(), 0.0f);
+  pass.grads.assign(f.params.layout.num_elements(), 0.0f);
+  std::vector<std::vector<float>> grads(size);
+  std::vector<double> lb(size);
+  std::vector<std::thread> ranks;
+  std::mutex mu;
+  for (int r = 0; r < size; ++r) {
+    ranks.emplace_back([&, r] {
+      ThreadGroup::Exchange exchange(&group, r);
+      ContextShard mine = shard;
+      mine.exchange = &exchange;
+      const PackedBatch local = ShardBatch(full, r, size);
+      const std::vector<int64_t> rows = GlobalRows(full, r, size);
+      Transformer model(f.config, Device::Cpu(), options);
+      std::vector<float> lp(local.num_tokens()), d(local.num_tokens());
+      const absl::Status forward =
+          model.Forward(f.params.params, local, 0.9f, absl::MakeSpan(lp), true, nullptr, &mine);
+      EXPECT_TRUE(forward.ok()) << forward;
+      for (size_t i = 0; i < rows.size(); ++i) d[i] = d_full[rows[i]];
+      ParameterSet g = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+      const absl::Status backward = model.Backward(f.params.params, d, g.params, nullptr, lb_weight);
+      EXPECT_TRUE(backward.ok()) << backward;
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        pass.logprobs[rows[i]] = lp[i];
+        pass.entropies[rows[i]] = model.entropies()[i];
+      }
+      grads[r].assign(g.data(), g.data() + f.params.layout.num_elements());
+      lb[r] = model.load_balancing_loss();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < pass.grads.size(); ++i) pass.grads[i] += grads[r][i];
+    EXPECT_EQ(lb[r], lb[0]) << "every rank has the group's load-balancing loss";
+  }
+  pass.load_balancing_loss = lb[0];
+  return pass;
+}
+
+// The pass of one rank that holds every sequence, without the context path.
+Pass PlainPass(const Fixture& f, const PackedBatch& full, const TransformerOptions& options,
+               double lb_weight) {
+  Transformer model(f.config, Device::Cpu(), options);
+  Pass pass;
+  pass.logprobs.assign(full.num_tokens(), 0.0f);
+  EXPECT_TRUE(
+      model.Forward(f.params.params, full, 0.9f, absl::MakeSpan(pass.logprobs), true).ok());
+  pass.entropies.assign(model.entropies().begin(), model.entropies().end());
+  pass.load_balancing_loss = model.load_balancing_loss();
+  ParameterSet g = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  EXPECT_TRUE(model.Backward(f.params.params, Dlogprobs(full), g.params, nullptr, lb_weight).ok());
+  pass.grads.assign(g.data(), g.data() + f.params.layout.num_elements());
+  return pass;
+}
+
+double Relative(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    ref += double{b[i]} * b[i];
+  }
+  return std::sqrt(diff / std::max(ref, 1e-30));
+}
+
+// (architecture, tied, KV heads, attention_bias)
+class ContextParallelTest
+    : public ::testing::TestWithParam<std::tuple<Architecture, bool, int, bool>> {
+ protected:
+  Fixture f = Fixture::Make(TinyConfig(std::get<0>(GetParam()), std::get<1>(GetParam()),
+                                       std::get<2>(GetParam()), std::get<3>(GetParam())),
+                            42);
+};
+
+TEST_P(ContextParallelTest, AGroupGivesTheResultsOfOneRankThatHoldsEverySequence) {
+  const PackedBatch full = f.Batch(0, f.sequences.size());  // 2, 17, 70 and 5 tokens
+  const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
+  for (const ActivationCheckpointing mode :
+       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
+    TransformerOptions options;
+    options.activation_checkpointing = mode;
+    const Pass one = PlainPass(f, full, options, lb_weight);
+    for (const int size : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << size << " ranks, checkpointing "
+                                        << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
+      const Pass group = GroupPass(f, full, size, options, lb_weight);
+      for (size_t t = 0; t < one.logprobs.size(); ++t) {
+        ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
+            << "token " << t;
+        ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
+      }
+      EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
+      EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
+                  1e-6 * std::max(1.0, one.load_balancing_loss));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ContextParallelTest,
+                         ::testing::Values(std::make_tuple(Architecture::kQwen2, true, 2, false),
+                                           std::make_tuple(Architecture::kLlama, false, 1, false),
+                                           std::make_tuple(Architecture::kQwen3, false, 1, true),
+                                           std::make_tuple(Architecture::kQwen3Moe, true, 2, false),
+                                           std::make_tuple(Architecture::kQwen3Moe, false, 1,
+                                                           true)),
+                         [](const auto& info) {
+                           return absl::StrCat(ModelTypeName(std::get<0>(info.param)),
+                                               std::get<1>(info.param) ? "Tied" : "Untied", "Kv",
+                                               std::get<2>(info.param),
+                                               std::get<3>(info.param) ? "AttentionBias" : "");
+                         });
+
+}  // namespace
+}  // namespace prl
