@@ -28,9 +28,10 @@ GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout) {
   };
 }
 
-absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout) {
+absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout,
+                                              int64_t max_message_bytes) {
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<ReplayPushClient> client,
-                       ReplayPushClient::Connect(address));
+                       ReplayPushClient::Connect(address, max_message_bytes));
   std::shared_ptr<ReplayPushClient> shared = std::move(client);
   return GroupWriter([shared, timeout](absl::Span<const RolloutRecord> group) {
     PushResult result;

@@ -25,7 +25,9 @@ namespace prl::actor {
 // time-out.
 using GroupWriter = std::function<absl::Status(absl::Span<const RolloutRecord> group)>;
 GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout);
-absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout);
+// max_message_bytes: the largest group message (replay.max_message_mb, as the ingest's).
+absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout,
+                                              int64_t max_message_bytes);
 
 class AdapterChannels;  // actor/adapter_channels.h
 

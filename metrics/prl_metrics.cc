@@ -27,9 +27,9 @@ using prometheus::Registry;
 
 // Bucket upper bounds (see the header for why each set). Literals, not computed, so that the
 // `le` labels print exactly.
-const Histogram::BucketBoundaries& RolloutLengthBuckets() {  // 16 .. 65536 tokens, x2
-  static const auto* b = new Histogram::BucketBoundaries{16,   32,   64,   128,   256,   512,  1024,
-                                                         2048, 4096, 8192, 16384, 32768, 65536};
+const Histogram::BucketBoundaries& RolloutLengthBuckets() {  // 16 .. 262144 tokens, x2
+  static const auto* b = new Histogram::BucketBoundaries{
+      16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   return *b;
 }
 const Histogram::BucketBoundaries& RewardBuckets() {  // -1 .. 1, step 0.25
@@ -273,7 +273,7 @@ ActorMetrics::ActorMetrics(Registry& registry)
                                      "Samples whose reward could not be computed, by reason.")),
       episode_turns(AddHistogram(registry, "prl_episode_turns",
                                  "Model turns per finished agentic episode.",
-                                 {1, 2, 4, 8, 16, 32, 64, 128, 256})),
+                                 {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})),
       environment_latency_seconds(AddHistogram(
           registry, "prl_environment_latency_seconds",
           "One environment call (StartEpisode, Step, EndEpisode), retries included.",
@@ -301,7 +301,7 @@ ActorMetrics::ActorMetrics(Registry& registry)
           {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100})),
       agent_calls_per_episode(AddHistogram(registry, "prl_agent_calls_per_episode",
                                            "Endpoint calls of each finished agent episode.",
-                                           {1, 2, 4, 8, 16, 32, 64, 128, 256})),
+                                           {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})),
       agent_splits(AddCounter(registry, "prl_agent_splits_total",
                               "Agent calls that rewrote the history: one more record each.")),
       environment_errors_(CounterFamily(registry, "prl_environment_errors_total",

@@ -161,7 +161,7 @@ struct ActorMetrics {
   // prl_prefill_tokens_total: prompt tokens prefilled (prefix-cache hits excluded).
   prometheus::Counter& prefill_tokens;
   // prl_rollout_length_tokens: completion tokens per finished sample.
-  // Buckets 16, 32, ..., 65536 (x2): responses from a few tokens to long reasoning traces.
+  // Buckets 16, 32, ..., 262144 (x2): responses from a few tokens to long agent episodes.
   prometheus::Histogram& rollout_length_tokens;
   // prl_reward: reward of each finished sample (the total, before advantage normalisation).
   // Buckets -1, -0.75, ..., 1 (step 0.25): verifier rewards in {0, 1} or {-1, 1} and partial
@@ -203,7 +203,7 @@ struct ActorMetrics {
  public:
 
   // ---- Agentic episodes (docs/environments.md) ----
-  // prl_episode_turns: model turns per finished episode. Buckets 1, 2, 4, ..., 256.
+  // prl_episode_turns: model turns per finished episode. Buckets 1, 2, 4, ..., 1024.
   prometheus::Histogram& episode_turns;
   // prl_environment_latency_seconds: one environment call (StartEpisode, Step, EndEpisode),
   // retries included. Buckets 1 ms .. 100 s (1-2.5-5 steps).
@@ -231,7 +231,7 @@ struct ActorMetrics {
   // prl_agent_call_latency_seconds: one call to the OpenAI-compatible endpoint, from its
   // arrival to its answer. Buckets 1 ms .. 100 s.
   prometheus::Histogram& agent_call_latency_seconds;
-  // prl_agent_calls_per_episode: calls of each finished agent episode. Buckets 1, 2, 4, ..., 256.
+  // prl_agent_calls_per_episode: calls of each finished agent episode. Buckets 1, 2, 4, ..., 1024.
   prometheus::Histogram& agent_calls_per_episode;
   // prl_agent_splits_total: calls that could not continue their episode's trajectory (the agent
   // rewrote its history): each starts one more record.

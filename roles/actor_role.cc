@@ -40,7 +40,8 @@ absl::StatusOr<ReplaySink> OpenReplaySink(const config::RunConfig& c,
   ReplaySink sink;
   const absl::Duration timeout = absl::Seconds(c.actors.replay_timeout_s);
   if (!c.replay.address.empty()) {
-    PRL_ASSIGN_OR_RETURN(sink.writer, actor::RemoteReplayWriter(c.replay.address, timeout));
+    PRL_ASSIGN_OR_RETURN(sink.writer, actor::RemoteReplayWriter(c.replay.address, timeout,
+                                                                   c.replay.max_message_mb << 20));
     sink.description = absl::StrCat("remote ingest ", c.replay.address);
     return sink;
   }

@@ -140,6 +140,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   actor.prefill_tokens.Increment(4096);
   actor.rollout_length_tokens.Observe(100);
   actor.rollout_length_tokens.Observe(3000);
+  actor.rollout_length_tokens.Observe(100000);  // an agent's long episode: a finite bucket
   actor.reward.Observe(1);
   actor.reward.Observe(0);
   actor.reward.Observe(0.5);
@@ -220,12 +221,15 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_adapter_prompt_sets_running{adapter=\"team-a-math\"}", 2},
       {"prl_tokens_generated_total", 123456},
       {"prl_prefill_tokens_total", 4096},
-      {"prl_rollout_length_tokens_count", 2},
-      {"prl_rollout_length_tokens_sum", 3100},
+      {"prl_rollout_length_tokens_count", 3},
+      {"prl_rollout_length_tokens_sum", 103100},
       {"prl_rollout_length_tokens_bucket{le=\"64\"}", 0},
       {"prl_rollout_length_tokens_bucket{le=\"128\"}", 1},
       {"prl_rollout_length_tokens_bucket{le=\"4096\"}", 2},
-      {"prl_rollout_length_tokens_bucket{le=\"+Inf\"}", 2},
+      {"prl_rollout_length_tokens_bucket{le=\"65536\"}", 2},
+      {"prl_rollout_length_tokens_bucket{le=\"131072\"}", 3},
+      {"prl_rollout_length_tokens_bucket{le=\"262144\"}", 3},
+      {"prl_rollout_length_tokens_bucket{le=\"+Inf\"}", 3},
       {"prl_reward_count", 3},
       {"prl_reward_sum", 1.5},
       {"prl_reward_bucket{le=\"-0.25\"}", 0},
