@@ -84,11 +84,12 @@ std::string Report(const learner::StepResult& r, const learner::FsdpMemory& memo
       "(full model %.1f MB, world size %d); peak pass workspace %.1f MB",
       l.loss, l.tokens, l.sequences, r.optimizer.grad_norm, r.optimizer.clip_scale, l.mean_ratio(),
       l.ratio_max, 100 * l.clipped_fraction(), l.effective_sample_size(), l.kl(), l.entropy(),
-      r.stats.policy_entropy, static_cast<long long>(dropped_groups), r.stats.lag_mean, r.stats.lag_max,
-      static_cast<long long>(r.stats.input_tokens), static_cast<long long>(r.stats.micro_batches),
-      r.stats.seconds, tokens_per_s, memory.param_shard_bytes / 1e6, memory.grad_shard_bytes / 1e6,
-      optimizer_bytes / 1e6, memory.unit_buffer_bytes / 1e6, memory.full_model_bytes / 1e6,
-      world_size, r.stats.peak_activation_bytes / 1e6);
+      r.stats.policy_entropy, static_cast<long long>(dropped_groups), r.stats.lag_mean,
+      r.stats.lag_max, static_cast<long long>(r.stats.input_tokens),
+      static_cast<long long>(r.stats.micro_batches), r.stats.seconds, tokens_per_s,
+      memory.param_shard_bytes / 1e6, memory.grad_shard_bytes / 1e6, optimizer_bytes / 1e6,
+      memory.unit_buffer_bytes / 1e6, memory.full_model_bytes / 1e6, world_size,
+      r.stats.peak_activation_bytes / 1e6);
 }
 
 // What every rank sets up: the learner rank (roles/learner_rank.h), the full model (read once,
@@ -270,6 +271,7 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
       .Shorthand("--micro-batch-tokens", "learner.micro_batch_tokens")
       .Shorthand("--activation-checkpointing", "learner.activation_checkpointing")
       .Shorthand("--activation-budget-mb", "learner.activation_budget_mb")
+      .Shorthand("--context-parallel", "learner.context_parallel")
       .Shorthand("--router-aux-loss-coef", "learner.router_aux_loss_coef")
       .Shorthand("--loss", "learner.loss")
       .Shorthand("--normalization", "learner.normalization")

@@ -293,6 +293,9 @@ struct LearnerSection {
   // budget): micro-batches are split to fit, and a sequence that cannot fit alone is refused
   // before it runs (dead-lettered, its prompt failed), naming the settings that would fit it.
   int64_t activation_budget_mb = 0;
+  // Context parallelism (model/context_parallel.h): each sequence split over groups of this
+  // many consecutive ranks (world_size a multiple of it); 1: none. CPU and fp32 for now.
+  int context_parallel = 1;
   // recompute: the CPU's fp32 and the batch-invariant modes route as the actor did, so there is
   // nothing to replay; replay is for the modes that cannot promise it.
   learner::MoeRouting moe_routing = learner::MoeRouting::kRecompute;

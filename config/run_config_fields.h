@@ -230,6 +230,8 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "activation_budget_mb", l.activation_budget_mb,
     "MiB of activations a rank's pass may lay out (0: no budget): micro-batches split to fit, a "
     "sequence that cannot fit refused");
+  v("learner", "context_parallel", l.context_parallel,
+    "Ranks each sequence is split over (a group of consecutive ranks; 1: none)");
   v("learner", "moe_routing", Enum(l.moe_routing, learner::kMoeRoutingNames),
     "Qwen3-MoE: recompute the experts of completion tokens, or replay the actor's");
   v("learner", "router_aux_loss_coef", l.router_aux_loss_coef,

@@ -322,6 +322,16 @@ absl::Status ValidateLearner(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(Range(l.max_lag >= 0, "learner.max_lag", ">= 0", l.max_lag));
   PRL_RETURN_IF_ERROR(Range(l.micro_batch_tokens >= 16, "learner.micro_batch_tokens", ">= 16",
                             l.micro_batch_tokens));
+  PRL_RETURN_IF_ERROR(Range(l.context_parallel >= 1 && l.world_size % l.context_parallel == 0,
+                            "learner.context_parallel",
+                            absl::StrCat("a divisor of learner.world_size = ", l.world_size),
+                            l.context_parallel));
+  PRL_RETURN_IF_ERROR(Range(l.context_parallel == 1 ||
+                                (l.device == DeviceType::kCpu && l.dtype == DType::kF32),
+                            "learner.context_parallel",
+                            "1 with learner.device = cuda or dtype bf16 (context parallelism "
+                            "runs on the CPU in fp32 for now; its CUDA path waits for a GPU)",
+                            l.context_parallel));
   PRL_RETURN_IF_ERROR(Range(l.activation_budget_mb >= 0 && l.activation_budget_mb <= (int64_t{1} << 30),
                             "learner.activation_budget_mb", "0 to 1073741824 (MiB; 0: no budget)",
                             l.activation_budget_mb));

@@ -8,6 +8,15 @@
 namespace prl::learner {
 
 int64_t PassPlanner::PassBytes(int64_t tokens, int64_t seqs) const {
+  if (context_parallel > 1) {  // this rank's share, and the gathered keys and values
+    const int64_t C = context_parallel;
+    const int64_t share = std::min(tokens, (tokens + C - 1) / C + 2 * seqs);
+    PassPlanner one = *this;
+    one.context_parallel = 1;
+    const int64_t kv_bytes = 2 * (tokens + (C + 1) * share) * 2 * config.kv_dim() *
+                             static_cast<int64_t>(sizeof(float));
+    return one.PassBytes(share, seqs) + kv_bytes;
+  }
   const Transformer model(config, device, options);
   // The most over the rows with a target: every row, or all but one (the head's rows are then a
   // gathered copy, which every row's pass does without; any fewer rows take less).
@@ -49,6 +58,12 @@ std::string PassPlanner::DescribeLimits(int64_t budget_bytes) const {
     absl::StrAppend(&out, sep, EnumName(kActivationCheckpointingNames, m), " fits ",
                     other.MaxSequenceTokens(budget_bytes), " tokens");
     sep = ", ";
+  }
+  if (context_parallel == 1) {
+    PassPlanner split = *this;
+    split.context_parallel = 2;
+    absl::StrAppend(&out, sep, "learner.context_parallel = 2 fits ",
+                    split.MaxSequenceTokens(budget_bytes), " tokens");
   }
   return absl::StrCat(out, ", or raise the budget");
 }

@@ -27,6 +27,9 @@ struct PassPlanner {
   Device device = Device::Cpu();
   TransformerOptions options;
   int64_t lora_rank = 0;  // 0: no adapters
+  // learner.context_parallel: a rank's pass holds its share of each sequence (at most
+  // tokens / C + 2 per sequence) and the group's gathered keys and values.
+  int context_parallel = 1;
 
   // Bytes of a training pass over `tokens` input tokens in `seqs` sequences: the most a pass
   // of those tokens lays out, whichever of them are trained.

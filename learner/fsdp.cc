@@ -255,14 +255,16 @@ absl::Status FsdpModel::ZeroGrad() {
 }
 
 absl::Status FsdpModel::Forward(const PackedBatch& batch, float temperature,
-                                absl::Span<float> logprobs, bool for_backward) {
+                                absl::Span<float> logprobs, bool for_backward,
+                                const ContextShard* shard) {
   if (lora()) {
     PRL_RETURN_IF_ERROR(GatherAdapter());
-    return transformer_.Forward(params_, batch, temperature, logprobs, for_backward, nullptr);
+    return transformer_.Forward(params_, batch, temperature, logprobs, for_backward, nullptr,
+                                shard);
   }
   PRL_ASSIGN_OR_RETURN(const ModelParams* params, PassParams());
   return transformer_.Forward(*params, batch, temperature, logprobs, for_backward,
-                              sharded() ? this : nullptr);
+                              sharded() ? this : nullptr, shard);
 }
 
 absl::Status FsdpModel::Backward(absl::Span<const float> dlogprobs, double load_balancing_weight) {

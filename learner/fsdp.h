@@ -82,6 +82,9 @@ struct FsdpOptions {
   // LoRA mode: the adapter's settings and the frozen base (not owned; outlives the model).
   std::optional<LoraConfig> lora;
   const FrozenBase* frozen_base = nullptr;
+  // Context parallelism (model/context_parallel.h): the group this rank splits sequences with,
+  // or null. Not owned.
+  ContextExchange* context = nullptr;
 };
 
 // Bytes held by one rank.
@@ -123,8 +126,11 @@ class FsdpModel : public UnitHooks {
   absl::Status GatherFullGrads(absl::Span<float> full);
 
   // Transformer passes over this rank's micro-batch; Backward accumulates into grad_shard().
+  // With `shard`, `batch` is this rank's share of a batch split over options.context's group.
   absl::Status Forward(const PackedBatch& batch, float temperature, absl::Span<float> logprobs,
-                       bool for_backward);
+                       bool for_backward, const ContextShard* shard = nullptr);
+  // The context-parallel group (FsdpOptions::context), or null.
+  ContextExchange* context() const { return options_.context; }
   // load_balancing_weight: Transformer::Backward's (the Qwen3-MoE load-balancing loss's).
   absl::Status Backward(absl::Span<const float> dlogprobs, double load_balancing_weight = 0.0);
   // Qwen3-MoE: the router's own routes of the last Forward (Transformer::recomputed_routes).

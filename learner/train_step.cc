@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "learner/activation_budget.h"
+#include "model/context_parallel.h"
 
 namespace prl::learner {
 
@@ -78,6 +79,9 @@ struct MicroBatch {
     bool current;
   };
   std::vector<RecordedRoute> recorded_routes;
+  // Context parallelism: sequences this share has trained tokens of but whose first trained
+  // token another rank of the group holds (that rank counts them in the step's statistics).
+  double sequences_counted_elsewhere = 0;
 };
 
 MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
@@ -121,6 +125,56 @@ MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& 
   return mb;
 }
 
+// Context parallelism: this rank's share of a micro-batch of whole sequences
+// (model/context_parallel.h's ShardBatch), its trained tokens' positions in the share, and the
+// shard the pass needs (the whole sequences' lengths).
+struct ContextMicroBatch {
+  MicroBatch mb;
+  ContextShard shard;
+};
+
+ContextMicroBatch ShardMicroBatch(const MicroBatch& full, ContextExchange* exchange) {
+  ContextMicroBatch out;
+  out.shard.exchange = exchange;
+  const int rank = exchange->rank(), size = exchange->size();
+  out.mb.batch = ShardBatch(full.batch, rank, size);
+  std::vector<int32_t> local_of(full.batch.num_tokens(), -1);  // full position -> share's
+  int32_t next = 0;
+  for (int64_t s = 0; s < full.batch.num_seqs(); ++s) {
+    const int64_t start = full.batch.cu_seqlens[s], length = full.batch.cu_seqlens[s + 1] - start;
+    out.shard.lengths.push_back(length);
+    for (const PositionRun& run : ContextRuns(length, rank, size)) {
+      for (int64_t p = run.begin; p < run.end; ++p) local_of[start + p] = next++;
+    }
+  }
+  out.mb.seq_offsets.push_back(0);
+  for (size_t q = 0; q + 1 < full.seq_offsets.size(); ++q) {
+    const int32_t first = full.seq_offsets[q];
+    if (first < full.seq_offsets[q + 1] && local_of[full.target_positions[first]] < 0) {
+      for (int32_t t = first; t < full.seq_offsets[q + 1]; ++t) {
+        if (local_of[full.target_positions[t]] >= 0) {
+          out.mb.sequences_counted_elsewhere += 1;
+          break;
+        }
+      }
+    }
+    for (int32_t t = full.seq_offsets[q]; t < full.seq_offsets[q + 1]; ++t) {
+      const int32_t position = local_of[full.target_positions[t]];
+      if (position < 0) continue;
+      out.mb.target_positions.push_back(position);
+      out.mb.mu.push_back(full.mu[t]);
+      out.mb.advantages.push_back(full.advantages[t]);
+    }
+    out.mb.seq_offsets.push_back(static_cast<int32_t>(out.mb.mu.size()));
+  }
+  for (MicroBatch::RecordedRoute r : full.recorded_routes) {
+    if (local_of[r.position] < 0) continue;
+    r.position = local_of[r.position];
+    out.mb.recorded_routes.push_back(r);
+  }
+  return out;
+}
+
 // What every rank must agree on before any backward: the loss's denominators (trained tokens
 // and sequences of the whole step) and the number of micro-batch passes (every rank runs the
 // same number; a rank with fewer micro-batches runs empty ones).
@@ -131,9 +185,11 @@ struct StepTotals {
 };
 
 absl::StatusOr<StepTotals> AgreeTotals(FsdpModel& model, absl::Span<const TrainSample> samples,
-                                       const std::vector<std::vector<int>>& plan) {
+                                       const std::vector<std::vector<int>>& plan,
+                                       bool counts) {
   double totals[4] = {0, 0, 0, static_cast<double>(plan.size())};
   for (const auto& mb : plan) {
+    if (!counts) break;  // a context group's samples are counted by its first rank
     for (int i : mb) {
       const int64_t trained = samples[i].trained_tokens();
       totals[0] += static_cast<double>(trained);
@@ -224,23 +280,27 @@ void CountRouteMismatches(const MicroBatch& mb, absl::Span<const uint8_t> recomp
 // One micro-batch: forward, the loss on its completion tokens, backward. `share`: the
 // micro-batch's part of the step's input tokens (0 for a pass that trains nothing).
 absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& config,
-                     const LossNormalizer& normalizer, double share, RankSums* sums) {
+                     const LossNormalizer& normalizer, double share, RankSums* sums,
+                     const ContextShard* shard) {
   const int64_t T = mb.batch.num_tokens(), N = static_cast<int64_t>(mb.mu.size());
   std::vector<float> logprobs(T, 0.0f);
   std::vector<float> ref;  // (N) the reference's log-probs at the trained tokens
   if (config.loss.kl.enabled()) {
     static const auto kDrain = [](collective::Communicator&) { return absl::OkStatus(); };
     PRL_RETURN_IF_ERROR(model.RunCollective(kDrain));
-    PRL_RETURN_IF_ERROR(config.reference->Forward(mb.batch, config.temperature,
-                                                  absl::MakeSpan(logprobs), /*for_backward=*/false));
+    PRL_RETURN_IF_ERROR(config.reference->Forward(
+        mb.batch, config.temperature, absl::MakeSpan(logprobs), /*for_backward=*/false, shard));
     PRL_RETURN_IF_ERROR(config.reference->RunCollective(kDrain));
     ref.resize(N);
     for (int64_t t = 0; t < N; ++t) ref[t] = logprobs[mb.target_positions[t]];
   }
   PRL_RETURN_IF_ERROR(model.Forward(mb.batch, config.temperature, absl::MakeSpan(logprobs),
-                                    /*for_backward=*/true));
+                                    /*for_backward=*/true, shard));
   CountRouteMismatches(mb, model.recomputed_routes(), model.config(), sums);
-  sums->router_aux_loss += share * model.load_balancing_loss();
+  // (the group's loss, on every rank of a context group: counted by its first)
+  if (shard == nullptr || shard->exchange->rank() == 0) {
+    sums->router_aux_loss += share * model.load_balancing_loss();
+  }
   std::vector<float> pi(N), dpi(N, 0.0f);
   for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
   const absl::Span<const float> entropies = model.entropies();
@@ -255,7 +315,8 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
     in.seq_offsets = mb.seq_offsets;
     in.ref = ref;
     PRL_RETURN_IF_ERROR(ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &sums->loss));
-    sums->input_tokens += static_cast<double>(T);
+    sums->loss.sequences -= mb.sequences_counted_elsewhere;
+    if (shard == nullptr) sums->input_tokens += static_cast<double>(T);  // (a group's: below)
   }
   std::vector<float> dlogprobs(T, 0.0f);
   for (int64_t t = 0; t < N; ++t) dlogprobs[mb.target_positions[t]] = dpi[t];
@@ -296,7 +357,8 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
 PassPlanner PlannerOf(const FsdpModel& model) {
   const LoraConfig* lora = model.lora_config();
   return PassPlanner{model.config(), model.device(), model.transformer_options(),
-                     lora != nullptr ? lora->rank : 0};
+                     lora != nullptr ? lora->rank : 0,
+                     model.context() != nullptr ? model.context()->size() : 1};
 }
 
 // Every sample fits the budget alone (the same answer on every rank, before any pass): the
@@ -328,6 +390,18 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
         "loads one when learner.kl_coef > 0)"));
   }
   PRL_RETURN_IF_ERROR(CheckRoutes(samples, model.config()));
+  // Context parallelism: the ranks form groups of C consecutive ranks; the micro-batches are
+  // planned over the groups, every rank of a group splitting the same ones.
+  ContextExchange* context = model.context();
+  const int group = context != nullptr ? context->size() : 1;
+  if (group > 1 && (config.loss.normalization == LossNormalization::kSequenceMean ||
+                    config.loss.kind == LossKind::kGspo)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "learner.context_parallel = ", group, ": the losses whose sequences' tokens are taken "
+        "together (learner.normalization = sequence, learner.loss = gspo) are not split over a "
+        "group yet; use learner.normalization = tokens and a token-level loss, or "
+        "learner.context_parallel = 1"));
+  }
   const auto start = std::chrono::steady_clock::now();
   PassFits fits;
   if (config.activation_budget_bytes > 0) {
@@ -337,8 +411,9 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
     };
   }
   const std::vector<std::vector<int>> plan = PlanMicroBatches(
-      samples, model.rank(), model.world_size(), config.micro_batch_tokens, fits);
-  PRL_ASSIGN_OR_RETURN(const StepTotals totals, AgreeTotals(model, samples, plan));
+      samples, model.rank() / group, model.world_size() / group, config.micro_batch_tokens, fits);
+  const bool counts = context == nullptr || context->rank() == 0;
+  PRL_ASSIGN_OR_RETURN(const StepTotals totals, AgreeTotals(model, samples, plan, counts));
   RankSums sums;
   static const std::vector<int> kNone;
   for (int64_t p = 0; p < totals.passes; ++p) {
@@ -346,12 +421,18 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
     double tokens = 0;
     for (int i : indices) tokens += static_cast<double>(samples[i].input_tokens());
     const double share = totals.input_tokens > 0 ? tokens / totals.input_tokens : 0.0;
-    PRL_RETURN_IF_ERROR(
-        RunPass(model, Build(samples, indices, model.config(), config.moe_routing, learner_version),
-                config, totals.normalizer, share, &sums));
+    MicroBatch mb = Build(samples, indices, model.config(), config.moe_routing, learner_version);
+    if (context != nullptr) {
+      if (counts && !mb.mu.empty()) sums.input_tokens += tokens;  // once per group
+      ContextMicroBatch split = ShardMicroBatch(mb, context);
+      PRL_RETURN_IF_ERROR(
+          RunPass(model, split.mb, config, totals.normalizer, share, &sums, &split.shard));
+    } else {
+      PRL_RETURN_IF_ERROR(RunPass(model, mb, config, totals.normalizer, share, &sums, nullptr));
+    }
     sums.peak_activation_bytes =
         std::max(sums.peak_activation_bytes, static_cast<double>(model.last_pass_bytes()));
-    sums.AddLags(samples, indices, learner_version);
+    if (counts) sums.AddLags(samples, indices, learner_version);
   }
   StepStats stats;
   stats.micro_batches = totals.passes;

@@ -41,6 +41,12 @@ PackedBatch ShardBatch(const PackedBatch& full, int rank, int size) {
     }
     local.cu_seqlens.push_back(static_cast<int32_t>(local.tokens.size()));
   }
+  if (local.tokens.empty()) {  // a share of nothing: one untrained token (ContextPlan pads it)
+    local.tokens = {full.tokens.empty() ? 0 : full.tokens[0]};
+    local.targets = {PackedBatch::kNoTarget};
+    if (per_token > 0) local.routes.assign(per_token, PackedBatch::kRouted);
+    local.cu_seqlens.push_back(1);
+  }
   return local;
 }
 
@@ -94,6 +100,19 @@ absl::StatusOr<ContextPlan> ContextPlan::Make(const ContextShard& shard, const P
       ++local_seq;
     }
     plan.kv_rows += length;
+  }
+  // A rank that holds nothing runs one untrained token of its own (ShardBatch): its k|v row
+  // joins the gathered rows after the sequences', where no other query reads it.
+  for (int r = 0; r < plan.size; ++r) {
+    if (rows_of[r] > 0) continue;
+    plan.rank_rows[r].emplace_back(plan.kv_rows, 1);
+    rows_of[r] = 1;
+    if (r == plan.rank) {
+      plan.pieces.push_back({0, 1, 0, plan.kv_rows});
+      plan.positions.push_back(0);
+      ++local_seq;
+    }
+    ++plan.kv_rows;
   }
   if (local_seq != local.num_seqs()) {
     return absl::InvalidArgumentError(

@@ -50,7 +50,8 @@ std::vector<PositionRun> ContextRuns(int64_t length, int rank, int size);
 
 // Rank `rank`'s share of `full` (whole sequences): each sequence's runs, concatenated, as one
 // sequence of the share (a sequence of which the rank holds nothing is left out), with their
-// targets and routes.
+// targets and routes. A rank that holds nothing of any sequence gets one untrained token (its
+// collectives must still run), which ContextPlan accounts for.
 PackedBatch ShardBatch(const PackedBatch& full, int rank, int size);
 
 // A pass over a share (Transformer::Forward's `context`): the group and the lengths of the full

@@ -7,6 +7,8 @@
 #include "checkpoint/hf_model_dir.h"
 #include "checkpoint/peft_adapter.h"
 #include "core/status_macros.h"
+#include "collective/kv_store.h"
+#include "learner/context_exchange.h"
 #include "learner/local_launcher.h"
 #include "roles/device_settings.h"
 
@@ -221,6 +223,20 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     PRL_ASSIGN_OR_RETURN(r->comm, collective::ConnectGloo(rendezvous, comm_options));
   }
   learner::FsdpOptions fsdp = FsdpOptionsFrom(l, options);
+  if (l.context_parallel > 1) {
+    // The group's communicator, through the learner's rendezvous store.
+    PRL_ASSIGN_OR_RETURN(std::shared_ptr<collective::KvStore> store,
+                         collective::OpenRendezvousStore(rendezvous));
+    collective::RendezvousConfig group = rendezvous;
+    group.rank = rendezvous.rank % l.context_parallel;
+    group.world_size = l.context_parallel;
+    group.group_name =
+        absl::StrCat(rendezvous.group_name, "-context-", rendezvous.rank / l.context_parallel);
+    PRL_ASSIGN_OR_RETURN(r->context_comm,
+                         collective::ConnectGlooThrough(std::move(store), group, comm_options));
+    r->context_exchange = std::make_unique<learner::CommunicatorExchange>(r->context_comm.get());
+    fsdp.context = r->context_exchange.get();
+  }
   PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> adapter, StartingAdapter(l, config));
   if (adapter.has_value()) {
     PRL_ASSIGN_OR_RETURN(r->frozen_base,

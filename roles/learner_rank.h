@@ -36,6 +36,10 @@ struct LearnerRank {
   learner::OptimizerConfig optimizer_config;
   learner::AdvantageConfig advantages;
   std::unique_ptr<collective::Communicator> comm;
+  // learner.context_parallel > 1: the communicator of this rank's group (ranks [g C, (g + 1) C))
+  // and the exchange the model splits sequences with (FsdpOptions::context); null otherwise.
+  std::unique_ptr<collective::Communicator> context_comm;
+  std::unique_ptr<ContextExchange> context_exchange;
   // learner.lora_*: the node's read-only base the adapter trains on (outlives the models).
   std::unique_ptr<learner::FrozenBase> frozen_base;
   std::unique_ptr<learner::FsdpModel> model;

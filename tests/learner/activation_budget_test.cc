@@ -44,13 +44,18 @@ TEST(ActivationBudgetTest, TheRefusalNamesTheBudgetTheModeAndWhatTheOthersFit) {
   const PassPlanner p = Planner(ActivationCheckpointing::kNone);
   const int64_t budget = int64_t{1} << 20;
   const std::string why = p.DescribeLimits(budget);
+  PassPlanner two = p;
+  two.context_parallel = 2;
+  const int64_t split = two.MaxSequenceTokens(budget);
   EXPECT_EQ(why,
             absl::StrCat("learner.activation_budget_mb = 1 with "
                          "learner.activation_checkpointing = none; selective fits ",
                          Planner(ActivationCheckpointing::kSelective).MaxSequenceTokens(budget),
                          " tokens, full fits ",
                          Planner(ActivationCheckpointing::kFull).MaxSequenceTokens(budget),
+                         " tokens, learner.context_parallel = 2 fits ", split,
                          " tokens, or raise the budget"));
+  EXPECT_GT(split, p.MaxSequenceTokens(budget)) << "a group of 2 holds a longer sequence";
 }
 
 }  // namespace

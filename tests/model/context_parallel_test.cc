@@ -234,6 +234,19 @@ TEST_P(ContextParallelTest, AGroupGivesTheResultsOfOneRankThatHoldsEverySequence
   }
 }
 
+// A batch too short for the group: a 2-token sequence over 3 ranks leaves rank 1 none of it
+// (chunks 1 and 4 of 6 are empty); it runs one untrained token and the group's results stand.
+TEST_P(ContextParallelTest, ARankThatHoldsNothingRunsAnUntrainedTokenAndChangesNothing) {
+  const PackedBatch full = f.Batch(0, 1);  // 2 tokens
+  ASSERT_TRUE(ContextRuns(2, 1, 3).empty());
+  const Pass one = PlainPass(f, full, {}, 0.0);
+  const Pass group = GroupPass(f, full, 3, {}, 0.0);
+  for (size_t t = 0; t < one.logprobs.size(); ++t) {
+    ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]));
+  }
+  EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, ContextParallelTest,
                          ::testing::Values(std::make_tuple(Architecture::kQwen2, true, 2, false),
                                            std::make_tuple(Architecture::kLlama, false, 1, false),
