@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/invariant_dot.h"
+#include "kernels/cpu/kv_group_sum.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace prl::kernels::cpu {
@@ -188,25 +189,8 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
       }
     }
 
-    // Sum the per-head key/value gradients of each KV group, heads in ascending order.
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t g = 0; g < KV; ++g) {
-        float* dk_out = dqkv + t * qkv_stride + (H + g) * D;
-        float* dv_out = dqkv + t * qkv_stride + (H + KV + g) * D;
-        for (int64_t d = 0; d < D; ++d) {
-          float sk = 0.0f;
-          float sv = 0.0f;
-          for (int64_t j = 0; j < group; ++j) {
-            const int64_t h = g * group + j;
-            sk += dk_heads[(h * T + t) * D + d];
-            sv += dv_heads[(h * T + t) * D + d];
-          }
-          dk_out[d] = sk;
-          dv_out[d] = sv;
-        }
-      }
-    }
+    SumKvGroupGrads(dqkv, qkv_stride, H * D, (H + KV) * D, dk_heads, dv_heads, T, H, KV, D,
+                    /*accumulate=*/false);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/kv_group_sum.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace prl::kernels::cpu {
@@ -163,24 +164,9 @@ void ContextAttentionBackward(float* dqkv, float* dkv, const float* dout, const 
       }
     }
 
-    // dkv += the per-head key/value gradients of each KV group, heads in ascending order.
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < kv_rows; ++t) {
-      for (int64_t g = 0; g < KV; ++g) {
-        float* dk_out = dkv + t * kv_stride + g * D;
-        float* dv_out = dkv + t * kv_stride + (KV + g) * D;
-        for (int64_t d = 0; d < D; ++d) {
-          float sk = 0.0f, sv = 0.0f;
-          for (int64_t j = 0; j < group; ++j) {
-            const int64_t h = g * group + j;
-            sk += dk_heads[(h * kv_rows + t) * D + d];
-            sv += dv_heads[(h * kv_rows + t) * D + d];
-          }
-          dk_out[d] += sk;
-          dv_out[d] += sv;
-        }
-      }
-    }
+    // dkv += the per-head key/value gradients of each KV group.
+    SumKvGroupGrads(dkv, kv_stride, 0, KV * D, dk_heads, dv_heads, kv_rows, H, KV, D,
+                    /*accumulate=*/true);
   }
 }
 

@@ -68,12 +68,11 @@ PassResult TrainingPass(const Fixture& f, const TransformerOptions& options,
   return r;
 }
 
-// (architecture, tied, KV heads, attention_bias, mode)
+// (model, mode)
 class CheckpointingTest
-    : public ::testing::TestWithParam<
-          std::tuple<std::tuple<Architecture, bool, int, bool>, ActivationCheckpointing>> {
+    : public ::testing::TestWithParam<std::tuple<ArchitectureCase, ActivationCheckpointing>> {
  protected:
-  const std::tuple<Architecture, bool, int, bool>& model() const { return std::get<0>(GetParam()); }
+  const ArchitectureCase& model() const { return std::get<0>(GetParam()); }
   ActivationCheckpointing mode() const { return std::get<1>(GetParam()); }
   Fixture f = Fixture::Make(TinyConfig(std::get<0>(model()), std::get<1>(model()),
                                        std::get<2>(model()), std::get<3>(model())),
@@ -107,12 +106,7 @@ TEST_P(CheckpointingTest, TheRecomputationReadsItsUnitOnlyInsideTheBackwardsWind
   Transformer hooked(f.config, Device::Cpu(), With(mode()));
   ModelParams params, unit_grads;
   PoisoningHooks hooks(f.params, &params, &unit_grads);
-  std::vector<float> logprobs(batch.num_tokens()), d(batch.num_tokens());
-  ASSERT_TRUE(hooked.Forward(params, batch, 1.0f, absl::MakeSpan(logprobs), true, &hooks).ok());
-  for (int64_t t = 0; t < batch.num_tokens(); ++t) {
-    d[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f;
-  }
-  ASSERT_TRUE(hooked.Backward(params, d, unit_grads, &hooks).ok());
+  const std::vector<float> logprobs = ScoreThroughHooks(hooked, batch, hooks, params, unit_grads);
   EXPECT_EQ(logprobs, expected);
   const std::vector<float> g = hooks.Gradient();
   EXPECT_EQ(std::memcmp(g.data(), grads.data(), grads.buffer.bytes()), 0);
@@ -141,20 +135,12 @@ TEST_P(CheckpointingTest, APassLaysOutWhatItsPlanSaysAndLessThanKeepingEverythin
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures, CheckpointingTest,
-    ::testing::Combine(::testing::Values(std::make_tuple(Architecture::kQwen2, true, 2, false),
-                                         std::make_tuple(Architecture::kLlama, false, 1, false),
-                                         std::make_tuple(Architecture::kQwen3, false, 1, true),
-                                         std::make_tuple(Architecture::kQwen3Moe, true, 2, false),
-                                         std::make_tuple(Architecture::kQwen3Moe, false, 1, true)),
-                       ::testing::Values(kSelective, kFull)),
-    [](const auto& info) {
-      const auto& m = std::get<0>(info.param);
-      return absl::StrCat(ModelTypeName(std::get<0>(m)), std::get<1>(m) ? "Tied" : "Untied", "Kv",
-                          std::get<2>(m), std::get<3>(m) ? "AttentionBias" : "",
-                          std::get<1>(info.param) == kFull ? "Full" : "Selective");
-    });
+INSTANTIATE_TEST_SUITE_P(Architectures, CheckpointingTest,
+                         ::testing::Combine(ArchitectureCases(), ::testing::Values(kSelective, kFull)),
+                         [](const auto& info) {
+                           return ArchitectureCaseName(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == kFull ? "Full" : "Selective");
+                         });
 
 // Qwen3-MoE with some positions replaying experts the router would not pick, and the
 // load-balancing loss trained: the recomputed layers route as the forward did.

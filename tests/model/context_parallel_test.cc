@@ -201,9 +201,7 @@ double Relative(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(diff / std::max(ref, 1e-30));
 }
 
-// (architecture, tied, KV heads, attention_bias)
-class ContextParallelTest
-    : public ::testing::TestWithParam<std::tuple<Architecture, bool, int, bool>> {
+class ContextParallelTest : public ::testing::TestWithParam<ArchitectureCase> {
  protected:
   Fixture f = Fixture::Make(TinyConfig(std::get<0>(GetParam()), std::get<1>(GetParam()),
                                        std::get<2>(GetParam()), std::get<3>(GetParam())),
@@ -247,19 +245,8 @@ TEST_P(ContextParallelTest, ARankThatHoldsNothingRunsAnUntrainedTokenAndChangesN
   EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ContextParallelTest,
-                         ::testing::Values(std::make_tuple(Architecture::kQwen2, true, 2, false),
-                                           std::make_tuple(Architecture::kLlama, false, 1, false),
-                                           std::make_tuple(Architecture::kQwen3, false, 1, true),
-                                           std::make_tuple(Architecture::kQwen3Moe, true, 2, false),
-                                           std::make_tuple(Architecture::kQwen3Moe, false, 1,
-                                                           true)),
-                         [](const auto& info) {
-                           return absl::StrCat(ModelTypeName(std::get<0>(info.param)),
-                                               std::get<1>(info.param) ? "Tied" : "Untied", "Kv",
-                                               std::get<2>(info.param),
-                                               std::get<3>(info.param) ? "AttentionBias" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(Architectures, ContextParallelTest, ArchitectureCases(),
+                         [](const auto& info) { return ArchitectureCaseName(info.param); });
 
 }  // namespace
 }  // namespace prl

@@ -25,7 +25,7 @@ double RelativeDifference(const float* a, const float* b, int64_t n) {
 }
 
 // (architecture, tied, KV heads, attention_bias)
-class TransformerTest : public ::testing::TestWithParam<std::tuple<Architecture, bool, int, bool>> {
+class TransformerTest : public ::testing::TestWithParam<ArchitectureCase> {
  protected:
   Fixture f = Fixture::Make(TinyConfig(std::get<0>(GetParam()), std::get<1>(GetParam()),
                                        std::get<2>(GetParam()), std::get<3>(GetParam())),
@@ -133,12 +133,7 @@ TEST_P(TransformerTest, PassesReadUnitsOnlyBetweenAcquireAndRelease) {
 
   ModelParams params, unit_grads;
   PoisoningHooks hooks(f.params, &params, &unit_grads);
-  std::vector<float> logprobs(batch.num_tokens()), d(batch.num_tokens());
-  ASSERT_TRUE(hooked.Forward(params, batch, 1.0f, absl::MakeSpan(logprobs), true, &hooks).ok());
-  for (int64_t t = 0; t < batch.num_tokens(); ++t) {
-    d[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f;
-  }
-  ASSERT_TRUE(hooked.Backward(params, d, unit_grads, &hooks).ok());
+  const std::vector<float> logprobs = ScoreThroughHooks(hooked, batch, hooks, params, unit_grads);
   EXPECT_EQ(std::memcmp(logprobs.data(), expected.data(), logprobs.size() * sizeof(float)), 0);
   const std::vector<float> g = hooks.Gradient();
   EXPECT_EQ(std::memcmp(g.data(), grads.data(), grads.buffer.bytes()), 0);
@@ -159,12 +154,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, TransformerTest,
                                            std::make_tuple(Architecture::kQwen3Moe, true, 2, false),
                                            std::make_tuple(Architecture::kQwen3Moe, false, 1,
                                                            true)),
-                         [](const auto& info) {
-                           return absl::StrCat(ModelTypeName(std::get<0>(info.param)),
-                                               std::get<1>(info.param) ? "Tied" : "Untied", "Kv",
-                                               std::get<2>(info.param),
-                                               std::get<3>(info.param) ? "AttentionBias" : "");
-                         });
+                         [](const auto& info) { return ArchitectureCaseName(info.param); });
 
 // The q_norm / k_norm / o_proj.bias gradients against central differences of the loss
 // -sum logprob (fp32 forward, so a loose tolerance; tests/reference checks them against the

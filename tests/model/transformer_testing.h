@@ -8,10 +8,13 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
 
@@ -145,5 +148,36 @@ class PoisoningHooks : public UnitHooks {
   std::map<int, int> holders_;
   std::set<int> backward_units_;
 };
+
+// A test model: (architecture, tied embeddings, KV heads, attention_bias) for TinyConfig.
+using ArchitectureCase = std::tuple<Architecture, bool, int, bool>;
+// "qwen2TiedKv2", "qwen3UntiedKv1AttentionBias", ...: a parameterised test's name.
+inline std::string ArchitectureCaseName(const ArchitectureCase& c) {
+  return absl::StrCat(ModelTypeName(std::get<0>(c)), std::get<1>(c) ? "Tied" : "Untied", "Kv",
+                      std::get<2>(c), std::get<3>(c) ? "AttentionBias" : "");
+}
+// One of each architecture, the MoE ones tied with every layer sparse and untied with a dense
+// layer between: the suites that need not run all of TransformerTest's.
+inline auto ArchitectureCases() {
+  return ::testing::Values(ArchitectureCase{Architecture::kQwen2, true, 2, false},
+                           ArchitectureCase{Architecture::kLlama, false, 1, false},
+                           ArchitectureCase{Architecture::kQwen3, false, 1, true},
+                           ArchitectureCase{Architecture::kQwen3Moe, true, 2, false},
+                           ArchitectureCase{Architecture::kQwen3Moe, false, 1, true});
+}
+
+// Score's forward and backward of -sum logprob with FSDP-like hooks: params and grads are the
+// views `hooks` binds. Returns the log-probs.
+inline std::vector<float> ScoreThroughHooks(Transformer& model, const PackedBatch& batch,
+                                            PoisoningHooks& hooks, const ModelParams& params,
+                                            const ModelParams& grads) {
+  std::vector<float> logprobs(batch.num_tokens()), d(batch.num_tokens());
+  EXPECT_TRUE(model.Forward(params, batch, 1.0f, absl::MakeSpan(logprobs), true, &hooks).ok());
+  for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+    d[t] = batch.targets[t] == PackedBatch::kNoTarget ? 0.0f : -1.0f;
+  }
+  EXPECT_TRUE(model.Backward(params, d, grads, &hooks).ok());
+  return logprobs;
+}
 
 }  // namespace prl
