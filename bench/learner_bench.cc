@@ -38,7 +38,7 @@ namespace prl::bench {
 namespace {
 
 constexpr char kOutEnv[] = "PRL_BENCH_LEARNER_OUT";
-// The measurement a rank runs: "<rollout length>:<checkpointing mode>".
+// The measurement a rank runs: "<rollout length>:<checkpointing mode>:<context parallel>".
 constexpr char kCaseEnv[] = "PRL_BENCH_LEARNER_CASE";
 constexpr int64_t kPromptTokens = 32;
 
@@ -50,6 +50,7 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 struct Case {
   int64_t seq_len = 0;
   ActivationCheckpointing mode = ActivationCheckpointing::kNone;
+  int context_parallel = 1;
   // Input tokens per step: the options' tokens, at least one rollout.
   int64_t Tokens(const LearnerBenchOptions& o) const { return std::max(o.tokens, seq_len); }
 };
@@ -66,13 +67,14 @@ std::vector<int64_t> SequenceLengths(const LearnerBenchOptions& o, const Case& c
 
 absl::StatusOr<Case> CaseOfThisRank() {
   const char* text = getenv(kCaseEnv);
-  std::pair<std::string, std::string> parts =
-      absl::StrSplit(text == nullptr ? "" : text, absl::MaxSplits(':', 1));
+  const std::vector<std::string> parts = absl::StrSplit(text == nullptr ? "" : text, ':');
   Case c;
-  if (!absl::SimpleAtoi(parts.first, &c.seq_len)) {
-    return absl::InvalidArgumentError(absl::StrCat(kCaseEnv, ": expected <length>:<mode>"));
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &c.seq_len) ||
+      !absl::SimpleAtoi(parts[2], &c.context_parallel)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kCaseEnv, ": expected <length>:<mode>:<context parallel>"));
   }
-  PRL_ASSIGN_OR_RETURN(c.mode, ParseEnum(kActivationCheckpointingNames, parts.second,
+  PRL_ASSIGN_OR_RETURN(c.mode, ParseEnum(kActivationCheckpointingNames, parts[1],
                                          "learner.activation_checkpointing"));
   return c;
 }
@@ -152,6 +154,7 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
   section.lr = 1e-6;
   section.micro_batch_tokens = c.Tokens(o);  // one micro-batch per rank
   section.activation_checkpointing = c.mode;
+  section.context_parallel = c.context_parallel;
   PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
   InitializeParameters(init, /*seed=*/1);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<roles::LearnerRank> rank,
@@ -166,10 +169,12 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
     if (i > 0) seconds.push_back(r.stats.seconds);  // the first step warms up
     peak_activation_bytes = std::max(peak_activation_bytes, r.stats.peak_activation_bytes);
     if (o.progress && rank->rank0()) {
-      std::fprintf(stderr, "bench learner: length %lld, %s, world size %d, step %d/%d: %.3f s%s\n",
+      std::fprintf(stderr,
+                   "bench learner: length %lld, %s, context parallel %d, world size %d, step "
+                   "%d/%d: %.3f s%s\n",
                    static_cast<long long>(c.seq_len),
                    std::string(EnumName(kActivationCheckpointingNames, c.mode)).c_str(),
-                   section.world_size, i, o.iterations, r.stats.seconds,
+                   c.context_parallel, section.world_size, i, o.iterations, r.stats.seconds,
                    i == 0 ? " (warm-up)" : "");
     }
   }
@@ -211,6 +216,13 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
   // Several lengths or modes: each figure's name says its case.
   const bool sweep = o.seq_lens.size() > 1 || o.checkpointing.size() > 1 ||
                      o.checkpointing[0] != ActivationCheckpointing::kNone;
+  const bool context_sweep = o.context_parallel.size() > 1 || o.context_parallel[0] != 1;
+  for (const int context : o.context_parallel) {
+    if (context < 1 || context > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bench learner: --context-parallel ", context, ": expected a group size of 1 to 64"));
+    }
+  }
 
   char path[] = "/tmp/prl-bench-learner-XXXXXX";
   const int fd = mkstemp(path);
@@ -246,6 +258,10 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
                                                        o.checkpointing[0]),
                                               " of the same length and world size)")
                                : "")},
+      {"context_parallel",
+       absl::StrCat(absl::StrJoin(o.context_parallel, ", "),
+                    " (world size = each --world-sizes entry x the group size; a group beside "
+                    "one rank, context parallel 1 at world size 1, of the same length and mode)")},
       {"iterations", absl::StrCat(o.iterations, " timed steps after one warm-up (median)")},
       {"baseline",
        o.device == DeviceType::kCpu
@@ -254,68 +270,85 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
            : "cuBLASLt GEMM in the compute dtype on the MLP shape (tokens x hidden times "
              "hidden x 2 intermediate) on rank 0's GPU, best of 5, after the steps"}};
   for (const int64_t len : o.seq_lens) {
-    // Per world size, the first mode's tokens/s and peak workspace: the others' baseline.
-    std::map<int, std::pair<double, double>> first;
+    // Per (context parallel, world size), the first mode's tokens/s and peak workspace: the
+    // other modes' baseline; per mode, one rank's (C = 1, world size 1): the groups' baseline.
+    std::map<std::pair<int, int>, std::pair<double, double>> first;
+    std::map<ActivationCheckpointing, std::pair<double, double>> one_rank;
     for (const ActivationCheckpointing mode : o.checkpointing) {
-      const Case c{len, mode};
-      const std::string mode_name(EnumName(kActivationCheckpointingNames, mode));
-      setenv(kCaseEnv, absl::StrCat(len, ":", mode_name).c_str(), 1);
-      const std::vector<int64_t> lens = SequenceLengths(o, c);
-      const int64_t tokens = c.Tokens(o);
-      // Every position but the prompt's first kPromptTokens - 1 is scored.
-      int64_t head_rows = 0;
-      for (int64_t l : lens) head_rows += l - std::min(kPromptTokens, l) + 1;
-      const double step_flops = TrainingFlops(config, lens, head_rows);
-      for (int world : o.world_sizes) {
-        const double before = SgemmGflops(config, tokens);
-        learner::LaunchOptions launch;
-        launch.world_size = world;
-        const absl::Status ran = learner::RunLocalRanks(argv, launch);
-        double sgemm = std::max(before, SgemmGflops(config, tokens));
-        if (!ran.ok()) {
-          unlink(path);
-          return ran;
+      for (const int context : o.context_parallel) {
+        const Case c{len, mode, context};
+        const std::string mode_name(EnumName(kActivationCheckpointingNames, mode));
+        setenv(kCaseEnv, absl::StrCat(len, ":", mode_name, ":", context).c_str(), 1);
+        const std::vector<int64_t> lens = SequenceLengths(o, c);
+        const int64_t tokens = c.Tokens(o);
+        // Every position but the prompt's first kPromptTokens - 1 is scored.
+        int64_t head_rows = 0;
+        for (int64_t l : lens) head_rows += l - std::min(kPromptTokens, l) + 1;
+        const double step_flops = TrainingFlops(config, lens, head_rows);
+        for (const int data_parallel : o.world_sizes) {
+          const int world = data_parallel * context;  // D x C ranks
+          const double before = SgemmGflops(config, tokens);
+          learner::LaunchOptions launch;
+          launch.world_size = world;
+          const absl::Status ran = learner::RunLocalRanks(argv, launch);
+          double sgemm = std::max(before, SgemmGflops(config, tokens));
+          if (!ran.ok()) {
+            unlink(path);
+            return ran;
+          }
+          std::ifstream in(path);
+          std::stringstream text;
+          text << in.rdbuf();
+          nlohmann::json j;
+          try {
+            j = nlohmann::json::parse(text.str());
+          } catch (const nlohmann::json::exception& e) {
+            unlink(path);
+            return absl::InternalError(
+                absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
+          }
+          const double s = j["step_seconds"].get<double>();
+          if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's
+          const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
+                                j["optimizer_bytes"].get<int64_t>();
+          const double peak_mb = j["peak_activation_bytes"].get<int64_t>() / 1e6;
+          const double tokens_per_s = tokens / s;
+          const std::string w = absl::StrCat(
+              sweep ? absl::StrCat("s", len, "_", mode_name, "_") : "",
+              context_sweep ? absl::StrCat("c", context, "_") : "", "w", world);
+          const bool gpu = j.contains("gemm_gflops");
+          const bool is_first = mode == o.checkpointing[0];
+          if (is_first) first[{context, world}] = {tokens_per_s, peak_mb};
+          if (context == 1 && world == 1) one_rank[mode] = {tokens_per_s, peak_mb};
+          const std::string first_name(EnumName(kActivationCheckpointingNames, o.checkpointing[0]));
+          // Baselines: one rank holding everything for a group; else the first mode's figures.
+          const bool vs_one_rank = context > 1 && one_rank.count(mode) > 0;
+          std::string speed_base = gpu ? "at_gemm_speed" : "at_sgemm_speed";
+          double speed_value = sgemm * 1e9 / (step_flops / tokens);
+          std::string memory_base;
+          double memory_value = 0.0;
+          if (vs_one_rank) {
+            speed_base = "one_rank_tokens_per_s";
+            speed_value = one_rank[mode].first;
+            memory_base = "one_rank_peak_activation_mb";
+            memory_value = one_rank[mode].second;
+          } else if (!is_first) {
+            speed_base = first_name + "_tokens_per_s";
+            speed_value = first[{context, world}].first;
+            memory_base = first_name + "_peak_activation_mb";
+            memory_value = first[{context, world}].second;
+          }
+          report.results.push_back({w + "_tokens_per_s", tokens_per_s, "tok/s", speed_base,
+                                    speed_value});
+          report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
+                                    gpu ? "cublaslt_gemm" : "sgemm", sgemm});
+          report.results.push_back(
+              {w + "_peak_activation_mb_per_rank", peak_mb, "MB", memory_base, memory_value});
+          report.results.push_back({w + "_state_mb_per_rank", state / 1e6, "MB",
+                                    "unsharded_state_mb", full_state / 1e6});
+          report.results.push_back({w + "_unit_buffers_mb_per_rank",
+                                    j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
         }
-        std::ifstream in(path);
-        std::stringstream text;
-        text << in.rdbuf();
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(text.str());
-        } catch (const nlohmann::json::exception& e) {
-          unlink(path);
-          return absl::InternalError(
-              absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
-        }
-        const double s = j["step_seconds"].get<double>();
-        if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's GEMM
-        const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
-                              j["optimizer_bytes"].get<int64_t>();
-        const double peak_mb = j["peak_activation_bytes"].get<int64_t>() / 1e6;
-        const double tokens_per_s = tokens / s;
-        const std::string w = absl::StrCat(sweep ? absl::StrCat("s", len, "_", mode_name, "_") : "",
-                                           "w", world);
-        const bool gpu = j.contains("gemm_gflops");
-        const bool is_first = mode == o.checkpointing[0];
-        if (is_first) first[world] = {tokens_per_s, peak_mb};
-        const std::string first_name(EnumName(kActivationCheckpointingNames, o.checkpointing[0]));
-        if (is_first) {
-          report.results.push_back({w + "_tokens_per_s", tokens_per_s, "tok/s",
-                                    gpu ? "at_gemm_speed" : "at_sgemm_speed",
-                                    sgemm * 1e9 / (step_flops / tokens)});
-        } else {
-          report.results.push_back({w + "_tokens_per_s", tokens_per_s, "tok/s",
-                                    first_name + "_tokens_per_s", first[world].first});
-        }
-        report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
-                                  gpu ? "cublaslt_gemm" : "sgemm", sgemm});
-        report.results.push_back({w + "_peak_activation_mb_per_rank", peak_mb, "MB",
-                                  is_first ? "" : first_name + "_peak_activation_mb",
-                                  is_first ? 0.0 : first[world].second});
-        report.results.push_back(
-            {w + "_state_mb_per_rank", state / 1e6, "MB", "unsharded_state_mb", full_state / 1e6});
-        report.results.push_back({w + "_unit_buffers_mb_per_rank",
-                                  j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
       }
     }
   }

@@ -29,8 +29,12 @@ struct LearnerBenchOptions {
   // learner.activation_checkpointing modes, each measured for every length (the first, none
   // where listed, is the others' baseline), with each pass's peak workspace per rank.
   std::vector<ActivationCheckpointing> checkpointing = {ActivationCheckpointing::kNone};
+  // learner.context_parallel group sizes C, each measured at world sizes D x C for D in
+  // world_sizes (the data-parallel groups); a group of C > 1 beside one rank (C = 1, world size
+  // 1) of the same length and mode.
+  std::vector<int> context_parallel = {1};
   int iterations = 3;     // timed steps per world size (median reported), after one warm-up
-  std::vector<int> world_sizes = {1, 2};
+  std::vector<int> world_sizes = {1, 2};  // with context_parallel: data-parallel groups
   // Where the ranks run (the CPU over Gloo, or rank r on GPU r over NCCL: roles/learner_rank.h)
   // and the compute dtype (BF16: the mixed-precision mode, CUDA only).
   DeviceType device = DeviceType::kCpu;

@@ -237,9 +237,17 @@ void RegisterLearnerBench(CLI::App* bench, CommandRegistry& registry, int argc, 
                    "the first is the others' baseline)")
       ->delimiter(',')
       ->capture_default_str();
+  learner
+      ->add_option("--context-parallel", l->options.context_parallel,
+                   "learner.context_parallel group sizes C, each at world sizes --world-sizes x C "
+                   "(a group beside one rank)")
+      ->delimiter(',')
+      ->capture_default_str();
   learner->add_option("--iters", l->options.iterations, "Timed steps (median reported)")
       ->capture_default_str();
-  learner->add_option("--world-sizes", l->options.world_sizes, "Local ranks per measurement")
+  learner
+      ->add_option("--world-sizes", l->options.world_sizes,
+                   "Local ranks per measurement (with --context-parallel: data-parallel groups)")
       ->delimiter(',')
       ->capture_default_str();
   learner

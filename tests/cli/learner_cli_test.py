@@ -312,6 +312,19 @@ class LearnerCliTest(unittest.TestCase):
         self.assert_error(run("bench", "learner", "--config", "tiny", "--checkpointing", "most"),
                           "--checkpointing", "selective")
 
+    def test_bench_learner_measures_context_parallel_groups_beside_one_rank(self):
+        proc = run("bench", "learner", "--config", "tiny", "--tokens", 64, "--seq-len", 512,
+                   "--context-parallel", "1,2", "--iters", 1, "--world-sizes", 1, "--json",
+                   check=True)
+        by_name = {r["name"]: r for r in json.loads(proc.stdout)["results"]}
+        one = by_name["c1_w1_peak_activation_mb_per_rank"]
+        group = by_name["c2_w2_peak_activation_mb_per_rank"]  # world = 1 data-parallel x 2
+        self.assertEqual(group["baseline_name"], "one_rank_peak_activation_mb")
+        self.assertEqual(group["baseline_value"], one["value"])
+        self.assertLess(group["value"], one["value"])
+        self.assertEqual(by_name["c2_w2_tokens_per_s"]["baseline_value"],
+                         by_name["c1_w1_tokens_per_s"]["value"])
+
     def test_checkpointed_steps_give_the_gradients_of_keeping_every_activation(self):
         # learner.activation_checkpointing under FSDP at world sizes 1 to 3: the step's gradient
         # (--dump-grads) is none's bit for bit, and the pass lays out less.
