@@ -255,9 +255,10 @@ absl::Status ComputeLoss(const LossConfig& config, const LossInputs& in,
     const int64_t begin = in.seq_offsets[s], len = in.seq_offsets[s + 1] - begin;
     if (len == 0) continue;
     // kGlobalTokens: sum_t l_t / tokens;  kSequenceMean: sum_i (1 / n_i) sum_{t in i} l_t / S.
+    const int64_t n_i = in.seq_trained_tokens.empty() ? len : in.seq_trained_tokens[s];
     const double scale = config.normalization == LossNormalization::kGlobalTokens
                              ? 1.0 / normalizer.tokens
-                             : 1.0 / (static_cast<double>(len) * normalizer.sequences);
+                             : 1.0 / (static_cast<double>(n_i) * normalizer.sequences);
     // A_t = A_i - coef sum_{u >= t} k(mu_u - ref_u) (learner/reference_kl.h); else A_i.
     advantage.assign(len, 0.0);
     double penalty_to_go = 0;

@@ -52,6 +52,10 @@ struct LossInputs {
   absl::Span<const float> advantages;  // (N) the sequence's advantage on each token; sft: unused
   absl::Span<const int32_t> seq_offsets;  // (S + 1) sequence s is tokens [off[s], off[s + 1])
   absl::Span<const float> ref;  // (N) the reference model's log-probs; with kl enabled only
+  // (S) each sequence's trained tokens in the whole sequence, where this input holds a share of
+  // them (context parallelism: learner/train_step.h); empty: the tokens given here. The
+  // sequence-mean normalization divides by it.
+  absl::Span<const int32_t> seq_trained_tokens;
 };
 
 // Totals over the whole step (all micro-batches, all ranks), known before any backward.

@@ -80,8 +80,10 @@ struct MicroBatch {
   };
   std::vector<RecordedRoute> recorded_routes;
   // Context parallelism: sequences this share has trained tokens of but whose first trained
-  // token another rank of the group holds (that rank counts them in the step's statistics).
+  // token another rank of the group holds (that rank counts them in the step's statistics), and
+  // each sequence's trained tokens in the whole sequence (S; the sequence-mean normalization).
   double sequences_counted_elsewhere = 0;
+  std::vector<int32_t> seq_trained_tokens;
 };
 
 MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
@@ -149,6 +151,7 @@ ContextMicroBatch ShardMicroBatch(const MicroBatch& full, ContextExchange* excha
   }
   out.mb.seq_offsets.push_back(0);
   for (size_t q = 0; q + 1 < full.seq_offsets.size(); ++q) {
+    out.mb.seq_trained_tokens.push_back(full.seq_offsets[q + 1] - full.seq_offsets[q]);
     const int32_t first = full.seq_offsets[q];
     if (first < full.seq_offsets[q + 1] && local_of[full.target_positions[first]] < 0) {
       for (int32_t t = first; t < full.seq_offsets[q + 1]; ++t) {
@@ -314,6 +317,7 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
     in.advantages = mb.advantages;
     in.seq_offsets = mb.seq_offsets;
     in.ref = ref;
+    in.seq_trained_tokens = mb.seq_trained_tokens;
     PRL_RETURN_IF_ERROR(ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &sums->loss));
     sums->loss.sequences -= mb.sequences_counted_elsewhere;
     if (shard == nullptr) sums->input_tokens += static_cast<double>(T);  // (a group's: below)
@@ -394,12 +398,12 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   // planned over the groups, every rank of a group splitting the same ones.
   ContextExchange* context = model.context();
   const int group = context != nullptr ? context->size() : 1;
-  if (group > 1 && (config.loss.normalization == LossNormalization::kSequenceMean ||
-                    config.loss.kind == LossKind::kGspo)) {
+  if (group > 1 && (config.loss.kind == LossKind::kGspo ||
+                    (config.loss.kl.enabled() && config.loss.kl.penalty == KlPenalty::kReward))) {
     return absl::UnimplementedError(absl::StrCat(
-        "learner.context_parallel = ", group, ": the losses whose sequences' tokens are taken "
-        "together (learner.normalization = sequence, learner.loss = gspo) are not split over a "
-        "group yet; use learner.normalization = tokens and a token-level loss, or "
+        "learner.context_parallel = ", group, ": the terms that sum over a sequence's later "
+        "tokens (learner.loss = gspo's sequence ratio, learner.kl_penalty = reward's return) are "
+        "not split over a group yet; use a token-level loss and learner.kl_penalty = loss, or "
         "learner.context_parallel = 1"));
   }
   const auto start = std::chrono::steady_clock::now();
