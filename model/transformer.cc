@@ -15,6 +15,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "model/decoder_layer.h"
+#include "model/transformer_workspace.h"
 
 namespace prl {
 
@@ -28,95 +29,6 @@ absl::Status CopyToDevice(const Tensor& dst, const void* src) {
 
 }  // namespace
 
-struct Transformer::Workspace {
-  int64_t T = 0;  // tokens
-  int64_t B = 0;  // sequences
-  int64_t R = 0;  // rows with a target (the LM head only runs on these)
-  bool for_backward = false;
-  bool backward_ready = false;
-  float temperature = 1.0f;
-  std::vector<int32_t> head_rows;  // host copy of the target positions (R)
-
-  Tensor tokens;                         // (T) I32
-  Tensor cu_seqlens;                     // (B + 1) I32
-  Tensor positions;                      // (T) I32
-  Tensor inv_freq;                       // (D/2)
-  Tensor rope_cos;                       // (T, D/2)
-  Tensor rope_sin;                       // (T, D/2)
-  // The pass's checkpointing (none for a forward-only pass).
-  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
-  // With for_backward, each layer's kept activations (all of them without checkpointing),
-  // else 2 alternating slots of every activation.
-  std::vector<LayerActivations> layers;
-  LayerActivations work;  // checkpointing: the parts not kept, for the layer being computed
-  Tensor final_input;                    // (T, C) residual stream after the last layer
-  Tensor lnf;                            // (T, C) final norm output
-  Tensor lnf_rstd;                       // (T)
-  Tensor head_rows_dev;                  // (R) I32 positions with a target
-  Tensor head_targets;                   // (R) I32
-  Tensor head_in;                        // (R, C) lnf rows with a target (lnf itself when R == T)
-  Tensor head_lse;                       // (R)
-  Tensor head_logprob;                   // (R)
-  Tensor head_entropy;                   // (R) the rows' softmax entropies (nats)
-  Tensor logits;                         // (chunk, V) scratch
-  bool logits_kept = false;  // logits holds every trained row's logits (Backward reads them)
-
-  // Backward scratch. The two "wide" buffers are shared by the MLP and attention halves.
-  Tensor dresid;    // (T, C) gradient of the residual stream
-  Tensor dln;       // (T, C)
-  Tensor wide_a;    // (T * max(2 I, QKV)): dgate_up, then dqkv
-  Tensor wide_b;    // (T * max(I, H D [x 2 with q/k norms])): dact, dattn, q/k-norm scratch
-  Tensor dhead_in;  // (R, C)
-  Tensor dlogprob;  // (R)
-  MoeScratch moe;   // MoE layers' backward scratch
-  // LoRA (model/lora.h): the adapters of the last Forward (null: none), their gradients in
-  // Backward, and their scratch.
-  const LoraParams* lora = nullptr;
-  const LoraParams* lora_grads = nullptr;
-  LoraScratch lora_scratch;
-
-  // Qwen3-MoE: the batch's replayed routes per MoE layer, (Lm, T, K) layer-major (empty: none),
-  // and the router's own routes of the last Forward, (T, Lm, K) token-major.
-  std::vector<int32_t> forced_routes;
-  std::vector<uint8_t> recomputed_routes;
-  // Checkpointing a Qwen3-MoE model: the experts each MoE layer used in Forward (replayed or
-  // the router's), (Lm, T, K) layer-major, replayed when Backward recomputes the layer.
-  std::vector<int32_t> used_routes;
-  // A context-parallel pass (model/context_parallel.h): its plan and the group; the gathered
-  // keys and values of one layer and the exchanges' buffers (and in Backward their gradients').
-  std::optional<ContextPlan> context;
-  ContextExchange* exchange = nullptr;
-  Tensor kv_full, kv_send, kv_recv, dkv_full, dkv_send, dkv_recv;
-  std::vector<float> entropies;  // (T) of the last Forward; 0 where no target
-  // The load-balancing loss's sums over the MoE layers of the last Forward(for_backward)
-  // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
-  // expert, (E) each; its value; and in Backward its gradient at each p[t, e], (E).
-  std::vector<double> lb_count, lb_prob_sum, lb_dprobs;
-  // A MoE layer's router outputs on the host (MoeRoutesToHost), reused by every layer.
-  std::vector<int32_t> host_recomputed;
-  std::vector<float> host_probs;
-  double lb_loss = 0.0;
-  double lb_tokens = 0.0;  // the tokens the load-balancing loss is over (the group's: context)
-
-  // Layer `layer`'s activations in this pass (views: a checkpointed layer's kept ones with the
-  // shared work slot's).
-  LayerActivations Slot(int64_t layer) const {
-    if (!for_backward) return layers[layer % static_cast<int64_t>(layers.size())];
-    if (checkpointing == ActivationCheckpointing::kNone) return layers[layer];
-    return OverlayLayerActivations(layers[layer], work);
-  }
-};
-
-// What a pass lays out depends on.
-struct Transformer::PassShape {
-  int64_t T = 0, B = 0, R = 0;  // tokens, sequences, rows with a target
-  int64_t chunk = 0;            // logits chunk rows
-  bool for_backward = false;
-  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
-  int64_t lora_rank = 0;  // 0: no adapters
-  // Context parallelism: the gathered rows, the most rows a rank holds, the group's size.
-  int64_t kv_rows = 0, max_rows = 0, group = 0;
-};
 
 Transformer::Transformer(const ModelConfig& config, Device device, TransformerOptions options)
     : config_(config),
@@ -138,88 +50,6 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
 }
 
 Transformer::~Transformer() = default;
-
-size_t Transformer::workspace_bytes() const { return arena_.capacity_bytes(); }
-
-size_t Transformer::last_pass_bytes() const { return arena_.laid_out_bytes(); }
-
-Transformer::PassShape Transformer::ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows,
-                                            bool for_backward, int64_t lora_rank) const {
-  PassShape s;
-  s.T = tokens;
-  s.B = seqs;
-  s.R = target_rows;
-  s.for_backward = for_backward;
-  s.checkpointing =
-      for_backward ? options_.activation_checkpointing : ActivationCheckpointing::kNone;
-  s.lora_rank = lora_rank;
-  // A training pass that keeps its logits for the backward: one chunk of every trained row when
-  // they fit keep_logits_bytes; kept whenever one chunk holds them all.
-  const int64_t V = config_.vocab_size;
-  const bool keep = for_backward && *options_.keep_logits;
-  const int64_t chunk_budget =
-      keep && s.R * V * static_cast<int64_t>(sizeof(float)) <= options_.keep_logits_bytes
-          ? options_.keep_logits_bytes
-          : options_.logits_chunk_bytes;
-  s.chunk = std::min<int64_t>(std::max<int64_t>(s.R, 1), k::LogprobChunkRows(V, chunk_budget));
-  return s;
-}
-
-size_t Transformer::PlanPassBytes(int64_t tokens, int64_t seqs, int64_t target_rows,
-                                  bool for_backward, int64_t lora_rank) const {
-  Workspace scratch;  // the views are discarded: this pass's own workspace stays as it was
-  const PassShape shape = ShapeOf(tokens, seqs, target_rows, for_backward, lora_rank);
-  return Arena::Measure(device_, [&](Arena& a) { LayOut(a, scratch, shape); });
-}
-
-void Transformer::LayOut(Arena& a, Workspace& ws, const PassShape& s) const {
-  const ModelConfig& c = config_;
-  const int64_t T = s.T, R = s.R, C = c.hidden_size, I = c.intermediate_size;
-  const DType dt = options_.compute_dtype;
-  ws.tokens = a.Take(DType::kI32, {T});
-  ws.cu_seqlens = a.Take(DType::kI32, {s.B + 1});
-  ws.positions = a.Take(DType::kI32, {T});
-  ws.inv_freq = a.Take(DType::kF32, {c.head_dim / 2});
-  ws.rope_cos = a.Take(DType::kF32, {T, c.head_dim / 2});
-  ws.rope_sin = a.Take(DType::kF32, {T, c.head_dim / 2});
-  const unsigned kept = s.for_backward ? KeptLayerParts(s.checkpointing) : kLayerAll;
-  ws.layers.assign(s.for_backward ? c.num_hidden_layers : 2, {});
-  for (LayerActivations& l : ws.layers) l = TakeLayerActivations(a, c, T, /*lse=*/true, dt, kept);
-  ws.work = kept == kLayerAll ? LayerActivations{}
-                              : TakeLayerActivations(a, c, T, /*lse=*/true, dt, kLayerAll & ~kept);
-  if (s.lora_rank > 0) ws.lora_scratch = TakeLoraScratch(a, c, T, s.lora_rank, dt);
-  ws.final_input = a.Take(dt, {T, C});
-  ws.lnf = a.Take(dt, {T, C});
-  ws.lnf_rstd = a.Take(DType::kF32, {T});
-  ws.head_rows_dev = a.Take(DType::kI32, {R});
-  ws.head_targets = a.Take(DType::kI32, {R});
-  ws.head_in = R == T ? ws.lnf : a.Take(dt, {R, C});
-  ws.head_lse = a.Take(DType::kF32, {R});
-  ws.head_logprob = a.Take(DType::kF32, {R});
-  ws.head_entropy = a.Take(DType::kF32, {R});
-  ws.logits = a.Take(DType::kF32, {s.chunk, c.vocab_size});
-  if (s.group > 0) {
-    const int64_t width = 2 * c.kv_dim();
-    ws.kv_full = a.Take(dt, {s.kv_rows, width});
-    ws.kv_send = a.Take(dt, {s.max_rows, width});
-    ws.kv_recv = a.Take(dt, {s.group * s.max_rows, width});
-    if (s.for_backward) {
-      ws.dkv_full = a.Take(dt, {s.kv_rows, width});
-      ws.dkv_send = a.Take(dt, {s.group * s.max_rows, width});
-      ws.dkv_recv = a.Take(dt, {s.max_rows, width});
-    }
-  }
-  if (s.for_backward) {
-    ws.dresid = a.Take(dt, {T, C});
-    ws.dln = a.Take(dt, {T, C});
-    const int64_t dense_I = c.has_dense_mlp() ? I : 0;
-    ws.wide_a = a.Take(dt, {T * std::max(2 * dense_I, c.qkv_dim())});
-    ws.wide_b = a.Take(dt, {T * std::max(dense_I, c.q_dim() * (c.qk_norm ? 2 : 1))});
-    if (c.has_moe()) ws.moe = TakeMoeScratch(a, c, T, dt);
-    ws.dhead_in = R == T ? ws.dln : a.Take(dt, {R, C});
-    ws.dlogprob = a.Take(DType::kF32, {R});
-  }
-}
 
 absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& batch,
                                   float temperature, absl::Span<float> logprobs, bool for_backward,
