@@ -295,6 +295,48 @@ TEST(CudaTransformerMoeTest, LogprobsGradientsAndRoutesMatchTheCpuBackend) {
   }
 }
 
+// An untied Qwen2 model's weights on the GPU (seeded as on the CPU) and a random batch with its
+// d(logprob): the tests that compare passes on the GPU with each other run them here.
+class GpuPasses {
+ public:
+  explicit GpuPasses(uint64_t batch_seed)
+      : config_(Config(Architecture::kQwen2, /*tied=*/false, 4, 2, 64)) {
+    std::mt19937_64 rng(batch_seed);
+    batch_ = RandomBatch(config_, rng, &dlogprobs_);
+    ParameterSet cpu = *ParameterSet::Allocate(config_, Device::Cpu(), false);
+    InitializeParameters(cpu, 7, 0.02f);
+    params_.emplace(*ParameterSet::Allocate(config_, gpu_, false));
+    EXPECT_TRUE(
+        CopyBytes(params_->data(), gpu_, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
+  }
+  const ModelConfig& config() const { return config_; }
+
+  // A forward and backward with `options` (on its compute dtype's copy of the weights): the
+  // log-probs, and the gradient (on the host) in *grads.
+  std::vector<float> Run(const TransformerOptions& options, std::vector<float>* grads) {
+    std::optional<ComputeParams> compute;
+    if (options.compute_dtype != DType::kF32) {
+      compute = *ToComputeDType(*params_, options.compute_dtype);
+    }
+    const ModelParams& weights = compute.has_value() ? compute->params : params_->params;
+    Transformer model(config_, gpu_, options);
+    ParameterSet g = *ParameterSet::Allocate(config_, gpu_, true);
+    std::vector<float> lp(batch_.num_tokens());
+    EXPECT_TRUE(model.Forward(weights, batch_, 0.8f, absl::MakeSpan(lp), true).ok());
+    EXPECT_TRUE(model.Backward(weights, dlogprobs_, g.params).ok());
+    grads->resize(static_cast<size_t>(g.layout.num_elements()));
+    EXPECT_TRUE(CopyBytes(grads->data(), Device::Cpu(), g.data(), gpu_, g.buffer.bytes()).ok());
+    return lp;
+  }
+
+ private:
+  ModelConfig config_;
+  Device gpu_ = Device::Cuda(0);
+  PackedBatch batch_;
+  std::vector<float> dlogprobs_;
+  std::optional<ParameterSet> params_;
+};
+
 // TransformerOptions::keep_logits on CUDA (off there until this passes): a training pass whose
 // trained rows fit one logits chunk reads the forward's logits in the backward instead of
 // recomputing them. In the fast order the forward and the recomputing backward run the same GEMM
@@ -308,34 +350,17 @@ TEST(CudaTransformerKeptLogitsTest, KeptLogitsGiveTheRecomputingPassesResultsBit
   if (!KernelBackendAvailable(DeviceType::kCuda)) {
     GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
   }
-  const ModelConfig config = Config(Architecture::kQwen2, /*tied=*/false, 4, 2, 64);
-  const Device gpu = Device::Cuda(0);
-  std::mt19937_64 rng(9);
-  std::vector<float> dlogprobs;
-  const PackedBatch batch = RandomBatch(config, rng, &dlogprobs);
-  ParameterSet cpu = *ParameterSet::Allocate(config, Device::Cpu(), false);
-  InitializeParameters(cpu, 7, 0.02f);
-  ParameterSet params = *ParameterSet::Allocate(config, gpu, false);
-  ASSERT_TRUE(CopyBytes(params.data(), gpu, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
+  GpuPasses gpu(9);
+  const ModelConfig& config = gpu.config();
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(dtype));
-    std::optional<ComputeParams> compute;
-    if (dtype != DType::kF32) compute = *ToComputeDType(params, dtype);
-    const ModelParams& weights = compute.has_value() ? compute->params : params.params;
     auto pass = [&](bool keep, int64_t chunk_bytes, std::vector<float>* grads) {
       TransformerOptions options;
       options.compute_dtype = dtype;
       options.keep_logits = keep;
       options.logits_chunk_bytes = chunk_bytes;
       options.keep_logits_bytes = int64_t{1} << 30;
-      Transformer model(config, gpu, options);
-      ParameterSet g = *ParameterSet::Allocate(config, gpu, true);
-      std::vector<float> lp(batch.num_tokens());
-      EXPECT_TRUE(model.Forward(weights, batch, 0.8f, absl::MakeSpan(lp), true).ok());
-      EXPECT_TRUE(model.Backward(weights, dlogprobs, g.params).ok());
-      grads->resize(static_cast<size_t>(g.layout.num_elements()));
-      EXPECT_TRUE(CopyBytes(grads->data(), Device::Cpu(), g.data(), gpu, g.buffer.bytes()).ok());
-      return lp;
+      return gpu.Run(options, grads);
     };
     const int64_t one_chunk = int64_t{1} << 30, rows16 = 16 * config.vocab_size * 4;
     std::vector<float> recomputed_grads, kept_grads, budget_grads;
@@ -369,32 +394,14 @@ TEST(CudaTransformerCheckpointingTest, SelectiveAndFullGiveTheGradientsOfKeeping
   if (!KernelBackendAvailable(DeviceType::kCuda)) {
     GTEST_SKIP() << "no CUDA GPU: this test runs on a GPU machine (scripts/gpu_check.sh)";
   }
-  const ModelConfig config = Config(Architecture::kQwen2, /*tied=*/false, 4, 2, 64);
-  const Device gpu = Device::Cuda(0);
-  std::mt19937_64 rng(11);
-  std::vector<float> dlogprobs;
-  const PackedBatch batch = RandomBatch(config, rng, &dlogprobs);
-  ParameterSet cpu = *ParameterSet::Allocate(config, Device::Cpu(), false);
-  InitializeParameters(cpu, 7, 0.02f);
-  ParameterSet params = *ParameterSet::Allocate(config, gpu, false);
-  ASSERT_TRUE(CopyBytes(params.data(), gpu, cpu.data(), Device::Cpu(), cpu.buffer.bytes()).ok());
+  GpuPasses gpu(11);
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(dtype));
-    std::optional<ComputeParams> compute;
-    if (dtype != DType::kF32) compute = *ToComputeDType(params, dtype);
-    const ModelParams& weights = compute.has_value() ? compute->params : params.params;
     auto pass = [&](ActivationCheckpointing mode, std::vector<float>* grads) {
       TransformerOptions options;
       options.compute_dtype = dtype;
       options.activation_checkpointing = mode;
-      Transformer model(config, gpu, options);
-      ParameterSet g = *ParameterSet::Allocate(config, gpu, true);
-      std::vector<float> lp(batch.num_tokens());
-      EXPECT_TRUE(model.Forward(weights, batch, 0.8f, absl::MakeSpan(lp), true).ok());
-      EXPECT_TRUE(model.Backward(weights, dlogprobs, g.params).ok());
-      grads->resize(static_cast<size_t>(g.layout.num_elements()));
-      EXPECT_TRUE(CopyBytes(grads->data(), Device::Cpu(), g.data(), gpu, g.buffer.bytes()).ok());
-      return lp;
+      return gpu.Run(options, grads);
     };
     std::vector<float> none_grads;
     const std::vector<float> none = pass(ActivationCheckpointing::kNone, &none_grads);
