@@ -94,11 +94,10 @@ TokenTerm TokenLoss(const LossConfig& c, double pi, double mu, double prox, doub
 // gspo over one sequence i: s_i = exp(mean_t(pi_t - mu_t)),
 // L_i = -min(s_i A_i, clip(s_i, 1 - low, 1 + high) A_i), carried by each of its n_i tokens, so
 // d(sum_t l_t)/dpi_t = n_i dL_i/dpi_t = n_i (1 / n_i) dL_i/dlog(s_i) = -s_i A_i unclipped, else 0.
-TokenTerm SequenceTerm(const LossConfig& c, absl::Span<const float> pi, absl::Span<const float> mu,
-                       double a) {
-  double log_ratio = 0;
-  for (size_t t = 0; t < pi.size(); ++t) log_ratio += double{pi[t]} - double{mu[t]};
-  return PpoSurrogate(std::exp(log_ratio / pi.size()), a, c.gspo_clip_low, c.gspo_clip_high);
+// log_ratio_sum: sum_t (pi_t - mu_t) over the sequence's n trained tokens.
+TokenTerm SequenceTerm(const LossConfig& c, double log_ratio_sum, int64_t n, double a) {
+  return PpoSurrogate(std::exp(log_ratio_sum / static_cast<double>(n)), a, c.gspo_clip_low,
+                      c.gspo_clip_high);
 }
 
 absl::Status CheckSize(absl::string_view name, size_t found, size_t n, bool may_be_empty) {
@@ -270,8 +269,12 @@ absl::Status ComputeLoss(const LossConfig& config, const LossInputs& in,
     }
     TokenTerm sequence_term;
     if (config.kind == LossKind::kGspo) {
-      sequence_term = SequenceTerm(config, in.pi.subspan(begin, len), in.mu.subspan(begin, len),
-                                   advantage[0]);
+      double log_ratio_sum = 0;
+      for (int64_t t = begin; t < begin + len; ++t) {
+        log_ratio_sum += double{in.pi[t]} - double{in.mu[t]};
+      }
+      if (!in.seq_log_ratio_sums.empty()) log_ratio_sum = in.seq_log_ratio_sums[s];  // the group's
+      sequence_term = SequenceTerm(config, log_ratio_sum, n_i, advantage[0]);
     }
     double sequence_loss = 0;
     for (int64_t t = begin; t < begin + len; ++t) {

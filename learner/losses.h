@@ -56,6 +56,9 @@ struct LossInputs {
   // them (context parallelism: learner/train_step.h); empty: the tokens given here. The
   // sequence-mean normalization divides by it.
   absl::Span<const int32_t> seq_trained_tokens;
+  // (S) with seq_trained_tokens: each whole sequence's sum of pi - mu over its trained tokens
+  // (gspo's sequence ratio); empty: this input's.
+  absl::Span<const double> seq_log_ratio_sums;
 };
 
 // Totals over the whole step (all micro-batches, all ranks), known before any backward.

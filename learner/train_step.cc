@@ -306,6 +306,19 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
   }
   std::vector<float> pi(N), dpi(N, 0.0f);
   for (int64_t t = 0; t < N; ++t) pi[t] = logprobs[mb.target_positions[t]];
+  // gspo over a group's shares: each whole sequence's sum of pi - mu, summed over the group
+  // (every rank of the group runs this micro-batch, whatever its share holds).
+  std::vector<double> log_ratio_sums;
+  const int64_t S = static_cast<int64_t>(mb.seq_offsets.size()) - 1;
+  if (shard != nullptr && config.loss.kind == LossKind::kGspo && S > 0) {
+    log_ratio_sums.assign(S, 0.0);
+    for (int64_t q = 0; q < S; ++q) {
+      for (int32_t t = mb.seq_offsets[q]; t < mb.seq_offsets[q + 1]; ++t) {
+        log_ratio_sums[q] += double{pi[t]} - double{mb.mu[t]};
+      }
+    }
+    PRL_RETURN_IF_ERROR(shard->exchange->AllReduceHost(absl::MakeSpan(log_ratio_sums)));
+  }
   const absl::Span<const float> entropies = model.entropies();
   for (int64_t t = 0; t < N; ++t) sums->entropy_sum += entropies[mb.target_positions[t]];
   sums->entropy_tokens += static_cast<double>(N);
@@ -318,6 +331,7 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
     in.seq_offsets = mb.seq_offsets;
     in.ref = ref;
     in.seq_trained_tokens = mb.seq_trained_tokens;
+    in.seq_log_ratio_sums = log_ratio_sums;
     PRL_RETURN_IF_ERROR(ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &sums->loss));
     sums->loss.sequences -= mb.sequences_counted_elsewhere;
     if (shard == nullptr) sums->input_tokens += static_cast<double>(T);  // (a group's: below)
@@ -398,13 +412,11 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   // planned over the groups, every rank of a group splitting the same ones.
   ContextExchange* context = model.context();
   const int group = context != nullptr ? context->size() : 1;
-  if (group > 1 && (config.loss.kind == LossKind::kGspo ||
-                    (config.loss.kl.enabled() && config.loss.kl.penalty == KlPenalty::kReward))) {
+  if (group > 1 && config.loss.kl.enabled() && config.loss.kl.penalty == KlPenalty::kReward) {
     return absl::UnimplementedError(absl::StrCat(
-        "learner.context_parallel = ", group, ": the terms that sum over a sequence's later "
-        "tokens (learner.loss = gspo's sequence ratio, learner.kl_penalty = reward's return) are "
-        "not split over a group yet; use a token-level loss and learner.kl_penalty = loss, or "
-        "learner.context_parallel = 1"));
+        "learner.context_parallel = ", group, ": learner.kl_penalty = reward sums each "
+        "sequence's later tokens (the return to go), which a group does not split yet; use "
+        "learner.kl_penalty = loss, or learner.context_parallel = 1"));
   }
   const auto start = std::chrono::steady_clock::now();
   PassFits fits;

@@ -387,14 +387,17 @@ class LearnerCliTest(unittest.TestCase):
                           "a divisor of learner.world_size = 3")
         self.assert_error(run("learner", "step", "--model", self.model, "--rollouts",
                               self.rollouts, "--out", self.path("cp_never"), "--world-size", 2,
-                              "--context-parallel", 2, "--loss", "gspo"),
-                          "learner.loss = gspo")
-        # The sequence-mean normalization divides each share by its whole sequence's tokens.
-        one_seq, g1_seq = step(1, 1, "--normalization", "sequence")
-        report, g = step(2, 2, "--normalization", "sequence")
-        diff = sum((a - b) ** 2 for a, b in zip(g, g1_seq)) ** 0.5
-        self.assertLess(diff / sum(b * b for b in g1_seq) ** 0.5, 1e-5)
-        self.assertAlmostEqual(report["loss"], one_seq["loss"], places=5)
+                              "--context-parallel", 2, "--kl-coef", 0.1, "--kl-penalty",
+                              "reward"),
+                          "learner.kl_penalty = reward")
+        # The sequence-mean normalization divides each share by its whole sequence's tokens;
+        # gspo's ratio is each whole sequence's, its sums reduced over the group.
+        for extra in (("--normalization", "sequence"), ("--loss", "gspo")):
+            one_seq, g1_seq = step(1, 1, *extra)
+            report, g = step(2, 2, *extra)
+            diff = sum((a - b) ** 2 for a, b in zip(g, g1_seq)) ** 0.5
+            self.assertLess(diff / sum(b * b for b in g1_seq) ** 0.5, 1e-5, extra)
+            self.assertAlmostEqual(report["loss"], one_seq["loss"], places=5)
 
     def test_an_activation_budget_splits_micro_batches_and_refuses_what_cannot_fit(self):
         # 8 rollouts of 60 tokens: one micro-batch of ~2.5 MB of workspace without a budget.
