@@ -39,8 +39,9 @@ void ContextAttentionForward(const Tensor& out, const Tensor& lse, const Tensor&
   const int64_t T = qkv.size(0), H = shape.num_heads, D = shape.head_dim;
   ExpectTensor(op, "out", out, DType::kF32, {T, H * D});
   ExpectTensor(op, "lse", lse, DType::kF32, {T, H});
-  cpu::ContextAttentionForward(out.f32(), lse.f32(), qkv.f32(), kv.f32(), pieces.data(),
-                               static_cast<int64_t>(pieces.size()), H, shape.num_kv_heads, D);
+  const int64_t KV = shape.num_kv_heads;
+  cpu::ContextAttentionForward(out.f32(), lse.f32(), qkv.f32(), {kv.f32(), 2 * KV * D, 0, KV * D},
+                               pieces.data(), static_cast<int64_t>(pieces.size()), H, KV, D);
 }
 
 void ContextAttentionBackward(const Tensor& dqkv, const Tensor& dkv, const Tensor& dout,
@@ -55,9 +56,11 @@ void ContextAttentionBackward(const Tensor& dqkv, const Tensor& dkv, const Tenso
   ExpectTensor(op, "dout", dout, DType::kF32, {T, H * D});
   ExpectTensor(op, "out", out, DType::kF32, {T, H * D});
   ExpectTensor(op, "lse", lse, DType::kF32, {T, H});
-  cpu::ContextAttentionBackward(dqkv.f32(), dkv.f32(), dout.f32(), qkv.f32(), kv.f32(), out.f32(),
-                                lse.f32(), pieces.data(), static_cast<int64_t>(pieces.size()), H,
-                                shape.num_kv_heads, D, kv.size(0));
+  const int64_t KV = shape.num_kv_heads;
+  cpu::ContextAttentionBackward(
+      dqkv.f32(), {dkv.f32(), 2 * KV * D, 0, KV * D, /*accumulate=*/true}, dout.f32(), qkv.f32(),
+      {kv.f32(), 2 * KV * D, 0, KV * D}, out.f32(), lse.f32(), pieces.data(),
+      static_cast<int64_t>(pieces.size()), H, KV, D, kv.size(0));
 }
 
 }  // namespace prl::kernels

@@ -1,6 +1,15 @@
-// Context-parallel causal attention, fp32, GQA (kernels/context_attention.h): attention.cc's
-// blocked kernels with the queries' positions offset within their sequence and the keys and
-// values read from the gathered rows of the whole sequence.
+// Causal attention over runs of query positions, fp32, GQA: the blocked kernels both the packed
+// attention (attention.cc: every sequence one run at position 0, keys and values in the same
+// q|k|v rows) and the context-parallel one (kernels/context_attention.h: a rank's runs against
+// the group's gathered k|v rows) run.
+//
+// Forward works on blocks of kQueryBlock query rows: one GEMM gives the block's scores against
+// every key it may see, a row softmax turns them into probabilities (and the row's log-sum-exp,
+// kept for the backward), and a second GEMM applies them to V. Only a (kQueryBlock, keys) score
+// block per thread exists at a time. Backward recomputes each score block from Q, K and the
+// saved log-sum-exp (FlashAttention's trick); its work items are (sequence, query head), whose
+// key/value gradients are kept per head and summed per KV group in a fixed order
+// (kv_group_sum.h), so the result does not depend on thread timing.
 #include <cblas.h>
 
 #include <algorithm>
@@ -27,10 +36,10 @@ int64_t MaxKeys(const QueryPiece* pieces, int64_t n) {
 
 }  // namespace
 
-void ContextAttentionForward(float* out, float* lse, const float* qkv, const float* kv,
+void ContextAttentionForward(float* out, float* lse, const float* qkv, const KvRows& kv,
                              const QueryPiece* pieces, int64_t num_pieces, int64_t H, int64_t KV,
                              int64_t D) {
-  const int64_t qkv_stride = (H + 2 * KV) * D, kv_stride = 2 * KV * D, out_stride = H * D;
+  const int64_t qkv_stride = (H + 2 * KV) * D, kv_stride = kv.stride, out_stride = H * D;
   const int64_t group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   struct Item {
@@ -59,8 +68,8 @@ void ContextAttentionForward(float* out, float* lse, const float* qkv, const flo
       const int64_t q0 = items[it].q0, q1 = std::min(p.len, q0 + kQueryBlock), nq = q1 - q0;
       const int64_t nk = p.pos0 + q1;  // the block's last query sees positions [0, nk)
       const float* q = qkv + (p.row0 + q0) * qkv_stride + h * D;
-      const float* k = kv + p.kv0 * kv_stride + g * D;
-      const float* v = kv + p.kv0 * kv_stride + (KV + g) * D;
+      const float* k = kv.rows + p.kv0 * kv_stride + kv.k_col + g * D;
+      const float* v = kv.rows + p.kv0 * kv_stride + kv.v_col + g * D;
       float* s = scores.data();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, q, qkv_stride, k,
                   kv_stride, 0.0f, s, nk);
@@ -80,11 +89,11 @@ void ContextAttentionForward(float* out, float* lse, const float* qkv, const flo
   }
 }
 
-void ContextAttentionBackward(float* dqkv, float* dkv, const float* dout, const float* qkv,
-                              const float* kv, const float* out, const float* lse,
-                              const QueryPiece* pieces, int64_t num_pieces, int64_t H, int64_t KV,
-                              int64_t D, int64_t kv_rows) {
-  const int64_t qkv_stride = (H + 2 * KV) * D, kv_stride = 2 * KV * D, out_stride = H * D;
+void ContextAttentionBackward(float* dqkv, const KvGrads& dkv, const float* dout,
+                              const float* qkv, const KvRows& kv, const float* out,
+                              const float* lse, const QueryPiece* pieces, int64_t num_pieces,
+                              int64_t H, int64_t KV, int64_t D, int64_t kv_rows) {
+  const int64_t qkv_stride = (H + 2 * KV) * D, kv_stride = kv.stride, out_stride = H * D;
   const int64_t group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Work items are (sequence, query head): a sequence's pieces share its key rows, which one
@@ -116,8 +125,8 @@ void ContextAttentionBackward(float* dqkv, float* dkv, const float* dout, const 
 #pragma omp for schedule(dynamic, 1)
     for (size_t it = 0; it < items.size(); ++it) {
       const int64_t h = items[it].head, g = h / group, kv0 = items[it].kv0;
-      const float* k = kv + kv0 * kv_stride + g * D;
-      const float* v = kv + kv0 * kv_stride + (KV + g) * D;
+      const float* k = kv.rows + kv0 * kv_stride + kv.k_col + g * D;
+      const float* v = kv.rows + kv0 * kv_stride + kv.v_col + g * D;
       float* dk = dk_heads + (h * kv_rows + kv0) * D;  // (keys, D), leading dimension D
       float* dv = dv_heads + (h * kv_rows + kv0) * D;
       for (const int64_t pi : pieces_of.at(kv0)) {
@@ -164,9 +173,9 @@ void ContextAttentionBackward(float* dqkv, float* dkv, const float* dout, const 
       }
     }
 
-    // dkv += the per-head key/value gradients of each KV group.
-    SumKvGroupGrads(dkv, kv_stride, 0, KV * D, dk_heads, dv_heads, kv_rows, H, KV, D,
-                    /*accumulate=*/true);
+    // dkv (+)= the per-head key/value gradients of each KV group.
+    SumKvGroupGrads(dkv.rows, dkv.stride, dkv.k_col, dkv.v_col, dk_heads, dv_heads, kv_rows, H,
+                    KV, D, dkv.accumulate);
   }
 }
 

@@ -63,16 +63,29 @@ void AttentionForwardInvariant(float* out, float* lse, const float* qkv, const i
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
                        const float* lse, const int32_t* cu_seqlens, int64_t num_seqs, int64_t H,
                        int64_t KV, int64_t D);
-// Context-parallel attention (kernels/context_attention.h): the pieces' queries against their
-// sequences' gathered k|v rows (kv, (kv_rows, 2 KV D)). Backward writes the query columns of
-// dqkv and adds into dkv.
-void ContextAttentionForward(float* out, float* lse, const float* qkv, const float* kv,
+// Where attention's keys and values are: row r's key head g at rows + r stride + k_col + g D,
+// its value head g at v_col instead of k_col.
+struct KvRows {
+  const float* rows;
+  int64_t stride, k_col, v_col;
+};
+// Where their gradients go: the same layout, written (or added to, with accumulate).
+struct KvGrads {
+  float* rows;
+  int64_t stride, k_col, v_col;
+  bool accumulate;
+};
+// Attention of runs of query positions (kernels/context_attention.h's QueryPiece: the pieces'
+// queries in qkv's rows, their sequences' keys and values in kv). Backward writes the query
+// columns of dqkv and the keys' and values' gradients (kv_rows of them) into dkv. The packed
+// AttentionForward / AttentionBackward above are these with each sequence one piece.
+void ContextAttentionForward(float* out, float* lse, const float* qkv, const KvRows& kv,
                              const QueryPiece* pieces, int64_t num_pieces, int64_t H, int64_t KV,
                              int64_t D);
-void ContextAttentionBackward(float* dqkv, float* dkv, const float* dout, const float* qkv,
-                              const float* kv, const float* out, const float* lse,
-                              const QueryPiece* pieces, int64_t num_pieces, int64_t H, int64_t KV,
-                              int64_t D, int64_t kv_rows);
+void ContextAttentionBackward(float* dqkv, const KvGrads& dkv, const float* dout,
+                              const float* qkv, const KvRows& kv, const float* out,
+                              const float* lse, const QueryPiece* pieces, int64_t num_pieces,
+                              int64_t H, int64_t KV, int64_t D, int64_t kv_rows);
 
 // Paged KV cache (engine). A block holds block_size consecutive positions of one sequence:
 // keys (num_blocks, KV, D, block_size) transposed within the block, values (num_blocks, KV,
