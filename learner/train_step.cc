@@ -140,15 +140,12 @@ ContextMicroBatch ShardMicroBatch(const MicroBatch& full, ContextExchange* excha
   out.shard.exchange = exchange;
   const int rank = exchange->rank(), size = exchange->size();
   out.mb.batch = ShardBatch(full.batch, rank, size);
-  std::vector<int32_t> local_of(full.batch.num_tokens(), -1);  // full position -> share's
-  int32_t next = 0;
   for (int64_t s = 0; s < full.batch.num_seqs(); ++s) {
-    const int64_t start = full.batch.cu_seqlens[s], length = full.batch.cu_seqlens[s + 1] - start;
-    out.shard.lengths.push_back(length);
-    for (const PositionRun& run : ContextRuns(length, rank, size)) {
-      for (int64_t p = run.begin; p < run.end; ++p) local_of[start + p] = next++;
-    }
+    out.shard.lengths.push_back(full.batch.cu_seqlens[s + 1] - full.batch.cu_seqlens[s]);
   }
+  std::vector<int32_t> local_of(full.batch.num_tokens(), -1);  // full position -> share's
+  const std::vector<int64_t> rows = ShareRows(full.batch, rank, size);
+  for (size_t i = 0; i < rows.size(); ++i) local_of[rows[i]] = static_cast<int32_t>(i);
   out.mb.seq_offsets.push_back(0);
   for (size_t q = 0; q + 1 < full.seq_offsets.size(); ++q) {
     out.mb.seq_trained_tokens.push_back(full.seq_offsets[q + 1] - full.seq_offsets[q]);
@@ -422,9 +419,8 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   PassFits fits;
   if (config.activation_budget_bytes > 0) {
     PRL_RETURN_IF_ERROR(CheckBudget(model, samples, config.activation_budget_bytes));
-    fits = [&model, budget = config.activation_budget_bytes](int64_t tokens, int64_t seqs) {
-      return PlannerOf(model).PassBytes(tokens, seqs) <= budget;
-    };
+    fits = [planner = PlannerOf(model), budget = config.activation_budget_bytes](
+               int64_t tokens, int64_t seqs) { return planner.PassBytes(tokens, seqs) <= budget; };
   }
   const std::vector<std::vector<int>> plan = PlanMicroBatches(
       samples, model.rank() / group, model.world_size() / group, config.micro_batch_tokens, fits);

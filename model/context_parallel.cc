@@ -17,6 +17,17 @@ std::vector<PositionRun> ContextRuns(int64_t length, int rank, int size) {
   return runs;
 }
 
+std::vector<int64_t> ShareRows(const PackedBatch& full, int rank, int size) {
+  std::vector<int64_t> rows;
+  for (int64_t s = 0; s < full.num_seqs(); ++s) {
+    const int64_t start = full.cu_seqlens[s];
+    for (const PositionRun& run : ContextRuns(full.cu_seqlens[s + 1] - start, rank, size)) {
+      for (int64_t p = run.begin; p < run.end; ++p) rows.push_back(start + p);
+    }
+  }
+  return rows;
+}
+
 PackedBatch ShardBatch(const PackedBatch& full, int rank, int size) {
   PackedBatch local;
   local.cu_seqlens = {0};

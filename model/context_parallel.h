@@ -54,6 +54,10 @@ std::vector<PositionRun> ContextRuns(int64_t length, int rank, int size);
 // collectives must still run), which ContextPlan accounts for.
 PackedBatch ShardBatch(const PackedBatch& full, int rank, int size);
 
+// The rows of `full` (token indices) rank `rank` of `size` holds, in its share's order (without
+// the untrained token of a share of nothing).
+std::vector<int64_t> ShareRows(const PackedBatch& full, int rank, int size);
+
 // A pass over a share (Transformer::Forward's `context`): the group and the lengths of the full
 // batch's sequences, in order.
 struct ContextShard {

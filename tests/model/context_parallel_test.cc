@@ -112,19 +112,6 @@ std::vector<float> Dlogprobs(const PackedBatch& batch) {
   return d;
 }
 
-// The global index of each of rank r's local tokens.
-std::vector<int64_t> GlobalRows(const PackedBatch& full, int rank, int size) {
-  std::vector<int64_t> rows;
-  for (int64_t s = 0; s < full.num_seqs(); ++s) {
-    const int64_t start = full.cu_seqlens[s];
-    for (const PositionRun& run :
-         ContextRuns(full.cu_seqlens[s + 1] - start, rank, size)) {
-      for (int64_t p = run.begin; p < run.end; ++p) rows.push_back(start + p);
-    }
-  }
-  return rows;
-}
-
 // The group's pass: log-probs and entropies at their global rows, gradients summed.
 Pass GroupPass(const Fixture& f, const PackedBatch& full, int size,
                const TransformerOptions& options, double lb_weight) {
@@ -148,7 +135,7 @@ Pass GroupPass(const Fixture& f, const PackedBatch& full, int size,
       ContextShard mine = shard;
       mine.exchange = &exchange;
       const PackedBatch local = ShardBatch(full, r, size);
-      const std::vector<int64_t> rows = GlobalRows(full, r, size);
+      const std::vector<int64_t> rows = ShareRows(full, r, size);
       Transformer model(f.config, Device::Cpu(), options);
       std::vector<float> lp(local.num_tokens()), d(local.num_tokens());
       const absl::Status forward =
