@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::env {
@@ -13,10 +14,11 @@ namespace {
 constexpr size_t kMaxExpressionBytes = 256;
 constexpr int kMaxDepth = 32;
 
-// A recursive-descent parser over int64 with overflow checks.
+// A recursive-descent parser over int64 with overflow checks; `trace` (optional) gets each
+// operation's line as it is evaluated.
 class Parser {
  public:
-  explicit Parser(absl::string_view text) : text_(text) {}
+  Parser(absl::string_view text, std::vector<std::string>* trace) : text_(text), trace_(trace) {}
 
   absl::StatusOr<int64_t> Parse() {
     absl::StatusOr<int64_t> value = Sum(0);
@@ -38,6 +40,7 @@ class Parser {
                     : __builtin_sub_overflow(*left, *right, &out)) {
         return Error("overflow");
       }
+      Trace(*left, op, *right, out);
       left = out;
     }
     return left;
@@ -60,6 +63,7 @@ class Parser {
         }
         out = *left / *right;
       }
+      Trace(*left, op, *right, out);
       left = out;
     }
     return left;
@@ -94,6 +98,22 @@ class Parser {
     return v;
   }
 
+  // "a*b=c"; a multiplication by b >= 10 first adds a*(digit * 10^k) for each nonzero digit
+  // of b, lowest first (long multiplication's partial products; none overflows: each is at
+  // most a*b in magnitude).
+  void Trace(int64_t a, char op, int64_t b, int64_t out) {
+    if (trace_ == nullptr) return;
+    if (op == '*' && b >= 10) {
+      int64_t place = 1;
+      for (int64_t rest = b; rest > 0; rest /= 10, place *= 10) {
+        const int64_t part = rest % 10 * place;
+        if (part != 0) trace_->push_back(absl::StrCat(a, "*", part, "=", a * part));
+        if (rest < 10) break;  // place * 10 may overflow past b's last digit
+      }
+    }
+    trace_->push_back(absl::StrCat(a, std::string(1, op), b, "=", out));
+  }
+
   void Skip() {
     while (at_ < text_.size() && text_[at_] == ' ') ++at_;
   }
@@ -104,16 +124,37 @@ class Parser {
   static absl::Status Error(const std::string& why) { return absl::InvalidArgumentError(why); }
 
   absl::string_view text_;
+  std::vector<std::string>* trace_;  // null: not traced
   size_t at_ = 0;
 };
 
 }  // namespace
 
-absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression) {
+absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression,
+                                           std::vector<std::string>* trace) {
   if (expression.size() > kMaxExpressionBytes) {
     return absl::InvalidArgumentError(absl::StrCat("longer than ", kMaxExpressionBytes, " bytes"));
   }
-  return Parser(expression).Parse();
+  return Parser(expression, trace).Parse();
+}
+
+std::string ToolReply(absl::string_view expression, int64_t output_chars) {
+  std::vector<std::string> lines;
+  const absl::StatusOr<int64_t> value =
+      EvaluateExpression(expression, output_chars > 0 ? &lines : nullptr);
+  if (!value.ok()) return absl::StrCat("error: ", value.status().message());
+  const std::string result = absl::StrCat(*value);
+  const int64_t room = output_chars - static_cast<int64_t>(result.size());
+  if (room <= 0) return result;
+  std::string trace;
+  for (const std::string& line : lines) absl::StrAppend(&trace, line, "\n");
+  std::string reply;
+  reply.reserve(static_cast<size_t>(output_chars));
+  while (!trace.empty() && reply.size() + trace.size() <= static_cast<size_t>(room)) {
+    reply += trace;
+  }
+  reply.append(static_cast<size_t>(room) - reply.size(), ' ');
+  return reply + result;
 }
 
 bool LastInteger(absl::string_view text, int64_t* value) {
@@ -158,6 +199,14 @@ absl::StatusOr<v1::StartEpisodeResponse> CalculatorEnvironment::StartEpisode(
   if (state.tool_name.size() > 64) {
     return absl::InvalidArgumentError("calculator: parameter tool_name: expected at most 64 bytes");
   }
+  PRL_ASSIGN_OR_RETURN(state.output_chars,
+                       IntParameter(request.parameters(), "output_chars", 0, "calculator"));
+  if (state.output_chars < 0 || state.output_chars > kMaxOutputChars) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calculator: parameter output_chars: expected 0 to ", kMaxOutputChars,
+                     " (characters of a tool reply; 0: the result alone), found ",
+                     state.output_chars));
+  }
   episodes_.Start(request.episode_id(), [&] { return state; });
   v1::StartEpisodeResponse response;
   if (state.tool_name.empty()) {
@@ -185,10 +234,7 @@ absl::StatusOr<v1::StepResponse> CalculatorEnvironment::Step(const v1::StepReque
                    !args["expression"].is_string()) {
           result->set_content("error: expected {\"expression\": \"...\"}");
         } else {
-          const absl::StatusOr<int64_t> value =
-              EvaluateExpression(args["expression"].get<std::string>());
-          result->set_content(value.ok() ? absl::StrCat(*value)
-                                         : absl::StrCat("error: ", value.status().message()));
+          result->set_content(ToolReply(args["expression"].get<std::string>(), s.output_chars));
         }
         ++s.calls;
       }
@@ -203,14 +249,12 @@ absl::StatusOr<v1::StepResponse> CalculatorEnvironment::Step(const v1::StepReque
                       open + s.call_open.size() <= text.size() - s.call_close.size();
     if (s.tool_name.empty() && call && request.turn_end() == v1::TURN_END_STOP_STRING) {
       const size_t from = open + s.call_open.size();
-      const absl::StatusOr<int64_t> value =
-          EvaluateExpression(absl::string_view(text).substr(from, text.size() -
-                                                                      s.call_close.size() - from));
       v1::EnvMessage* result = response.add_messages();
       result->set_role("tool");
       result->set_name("calculator");
-      result->set_content(value.ok() ? absl::StrCat(*value)
-                                     : absl::StrCat("error: ", value.status().message()));
+      result->set_content(ToolReply(
+          absl::string_view(text).substr(from, text.size() - s.call_close.size() - from),
+          s.output_chars));
       ++s.calls;
       return response;
     }

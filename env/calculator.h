@@ -10,6 +10,13 @@
 // and ")=". A turn that ends with call_close after a call_open is a call of the expression
 // between them; any other turn is the answer. An episode truncated by a limit scores 0.
 //
+// Long tool outputs (parameter output_chars N, 0 to kMaxOutputChars; default 0: the result
+// alone): real tools print logs, and an agent's episode grows with them. With N > 0 a call that
+// evaluates is answered by exactly N characters (or the result alone when it is longer): the
+// evaluation's trace (ToolReply), repeated as often as it fits whole, spaces, then the result,
+// so that the result is still the reply's last integer. Only digits, the expression's
+// operators, '=', space and newline: the character tokenizer reads it. Errors stay unpadded.
+//
 // Tool calls (parameter tool_name, e.g. "calculator"; docs/environments.md "Tool calls"): the
 // calculator is offered as an OpenAI function tool of that name (CalculatorTools: one string
 // argument "expression"), rendered into the prompt by the chat template; a turn's structured
@@ -27,6 +34,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,6 +45,8 @@ namespace prl::env {
 
 // The call syntax's defaults (parameters call_open and call_close).
 inline constexpr char kDefaultCallOpen[] = "<calc>", kDefaultCallClose[] = "</calc>";
+// The longest tool reply output_chars asks for (characters).
+inline constexpr int64_t kMaxOutputChars = 65536;
 
 // The calculator as a function tool named `name`, a JSON array of one OpenAI tool (what
 // StartEpisodeResponse.tools_json carries; examples/openai_agent offers the same):
@@ -45,7 +55,15 @@ inline constexpr char kDefaultCallOpen[] = "<calc>", kDefaultCallClose[] = "</ca
 // "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
 std::string CalculatorTools(const std::string& name);
 
-absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression);
+// `trace` (optional) receives one line per operation in evaluation order ("734*58=42572"), a
+// multiplication by a positive number of two or more digits preceded by its partial products
+// ("734*8=5872", "734*50=36700").
+absl::StatusOr<int64_t> EvaluateExpression(absl::string_view expression,
+                                           std::vector<std::string>* trace = nullptr);
+
+// The tool's reply to a call of `expression`: the result, or "error: ..."; with output_chars
+// > 0 the padded trace described above (output_chars characters ending with the result).
+std::string ToolReply(absl::string_view expression, int64_t output_chars);
 
 // The last integer in `text` (an optional '-' and digits), if any.
 bool LastInteger(absl::string_view text, int64_t* value);
@@ -62,6 +80,7 @@ class CalculatorEnvironment final : public Environment {
     int64_t answer = 0;
     std::string call_open, call_close;
     std::string tool_name;  // tool calls: the function's name ("" the call syntax)
+    int64_t output_chars = 0;  // a reply's length (0: the result alone)
     int64_t calls = 0;
   };
   EpisodeTable<State> episodes_;

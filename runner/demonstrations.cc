@@ -107,8 +107,9 @@ absl::StatusOr<SftExample> Play(env::Environment& environment, const v1::Environ
 }
 
 // Calls the tool on the prompt's expression (the text before its last '='), then answers the
-// result; or answers the reference at once. With tool_name, the call is a tool call in the
-// model's format (`format`), its turn ended by the stop token.
+// result (the reply's last integer: with output_chars the reply is a long trace ending with it);
+// or answers the reference at once. With tool_name, the call is a tool call in the model's
+// format (`format`), its turn ended by the stop token.
 Player CalculatorPlayer(const v1::EnvironmentSpec& spec, episode::ToolCallFormat format,
                         const std::string& prompt_text, const std::string& reference,
                         bool demonstrate) {
@@ -124,7 +125,8 @@ Player CalculatorPlayer(const v1::EnvironmentSpec& spec, episode::ToolCallFormat
   return [=](int turn, const std::string& reply) -> absl::StatusOr<PlayerTurn> {
     if (!demonstrate) return PlayerTurn{reference, true};
     if (turn == 0) return PlayerTurn{call, !tool.empty()};
-    return PlayerTurn{reply, true};
+    int64_t result = 0;
+    return PlayerTurn{env::LastInteger(reply, &result) ? absl::StrCat(result) : reply, true};
   };
 }
 

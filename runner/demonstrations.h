@@ -5,8 +5,9 @@
 // the model's tokens (trained); the environment's replies are context (sources 1).
 //
 //   calculator    the player calls the tool on the prompt's whole expression
-//                 (call_open + "734*58" + call_close), then answers the tool's result; the
-//                 examples that do not demonstrate (1 - sft.env_demo_fraction) answer at once.
+//                 (call_open + "734*58" + call_close), then answers the tool's result (the
+//                 reply's last integer); the examples that do not demonstrate
+//                 (1 - sft.env_demo_fraction) answer at once.
 //   guess_number  the player bisects the range the feedback leaves; those that do not
 //                 demonstrate guess its first quarter (a worse search: with 6 guesses over
 //                 [1, 50] it finds 60% of the secrets, bisection all).

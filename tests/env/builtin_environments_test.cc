@@ -2,6 +2,9 @@
 // idempotency they share (env/episode_table.h).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "env/calculator.h"
 #include "env/guess_number.h"
 #include "tests/env/env_testing.h"
@@ -152,6 +155,83 @@ TEST(CalculatorTest, TheCallSyntaxIsAParameter) {
   EXPECT_EQ(calc.StartEpisode(start)->stop_strings(0), "=");
   EXPECT_EQ(calc.Step(Turn("c", 0, "#17*23=", v1::TURN_END_STOP_STRING))->messages(0).content(),
             "391");
+}
+
+// The trace lists each operation as it is evaluated, a long multiplication's partial products
+// (nonzero digits, lowest first) before its product.
+TEST(CalculatorTest, TheTraceListsEachOperationAndItsPartialProducts) {
+  std::vector<std::string> trace;
+  EXPECT_EQ(*EvaluateExpression("2 + 3*(4 - 1)", &trace), 11);
+  EXPECT_EQ(trace, (std::vector<std::string>{"4-1=3", "3*3=9", "2+9=11"}));
+  trace.clear();
+  EXPECT_EQ(*EvaluateExpression("730*508", &trace), 370840);
+  EXPECT_EQ(trace, (std::vector<std::string>{"730*8=5840", "730*500=365000", "730*508=370840"}));
+  trace.clear();
+  EXPECT_EQ(*EvaluateExpression("-12*34", &trace), -408);
+  EXPECT_EQ(trace, (std::vector<std::string>{"-12*4=-48", "-12*30=-360", "-12*34=-408"}));
+  trace.clear();
+  EXPECT_EQ(*EvaluateExpression("999999999*999999999", &trace), 999999998000000001);
+  EXPECT_EQ(trace.size(), 10u);
+  EXPECT_EQ(trace.back(), "999999999*999999999=999999998000000001");
+}
+
+// output_chars: a call is answered by exactly that many characters of trace, padding and the
+// result last (the reply's last integer), in the character tokenizer's alphabet; a retry gets
+// the same reply; structured calls too; an error or a result longer than asked stays as it is.
+TEST(CalculatorTest, LongToolOutputsEndWithTheResult) {
+  CalculatorEnvironment calc;
+  v1::StartEpisodeRequest start = Start("o", "42572");
+  (*start.mutable_parameters())["call_open"] = "(";
+  (*start.mutable_parameters())["call_close"] = ")=";
+  (*start.mutable_parameters())["output_chars"] = "200";
+  ASSERT_TRUE(calc.StartEpisode(start).ok());
+  const v1::StepRequest call = Turn("o", 0, "(734*58)=", v1::TURN_END_STOP_STRING);
+  const absl::StatusOr<v1::StepResponse> answered = calc.Step(call);
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  const std::string& reply = answered->messages(0).content();
+  const std::string block = "734*8=5872\n734*50=36700\n734*58=42572\n";  // 37 characters
+  EXPECT_EQ(reply, block + block + block + block + block + std::string(10, ' ') + "42572");
+  EXPECT_EQ(reply.size(), 200u);
+  EXPECT_EQ(reply.find_first_not_of("0123456789+-*=() #\n"), std::string::npos);
+  int64_t last = 0;
+  ASSERT_TRUE(LastInteger(reply, &last));
+  EXPECT_EQ(last, 42572);
+  EXPECT_EQ(calc.Step(call)->messages(0).content(), reply) << "a retry";
+  EXPECT_EQ(calc.Step(Turn("o", 1, "42572"))->episode_reward(), 1.0);
+
+  EXPECT_EQ(ToolReply("734*58", 0), "42572") << "0: the result alone";
+  EXPECT_EQ(ToolReply("734*58", 3), "42572") << "shorter than the result";
+  EXPECT_EQ(ToolReply("734*58", 40), std::string(35, ' ') + "42572") << "no whole trace fits";
+  EXPECT_EQ(ToolReply("7", 4), "   7") << "no operation, no trace";
+  EXPECT_EQ(ToolReply("1/0", 200), "error: division by zero");
+
+  (*start.mutable_parameters())["tool_name"] = "calculator";
+  start.set_episode_id("t");
+  ASSERT_TRUE(calc.StartEpisode(start).ok());
+  v1::StepRequest turn = Turn("t", 0, "<tool_call>...</tool_call>");
+  v1::ToolCall* c = turn.add_tool_calls();
+  c->set_id("call_1");
+  c->set_name("calculator");
+  c->set_arguments_json(R"({"expression": "734*58"})");
+  EXPECT_EQ(calc.Step(turn)->messages(0).content(), reply);
+}
+
+// output_chars is an integer from 0 to kMaxOutputChars; anything else is refused at the
+// episode's start, naming the parameter, the range and what was found.
+TEST(CalculatorTest, OutputCharsIsValidated) {
+  CalculatorEnvironment calc;
+  auto start = [&](const std::string& value) {
+    v1::StartEpisodeRequest r = Start("v" + value, "1");
+    (*r.mutable_parameters())["output_chars"] = value;
+    return calc.StartEpisode(r).status();
+  };
+  EXPECT_TRUE(IsError(start("-1"), absl::StatusCode::kInvalidArgument,
+                      {"calculator: parameter output_chars: expected 0 to 65536", "found -1"}));
+  EXPECT_TRUE(IsError(start("65537"), absl::StatusCode::kInvalidArgument,
+                      {"parameter output_chars: expected 0 to 65536", "found 65537"}));
+  EXPECT_TRUE(IsError(start("many"), absl::StatusCode::kInvalidArgument,
+                      {"parameter output_chars: expected an integer", "found 'many'"}));
+  EXPECT_TRUE(start("65536").ok());
 }
 
 // Later turns depend on earlier ones: higher / lower until solved, or out of guesses.
