@@ -45,6 +45,12 @@ class Communicator {
   virtual absl::Status AllGather(const Tensor& shard, const Tensor& out) = 0;
   // shard (n) = sum over ranks of in[rank * n, (rank + 1) * n). F32.
   virtual absl::Status ReduceScatter(const Tensor& in, const Tensor& shard) = 0;
+  // out[r * n, (r + 1) * n) = rank r's in[rank * n, (rank + 1) * n): in and out (world_size * n),
+  // the same dtype; any dtype (Ulysses' exchange of heads for tokens, model/context_heads.h).
+  virtual absl::Status AllToAll(const Tensor& in, const Tensor& out) = 0;
+  // send to rank `to` while recv (the same bytes) comes from rank `from`; every rank calls it
+  // together, as a collective (ring attention's shift of blocks, model/context_ring.h). Any dtype.
+  virtual absl::Status SendRecv(const Tensor& send, int to, const Tensor& recv, int from) = 0;
   // data = op over ranks of data, in place. F32.
   virtual absl::Status AllReduce(const Tensor& data, ReduceOp op) = 0;
   // data = root's data, in place. Any dtype.

@@ -2,6 +2,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -26,6 +27,7 @@ namespace {
 
 // Gloo's own slot prefixes are 0x01..0x08 (gloo/types.h).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+constexpr uint8_t kSendRecvSlotPrefix = 0x41;
 // ReduceScatter's message size, as Gloo's ring all-reduce: big enough to amortise a message,
 // small enough that the incoming buffer stays in cache while it is summed.
 constexpr size_t kSegmentFloats = 256 * 1024;  // 1 MB
@@ -240,6 +242,65 @@ absl::Status GlooCommunicator::ReduceScatter(const Tensor& in, const Tensor& sha
   // The result goes through partial_scratch_, so shard may alias any part of in.
   return Run(kOp, options_.timeout, [&](uint32_t tag, std::chrono::milliseconds timeout) {
     RingReduceScatter(in.f32(), shard.f32(), n, tag, timeout);
+  });
+}
+
+absl::Status GlooCommunicator::AllToAll(const Tensor& in, const Tensor& out) {
+  constexpr absl::string_view kOp = "all_to_all";
+  if (!poisoned_.ok()) return poisoned_;
+  PRL_RETURN_IF_ERROR(CheckTensor(kOp, "in", in, nullptr));
+  PRL_RETURN_IF_ERROR(CheckTensor(kOp, "out", out, &in.dtype));
+  if (out.numel() != in.numel() || in.numel() % world_size_ != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        Where(kOp), ": in ", in.ShapeString(), " and out ", out.ShapeString(),
+        " must have the same number of elements, a multiple of world_size (", world_size_, ")")));
+  }
+  if (Overlap(in.data, in.bytes(), out.data, out.bytes())) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": in overlaps out")));
+  }
+  if (in.numel() == 0) return absl::OkStatus();
+  if (world_size_ == 1) {
+    std::memcpy(out.data, in.data, in.bytes());
+    return absl::OkStatus();
+  }
+  return Run(kOp, options_.timeout, [&](uint32_t tag, std::chrono::milliseconds timeout) {
+    gloo::AlltoallOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(in.data), in.bytes());
+    opts.setOutput(static_cast<uint8_t*>(out.data), out.bytes());
+    opts.setTag(tag);
+    opts.setTimeout(timeout);
+    gloo::alltoall(opts);
+  });
+}
+
+absl::Status GlooCommunicator::SendRecv(const Tensor& send, int to, const Tensor& recv,
+                                        int from) {
+  constexpr absl::string_view kOp = "send_recv";
+  if (!poisoned_.ok()) return poisoned_;
+  PRL_RETURN_IF_ERROR(CheckTensor(kOp, "send", send, nullptr));
+  PRL_RETURN_IF_ERROR(CheckTensor(kOp, "recv", recv, &send.dtype));
+  if (recv.numel() != send.numel() || to < 0 || to >= world_size_ || from < 0 ||
+      from >= world_size_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        Where(kOp), ": send ", send.ShapeString(), " to rank ", to, ", recv ", recv.ShapeString(),
+        " from rank ", from, ": expected equal sizes and ranks in [0, ", world_size_, ")")));
+  }
+  if (Overlap(send.data, send.bytes(), recv.data, recv.bytes())) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": send overlaps recv")));
+  }
+  if (send.numel() == 0) return absl::OkStatus();
+  if (to == rank_ && from == rank_) {
+    std::memcpy(recv.data, send.data, send.bytes());
+    return absl::OkStatus();
+  }
+  return Run(kOp, options_.timeout, [&](uint32_t tag, std::chrono::milliseconds timeout) {
+    const uint64_t slot = gloo::Slot::build(kSendRecvSlotPrefix, tag);
+    auto in = context_->createUnboundBuffer(recv.data, recv.bytes());
+    auto out = context_->createUnboundBuffer(send.data, send.bytes());
+    in->recv(from, slot);
+    out->send(to, slot);
+    in->waitRecv(timeout);
+    out->waitSend(timeout);
   });
 }
 

@@ -51,6 +51,8 @@ class GlooCommunicator final : public Communicator {
 
   absl::Status AllGather(const Tensor& shard, const Tensor& out) override;
   absl::Status ReduceScatter(const Tensor& in, const Tensor& shard) override;
+  absl::Status AllToAll(const Tensor& in, const Tensor& out) override;
+  absl::Status SendRecv(const Tensor& send, int to, const Tensor& recv, int from) override;
   absl::Status AllReduce(const Tensor& data, ReduceOp op) override;
   absl::Status Broadcast(const Tensor& data, int root) override;
   absl::Status AllReduceHost(absl::Span<double> values, ReduceOp op) override;

@@ -237,6 +237,60 @@ absl::Status NcclCommunicator::ReduceScatter(const Tensor& in, const Tensor& sha
   });
 }
 
+absl::Status NcclCommunicator::AllToAll(const Tensor& in, const Tensor& out) {
+  const char* op = "all_to_all";
+  if (!poisoned_.ok()) return poisoned_;
+  PRL_RETURN_IF_ERROR(CheckTensor(op, "in", in, false));
+  PRL_RETURN_IF_ERROR(CheckTensor(op, "out", out, false));
+  if (out.dtype != in.dtype || out.numel() != in.numel() || in.numel() % world_size_ != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        Where(op), ": in ", in.ShapeString(), " and out ", out.ShapeString(),
+        " must have the same dtype and number of elements, a multiple of world_size (",
+        world_size_, ")")));
+  }
+  if (in.numel() == 0) return absl::OkStatus();
+  // One send and one receive per peer in a group: NCCL's all-to-all (no collective of its own).
+  const size_t block = in.bytes() / world_size_;
+  return Run(op, [&] {
+    auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
+    ncclResult_t r = ncclGroupStart();
+    for (int peer = 0; peer < world_size_ && ok(r); ++peer) {
+      r = ncclSend(static_cast<const char*>(in.data) + peer * block, block, ncclUint8, peer,
+                   comm_, stream_);
+      if (ok(r)) {
+        r = ncclRecv(static_cast<char*>(out.data) + peer * block, block, ncclUint8, peer, comm_,
+                     stream_);
+      }
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return static_cast<int>(ok(r) ? end : r);
+  });
+}
+
+absl::Status NcclCommunicator::SendRecv(const Tensor& send, int to, const Tensor& recv,
+                                        int from) {
+  const char* op = "send_recv";
+  if (!poisoned_.ok()) return poisoned_;
+  PRL_RETURN_IF_ERROR(CheckTensor(op, "send", send, false));
+  PRL_RETURN_IF_ERROR(CheckTensor(op, "recv", recv, false));
+  if (recv.dtype != send.dtype || recv.numel() != send.numel() || to < 0 ||
+      to >= world_size_ || from < 0 || from >= world_size_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        Where(op), ": send ", send.ShapeString(), " to rank ", to, ", recv ", recv.ShapeString(),
+        " from rank ", from, ": expected the same dtype and size, ranks in [0, ", world_size_,
+        ")")));
+  }
+  if (send.numel() == 0) return absl::OkStatus();
+  return Run(op, [&] {
+    auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
+    ncclResult_t r = ncclGroupStart();
+    if (ok(r)) r = ncclSend(send.data, send.bytes(), ncclUint8, to, comm_, stream_);
+    if (ok(r)) r = ncclRecv(recv.data, recv.bytes(), ncclUint8, from, comm_, stream_);
+    const ncclResult_t end = ncclGroupEnd();
+    return static_cast<int>(ok(r) ? end : r);
+  });
+}
+
 absl::Status NcclCommunicator::AllReduce(const Tensor& data, ReduceOp reduce) {
   const char* op = "all_reduce";
   if (!poisoned_.ok()) return poisoned_;

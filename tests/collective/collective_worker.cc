@@ -1,8 +1,9 @@
 // One rank of a learner group for the multi-process collective tests (multiprocess_test.cc),
 // run as its own process so that it can be killed or stopped at any moment.
 //
-//   collective_worker all     every collective, every dtype, in-place variants and a second
-//                             communicator; prints "OK" and exits 0 when every value is exact
+//   collective_worker all     every collective (the exchanges included), every dtype, in-place
+//                             variants and a second communicator; prints "OK" and exits 0 when
+//                             every value is exact
 //   collective_worker quick   connects, checks one all-reduce, prints "OK"
 //   collective_worker loop    all-reduces until an error; prints "FIRST <code> <message>" and
 //                             "SECOND <code> <ms>" (a later call, which must fail at once), and
@@ -102,6 +103,30 @@ void AllGatherChecks(Communicator& c) {
   CHECK_OK(c.AllGather(View(full).Reshape({w, n}).Rows(r, r + 1).Reshape({n}), View(full)));
   for (int j = 0; j < w; ++j) {
     for (int64_t i = 0; i < n; ++i) ExpectEq(full[j * n + i], j * 10 + i, "all_gather in place");
+  }
+}
+
+// AllToAll: block j of rank r's input reaches rank j as its block r; SendRecv around the ring:
+// rank r's data reaches rank r + 1, twice in a row (the tags of consecutive calls apart).
+void ExchangeChecks(Communicator& c) {
+  const int r = c.rank(), w = c.world_size();
+  const int64_t n = 7;
+  std::vector<float> in(w * n), out(w * n, -1.0f);
+  for (int j = 0; j < w; ++j) {
+    for (int64_t i = 0; i < n; ++i) in[j * n + i] = r * 1000 + j * 10 + i;
+  }
+  CHECK_OK(c.AllToAll(View(in), View(out)));
+  for (int j = 0; j < w; ++j) {
+    for (int64_t i = 0; i < n; ++i) ExpectEq(out[j * n + i], j * 1000 + r * 10 + i, "all_to_all");
+  }
+  const int right = (r + 1) % w, left = (r + w - 1) % w;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> send(1000 + round), recv(1000 + round, -1.0f);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = r * 100000 + round * 10000 + i;
+    CHECK_OK(c.SendRecv(View(send), right, View(recv), left));
+    for (size_t i = 0; i < recv.size(); ++i) {
+      ExpectEq(recv[i], left * 100000 + round * 10000 + i, "send_recv");
+    }
   }
 }
 
@@ -236,6 +261,7 @@ int Main(const std::string& scenario) {
     ExpectEq(v[0], static_cast<double>(c.world_size()), "quick all_reduce_host");
   } else if (scenario == "all") {
     AllGatherChecks(c);
+    ExchangeChecks(c);
     ReduceScatterChecks(c);
     AllReduceChecks(c);
     BroadcastAndHostChecks(c);

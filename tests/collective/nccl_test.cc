@@ -64,6 +64,12 @@ TEST_F(NcclTest, WorldOfOneRunsEveryCollectiveOnTheGpu) {
   std::vector<float> back(4);
   ASSERT_TRUE(CopyTensor(Tensor(back.data(), DType::kF32, Device::Cpu(), {4}), a.view).ok());
   EXPECT_EQ(back, host);
+  // The exchanges of context parallelism (model/context_heads.h, model/context_ring.h): with one
+  // rank, its own data back.
+  ASSERT_TRUE(c.AllToAll(a.view, b.view).ok());
+  ASSERT_TRUE(c.SendRecv(b.view, 0, a.view, 0).ok());
+  ASSERT_TRUE(CopyTensor(Tensor(back.data(), DType::kF32, Device::Cpu(), {4}), a.view).ok());
+  EXPECT_EQ(back, host);
 
   std::vector<double> values = {1.25, -3};
   ASSERT_TRUE(c.AllReduceHost(absl::MakeSpan(values), ReduceOp::kMax).ok());
