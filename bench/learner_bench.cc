@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <random>
 #include <sstream>
 
@@ -38,7 +39,8 @@ namespace prl::bench {
 namespace {
 
 constexpr char kOutEnv[] = "PRL_BENCH_LEARNER_OUT";
-// The measurement a rank runs: "<rollout length>:<checkpointing mode>:<context parallel>".
+// The measurement a rank runs:
+// "<rollout length>:<checkpointing mode>:<context parallel>:<context attention>".
 constexpr char kCaseEnv[] = "PRL_BENCH_LEARNER_CASE";
 constexpr int64_t kPromptTokens = 32;
 
@@ -51,6 +53,7 @@ struct Case {
   int64_t seq_len = 0;
   ActivationCheckpointing mode = ActivationCheckpointing::kNone;
   int context_parallel = 1;
+  ContextAttention attention = ContextAttention::kAllGather;
   // Input tokens per step: the options' tokens, at least one rollout.
   int64_t Tokens(const LearnerBenchOptions& o) const { return std::max(o.tokens, seq_len); }
 };
@@ -69,13 +72,15 @@ absl::StatusOr<Case> CaseOfThisRank() {
   const char* text = getenv(kCaseEnv);
   const std::vector<std::string> parts = absl::StrSplit(text == nullptr ? "" : text, ':');
   Case c;
-  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &c.seq_len) ||
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &c.seq_len) ||
       !absl::SimpleAtoi(parts[2], &c.context_parallel)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kCaseEnv, ": expected <length>:<mode>:<context parallel>"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kCaseEnv, ": expected <length>:<mode>:<context parallel>:<context attention>"));
   }
   PRL_ASSIGN_OR_RETURN(c.mode, ParseEnum(kActivationCheckpointingNames, parts[1],
                                          "learner.activation_checkpointing"));
+  PRL_ASSIGN_OR_RETURN(c.attention, ParseEnum(kContextAttentionNames, parts[3],
+                                              "learner.context_parallel_attention"));
   return c;
 }
 
@@ -155,6 +160,7 @@ absl::Status RunLearnerBenchRank(const ModelConfig& config, const LearnerBenchOp
   section.micro_batch_tokens = c.Tokens(o);  // one micro-batch per rank
   section.activation_checkpointing = c.mode;
   section.context_parallel = c.context_parallel;
+  section.context_parallel_attention = c.attention;
   PRL_ASSIGN_OR_RETURN(ParameterSet init, ParameterSet::Allocate(config, Device::Cpu(), false));
   InitializeParameters(init, /*seed=*/1);
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<roles::LearnerRank> rank,
@@ -217,6 +223,10 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
   const bool sweep = o.seq_lens.size() > 1 || o.checkpointing.size() > 1 ||
                      o.checkpointing[0] != ActivationCheckpointing::kNone;
   const bool context_sweep = o.context_parallel.size() > 1 || o.context_parallel[0] != 1;
+  const bool attention_sweep = o.context_attention.size() > 1;
+  if (o.context_attention.empty()) {
+    return absl::InvalidArgumentError("bench learner: expected at least one --context-attention");
+  }
   for (const int context : o.context_parallel) {
     if (context < 1 || context > 64) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -262,6 +272,14 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
        absl::StrCat(absl::StrJoin(o.context_parallel, ", "),
                     " (world size = each --world-sizes entry x the group size; a group beside "
                     "one rank, context parallel 1 at world size 1, of the same length and mode)")},
+      {"context_attention",
+       absl::StrCat(absl::StrJoin(o.context_attention, ", ",
+                                  [](std::string* out, ContextAttention a) {
+                                    absl::StrAppend(out, EnumName(kContextAttentionNames, a));
+                                  }),
+                    attention_sweep ? " (each beside the first of the same group size, world "
+                                      "size, length and mode)"
+                                    : "")},
       {"iterations", absl::StrCat(o.iterations, " timed steps after one warm-up (median)")},
       {"baseline",
        o.device == DeviceType::kCpu
@@ -274,80 +292,98 @@ absl::StatusOr<Report> RunLearnerBench(const ModelConfig& config, const LearnerB
     // other modes' baseline; per mode, one rank's (C = 1, world size 1): the groups' baseline.
     std::map<std::pair<int, int>, std::pair<double, double>> first;
     std::map<ActivationCheckpointing, std::pair<double, double>> one_rank;
+    // Per (mode, context parallel, world size), the first attention variant's: the others'.
+    std::map<std::tuple<ActivationCheckpointing, int, int>, std::pair<double, double>>
+        by_attention;
     for (const ActivationCheckpointing mode : o.checkpointing) {
       for (const int context : o.context_parallel) {
-        const Case c{len, mode, context};
-        const std::string mode_name(EnumName(kActivationCheckpointingNames, mode));
-        setenv(kCaseEnv, absl::StrCat(len, ":", mode_name, ":", context).c_str(), 1);
-        const std::vector<int64_t> lens = SequenceLengths(o, c);
-        const int64_t tokens = c.Tokens(o);
-        // Every position but the prompt's first kPromptTokens - 1 is scored.
-        int64_t head_rows = 0;
-        for (int64_t l : lens) head_rows += l - std::min(kPromptTokens, l) + 1;
-        const double step_flops = TrainingFlops(config, lens, head_rows);
-        for (const int data_parallel : o.world_sizes) {
-          const int world = data_parallel * context;  // D x C ranks
-          const double before = SgemmGflops(config, tokens);
-          learner::LaunchOptions launch;
-          launch.world_size = world;
-          const absl::Status ran = learner::RunLocalRanks(argv, launch);
-          double sgemm = std::max(before, SgemmGflops(config, tokens));
-          if (!ran.ok()) {
-            unlink(path);
-            return ran;
+        for (const ContextAttention attention : o.context_attention) {
+          if (context == 1 && attention != o.context_attention[0]) continue;  // nothing to cross
+          const Case c{len, mode, context, attention};
+          const std::string mode_name(EnumName(kActivationCheckpointingNames, mode));
+          const std::string attention_name(EnumName(kContextAttentionNames, attention));
+          setenv(kCaseEnv,
+                 absl::StrCat(len, ":", mode_name, ":", context, ":", attention_name).c_str(), 1);
+          const std::vector<int64_t> lens = SequenceLengths(o, c);
+          const int64_t tokens = c.Tokens(o);
+          // Every position but the prompt's first kPromptTokens - 1 is scored.
+          int64_t head_rows = 0;
+          for (int64_t l : lens) head_rows += l - std::min(kPromptTokens, l) + 1;
+          const double step_flops = TrainingFlops(config, lens, head_rows);
+          for (const int data_parallel : o.world_sizes) {
+            const int world = data_parallel * context;  // D x C ranks
+            const double before = SgemmGflops(config, tokens);
+            learner::LaunchOptions launch;
+            launch.world_size = world;
+            const absl::Status ran = learner::RunLocalRanks(argv, launch);
+            double sgemm = std::max(before, SgemmGflops(config, tokens));
+            if (!ran.ok()) {
+              unlink(path);
+              return ran;
+            }
+            std::ifstream in(path);
+            std::stringstream text;
+            text << in.rdbuf();
+            nlohmann::json j;
+            try {
+              j = nlohmann::json::parse(text.str());
+            } catch (const nlohmann::json::exception& e) {
+              unlink(path);
+              return absl::InternalError(
+                  absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
+            }
+            const double s = j["step_seconds"].get<double>();
+            if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's
+            const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
+                                  j["optimizer_bytes"].get<int64_t>();
+            const double peak_mb = j["peak_activation_bytes"].get<int64_t>() / 1e6;
+            const double tokens_per_s = tokens / s;
+            const std::string w = absl::StrCat(
+                sweep ? absl::StrCat("s", len, "_", mode_name, "_") : "",
+                context_sweep ? absl::StrCat("c", context, "_") : "",
+                attention_sweep && context > 1 ? attention_name + "_" : "", "w", world);
+            const bool gpu = j.contains("gemm_gflops");
+            const bool first_attention = attention == o.context_attention[0];
+            const bool is_first = mode == o.checkpointing[0] && first_attention;
+            if (is_first) first[{context, world}] = {tokens_per_s, peak_mb};
+            if (first_attention) by_attention[{mode, context, world}] = {tokens_per_s, peak_mb};
+            if (context == 1 && world == 1) one_rank[mode] = {tokens_per_s, peak_mb};
+            const std::string first_name(
+                EnumName(kActivationCheckpointingNames, o.checkpointing[0]));
+            // Baselines: one rank holding everything for a group; else the first mode's figures.
+            const bool vs_one_rank = context > 1 && one_rank.count(mode) > 0;
+            std::string speed_base = gpu ? "at_gemm_speed" : "at_sgemm_speed";
+            double speed_value = sgemm * 1e9 / (step_flops / tokens);
+            std::string memory_base;
+            double memory_value = 0.0;
+            if (!first_attention) {  // beside the first variant of the same case
+              const std::string base(EnumName(kContextAttentionNames, o.context_attention[0]));
+              speed_base = base + "_tokens_per_s";
+              speed_value = by_attention[{mode, context, world}].first;
+              memory_base = base + "_peak_activation_mb";
+              memory_value = by_attention[{mode, context, world}].second;
+            } else if (vs_one_rank) {
+              speed_base = "one_rank_tokens_per_s";
+              speed_value = one_rank[mode].first;
+              memory_base = "one_rank_peak_activation_mb";
+              memory_value = one_rank[mode].second;
+            } else if (!is_first) {
+              speed_base = first_name + "_tokens_per_s";
+              speed_value = first[{context, world}].first;
+              memory_base = first_name + "_peak_activation_mb";
+              memory_value = first[{context, world}].second;
+            }
+            report.results.push_back(
+                {w + "_tokens_per_s", tokens_per_s, "tok/s", speed_base, speed_value});
+            report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
+                                      gpu ? "cublaslt_gemm" : "sgemm", sgemm});
+            report.results.push_back(
+                {w + "_peak_activation_mb_per_rank", peak_mb, "MB", memory_base, memory_value});
+            report.results.push_back({w + "_state_mb_per_rank", state / 1e6, "MB",
+                                      "unsharded_state_mb", full_state / 1e6});
+            report.results.push_back({w + "_unit_buffers_mb_per_rank",
+                                      j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
           }
-          std::ifstream in(path);
-          std::stringstream text;
-          text << in.rdbuf();
-          nlohmann::json j;
-          try {
-            j = nlohmann::json::parse(text.str());
-          } catch (const nlohmann::json::exception& e) {
-            unlink(path);
-            return absl::InternalError(
-                absl::StrCat("bench learner: rank 0 wrote no result: ", e.what()));
-          }
-          const double s = j["step_seconds"].get<double>();
-          if (j.contains("gemm_gflops")) sgemm = j["gemm_gflops"].get<double>();  // the GPU's
-          const int64_t state = j["param_bytes"].get<int64_t>() + j["grad_bytes"].get<int64_t>() +
-                                j["optimizer_bytes"].get<int64_t>();
-          const double peak_mb = j["peak_activation_bytes"].get<int64_t>() / 1e6;
-          const double tokens_per_s = tokens / s;
-          const std::string w = absl::StrCat(
-              sweep ? absl::StrCat("s", len, "_", mode_name, "_") : "",
-              context_sweep ? absl::StrCat("c", context, "_") : "", "w", world);
-          const bool gpu = j.contains("gemm_gflops");
-          const bool is_first = mode == o.checkpointing[0];
-          if (is_first) first[{context, world}] = {tokens_per_s, peak_mb};
-          if (context == 1 && world == 1) one_rank[mode] = {tokens_per_s, peak_mb};
-          const std::string first_name(EnumName(kActivationCheckpointingNames, o.checkpointing[0]));
-          // Baselines: one rank holding everything for a group; else the first mode's figures.
-          const bool vs_one_rank = context > 1 && one_rank.count(mode) > 0;
-          std::string speed_base = gpu ? "at_gemm_speed" : "at_sgemm_speed";
-          double speed_value = sgemm * 1e9 / (step_flops / tokens);
-          std::string memory_base;
-          double memory_value = 0.0;
-          if (vs_one_rank) {
-            speed_base = "one_rank_tokens_per_s";
-            speed_value = one_rank[mode].first;
-            memory_base = "one_rank_peak_activation_mb";
-            memory_value = one_rank[mode].second;
-          } else if (!is_first) {
-            speed_base = first_name + "_tokens_per_s";
-            speed_value = first[{context, world}].first;
-            memory_base = first_name + "_peak_activation_mb";
-            memory_value = first[{context, world}].second;
-          }
-          report.results.push_back({w + "_tokens_per_s", tokens_per_s, "tok/s", speed_base,
-                                    speed_value});
-          report.results.push_back({w + "_gflops", step_flops / s / 1e9, "GFLOP/s",
-                                    gpu ? "cublaslt_gemm" : "sgemm", sgemm});
-          report.results.push_back(
-              {w + "_peak_activation_mb_per_rank", peak_mb, "MB", memory_base, memory_value});
-          report.results.push_back({w + "_state_mb_per_rank", state / 1e6, "MB",
-                                    "unsharded_state_mb", full_state / 1e6});
-          report.results.push_back({w + "_unit_buffers_mb_per_rank",
-                                    j["unit_buffer_bytes"].get<int64_t>() / 1e6, "MB", "", 0.0});
         }
       }
     }

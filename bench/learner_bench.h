@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/activation_checkpointing.h"
+#include "model/context_parallel.h"
 #include "model/config.h"
 
 namespace prl::bench {
@@ -33,6 +34,9 @@ struct LearnerBenchOptions {
   // world_sizes (the data-parallel groups); a group of C > 1 beside one rank (C = 1, world size
   // 1) of the same length and mode.
   std::vector<int> context_parallel = {1};
+  // learner.context_parallel_attention variants, each measured for every C > 1 (the first is the
+  // others' baseline at the same C, world size, length and mode).
+  std::vector<ContextAttention> context_attention = {ContextAttention::kAllGather};
   int iterations = 3;     // timed steps per world size (median reported), after one warm-up
   std::vector<int> world_sizes = {1, 2};  // with context_parallel: data-parallel groups
   // Where the ranks run (the CPU over Gloo, or rank r on GPU r over NCCL: roles/learner_rank.h)

@@ -51,6 +51,7 @@ absl::Status RunModelBench(ModelBenchFlags f) {
 struct LearnerBenchFlags {
   std::string config = "40m", device = "cpu", dtype = "fp32";
   std::vector<std::string> checkpointing = {"none"};
+  std::vector<std::string> context_attention = {"allgather"};
   bench::LearnerBenchOptions options;
   bool json = false;
   std::vector<std::string> argv;
@@ -66,6 +67,11 @@ absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
   for (const std::string& name : f.checkpointing) {
     PRL_ASSIGN_OR_RETURN(options.checkpointing.emplace_back(),
                          ParseEnum(kActivationCheckpointingNames, name, "--checkpointing"));
+  }
+  options.context_attention.clear();
+  for (const std::string& name : f.context_attention) {
+    PRL_ASSIGN_OR_RETURN(options.context_attention.emplace_back(),
+                         ParseEnum(kContextAttentionNames, name, "--context-attention"));
   }
   const absl::Status rank = bench::RunLearnerBenchRank(config, options);
   if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
@@ -241,6 +247,12 @@ void RegisterLearnerBench(CLI::App* bench, CommandRegistry& registry, int argc, 
       ->add_option("--context-parallel", l->options.context_parallel,
                    "learner.context_parallel group sizes C, each at world sizes --world-sizes x C "
                    "(a group beside one rank)")
+      ->delimiter(',')
+      ->capture_default_str();
+  learner
+      ->add_option("--context-attention", l->context_attention,
+                   "learner.context_parallel_attention variants for C > 1, each measured "
+                   "(allgather, ulysses; the first is the others' baseline)")
       ->delimiter(',')
       ->capture_default_str();
   learner->add_option("--iters", l->options.iterations, "Timed steps (median reported)")

@@ -272,6 +272,7 @@ void AddStepFlags(CLI::App* cmd, StepFlags* f) {
       .Shorthand("--activation-checkpointing", "learner.activation_checkpointing")
       .Shorthand("--activation-budget-mb", "learner.activation_budget_mb")
       .Shorthand("--context-parallel", "learner.context_parallel")
+      .Shorthand("--context-attention", "learner.context_parallel_attention")
       .Shorthand("--router-aux-loss-coef", "learner.router_aux_loss_coef")
       .Shorthand("--loss", "learner.loss")
       .Shorthand("--normalization", "learner.normalization")

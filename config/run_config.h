@@ -28,6 +28,7 @@
 #include "core/enum_names.h"
 #include "core/service_defaults.h"
 #include "model/activation_checkpointing.h"
+#include "model/context_parallel.h"
 
 namespace prl::config {
 
@@ -296,6 +297,10 @@ struct LearnerSection {
   // Context parallelism (model/context_parallel.h): each sequence split over groups of this
   // many consecutive ranks (world_size a multiple of it); 1: none. CPU and fp32 for now.
   int context_parallel = 1;
+  // How attention crosses the split (model/context_parallel.h): allgather (the group's keys and
+  // values, any head count), ulysses (all-to-all over heads; learner.context_parallel must split
+  // the heads) or ring (k|v blocks around the group).
+  ContextAttention context_parallel_attention = ContextAttention::kAllGather;
   // recompute: the CPU's fp32 and the batch-invariant modes route as the actor did, so there is
   // nothing to replay; replay is for the modes that cannot promise it.
   learner::MoeRouting moe_routing = learner::MoeRouting::kRecompute;

@@ -232,6 +232,11 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
     "sequence that cannot fit refused");
   v("learner", "context_parallel", l.context_parallel,
     "Ranks each sequence is split over (a group of consecutive ranks; 1: none)");
+  v("learner", "context_parallel_attention",
+    Enum(l.context_parallel_attention, kContextAttentionNames),
+    "How attention crosses a split sequence: allgather (keys and values; any head count), "
+    "ulysses (all-to-all over heads; the group must split the heads) or ring (k|v blocks around "
+    "the group)");
   v("learner", "moe_routing", Enum(l.moe_routing, learner::kMoeRoutingNames),
     "Qwen3-MoE: recompute the experts of completion tokens, or replay the actor's");
   v("learner", "router_aux_loss_coef", l.router_aux_loss_coef,

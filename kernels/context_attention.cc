@@ -23,7 +23,7 @@ void Check(const char* op, const AttentionShape& s, const Tensor& qkv, const Ten
             "session)");
   for (const QueryPiece& p : pieces) {
     PRL_CHECK(p.len > 0 && p.row0 >= 0 && p.row0 + p.len <= T && p.pos0 >= 0 && p.kv0 >= 0 &&
-                  p.kv0 + p.pos0 + p.len <= T_kv,
+                  p.keys >= 0 && p.kv0 + (p.keys > 0 ? p.keys : p.pos0 + p.len) <= T_kv,
               op, ": a piece (rows ", p.row0, " + ", p.len, ", position ", p.pos0, ", kv row ",
               p.kv0, ") outside ", T, " local and ", T_kv, " gathered rows");
   }

@@ -24,6 +24,9 @@ struct QueryPiece {
   int64_t len = 0;   // rows (positions)
   int64_t pos0 = 0;  // position of the first row in its sequence
   int64_t kv0 = 0;   // first gathered k|v row of its sequence (position 0)
+  // > 0: a block of earlier positions (ring attention's, model/context_ring.h): every query of
+  // the piece sees the `keys` k|v rows [kv0, kv0 + keys), pos0 unused. 0: the causal prefix.
+  int64_t keys = 0;
 };
 
 // qkv (T, (H + 2 KV) D) the local rows (RoPE applied); kv (T_kv, 2 KV D) the gathered keys then

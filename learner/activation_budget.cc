@@ -7,15 +7,40 @@
 
 namespace prl::learner {
 
+PassPlanner PlannerOf(const FsdpModel& model) {
+  const LoraConfig* lora = model.lora_config();
+  return PassPlanner{model.config(), model.device(), model.transformer_options(),
+                     lora != nullptr ? lora->rank : 0,
+                     model.context() != nullptr ? model.context()->size() : 1,
+                     model.context_attention()};
+}
+
 int64_t PassPlanner::PassBytes(int64_t tokens, int64_t seqs) const {
-  if (context_parallel > 1) {  // this rank's share, and the gathered keys and values
+  if (context_parallel > 1) {  // this rank's share, and the exchanges' rows of the group
     const int64_t C = context_parallel;
     const int64_t share = std::min(tokens, (tokens + C - 1) / C + 2 * seqs);
     PassPlanner one = *this;
     one.context_parallel = 1;
-    const int64_t kv_bytes = 2 * (tokens + (C + 1) * share) * 2 * config.kv_dim() *
-                             static_cast<int64_t>(sizeof(float));
-    return one.PassBytes(share, seqs) + kv_bytes;
+    const int64_t f = static_cast<int64_t>(sizeof(float));
+    // allgather: the group's k|v and their gradients, the exchanges' buffers.
+    int64_t exchange_bytes = 2 * (tokens + (C + 1) * share) * 2 * config.kv_dim() * f;
+    if (context_attention == ContextAttention::kUlysses) {
+      // ulysses: this rank's heads of the group's rows: q|k|v, output, log-sum-exp and their
+      // gradients, and two exchange buffers of q|k|v's width.
+      const int64_t H = config.num_attention_heads, KV = config.num_key_value_heads;
+      const int64_t heads = std::max<int64_t>(1, H / C), group = std::max<int64_t>(1, H / KV);
+      const int64_t width = (heads + 2 * std::max<int64_t>(1, heads / group)) * config.head_dim;
+      exchange_bytes = (tokens * (2 * width + 2 * heads * config.head_dim + heads) +
+                        2 * C * share * width) * f;
+    }
+    if (context_attention == ContextAttention::kRing) {
+      // ring: four blocks of the share's k|v rows (two and their gradients' two), one call's
+      // partial output and log-sum-exp, and its query gradients.
+      exchange_bytes = (4 * share * 2 * config.kv_dim() +
+                        share * (config.q_dim() + config.num_attention_heads + config.qkv_dim())) *
+                       f;
+    }
+    return one.PassBytes(share, seqs) + exchange_bytes;
   }
   const Transformer model(config, device, options);
   // The most over the rows with a target: every row, or all but one (the head's rows are then a

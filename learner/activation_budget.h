@@ -17,6 +17,7 @@
 
 #include "core/device.h"
 #include "model/config.h"
+#include "learner/fsdp.h"
 #include "model/transformer.h"
 
 namespace prl::learner {
@@ -30,6 +31,7 @@ struct PassPlanner {
   // learner.context_parallel: a rank's pass holds its share of each sequence (at most
   // tokens / C + 2 per sequence) and the group's gathered keys and values.
   int context_parallel = 1;
+  ContextAttention context_attention = ContextAttention::kAllGather;  // with context_parallel > 1
 
   // Bytes of a training pass over `tokens` input tokens in `seqs` sequences: the most a pass
   // of those tokens lays out, whichever of them are trained.
@@ -44,5 +46,8 @@ struct PassPlanner {
   // The budget (MiB, rounded up) a sequence of `sequence_tokens` needs with these settings.
   int64_t BudgetMbFor(int64_t sequence_tokens) const;
 };
+
+// The planner of `model`'s training passes (its settings, adapter and context-parallel group).
+PassPlanner PlannerOf(const FsdpModel& model);
 
 }  // namespace prl::learner

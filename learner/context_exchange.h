@@ -19,6 +19,13 @@ class CommunicatorExchange final : public ContextExchange {
   absl::Status ReduceScatter(const Tensor& in, const Tensor& shard) override {
     return comm_->ReduceScatter(in, shard);
   }
+  absl::Status AllToAll(const Tensor& in, const Tensor& out) override {
+    return comm_->AllToAll(in, out);
+  }
+  absl::Status Shift(const Tensor& send, const Tensor& recv) override {
+    const int n = comm_->world_size(), r = comm_->rank();
+    return comm_->SendRecv(send, (r + 1) % n, recv, (r + n - 1) % n);
+  }
   absl::Status AllReduceHost(absl::Span<double> values) override {
     return comm_->AllReduceHost(values, collective::ReduceOp::kSum);
   }

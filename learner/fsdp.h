@@ -85,6 +85,7 @@ struct FsdpOptions {
   // Context parallelism (model/context_parallel.h): the group this rank splits sequences with,
   // or null. Not owned.
   ContextExchange* context = nullptr;
+  ContextAttention context_attention = ContextAttention::kAllGather;
 };
 
 // Bytes held by one rank.
@@ -131,6 +132,7 @@ class FsdpModel : public UnitHooks {
                        bool for_backward, const ContextShard* shard = nullptr);
   // The context-parallel group (FsdpOptions::context), or null.
   ContextExchange* context() const { return options_.context; }
+  ContextAttention context_attention() const { return options_.context_attention; }
   // load_balancing_weight: Transformer::Backward's (the Qwen3-MoE load-balancing loss's).
   absl::Status Backward(absl::Span<const float> dlogprobs, double load_balancing_weight = 0.0);
   // Qwen3-MoE: the router's own routes of the last Forward (Transformer::recomputed_routes).

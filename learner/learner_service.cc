@@ -74,10 +74,7 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
   intake.admission.reopen_retry = options.reopen_retry;
   ModelLimits limits = LimitsOfModel(model->config());
   if (const int64_t budget = options.step.activation_budget_bytes; budget > 0) {
-    const LoraConfig* lora = model->lora_config();
-    const PassPlanner planner{model->config(), model->device(), model->transformer_options(),
-                              lora != nullptr ? lora->rank : 0,
-                              model->context() != nullptr ? model->context()->size() : 1};
+    const PassPlanner planner = PlannerOf(*model);
     limits.max_trained_tokens = std::max<int64_t>(planner.MaxSequenceTokens(budget), 1);
     limits.max_trained_tokens_why = planner.DescribeLimits(budget);
   }

@@ -126,6 +126,7 @@ absl::Status ValidateInputs(const LossConfig& config, const LossInputs& in,
   PRL_RETURN_IF_ERROR(CheckSize("dpi", dpi_size, n, /*may_be_empty=*/false));
   const bool kl = config.kl.enabled();
   PRL_RETURN_IF_ERROR(CheckSize("ref", in.ref.size(), n, /*may_be_empty=*/!kl));
+  PRL_RETURN_IF_ERROR(CheckSize("penalty_after", in.penalty_after.size(), n, true));
   if (kl && config.kl.penalty == KlPenalty::kReward) {
     PRL_RETURN_IF_ERROR(CheckSize("mu (for kl_penalty reward)", in.mu.size(), n, false));
   }
@@ -265,7 +266,9 @@ absl::Status ComputeLoss(const LossConfig& config, const LossInputs& in,
       if (kl_reward) {
         penalty_to_go += kl.coef * KlEstimate(kl.estimator, double{in.mu[t]} - in.ref[t]).value;
       }
-      advantage[t - begin] = (has_advantages ? double{in.advantages[t]} : 0.0) - penalty_to_go;
+      const double elsewhere = in.penalty_after.empty() ? 0.0 : in.penalty_after[t];
+      advantage[t - begin] =
+          (has_advantages ? double{in.advantages[t]} : 0.0) - penalty_to_go - elsewhere;
     }
     TokenTerm sequence_term;
     if (config.kind == LossKind::kGspo) {

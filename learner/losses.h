@@ -59,6 +59,10 @@ struct LossInputs {
   // (S) with seq_trained_tokens: each whole sequence's sum of pi - mu over its trained tokens
   // (gspo's sequence ratio); empty: this input's.
   absl::Span<const double> seq_log_ratio_sums;
+  // (N) kl_penalty reward over a context group's shares: each token's penalty sum over the
+  // later trained tokens of its sequence that other ranks hold (its return to go adds it);
+  // empty: none.
+  absl::Span<const double> penalty_after;
 };
 
 // Totals over the whole step (all micro-batches, all ranks), known before any backward.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "learner/activation_budget.h"
+#include "learner/reference_kl.h"
 #include "model/context_parallel.h"
 
 namespace prl::learner {
@@ -84,6 +85,9 @@ struct MicroBatch {
   // each sequence's trained tokens in the whole sequence (S; the sequence-mean normalization).
   double sequences_counted_elsewhere = 0;
   std::vector<int32_t> seq_trained_tokens;
+  // (N) each trained token's chunk of its whole sequence (of the group's 2 C: ContextRuns), for
+  // kl_penalty reward's return to go over the group.
+  std::vector<int32_t> target_chunks;
 };
 
 MicroBatch Build(absl::Span<const TrainSample> samples, const std::vector<int>& indices,
@@ -135,9 +139,11 @@ struct ContextMicroBatch {
   ContextShard shard;
 };
 
-ContextMicroBatch ShardMicroBatch(const MicroBatch& full, ContextExchange* exchange) {
+ContextMicroBatch ShardMicroBatch(const MicroBatch& full, ContextExchange* exchange,
+                                  ContextAttention attention) {
   ContextMicroBatch out;
   out.shard.exchange = exchange;
+  out.shard.attention = attention;
   const int rank = exchange->rank(), size = exchange->size();
   out.mb.batch = ShardBatch(full.batch, rank, size);
   for (int64_t s = 0; s < full.batch.num_seqs(); ++s) {
@@ -158,9 +164,15 @@ ContextMicroBatch ShardMicroBatch(const MicroBatch& full, ContextExchange* excha
         }
       }
     }
+    const int64_t seq_start = full.batch.cu_seqlens[q];
+    const int64_t length = full.batch.cu_seqlens[q + 1] - seq_start, chunks = 2 * size;
     for (int32_t t = full.seq_offsets[q]; t < full.seq_offsets[q + 1]; ++t) {
       const int32_t position = local_of[full.target_positions[t]];
       if (position < 0) continue;
+      const int64_t p = full.target_positions[t] - seq_start;
+      int32_t chunk = 0;  // chunk c holds positions [c n / 2C, (c + 1) n / 2C)
+      while ((chunk + 1) * length / chunks <= p) ++chunk;
+      out.mb.target_chunks.push_back(chunk);
       out.mb.target_positions.push_back(position);
       out.mb.mu.push_back(full.mu[t]);
       out.mb.advantages.push_back(full.advantages[t]);
@@ -316,6 +328,30 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
     }
     PRL_RETURN_IF_ERROR(shard->exchange->AllReduceHost(absl::MakeSpan(log_ratio_sums)));
   }
+  // kl_penalty reward over a group's shares: each chunk's penalty sum, reduced over the group;
+  // a token's return to go adds the later chunks other ranks hold.
+  std::vector<double> penalty_after;
+  const KlConfig& kl = config.loss.kl;
+  if (shard != nullptr && kl.enabled() && kl.penalty == KlPenalty::kReward && S > 0) {
+    const int C = shard->exchange->size(), rank = shard->exchange->rank(), chunks = 2 * C;
+    std::vector<double> chunk_sums(S * chunks, 0.0);
+    for (int64_t q = 0; q < S; ++q) {
+      for (int32_t t = mb.seq_offsets[q]; t < mb.seq_offsets[q + 1]; ++t) {
+        chunk_sums[q * chunks + mb.target_chunks[t]] +=
+            kl.coef * KlEstimate(kl.estimator, double{mb.mu[t]} - ref[t]).value;
+      }
+    }
+    PRL_RETURN_IF_ERROR(shard->exchange->AllReduceHost(absl::MakeSpan(chunk_sums)));
+    penalty_after.assign(N, 0.0);
+    for (int64_t q = 0; q < S; ++q) {
+      for (int32_t t = mb.seq_offsets[q]; t < mb.seq_offsets[q + 1]; ++t) {
+        for (int c = mb.target_chunks[t] + 1; c < chunks; ++c) {
+          if (c == rank || c == chunks - 1 - rank) continue;  // this rank's: its own suffix
+          penalty_after[t] += chunk_sums[q * chunks + c];
+        }
+      }
+    }
+  }
   const absl::Span<const float> entropies = model.entropies();
   for (int64_t t = 0; t < N; ++t) sums->entropy_sum += entropies[mb.target_positions[t]];
   sums->entropy_tokens += static_cast<double>(N);
@@ -329,6 +365,7 @@ absl::Status RunPass(FsdpModel& model, const MicroBatch& mb, const StepConfig& c
     in.ref = ref;
     in.seq_trained_tokens = mb.seq_trained_tokens;
     in.seq_log_ratio_sums = log_ratio_sums;
+    in.penalty_after = penalty_after;
     PRL_RETURN_IF_ERROR(ComputeLoss(config.loss, in, normalizer, absl::MakeSpan(dpi), &sums->loss));
     sums->loss.sequences -= mb.sequences_counted_elsewhere;
     if (shard == nullptr) sums->input_tokens += static_cast<double>(T);  // (a group's: below)
@@ -369,13 +406,6 @@ absl::Status ReduceStats(FsdpModel& model, const RankSums& r, StepStats* stats) 
   return absl::OkStatus();
 }
 
-PassPlanner PlannerOf(const FsdpModel& model) {
-  const LoraConfig* lora = model.lora_config();
-  return PassPlanner{model.config(), model.device(), model.transformer_options(),
-                     lora != nullptr ? lora->rank : 0,
-                     model.context() != nullptr ? model.context()->size() : 1};
-}
-
 // Every sample fits the budget alone (the same answer on every rank, before any pass): the
 // learner's admission refuses longer sequences, so this fails only for samples that bypass it.
 absl::Status CheckBudget(const FsdpModel& model, absl::Span<const TrainSample> samples,
@@ -409,12 +439,6 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
   // planned over the groups, every rank of a group splitting the same ones.
   ContextExchange* context = model.context();
   const int group = context != nullptr ? context->size() : 1;
-  if (group > 1 && config.loss.kl.enabled() && config.loss.kl.penalty == KlPenalty::kReward) {
-    return absl::UnimplementedError(absl::StrCat(
-        "learner.context_parallel = ", group, ": learner.kl_penalty = reward sums each "
-        "sequence's later tokens (the return to go), which a group does not split yet; use "
-        "learner.kl_penalty = loss, or learner.context_parallel = 1"));
-  }
   const auto start = std::chrono::steady_clock::now();
   PassFits fits;
   if (config.activation_budget_bytes > 0) {
@@ -436,7 +460,7 @@ absl::StatusOr<StepStats> AccumulateGradients(FsdpModel& model,
     MicroBatch mb = Build(samples, indices, model.config(), config.moe_routing, learner_version);
     if (context != nullptr) {
       if (counts && !mb.mu.empty()) sums.input_tokens += tokens;  // once per group
-      ContextMicroBatch split = ShardMicroBatch(mb, context);
+      ContextMicroBatch split = ShardMicroBatch(mb, context, model.context_attention());
       PRL_RETURN_IF_ERROR(
           RunPass(model, split.mb, config, totals.normalizer, share, &sums, &split.shard));
     } else {

@@ -70,6 +70,7 @@ absl::StatusOr<ContextPlan> ContextPlan::Make(const ContextShard& shard, const P
   plan.rank = shard.exchange->rank();
   plan.size = shard.exchange->size();
   plan.rank_rows.resize(plan.size);
+  plan.kv_cu_seqlens = {0};
   std::vector<int64_t> rows_of(plan.size, 0);
   int64_t local_seq = 0;
   for (size_t s = 0; s < shard.lengths.size(); ++s) {
@@ -111,6 +112,7 @@ absl::StatusOr<ContextPlan> ContextPlan::Make(const ContextShard& shard, const P
       ++local_seq;
     }
     plan.kv_rows += length;
+    plan.kv_cu_seqlens.push_back(static_cast<int32_t>(plan.kv_rows));
   }
   // A rank that holds nothing runs one untrained token of its own (ShardBatch): its k|v row
   // joins the gathered rows after the sequences', where no other query reads it.
@@ -124,6 +126,7 @@ absl::StatusOr<ContextPlan> ContextPlan::Make(const ContextShard& shard, const P
       ++local_seq;
     }
     ++plan.kv_rows;
+    plan.kv_cu_seqlens.push_back(static_cast<int32_t>(plan.kv_rows));
   }
   if (local_seq != local.num_seqs()) {
     return absl::InvalidArgumentError(

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/enum_names.h"
 #include "core/tensor.h"
 #include "kernels/context_attention.h"
 #include "model/packed_batch.h"
@@ -36,6 +37,10 @@ class ContextExchange {
   virtual absl::Status AllGather(const Tensor& shard, const Tensor& out) = 0;
   // in (size n) on every rank, summed over the group: shard (n) = the sum's [rank n, (rank+1) n).
   virtual absl::Status ReduceScatter(const Tensor& in, const Tensor& shard) = 0;
+  // in (size n): block r of n / size to rank r; out (size n): block r from rank r.
+  virtual absl::Status AllToAll(const Tensor& in, const Tensor& out) = 0;
+  // send to rank (rank + 1) % size while recv (as large) comes from rank (rank - 1) % size.
+  virtual absl::Status Shift(const Tensor& send, const Tensor& recv) = 0;
   // values (host) summed over the group.
   virtual absl::Status AllReduceHost(absl::Span<double> values) = 0;
 };
@@ -58,11 +63,26 @@ PackedBatch ShardBatch(const PackedBatch& full, int rank, int size);
 // the untrained token of a share of nothing).
 std::vector<int64_t> ShareRows(const PackedBatch& full, int rank, int size);
 
-// A pass over a share (Transformer::Forward's `context`): the group and the lengths of the full
-// batch's sequences, in order.
+// How attention crosses the split (learner.context_parallel_attention):
+//   kAllGather: every layer all-gathers the group's keys and values and attends the rank's own
+//     queries to them (kernels/context_attention.h); any head count.
+//   kUlysses: DeepSpeed-Ulysses: an all-to-all trades the rank's tokens of every head for every
+//     token of 1/C of the heads, the packed attention runs on whole sequences, and a second
+//     all-to-all trades back (model/context_heads.h); the heads must split over the group.
+//   kRing: ring attention: the k|v blocks travel around the group in C steps, each attended
+//     and merged by its log-sum-exp (model/context_ring.h); a rank holds two blocks at most.
+enum class ContextAttention { kAllGather, kUlysses, kRing };
+inline constexpr NamedValue<ContextAttention> kContextAttentionNames[] = {
+    {"allgather", ContextAttention::kAllGather},
+    {"ulysses", ContextAttention::kUlysses},
+    {"ring", ContextAttention::kRing}};
+
+// A pass over a share (Transformer::Forward's `context`): the group, the lengths of the full
+// batch's sequences, in order, and how attention crosses the split.
 struct ContextShard {
   ContextExchange* exchange = nullptr;
   std::vector<int64_t> lengths;
+  ContextAttention attention = ContextAttention::kAllGather;
 };
 
 // What a rank's pass derives from its shard.
@@ -75,6 +95,9 @@ struct ContextPlan {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> rank_rows;
   std::vector<kernels::QueryPiece> pieces;  // this rank's queries
   std::vector<int32_t> positions;           // (T) each local token's position in its sequence
+  // The gathered rows' sequences (the full batch's, then one row per rank that holds nothing):
+  // boundaries, kv_rows at the end (a packed batch's cu_seqlens; Ulysses attends over them).
+  std::vector<int32_t> kv_cu_seqlens;
 
   // The share `local` must be ShardBatch(full, exchange->rank(), exchange->size()) of a batch
   // whose sequences have shard.lengths; errors name what does not fit.

@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "kernels/attention.h"
 #include "kernels/context_attention.h"
+#include "model/context_heads.h"
 #include "kernels/embedding.h"
 #include "kernels/logprob.h"
 #include "kernels/matmul.h"
@@ -91,6 +92,8 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PassShape shape =
       ShapeOf(T, ws.B, ws.R, for_backward, params.lora != nullptr ? params.lora->rank : 0);
   ws.context.reset();
+  ws.kv_cu_seqlens = Tensor();  // laid out again by a Ulysses pass only
+  ws.ring.reset();
   ws.exchange = nullptr;
   if (context != nullptr) {
     if (!device_.is_cpu() || options_.compute_dtype != DType::kF32) {
@@ -104,6 +107,14 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     shape.kv_rows = ws.context->kv_rows;
     shape.max_rows = ws.context->max_rows;
     shape.group = ws.context->size;
+    shape.attention = context->attention;
+    shape.kv_seqs = static_cast<int64_t>(ws.context->kv_cu_seqlens.size()) - 1;
+    if (shape.attention == ContextAttention::kRing) ws.ring = RingSteps::Make(*ws.context);
+    if (shape.attention == ContextAttention::kUlysses) {
+      PRL_RETURN_IF_ERROR(UlyssesHeads(c.num_attention_heads, c.num_key_value_heads,
+                                       ws.context->rank, ws.context->size)
+                              .status());
+    }
   }
   ws.checkpointing = shape.checkpointing;
   ws.logits_kept = for_backward && *options_.keep_logits && ws.R > 0 && shape.chunk >= ws.R;
@@ -122,6 +133,9 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.tokens, batch.tokens.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.cu_seqlens, batch.cu_seqlens.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.positions, positions.data()));
+  if (ws.kv_cu_seqlens.defined()) {
+    PRL_RETURN_IF_ERROR(CopyToDevice(ws.kv_cu_seqlens, ws.context->kv_cu_seqlens.data()));
+  }
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.inv_freq, inv_freq_.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_rows_dev, ws.head_rows.data()));
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_targets, head_targets.data()));
@@ -244,10 +258,57 @@ absl::Status Transformer::Attend(const LayerActivations& a) {
     k::AttentionForward(a.attn, a.attn_lse, a.qkv, ws.cu_seqlens, shape, options_.reduction_order);
     return absl::OkStatus();
   }
+  if (ws.kv_cu_seqlens.defined()) return AttendHeads(a);
+  if (ws.ring) {
+    return RingAttentionForward(*ws.context, *ws.ring, *ws.exchange, a.qkv, shape,
+                                ws.ring_buffers, a.attn, a.attn_lse);
+  }
   PRL_RETURN_IF_ERROR(GatherKeysValues(*ws.context, *ws.exchange, a.qkv, c.q_dim(), ws.kv_send,
                                        ws.kv_recv, ws.kv_full));
   k::ContextAttentionForward(a.attn, a.attn_lse, a.qkv, ws.kv_full, ws.context->pieces, shape);
   return absl::OkStatus();
+}
+
+// Ulysses (model/context_heads.h): this rank's heads of every token, the packed attention over
+// the group's whole sequences, the output traded back.
+absl::Status Transformer::AttendHeads(const LayerActivations& a) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const ContextPlan& plan = *ws.context;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+  PRL_ASSIGN_OR_RETURN(const HeadSlice h, UlyssesHeads(H, KV, plan.rank, plan.size));
+  PRL_RETURN_IF_ERROR(ToHeads(plan, *ws.exchange, a.qkv, QkvColumns(H, KV, D, plan.size),
+                              ws.heads_send, ws.heads_recv, ws.heads_qkv));
+  k::AttentionForward(ws.heads_out, ws.heads_lse, ws.heads_qkv, ws.kv_cu_seqlens,
+                      {h.heads, h.kv_heads, D}, options_.reduction_order);
+  PRL_RETURN_IF_ERROR(FromHeads(plan, *ws.exchange, ws.heads_out,
+                                HeadColumns(H, KV, D, plan.size), ws.heads_send, ws.heads_recv,
+                                a.attn));
+  return FromHeads(plan, *ws.exchange, ws.heads_lse, HeadColumns(H, KV, 1, plan.size),
+                   ws.heads_send, ws.heads_recv, a.attn_lse);
+}
+
+absl::Status Transformer::AttendHeadsBackward(const LayerActivations& a, const Tensor& dattn,
+                                              const Tensor& dqkv) {
+  const ModelConfig& c = config_;
+  Workspace& ws = *ws_;
+  const ContextPlan& plan = *ws.context;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+  PRL_ASSIGN_OR_RETURN(const HeadSlice h, UlyssesHeads(H, KV, plan.rank, plan.size));
+  const SliceColumns qkv_columns = QkvColumns(H, KV, D, plan.size);
+  const SliceColumns out_columns = HeadColumns(H, KV, D, plan.size);
+  ContextExchange& ex = *ws.exchange;
+  PRL_RETURN_IF_ERROR(
+      ToHeads(plan, ex, a.qkv, qkv_columns, ws.heads_send, ws.heads_recv, ws.heads_qkv));
+  PRL_RETURN_IF_ERROR(
+      ToHeads(plan, ex, a.attn, out_columns, ws.heads_send, ws.heads_recv, ws.heads_out));
+  PRL_RETURN_IF_ERROR(ToHeads(plan, ex, a.attn_lse, HeadColumns(H, KV, 1, plan.size),
+                              ws.heads_send, ws.heads_recv, ws.heads_lse));
+  PRL_RETURN_IF_ERROR(
+      ToHeads(plan, ex, dattn, out_columns, ws.heads_send, ws.heads_recv, ws.heads_dout));
+  k::AttentionBackward(ws.heads_dqkv, ws.heads_dout, ws.heads_qkv, ws.heads_out, ws.heads_lse,
+                       ws.kv_cu_seqlens, {h.heads, h.kv_heads, D});
+  return FromHeads(plan, ex, ws.heads_dqkv, qkv_columns, ws.heads_send, ws.heads_recv, dqkv);
 }
 
 absl::Status Transformer::AttendBackward(const LayerActivations& a, const Tensor& dattn,
@@ -258,6 +319,11 @@ absl::Status Transformer::AttendBackward(const LayerActivations& a, const Tensor
   if (!ws.context) {
     k::AttentionBackward(dqkv, dattn, a.qkv, a.attn, a.attn_lse, ws.cu_seqlens, shape);
     return absl::OkStatus();
+  }
+  if (ws.kv_cu_seqlens.defined()) return AttendHeadsBackward(a, dattn, dqkv);
+  if (ws.ring) {
+    return RingAttentionBackward(*ws.context, *ws.ring, *ws.exchange, dqkv, dattn, a.qkv, a.attn,
+                                 a.attn_lse, shape, ws.ring_buffers);
   }
   // The layer's keys and values gathered again (one all-gather instead of keeping every
   // layer's), the local queries' share of their gradients summed over the group.

@@ -158,6 +158,10 @@ class Transformer {
   // dattn): packed, or context-parallel with the group's collectives.
   absl::Status Attend(const LayerActivations& a);
   absl::Status AttendBackward(const LayerActivations& a, const Tensor& dattn, const Tensor& dqkv);
+  // The same with Ulysses' all-to-alls over heads (model/context_heads.h).
+  absl::Status AttendHeads(const LayerActivations& a);
+  absl::Status AttendHeadsBackward(const LayerActivations& a, const Tensor& dattn,
+                                   const Tensor& dqkv);
   absl::Status BackwardLayer(const LayerParams& p, const LayerParams& g, int64_t layer);
 
   ModelConfig config_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/logprob.h"
+#include "model/context_heads.h"
 #include "model/transformer.h"
 #include "model/transformer_workspace.h"
 
@@ -69,7 +70,33 @@ void Transformer::LayOut(Arena& a, Workspace& ws, const PassShape& s) const {
   ws.head_logprob = a.Take(DType::kF32, {R});
   ws.head_entropy = a.Take(DType::kF32, {R});
   ws.logits = a.Take(DType::kF32, {s.chunk, c.vocab_size});
-  if (s.group > 0) {
+  if (s.group > 0 && s.attention == ContextAttention::kUlysses) {
+    const HeadSlice h = *UlyssesHeads(c.num_attention_heads, c.num_key_value_heads, 0, s.group);
+    const int64_t D = c.head_dim, width = (h.heads + 2 * h.kv_heads) * D;
+    ws.heads_qkv = a.Take(dt, {s.kv_rows, width});
+    ws.heads_out = a.Take(dt, {s.kv_rows, h.heads * D});
+    ws.heads_lse = a.Take(DType::kF32, {s.kv_rows, h.heads});
+    ws.heads_send = a.Take(dt, {s.group * s.max_rows, width});
+    ws.heads_recv = a.Take(dt, {s.group * s.max_rows, width});
+    ws.kv_cu_seqlens = a.Take(DType::kI32, {s.kv_seqs + 1});
+    if (s.for_backward) {
+      ws.heads_dout = a.Take(dt, {s.kv_rows, h.heads * D});
+      ws.heads_dqkv = a.Take(dt, {s.kv_rows, width});
+    }
+  } else if (s.group > 0 && s.attention == ContextAttention::kRing) {
+    const int64_t width = 2 * c.kv_dim();
+    RingBuffers& b = ws.ring_buffers;
+    b = RingBuffers{};
+    b.block = a.Take(dt, {s.max_rows, width});
+    b.next = a.Take(dt, {s.max_rows, width});
+    b.part_out = a.Take(dt, {T, c.q_dim()});
+    b.part_lse = a.Take(DType::kF32, {T, c.num_attention_heads});
+    if (s.for_backward) {
+      b.dblock = a.Take(dt, {s.max_rows, width});
+      b.dnext = a.Take(dt, {s.max_rows, width});
+      b.part_dqkv = a.Take(dt, {T, c.qkv_dim()});
+    }
+  } else if (s.group > 0) {
     const int64_t width = 2 * c.kv_dim();
     ws.kv_full = a.Take(dt, {s.kv_rows, width});
     ws.kv_send = a.Take(dt, {s.max_rows, width});

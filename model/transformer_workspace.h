@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "model/context_parallel.h"
+#include "model/context_ring.h"
 #include "model/decoder_layer.h"
 #include "model/lora_layer.h"
 #include "model/moe_layer.h"
@@ -74,6 +75,14 @@ struct Transformer::Workspace {
   std::optional<ContextPlan> context;
   ContextExchange* exchange = nullptr;
   Tensor kv_full, kv_send, kv_recv, dkv_full, dkv_send, dkv_recv;
+  // Ulysses (model/context_heads.h): this rank's heads of the group's rows, (kv_rows, width):
+  // q|k|v, output, log-sum-exp and in Backward the output's and q|k|v's gradients; the
+  // all-to-alls' buffers (group max_rows of the widest, q|k|v's); the rows' sequences.
+  Tensor heads_qkv, heads_out, heads_lse, heads_dout, heads_dqkv, heads_send, heads_recv;
+  Tensor kv_cu_seqlens;
+  // Ring attention (model/context_ring.h): its steps and buffers.
+  std::optional<RingSteps> ring;
+  RingBuffers ring_buffers;
   std::vector<float> entropies;  // (T) of the last Forward; 0 where no target
   // The load-balancing loss's sums over the MoE layers of the last Forward(for_backward)
   // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
@@ -103,6 +112,8 @@ struct Transformer::PassShape {
   int64_t lora_rank = 0;  // 0: no adapters
   // Context parallelism: the gathered rows, the most rows a rank holds, the group's size.
   int64_t kv_rows = 0, max_rows = 0, group = 0;
+  ContextAttention attention = ContextAttention::kAllGather;
+  int64_t kv_seqs = 0;  // the gathered rows' sequences (Ulysses attends over them)
 };
 
 }  // namespace prl

@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "collective/kv_store.h"
 #include "learner/context_exchange.h"
+#include "model/context_heads.h"
 #include "learner/local_launcher.h"
 #include "roles/device_settings.h"
 
@@ -224,6 +225,11 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
   }
   learner::FsdpOptions fsdp = FsdpOptionsFrom(l, options);
   if (l.context_parallel > 1) {
+    if (l.context_parallel_attention == ContextAttention::kUlysses) {  // before any connection
+      PRL_RETURN_IF_ERROR(UlyssesHeads(config.num_attention_heads, config.num_key_value_heads,
+                                       /*rank=*/0, l.context_parallel)
+                              .status());
+    }
     // The group's communicator, through the learner's rendezvous store.
     PRL_ASSIGN_OR_RETURN(std::shared_ptr<collective::KvStore> store,
                          collective::OpenRendezvousStore(rendezvous));
@@ -236,6 +242,7 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
                          collective::ConnectGlooThrough(std::move(store), group, comm_options));
     r->context_exchange = std::make_unique<learner::CommunicatorExchange>(r->context_comm.get());
     fsdp.context = r->context_exchange.get();
+    fsdp.context_attention = l.context_parallel_attention;
   }
   PRL_ASSIGN_OR_RETURN(std::optional<LoraSet> adapter, StartingAdapter(l, config));
   if (adapter.has_value()) {

@@ -28,9 +28,14 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64;
 
+// The keys a piece's queries [0, q1) see, together (a block's, or the last one's prefix), and
+// the keys query i sees.
+int64_t KeysOf(const QueryPiece& p, int64_t q1) { return p.keys > 0 ? p.keys : p.pos0 + q1; }
+int64_t VisibleOf(const QueryPiece& p, int64_t i) { return p.keys > 0 ? p.keys : p.pos0 + i + 1; }
+
 int64_t MaxKeys(const QueryPiece* pieces, int64_t n) {
   int64_t max_keys = 0;
-  for (int64_t i = 0; i < n; ++i) max_keys = std::max(max_keys, pieces[i].pos0 + pieces[i].len);
+  for (int64_t i = 0; i < n; ++i) max_keys = std::max(max_keys, KeysOf(pieces[i], pieces[i].len));
   return max_keys;
 }
 
@@ -49,7 +54,7 @@ void ContextAttentionForward(float* out, float* lse, const float* qkv, const KvR
   for (int64_t i = 0; i < num_pieces; ++i) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t q0 = 0; q0 < pieces[i].len; q0 += kQueryBlock) {
-        items.push_back({i, h, q0, pieces[i].pos0 + std::min(pieces[i].len, q0 + kQueryBlock)});
+        items.push_back({i, h, q0, KeysOf(pieces[i], std::min(pieces[i].len, q0 + kQueryBlock))});
       }
     }
   }
@@ -66,7 +71,7 @@ void ContextAttentionForward(float* out, float* lse, const float* qkv, const KvR
       const QueryPiece& p = pieces[items[it].piece];
       const int64_t h = items[it].head, g = h / group;
       const int64_t q0 = items[it].q0, q1 = std::min(p.len, q0 + kQueryBlock), nq = q1 - q0;
-      const int64_t nk = p.pos0 + q1;  // the block's last query sees positions [0, nk)
+      const int64_t nk = KeysOf(p, q1);  // the block's last query sees positions [0, nk)
       const float* q = qkv + (p.row0 + q0) * qkv_stride + h * D;
       const float* k = kv.rows + p.kv0 * kv_stride + kv.k_col + g * D;
       const float* v = kv.rows + p.kv0 * kv_stride + kv.v_col + g * D;
@@ -75,7 +80,7 @@ void ContextAttentionForward(float* out, float* lse, const float* qkv, const KvR
                   kv_stride, 0.0f, s, nk);
       for (int64_t i = 0; i < nq; ++i) {
         float* row = s + i * nk;
-        const int64_t visible = p.pos0 + q0 + i + 1;
+        const int64_t visible = VisibleOf(p, q0 + i);
         const float row_max = RowMax(row, visible);
         const double sum = SumExp</*kStore=*/true>(row, visible, row_max);
         const float inv_sum = static_cast<float>(1.0 / sum);
@@ -106,7 +111,7 @@ void ContextAttentionBackward(float* dqkv, const KvGrads& dkv, const float* dout
   std::vector<Item> items;
   for (const auto& [kv0, list] : pieces_of) {
     int64_t keys = 0;
-    for (int64_t i : list) keys = std::max(keys, pieces[i].pos0 + pieces[i].len);
+    for (int64_t i : list) keys = std::max(keys, KeysOf(pieces[i], pieces[i].len));
     for (int64_t h = 0; h < H; ++h) items.push_back({kv0, h, keys});
   }
   std::stable_sort(items.begin(), items.end(),
@@ -133,7 +138,7 @@ void ContextAttentionBackward(float* dqkv, const KvGrads& dkv, const float* dout
         const QueryPiece& p = pieces[pi];
         for (int64_t q0 = 0; q0 < p.len; q0 += kQueryBlock) {
           const int64_t q1 = std::min(p.len, q0 + kQueryBlock), nq = q1 - q0;
-          const int64_t nk = p.pos0 + q1;
+          const int64_t nk = KeysOf(p, q1);
           const float* q = qkv + (p.row0 + q0) * qkv_stride + h * D;
           const float* o = out + (p.row0 + q0) * out_stride + h * D;
           const float* dout_block = dout + (p.row0 + q0) * out_stride + h * D;
@@ -145,7 +150,7 @@ void ContextAttentionBackward(float* dqkv, const KvGrads& dkv, const float* dout
                       kv_stride, 0.0f, pb, nk);
           for (int64_t i = 0; i < nq; ++i) {
             float* row = pb + i * nk;
-            const int64_t visible = p.pos0 + q0 + i + 1;
+            const int64_t visible = VisibleOf(p, q0 + i);
             ScaledExp(row, row, visible, lse[(p.row0 + q0 + i) * H + h], 1.0f);
             std::fill(row + visible, row + nk, 0.0f);
           }

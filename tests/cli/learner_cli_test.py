@@ -380,19 +380,30 @@ class LearnerCliTest(unittest.TestCase):
         _, g = step(2, 2, "--activation-checkpointing", "full")
         diff = sum((a - b) ** 2 for a, b in zip(g, g1)) ** 0.5
         self.assertLess(diff / norm, 1e-5)
-        # Settings that cannot be split yet are refused, naming them.
+        # Ulysses' all-to-all over heads and ring attention give the same step (the tiny
+        # model's 4 heads over groups of 2; the ring over 3 too).
+        for world, context, attention in ((2, 2, "ulysses"), (4, 2, "ulysses"), (2, 2, "ring"),
+                                          (3, 3, "ring")):
+            report, g = step(world, context, "--context-attention", attention)
+            diff = sum((a - b) ** 2 for a, b in zip(g, g1)) ** 0.5
+            self.assertLess(diff / norm, 1e-5, "%s, world %d, groups of %d" % (attention, world,
+                                                                              context))
+            self.assertAlmostEqual(report["loss"], one["loss"], places=5)
+        # A group that does not split the heads is refused before any rank connects.
+        self.assert_error(run("learner", "step", "--model", self.model, "--rollouts",
+                              self.rollouts, "--out", self.path("cp_never"), "--world-size", 3,
+                              "--context-parallel", 3, "--context-attention", "ulysses"),
+                          "learner.context_parallel = 3", "allgather")
+        # Settings that cannot be split are refused, naming them.
         self.assert_error(run("learner", "step", "--model", self.model, "--rollouts",
                               self.rollouts, "--out", self.path("cp_never"), "--world-size", 3,
                               "--context-parallel", 2), "learner.context_parallel",
                           "a divisor of learner.world_size = 3")
-        self.assert_error(run("learner", "step", "--model", self.model, "--rollouts",
-                              self.rollouts, "--out", self.path("cp_never"), "--world-size", 2,
-                              "--context-parallel", 2, "--kl-coef", 0.1, "--kl-penalty",
-                              "reward"),
-                          "learner.kl_penalty = reward")
         # The sequence-mean normalization divides each share by its whole sequence's tokens;
-        # gspo's ratio is each whole sequence's, its sums reduced over the group.
-        for extra in (("--normalization", "sequence"), ("--loss", "gspo")):
+        # gspo's ratio is each whole sequence's, its sums reduced over the group; kl_penalty
+        # reward's return to go adds the later chunks' penalties other ranks hold.
+        for extra in (("--normalization", "sequence"), ("--loss", "gspo"),
+                      ("--kl-coef", "0.1", "--kl-penalty", "reward")):
             one_seq, g1_seq = step(1, 1, *extra)
             report, g = step(2, 2, *extra)
             diff = sum((a - b) ** 2 for a, b in zip(g, g1_seq)) ** 0.5

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "tests/kernels/reference_ops.h"
@@ -93,6 +94,73 @@ TEST(ContextAttentionTest, ARankGroupComputesPackedAttentionAndItsGradients) {
       }
     }
   }
+}
+
+// A piece of earlier positions (QueryPiece::keys, ring attention's block): every query sees
+// every key of the block. Forward against a float64 reference; the gradients at q, k and v
+// against finite differences of that reference.
+TEST(ContextAttentionTest, ABlockPieceAttendsEveryKeyOfTheBlock) {
+  constexpr int64_t h = 4, kv_heads = 2, d = 4, w = (h + 2 * kv_heads) * d, kv_w = 2 * kv_heads * d;
+  const int64_t nq = 5, nk = 7, row0 = 2, kv0 = 3, T = row0 + nq, T_kv = kv0 + nk;
+  std::mt19937_64 rng(9);
+  const Vec q64 = RandomVec(T * w, rng), kv64 = RandomVec(T_kv * kv_w, rng);
+  const Vec dout64 = RandomVec(T * h * d, rng);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  // sum(dout * attention) in float64, queries rows [row0, row0 + nq) over kv rows [kv0, T_kv).
+  auto objective = [&](const Vec& q, const Vec& kv, Vec* out, Vec* lse) {
+    double total = 0.0;
+    for (int64_t i = row0; i < T; ++i) {
+      for (int64_t head = 0; head < h; ++head) {
+        const int64_t g = head / (h / kv_heads);
+        std::vector<double> score(nk);
+        double top = -1e300;
+        for (int64_t j = 0; j < nk; ++j) {
+          double dot = 0.0;
+          for (int64_t c = 0; c < d; ++c) {
+            dot += q[i * w + head * d + c] * kv[(kv0 + j) * kv_w + g * d + c];
+          }
+          score[j] = scale * dot;
+          top = std::max(top, score[j]);
+        }
+        double sum = 0.0;
+        for (double& x : score) sum += (x = std::exp(x - top));
+        if (lse != nullptr) (*lse)[i * h + head] = top + std::log(sum);
+        for (int64_t c = 0; c < d; ++c) {
+          double o = 0.0;
+          for (int64_t j = 0; j < nk; ++j) {
+            o += score[j] / sum * kv[(kv0 + j) * kv_w + kv_heads * d + g * d + c];
+          }
+          if (out != nullptr) (*out)[(i * h + head) * d + c] = o;
+          total += dout64[(i * h + head) * d + c] * o;
+        }
+      }
+    }
+    return total;
+  };
+  Vec out_ref(T * h * d, 0.0), lse_ref(T * h, 0.0);
+  objective(q64, kv64, &out_ref, &lse_ref);
+  std::vector<float> qkv = ToF32(q64), kv = ToF32(kv64), dout = ToF32(dout64);
+  std::vector<float> out(T * h * d, 0.0f), lse(T * h, 0.0f), dqkv(T * w, 0.0f),
+      dkv(T_kv * kv_w, 0.0f);
+  const std::vector<kernels::QueryPiece> pieces = {{row0, nq, /*pos0=*/0, kv0, /*keys=*/nk}};
+  kernels::ContextAttentionForward(View(out, {T, h * d}), View(lse, {T, h}), View(qkv, {T, w}),
+                                   View(kv, {T_kv, kv_w}), pieces, {h, kv_heads, d});
+  for (int64_t i = row0 * h * d; i < T * h * d; ++i) ASSERT_NEAR(out[i], out_ref[i], 1e-5) << i;
+  for (int64_t i = row0 * h; i < T * h; ++i) ASSERT_NEAR(lse[i], lse_ref[i], 1e-5) << i;
+  kernels::ContextAttentionBackward(View(dqkv, {T, w}), View(dkv, {T_kv, kv_w}),
+                                    View(dout, {T, h * d}), View(qkv, {T, w}),
+                                    View(kv, {T_kv, kv_w}), View(out, {T, h * d}),
+                                    View(lse, {T, h}), pieces, {h, kv_heads, d});
+  const Vec dq_ref = FiniteDifferenceGradient(
+      [&](const Vec& q) { return objective(q, kv64, nullptr, nullptr); }, q64);
+  const Vec dkv_ref = FiniteDifferenceGradient(
+      [&](const Vec& kv_rows) { return objective(q64, kv_rows, nullptr, nullptr); }, kv64);
+  for (int64_t i = row0; i < T; ++i) {
+    for (int64_t c = 0; c < h * d; ++c) {
+      ASSERT_NEAR(dqkv[i * w + c], dq_ref[i * w + c], 1e-4) << "dq row " << i;
+    }
+  }
+  for (int64_t i = 0; i < T_kv * kv_w; ++i) ASSERT_NEAR(dkv[i], dkv_ref[i], 1e-4) << "dkv " << i;
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 // Context parallelism (model/context_parallel.h): C ranks, each holding two chunks of every
 // sequence, compute the log-probs, entropies, load-balancing loss and (summed) gradients of the
 // one rank that holds everything, to fp32 rounding, for every architecture, with activation
-// checkpointing too; and the split itself.
+// checkpointing too, through the all-gather of keys and values and through Ulysses' all-to-all
+// over heads; and the split itself.
+#include "model/context_heads.h"
 #include "model/context_parallel.h"
+#include "model/context_ring.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -45,6 +49,22 @@ class ThreadGroup {
         for (int r = 0; r < size(); ++r) sum += group_->slots_[r][rank_ * n + i];
         shard.f32()[i] = sum;
       }
+      group_->barrier_.arrive_and_wait();
+      return absl::OkStatus();
+    }
+    absl::Status AllToAll(const Tensor& in, const Tensor& out) override {
+      group_->Put(rank_, in.f32(), in.numel());
+      const int64_t n = in.numel() / size();
+      for (int r = 0; r < size(); ++r) {
+        std::copy_n(group_->slots_[r].data() + rank_ * n, n, out.f32() + r * n);
+      }
+      group_->barrier_.arrive_and_wait();
+      return absl::OkStatus();
+    }
+    absl::Status Shift(const Tensor& send, const Tensor& recv) override {
+      group_->Put(rank_, send.f32(), send.numel());
+      const int from = (rank_ + size() - 1) % size();
+      std::copy_n(group_->slots_[from].data(), recv.numel(), recv.f32());
       group_->barrier_.arrive_and_wait();
       return absl::OkStatus();
     }
@@ -114,9 +134,11 @@ std::vector<float> Dlogprobs(const PackedBatch& batch) {
 
 // The group's pass: log-probs and entropies at their global rows, gradients summed.
 Pass GroupPass(const Fixture& f, const PackedBatch& full, int size,
-               const TransformerOptions& options, double lb_weight) {
+               const TransformerOptions& options, double lb_weight,
+               ContextAttention attention = ContextAttention::kAllGather) {
   const std::vector<float> d_full = Dlogprobs(full);
   ContextShard shard;
+  shard.attention = attention;
   for (int64_t s = 0; s < full.num_seqs(); ++s) {
     shard.lengths.push_back(full.cu_seqlens[s + 1] - full.cu_seqlens[s]);
   }
@@ -230,6 +252,136 @@ TEST_P(ContextParallelTest, ARankThatHoldsNothingRunsAnUntrainedTokenAndChangesN
     ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]));
   }
   EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
+}
+
+// Ulysses (model/context_heads.h): the all-to-all over heads gives the same results, with a
+// group that splits the heads into whole key/value groups (4 heads over 2 ranks, 4 kv heads) or
+// reads one key/value head from several ranks (1 or 2 kv heads over 2 or 4 ranks), a rank that
+// holds nothing of a sequence included.
+TEST_P(ContextParallelTest, UlyssesGivesTheResultsOfOneRankThatHoldsEverySequence) {
+  const PackedBatch full = f.Batch(0, f.sequences.size());  // 2, 17, 70 and 5 tokens
+  const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
+  for (const ActivationCheckpointing mode :
+       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
+    TransformerOptions options;
+    options.activation_checkpointing = mode;
+    const Pass one = PlainPass(f, full, options, lb_weight);
+    for (const int size : {1, 2, 4}) {
+      SCOPED_TRACE(::testing::Message() << size << " ranks, checkpointing "
+                                        << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
+      const Pass group = GroupPass(f, full, size, options, lb_weight, ContextAttention::kUlysses);
+      for (size_t t = 0; t < one.logprobs.size(); ++t) {
+        ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
+            << "token " << t;
+        ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
+      }
+      EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
+      EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
+                  1e-6 * std::max(1.0, one.load_balancing_loss));
+    }
+  }
+  const Pass short_one = PlainPass(f, f.Batch(0, 1), {}, 0.0);  // 2 tokens over 4 ranks
+  const Pass short_group = GroupPass(f, f.Batch(0, 1), 4, {}, 0.0, ContextAttention::kUlysses);
+  EXPECT_LT(Relative(short_group.grads, short_one.grads), 1e-5);
+}
+
+// Ring attention (model/context_ring.h): the blocks around the group, merged by their
+// log-sum-exps, give the same results at every group size, a rank that holds nothing included.
+TEST_P(ContextParallelTest, RingAttentionGivesTheResultsOfOneRankThatHoldsEverySequence) {
+  const PackedBatch full = f.Batch(0, f.sequences.size());  // 2, 17, 70 and 5 tokens
+  const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
+  for (const ActivationCheckpointing mode :
+       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
+    TransformerOptions options;
+    options.activation_checkpointing = mode;
+    const Pass one = PlainPass(f, full, options, lb_weight);
+    for (const int size : {1, 2, 3, 4}) {
+      SCOPED_TRACE(::testing::Message() << size << " ranks, checkpointing "
+                                        << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
+      const Pass group = GroupPass(f, full, size, options, lb_weight, ContextAttention::kRing);
+      for (size_t t = 0; t < one.logprobs.size(); ++t) {
+        ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
+            << "token " << t;
+        ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
+      }
+      EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
+      EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
+                  1e-6 * std::max(1.0, one.load_balancing_loss));
+    }
+  }
+  const Pass short_one = PlainPass(f, f.Batch(0, 1), {}, 0.0);  // 2 tokens over 3 ranks
+  const Pass short_group = GroupPass(f, f.Batch(0, 1), 3, {}, 0.0, ContextAttention::kRing);
+  EXPECT_LT(Relative(short_group.grads, short_one.grads), 1e-5);
+}
+
+// Each step's calls cover a query row at most once, and over the C steps every query sees each
+// earlier chunk of its sequence once and its own chunk causally.
+TEST(RingStepsTest, EveryQueryChunkSeesEachEarlierChunkOnceAndItselfCausally) {
+  for (const int size : {2, 3, 4}) {
+    const int64_t length = 40;
+    PackedBatch full;
+    full.cu_seqlens = {0, static_cast<int32_t>(length)};
+    full.tokens.assign(length, 1);
+    full.targets.assign(length, PackedBatch::kNoTarget);
+    for (int r = 0; r < size; ++r) {
+      SCOPED_TRACE(::testing::Message() << "rank " << r << " of " << size);
+      ThreadGroup group(size);
+      ThreadGroup::Exchange exchange(&group, r);
+      ContextShard shard;
+      shard.exchange = &exchange;
+      shard.lengths = {length};
+      const ContextPlan plan = *ContextPlan::Make(shard, ShardBatch(full, r, size), 1024);
+      const RingSteps ring = RingSteps::Make(plan);
+      ASSERT_EQ(static_cast<int>(ring.steps.size()), size);
+      std::vector<int64_t> keys_seen(plan.positions.size(), 0);
+      int64_t diagonal = 0;
+      for (const auto& step : ring.steps) {
+        for (const auto& call : step) {
+          std::vector<int> covered(plan.positions.size(), 0);
+          for (const kernels::QueryPiece& p : call) {
+            for (int64_t i = 0; i < p.len; ++i) {
+              ASSERT_EQ(covered[p.row0 + i]++, 0) << "row " << p.row0 + i << " twice in a call";
+              keys_seen[p.row0 + i] += p.keys > 0 ? p.keys : i + 1;
+            }
+            if (p.keys == 0) ++diagonal;
+          }
+        }
+      }
+      EXPECT_EQ(diagonal, static_cast<int64_t>(ContextRuns(length, r, size).size()));
+      for (size_t t = 0; t < keys_seen.size(); ++t) {
+        EXPECT_EQ(keys_seen[t], plan.positions[t] + 1) << "row " << t;
+      }
+    }
+  }
+}
+
+TEST(UlyssesHeadsTest, EachRankTakesItsQueryHeadsAndTheKeyValueHeadsTheyRead) {
+  // 14 query heads, 2 key/value heads (Qwen2.5-0.5B) over 2 ranks: 7 heads and 1 kv head each.
+  HeadSlice s = *UlyssesHeads(14, 2, 1, 2);
+  EXPECT_EQ(s.q0, 7);
+  EXPECT_EQ(s.heads, 7);
+  EXPECT_EQ(s.kv0, 1);
+  EXPECT_EQ(s.kv_heads, 1);
+  // 4 / 2 over 4 ranks: one query head each, ranks 2 and 3 both read kv head 1.
+  s = *UlyssesHeads(4, 2, 3, 4);
+  EXPECT_EQ(s.q0, 3);
+  EXPECT_EQ(s.kv0, 1);
+  EXPECT_EQ(s.kv_heads, 1);
+  // 16 / 8 over 2 ranks: 8 heads reading 4 kv heads each.
+  s = *UlyssesHeads(16, 8, 1, 2);
+  EXPECT_EQ(s.kv0, 4);
+  EXPECT_EQ(s.kv_heads, 4);
+}
+
+TEST(UlyssesHeadsTest, AGroupThatDoesNotSplitTheHeadsIsRefusedNamingTheSettings) {
+  // 14 heads over 4 ranks: not whole heads.
+  const absl::Status s = UlyssesHeads(14, 2, 0, 4).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("learner.context_parallel = 4"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("learner.context_parallel_attention = allgather"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("14 query heads"));
+  // 12 heads, 4 per kv head, over 4 ranks: 3 heads each straddle two kv groups.
+  EXPECT_FALSE(UlyssesHeads(12, 3, 1, 4).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ContextParallelTest, ArchitectureCases(),
