@@ -333,6 +333,10 @@ struct LearnerSection {
   // learner.dtype, the adapter in F32). Written, not yet run on a GPU: off (LoRA with
   // learner.device = cuda is refused, naming this key) until a GPU session passes cuda_lora_test.
   bool cuda_lora = false;
+  // CUDA: context parallelism on the GPU, Ulysses only (TransformerOptions::cuda_context_parallel:
+  // the CUDA attention over each rank's heads, the group over NCCL). Written, not yet run on a
+  // GPU: off (learner.context_parallel > 1 with learner.device = cuda is refused, naming this key).
+  bool cuda_context_parallel = false;
   int64_t checkpoint_every = 100;
   int keep_checkpoints = 2;
   std::string checkpoint_dir;  // empty: <run dir>/checkpoints

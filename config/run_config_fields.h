@@ -260,6 +260,8 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
     "LoRA: a PEFT adapter directory to start from (its config sets rank, alpha, targets)");
   v("learner", "cuda_lora", l.cuda_lora,
     "CUDA: a LoRA learner on the GPU (written, not yet verified on a GPU)");
+  v("learner", "cuda_context_parallel", l.cuda_context_parallel,
+    "CUDA: context parallelism on the GPU with ulysses (written, not yet verified on a GPU)");
   v("learner", "batch_invariant", l.batch_invariant,
     "Forward in the batch-invariant order (with actors.batch_invariant: the actors' bits)");
   v("learner", "checkpoint_every", l.checkpoint_every, "Steps between checkpoints");

@@ -327,10 +327,13 @@ absl::Status ValidateLearner(const LearnerSection& l) {
                             absl::StrCat("a divisor of learner.world_size = ", l.world_size),
                             l.context_parallel));
   PRL_RETURN_IF_ERROR(Range(l.context_parallel == 1 ||
-                                (l.device == DeviceType::kCpu && l.dtype == DType::kF32),
+                                (l.device == DeviceType::kCpu && l.dtype == DType::kF32) ||
+                                (l.device == DeviceType::kCuda && l.cuda_context_parallel &&
+                                 l.context_parallel_attention == ContextAttention::kUlysses),
                             "learner.context_parallel",
-                            "1 with learner.device = cuda or dtype bf16 (context parallelism "
-                            "runs on the CPU in fp32 for now; its CUDA path waits for a GPU)",
+                            "1 with learner.device = cuda or dtype bf16, unless "
+                            "learner.cuda_context_parallel with learner.context_parallel_attention "
+                            "= ulysses (written, not yet verified on a GPU)",
                             l.context_parallel));
   PRL_RETURN_IF_ERROR(Range(l.activation_budget_mb >= 0 && l.activation_budget_mb <= (int64_t{1} << 30),
                             "learner.activation_budget_mb", "0 to 1073741824 (MiB; 0: no budget)",

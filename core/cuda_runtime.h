@@ -48,6 +48,10 @@ absl::Status SynchronizeCurrentStream(int device);
 // `device`, after the work queued there, and waits for it: ordered with the kernels of a
 // non-blocking current stream, which cuda::Memcpy (the legacy stream) is not.
 absl::Status MemcpyOnCurrentStream(int device, void* dst, const void* src, size_t bytes);
+// rows rows of width_bytes each, from src (a row every src_pitch bytes) to dst (every
+// dst_pitch bytes), on the current stream, waited for (cudaMemcpy2DAsync).
+absl::Status Memcpy2DOnCurrentStream(int device, void* dst, size_t dst_pitch, const void* src,
+                                     size_t src_pitch, size_t width_bytes, size_t rows);
 
 // cudaProfilerStart / cudaProfilerStop: the range a profiler started with
 // `--profile-from-start off` (ncu, nsys) records.

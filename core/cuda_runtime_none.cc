@@ -24,6 +24,9 @@ absl::Status Synchronize(int) { return NotBuilt(); }
 absl::Status FillF32(int, float*, size_t, float) { return NotBuilt(); }
 absl::Status SynchronizeCurrentStream(int) { return NotBuilt(); }
 absl::Status MemcpyOnCurrentStream(int, void*, const void*, size_t) { return NotBuilt(); }
+absl::Status Memcpy2DOnCurrentStream(int, void*, size_t, const void*, size_t, size_t, size_t) {
+  return NotBuilt();
+}
 absl::Status ProfilerStart() { return NotBuilt(); }
 absl::Status ProfilerStop() { return NotBuilt(); }
 

@@ -1,8 +1,10 @@
 #include "model/context_heads.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
 #include "core/status_macros.h"
 
 namespace prl {
@@ -67,10 +69,12 @@ namespace {
 
 absl::Status CheckShapes(const ContextPlan& plan, const Tensor& local, const SliceColumns& columns,
                          const Tensor& send, const Tensor& recv, const Tensor& slice) {
-  const int64_t block = plan.max_rows * SliceWidth(columns);
-  if (static_cast<int>(columns.size()) != plan.size || send.numel() < plan.size * block ||
-      recv.numel() < plan.size * block || slice.size(0) != plan.kv_rows ||
-      slice.size(1) != SliceWidth(columns) || local.rank != 2) {
+  const size_t bytes = plan.size * plan.max_rows * SliceWidth(columns) * DTypeSize(local.dtype);
+  if (static_cast<int>(columns.size()) != plan.size || send.bytes() < bytes ||
+      recv.bytes() < bytes || local.rank != 2 || slice.rank != 2 ||
+      slice.size(0) != plan.kv_rows || slice.size(1) != SliceWidth(columns) ||
+      slice.dtype != local.dtype || send.device != local.device || recv.device != local.device ||
+      slice.device != local.device) {
     return absl::InternalError(absl::StrCat(
         "ulysses: local ", local.ShapeString(), ", slice ", slice.ShapeString(), ", send ",
         send.ShapeString(), ", recv ", recv.ShapeString(), " do not fit a group of ", plan.size,
@@ -79,8 +83,29 @@ absl::Status CheckShapes(const ContextPlan& plan, const Tensor& local, const Sli
   return absl::OkStatus();
 }
 
-// The first n values of a buffer laid out for the widest exchange.
-Tensor Prefix(const Tensor& t, int64_t n) { return Tensor(t.data, t.dtype, t.device, {n}); }
+// n elements of `like`'s dtype at the start of a buffer laid out for the widest exchange.
+Tensor Prefix(const Tensor& buffer, const Tensor& like, int64_t n) {
+  return Tensor(buffer.data, like.dtype, buffer.device, {n});
+}
+
+// rows rows of `width` elements from src (a row every src_pitch elements) to dst (every
+// dst_pitch), in host memory or on the device (the current stream, waited for).
+absl::Status CopyRows(const Device& device, size_t elem, void* dst, int64_t dst_pitch,
+                      const void* src, int64_t src_pitch, int64_t rows, int64_t width) {
+  if (device.is_cpu()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch * elem,
+                  static_cast<const char*>(src) + r * src_pitch * elem, width * elem);
+    }
+    return absl::OkStatus();
+  }
+  return cuda::Memcpy2DOnCurrentStream(device.index, dst, dst_pitch * elem, src, src_pitch * elem,
+                                       width * elem, rows);
+}
+
+char* At(const Tensor& t, int64_t element) {
+  return static_cast<char*>(t.data) + element * static_cast<int64_t>(DTypeSize(t.dtype));
+}
 
 }  // namespace
 
@@ -90,24 +115,25 @@ absl::Status ToHeads(const ContextPlan& plan, ContextExchange& exchange, const T
   PRL_RETURN_IF_ERROR(CheckShapes(plan, local, columns, send, recv, slice));
   const int64_t W = local.size(1), T = local.size(0), w = SliceWidth(columns);
   const int64_t block = plan.max_rows * w;
+  const size_t elem = DTypeSize(local.dtype);
+  const Device device = local.device;
   // Block s: this rank's rows, the columns of s's slice.
   for (int s = 0; s < plan.size; ++s) {
-    float* to = send.f32() + s * block;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = local.f32() + t * W;
-      for (const ColumnRange& c : columns[s]) {
-        std::copy_n(row + c.begin, c.width, to);
-        to += c.width;
-      }
+    int64_t at = s * block;
+    for (const ColumnRange& c : columns[s]) {
+      PRL_RETURN_IF_ERROR(
+          CopyRows(device, elem, At(send, at), w, At(local, c.begin), W, T, c.width));
+      at += c.width;
     }
   }
-  PRL_RETURN_IF_ERROR(
-      exchange.AllToAll(Prefix(send, plan.size * block), Prefix(recv, plan.size * block)));
+  PRL_RETURN_IF_ERROR(exchange.AllToAll(Prefix(send, local, plan.size * block),
+                                        Prefix(recv, local, plan.size * block)));
   // Block r: rank r's rows of this rank's slice, laid at their places in the sequences.
   for (int r = 0; r < plan.size; ++r) {
-    const float* from = recv.f32() + r * block;
+    int64_t from = r * block;
     for (const auto& [row, rows] : plan.rank_rows[r]) {
-      std::copy_n(from, rows * w, slice.f32() + row * w);
+      PRL_RETURN_IF_ERROR(
+          CopyRows(device, elem, At(slice, row * w), rows * w, At(recv, from), rows * w, 1, rows * w));
       from += rows * w;
     }
   }
@@ -120,16 +146,32 @@ absl::Status FromHeads(const ContextPlan& plan, ContextExchange& exchange, const
   PRL_RETURN_IF_ERROR(CheckShapes(plan, local, columns, send, recv, slice));
   const int64_t W = local.size(1), T = local.size(0), w = SliceWidth(columns);
   const int64_t block = plan.max_rows * w;
+  const size_t elem = DTypeSize(local.dtype);
+  const Device device = local.device;
   // Block r: rank r's rows of this rank's slice.
   for (int r = 0; r < plan.size; ++r) {
-    float* to = send.f32() + r * block;
+    int64_t to = r * block;
     for (const auto& [row, rows] : plan.rank_rows[r]) {
-      std::copy_n(slice.f32() + row * w, rows * w, to);
+      PRL_RETURN_IF_ERROR(
+          CopyRows(device, elem, At(send, to), rows * w, At(slice, row * w), rows * w, 1, rows * w));
       to += rows * w;
     }
   }
-  PRL_RETURN_IF_ERROR(
-      exchange.AllToAll(Prefix(send, plan.size * block), Prefix(recv, plan.size * block)));
+  PRL_RETURN_IF_ERROR(exchange.AllToAll(Prefix(send, local, plan.size * block),
+                                        Prefix(recv, local, plan.size * block)));
+  if (!device.is_cpu()) {
+    // On the device each column comes from one rank (ContextHeadsOnDevice refuses shared
+    // key/value heads): block s's columns copied into place.
+    for (int s = 0; s < plan.size; ++s) {
+      int64_t at = s * block;
+      for (const ColumnRange& c : columns[s]) {
+        PRL_RETURN_IF_ERROR(
+            CopyRows(device, elem, At(local, c.begin), W, At(recv, at), w, T, c.width));
+        at += c.width;
+      }
+    }
+    return absl::OkStatus();
+  }
   // Block s: this rank's rows of s's slice, summed into s's columns in rank order (the same
   // order on every run: deterministic).
   for (int64_t t = 0; t < T; ++t) {
@@ -149,6 +191,15 @@ absl::Status FromHeads(const ContextPlan& plan, ContextExchange& exchange, const
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ContextHeadsOnDevice(int64_t num_heads, int64_t num_kv_heads, int size) {
+  if (num_kv_heads % size == 0) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "learner.context_parallel_attention = ulysses on CUDA needs learner.context_parallel "
+      "dividing the ", num_kv_heads, " key/value heads (each rank its own: summing a shared "
+      "head's gradients over ranks runs on the CPU only), found learner.context_parallel = ",
+      size));
 }
 
 }  // namespace prl

@@ -51,16 +51,22 @@ int64_t SliceWidth(const SliceColumns& columns);
 
 // local (T, W) on every rank -> slice (plan.kv_rows, its width) on each: the group's rows in
 // the sequences' order (as the all-gather's), this rank's columns. One all-to-all through send
-// and recv (plan.size plan.max_rows SliceWidth values each). CPU, f32.
+// and recv (at least plan.size plan.max_rows SliceWidth elements of local's dtype each). In
+// host memory (f32) or on a CUDA device (any dtype; strided copies on the current stream).
 absl::Status ToHeads(const ContextPlan& plan, ContextExchange& exchange, const Tensor& local,
                      const SliceColumns& columns, const Tensor& send, const Tensor& recv,
                      const Tensor& slice);
 
 // The reverse: each rank's slice (plan.kv_rows, its width) -> local (T, W) =, for this rank's
 // rows, the sum over the ranks whose slices hold a column (one rank for a query head's; every
-// rank reading a key/value head when C > KV). Columns of no slice are left alone. CPU, f32.
+// rank reading a key/value head when C > KV; the CPU only: ContextHeadsOnDevice). Columns of no
+// slice are left alone.
 absl::Status FromHeads(const ContextPlan& plan, ContextExchange& exchange, const Tensor& slice,
                        const SliceColumns& columns, const Tensor& send, const Tensor& recv,
                        const Tensor& local);
+
+// On a CUDA device each column of q|k|v must come from one rank (no key/value head shared):
+// the error names learner.context_parallel when num_kv_heads is not a multiple of `size`.
+absl::Status ContextHeadsOnDevice(int64_t num_heads, int64_t num_kv_heads, int size);
 
 }  // namespace prl

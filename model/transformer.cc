@@ -96,10 +96,19 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   ws.ring.reset();
   ws.exchange = nullptr;
   if (context != nullptr) {
-    if (!device_.is_cpu() || options_.compute_dtype != DType::kF32) {
+    const bool on_device = !device_.is_cpu() || options_.compute_dtype != DType::kF32;
+    if (on_device &&
+        (context->attention != ContextAttention::kUlysses || !options_.cuda_context_parallel)) {
       return absl::UnimplementedError(absl::StrCat(
-          "context parallelism runs on the CPU in fp32 for now (its CUDA attention waits for a "
-          "GPU session), found ", device_.ToString(), " ", DTypeName(options_.compute_dtype)));
+          "context parallelism runs on the CPU in fp32, or on CUDA with "
+          "learner.context_parallel_attention = ulysses and learner.cuda_context_parallel "
+          "(written, not yet verified on a GPU), found ", device_.ToString(), " ",
+          DTypeName(options_.compute_dtype), " with ",
+          EnumName(kContextAttentionNames, context->attention)));
+    }
+    if (on_device) {
+      PRL_RETURN_IF_ERROR(ContextHeadsOnDevice(c.num_attention_heads, c.num_key_value_heads,
+                                               context->exchange->size()));
     }
     PRL_ASSIGN_OR_RETURN(ws.context,
                          ContextPlan::Make(*context, batch, c.max_position_embeddings));

@@ -60,6 +60,11 @@ struct TransformerOptions {
   // base's backward are written but have not run on a GPU; off (adapters on CUDA refused) until
   // a GPU session passes cuda_lora_test (the learner turns it on with learner.cuda_lora).
   bool cuda_lora = false;
+  // CUDA with context parallelism by Ulysses (model/context_heads.h): the packed CUDA attention
+  // over each rank's heads, the exchanges over NCCL, strided copies on the device. Written, not
+  // yet run on a GPU; off (context parallelism on CUDA refused) until a GPU session passes
+  // CudaTransformerContextParallelTest (the learner turns it on with learner.cuda_context_parallel).
+  bool cuda_context_parallel = false;
   // Training passes: which activations Forward keeps for Backward, which Backward recomputes
   // (model/activation_checkpointing.h: none, selective, full). Gradients are none's bit for
   // bit on the CPU.

@@ -186,6 +186,7 @@ learner::FsdpOptions FsdpOptionsFrom(const config::LearnerSection& l,
   learner::FsdpOptions fsdp;
   fsdp.transformer.compute_dtype = l.dtype;
   fsdp.transformer.cuda_lora = l.cuda_lora;
+  fsdp.transformer.cuda_context_parallel = l.cuda_context_parallel;
   fsdp.transformer.keep_logits_bytes = l.keep_logits_mb << 20;
   fsdp.transformer.activation_checkpointing = l.activation_checkpointing;
   if (l.batch_invariant) {
@@ -238,8 +239,14 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     group.world_size = l.context_parallel;
     group.group_name =
         absl::StrCat(rendezvous.group_name, "-context-", rendezvous.rank / l.context_parallel);
-    PRL_ASSIGN_OR_RETURN(r->context_comm,
-                         collective::ConnectGlooThrough(std::move(store), group, comm_options));
+    // The group's exchanges move the layers' activations: over NCCL where they live on a GPU.
+    if (r->device.is_cuda()) {
+      PRL_ASSIGN_OR_RETURN(r->context_comm, collective::ConnectNcclThrough(
+                                                std::move(store), group, r->device, comm_options));
+    } else {
+      PRL_ASSIGN_OR_RETURN(r->context_comm,
+                           collective::ConnectGlooThrough(std::move(store), group, comm_options));
+    }
     r->context_exchange = std::make_unique<learner::CommunicatorExchange>(r->context_comm.get());
     fsdp.context = r->context_exchange.get();
     fsdp.context_attention = l.context_parallel_attention;

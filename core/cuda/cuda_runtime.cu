@@ -107,6 +107,16 @@ absl::Status MemcpyOnCurrentStream(int device, void* dst, const void* src, size_
   return absl::OkStatus();
 }
 
+absl::Status Memcpy2DOnCurrentStream(int device, void* dst, size_t dst_pitch, const void* src,
+                                     size_t src_pitch, size_t width_bytes, size_t rows) {
+  if (width_bytes == 0 || rows == 0) return absl::OkStatus();
+  const cudaStream_t stream = CurrentStream(device);
+  PRL_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, rows,
+                                             cudaMemcpyDefault, stream));
+  PRL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StreamMarker> StreamMarker::Record(int device) {
   PRL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   cudaEvent_t event = nullptr;

@@ -178,6 +178,14 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
            "actors": {"device": "cuda"}})",
        "actors.device: expected cpu with LoRA adapters"},
+      {R"({"learner": {"world_size": 2, "context_parallel": 2, "device": "cuda"}})",
+       "learner.context_parallel: expected 1 with learner.device = cuda or dtype bf16, unless "
+       "learner.cuda_context_parallel with learner.context_parallel_attention = ulysses"},
+      {R"({"learner": {"world_size": 2, "context_parallel": 2, "device": "cuda",
+                       "cuda_context_parallel": true}})",
+       "learner.context_parallel_attention = ulysses (written, not yet verified on a GPU), found 2"},
+      {R"({"learner": {"context_parallel_attention": "stripes"}})",
+       "learner.context_parallel_attention: expected one of allgather, ulysses, ring"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<RunConfig> parsed = ParseRunConfig(c.json, "my.json");
@@ -201,6 +209,14 @@ TEST(RunConfigTest, LoraOnCudaIsTakenOnlyWithEachRolesCudaLoraKey) {
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE(off->learner.cuda_lora);
   EXPECT_FALSE(off->actors.cuda_lora);
+  // Context parallelism on CUDA is written (Ulysses) but not yet verified either.
+  absl::StatusOr<RunConfig> context = ParseRunConfig(
+      R"({"learner": {"world_size": 2, "context_parallel": 2, "device": "cuda",
+                      "cuda_context_parallel": true, "context_parallel_attention": "ulysses"}})",
+      "my.json");
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_TRUE(context->learner.cuda_context_parallel);
+  EXPECT_FALSE(off->learner.cuda_context_parallel);
   // Without LoRA the keys change nothing, and a full fine-tune on CUDA needs neither.
   EXPECT_TRUE(
       ParseRunConfig(R"({"learner": {"device": "cuda"}, "actors": {"device": "cuda"}})", "my.json")
