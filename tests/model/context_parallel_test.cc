@@ -215,30 +215,39 @@ class ContextParallelTest : public ::testing::TestWithParam<ArchitectureCase> {
   Fixture f = Fixture::Make(TinyConfig(std::get<0>(GetParam()), std::get<1>(GetParam()),
                                        std::get<2>(GetParam()), std::get<3>(GetParam())),
                             42);
+
+  // Groups of each size, keeping everything and with full checkpointing, over the fixture's
+  // sequences (2, 17, 70 and 5 tokens): one rank's log-probs, entropies and load-balancing loss,
+  // and the gradient summed over the group, to fp32 rounding.
+  void ExpectGroupsGiveOneRanksResults(std::initializer_list<int> sizes,
+                                       ContextAttention attention) {
+    const PackedBatch full = f.Batch(0, f.sequences.size());
+    const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
+    for (const ActivationCheckpointing mode :
+         {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
+      TransformerOptions options;
+      options.activation_checkpointing = mode;
+      const Pass one = PlainPass(f, full, options, lb_weight);
+      for (const int size : sizes) {
+        SCOPED_TRACE(::testing::Message()
+                     << size << " ranks, checkpointing "
+                     << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
+        const Pass group = GroupPass(f, full, size, options, lb_weight, attention);
+        for (size_t t = 0; t < one.logprobs.size(); ++t) {
+          ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
+              << "token " << t;
+          ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
+        }
+        EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
+        EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
+                    1e-6 * std::max(1.0, one.load_balancing_loss));
+      }
+    }
+  }
 };
 
 TEST_P(ContextParallelTest, AGroupGivesTheResultsOfOneRankThatHoldsEverySequence) {
-  const PackedBatch full = f.Batch(0, f.sequences.size());  // 2, 17, 70 and 5 tokens
-  const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
-  for (const ActivationCheckpointing mode :
-       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
-    TransformerOptions options;
-    options.activation_checkpointing = mode;
-    const Pass one = PlainPass(f, full, options, lb_weight);
-    for (const int size : {1, 2, 3}) {
-      SCOPED_TRACE(::testing::Message() << size << " ranks, checkpointing "
-                                        << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
-      const Pass group = GroupPass(f, full, size, options, lb_weight);
-      for (size_t t = 0; t < one.logprobs.size(); ++t) {
-        ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
-            << "token " << t;
-        ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
-      }
-      EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
-      EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
-                  1e-6 * std::max(1.0, one.load_balancing_loss));
-    }
-  }
+  ExpectGroupsGiveOneRanksResults({1, 2, 3}, ContextAttention::kAllGather);
 }
 
 // A batch too short for the group: a 2-token sequence over 3 ranks leaves rank 1 none of it
@@ -259,27 +268,7 @@ TEST_P(ContextParallelTest, ARankThatHoldsNothingRunsAnUntrainedTokenAndChangesN
 // reads one key/value head from several ranks (1 or 2 kv heads over 2 or 4 ranks), a rank that
 // holds nothing of a sequence included.
 TEST_P(ContextParallelTest, UlyssesGivesTheResultsOfOneRankThatHoldsEverySequence) {
-  const PackedBatch full = f.Batch(0, f.sequences.size());  // 2, 17, 70 and 5 tokens
-  const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
-  for (const ActivationCheckpointing mode :
-       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
-    TransformerOptions options;
-    options.activation_checkpointing = mode;
-    const Pass one = PlainPass(f, full, options, lb_weight);
-    for (const int size : {1, 2, 4}) {
-      SCOPED_TRACE(::testing::Message() << size << " ranks, checkpointing "
-                                        << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
-      const Pass group = GroupPass(f, full, size, options, lb_weight, ContextAttention::kUlysses);
-      for (size_t t = 0; t < one.logprobs.size(); ++t) {
-        ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
-            << "token " << t;
-        ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
-      }
-      EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
-      EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
-                  1e-6 * std::max(1.0, one.load_balancing_loss));
-    }
-  }
+  ExpectGroupsGiveOneRanksResults({1, 2, 4}, ContextAttention::kUlysses);
   const Pass short_one = PlainPass(f, f.Batch(0, 1), {}, 0.0);  // 2 tokens over 4 ranks
   const Pass short_group = GroupPass(f, f.Batch(0, 1), 4, {}, 0.0, ContextAttention::kUlysses);
   EXPECT_LT(Relative(short_group.grads, short_one.grads), 1e-5);
@@ -288,27 +277,7 @@ TEST_P(ContextParallelTest, UlyssesGivesTheResultsOfOneRankThatHoldsEverySequenc
 // Ring attention (model/context_ring.h): the blocks around the group, merged by their
 // log-sum-exps, give the same results at every group size, a rank that holds nothing included.
 TEST_P(ContextParallelTest, RingAttentionGivesTheResultsOfOneRankThatHoldsEverySequence) {
-  const PackedBatch full = f.Batch(0, f.sequences.size());  // 2, 17, 70 and 5 tokens
-  const double lb_weight = f.config.has_moe() ? 0.01 : 0.0;
-  for (const ActivationCheckpointing mode :
-       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull}) {
-    TransformerOptions options;
-    options.activation_checkpointing = mode;
-    const Pass one = PlainPass(f, full, options, lb_weight);
-    for (const int size : {1, 2, 3, 4}) {
-      SCOPED_TRACE(::testing::Message() << size << " ranks, checkpointing "
-                                        << (mode == ActivationCheckpointing::kFull ? "full" : "none"));
-      const Pass group = GroupPass(f, full, size, options, lb_weight, ContextAttention::kRing);
-      for (size_t t = 0; t < one.logprobs.size(); ++t) {
-        ASSERT_NEAR(group.logprobs[t], one.logprobs[t], 1e-5 * std::max(1.0f, -one.logprobs[t]))
-            << "token " << t;
-        ASSERT_NEAR(group.entropies[t], one.entropies[t], 1e-5) << "token " << t;
-      }
-      EXPECT_LT(Relative(group.grads, one.grads), 1e-5);
-      EXPECT_NEAR(group.load_balancing_loss, one.load_balancing_loss,
-                  1e-6 * std::max(1.0, one.load_balancing_loss));
-    }
-  }
+  ExpectGroupsGiveOneRanksResults({1, 2, 3, 4}, ContextAttention::kRing);
   const Pass short_one = PlainPass(f, f.Batch(0, 1), {}, 0.0);  // 2 tokens over 3 ranks
   const Pass short_group = GroupPass(f, f.Batch(0, 1), 3, {}, 0.0, ContextAttention::kRing);
   EXPECT_LT(Relative(short_group.grads, short_one.grads), 1e-5);
