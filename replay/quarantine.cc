@@ -102,8 +102,18 @@ void Quarantine::DeadLetter(absl::Span<const RolloutRecord> group, const LeasedG
   const std::string text =
       line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
-  ++counts_.by_reason[static_cast<int>(problem.reason)];
+  const bool first_of_reason = counts_.by_reason[static_cast<int>(problem.reason)]++ == 0;
   if (!path_.empty()) WriteLine(text);
+  if (first_of_reason) {
+    // Once per reason on stderr (a role's log, prl run's console): a run whose every group
+    // is refused, say one too long for learner.activation_budget_mb, must not look idle.
+    std::fprintf(stderr,
+                 "%s: dead-lettered a group (reason %s): %s: expected %s, found %s; every such "
+                 "group is in %s and counted by prl_replay_groups_dead_lettered_total\n",
+                 source_.c_str(), std::string(DeadLetterReasonName(problem.reason)).c_str(),
+                 Capped(problem.field).c_str(), Capped(problem.expected).c_str(),
+                 Capped(problem.found).c_str(), path_.empty() ? "no file" : path_.c_str());
+  }
 }
 
 void Quarantine::WriteLine(const std::string& line) {
@@ -111,7 +121,7 @@ void Quarantine::WriteLine(const std::string& line) {
     std::error_code ec;
     const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   }
   const bool ok = fd_ >= 0 &&
                   write(fd_, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&

@@ -3,6 +3,7 @@
 // Admit over a real segment, and the replay ingest refusing a poisoned group.
 #include "replay/quarantine.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -248,6 +249,26 @@ TEST_F(QuarantineTest, AdmitPassesGoodGroupsAndDeadLettersBadAndCorruptOnes) {
   EXPECT_EQ(corrupt_line["group_key"].get<std::string>().size(), 16u);
   buffer.reset();
   ReplayBuffer::Remove(segment, true).IgnoreError();
+}
+
+// Dead letters are run data: the file is the owner's alone. The first of each reason is said on
+// stderr (a run whose every group is refused must not look idle), later ones only counted.
+TEST_F(QuarantineTest, TheFileIsPrivateAndTheFirstDeadLetterOfAReasonIsSaidOnStderr) {
+  Quarantine q(ModelLimits{100, 2'000'000}, path_, "learner");
+  std::vector<RolloutRecord> bad = Good(5);
+  bad[0].completion_tokens[0] = 1000;
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(q.Check(bad, 10).ok());
+  bad[0].prompt_index = 6;
+  EXPECT_FALSE(q.Check(bad, 10).ok());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(said, ::testing::HasSubstr("learner: dead-lettered a group (reason token_id)"));
+  EXPECT_THAT(said, ::testing::HasSubstr("expected a token id in [0, 100), found 1000"));
+  EXPECT_THAT(said, ::testing::HasSubstr(path_));
+  EXPECT_EQ(said.find("dead-lettered"), said.rfind("dead-lettered")) << "once per reason";
+  EXPECT_EQ(Lines().size(), 2u);
+  EXPECT_EQ(std::filesystem::status(path_).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
 TEST_F(QuarantineTest, AnUnwritableFileStillQuarantinesAndCountsTheWriteError) {
