@@ -3,8 +3,13 @@
 train their own LoRA adapters on one shared tiny base, through one coordinator, one learner and
 the same actors.
 
-- Both learn: each tenant's held-out accuracy rises after RL (measured with these settings, three
-  runs: add 0.158 -> 0.228, 0.210, 0.218; sub 0.084 -> 0.188, 0.156, 0.168; the test asks +0.03).
+- Both learn: each tenant's held-out accuracy on 2000 prompts rises after RL by at least 0.02
+  (twice the standard error of the difference). Measured with these settings: on an earlier VM
+  (500 prompts) add 0.158 -> 0.228, 0.210, 0.218, sub 0.084 -> 0.188, 0.156, 0.168; on the 2-core
+  EPYC VM of 2026-12-02 (another warm start: its OpenBLAS kernels) add 0.114 -> 0.154 and sub
+  0.058 -> 0.128 (500 prompts, beside another run), add 0.119 -> 0.153 and sub 0.066 -> 0.160
+  (2000 prompts, beside another run); under ctest -j2 with 500 prompts add once rose only 0.012,
+  within that evaluation's noise, hence the larger set.
 - Each tenant has its own outputs: its steps, its evaluation rounds at its adapter's versions,
   tenants/<name>/adapter-final (a PEFT directory of its own rank) and model-final, and its line
   in summary.json with the run's totals.
@@ -39,7 +44,7 @@ class TenantsRunTest(unittest.TestCase):
     def test_two_tenants_with_different_tasks_each_learn_their_own_adapter(self):
         code, stdout, summary, _ = e2e_util.run_prl(self.tmp, self.name, {
             "sft": {"steps": 1200},
-            "task": {"eval_prompts": 500},
+            "task": {"eval_prompts": 2000},
             "eval": {"every_versions": 200, "prompts": 100},
             "coordinator": {"adapters": True},
             "learner": {"steps": 800, "lora_rank": 8, "lora_targets": "all-linear", "lr": 1e-3},
@@ -59,7 +64,7 @@ class TenantsRunTest(unittest.TestCase):
         for name, rank in (("add", 8), ("sub", 4)):
             t = tenants[name]
             gain = t["eval_after"] - t["eval_before"]
-            self.assertGreaterEqual(gain, 0.03, "%s: held-out %.3f -> %.3f" %
+            self.assertGreaterEqual(gain, 0.02, "%s: held-out %.3f -> %.3f" %
                                     (name, t["eval_before"], t["eval_after"]))
             self.assertAlmostEqual(t["eval_gain"], gain)
             self.assertEqual(t["steps"], 800)
