@@ -103,6 +103,12 @@ absl::Status CopyRows(const Device& device, size_t elem, void* dst, int64_t dst_
                                        width * elem, rows);
 }
 
+// n contiguous elements.
+absl::Status CopyElements(const Device& device, size_t elem, void* dst, const void* src,
+                          int64_t n) {
+  return CopyRows(device, elem, dst, n, src, n, /*rows=*/1, n);
+}
+
 char* At(const Tensor& t, int64_t element) {
   return static_cast<char*>(t.data) + element * static_cast<int64_t>(DTypeSize(t.dtype));
 }
@@ -132,8 +138,7 @@ absl::Status ToHeads(const ContextPlan& plan, ContextExchange& exchange, const T
   for (int r = 0; r < plan.size; ++r) {
     int64_t from = r * block;
     for (const auto& [row, rows] : plan.rank_rows[r]) {
-      PRL_RETURN_IF_ERROR(
-          CopyRows(device, elem, At(slice, row * w), rows * w, At(recv, from), rows * w, 1, rows * w));
+      PRL_RETURN_IF_ERROR(CopyElements(device, elem, At(slice, row * w), At(recv, from), rows * w));
       from += rows * w;
     }
   }
@@ -152,8 +157,7 @@ absl::Status FromHeads(const ContextPlan& plan, ContextExchange& exchange, const
   for (int r = 0; r < plan.size; ++r) {
     int64_t to = r * block;
     for (const auto& [row, rows] : plan.rank_rows[r]) {
-      PRL_RETURN_IF_ERROR(
-          CopyRows(device, elem, At(send, to), rows * w, At(slice, row * w), rows * w, 1, rows * w));
+      PRL_RETURN_IF_ERROR(CopyElements(device, elem, At(send, to), At(slice, row * w), rows * w));
       to += rows * w;
     }
   }

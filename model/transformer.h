@@ -63,7 +63,7 @@ struct TransformerOptions {
   // CUDA with context parallelism by Ulysses (model/context_heads.h): the packed CUDA attention
   // over each rank's heads, the exchanges over NCCL, strided copies on the device. Written, not
   // yet run on a GPU; off (context parallelism on CUDA refused) until a GPU session passes
-  // CudaTransformerContextParallelTest (the learner turns it on with learner.cuda_context_parallel).
+  // CudaTransformerContextParallelTest (learner.cuda_context_parallel turns it on).
   bool cuda_context_parallel = false;
   // Training passes: which activations Forward keeps for Backward, which Backward recomputes
   // (model/activation_checkpointing.h: none, selective, full). Gradients are none's bit for

@@ -15,8 +15,8 @@
 //
 // The file (0600: run data) is opened on the first dead letter (appending; its directory
 // created), and each line is written with one write(2) and fdatasync'd. The first dead letter
-// of each reason is also printed on stderr, naming the file. A file that cannot be written does not
-// stop the caller: the group is still dropped and counted, the error goes to stderr and is
+// of each reason is also printed on stderr, naming the file. A file that cannot be written does
+// not stop the caller: the group is still dropped and counted, the error goes to stderr and is
 // counted too (write_errors).
 //
 // Thread-safety: every method may be called from any thread.

@@ -230,6 +230,10 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
       PRL_RETURN_IF_ERROR(UlyssesHeads(config.num_attention_heads, config.num_key_value_heads,
                                        /*rank=*/0, l.context_parallel)
                               .status());
+      if (r->device.is_cuda()) {
+        PRL_RETURN_IF_ERROR(ContextHeadsOnDevice(config.num_attention_heads,
+                                                 config.num_key_value_heads, l.context_parallel));
+      }
     }
     // The group's communicator, through the learner's rendezvous store.
     PRL_ASSIGN_OR_RETURN(std::shared_ptr<collective::KvStore> store,

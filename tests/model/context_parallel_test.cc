@@ -10,91 +10,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <cstring>
 #include <memory>
 #include <thread>
 
 #include "model/transformer.h"
+#include "tests/model/thread_group_exchange.h"
 #include "tests/model/transformer_testing.h"
 
 namespace prl {
 namespace {
 
-// The group's collectives between threads of this process: each rank's contribution in a shared
-// slot, read once every rank has written (two barriers per call).
-class ThreadGroup {
- public:
-  explicit ThreadGroup(int size) : size_(size), barrier_(size), slots_(size), host_(size) {}
-
-  class Exchange : public ContextExchange {
-   public:
-    Exchange(ThreadGroup* group, int rank) : group_(group), rank_(rank) {}
-    int rank() const override { return rank_; }
-    int size() const override { return group_->size_; }
-    absl::Status AllGather(const Tensor& shard, const Tensor& out) override {
-      group_->Put(rank_, shard.f32(), shard.numel());
-      const int64_t n = shard.numel();
-      for (int r = 0; r < size(); ++r) {
-        std::copy_n(group_->slots_[r].data(), n, out.f32() + r * n);
-      }
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-    absl::Status ReduceScatter(const Tensor& in, const Tensor& shard) override {
-      group_->Put(rank_, in.f32(), in.numel());
-      const int64_t n = shard.numel();
-      for (int64_t i = 0; i < n; ++i) {
-        float sum = 0.0f;
-        for (int r = 0; r < size(); ++r) sum += group_->slots_[r][rank_ * n + i];
-        shard.f32()[i] = sum;
-      }
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-    absl::Status AllToAll(const Tensor& in, const Tensor& out) override {
-      group_->Put(rank_, in.f32(), in.numel());
-      const int64_t n = in.numel() / size();
-      for (int r = 0; r < size(); ++r) {
-        std::copy_n(group_->slots_[r].data() + rank_ * n, n, out.f32() + r * n);
-      }
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-    absl::Status Shift(const Tensor& send, const Tensor& recv) override {
-      group_->Put(rank_, send.f32(), send.numel());
-      const int from = (rank_ + size() - 1) % size();
-      std::copy_n(group_->slots_[from].data(), recv.numel(), recv.f32());
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-    absl::Status AllReduceHost(absl::Span<double> values) override {
-      group_->host_[rank_].assign(values.begin(), values.end());
-      group_->barrier_.arrive_and_wait();
-      for (size_t i = 0; i < values.size(); ++i) {
-        double sum = 0.0;
-        for (int r = 0; r < size(); ++r) sum += group_->host_[r][i];
-        values[i] = sum;
-      }
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-
-   private:
-    ThreadGroup* group_;
-    int rank_;
-  };
-
- private:
-  void Put(int rank, const float* data, int64_t n) {
-    slots_[rank].assign(data, data + n);
-    barrier_.arrive_and_wait();
-  }
-  int size_;
-  std::barrier<> barrier_;
-  std::vector<std::vector<float>> slots_;
-  std::vector<std::vector<double>> host_;
-};
+using ::prl::testing::ThreadGroup;
 
 TEST(ContextRunsTest, TwoChunksPerRankFromTheFrontAndTheBackCoverEveryPositionOnce) {
   for (const int size : {1, 2, 3, 4}) {
@@ -165,7 +92,8 @@ Pass GroupPass(const Fixture& f, const PackedBatch& full, int size,
       EXPECT_TRUE(forward.ok()) << forward;
       for (size_t i = 0; i < rows.size(); ++i) d[i] = d_full[rows[i]];
       ParameterSet g = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
-      const absl::Status backward = model.Backward(f.params.params, d, g.params, nullptr, lb_weight);
+      const absl::Status backward =
+          model.Backward(f.params.params, d, g.params, nullptr, lb_weight);
       EXPECT_TRUE(backward.ok()) << backward;
       std::lock_guard<std::mutex> lock(mu);
       for (size_t i = 0; i < rows.size(); ++i) {

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -23,11 +22,11 @@
 
 #include "core/buffer.h"
 #include "core/device.h"
-#include "core/status_macros.h"
 #include "model/context_parallel.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/model/thread_group_exchange.h"
 
 namespace prl {
 namespace {
@@ -347,62 +346,6 @@ class GpuPasses {
   std::optional<ParameterSet> params_;
 };
 
-// A context-parallel group of threads on one GPU (NCCL needs a GPU per rank): AllToAll relays
-// each rank's device input through the host; the other exchanges are the allgather's and the
-// ring's, which have no CUDA path.
-class HostRelayGroup {
- public:
-  explicit HostRelayGroup(int size) : size_(size), barrier_(size), bytes_(size), host_(size) {}
-
-  class Exchange final : public ContextExchange {
-   public:
-    Exchange(HostRelayGroup* group, int rank) : group_(group), rank_(rank) {}
-    int rank() const override { return rank_; }
-    int size() const override { return group_->size_; }
-    absl::Status AllGather(const Tensor&, const Tensor&) override { return Unused(); }
-    absl::Status ReduceScatter(const Tensor&, const Tensor&) override { return Unused(); }
-    absl::Status Shift(const Tensor&, const Tensor&) override { return Unused(); }
-    absl::Status AllToAll(const Tensor& in, const Tensor& out) override {
-      std::vector<uint8_t>& mine = group_->bytes_[rank_];
-      mine.resize(in.bytes());
-      PRL_RETURN_IF_ERROR(CopyBytes(mine.data(), Device::Cpu(), in.data, in.device, in.bytes()));
-      group_->barrier_.arrive_and_wait();
-      const size_t block = in.bytes() / size();
-      for (int r = 0; r < size(); ++r) {
-        PRL_RETURN_IF_ERROR(CopyBytes(static_cast<uint8_t*>(out.data) + r * block, out.device,
-                                      group_->bytes_[r].data() + rank_ * block, Device::Cpu(),
-                                      block));
-      }
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-    absl::Status AllReduceHost(absl::Span<double> values) override {
-      group_->host_[rank_].assign(values.begin(), values.end());
-      group_->barrier_.arrive_and_wait();
-      for (size_t i = 0; i < values.size(); ++i) {
-        double sum = 0.0;
-        for (int r = 0; r < size(); ++r) sum += group_->host_[r][i];
-        values[i] = sum;
-      }
-      group_->barrier_.arrive_and_wait();
-      return absl::OkStatus();
-    }
-
-   private:
-    static absl::Status Unused() {
-      return absl::UnimplementedError("HostRelayGroup: Ulysses' exchanges only");
-    }
-    HostRelayGroup* group_;
-    int rank_;
-  };
-
- private:
-  int size_;
-  std::barrier<> barrier_;
-  std::vector<std::vector<uint8_t>> bytes_;
-  std::vector<std::vector<double>> host_;
-};
-
 std::vector<float> GpuPasses::RunGroup(TransformerOptions options, int size,
                                        std::vector<float>* grads) {
   options.cuda_context_parallel = true;
@@ -416,14 +359,15 @@ std::vector<float> GpuPasses::RunGroup(TransformerOptions options, int size,
   for (int64_t s = 0; s < batch_.num_seqs(); ++s) {
     shard.lengths.push_back(batch_.cu_seqlens[s + 1] - batch_.cu_seqlens[s]);
   }
-  HostRelayGroup group(size);
+  // Threads sharing this GPU, relayed through the host (NCCL needs a GPU per rank).
+  ::prl::testing::ThreadGroup group(size);
   std::vector<float> logprobs(batch_.num_tokens(), 0.0f);
   grads->assign(static_cast<size_t>(ParameterLayout(config_).num_elements()), 0.0f);
   std::mutex mu;
   std::vector<std::thread> ranks;
   for (int r = 0; r < size; ++r) {
     ranks.emplace_back([&, r] {
-      HostRelayGroup::Exchange exchange(&group, r);
+      ::prl::testing::ThreadGroup::Exchange exchange(&group, r);
       ContextShard mine = shard;
       mine.exchange = &exchange;
       const PackedBatch local = ShardBatch(batch_, r, size);
