@@ -29,13 +29,15 @@ GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout) {
 }
 
 absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout,
-                                              int64_t max_message_bytes) {
+                                              int64_t max_message_bytes,
+                                              const std::string& adapter_id) {
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<ReplayPushClient> client,
                        ReplayPushClient::Connect(address, max_message_bytes));
   std::shared_ptr<ReplayPushClient> shared = std::move(client);
-  return GroupWriter([shared, timeout](absl::Span<const RolloutRecord> group) {
+  return GroupWriter([shared, timeout, adapter_id](absl::Span<const RolloutRecord> group) {
     PushResult result;
-    return shared->Push({std::vector<RolloutRecord>(group.begin(), group.end())}, &result, timeout);
+    return shared->Push({std::vector<RolloutRecord>(group.begin(), group.end())}, &result, timeout,
+                        adapter_id);
   });
 }
 

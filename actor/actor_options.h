@@ -25,9 +25,11 @@ namespace prl::actor {
 // time-out.
 using GroupWriter = std::function<absl::Status(absl::Span<const RolloutRecord> group)>;
 GroupWriter LocalReplayWriter(ReplayBuffer* buffer, absl::Duration timeout);
-// max_message_bytes: the largest group message (replay.max_message_mb, as the ingest's).
+// max_message_bytes: the largest group message (replay.max_message_mb, as the ingest's);
+// adapter_id: the adapter whose replay the groups enter (a run of adapters), or empty.
 absl::StatusOr<GroupWriter> RemoteReplayWriter(const std::string& address, absl::Duration timeout,
-                                              int64_t max_message_bytes);
+                                              int64_t max_message_bytes,
+                                              const std::string& adapter_id = "");
 
 class AdapterChannels;  // actor/adapter_channels.h
 

@@ -490,22 +490,21 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                                          ") with coordinator.adapters (each new adapter's "
                                          "default rank)"),
                             c.learner.lora_rank));
-  // Each adapter's channels are shared-memory segments on the learner's node for now
-  // (roles/adapter_segments.h).
-  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.broadcast.transport == WeightTransport::kShm,
+  // Each adapter's versions travel in a segment of its own on the learner's node or a channel
+  // of its own on the learner's gRPC weight server (roles/adapter_segments.h).
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters ||
+                                c.broadcast.transport == WeightTransport::kShm ||
+                                c.broadcast.transport == WeightTransport::kGrpc,
                             "broadcast.transport",
-                            "shm with coordinator.adapters (each adapter's versions travel in a "
-                            "segment of its own on the learner's node)",
+                            "shm or grpc with coordinator.adapters (each adapter's versions in a "
+                            "segment or a gRPC channel of its own; cuda_ipc and nccl carry one "
+                            "model's)",
                             EnumName(kWeightTransportNames, c.broadcast.transport)));
   // One learner rank trains every adapter for now (roles/adapter_learner.h).
   PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1,
                             "learner.world_size",
                             "1 with coordinator.adapters (one rank trains every adapter for now)",
                             c.learner.world_size));
-  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.replay.address.empty(), "replay.address",
-                            "empty with coordinator.adapters (each adapter's groups go to a "
-                            "segment of its own on the learner's node)",
-                            c.replay.address));
   PRL_RETURN_IF_ERROR(Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
                             "coordinator.tenants_file",
                             "set exactly when security.tenant_token_files is (the tenants' limits "

@@ -138,7 +138,14 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
   if (record.has_submitted()) {
     sets_.ApplySubmitted(record.submitted());
     const PromptSets::Set& set = *sets_.Find(record.submitted().prompt_set_id());
-    scheduler_.AddSet(set.id(), static_cast<int64_t>(set.prompts.size()), set.weight);
+    // Tenants share the actors equally, whatever their number of sets (lease_scheduler.h): a
+    // set's party is its tenant, or its adapter when submitted without a tenant's token.
+    const std::string party = !set.submitted.tenant().empty()
+                                  ? absl::StrCat("tenant:", set.submitted.tenant())
+                              : !set.submitted.adapter_id().empty()
+                                  ? absl::StrCat("adapter:", set.submitted.adapter_id())
+                                  : std::string();
+    scheduler_.AddSet(set.id(), static_cast<int64_t>(set.prompts.size()), set.weight, party);
     adapters_.AddSet(set.submitted.adapter_id(), set.id());
   } else if (record.has_completed()) {
     const prl::v1::CompletedGroup& completed = record.completed();
@@ -146,7 +153,13 @@ void Coordinator::Apply(const prl::v1::LogRecord& record) {
     sets_.ApplyCompleted(completed.prompt_set_id(), completed.result());
     leases_.End({completed.prompt_set_id(), completed.result().prompt_index()});
     if (sets_.counts().groups_completed > before) {  // a training group (not a duplicate)
-      adapters_.Completed(sets_.Find(completed.prompt_set_id())->submitted.adapter_id());
+      const PromptSets::Set* set = sets_.Find(completed.prompt_set_id());
+      adapters_.Completed(set->submitted.adapter_id());
+      if (!set->submitted.adapter_id().empty()) {
+        auto& [groups, samples] = tenant_completed_[TenantLabel(set->submitted.tenant())];
+        ++groups;
+        samples += completed.result().rewards_size();
+      }
     }
   } else if (record.has_adapter_created()) {
     adapters_.ApplyCreated(record.adapter_created());
@@ -224,7 +237,16 @@ absl::StatusOr<prl::v1::ListPromptSetsResponse> Coordinator::ListPage(
 absl::Status Coordinator::CheckGroup(const prl::v1::CheckGroupRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string* lease = leases_.IdOf({request.prompt_set_id(), request.prompt_index()});
-  if (lease != nullptr && GroupIdOfLease(*lease) == request.group_id()) return absl::OkStatus();
+  if (lease != nullptr && GroupIdOfLease(*lease) == request.group_id()) {
+    // The group enters the replay of the adapter the push names: its set's, never another's.
+    const PromptSets::Set* set = sets_.Find(request.prompt_set_id());
+    const std::string& adapter = set == nullptr ? std::string() : set->submitted.adapter_id();
+    if (request.adapter_id() == adapter) return absl::OkStatus();
+    ++stats_.rejected_groups;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "adapter_id: expected the adapter of prompt set '", request.prompt_set_id(), "' ('",
+        adapter, "'), found '", request.adapter_id().substr(0, 64), "': the group is refused"));
+  }
   ++stats_.rejected_groups;
   return absl::FailedPreconditionError(absl::StrCat(
       "prompt ", request.prompt_index(), " of prompt set '", request.prompt_set_id(),
@@ -355,6 +377,13 @@ CoordinatorStats Coordinator::Stats() {
       const PromptSets::Set* set = sets_.Find(set_id);
       out.prompt_sets_running += set != nullptr && set->running() ? 1 : 0;
     }
+    CoordinatorStats::TenantCounts& tenant = s.tenants[TenantLabel(a.status.tenant())];
+    tenant.prompts_in_flight += out.prompts_in_flight;
+    tenant.groups_trained += out.groups_consumed;
+  }
+  for (const auto& [tenant, completed] : tenant_completed_) {
+    s.tenants[tenant].groups_completed = completed.first;
+    s.tenants[tenant].samples_completed = completed.second;
   }
   return s;
 }

@@ -210,6 +210,14 @@ struct CoordinatorStats {
     int64_t prompts_in_flight = 0, prompt_sets_running = 0;
   };
   std::map<std::string, AdapterCounts> adapters;
+  // Tenants (a run of adapters), by tenant name ("_operator": sets submitted without a tenant's
+  // token): prompts leased now, training groups and their samples completed (counted since the
+  // coordinator started, its log replayed), and groups its adapters' learners trained on.
+  struct TenantCounts {
+    int64_t prompts_in_flight = 0, groups_completed = 0, samples_completed = 0;
+    int64_t groups_trained = 0;
+  };
+  std::map<std::string, TenantCounts> tenants;
   int64_t eval_groups = 0;  // groups of evaluation sets completed (never trained on)
 };
 
@@ -416,6 +424,8 @@ class Coordinator {
   // completions after the log's replay.
   std::optional<LagBudget> budget_;
   Adapters adapters_;         // a run of tenants' adapters and their budgets (adapters.h)
+  // Training groups and samples completed per tenant ("_operator": no tenant), a run of adapters.
+  std::map<std::string, std::pair<int64_t, int64_t>> tenant_completed_;
   CoordinatorStats stats_;    // the calls' counters; the rest is derived in Stats()
   SetThroughput throughput_;  // leases and completed groups by set name (set_throughput.h)
 };

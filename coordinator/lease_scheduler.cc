@@ -1,15 +1,18 @@
 #include "coordinator/lease_scheduler.h"
 
 #include <cassert>
+#include <map>
 
 namespace prl::coordinator {
 
-void LeaseScheduler::AddSet(const std::string& set_id, int64_t prompts, double weight) {
+void LeaseScheduler::AddSet(const std::string& set_id, int64_t prompts, double weight,
+                            const std::string& party) {
   assert(weight > 0);
   SetQueue& q = sets_[set_id];
   q.id = set_id;
   q.order = next_order_++;
   q.weight = weight;
+  q.party = party;
   for (int64_t i = 0; i < prompts; ++i) q.entries.push_back(i);
   if (!q.entries.empty()) queued_[q.order] = &q;
 }
@@ -85,13 +88,20 @@ std::optional<PromptRef> LeaseScheduler::Round::Next() {
     if (check == SetCheck::kPass) q.passed = true;
     if (check != SetCheck::kOpen) continue;
     s.open_.push_back(&q);
-    if (best == nullptr || q.credit + q.weight > best->credit + best->weight) best = &q;
   }
-  if (best == nullptr) return std::nullopt;
+  if (s.open_.empty()) return std::nullopt;
+  // Each open party's sets share its equal part by weight; one party alone: the weights as
+  // they are (so that a run of one model's choices are exactly the weighted round robin's).
+  std::map<std::string, double> party_weight;
+  for (const SetQueue* q : s.open_) party_weight[q->party] += q->weight;
+  for (SetQueue* q : s.open_) {
+    q->share = party_weight.size() == 1 ? q->weight : q->weight / party_weight[q->party];
+    if (best == nullptr || q->credit + q->share > best->credit + best->share) best = q;
+  }
   double total = 0;
   for (SetQueue* q : s.open_) {
-    q->credit += q->weight;
-    total += q->weight;
+    q->credit += q->share;
+    total += q->share;
   }
   best->credit -= total;
   PromptRef out{best->id, best->entries[best->kept]};

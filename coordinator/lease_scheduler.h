@@ -12,6 +12,13 @@
 // open (nothing pending, its actor cannot run it, its class at its fair share) neither earns
 // nor pays, and the others keep their proportion between them.
 //
+// Tenants (a run of adapters): each set belongs to a party (its tenant, or its adapter when no
+// tenant is named; "" for every set of a run of one model), and the parties open together share
+// the leases equally before their sets share a party's part by weight: a set's weight in a
+// choice is its weight over the sum of its party's open sets' weights. So a tenant that submits
+// ten sets takes no more than another tenant with one set; with one party open the sets share
+// by weight as above.
+//
 // A set's entries are held apart from the others', so that a lease passes over a whole set its
 // actor cannot run in one step instead of prompt by prompt: with a large set no actor can run,
 // a lease costs the same as without it. Entries may be stale (the prompt was leased through a
@@ -51,8 +58,9 @@ class LeaseScheduler {
   using PromptChecker = absl::FunctionRef<PromptCheck(const std::string& set_id, int64_t index)>;
 
   // A newly submitted set (also when the log is replayed): prompts 0..prompts-1 are pending.
-  // Requires weight > 0.
-  void AddSet(const std::string& set_id, int64_t prompts, double weight);
+  // Requires weight > 0. `party`: its tenant or adapter (above); "" for a run of one model.
+  void AddSet(const std::string& set_id, int64_t prompts, double weight,
+              const std::string& party = "");
   // Queues a prompt of a set added before to run again, behind the set's earlier re-runs and
   // ahead of its other prompts; an unknown set is ignored.
   void AddRerun(const std::string& set_id, int64_t index);
@@ -84,6 +92,8 @@ class LeaseScheduler {
     std::string id;
     uint64_t order = 0;  // submission order: ties go to the earlier set
     double weight = 1;
+    std::string party;            // its tenant or adapter; "" for a run of one model
+    double share = 1;             // scratch: its weight in one choice (weight / party's open sum)
     double credit = 0;            // the round robin's "current weight"
     std::deque<int64_t> entries;  // prompt indexes: re-runs first (the first `reruns`)
     int64_t reruns = 0;

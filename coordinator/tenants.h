@@ -42,6 +42,12 @@ struct Caller {
   bool Sees(const std::string& owner) const { return tenant.empty() || tenant == owner; }
 };
 
+// The `tenant` label of a tenant's metrics (prl_tenant_*): its name, or "_operator" for what
+// was submitted without a tenant's token.
+inline std::string TenantLabel(const std::string& tenant) {
+  return tenant.empty() ? "_operator" : tenant;
+}
+
 // Whether `limits` allow the adapter name; PermissionDenied naming the tenant, the name and
 // the allowed names otherwise.
 absl::Status CheckAdapterAllowed(const std::string& tenant, const TenantLimits& limits,

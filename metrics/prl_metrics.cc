@@ -181,6 +181,17 @@ CoordinatorMetrics::CoordinatorMetrics(Registry& registry)
       adapter_prompt_sets_running_(GaugeFamily(registry, "prl_adapter_prompt_sets_running",
                                                "A run of adapters: running prompt sets, by "
                                                "adapter.")),
+      tenant_prompts_in_flight_(GaugeFamily(registry, "prl_tenant_prompts_in_flight",
+                                            "A run of adapters: prompts leased now, by tenant.")),
+      tenant_groups_completed_(CounterFamily(registry, "prl_tenant_groups_completed_total",
+                                             "A run of adapters: training groups completed, by "
+                                             "tenant.")),
+      tenant_samples_(CounterFamily(registry, "prl_tenant_samples_total",
+                                    "A run of adapters: samples of training groups completed, by "
+                                    "tenant.")),
+      tenant_groups_trained_(GaugeFamily(registry, "prl_tenant_groups_trained",
+                                         "A run of adapters: groups the tenant's adapters' "
+                                         "learners trained on, by tenant.")),
       requests_rejected_(CounterFamily(registry, "prl_coordinator_requests_rejected_total",
                                        "Authenticated requests refused for their content, by "
                                        "reason.")) {
@@ -214,6 +225,12 @@ CoordinatorMetrics::Adapter CoordinatorMetrics::AdapterOf(absl::string_view adap
   return {adapter_version_.Add(labels), adapter_groups_trained_.Add(labels),
           adapter_groups_unconsumed_.Add(labels), adapter_prompts_in_flight_.Add(labels),
           adapter_prompt_sets_running_.Add(labels)};
+}
+
+CoordinatorMetrics::Tenant CoordinatorMetrics::TenantOf(absl::string_view tenant) {
+  const std::map<std::string, std::string> labels = {{"tenant", std::string(tenant)}};
+  return {tenant_prompts_in_flight_.Add(labels), tenant_groups_completed_.Add(labels),
+          tenant_samples_.Add(labels), tenant_groups_trained_.Add(labels)};
 }
 
 void CoordinatorMetrics::KeepAdapters(const std::set<std::string>& live) {

@@ -127,6 +127,18 @@ struct CoordinatorMetrics {
   Adapter AdapterOf(absl::string_view adapter);
   // Drops the series of the adapters AdapterOf made that are not in `live`.
   void KeepAdapters(const std::set<std::string>& live);
+  // A run of adapters, by tenant (docs/tenants.md, "Fairness"; "_operator": sets submitted
+  // without a tenant's token): prompts leased now (prl_tenant_prompts_in_flight{tenant}),
+  // training groups and samples completed (prl_tenant_groups_completed_total{tenant},
+  // prl_tenant_samples_total{tenant}: its rate is the tenant's samples/s) and groups its
+  // adapters' learners trained on (prl_tenant_groups_trained{tenant}).
+  struct Tenant {
+    prometheus::Gauge& prompts_in_flight;
+    prometheus::Counter& groups_completed;
+    prometheus::Counter& samples;
+    prometheus::Gauge& groups_trained;
+  };
+  Tenant TenantOf(absl::string_view tenant);
   // prl_coordinator_requests_rejected_total{reason}: authenticated requests refused for their
   // content (docs/security.md): "completion_not_lease_holder" (a completion from an actor that
   // does not hold the lease, or with a wrong nonce), "progress_out_of_bounds" (learner progress
@@ -149,6 +161,10 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& adapter_prompts_in_flight_;
   prometheus::Family<prometheus::Gauge>& adapter_prompt_sets_running_;
   std::set<std::string> adapters_;  // names AdapterOf made series for
+  prometheus::Family<prometheus::Gauge>& tenant_prompts_in_flight_;
+  prometheus::Family<prometheus::Counter>& tenant_groups_completed_;
+  prometheus::Family<prometheus::Counter>& tenant_samples_;
+  prometheus::Family<prometheus::Gauge>& tenant_groups_trained_;
   prometheus::Family<prometheus::Counter>& requests_rejected_;
 };
 

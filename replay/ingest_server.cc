@@ -25,6 +25,7 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
         write_timeout_(options.write_timeout),
         learner_version_(options.learner_version),
         admit_(options.admit),
+        adapter_buffer_(options.adapter_buffer),
         quarantine_(options.model, options.dead_letter_path, "ingest") {}
 
   QuarantineCounts dead_letters() const { return quarantine_.counts(); }
@@ -61,7 +62,7 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
           group.push_back(std::move(record).value());
         }
         if (admit_) {
-          const absl::Status admitted = admit_(group);
+          const absl::Status admitted = admit_(group, request.adapter_id());
           if (!admitted.ok()) {
             return rpc::ToGrpcStatus(absl::Status(
                 admitted.code(), absl::StrCat("push message ", message, ": ", admitted.message())));
@@ -73,7 +74,13 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
           return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                               absl::StrCat("push message ", message, ": ", checked.message()));
         }
-        const absl::Status written = buffer_->WriteGroup(group, write_timeout_);
+        absl::StatusOr<std::shared_ptr<ReplayBuffer>> buffer = BufferOf(request.adapter_id());
+        if (!buffer.ok()) {
+          return rpc::ToGrpcStatus(absl::Status(
+              buffer.status().code(),
+              absl::StrCat("push message ", message, ": ", buffer.status().message())));
+        }
+        const absl::Status written = (*buffer)->WriteGroup(group, write_timeout_);
         if (!written.ok()) {
           return rpc::ToGrpcStatus(absl::Status(
               written.code(), absl::StrCat("push message ", message, ": ", written.message())));
@@ -86,15 +93,35 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
   }
 
  private:
+  // The buffer a push's adapter_id names (the run's is not owned: a no-op deleter).
+  absl::StatusOr<std::shared_ptr<ReplayBuffer>> BufferOf(const std::string& adapter_id) {
+    if (adapter_id.empty()) {
+      if (buffer_ != nullptr) return std::shared_ptr<ReplayBuffer>(buffer_, [](ReplayBuffer*) {});
+      return absl::InvalidArgumentError(
+          "adapter_id: expected the id of the adapter the group trains (a run of adapters), "
+          "found none");
+    }
+    if (!adapter_buffer_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("adapter_id: expected none (this replay serves a run of one model), found '",
+                       adapter_id.substr(0, 64), "'"));
+    }
+    return adapter_buffer_(adapter_id);
+  }
+
   ReplayBuffer* buffer_;
   absl::Duration write_timeout_;
   std::function<int64_t()> learner_version_;
-  std::function<absl::Status(absl::Span<const RolloutRecord>)> admit_;
+  std::function<absl::Status(absl::Span<const RolloutRecord>, const std::string&)> admit_;
+  std::function<absl::StatusOr<std::shared_ptr<ReplayBuffer>>(const std::string&)> adapter_buffer_;
   Quarantine quarantine_;
 };
 
 absl::StatusOr<std::unique_ptr<ReplayIngestServer>> ReplayIngestServer::Start(
     ReplayBuffer* buffer, const IngestOptions& options) {
+  if (buffer == nullptr && !options.adapter_buffer) {
+    return absl::InvalidArgumentError("ReplayIngestServer: no buffer to serve");
+  }
   auto server = std::unique_ptr<ReplayIngestServer>(new ReplayIngestServer());
   server->service_ = std::make_unique<Service>(buffer, options);
   grpc::ServerBuilder builder;
@@ -125,13 +152,15 @@ absl::StatusOr<std::unique_ptr<ReplayPushClient>> ReplayPushClient::Connect(
 }
 
 absl::Status ReplayPushClient::Push(const std::vector<std::vector<RolloutRecord>>& groups,
-                                    PushResult* result, absl::Duration deadline) {
+                                    PushResult* result, absl::Duration deadline,
+                                    const std::string& adapter_id) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
   v1::PushResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::PushRequest>> writer = stub_->Push(&context, &response);
   for (const std::vector<RolloutRecord>& group : groups) {
     v1::PushRequest request;
+    request.set_adapter_id(adapter_id);
     for (const RolloutRecord& r : group) ToProto(r, request.add_group());
     if (!writer->Write(request)) break;  // the server ended the stream: Finish says why
   }

@@ -8,7 +8,8 @@
 // stream with INVALID_ARGUMENT naming the reason, record and field; a buffer that stays full
 // past write_timeout ends it with RESOURCE_EXHAUSTED. Groups accepted before an error stay
 // accepted; PushResponse counts them. Message limits are raised to max_message_bytes to fit
-// the largest record. Health checking and reflection are on.
+// the largest record. Health checking and reflection are on. In a run of adapters each push
+// names its adapter and enters that adapter's buffer (IngestOptions.adapter_buffer).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -36,15 +37,23 @@ struct IngestOptions {
   ModelLimits model;
   std::string dead_letter_path;
   std::function<int64_t()> learner_version;
-  // Decides whether a decoded group may enter the buffer (the replay role admits only groups
-  // of its run, from the actor that holds their prompt's lease); null: every valid group. A
-  // refused group ends the stream with the status admit returned.
-  std::function<absl::Status(absl::Span<const RolloutRecord> group)> admit;
+  // Decides whether a decoded group may enter the buffer its push names (PushRequest.adapter_id;
+  // empty: the run's): the replay role admits only groups of its run, from the actor that holds
+  // their prompt's lease, of that lease's adapter; null: every valid group. A refused group
+  // ends the stream with the status admit returned.
+  std::function<absl::Status(absl::Span<const RolloutRecord> group, const std::string& adapter_id)>
+      admit;
+  // A run of adapters (docs/tenants.md): the replay of an adapter, by its id; an error ends the
+  // stream with it (UNAVAILABLE: not made yet, the actor retries). Null: a push that names an
+  // adapter is refused (INVALID_ARGUMENT naming adapter_id).
+  std::function<absl::StatusOr<std::shared_ptr<ReplayBuffer>>(const std::string& adapter_id)>
+      adapter_buffer;
 };
 
 class ReplayIngestServer {
  public:
-  // Serves `buffer` (which must outlive the server) until Shutdown or destruction.
+  // Serves `buffer` (which must outlive the server) until Shutdown or destruction; null with
+  // options.adapter_buffer: a run of adapters, whose every push names its adapter.
   static absl::StatusOr<std::unique_ptr<ReplayIngestServer>> Start(ReplayBuffer* buffer,
                                                                    const IngestOptions& options);
   ~ReplayIngestServer();
@@ -75,8 +84,11 @@ class ReplayPushClient {
  public:
   static absl::StatusOr<std::unique_ptr<ReplayPushClient>> Connect(
       const std::string& target, int64_t max_message_bytes = int64_t{256} << 20);
+  // `adapter_id`: the adapter whose replay the groups enter (a run of adapters); empty: the
+  // run's.
   absl::Status Push(const std::vector<std::vector<RolloutRecord>>& groups, PushResult* result,
-                    absl::Duration deadline = absl::Seconds(60));
+                    absl::Duration deadline = absl::Seconds(60),
+                    const std::string& adapter_id = "");
 
  private:
   std::unique_ptr<v1::ReplayService::Stub> stub_;

@@ -135,13 +135,17 @@ absl::Status RunActorRole(const config::RunConfig& c, const ActorRoleOptions& ro
   std::unique_ptr<WeightSubscriber> weights;
   if (c.coordinator.adapters) {
     // A run of adapters (docs/tenants.md): the base never changes; each adapter's versions and
-    // groups have segments of their own, opened when a lease first names it.
+    // groups have channels of their own (segments on the learner's node, or its gRPC weight
+    // server and the remote ingest), opened when a lease first names it.
     options.adapters = std::make_shared<actor::AdapterChannels>(AdapterChannelOpener(c, model));
     sink.writer = [](absl::Span<const RolloutRecord>) {
       return absl::FailedPreconditionError(
-          "a run of adapters writes each group to its adapter's segment");
+          "a run of adapters writes each group to its adapter's replay");
     };
-    sink.description = absl::StrCat("each adapter's segment ", c.replay_segment(), "-<adapter>");
+    sink.description =
+        c.replay.address.empty()
+            ? absl::StrCat("each adapter's segment ", c.replay_segment(), "-<adapter>")
+            : absl::StrCat("remote ingest ", c.replay.address, ", each adapter's replay");
   } else {
     PRL_ASSIGN_OR_RETURN(sink, OpenReplaySink(c, stop));
     PRL_ASSIGN_OR_RETURN(const WeightSpec spec, RunWeightSpec(c, model));

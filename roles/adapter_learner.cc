@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
@@ -34,6 +35,7 @@
 #include "roles/role_metrics.h"
 #include "rpc/grpc_util.h"
 #include "rpc/security.h"
+#include "weight_broadcast/grpc_adapter_server.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -52,7 +54,7 @@ class AdapterTrainer {
   static absl::StatusOr<std::unique_ptr<AdapterTrainer>> Start(
       const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
-      metrics::AdapterLearnerMetrics* metrics);
+      metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -66,10 +68,11 @@ class AdapterTrainer {
   void Remove() {
     Stop();
     service_.reset();
+    if (weight_server_ != nullptr) weight_server_->Remove(id_);  // its subscribers stop
     publisher_.reset();
     replay_.reset();
     ReplayBuffer::Remove(replay_segment_, true).IgnoreError();
-    RemoveShmWeightSegment(weight_segment_).IgnoreError();
+    if (weight_server_ == nullptr) RemoveShmWeightSegment(weight_segment_).IgnoreError();
   }
 
   v1::AdapterProgress Progress() const {
@@ -110,7 +113,8 @@ class AdapterTrainer {
   std::unique_ptr<learner::FsdpModel> model_;
   std::unique_ptr<learner::ShardedOptimizer> optimizer_;
   std::unique_ptr<ReplayBuffer> replay_;
-  std::unique_ptr<ShmWeightPublisher> publisher_;
+  GrpcAdapterWeightServer* weight_server_ = nullptr;  // null: versions in weight_segment_
+  std::unique_ptr<WeightPublisher> publisher_;
   std::unique_ptr<learner::LearnerService> service_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> version_{0}, consumed_{0};
@@ -125,8 +129,9 @@ class AdapterTrainer {
 absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
-    metrics::AdapterLearnerMetrics* metrics) {
+    metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
+  t->weight_server_ = weight_server;
   t->id_ = adapter.adapter_id();
   t->name_ = adapter.spec().name();
   t->metrics_ = metrics;
@@ -155,8 +160,22 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     replay = ReplayBuffer::Create(t->replay_segment_, ReplayConfigFrom(c));
   }
   PRL_ASSIGN_OR_RETURN(t->replay_, std::move(replay));
-  PRL_ASSIGN_OR_RETURN(t->publisher_,
-                       ShmWeightPublisher::Create(t->weight_segment_, WeightSpec(model, lora)));
+  std::string versions_at = t->weight_segment_;
+  if (weight_server != nullptr) {  // a channel of the run's weight server, its version kept
+    const std::string dir = absl::StrCat(c.checkpoint_dir(), "/adapters/", t->id_);
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot make the adapter's directory '", dir, "': ", error.message()));
+    }
+    PRL_ASSIGN_OR_RETURN(t->publisher_, weight_server->Add(t->id_, WeightSpec(model, lora),
+                                                           absl::StrCat(dir, "/weight_version")));
+    versions_at = absl::StrCat("gRPC port ", weight_server->port(), " (adapter_id ", t->id_, ")");
+  } else {
+    PRL_ASSIGN_OR_RETURN(t->publisher_,
+                         ShmWeightPublisher::Create(t->weight_segment_, WeightSpec(model, lora)));
+  }
   learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
   options.step = rank.step;
   options.lr = optimizer.lr;
@@ -195,7 +214,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   t->thread_ = std::thread([raw] { raw->Run(); });
   std::printf("learner: adapter %s (%s): %s, lr %g; versions in %s, groups from %s\n",
               t->name_.c_str(), t->id_.c_str(), LoraFingerprint(lora).c_str(), optimizer.lr,
-              t->weight_segment_.c_str(), t->replay_segment_.c_str());
+              versions_at.c_str(), t->replay_segment_.c_str());
   std::fflush(stdout);
   return t;
 }
@@ -236,8 +255,8 @@ void AdapterTrainer::Run() {
 class AdapterFleet {
  public:
   AdapterFleet(const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
-               metrics::AdapterLearnerMetrics* metrics)
-      : c_(c), rank_(rank), model_(model), metrics_(metrics) {
+               metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server)
+      : c_(c), rank_(rank), model_(model), metrics_(metrics), weight_server_(weight_server) {
     coordinator_ = v1::ActorControl::NewStub(
         rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
   }
@@ -362,7 +381,8 @@ class AdapterFleet {
   // becomes the adapter's error.
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
-      return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_);
+      return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
+                                   weight_server_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
     }
@@ -397,6 +417,7 @@ class AdapterFleet {
   const LearnerRank& rank_;
   const ModelConfig& model_;
   metrics::AdapterLearnerMetrics* metrics_;  // null: not exported
+  GrpcAdapterWeightServer* weight_server_;   // null: each adapter's versions in a segment
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;
   std::optional<v1::LearnerProgressResponse> seen_;
@@ -439,9 +460,21 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
               rank->device.ToString().c_str(), c.coordinator_address().c_str(),
               endpoint->Describe().c_str());
   std::fflush(stdout);
+  // Across nodes: every adapter's versions on one weight server (outliving the trainers).
+  std::unique_ptr<GrpcAdapterWeightServer> weight_server;
+  if (c.broadcast.transport == config::WeightTransport::kGrpc) {
+    GrpcPublisherOptions options;
+    options.address = c.broadcast.listen;
+    options.stall_timeout = absl::Seconds(c.broadcast.timeout_s);
+    PRL_ASSIGN_OR_RETURN_IN(weight_server, GrpcAdapterWeightServer::Start(options),
+                            "broadcast.listen");
+    std::printf("learner: every adapter's versions served on gRPC port %d\n",
+                weight_server->port());
+    std::fflush(stdout);
+  }
   endpoint->SetReadiness([] { return absl::OkStatus(); });
   metrics::AdapterLearnerMetrics adapter_metrics(*endpoint->registry);
-  AdapterFleet fleet(c, *rank, model, &adapter_metrics);
+  AdapterFleet fleet(c, *rank, model, &adapter_metrics, weight_server.get());
   // prl run's tenants (config.tenants): the learner ends once each one's adapter has taken its
   // learner.steps steps, as a run of one model ends after them.
   std::vector<std::string> tenants;

@@ -13,9 +13,13 @@
 // (learner/step_turns.h): every adapter with a step's worth of groups steps in turn, none
 // twice ahead of another that waits.
 //
+// Each adapter's versions go out through a segment of its own (broadcast.transport shm) or a
+// channel of one gRPC weight server on broadcast.listen (grpc: actors on other nodes); its
+// groups come in through its replay segment on this node, written by actors beside it or by
+// the replay role's remote ingest (roles/adapter_segments.h).
+//
 // For now: learner.world_size 1 (the trainers share rank 0's communicator, one step at a
-// time), the CPU (as every LoRA learner), broadcast.transport shm and a local replay
-// (roles/adapter_segments.h).
+// time) and the CPU (as every LoRA learner).
 #pragma once
 
 #include <atomic>

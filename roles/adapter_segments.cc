@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string_view>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "replay/replay_buffer.h"
+#include "weight_broadcast/grpc_transport.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -69,24 +72,44 @@ actor::AdapterChannels::Opener AdapterChannelOpener(const config::RunConfig& con
                                                     ")"))
                  : s;
     };
+    const WeightSpec spec(model, LoraConfigOf(adapter.spec()));
+    const absl::Duration timeout = absl::Seconds(config.actors.replay_timeout_s);
     actor::AdapterChannels::Channel channel;
-    absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> weights = ShmWeightSubscriber::Open(
-        AdapterWeightSegment(config, id), WeightSpec(model, LoraConfigOf(adapter.spec())), {});
-    if (!weights.ok()) return not_yet(weights.status());
-    channel.weights = *std::move(weights);
+    if (config.broadcast.transport == config::WeightTransport::kGrpc) {
+      // Across nodes: a stream of the adapter's versions from the learner's weight server, which
+      // waits (retried) until the learner makes the adapter; a deleted adapter's fails NotFound.
+      GrpcSubscriberOptions options;
+      options.adapter_id = id;
+      PRL_ASSIGN_OR_RETURN(std::unique_ptr<GrpcWeightSubscriber> weights,
+                           GrpcWeightSubscriber::Connect(config.weights_address(), spec, options));
+      channel.gone = [subscriber = weights.get()] {
+        return absl::IsNotFound(subscriber->TakeNewer(std::numeric_limits<int64_t>::max()).status());
+      };
+      channel.weights = std::move(weights);
+    } else {
+      absl::StatusOr<std::unique_ptr<ShmWeightSubscriber>> weights =
+          ShmWeightSubscriber::Open(AdapterWeightSegment(config, id), spec, {});
+      if (!weights.ok()) return not_yet(weights.status());
+      channel.weights = *std::move(weights);
+      // The learner removes the segments when the adapter is deleted (POSIX shared memory lives
+      // in /dev/shm): the actor then closes its channel.
+      channel.gone = [path = std::filesystem::path("/dev/shm") / AdapterWeightSegment(config, id)] {
+        std::error_code error;
+        return !std::filesystem::exists(path, error) && !error;
+      };
+    }
+    if (!config.replay.address.empty()) {  // the remote ingest, into the adapter's replay
+      PRL_ASSIGN_OR_RETURN(channel.write_group,
+                           actor::RemoteReplayWriter(config.replay.address, timeout,
+                                                     config.replay.max_message_mb << 20, id));
+      return channel;
+    }
     absl::StatusOr<std::unique_ptr<ReplayBuffer>> replay =
         ReplayBuffer::Open(AdapterReplaySegment(config, id));
     if (!replay.ok()) return not_yet(replay.status());
     std::shared_ptr<ReplayBuffer> buffer = *std::move(replay);
-    const absl::Duration timeout = absl::Seconds(config.actors.replay_timeout_s);
     channel.write_group = [buffer, write = actor::LocalReplayWriter(buffer.get(), timeout)](
                               absl::Span<const RolloutRecord> group) { return write(group); };
-    // The learner removes the segments when the adapter is deleted (POSIX shared memory lives
-    // in /dev/shm): the actor then closes its channel.
-    channel.gone = [path = std::filesystem::path("/dev/shm") / AdapterWeightSegment(config, id)] {
-      std::error_code error;
-      return !std::filesystem::exists(path, error) && !error;
-    };
     return channel;
   };
 }

@@ -1,9 +1,11 @@
-// A run of adapters' channels on one node (docs/tenants.md): each adapter's versions and its
-// groups travel through shared-memory segments of its own, named by the run and the adapter's
-// id, which the learner makes when it first hears of the adapter and removes when the adapter
-// is deleted; an actor opens them when a lease first names the adapter (AdapterChannelOpener).
-// A run of adapters needs broadcast.transport shm and a replay on the learner's node for now
-// (ValidateRunConfig says so).
+// A run of adapters' channels (docs/tenants.md): each adapter's groups enter a replay segment
+// of its own on the learner's node, and its versions leave through a segment of its own there
+// (broadcast.transport shm) or a channel of the learner's weight server named by the adapter's
+// id (grpc: weight_broadcast/grpc_adapter_server.h). The learner makes them when it first hears
+// of the adapter and removes them when the adapter is deleted; an actor opens them when a lease
+// first names the adapter (AdapterChannelOpener): on the learner's node directly, on another
+// node through the weight server and the replay role's remote ingest (replay.address), which
+// checks with the coordinator that each group's lease is of that adapter.
 #pragma once
 
 #include <set>
@@ -33,9 +35,11 @@ std::string AdapterReportFile(const config::RunConfig& config, const std::string
 // PEFT's settings of an adapter the coordinator made (its spec, defaults filled in).
 LoraConfig LoraConfigOf(const prl::v1::AdapterSpec& spec);
 
-// An actor's opener of an adapter's segments: its weight subscriber (WeightSpec of the model
-// and the adapter) and a writer of its replay segment (blocking up to
-// actors.replay_timeout_s while it is full). NotFound while the learner has not made either.
+// An actor's opener of an adapter's channel: its weight subscriber (WeightSpec of the model and
+// the adapter; over gRPC with broadcast.transport grpc) and a writer of its replay (the remote
+// ingest with replay.address, else its segment; blocking up to actors.replay_timeout_s while
+// it is full). On one node, NotFound while the learner has not made the segments; over gRPC the
+// channel opens at once and its first version arrives once the learner has made the adapter.
 actor::AdapterChannels::Opener AdapterChannelOpener(const config::RunConfig& config,
                                                     const ModelConfig& model);
 

@@ -75,6 +75,13 @@ void UpdateMetrics(coordinator::Coordinator& coordinator, metrics::CoordinatorMe
     live.insert(name);
   }
   m.KeepAdapters(live);
+  for (const auto& [tenant, counts] : s.tenants) {
+    const metrics::CoordinatorMetrics::Tenant t = m.TenantOf(tenant);
+    t.prompts_in_flight.Set(static_cast<double>(counts.prompts_in_flight));
+    metrics::AdvanceCounterTo(t.groups_completed, static_cast<double>(counts.groups_completed));
+    metrics::AdvanceCounterTo(t.samples, static_cast<double>(counts.samples_completed));
+    t.groups_trained.Set(static_cast<double>(counts.groups_trained));
+  }
   process.weight_version.Set(static_cast<double>(s.learner_version));
 }
 

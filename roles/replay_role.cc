@@ -1,6 +1,12 @@
 #include "roles/replay_role.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -10,17 +16,19 @@
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
 #include "replay/replay_buffer.h"
+#include "roles/adapter_segments.h"
 #include "roles/role_metrics.h"
 #include "roles/role_security.h"
 #include "rpc/grpc_util.h"
 
 namespace prl::roles {
 
-std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
-    const config::RunConfig& c) {
+std::function<absl::Status(absl::Span<const RolloutRecord>, const std::string&)>
+AdmitLeasedGroups(const config::RunConfig& c) {
   auto control = std::shared_ptr<prl::v1::ActorControl::Stub>(prl::v1::ActorControl::NewStub(
       rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20))));
-  return [control, run = c.run.name](absl::Span<const RolloutRecord> group) -> absl::Status {
+  return [control, run = c.run.name](absl::Span<const RolloutRecord> group,
+                                     const std::string& adapter_id) -> absl::Status {
     if (group.empty()) return absl::InvalidArgumentError("an empty group");
     const RolloutRecord& first = group.front();
     for (size_t i = 0; i < group.size(); ++i) {
@@ -50,6 +58,7 @@ std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
     check.set_prompt_set_id(first.prompt_set_id);
     check.set_prompt_index(static_cast<int64_t>(first.prompt_index));
     check.set_group_id(first.group_id);
+    check.set_adapter_id(adapter_id);
     prl::v1::CheckGroupResponse ignored;
     return rpc::FromGrpcStatus(control->CheckGroup(&ctx, check, &ignored));
   };
@@ -65,15 +74,64 @@ ReplayConfig ReplayConfigFrom(const config::RunConfig& c) {
   return rc;
 }
 
+namespace {
+
+// A run of adapters' replays on this node, by adapter id: each adapter's segment (made by the
+// learner beside this role) opened on its first push, closed once the learner removed it.
+class AdapterReplays {
+ public:
+  explicit AdapterReplays(const config::RunConfig& c) : c_(c) {}
+
+  absl::StatusOr<std::shared_ptr<ReplayBuffer>> Find(const std::string& adapter_id) {
+    // The coordinator vouched for the id (AdmitLeasedGroups); its form is checked again before
+    // it names a file.
+    const bool well_formed =
+        adapter_id.size() == 15 && adapter_id.starts_with("ad-") &&
+        std::all_of(adapter_id.begin() + 3, adapter_id.end(),
+                    [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); });
+    if (!well_formed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "adapter_id: expected 'ad-' and 12 hex digits, found '", adapter_id.substr(0, 64), "'"));
+    }
+    const std::string name = AdapterReplaySegment(c_, adapter_id);
+    std::error_code error;
+    const bool exists = std::filesystem::exists(std::filesystem::path("/dev/shm") / name, error);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!exists) {  // not made yet, or removed (the adapter was deleted)
+      open_.erase(adapter_id);
+      return absl::UnavailableError(absl::StrCat(
+          "adapter ", adapter_id, ": its replay segment ", name, " is not on this node (the "
+          "learner makes it when it hears of the adapter)"));
+    }
+    auto it = open_.find(adapter_id);
+    if (it == open_.end()) {
+      PRL_ASSIGN_OR_RETURN(std::unique_ptr<ReplayBuffer> buffer, ReplayBuffer::Open(name));
+      it = open_.emplace(adapter_id, std::shared_ptr<ReplayBuffer>(std::move(buffer))).first;
+    }
+    return it->second;
+  }
+
+ private:
+  const config::RunConfig& c_;
+  std::mutex mu_;
+  // A push writing into one whose adapter was deleted meanwhile holds it until it is done.
+  std::map<std::string, std::shared_ptr<ReplayBuffer>> open_;
+};
+
+}  // namespace
+
 absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segment,
                            const std::atomic<bool>& stop) {
   PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner, {rpc::Role::kActor}));
   const std::string name = segment.empty() ? c.replay_segment() : segment;
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
   metrics::ProcessMetrics process(*endpoint->registry, metrics::Role::kReplay);
+  // A run of adapters: no run's segment, each adapter's opened on its first push.
+  const bool adapters = c.coordinator.adapters && segment.empty();
   // The run's segment is created by the learner beside it: wait for it (not ready meanwhile,
   // saying so every 30 s). A segment named on the command line must exist.
-  absl::StatusOr<std::unique_ptr<ReplayBuffer>> opened = ReplayBuffer::Open(name);
+  absl::StatusOr<std::unique_ptr<ReplayBuffer>> opened =
+      adapters ? std::unique_ptr<ReplayBuffer>() : ReplayBuffer::Open(name);
   for (int waited_ms = 0; segment.empty() && absl::IsNotFound(opened.status()) && !stop;
        waited_ms += 200) {
     if (waited_ms % 30'000 == 0) {
@@ -90,6 +148,12 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   options.max_message_bytes = c.replay.max_message_mb << 20;
   options.write_timeout = absl::Milliseconds(c.replay.write_timeout_ms);
   options.admit = AdmitLeasedGroups(c);
+  AdapterReplays adapter_replays(c);
+  if (adapters) {
+    options.adapter_buffer = [&adapter_replays](const std::string& adapter_id) {
+      return adapter_replays.Find(adapter_id);
+    };
+  }
   // Quarantine: groups the model cannot take are refused here, before the learner sees them
   // (the learner checks token versions against its own; the ingest cannot know it).
   if (!c.model.path.empty()) {
@@ -99,10 +163,13 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   options.dead_letter_path = c.dead_letter_file("ingest");
   PRL_ASSIGN_OR_RETURN_IN(auto server, ReplayIngestServer::Start(buffer.get(), options),
                           "replay.listen");
+  const std::string served =
+      adapters ? absl::StrCat("each adapter's replay segment ", name, "-<adapter id>")
+               : absl::StrCat("replay segment ", name);
   std::printf(
-      "serving replay segment %s on port %d (ReplayService, health, reflection)%s; messages up "
-      "to %lld MiB, writes wait %lld ms for space\n",
-      name.c_str(), server->port(), endpoint->Describe().c_str(),
+      "serving %s on port %d (ReplayService, health, reflection)%s; messages up to %lld MiB, "
+      "writes wait %lld ms for space\n",
+      served.c_str(), server->port(), endpoint->Describe().c_str(),
       static_cast<long long>(c.replay.max_message_mb),
       static_cast<long long>(c.replay.write_timeout_ms));
   std::fflush(stdout);

@@ -4,7 +4,10 @@
 // admits only groups of this run that belong to an open lease (the coordinator answers
 // ActorControl.CheckGroup). It waits for the learner to create the run's segment (a segment
 // named explicitly must exist), and serves /metrics, /healthz and /readyz (ready once it
-// serves) on metrics.listen.
+// serves) on metrics.listen. In a run of adapters (coordinator.adapters) there is no run's
+// segment: each push names its adapter (PushRequest.adapter_id), whose segment the learner
+// beside it made (roles/adapter_segments.h), and the coordinator checks that the group's lease
+// is of a set of that adapter.
 #pragma once
 
 #include <atomic>
@@ -26,10 +29,11 @@ ReplayConfig ReplayConfigFrom(const config::RunConfig& config);
 // Which pushed groups enter the buffer: those of this run (config.run.name) whose group id is
 // that of an open lease of their prompt at the coordinator (ActorControl.CheckGroup at
 // config's coordinator address, under this process's security as it is when called: the
-// learner's token). A refusal is the coordinator's status (FAILED_PRECONDITION) or
-// PERMISSION_DENIED for another run's group.
-std::function<absl::Status(absl::Span<const RolloutRecord>)> AdmitLeasedGroups(
-    const config::RunConfig& config);
+// learner's token), entering the replay of their lease's adapter (`adapter_id`; empty: the
+// run's). A refusal is the coordinator's status (FAILED_PRECONDITION; PERMISSION_DENIED for
+// another adapter's replay) or PERMISSION_DENIED for another run's group.
+std::function<absl::Status(absl::Span<const RolloutRecord>, const std::string& adapter_id)>
+AdmitLeasedGroups(const config::RunConfig& config);
 
 // `segment` empty: the run's segment (config.replay_segment()).
 absl::Status RunReplayRole(const config::RunConfig& config, const std::string& segment,

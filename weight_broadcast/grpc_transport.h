@@ -6,13 +6,15 @@
 // its subscriber has, as chunks of chunk_bytes, and then waits for the next. A stream finishes
 // the version it is sending before it looks again, so a subscriber slower than the learner
 // skips the versions published meanwhile instead of queueing them (and snapshots are shared,
-// never copied per stream).
+// never copied per stream). A run of adapters serves every adapter's versions on one server
+// instead (weight_broadcast/grpc_adapter_server.h; the channels: grpc_channel.h).
 //
 // Subscriber: a receiver thread reads the stream into a fresh ParameterSet
 // (weight_broadcast/mailbox.h), verifies the checksum and only then exposes the version. A
 // broken stream (server restart, network) or a bad chunk is retried with exponential backoff,
 // asking for versions newer than the one it has; a model mismatch is permanent (the server's
-// FAILED_PRECONDITION names the differing config.json field).
+// FAILED_PRECONDITION names the differing config.json field), and so is a deleted adapter's
+// NOT_FOUND (GrpcSubscriberOptions.adapter_id).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -33,6 +35,8 @@
 namespace prl {
 
 namespace weight_broadcast_internal {
+class GrpcWeightChannel;
+class GrpcWeightService;
 class WeightMailbox;
 }
 
@@ -70,11 +74,10 @@ class GrpcWeightPublisher final : public WeightPublisher {
   void CorruptNextChunkForTesting();
 
  private:
-  struct Snapshot;
-  class Service;
   GrpcWeightPublisher() = default;
 
-  std::unique_ptr<Service> service_;
+  std::unique_ptr<weight_broadcast_internal::GrpcWeightService> service_;
+  std::shared_ptr<weight_broadcast_internal::GrpcWeightChannel> channel_;  // the run's weights
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
@@ -87,6 +90,10 @@ struct GrpcSubscriberOptions {
   // version resets it.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
+  // A run of adapters: the adapter whose versions to take (its id); empty: the run's weights.
+  // A server that does not serve it yet is retried; one that says it was deleted (NOT_FOUND)
+  // fails every later TakeNewer / WaitNewer with NotFound.
+  std::string adapter_id;
 };
 
 class GrpcWeightSubscriber final : public WeightSubscriber {

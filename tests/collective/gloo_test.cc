@@ -15,27 +15,18 @@
 #include "absl/strings/str_cat.h"
 #include "collective/kv_store.h"
 #include "collective/rendezvous.h"
+#include "tests/free_port.h"
 #include "tests/status_testing.h"
 
 namespace prl::collective {
 namespace {
 
+using ::prl::testing::FreePort;
+
 using ::prl::testing::IsError;
 
 Tensor F32(std::vector<float>& v) {
   return Tensor(v.data(), DType::kF32, Device::Cpu(), {static_cast<int64_t>(v.size())});
-}
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 class GlooTest : public ::testing::Test {

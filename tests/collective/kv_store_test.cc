@@ -17,24 +17,15 @@
 #include "absl/strings/str_cat.h"
 #include "collective/gloo_store.h"
 #include "collective/store_service.h"
+#include "tests/free_port.h"
 #include "tests/status_testing.h"
 
 namespace prl::collective {
 namespace {
 
-using ::prl::testing::IsError;
+using ::prl::testing::FreePort;
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::prl::testing::IsError;
 
 std::string TempDir(const std::string& name) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/prl_kv_", name, "_", getpid());

@@ -26,27 +26,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/free_port.h"
 
 extern char** environ;
 
 namespace prl::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ::prl::testing::FreePort;
 
-// A free TCP port on loopback (the kernel's choice; released before the ranks bind it).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 0;
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using Clock = std::chrono::steady_clock;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);

@@ -149,11 +149,8 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"coordinator": {"adapters": true}})",
        "learner.lora_rank: expected > 0 with coordinator.adapters"},
       {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
-           "broadcast": {"transport": "grpc"}})",
-       "broadcast.transport: expected shm with coordinator.adapters"},
-      {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
-           "replay": {"address": "127.0.0.1:7000"}})",
-       "replay.address: expected empty with coordinator.adapters"},
+           "broadcast": {"transport": "nccl"}})",
+       "broadcast.transport: expected shm or grpc with coordinator.adapters"},
       {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2}})",
        "learner.world_size: expected 1 with coordinator.adapters (one rank trains every adapter "
        "for now), found 2"},
@@ -465,6 +462,17 @@ TEST(TenantsConfigTest, TenantsNeedARunOfAdapters) {
   EXPECT_THAT(c.status().message(),
               HasSubstr("coordinator.adapters: expected true with tenants (each tenant trains its "
                         "own adapter), found false"));
+}
+
+TEST(TenantsConfigTest, ARunOfAdaptersCrossesNodesOverGrpcAndTheRemoteIngest) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(
+      R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
+          "broadcast": {"transport": "grpc", "address": "learner:50062"},
+          "replay": {"address": "learner:50061"}})",
+      "fleet.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->broadcast.transport, WeightTransport::kGrpc);
+  EXPECT_EQ(c->replay.address, "learner:50061");
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // A run of adapters through the coordinator (coordinator/adapters.h, coordinator/tenancy.cc):
 // a set names its adapter (made by the first set, named again by later ones, other settings
 // refused naming the field), each adapter has its own lag budget and learner version, deleting
-// one cancels its sets and frees its budget, and all of it survives a restart and a compaction.
+// one cancels its sets and frees its budget, a group enters only its lease's adapter's replay,
+// and all of it survives a restart and a compaction.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
+#include "core/group_id.h"
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/status_testing.h"
 
@@ -153,6 +156,67 @@ TEST_F(AdaptersTest, EachAdapterHasItsOwnLagBudget) {
   EXPECT_EQ(stats.adapters.at("math").version, 1);
   EXPECT_EQ(stats.adapters.at("code").version, 0);
   EXPECT_EQ(c->ListAdapters().adapters(0).version(), 1);
+}
+
+TEST_F(AdaptersTest, AGroupEntersOnlyTheReplayOfItsLeasesAdapter) {
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(For("math", 1)).ok());
+  ASSERT_TRUE(c->Submit(For("code", 1)).ok());
+  const std::string actor = c->RegisterActor("a")->actor_id();
+  absl::StatusOr<v1::LeaseResponse> leased = c->Lease(LeaseOf(actor, 2));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  ASSERT_EQ(leased->prompts_size(), 2);
+  for (const v1::LeasedPrompt& p : leased->prompts()) {
+    const std::string own = IdOf(*c, p.adapter().spec().name());
+    const std::string other = IdOf(*c, p.adapter().spec().name() == "math" ? "code" : "math");
+    ASSERT_EQ(p.adapter().adapter_id(), own);
+    v1::CheckGroupRequest check;
+    check.set_prompt_set_id(p.prompt_set_id());
+    check.set_prompt_index(p.prompt_index());
+    check.set_group_id(GroupIdOfLease(p.lease_id()));
+    check.set_adapter_id(own);
+    EXPECT_TRUE(c->CheckGroup(check).ok());
+    check.set_adapter_id(other);  // an actor writing into another tenant's adapter
+    EXPECT_TRUE(IsError(c->CheckGroup(check), absl::StatusCode::kPermissionDenied, {"adapter_id"}));
+    check.clear_adapter_id();  // the run's own replay: none in a run of adapters
+    EXPECT_TRUE(IsError(c->CheckGroup(check), absl::StatusCode::kPermissionDenied, {"adapter_id"}));
+  }
+  EXPECT_EQ(c->Stats().rejected_groups, 4);
+}
+
+// Fairness under a flood (docs/tenants.md, "Fairness"): one adapter's ten sets of ten times the
+// others' prompts take no more than a third of the actor's leases with two other adapters
+// waiting; each other adapter gets at least 0.8 of its fair share of completed samples, and the
+// tenants' metrics (CoordinatorStats::tenants) count each one's samples and prompts in flight.
+TEST_F(AdaptersTest, AFloodingAdapterLeavesEveryOtherItsFairShare) {
+  config_.groups_per_step = 0;  // no lag budget: only the lease order decides
+  auto c = Open();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(c->Submit(For("flood", 1000)).ok());
+  ASSERT_TRUE(c->Submit(For("math", 1000)).ok());
+  ASSERT_TRUE(c->Submit(For("code", 1000)).ok());
+  const std::string actor = c->RegisterActor("a")->actor_id();
+  std::map<std::string, int> samples;  // completed, by adapter
+  int total = 0;
+  for (int round = 0; round < 200; ++round) {  // an actor of 6 slots, each lease completed
+    absl::StatusOr<v1::LeaseResponse> leased = c->Lease(LeaseOf(actor, 6));
+    ASSERT_TRUE(leased.ok()) << leased.status();
+    ASSERT_EQ(leased->prompts_size(), 6);
+    for (const v1::LeasedPrompt& p : leased->prompts()) {
+      ASSERT_TRUE(c->Complete(Done(actor, p)).ok());
+      samples[p.adapter().spec().name()] += p.samples();
+      total += p.samples();
+    }
+  }
+  const double fair = total / 3.0;
+  for (const std::string name : {"math", "code"}) {
+    EXPECT_GE(samples[name], 0.8 * fair) << name << ": " << samples[name] << " of " << total;
+  }
+  EXPECT_LE(samples["flood"], 1.2 * fair) << samples["flood"] << " of " << total;
+  const CoordinatorStats stats = c->Stats();
+  ASSERT_EQ(stats.tenants.size(), 1u) << "no tenant tokens: every set is the operator's";
+  EXPECT_EQ(stats.tenants.at("_operator").samples_completed, total);
+  EXPECT_EQ(stats.tenants.at("_operator").groups_completed, 1200);
+  EXPECT_EQ(stats.tenants.at("_operator").prompts_in_flight, 0);
 }
 
 TEST_F(AdaptersTest, AGroupCompletedCountsAgainstItsAdapterUntilTheLearnerTrainsIt) {

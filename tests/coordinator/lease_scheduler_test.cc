@@ -103,6 +103,30 @@ TEST(LeaseSchedulerTest, OverAThousandLeasesEachSetsShareIsWithinTwoPercentOfIts
   }
 }
 
+// Tenants: a tenant with ten sets (a flood) and two tenants with one set each share the leases
+// equally by tenant, within 2%; within a tenant its sets share its part by weight.
+TEST(LeaseSchedulerTest, TenantsShareEquallyWhateverTheirNumberOfSets) {
+  LeaseScheduler s;
+  std::map<std::string, double> flood_sets;
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "flood-" + std::to_string(i);
+    s.AddSet(id, 10'000, i < 5 ? 1 : 3, "tenant:flood");
+    flood_sets[id] = i < 5 ? 1 : 3;
+  }
+  s.AddSet("a", 10'000, 1, "tenant:a");
+  s.AddSet("b", 10'000, 5, "tenant:b");  // a set's weight counts within its tenant only
+  const std::map<std::string, int> leased = SharesOver(s, 3000);
+  int flood = 0;
+  for (const auto& [id, w] : flood_sets) flood += leased.count(id) ? leased.at(id) : 0;
+  EXPECT_NEAR(flood / 3000.0, 1.0 / 3, 0.02) << flood;
+  EXPECT_NEAR(leased.at("a") / 3000.0, 1.0 / 3, 0.02) << leased.at("a");
+  EXPECT_NEAR(leased.at("b") / 3000.0, 1.0 / 3, 0.02) << leased.at("b");
+  // Within the flooding tenant, its sets by weight (1 : 3).
+  std::map<std::string, int> within;
+  for (const auto& [id, w] : flood_sets) within[id] = leased.count(id) ? leased.at(id) : 0;
+  ExpectShares(within, flood_sets, flood);
+}
+
 // A set that runs dry drops out and the others keep their proportion between them; it earned
 // no credit meanwhile, so a re-run of it later is leased in turn, not in a burst.
 TEST(LeaseSchedulerTest, ASetWithoutPromptsIsSkippedAndTheOthersKeepTheirProportion) {

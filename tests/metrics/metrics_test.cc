@@ -120,6 +120,11 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   adapter.groups_unconsumed.Set(3);
   adapter.prompts_in_flight.Set(5);
   adapter.prompt_sets_running.Set(2);
+  const CoordinatorMetrics::Tenant tenant = coordinator.TenantOf("team-a");
+  tenant.prompts_in_flight.Set(5);
+  tenant.groups_completed.Increment(80);
+  tenant.samples.Increment(640);
+  tenant.groups_trained.Set(72);
   coordinator.AdapterOf("deleted").version.Set(1);
   coordinator.KeepAdapters({"team-a-math"});  // "deleted"'s series are gone
   adapter_learner.Update("team-a-math", [](const AdapterLearnerMetrics::Adapter& trainer) {
@@ -219,6 +224,10 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {"prl_adapter_groups_unconsumed{adapter=\"team-a-math\"}", 3},
       {"prl_adapter_prompts_in_flight{adapter=\"team-a-math\"}", 5},
       {"prl_adapter_prompt_sets_running{adapter=\"team-a-math\"}", 2},
+      {"prl_tenant_prompts_in_flight{tenant=\"team-a\"}", 5},
+      {"prl_tenant_groups_completed_total{tenant=\"team-a\"}", 80},
+      {"prl_tenant_samples_total{tenant=\"team-a\"}", 640},
+      {"prl_tenant_groups_trained{tenant=\"team-a\"}", 72},
       {"prl_tokens_generated_total", 123456},
       {"prl_prefill_tokens_total", 4096},
       {"prl_rollout_length_tokens_count", 3},

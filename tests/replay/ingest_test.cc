@@ -1,10 +1,14 @@
 // The remote ingest on loopback: a writer on "another node" pushes groups over gRPC and a
-// local reader gets them from the shared-memory segment.
+// local reader gets them from the shared-memory segment; in a run of adapters, from the
+// segment of the adapter the push names.
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -133,6 +137,64 @@ TEST_F(IngestTest, TheServerAnswersGrpcHealthChecks) {
   for (const grpc::Slice& s : slices)
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2)) << "HealthCheckResponse{status: SERVING}";
+}
+
+// A run of adapters: each push names its adapter, whose buffer it enters; the admit check sees
+// the adapter named; a push naming none, or an adapter not made yet, is refused naming why.
+TEST(AdapterIngestTest, EachPushEntersTheBufferOfTheAdapterItNames) {
+  const std::string base = absl::StrCat("prl-test-ingest-adapters-", getpid());
+  const std::vector<std::string> ids = {"ad-000000000001", "ad-000000000002"};
+  std::map<std::string, std::shared_ptr<ReplayBuffer>> buffers;
+  for (const std::string& id : ids) {
+    ReplayBuffer::Remove(base + id, true).IgnoreError();
+    ReplayConfig config;
+    config.capacity_bytes = 8 << 20;
+    buffers[id] = *ReplayBuffer::Create(base + id, config);
+  }
+  std::vector<std::string> admitted;  // the adapter each admitted push named
+  std::mutex mu;
+  IngestOptions options;
+  options.address = "127.0.0.1:0";
+  options.admit = [&](absl::Span<const RolloutRecord>, const std::string& adapter_id) {
+    std::lock_guard<std::mutex> lock(mu);
+    admitted.push_back(adapter_id);
+    return absl::OkStatus();
+  };
+  options.adapter_buffer =
+      [&](const std::string& id) -> absl::StatusOr<std::shared_ptr<ReplayBuffer>> {
+    auto it = buffers.find(id);
+    if (it == buffers.end()) return absl::UnavailableError(absl::StrCat(id, ": not made yet"));
+    return it->second;
+  };
+  auto server = ReplayIngestServer::Start(nullptr, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = *ReplayPushClient::Connect(absl::StrCat("127.0.0.1:", (*server)->port()));
+  PushResult result;
+  ASSERT_TRUE(client->Push({StressGroup(2, 0), StressGroup(2, 1)}, &result, absl::Seconds(60),
+                           ids[0]).ok());
+  ASSERT_TRUE(client->Push({StressGroup(2, 2)}, &result, absl::Seconds(60), ids[1]).ok());
+  EXPECT_EQ(buffers[ids[0]]->Stats().groups_in, 2);
+  EXPECT_EQ(buffers[ids[1]]->Stats().groups_in, 1);
+  EXPECT_EQ(admitted, (std::vector<std::string>{ids[0], ids[0], ids[1]}));
+  EXPECT_TRUE(IsError(client->Push({StressGroup(2, 3)}, &result), absl::StatusCode::kInvalidArgument,
+                      {"adapter_id", "found none"}));
+  EXPECT_TRUE(IsError(client->Push({StressGroup(2, 4)}, &result, absl::Seconds(60),
+                                   "ad-00000000000f"),
+                      absl::StatusCode::kUnavailable, {"not made yet"}));
+  EXPECT_EQ(buffers[ids[0]]->Stats().groups_in + buffers[ids[1]]->Stats().groups_in, 3);
+  server->reset();
+  for (const std::string& id : ids) {
+    buffers[id].reset();
+    ReplayBuffer::Remove(base + id, true).IgnoreError();
+  }
+}
+
+TEST_F(IngestTest, APushNamingAnAdapterIsRefusedByTheReplayOfOneModel) {
+  PushResult result;
+  EXPECT_TRUE(IsError(client_->Push({StressGroup(2, 0)}, &result, absl::Seconds(60),
+                                    "ad-000000000001"),
+                      absl::StatusCode::kInvalidArgument, {"adapter_id: expected none"}));
+  EXPECT_EQ(buffer_->Stats().groups_in, 0);
 }
 
 }  // namespace

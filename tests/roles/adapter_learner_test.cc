@@ -3,7 +3,8 @@
 // adapter on one frozen base) and the actor role, over real gRPC and shared memory. Each
 // adapter's sets train that adapter alone: its versions advance and its checkpoints are
 // written under its own directory; deleting an adapter stops its trainer and removes its
-// segments while the other adapter trains on.
+// segments while the other adapter trains on. Across nodes (broadcast.transport grpc and the
+// replay role's remote ingest) the same holds with no adapter's versions in shared memory.
 #include "roles/adapter_learner.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #include "roles/adapter_segments.h"
 #include "roles/replay_role.h"
 #include "tests/actor/actor_testing.h"
+#include "tests/free_port.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -77,7 +79,9 @@ class AdapterLearnerTest : public ::testing::Test {
     stop_ = true;
     if (actor_.joinable()) actor_.join();
     if (learner_.joinable()) learner_.join();
+    if (replay_.joinable()) replay_.join();
     EXPECT_TRUE(learned_.ok()) << "learner: " << learned_;
+    EXPECT_TRUE(replayed_.ok()) << "replay: " << replayed_;
     EXPECT_TRUE(acted_.ok()) << "actor: " << acted_;
     // A learner leaves its adapters' segments for its successor: the test removes them.
     const v1::ListAdaptersResponse adapters = coordinator_->ListAdapters();
@@ -102,6 +106,12 @@ class AdapterLearnerTest : public ::testing::Test {
       acted_ = RunActorRole(c_, {"actor-0"}, stop_);
       ended_ = true;
     });
+    if (!c_.replay.address.empty()) {  // the replay role beside the learner
+      replay_ = std::thread([this] {
+        replayed_ = RunReplayRole(c_, "", stop_);
+        ended_ = true;
+      });
+    }
   }
 
   std::string Submit(const std::string& adapter, int prompts) {
@@ -146,8 +156,8 @@ class AdapterLearnerTest : public ::testing::Test {
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::atomic<bool> stop_{false}, ended_{false};
-  std::thread learner_, actor_;
-  absl::Status learned_, acted_;
+  std::thread learner_, actor_, replay_;
+  absl::Status learned_, acted_, replayed_;
 };
 
 TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
@@ -169,6 +179,40 @@ TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
   ASSERT_TRUE(fs::exists(code_weights));
   ASSERT_TRUE(coordinator_->DeleteAdapter("code").ok());
   ASSERT_TRUE(WaitFor([&] { return !fs::exists(code_weights); }));
+  const int64_t before = Adapter("math").version();
+  Submit("math", 8);
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= before + 2; }));
+}
+
+// Actors on another node: each adapter's versions stream from the learner's gRPC weight server
+// (no weight segment of any adapter), its groups go through the replay role's remote ingest into
+// its own replay, and deleting an adapter stops its stream while the other trains on.
+TEST_F(AdapterLearnerTest, AcrossNodesVersionsTravelOverGrpcAndGroupsThroughTheIngest) {
+  c_.broadcast.transport = config::WeightTransport::kGrpc;
+  c_.broadcast.listen = absl::StrCat("127.0.0.1:", ::prl::testing::FreePort());
+  c_.replay.listen = absl::StrCat("127.0.0.1:", ::prl::testing::FreePort());
+  c_.replay.address = c_.replay.listen;
+  ASSERT_TRUE(config::ValidateRunConfig(c_).ok()) << config::ValidateRunConfig(c_);
+  Start();
+  Submit("math", 12);
+  Submit("code", 12);
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 3 && Adapter("code").version() >= 3; }))
+      << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
+      << (ended_ ? " (a role ended)" : "");
+  const v1::AdapterStatus math = Adapter("math"), code = Adapter("code");
+  for (const v1::AdapterStatus* a : {&math, &code}) {
+    EXPECT_FALSE(fs::exists(fs::path("/dev/shm") / AdapterWeightSegment(c_, a->adapter_id())))
+        << "versions over gRPC, not shared memory";
+    EXPECT_TRUE(fs::exists(fs::path(c_.checkpoint_dir()) / "adapters" / a->adapter_id() /
+                           "weight_version"))
+        << "each adapter's newest version kept for a restarted learner";
+  }
+  // The coordinator refused no group: every one entered its own adapter's replay.
+  EXPECT_EQ(coordinator_->Stats().rejected_groups, 0);
+  const fs::path code_replay = fs::path("/dev/shm") / AdapterReplaySegment(c_, code.adapter_id());
+  ASSERT_TRUE(fs::exists(code_replay));
+  ASSERT_TRUE(coordinator_->DeleteAdapter("code").ok());
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(code_replay); }));
   const int64_t before = Adapter("math").version();
   Submit("math", 8);
   ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= before + 2; }));

@@ -28,9 +28,12 @@
 #include "tests/learner/learner_testing.h"
 #include "weight_broadcast/shm_transport.h"
 #include "weight_broadcast/versioning.h"
+#include "tests/free_port.h"
 
 namespace prl::roles {
 namespace {
+
+using ::prl::testing::FreePort;
 
 using ::testing::HasSubstr;
 
@@ -285,22 +288,6 @@ TEST(RewardRoleTest, ServesTheRunsTaskRewardToRemoteClients) {
   EXPECT_EQ((*scored)[0].reward, 1.0);
   EXPECT_EQ((*scored)[1].reward, 0.0);
   EXPECT_TRUE(served.ok()) << served;
-}
-
-// A port no one listens on now (bound to port 0, then closed).
-int FreePort() {
-  ReplayConfig rc;
-  rc.capacity_bytes = 1 << 16;
-  const std::string probe_segment = absl::StrCat("prl-roles-test-probe-", getpid());
-  auto buffer = ReplayBuffer::Create(probe_segment, rc);
-  IngestOptions any_port;
-  any_port.address = "127.0.0.1:0";
-  auto server = ReplayIngestServer::Start(buffer->get(), any_port);
-  const int port = (*server)->port();
-  server->reset();
-  buffer->reset();
-  ReplayBuffer::Remove(probe_segment, true).IgnoreError();
-  return port;
 }
 
 TEST(ReplayRoleTest, AdmitsOnlyGroupsOfThisRunWithAnOpenLease) {
