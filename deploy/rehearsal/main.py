@@ -7,9 +7,12 @@ set submitted through the coordinator's Service name from a client pod with the 
 CA and certificate, the actors scaled 1 -> 3 -> 1 while it runs, the accounting of every prompt;
 then the dashboard's and the alert rules' queries against Prometheus, which scraped it all.
 
-With --tenants: the shared fleet of tenants' adapters instead (components/colocated and
-components/tenants on the overlay; deploy/rehearsal/tenants.py): two adapters' sets, each
-adapter trained on its own groups, every prompt of both accounted for.
+With --tenants: the shared fleet of tenants' adapters instead (components/tenants on the
+overlay, mutual TLS as its components/security sets it; deploy/rehearsal/tenants.py): the
+actors in pods of their own (other network namespaces and /dev/shm than the learner's), each
+adapter's versions from the learner's gRPC weight server and its groups through the replay
+ingest in the learner pod; two adapters' sets, each adapter trained on its own groups, every
+prompt of both accounted for.
 
 usage: main.py PATH_TO_PRL RUN_ID [--tenants]       (root: namespaces, mounts)
 """
@@ -223,7 +226,7 @@ def status(kube, fleet, set_id):
 
 def run(prl, run_id, work, with_tenants=False):
     start = time.time()
-    objects, index = render(work, ("colocated", "tenants") if with_tenants else ())
+    objects, index = render(work, ("tenants",) if with_tenants else ())
     prompts_configmap(index)
     net = network.Network(run_id, "10.250.%d.0/24" % (int(run_id) % 200 + 20))
     net.create()
@@ -242,6 +245,9 @@ def run(prl, run_id, work, with_tenants=False):
                 raise RuntimeError("pods were not created")
             time.sleep(0.2)
         fleet.wait_ready(fleet.pods())
+        if with_tenants:  # the adapters' actors: pods of the actor Deployment, not the learner's
+            fleet.scale("prl-actor", tenants.ACTORS)
+            fleet.wait_ready(fleet.pods())
         print("fleet ready in %.0f s: %s" % (time.time() - start, ", ".join("%s (%s)" % (p.name, p.ip) for p in fleet.pods())), flush=True)
         lines, problems = security_report(fleet)
         print("security of each process, as it says at start:\n" + "\n".join(lines), flush=True)
@@ -345,8 +351,9 @@ def drained_replay(learner, segment, groups_per_step):
 
 
 def report_tenants(kube, fleet, result):
-    """Each adapter's accounting: its set at the coordinator, its replay segment drained by the
-    learner, its steps from its report file (deploy/rehearsal/tenants.py)."""
+    """Each adapter's accounting: its set at the coordinator, its replay segment in the learner
+    pod (filled by the replay ingest from the actor pods) drained by the learner, its steps from
+    its report file; the actor pods and the prompts each leased (deploy/rehearsal/tenants.py)."""
     learner = next(p for p in fleet.pods() if p.name == "prl-learner-0")
     coordinator = next(p for p in fleet.pods() if p.name == "prl-coordinator-0")
     config_map = next(v["configMap"]["name"] for v in learner.spec["volumes"] if v["name"] == "config")
@@ -359,8 +366,9 @@ def report_tenants(kube, fleet, result):
         stats[a["name"]] = drained_replay(learner, segment, config["learner"]["groups_per_step"])
         totals[a["name"]] = learner_totals(kube.pvc + "/prl-learner-checkpoints",
                                            "learner_steps.%s.jsonl" % a["name"])
+    actors = {p.name: p.ip for p in fleet.pods() if p.name in fleet.by_owner.get("prl-actor", [])}
     tenants.report(result, adapters, stats, totals, tenants.metrics_of(coordinator),
-                   tenants.metrics_of(learner))
+                   tenants.metrics_of(learner), actors, learner)
 
 
 def report(kube, fleet, prometheus, scenario, start):

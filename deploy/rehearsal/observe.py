@@ -123,12 +123,12 @@ def check_queries(prometheus, queries, at):
             # The rehearsal runs no agentic episodes, no agents and no run of adapters
             # (docs/environments.md, docs/agents.md, docs/tenants.md): queries of their metrics
             # only have to evaluate (promtool and check-names test them otherwise).
-            episodes_only = all(re.match(r"prl_(episode|environment|agent|adapter)_", s)
+            episodes_only = all(re.match(r"prl_(episode|environment|agent|adapter|tenant)_", s)
                                 for s in selectors(q["expr"]))
             good = ok and (finite > 0 or episodes_only)
             lines.append("%s %s: %d series, %d finite%s" % (
                 "ok  " if good else "FAIL", q["source"], series, finite,
-                " (episode, agent or adapter metrics: none in this run)"
+                " (episode, agent, adapter or tenant metrics: none in this run)"
                 if episodes_only and not finite else ""))
         else:
             ok, series, _, error = prometheus.query(q["expr"], at)

@@ -1,7 +1,10 @@
 """The rehearsal of a shared fleet of tenants (deploy/rehearse.sh --tenants; docs/tenants.md):
-the cpu-dev overlay with components/colocated and components/tenants, two adapters' prompt sets
-submitted through the coordinator's Service name, each adapter trained on its own groups by the
-learner beside the actors, and the accounting of every prompt of both.
+the cpu-dev overlay with components/tenants (mutual TLS from the overlay's components/security),
+its actors in pods of their own, apart from the learner's: each adapter's versions reach them
+from the learner's gRPC weight server, and their groups reach each adapter's replay segment in
+the learner pod through the replay ingest (prl-replay). Two adapters' prompt sets submitted
+through the coordinator's Service name, each adapter trained on its own groups, the accounting
+of every prompt of both and of the actor pods that generated them.
 
 main.py runs the fleet; this module holds the scenario and its report.
 """
@@ -13,6 +16,7 @@ import observe
 
 PROMPTS = 1600  # per adapter, a multiple of groups_per_step (cpu-dev: 16)
 SAMPLES, MAX_TOKENS = 8, 48
+ACTORS = 2  # actor pods (the actor Deployment's replicas), each in its own network namespace
 # Each adapter's own task (the built-in arithmetic reward scores both), and its settings:
 # math takes the fleet's defaults (prl-run tenants_lora_*), code names its own rank.
 ADAPTERS = (("math", "+", []), ("code", "-", ["--adapter-rank", "8"]))
@@ -59,11 +63,15 @@ def scenario(client, status):
     return {"sets": sets, "done": done}
 
 
-def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics):
-    """Prints each adapter's accounting and raises SystemExit when a prompt is unaccounted for.
+def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics, actors,
+           learner):
+    """Prints each adapter's accounting and the actor pods', and raises SystemExit when a prompt
+    is unaccounted for or the actors did not run in pods of their own.
     adapters: `prl adapter list --json`; stats[name]: its replay segment's `prl replay stat`;
     totals[name]: (steps, groups trained, handed back, duplicates) from its report file;
-    coordinator_metrics, learner_metrics: their /metrics (the adapter's series)."""
+    coordinator_metrics, learner_metrics: their /metrics (the adapter's series; the prompts
+    leased to each actor); actors: {actor pod name: its IP}; learner: the learner's pod (rank 0),
+    whose /dev/shm holds the segments."""
     by_name = {a["name"]: a for a in adapters}
     problems = []
     print("\n== accounting, per adapter")
@@ -101,6 +109,19 @@ def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics
             problems.append("adapter %s was never trained (version %s)" % (name, a.get("version")))
         if settings and rank != int(settings[-1]):
             problems.append("adapter %s: rank %d, its set asked for %s" % (name, rank, settings[-1]))
+    # The actors are pods of their own: their groups reached the segments in the learner pod's
+    # /dev/shm through the replay ingest, their versions came over gRPC (no shared memory).
+    leased = {k.split('"')[1]: v for k, v in coordinator_metrics.items()
+              if k.startswith("prl_prompts_leased_total{")}
+    print("\n== actor pods (the learner pod %s is at %s)" % (learner.name, learner.ip))
+    for name, ip in sorted(actors.items()):
+        print("  prompts leased to %-34s %-15s %5d" % (name, ip, leased.get(name, 0)))
+        if ip == learner.ip:
+            problems.append("actor pod %s shares the learner pod's network" % name)
+        if not leased.get(name):
+            problems.append("actor pod %s was leased no prompt" % name)
+    if len(actors) != ACTORS:
+        problems.append("%d actor pods, expected %d" % (len(actors), ACTORS))
     print("\nrehearsal (tenants): %s" % ("; ".join(problems) or "every prompt of both adapters accounted for"))
     if problems:
         raise SystemExit(1)

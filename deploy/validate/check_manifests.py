@@ -19,7 +19,10 @@ command line with `--print-config`, the run config of its ConfigMap):
     of TLS or tokens;
   - --secrets DIR (make-secrets.sh's output): every server name a container dials (the
     coordinator, replay and weight Services, MASTER_ADDR) is in the certificate of the pod the
-    name reaches, as gRPC matches names (a wildcard covers one label of three or more).
+    name reaches, as gRPC matches names (a wildcard covers one label of three or more);
+  - every role container agrees on the run of adapters (components/tenants): all or none has
+    coordinator.adapters, and those that have it the same learner.lora_rank, lora_alpha and
+    lora_targets (each new adapter's defaults; every role reads the same rules).
 --security none (the base, not deployed alone) checks none of these.
 
 usage: check_manifests.py NAME [--prl PRL] [--security mtls|insecure|none] [--secrets DIR]
@@ -222,6 +225,7 @@ if options.prl and options.security != "none":
     services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
     work = tempfile.mkdtemp()  # the run config each command line reads; removed below
     checked = dialed = 0
+    adapters = {}  # each role container's run of adapters, from its effective config
     for w in workloads:
         wname = "%s/%s" % (w["kind"], w["metadata"]["name"])
         pod = w["spec"]["template"]["spec"]
@@ -236,6 +240,10 @@ if options.prl and options.security != "none":
                 check(False, cname + ": its command line does not parse: " + error)
                 continue
             checked += 1
+            learner = config["learner"]
+            adapters[cname] = ((True, learner["lora_rank"], learner["lora_alpha"],
+                                learner["lora_targets"]) if config["coordinator"]["adapters"]
+                               else (False,))
             sec = config["security"]
             tls = bool(sec["tls_cert_file"] and sec["tls_key_file"])
             listeners = {"coordinator": [config["coordinator"]["listen"]],
@@ -286,6 +294,10 @@ if options.prl and options.security != "none":
                     check(grpc_matches(host, sans(cert)),
                           cname + ": dials %s, not a name of %s's certificate (make-secrets.sh)" % (host, target["metadata"]["name"]))
                     dialed += 1
+    check(len(set(adapters.values())) <= 1,
+          "the role containers disagree on the run of adapters (coordinator.adapters, "
+          "learner.lora_rank, lora_alpha, lora_targets): %s" % "; ".join(
+              "%s %s" % (c, a) for c, a in sorted(adapters.items())))
     shutil.rmtree(work, ignore_errors=True)
     print("%s: security of %d role containers checked (%s)%s" % (
         name, checked, options.security,

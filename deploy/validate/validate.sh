@@ -7,8 +7,9 @@
 #                                 check_manifests.py (with the security of every role container:
 #                                 mutual TLS and its tokens in the overlays, security.insecure
 #                                 with components/insecure, the certificates of make-secrets.sh
-#                                 naming every server a container dials), and every run config
-#                                 parses strictly (prl ROLE --config F --print-config)
+#                                 naming every server a container dials; with components/tenants
+#                                 the same run of adapters in every role container), and every
+#                                 run config parses strictly (prl ROLE --config F --print-config)
 #   validate.sh monitoring        promtool check rules / test rules / check config (Kubernetes
 #                                 discovery swapped for file discovery: Debian's Prometheus is
 #                                 built without it), the PodMonitor's schema, the dashboard's and
@@ -59,6 +60,23 @@ expect_settings() {
   fi
 }
 
+# expect_adapters NAME COUNT WHAT: COUNT containers of the render run a run of adapters
+# (components/tenants): coordinator.adapters=true and the three learner.lora_* settings, COUNT
+# of each.
+expect_adapters() {
+  local key n wrong=""
+  for key in coordinator.adapters=true learner.lora_{rank,alpha,targets}=; do
+    n=$(grep -cF -- "- $key" "$work/$1.yaml" || true)
+    [[ $n -eq $2 ]] || wrong+=" $key x$n"
+  done
+  if [[ -n $wrong ]]; then
+    echo "FAIL $1:$wrong, expected $2 of each ($3)" >&2
+    failures=$((failures + 1))
+  else
+    echo "ok   $1: $2 containers run a run of adapters ($3)"
+  fi
+}
+
 validate_k8s() {
   local prl=$1 failures=0 name mode
   command -v kubectl >/dev/null || { echo "validate: kubectl not found" >&2; exit 1; }
@@ -71,9 +89,20 @@ validate_k8s() {
   render gpu-colocated overlays/gpu colocated
   # The other order (colocated first, as an overlay of your own may list them).
   render base-colocated-security base colocated security
-  # A shared fleet of tenants' adapters (components/tenants, last).
-  render cpu-dev-tenants overlays/cpu-dev colocated tenants
+  # A shared fleet of tenants' adapters (components/tenants): actors in their own pods, before
+  # components/security too (either order), and after components/colocated.
+  render cpu-dev-tenants overlays/cpu-dev tenants
+  render base-tenants-security base tenants security
+  render cpu-dev-colocated-tenants overlays/cpu-dev colocated tenants
   render base-colocated-security-tenants base colocated security tenants
+  # Listed before components/colocated, its settings would miss the colocated actors:
+  # components/colocated refuses to render.
+  if render tenants-before-colocated overlays/cpu-dev tenants colocated 2> /dev/null; then
+    echo "FAIL tenants-before-colocated: rendered; components/colocated should refuse" >&2
+    failures=$((failures + 1))
+  else
+    echo "ok   tenants-before-colocated: refused (components/tenants goes after colocated)"
+  fi
   # The opt-out: an overlay with components/insecure in place of components/security.
   cp -r "$k8s" "$work/k8s-insecure"
   sed -i 's|../../components/security|../../components/insecure|' "$work"/k8s-insecure/overlays/*/kustomization.yaml
@@ -82,7 +111,8 @@ validate_k8s() {
   render gpu-insecure-colocated overlays/gpu colocated
   root=$k8s
   for name in base cpu-dev gpu cpu-dev-colocated gpu-colocated base-colocated-security \
-      cpu-dev-tenants base-colocated-security-tenants cpu-dev-insecure gpu-insecure-colocated; do
+      cpu-dev-tenants base-tenants-security cpu-dev-colocated-tenants \
+      base-colocated-security-tenants cpu-dev-insecure gpu-insecure-colocated; do
     echo "== $name"
     case $name in
       base) mode=none ;;
@@ -106,10 +136,21 @@ validate_k8s() {
   expect_settings gpu 24 "coordinator 7, learner 6, replay ingest 6, actor 5"
   expect_settings cpu-dev-colocated 29 "coordinator 7, learner 6, replay ingest 6, two actors 5"
   expect_settings base-colocated-security 29 "coordinator 7, learner 6, replay ingest 6, two actors 5"
-  expect_settings cpu-dev-tenants 23 "coordinator 7, learner 6, two actors 5 (no replay ingest)"
-  expect_settings base-colocated-security-tenants 23 "coordinator 7, learner 6, two actors 5"
+  expect_settings cpu-dev-tenants 24 "coordinator 7, learner 6, replay ingest 6, actor 5"
+  expect_settings base-tenants-security 24 "coordinator 7, learner 6, replay ingest 6, actor 5"
+  expect_settings cpu-dev-colocated-tenants 29 \
+    "coordinator 7, learner 6, replay ingest 6, two actors 5"
+  expect_settings base-colocated-security-tenants 29 \
+    "coordinator 7, learner 6, replay ingest 6, two actors 5"
   expect_settings cpu-dev-insecure 3 "security.insecure: coordinator, learner, replay ingest"
   expect_settings gpu-insecure-colocated 3 "security.insecure: coordinator, learner, replay ingest"
+  # components/tenants sets the run of adapters on every role container.
+  expect_adapters cpu-dev-tenants 4 "coordinator, learner, replay ingest, actor"
+  expect_adapters base-tenants-security 4 "coordinator, learner, replay ingest, actor"
+  expect_adapters cpu-dev-colocated-tenants 5 "coordinator, learner, replay ingest, two actors"
+  expect_adapters base-colocated-security-tenants 5 \
+    "coordinator, learner, replay ingest, two actors"
+  expect_adapters cpu-dev-colocated 0 "no run of adapters without components/tenants"
   # Every run config the fleet can mount parses strictly (unknown keys are errors).
   for config in "$k8s"/base/run.json "$k8s"/overlays/*/run.json; do
     for role in coordinator "learner serve" actor "replay serve"; do
