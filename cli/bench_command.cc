@@ -8,6 +8,7 @@
 #include "bench/coordinator_bench.h"
 #include "bench/engine_bench.h"
 #include "bench/env_share_bench.h"
+#include "bench/adapter_learner_bench.h"
 #include "bench/learner_bench.h"
 #include "bench/model_bench.h"
 #include "bench/replay_bench.h"
@@ -53,6 +54,10 @@ struct LearnerBenchFlags {
   std::vector<std::string> checkpointing = {"none"};
   std::vector<std::string> context_attention = {"allgather"};
   bench::LearnerBenchOptions options;
+  // --adapters N: the learner of a run of adapters instead (bench/adapter_learner_bench.h).
+  int adapters = 0;
+  int64_t adapter_rank = 8;
+  int threads_per_rank = 0;
   bool json = false;
   std::vector<std::string> argv;
 };
@@ -72,6 +77,22 @@ absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
   for (const std::string& name : f.context_attention) {
     PRL_ASSIGN_OR_RETURN(options.context_attention.emplace_back(),
                          ParseEnum(kContextAttentionNames, name, "--context-attention"));
+  }
+  if (f.adapters > 0) {
+    bench::AdapterLearnerBenchOptions a;
+    a.adapters = f.adapters;
+    a.adapter_rank = f.adapter_rank;
+    a.tokens = options.tokens;
+    a.seq_len = options.seq_lens.front();
+    a.steps = options.iterations;
+    a.world_sizes = options.world_sizes;
+    a.threads_per_rank = f.threads_per_rank;
+    const absl::Status rank = bench::RunAdapterLearnerBenchRank(config, a);
+    if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
+    PRL_ASSIGN_OR_RETURN(const bench::Report report,
+                         bench::RunAdapterLearnerBench(config, a, f.argv));
+    std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
+    return absl::OkStatus();
   }
   const absl::Status rank = bench::RunLearnerBenchRank(config, options);
   if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
@@ -266,6 +287,20 @@ void RegisterLearnerBench(CLI::App* bench, CommandRegistry& registry, int argc, 
       ->add_option("--device", l->device, "cpu (ranks over Gloo) or cuda (rank r on GPU r, NCCL)")
       ->capture_default_str();
   learner->add_option("--dtype", l->dtype, "fp32 | bf16 (CUDA: mixed precision)")
+      ->capture_default_str();
+  learner
+      ->add_option("--adapters", l->adapters,
+                   "A run of adapters' learner instead: this many LoRA adapters on one frozen "
+                   "base, each rank training its share one after another (--tokens per adapter "
+                   "step, the first --seq-len, --iters steps each), every world size beside one "
+                   "rank")
+      ->capture_default_str();
+  learner->add_option("--adapter-rank", l->adapter_rank, "With --adapters: their LoRA rank")
+      ->capture_default_str();
+  learner
+      ->add_option("--threads-per-rank", l->threads_per_rank,
+                   "With --adapters: OpenMP threads per rank (0: the cores shared between the "
+                   "ranks)")
       ->capture_default_str();
   learner->add_flag("--json", l->json, "Print one JSON object instead of the table");
   registry.Add(learner, [l] { return RunLearnerBench(*l); });

@@ -500,10 +500,15 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             "segment or a gRPC channel of its own; cuda_ipc and nccl carry one "
                             "model's)",
                             EnumName(kWeightTransportNames, c.broadcast.transport)));
-  // One learner rank trains every adapter for now (roles/adapter_learner.h).
-  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1,
+  // Several ranks each train their adapters, on the actors' node for now (their segments are
+  // where the actors open them: roles/adapter_learner.h).
+  PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1 ||
+                                (c.broadcast.transport == WeightTransport::kShm &&
+                                 c.replay.address.empty() && c.learner.context_parallel == 1),
                             "learner.world_size",
-                            "1 with coordinator.adapters (one rank trains every adapter for now)",
+                            "1 with coordinator.adapters across nodes (several learner ranks "
+                            "train adapters on the actors' node: broadcast.transport shm, "
+                            "replay.address empty, learner.context_parallel 1)",
                             c.learner.world_size));
   PRL_RETURN_IF_ERROR(Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
                             "coordinator.tenants_file",

@@ -161,6 +161,9 @@ struct CoordinatorConfig {
   // lora_targets, lr).
   prl::v1::AdapterSpec adapter_defaults;
   int64_t max_adapters = 64;  // live adapters, all tenants together
+  // The learner's ranks (learner.world_size): each new adapter is placed on the rank with the
+  // fewest live adapters (AdapterStatus.learner_rank), for its life.
+  int32_t learner_ranks = 1;
   int32_t max_adapter_rank = 256;
   // The model's check of a resolved adapter (its targets exist, the rank fits every target);
   // null: the coordinator's own checks only.

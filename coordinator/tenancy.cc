@@ -3,6 +3,7 @@
 // progress. The adapters and their budgets are coordinator/adapters.h's; what a tenant may do
 // is coordinator/tenants.h's.
 #include <algorithm>
+#include <vector>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -205,6 +206,15 @@ absl::StatusOr<std::optional<prl::v1::LogRecord>> Coordinator::AdmitLocked(
   *created->mutable_spec() = spec;
   created->set_tenant(caller.tenant);
   created->set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  // Its learner rank: the one with the fewest live adapters (the lowest on a tie), kept for its
+  // life (the record holds it).
+  std::vector<int64_t> placed(static_cast<size_t>(std::max(1, config_.learner_ranks)), 0);
+  for (const std::string& other : adapters_.order()) {
+    const int32_t rank = adapters_.ById(other)->status.learner_rank();
+    if (rank >= 0 && rank < static_cast<int32_t>(placed.size())) ++placed[rank];
+  }
+  created->set_learner_rank(static_cast<int32_t>(
+      std::min_element(placed.begin(), placed.end()) - placed.begin()));
   submitted->set_adapter_id(id);
   return record;
 }
@@ -320,6 +330,7 @@ absl::Status Coordinator::AdapterProgressLocked(const prl::v1::LearnerProgressRe
     c->set_adapter_id(id);
     c->set_completions(adapters_.ById(id)->completions);
     *c->mutable_spec() = adapters_.ById(id)->status.spec();
+    c->set_learner_rank(adapters_.ById(id)->status.learner_rank());
   }
   return absl::OkStatus();
 }

@@ -54,7 +54,8 @@ class AdapterTrainer {
   static absl::StatusOr<std::unique_ptr<AdapterTrainer>> Start(
       const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
-      metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server);
+      metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
+      collective::Communicator* comm);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -129,29 +130,24 @@ class AdapterTrainer {
 absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
-    metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server) {
+    metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
+    collective::Communicator* comm) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->weight_server_ = weight_server;
   t->id_ = adapter.adapter_id();
   t->name_ = adapter.spec().name();
   t->metrics_ = metrics;
   const LoraConfig lora = LoraConfigOf(adapter.spec());
-  PRL_RETURN_IF_ERROR(ValidateLoraConfig(lora, model));
-  // The model: this adapter on the node's frozen base (no copy of the base).
-  LearnerRankOptions rank_options;
-  learner::FsdpOptions fsdp = FsdpOptionsFrom(c.learner, rank_options);
-  fsdp.lora = lora;
-  fsdp.frozen_base = rank.frozen_base.get();
-  PRL_ASSIGN_OR_RETURN(t->model_, learner::FsdpModel::Create(model, rank.comm.get(), fsdp));
-  PRL_ASSIGN_OR_RETURN(LoraSet start, LoraSet::Allocate(model, lora, Device::Cpu(), false));
-  // A new adapter as peft makes one (A random, B zero), seeded by its id: the same adapter
-  // starts the same after a restart (its checkpoint, if any, then takes over).
-  InitializeLora(start, XXH3_64bits(t->id_.data(), t->id_.size()));
-  PRL_RETURN_IF_ERROR(
-      t->model_->LoadFull({start.data(), static_cast<size_t>(start.layout.num_elements())}));
-  learner::OptimizerConfig optimizer = rank.optimizer_config;
-  optimizer.lr = adapter.spec().learning_rate();
-  PRL_ASSIGN_OR_RETURN(t->optimizer_, learner::ShardedOptimizer::Create(optimizer, t->model_.get()));
+  // The model: this adapter on the node's frozen base (no copy of the base), new as peft makes
+  // one (A random, B zero), seeded by its id: the same adapter starts the same after a restart
+  // (its checkpoint, if any, then takes over).
+  PRL_ASSIGN_OR_RETURN(AdapterModel made,
+                       CreateAdapterModel(c.learner, rank, model, lora,
+                                          XXH3_64bits(t->id_.data(), t->id_.size()),
+                                          adapter.spec().learning_rate(), comm));
+  t->model_ = std::move(made.model);
+  t->optimizer_ = std::move(made.optimizer);
+  const double lr = adapter.spec().learning_rate();
   // Its segments: joined when they exist (this learner restarted), else made.
   t->replay_segment_ = AdapterReplaySegment(c, t->id_);
   t->weight_segment_ = AdapterWeightSegment(c, t->id_);
@@ -178,7 +174,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   }
   learner::LearnerServiceOptions options = LearnerServiceOptionsFrom(c);
   options.step = rank.step;
-  options.lr = optimizer.lr;
+  options.lr = lr;
   options.turns = turns;
   options.checkpoint.dir = absl::StrCat(c.checkpoint_dir(), "/adapters/", t->id_);
   options.dead_letter_path = c.dead_letter_file(absl::StrCat("learner-", t->id_));
@@ -213,7 +209,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
       t->model_.get(), t->optimizer_.get(), t->replay_.get(), t->publisher_.get(), options);
   t->thread_ = std::thread([raw] { raw->Run(); });
   std::printf("learner: adapter %s (%s): %s, lr %g; versions in %s, groups from %s\n",
-              t->name_.c_str(), t->id_.c_str(), LoraFingerprint(lora).c_str(), optimizer.lr,
+              t->name_.c_str(), t->id_.c_str(), LoraFingerprint(lora).c_str(), lr,
               versions_at.c_str(), t->replay_segment_.c_str());
   std::fflush(stdout);
   return t;
@@ -254,9 +250,20 @@ void AdapterTrainer::Run() {
 // The fleet: the trainers by adapter id, and the coordinator's reply they follow.
 class AdapterFleet {
  public:
+  // `comm`: the trainers' communicator (a world of one: each adapter trains on one rank);
+  // `placement`: this rank's index and the learner's ranks (an adapter trains on the rank its
+  // AdapterCompletions.learner_rank names, modulo the ranks).
   AdapterFleet(const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
-               metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server)
-      : c_(c), rank_(rank), model_(model), metrics_(metrics), weight_server_(weight_server) {
+               metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
+               collective::Communicator* comm, int this_rank, int ranks)
+      : c_(c),
+        rank_(rank),
+        model_(model),
+        metrics_(metrics),
+        weight_server_(weight_server),
+        comm_(comm),
+        this_rank_(this_rank),
+        ranks_(ranks) {
     coordinator_ = v1::ActorControl::NewStub(
         rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
   }
@@ -269,9 +276,12 @@ class AdapterFleet {
     for (auto& [id, trainer] : trainers_) trainer->Stop();
   }
 
-  // Every adapter named in `names` has a trainer that took its learner.steps steps.
+  // Every adapter named in `names` that this rank trains has a trainer that took its
+  // learner.steps steps (each is known: a name not heard of yet is not finished).
   bool Finished(const std::vector<std::string>& names) const {
     for (const std::string& name : names) {
+      if (!placed_.contains(name)) return false;  // not made yet
+      if (placed_.at(name) != this_rank_) continue;  // another rank's
       const bool done = std::any_of(trainers_.begin(), trainers_.end(), [&](const auto& t) {
         return t.second->name() == name && t.second->Finished();
       });
@@ -332,7 +342,21 @@ class AdapterFleet {
       it = trainers_.erase(it);
     }
     live_.clear();
-    for (const auto& [id, adapter] : live) live_.insert(id);
+    placed_.clear();
+    for (const auto& [id, adapter] : live) {
+      placed_[adapter->spec().name()] = adapter->learner_rank() % ranks_;
+      if (adapter->learner_rank() % ranks_ == this_rank_) live_.insert(id);  // this rank's
+    }
+    // Trainers of adapters this rank does not train (none, unless the placement changed): stop,
+    // their segments kept for the rank that trains them.
+    for (auto it = trainers_.begin(); it != trainers_.end();) {
+      if (live_.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      it->second->Stop();
+      it = trainers_.erase(it);
+    }
     std::erase_if(failed_, [&](const auto& f) { return live.count(f.first) == 0; });
     if (metrics_ != nullptr) {  // a deleted adapter's series go
       std::set<std::string> names;
@@ -340,6 +364,7 @@ class AdapterFleet {
       metrics_->Keep(names);
     }
     for (const auto& [id, adapter] : live) {
+      if (!live_.contains(id)) continue;  // another rank's
       if (trainers_.count(id) > 0 || starting_.count(id) > 0) continue;
       if (auto f = failed_.find(id); f != failed_.end() && absl::Now() < f->second) continue;
       // With one learner rank the trainers' collectives are local copies (StepTurns), so a
@@ -382,7 +407,7 @@ class AdapterFleet {
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
-                                   weight_server_);
+                                   weight_server_, comm_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
     }
@@ -418,13 +443,16 @@ class AdapterFleet {
   const ModelConfig& model_;
   metrics::AdapterLearnerMetrics* metrics_;  // null: not exported
   GrpcAdapterWeightServer* weight_server_;   // null: each adapter's versions in a segment
+  collective::Communicator* comm_;           // the trainers'
+  const int this_rank_, ranks_;
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;
   std::optional<v1::LearnerProgressResponse> seen_;
   bool swept_ = false;  // the first reply's deleted adapters' segments removed
   std::map<std::string, std::unique_ptr<AdapterTrainer>> trainers_;
   std::map<std::string, absl::Time> failed_;  // adapter id -> when its trainer is made again
-  std::set<std::string> live_;                // the adapters of the last reply
+  std::set<std::string> live_;                // the adapters of the last reply this rank trains
+  std::map<std::string, int> placed_;         // every live adapter's rank, by name
   // Trainers being made (by adapter id) and removed; destroyed first, waiting for them.
   struct Starting {
     std::string name;
@@ -439,7 +467,13 @@ class AdapterFleet {
 absl::Status RunAdapterLearner(const config::RunConfig& c,
                                const collective::RendezvousConfig& rendezvous,
                                const std::atomic<bool>& stop) {
-  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(c.metrics));
+  // Every rank serves /metrics (its adapters' series): rank 0, or each rank on a node of its
+  // own, on metrics.listen; another local rank on a free port of the same host.
+  config::MetricsSection metrics = c.metrics;
+  if (rendezvous.rank > 0 && !rendezvous.file_store_dir.empty()) {
+    metrics.listen = absl::StrCat(metrics.listen.substr(0, metrics.listen.rfind(':')), ":0");
+  }
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<RoleMetrics> endpoint, StartRoleMetrics(metrics));
   PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
   std::optional<ParameterSet> full;  // the base, read once (then mapped: learner/frozen_base.h)
   auto load = [&]() -> absl::StatusOr<const ParameterSet*> {
@@ -455,10 +489,19 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
   PRL_ASSIGN_OR_RETURN(std::unique_ptr<LearnerRank> rank,
                        CreateLearnerRank(c.learner, rank_options, model, load, rendezvous));
   full.reset();
-  std::printf("learner: a run of adapters on %s, one trainer per adapter on a frozen base; "
-              "coordinator %s%s\n",
-              rank->device.ToString().c_str(), c.coordinator_address().c_str(),
-              endpoint->Describe().c_str());
+  // Each adapter trains on one rank (the rank the coordinator placed it on): the trainers step
+  // over a world of one, the ranks sharing only the node's base file.
+  collective::Communicator* trainer_comm = rank->comm.get();
+  std::unique_ptr<collective::Communicator> own_comm;
+  if (rank->comm->world_size() > 1) {
+    PRL_ASSIGN_OR_RETURN(own_comm, ConnectRankAlone(rendezvous, "adapters",
+                                                    absl::Seconds(c.learner.timeout_s)));
+    trainer_comm = own_comm.get();
+  }
+  std::printf("learner: a run of adapters on %s (rank %d of %d: the adapters placed on it), one "
+              "trainer per adapter on a frozen base; coordinator %s%s\n",
+              rank->device.ToString().c_str(), rank->rank(), rank->comm->world_size(),
+              c.coordinator_address().c_str(), endpoint->Describe().c_str());
   std::fflush(stdout);
   // Across nodes: every adapter's versions on one weight server (outliving the trainers).
   std::unique_ptr<GrpcAdapterWeightServer> weight_server;
@@ -474,7 +517,8 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
   }
   endpoint->SetReadiness([] { return absl::OkStatus(); });
   metrics::AdapterLearnerMetrics adapter_metrics(*endpoint->registry);
-  AdapterFleet fleet(c, *rank, model, &adapter_metrics, weight_server.get());
+  AdapterFleet fleet(c, *rank, model, &adapter_metrics, weight_server.get(), trainer_comm,
+                     rank->rank(), rank->comm->world_size());
   // prl run's tenants (config.tenants): the learner ends once each one's adapter has taken its
   // learner.steps steps, as a run of one model ends after them.
   std::vector<std::string> tenants;

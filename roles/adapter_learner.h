@@ -18,8 +18,11 @@
 // groups come in through its replay segment on this node, written by actors beside it or by
 // the replay role's remote ingest (roles/adapter_segments.h).
 //
-// For now: learner.world_size 1 (the trainers share rank 0's communicator, one step at a
-// time) and the CPU (as every LoRA learner).
+// With learner.world_size > 1 each rank trains the adapters the coordinator placed on it
+// (AdapterCompletions.learner_rank: at creation, the rank with the fewest live adapters; kept
+// for the adapter's life), each trainer over a world of one, the ranks of a node mapping its
+// one base file. For now the ranks share the actors' node (broadcast.transport shm and a
+// local replay: ValidateRunConfig), and the learner trains on the CPU (as every LoRA learner).
 #pragma once
 
 #include <atomic>

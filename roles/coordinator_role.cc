@@ -127,6 +127,7 @@ absl::StatusOr<coordinator::CoordinatorConfig> CoordinatorConfigFrom(const confi
   // A run of adapters (docs/tenants.md): new adapters from learner.lora_*, checked against the
   // model; the tenants' limits (their names: security.tenant_token_files').
   out.adapters = c.coordinator.adapters;
+  out.learner_ranks = c.learner.world_size;
   out.max_adapters = c.coordinator.max_adapters;
   out.max_adapter_rank = c.coordinator.max_adapter_rank;
   out.adapter_defaults.set_rank(static_cast<int32_t>(c.learner.lora_rank));

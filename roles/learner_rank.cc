@@ -279,6 +279,43 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
   return r;
 }
 
+absl::StatusOr<AdapterModel> CreateAdapterModel(const config::LearnerSection& l,
+                                                const LearnerRank& rank, const ModelConfig& model,
+                                                const LoraConfig& lora, uint64_t seed, double lr,
+                                                collective::Communicator* comm) {
+  PRL_RETURN_IF_ERROR(ValidateLoraConfig(lora, model));
+  if (rank.frozen_base == nullptr) {
+    return absl::FailedPreconditionError("an adapter's model needs the rank's frozen base");
+  }
+  learner::FsdpOptions fsdp = FsdpOptionsFrom(l, LearnerRankOptions{});
+  fsdp.lora = lora;
+  fsdp.frozen_base = rank.frozen_base.get();
+  AdapterModel out;
+  PRL_ASSIGN_OR_RETURN(out.model, learner::FsdpModel::Create(model, comm, fsdp));
+  PRL_ASSIGN_OR_RETURN(LoraSet start, LoraSet::Allocate(model, lora, Device::Cpu(), false));
+  InitializeLora(start, seed);
+  PRL_RETURN_IF_ERROR(
+      out.model->LoadFull({start.data(), static_cast<size_t>(start.layout.num_elements())}));
+  learner::OptimizerConfig optimizer = rank.optimizer_config;
+  optimizer.lr = lr;
+  PRL_ASSIGN_OR_RETURN(out.optimizer, learner::ShardedOptimizer::Create(optimizer, out.model.get()));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<collective::Communicator>> ConnectRankAlone(
+    const collective::RendezvousConfig& rendezvous, const std::string& name,
+    absl::Duration timeout) {
+  PRL_ASSIGN_OR_RETURN(std::shared_ptr<collective::KvStore> store,
+                       collective::OpenRendezvousStore(rendezvous));
+  collective::RendezvousConfig alone = rendezvous;
+  alone.rank = 0;
+  alone.world_size = 1;
+  alone.group_name = absl::StrCat(rendezvous.group_name, "-", name, "-", rendezvous.rank);
+  collective::CommunicatorOptions options;
+  options.timeout = timeout;
+  return collective::ConnectGlooThrough(std::move(store), alone, options);
+}
+
 absl::Status RunLearnerRanks(
     const config::LearnerSection& l, const std::vector<std::string>& argv,
     const std::function<absl::Status(const collective::RendezvousConfig&)>& rank_main) {

@@ -102,6 +102,24 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
     const ModelConfig& config, const LoadStartingWeights& load,
     const collective::RendezvousConfig& rendezvous);
 
+// A run of adapters (roles/adapter_learner.h): one adapter's model on the rank's frozen base over
+// `comm` (a world of one: each adapter trains on one rank), started as peft starts one (A random
+// seeded by `seed`, B zero), and its AdamW optimizer at learning rate `lr`.
+struct AdapterModel {
+  std::unique_ptr<learner::FsdpModel> model;
+  std::unique_ptr<learner::ShardedOptimizer> optimizer;
+};
+absl::StatusOr<AdapterModel> CreateAdapterModel(const config::LearnerSection& learner,
+                                                const LearnerRank& rank, const ModelConfig& model,
+                                                const LoraConfig& lora, uint64_t seed, double lr,
+                                                collective::Communicator* comm);
+
+// A communicator of this rank alone (a world of one), through the rendezvous' store, named
+// `name` and the rank: a run of adapters' trainers step over it.
+absl::StatusOr<std::unique_ptr<collective::Communicator>> ConnectRankAlone(
+    const collective::RendezvousConfig& rendezvous, const std::string& name,
+    absl::Duration timeout);
+
 // Runs `rank_main` in a rank; otherwise validates `learner` and starts world_size local ranks
 // re-executing `argv` (each with RANK, WORLD_SIZE, LOCAL_RANK and a FileStore rendezvous).
 absl::Status RunLearnerRanks(

@@ -293,6 +293,23 @@ class LearnerCliTest(unittest.TestCase):
                                by_name["w1_state_mb_per_rank"]["value"] / 2, delta=0.01)
         self.assertEqual(by_name["w1_unit_buffers_mb_per_rank"]["value"], 0)
 
+    def test_bench_learner_of_adapters_measures_each_world_size_beside_one_rank(self):
+        proc = run("bench", "learner", "--config", "tiny", "--adapters", 4, "--tokens", 128,
+                   "--seq-len", 64, "--iters", 1, "--world-sizes", "1,2", "--json", check=True)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "learner --adapters")
+        by_name = {r["name"]: r for r in report["results"]}
+        self.assertEqual(sorted(by_name), ["w1_adapter_tokens_per_s", "w1_ranks_memory_mb",
+                                           "w2_adapter_tokens_per_s", "w2_ranks_memory_mb"])
+        two = by_name["w2_adapter_tokens_per_s"]
+        self.assertEqual(two["baseline_name"], "w1_adapter_tokens_per_s")
+        self.assertEqual(two["baseline_value"], by_name["w1_adapter_tokens_per_s"]["value"])
+        self.assertGreater(two["value"], 0)
+        self.assertGreater(by_name["w2_ranks_memory_mb"]["value"], 0)
+        # More ranks than adapters: refused naming the flag.
+        self.assert_error(run("bench", "learner", "--config", "tiny", "--adapters", 1,
+                              "--world-sizes", "1,2"), "world size 2: expected 1 to --adapters")
+
     def test_bench_learner_measures_each_length_and_checkpointing_mode_beside_the_first(self):
         proc = run("bench", "learner", "--config", "tiny", "--tokens", 64, "--seq-len", "96,192",
                    "--checkpointing", "none,full", "--iters", 1, "--world-sizes", 1, "--json",

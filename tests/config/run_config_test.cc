@@ -151,9 +151,11 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
       {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8},
            "broadcast": {"transport": "nccl"}})",
        "broadcast.transport: expected shm or grpc with coordinator.adapters"},
-      {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2}})",
-       "learner.world_size: expected 1 with coordinator.adapters (one rank trains every adapter "
-       "for now), found 2"},
+      {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2},
+           "broadcast": {"transport": "grpc"}})",
+       "learner.world_size: expected 1 with coordinator.adapters across nodes (several learner "
+       "ranks train adapters on the actors' node: broadcast.transport shm, replay.address empty, "
+       "learner.context_parallel 1), found 2"},
       {R"({"coordinator": {"max_adapter_rank": 0}})",
        "coordinator.max_adapter_rank: expected 1 to 1024, found 0"},
       {R"({"coordinator": {"tenants_file": "t.json"}})",

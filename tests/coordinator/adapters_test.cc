@@ -344,6 +344,31 @@ TEST_F(AdaptersTest, DeletingAnAdapterCancelsItsSetsAndANewOneMayTakeTheName) {
 
 // The adapters and their sets come back after a restart, from the plain log and from a
 // compacted one: the same ids, settings and owners, and a deleted adapter stays deleted.
+// Several learner ranks: each new adapter goes to the rank with the fewest live adapters, keeps
+// it for its life (another's deletion moves nothing), and the learner's reply says it.
+TEST_F(AdaptersTest, EachAdapterIsPlacedOnTheLeastLoadedLearnerRankForItsLife) {
+  config_.learner_ranks = 2;
+  config_.compact_log_bytes = 1;  // every record compacted: the placement is in the snapshot
+  std::map<std::string, int32_t> placed;
+  {
+    auto c = Open();
+    for (const std::string name : {"a", "b", "c"}) ASSERT_TRUE(c->Submit(For(name, 1)).ok());
+    ASSERT_TRUE(c->DeleteAdapter("b").ok());  // rank 1 is empty again
+    ASSERT_TRUE(c->Submit(For("d", 1)).ok());
+    const v1::ListAdaptersResponse list = c->ListAdapters();
+    for (const v1::AdapterStatus& a : list.adapters()) placed[a.spec().name()] = a.learner_rank();
+    EXPECT_EQ(placed, (std::map<std::string, int32_t>{{"a", 0}, {"c", 0}, {"d", 1}}));
+  }
+  auto c = Open();  // restarted: the same placement
+  absl::StatusOr<v1::LearnerProgressResponse> reply = c->LearnerProgress({});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  std::map<std::string, int32_t> replied;
+  for (const v1::AdapterCompletions& a : reply->adapter_completions()) {
+    replied[a.spec().name()] = a.learner_rank();
+  }
+  EXPECT_EQ(replied, placed);
+}
+
 TEST_F(AdaptersTest, AdaptersSurviveARestartAndACompaction) {
   for (const bool compact : {false, true}) {
     SCOPED_TRACE(compact ? "compacted log" : "plain log");

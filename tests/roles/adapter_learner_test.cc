@@ -37,7 +37,8 @@ namespace fs = std::filesystem;
 
 class AdapterLearnerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { SetUpWith(/*learner_ranks=*/1); }
+  void SetUpWith(int learner_ranks) {
     dir_ = fs::temp_directory_path() / absl::StrCat("prl-adapter-learner-", getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -58,6 +59,7 @@ class AdapterLearnerTest : public ::testing::Test {
     cc.adapter_defaults.set_learning_rate(1e-2);
     cc.max_lag = 2;
     cc.groups_per_step = 2;
+    cc.learner_ranks = learner_ranks;
     coordinator_ = *coordinator::Coordinator::Open(cc);
     server_ = *coordinator::CoordinatorServer::Start(coordinator_.get(), "127.0.0.1:0");
 
@@ -72,6 +74,7 @@ class AdapterLearnerTest : public ::testing::Test {
     c_.learner.groups_per_step = 2;
     c_.learner.max_lag = 2;
     c_.learner.checkpoint_every = 1;
+    c_.learner.world_size = learner_ranks;
     c_.actors.max_prompts_in_flight = 4;
     c_.actors.kv_cache_mb = 4;
   }
@@ -79,7 +82,9 @@ class AdapterLearnerTest : public ::testing::Test {
     stop_ = true;
     if (actor_.joinable()) actor_.join();
     if (learner_.joinable()) learner_.join();
+    if (second_learner_.joinable()) second_learner_.join();
     if (replay_.joinable()) replay_.join();
+    EXPECT_TRUE(second_learned_.ok()) << "learner rank 1: " << second_learned_;
     EXPECT_TRUE(learned_.ok()) << "learner: " << learned_;
     EXPECT_TRUE(replayed_.ok()) << "replay: " << replayed_;
     EXPECT_TRUE(acted_.ok()) << "actor: " << acted_;
@@ -97,11 +102,19 @@ class AdapterLearnerTest : public ::testing::Test {
   void Start() {
     collective::RendezvousConfig rendezvous;
     rendezvous.file_store_dir = (dir_ / "store").string();
+    rendezvous.world_size = c_.learner.world_size;
     fs::create_directories(rendezvous.file_store_dir);
     learner_ = std::thread([this, rendezvous] {
       learned_ = RunAdapterLearner(c_, rendezvous, stop_);
       ended_ = true;
     });
+    if (c_.learner.world_size == 2) {  // the second rank, in this process too
+      second_learner_ = std::thread([this, rendezvous]() mutable {
+        rendezvous.rank = 1;
+        second_learned_ = RunAdapterLearner(c_, rendezvous, stop_);
+        ended_ = true;
+      });
+    }
     actor_ = std::thread([this] {
       acted_ = RunActorRole(c_, {"actor-0"}, stop_);
       ended_ = true;
@@ -156,8 +169,8 @@ class AdapterLearnerTest : public ::testing::Test {
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::atomic<bool> stop_{false}, ended_{false};
-  std::thread learner_, actor_, replay_;
-  absl::Status learned_, acted_, replayed_;
+  std::thread learner_, second_learner_, actor_, replay_;
+  absl::Status learned_, second_learned_, acted_, replayed_;
 };
 
 TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
@@ -216,6 +229,33 @@ TEST_F(AdapterLearnerTest, AcrossNodesVersionsTravelOverGrpcAndGroupsThroughTheI
   const int64_t before = Adapter("math").version();
   Submit("math", 8);
   ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= before + 2; }));
+}
+
+// Two learner ranks (learner.world_size 2, one node): the coordinator places math on rank 0 and
+// code on rank 1, and each rank trains the adapter placed on it (its own trainer over a world of
+// one, the base file shared): both advance, and a deleted adapter's rank frees it.
+class TwoRankAdapterLearnerTest : public AdapterLearnerTest {
+ protected:
+  void SetUp() override { SetUpWith(/*learner_ranks=*/2); }
+};
+
+TEST_F(TwoRankAdapterLearnerTest, EachRankTrainsTheAdaptersPlacedOnIt) {
+  ASSERT_TRUE(config::ValidateRunConfig(c_).ok()) << config::ValidateRunConfig(c_);
+  Start();
+  Submit("math", 12);
+  Submit("code", 12);
+  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 3 && Adapter("code").version() >= 3; }))
+      << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
+      << (ended_ ? " (a role ended)" : "");
+  EXPECT_EQ(Adapter("math").learner_rank(), 0);
+  EXPECT_EQ(Adapter("code").learner_rank(), 1);
+  const fs::path code_replay =
+      fs::path("/dev/shm") / AdapterReplaySegment(c_, Adapter("code").adapter_id());
+  ASSERT_TRUE(coordinator_->DeleteAdapter("code").ok());
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(code_replay); })) << "rank 1 removes its segments";
+  Submit("late", 8);  // placed on rank 1 again (the least loaded)
+  ASSERT_TRUE(WaitFor([&] { return Adapter("late").version() >= 2; }));
+  EXPECT_EQ(Adapter("late").learner_rank(), 1);
 }
 
 // Segments of an adapter deleted while no learner ran (the learner removes a deleted adapter's
