@@ -93,11 +93,13 @@ absl::Status RunAdapterLearnerBenchRank(const ModelConfig& config,
   PRL_ASSIGN_OR_RETURN(const std::optional<LoraConfig> lora, roles::AdapterSettings(section));
   // Adapter i on rank i mod the world size: the coordinator's least-loaded placement of
   // adapters made one after another.
+  // The rank's adapters take turns: one activations' workspace (as the learner's trainers).
+  auto workspace = std::make_shared<Arena>(rank->device);
   std::vector<roles::AdapterModel> adapters;
   for (int i = rank->rank(); i < o.adapters; i += rank->comm->world_size()) {
     PRL_ASSIGN_OR_RETURN(adapters.emplace_back(),
                          roles::CreateAdapterModel(section, *rank, config, *lora, /*seed=*/i + 1,
-                                                   section.lr, alone.get()));
+                                                   section.lr, alone.get(), workspace));
   }
   const std::vector<learner::TrainSample> rollouts = Rollouts(config, o);
   for (roles::AdapterModel& a : adapters) {  // warm-up: one step each

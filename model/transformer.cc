@@ -39,6 +39,9 @@ Transformer::Transformer(const ModelConfig& config, Device device, TransformerOp
       arena_(device),
       ws_(std::make_unique<Workspace>()) {
   PRL_CHECK(ValidateModelConfig(config).ok(), "Transformer needs a valid config");
+  PRL_CHECK(options_.shared_workspace == nullptr ||
+                options_.shared_workspace->device() == device,
+            "Transformer: a shared workspace on another device");
   PRL_CHECK(KernelBackendAvailable(device.type), "no kernel backend for ", device.ToString());
   PRL_CHECK(options_.compute_dtype == DType::kF32 ||
                 (options_.compute_dtype == DType::kBF16 && device.is_cuda()),
@@ -127,7 +130,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   }
   ws.checkpointing = shape.checkpointing;
   ws.logits_kept = for_backward && *options_.keep_logits && ws.R > 0 && shape.chunk >= ws.R;
-  PRL_RETURN_IF_ERROR(arena_.Build([&](Arena& a) { LayOut(a, ws, shape); }));
+  PRL_RETURN_IF_ERROR(workspace().Build([&](Arena& a) { LayOut(a, ws, shape); }));
 
   std::vector<int32_t> positions(T);
   if (ws.context) {

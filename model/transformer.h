@@ -12,6 +12,7 @@
 // work.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -29,6 +30,11 @@
 namespace prl {
 
 struct TransformerOptions {
+  // Models that never run a pass at the same time (a run of adapters' trainers on one rank,
+  // which take turns: learner/step_turns.h) may lay out their passes in one workspace: the
+  // largest pass's bytes once instead of once per model. Each Forward lays its pass out again,
+  // so a model's activations live from its Forward to its Backward only. Null: the model's own.
+  std::shared_ptr<Arena> shared_workspace;
   // Upper bound on the logits chunk of the LM head. 64 MiB keeps a chunk in the last-level
   // cache's neighbourhood while leaving GEMMs of >= 128 rows for vocabularies up to 128k.
   // On a GPU (where a chunk of 64 MiB is ~100 rows of a 152k vocabulary, too few for the
@@ -173,7 +179,9 @@ class Transformer {
   Device device_;
   TransformerOptions options_;
   std::vector<float> inv_freq_;  // (D/2) RoPE inverse frequencies
-  Arena arena_;
+  Arena& workspace() const { return options_.shared_workspace ? *options_.shared_workspace : arena_; }
+
+  mutable Arena arena_;  // unless options_.shared_workspace
   std::unique_ptr<Workspace> ws_;
 };
 

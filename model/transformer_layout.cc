@@ -11,9 +11,9 @@ namespace prl {
 
 namespace k = kernels;
 
-size_t Transformer::workspace_bytes() const { return arena_.capacity_bytes(); }
+size_t Transformer::workspace_bytes() const { return workspace().capacity_bytes(); }
 
-size_t Transformer::last_pass_bytes() const { return arena_.laid_out_bytes(); }
+size_t Transformer::last_pass_bytes() const { return workspace().laid_out_bytes(); }
 
 Transformer::PassShape Transformer::ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows,
                                             bool for_backward, int64_t lora_rank) const {

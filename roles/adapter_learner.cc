@@ -55,7 +55,7 @@ class AdapterTrainer {
       const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
       metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
-      collective::Communicator* comm);
+      collective::Communicator* comm, std::shared_ptr<Arena> workspace);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
     metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
-    collective::Communicator* comm) {
+    collective::Communicator* comm, std::shared_ptr<Arena> workspace) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->weight_server_ = weight_server;
   t->id_ = adapter.adapter_id();
@@ -144,7 +144,8 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   PRL_ASSIGN_OR_RETURN(AdapterModel made,
                        CreateAdapterModel(c.learner, rank, model, lora,
                                           XXH3_64bits(t->id_.data(), t->id_.size()),
-                                          adapter.spec().learning_rate(), comm));
+                                          adapter.spec().learning_rate(), comm,
+                                          std::move(workspace)));
   t->model_ = std::move(made.model);
   t->optimizer_ = std::move(made.optimizer);
   const double lr = adapter.spec().learning_rate();
@@ -262,6 +263,7 @@ class AdapterFleet {
         metrics_(metrics),
         weight_server_(weight_server),
         comm_(comm),
+        workspace_(std::make_shared<Arena>(rank.device)),
         this_rank_(this_rank),
         ranks_(ranks) {
     coordinator_ = v1::ActorControl::NewStub(
@@ -407,7 +409,7 @@ class AdapterFleet {
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
-                                   weight_server_, comm_);
+                                   weight_server_, comm_, workspace_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
     }
@@ -444,6 +446,8 @@ class AdapterFleet {
   metrics::AdapterLearnerMetrics* metrics_;  // null: not exported
   GrpcAdapterWeightServer* weight_server_;   // null: each adapter's versions in a segment
   collective::Communicator* comm_;           // the trainers'
+  // The trainers' activations: one workspace, since they take turns (turns_).
+  const std::shared_ptr<Arena> workspace_;
   const int this_rank_, ranks_;
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;

@@ -282,7 +282,8 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
 absl::StatusOr<AdapterModel> CreateAdapterModel(const config::LearnerSection& l,
                                                 const LearnerRank& rank, const ModelConfig& model,
                                                 const LoraConfig& lora, uint64_t seed, double lr,
-                                                collective::Communicator* comm) {
+                                                collective::Communicator* comm,
+                                                std::shared_ptr<Arena> workspace) {
   PRL_RETURN_IF_ERROR(ValidateLoraConfig(lora, model));
   if (rank.frozen_base == nullptr) {
     return absl::FailedPreconditionError("an adapter's model needs the rank's frozen base");
@@ -290,6 +291,7 @@ absl::StatusOr<AdapterModel> CreateAdapterModel(const config::LearnerSection& l,
   learner::FsdpOptions fsdp = FsdpOptionsFrom(l, LearnerRankOptions{});
   fsdp.lora = lora;
   fsdp.frozen_base = rank.frozen_base.get();
+  fsdp.transformer.shared_workspace = std::move(workspace);
   AdapterModel out;
   PRL_ASSIGN_OR_RETURN(out.model, learner::FsdpModel::Create(model, comm, fsdp));
   PRL_ASSIGN_OR_RETURN(LoraSet start, LoraSet::Allocate(model, lora, Device::Cpu(), false));

@@ -104,7 +104,9 @@ absl::StatusOr<std::unique_ptr<LearnerRank>> CreateLearnerRank(
 
 // A run of adapters (roles/adapter_learner.h): one adapter's model on the rank's frozen base over
 // `comm` (a world of one: each adapter trains on one rank), started as peft starts one (A random
-// seeded by `seed`, B zero), and its AdamW optimizer at learning rate `lr`.
+// seeded by `seed`, B zero), and its AdamW optimizer at learning rate `lr`. `workspace`: the
+// activations' workspace of the rank's adapters, which take turns (TransformerOptions::
+// shared_workspace; null: the model's own).
 struct AdapterModel {
   std::unique_ptr<learner::FsdpModel> model;
   std::unique_ptr<learner::ShardedOptimizer> optimizer;
@@ -112,7 +114,8 @@ struct AdapterModel {
 absl::StatusOr<AdapterModel> CreateAdapterModel(const config::LearnerSection& learner,
                                                 const LearnerRank& rank, const ModelConfig& model,
                                                 const LoraConfig& lora, uint64_t seed, double lr,
-                                                collective::Communicator* comm);
+                                                collective::Communicator* comm,
+                                                std::shared_ptr<Arena> workspace);
 
 // A communicator of this rank alone (a world of one), through the rendezvous' store, named
 // `name` and the rank: a run of adapters' trainers step over it.

@@ -125,6 +125,39 @@ TEST_P(TransformerTest, ForwardAndBackwardAreBitwiseDeterministic) {
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.buffer.bytes()), 0);
 }
 
+// Models that take turns may share one workspace (TransformerOptions::shared_workspace, a run
+// of adapters' trainers): each pass lays itself out again, so two models alternating passes in
+// one workspace give exactly what each gives in its own, and the workspace holds the larger
+// pass once.
+TEST_P(TransformerTest, ModelsTakingTurnsInOneWorkspaceGiveTheirOwnResultsBitForBit) {
+  const Fixture other = Fixture::Make(f.config, 7);  // another model of the same shape
+  const PackedBatch small = f.Batch(0, 1), large = f.Batch(0, f.sequences.size());
+  auto run = [&](Transformer& a, Transformer& b, ParameterSet* ga, ParameterSet* gb) {
+    std::vector<float> out = Score(a, f, large, ga);  // the larger pass first, then the smaller
+    const std::vector<float> more = Score(b, other, small, gb);
+    out.insert(out.end(), more.begin(), more.end());
+    const std::vector<float> again = Score(a, f, small, ga);
+    out.insert(out.end(), again.begin(), again.end());
+    return out;
+  };
+  ParameterSet own_a = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  ParameterSet own_b = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  Transformer alone_a(f.config, Device::Cpu()), alone_b(f.config, Device::Cpu());
+  const std::vector<float> separate = run(alone_a, alone_b, &own_a, &own_b);
+  TransformerOptions shared;
+  shared.shared_workspace = std::make_shared<Arena>(Device::Cpu());
+  ParameterSet shared_a = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  ParameterSet shared_b = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
+  Transformer turn_a(f.config, Device::Cpu(), shared), turn_b(f.config, Device::Cpu(), shared);
+  const std::vector<float> turns = run(turn_a, turn_b, &shared_a, &shared_b);
+  ASSERT_EQ(separate.size(), turns.size());
+  EXPECT_EQ(std::memcmp(separate.data(), turns.data(), turns.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(own_a.data(), shared_a.data(), own_a.buffer.bytes()), 0);
+  EXPECT_EQ(std::memcmp(own_b.data(), shared_b.data(), own_b.buffer.bytes()), 0);
+  EXPECT_EQ(turn_a.workspace_bytes(), alone_a.workspace_bytes()) << "the larger pass, once";
+  EXPECT_EQ(turn_b.workspace_bytes(), turn_a.workspace_bytes());
+}
+
 TEST_P(TransformerTest, PassesReadUnitsOnlyBetweenAcquireAndRelease) {
   Transformer plain(f.config, Device::Cpu()), hooked(f.config, Device::Cpu());
   ParameterSet grads = *ParameterSet::Allocate(f.config, Device::Cpu(), true);
