@@ -16,7 +16,11 @@
 #include "cli/command.h"
 #include "config/run_config.h"
 #include "core/child_process.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
+#include "model/lora.h"
+#include "roles/learner_rank.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::cli {
@@ -169,6 +173,11 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
         absl::StrCat("--tenants: expected 1 to 64 tenants, found ", f.tenants));
   }
   PRL_ASSIGN_OR_RETURN(config::RunConfig base, config::LoadRunConfig(f.config_file, f.overrides));
+  if (f.against != "separate" && f.against != "one") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--against: expected separate or one, found '", f.against, "'"));
+  }
+  const bool against_one = f.against == "one";
   if (!base.tenants.empty()) {
     return absl::InvalidArgumentError(
         "tenants: bench e2e --tenants makes its own tenants from the config's task; give a "
@@ -214,7 +223,7 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
     start = dir + "/model-init";
   }
   std::vector<RunSpec> separate;
-  for (int i = 0; i < f.tenants; ++i) {
+  for (int i = 0; i < (against_one ? 1 : f.tenants); ++i) {
     RunSpec& s = separate.emplace_back(RunSpec{absl::StrCat("separate-", i), base,
                                                absl::StrCat(f.run_dir, "/separate-", i, ".json"),
                                                absl::StrCat(f.run_dir, "/separate-", i, ".log")});
@@ -234,11 +243,14 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
   report.machine = bench::MachineInfo();
   report.setup = {
       {"tenants", absl::StrCat(f.tenants)},
+      {"against", against_one ? "one LoRA run of one adapter alone, the same settings"
+                              : absl::StrCat(f.tenants, " separate LoRA runs at once")},
       {"steps per adapter", absl::StrCat(base.learner.steps)},
       {"adapter", absl::StrCat("rank ", base.learner.lora_rank, ", ", base.learner.lora_targets)},
       {"actors per run", absl::StrCat(base.actors.count)},
       {"config", f.config_file.empty() ? "built-in quickstart" : f.config_file}};
-  const std::string them = absl::StrCat(f.tenants, " separate runs");
+  const std::string them =
+      against_one ? std::string("one adapter alone") : absl::StrCat(f.tenants, " separate runs");
   report.results.push_back({"tenants samples/s", tenants.per_second(tenants.samples), "samples/s",
                             them + " samples/s", apart.per_second(apart.samples)});
   report.results.push_back({"tenants tokens/s", tenants.per_second(tenants.tokens), "tokens/s",
@@ -249,11 +261,28 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
       {"tenants samples", tenants.samples, "samples", them + " samples", apart.samples});
   // Memory during the RL phase (the warm-start's and evaluations' processes aside).
   constexpr double kMiB = 1 << 20;
-  report.results.push_back(
-      {"tenants peak memory (PSS, every process)",
-       static_cast<double>(PeakWithin(shared_memory, tenants.first, tenants.last)) / kMiB, "MiB",
-       them + " peak memory (PSS, every process)",
-       static_cast<double>(PeakWithin(separate_memory, apart.first, apart.last)) / kMiB});
+  const double apart_peak =
+      static_cast<double>(PeakWithin(separate_memory, apart.first, apart.last)) / kMiB;
+  if (against_one) {  // its memory plus the other adapters' state: weights, gradient, moments
+    PRL_ASSIGN_OR_RETURN(const ModelConfig model,
+                         ReadModelConfig(start));
+    PRL_ASSIGN_OR_RETURN(const std::optional<LoraConfig> lora,
+                         roles::AdapterSettings(base.learner));
+    PRL_ASSIGN_OR_RETURN(LoraSet one, LoraSet::Allocate(model, *lora, Device::Cpu(), false));
+    const double state_mib = 16.0 * one.layout.num_elements() / kMiB;
+    report.results.push_back(
+        {"tenants peak memory (PSS, every process)",
+         static_cast<double>(PeakWithin(shared_memory, tenants.first, tenants.last)) / kMiB,
+         "MiB", absl::StrCat("one adapter alone + ", f.tenants - 1, " x adapter state (",
+                             absl::StrFormat("%.2f", state_mib), " MiB)"),
+         apart_peak + (f.tenants - 1) * state_mib});
+    report.results.push_back({"one adapter alone peak memory", apart_peak, "MiB", "", 0});
+  } else {
+    report.results.push_back(
+        {"tenants peak memory (PSS, every process)",
+         static_cast<double>(PeakWithin(shared_memory, tenants.first, tenants.last)) / kMiB,
+         "MiB", them + " peak memory (PSS, every process)", apart_peak});
+  }
   report.results.push_back(
       {"tenants mean lag", tenants.lag(), "versions", them + " mean lag", apart.lag()});
   report.results.push_back({"tenants mean held-out gain", tenants.gain(), "accuracy",

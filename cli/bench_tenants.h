@@ -1,7 +1,9 @@
 // `prl bench e2e --tenants N` (docs/benchmarks.md, "Tenants"): N tenants training their own
 // LoRA adapters on one shared base in one `prl run`, against N separate LoRA runs of the same
-// task started at once on the same cores, every run from the same warm-started base (the
-// tenants run's). Both sides train learner.steps steps per adapter; the figures are the
+// task started at once on the same cores (--against separate), or against one LoRA run of one
+// adapter alone with the same settings (--against one: what multiplexing N adapters costs; its
+// memory baseline is that run's plus N - 1 adapters' weights, gradients and AdamW moments),
+// every run from the same warm-started base (the tenants run's). Both sides train learner.steps steps per adapter; the figures are the
 // samples and tokens per second over each side's RL phase (from the first RL start to the last
 // RL end), the peak memory of all the side's processes during it (their summed proportional set
 // sizes, /proc/PID/smaps_rollup: shared segments counted once), the mean lag, and the held-out
@@ -20,6 +22,7 @@ struct TenantsBenchFlags {
   std::string config_file, run_dir;
   std::vector<std::string> overrides;
   int tenants = 4;
+  std::string against = "separate";  // or "one"
   bool json = false;
 };
 

@@ -66,6 +66,7 @@ struct E2eFlags {
   std::vector<std::string> overrides;
   bool json = false;
   int tenants = 0;  // > 0: the tenants benchmark (cli/bench_tenants.h)
+  std::string against = "separate";
 };
 
 absl::StatusOr<nlohmann::json> RunMode(const E2eFlags& f, const std::string& mode,
@@ -118,7 +119,8 @@ absl::Status RunE2eBench(const E2eFlags& f) {
   action.sa_handler = [](int) { interrupted = true; };
   sigaction(SIGINT, &action, nullptr);
   if (f.tenants > 0) {
-    return RunTenantsBench({f.config_file, f.run_dir, f.overrides, f.tenants, f.json}, interrupted);
+    return RunTenantsBench({f.config_file, f.run_dir, f.overrides, f.tenants, f.against, f.json},
+                           interrupted);
   }
   // Sync first, with the warm-start; the pipeline run starts from the same warm model. Without
   // a warm-start (sft.steps=0) there is none: both create the same model from the config.
@@ -203,6 +205,10 @@ void RegisterRunCommands(CLI::App& app, CommandRegistry& registry) {
   e2e->add_option("--tenants", e->tenants,
                   "Instead: N tenants' adapters on one shared base in one run against N separate "
                   "LoRA runs at once on the same cores (samples/s, lag, held-out gains)");
+  e2e->add_option("--against", e->against,
+                  "With --tenants: separate (N separate LoRA runs at once) or one (one LoRA run "
+                  "of one adapter alone: what multiplexing costs)")
+      ->capture_default_str();
   registry.Add(e2e, [e] { return RunE2eBench(*e); });
 }
 

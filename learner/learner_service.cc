@@ -176,8 +176,16 @@ absl::StatusOr<bool> LearnerService::Step(
   if (!samples.has_value()) return false;  // rank 0 was told to stop
   StepResult result;
   if (!samples->empty()) {
-    PRL_ASSIGN_OR_RETURN(
-        result, TrainStep(*model_, *optimizer_, *samples, options_.step, state_.weight_version));
+    const auto train = [&] {
+      return TrainStep(*model_, *optimizer_, *samples, options_.step, state_.weight_version);
+    };
+    absl::StatusOr<StepResult> trained = absl::UnknownError("not run");
+    if (options_.step_thread != nullptr) {
+      options_.step_thread->Run([&] { trained = train(); });
+    } else {
+      trained = train();
+    }
+    PRL_ASSIGN_OR_RETURN(result, std::move(trained));
   }
   if (rank0) AddSampleLags(*samples, state_.weight_version, &out);
   ++state_.step;

@@ -48,6 +48,7 @@
 #include "learner/prompt_hand_back.h"
 #include "learner/step_intake.h"
 #include "learner/step_report.h"
+#include "learner/step_thread.h"
 #include "learner/step_turns.h"
 #include "learner/train_step.h"
 #include "replay/quarantine.h"
@@ -89,6 +90,9 @@ struct LearnerServiceOptions {
   // adapters' (learner/step_turns.h), held from when a step's samples are in until it is
   // published and checkpointed, and while it resumes. Null: none (the only trainer).
   StepTurns* turns = nullptr;
+  // A run of adapters: the rank's one thread its trainers' steps run on (learner/
+  // step_thread.h); null: the caller's thread.
+  StepThread* step_thread = nullptr;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor

@@ -24,6 +24,7 @@
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
 #include "learner/learner_service.h"
+#include "learner/step_thread.h"
 #include "learner/step_turns.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/replay_buffer.h"
@@ -55,7 +56,8 @@ class AdapterTrainer {
       const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
       metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
-      collective::Communicator* comm, std::shared_ptr<Arena> workspace);
+      collective::Communicator* comm, std::shared_ptr<Arena> workspace,
+      learner::StepThread* step_thread);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -131,7 +133,8 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
     metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
-    collective::Communicator* comm, std::shared_ptr<Arena> workspace) {
+    collective::Communicator* comm, std::shared_ptr<Arena> workspace,
+    learner::StepThread* step_thread) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->weight_server_ = weight_server;
   t->id_ = adapter.adapter_id();
@@ -154,7 +157,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   t->weight_segment_ = AdapterWeightSegment(c, t->id_);
   absl::StatusOr<std::unique_ptr<ReplayBuffer>> replay = ReplayBuffer::Open(t->replay_segment_);
   if (absl::IsNotFound(replay.status())) {
-    replay = ReplayBuffer::Create(t->replay_segment_, ReplayConfigFrom(c));
+    replay = ReplayBuffer::Create(t->replay_segment_, AdapterReplayConfigFrom(c));
   }
   PRL_ASSIGN_OR_RETURN(t->replay_, std::move(replay));
   std::string versions_at = t->weight_segment_;
@@ -177,6 +180,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   options.step = rank.step;
   options.lr = lr;
   options.turns = turns;
+  options.step_thread = step_thread;
   options.checkpoint.dir = absl::StrCat(c.checkpoint_dir(), "/adapters/", t->id_);
   options.dead_letter_path = c.dead_letter_file(absl::StrCat("learner-", t->id_));
   if (coordinator != nullptr) {
@@ -409,7 +413,7 @@ class AdapterFleet {
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
-                                   weight_server_, comm_, workspace_);
+                                   weight_server_, comm_, workspace_, &step_thread_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
     }
@@ -446,8 +450,10 @@ class AdapterFleet {
   metrics::AdapterLearnerMetrics* metrics_;  // null: not exported
   GrpcAdapterWeightServer* weight_server_;   // null: each adapter's versions in a segment
   collective::Communicator* comm_;           // the trainers'
-  // The trainers' activations: one workspace, since they take turns (turns_).
+  // The trainers' activations: one workspace, since they take turns (turns_); and the one thread
+  // their steps run on (one OpenMP team).
   const std::shared_ptr<Arena> workspace_;
+  learner::StepThread step_thread_;
   const int this_rank_, ranks_;
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;

@@ -120,6 +120,12 @@ class AdapterReplays {
 
 }  // namespace
 
+ReplayConfig AdapterReplayConfigFrom(const config::RunConfig& c) {
+  ReplayConfig rc = ReplayConfigFrom(c);
+  rc.capacity_bytes = c.replay.adapter_capacity_mb << 20;
+  return rc;
+}
+
 absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segment,
                            const std::atomic<bool>& stop) {
   PRL_RETURN_IF_ERROR(ConfigureRoleSecurity(c, rpc::Role::kLearner, {rpc::Role::kActor}));

@@ -25,6 +25,8 @@ namespace prl::roles {
 // The replay segment's settings of a run: replay.capacity_mb, lease_ms, drop_oldest; the label
 // names the run.
 ReplayConfig ReplayConfigFrom(const config::RunConfig& config);
+// An adapter's segment's settings (a run of adapters): the same, replay.adapter_capacity_mb big.
+ReplayConfig AdapterReplayConfigFrom(const config::RunConfig& config);
 
 // Which pushed groups enter the buffer: those of this run (config.run.name) whose group id is
 // that of an open lease of their prompt at the coordinator (ActorControl.CheckGroup at

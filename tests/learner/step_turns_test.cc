@@ -1,4 +1,5 @@
-// StepTurns (learner/step_turns.h): trainers are served in the order they asked, one at a time.
+// StepTurns (learner/step_turns.h): trainers are served in the order they asked, one at a time;
+// and StepThread (learner/step_thread.h): their steps run on one thread.
 #include "learner/step_turns.h"
 
 #include <gtest/gtest.h>
@@ -7,8 +8,12 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "learner/step_thread.h"
 
 namespace prl::learner {
 namespace {
@@ -41,6 +46,42 @@ TEST(StepTurnsTest, CallersAreServedOneAtATimeInTheOrderTheyAsked) {
   EXPECT_EQ(served, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(most_inside.load(), 1);
   EXPECT_EQ(turns.turns_taken(), 4);
+}
+
+// The rank's one step thread (learner/step_thread.h): every caller's work runs on that same
+// thread (one OpenMP team), one at a time, Run returns once it is done, and what it throws is
+// thrown to its caller.
+TEST(StepThreadTest, EveryCallersWorkRunsOnTheOneThreadOneAtATime) {
+  StepThread step_thread;
+  std::mutex mu;
+  std::set<std::thread::id> ran_on;
+  std::atomic<int> inside{0}, most_inside{0}, done{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 4; ++i) {
+    callers.emplace_back([&] {
+      for (int j = 0; j < 25; ++j) {
+        step_thread.Run([&] {
+          most_inside = std::max(most_inside.load(), ++inside);
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            ran_on.insert(std::this_thread::get_id());
+          }
+          --inside;
+          ++done;
+        });
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(done.load(), 100);
+  EXPECT_EQ(most_inside.load(), 1);
+  ASSERT_EQ(ran_on.size(), 1u);
+  EXPECT_NE(*ran_on.begin(), std::this_thread::get_id());
+  EXPECT_THROW(step_thread.Run([] { throw std::runtime_error("out of memory"); }),
+               std::runtime_error);
+  int after = 0;
+  step_thread.Run([&] { after = 1; });  // the thread lives on
+  EXPECT_EQ(after, 1);
 }
 
 }  // namespace
