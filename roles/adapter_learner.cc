@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -48,6 +49,31 @@ namespace v1 = prl::v1;
 // The coordinator's side of the fleet: progress reports, hand-backs (thread-safe: a gRPC stub).
 using Coordinator = v1::ActorControl::Stub;
 
+// Wakes the fleet's loop when a trainer stepped, so that its report (which frees the adapter's
+// lag budget at the coordinator) goes out at once instead of at the next tick: with one adapter
+// a tick of 200 ms between reports held the actors back to a third of a LoRA run's samples/s.
+class Wakeup {
+ public:
+  void Notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = true;
+    }
+    changed_.notify_all();
+  }
+  // Returns after `timeout`, or at once when notified since the last wait.
+  void WaitFor(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return pending_; });
+    pending_ = false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool pending_ = false;
+};
+
 // One adapter's trainer: its segments, its model on the shared frozen base, its optimizer, and
 // a learner service stepping it on a thread of its own.
 class AdapterTrainer {
@@ -57,7 +83,7 @@ class AdapterTrainer {
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
       metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
       collective::Communicator* comm, std::shared_ptr<Arena> workspace,
-      learner::StepThread* step_thread);
+      learner::StepThread* step_thread, Wakeup* stepped);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -126,6 +152,7 @@ class AdapterTrainer {
   std::vector<std::string> retired_;  // prompt sets retired, for the ledger
   std::FILE* report_file_ = nullptr;  // learner.report_file's of this adapter, or null
   metrics::AdapterLearnerMetrics* metrics_ = nullptr;  // its series' owner; null: not exported
+  Wakeup* stepped_ = nullptr;                          // told after each step
   std::thread thread_;
 };
 
@@ -134,8 +161,9 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
     metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
     collective::Communicator* comm, std::shared_ptr<Arena> workspace,
-    learner::StepThread* step_thread) {
+    learner::StepThread* step_thread, Wakeup* stepped) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
+  t->stepped_ = stepped;
   t->weight_server_ = weight_server;
   t->id_ = adapter.adapter_id();
   t->name_ = adapter.spec().name();
@@ -225,6 +253,7 @@ void AdapterTrainer::Run() {
     const learner::StepReport& r = step.report;
     version_ = r.version;
     consumed_ = service_->groups_consumed();
+    stepped_->Notify();  // the fleet reports now
     std::printf("adapter %s step %lld: version %lld, %lld groups (%lld samples), reward %.4f, "
                 "loss %.4g, lag mean %.2f\n",
                 name_.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.version),
@@ -260,7 +289,7 @@ class AdapterFleet {
   // AdapterCompletions.learner_rank names, modulo the ranks).
   AdapterFleet(const config::RunConfig& c, const LearnerRank& rank, const ModelConfig& model,
                metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
-               collective::Communicator* comm, int this_rank, int ranks)
+               collective::Communicator* comm, int this_rank, int ranks, Wakeup* wakeup)
       : c_(c),
         rank_(rank),
         model_(model),
@@ -269,7 +298,8 @@ class AdapterFleet {
         comm_(comm),
         workspace_(std::make_shared<Arena>(rank.device)),
         this_rank_(this_rank),
-        ranks_(ranks) {
+        ranks_(ranks),
+        wakeup_(wakeup) {
     coordinator_ = v1::ActorControl::NewStub(
         rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
   }
@@ -413,7 +443,7 @@ class AdapterFleet {
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
-                                   weight_server_, comm_, workspace_, &step_thread_);
+                                   weight_server_, comm_, workspace_, &step_thread_, wakeup_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
     }
@@ -455,6 +485,7 @@ class AdapterFleet {
   const std::shared_ptr<Arena> workspace_;
   learner::StepThread step_thread_;
   const int this_rank_, ranks_;
+  Wakeup* const wakeup_;  // the trainers tell it when they step
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;
   std::optional<v1::LearnerProgressResponse> seen_;
@@ -527,8 +558,9 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
   }
   endpoint->SetReadiness([] { return absl::OkStatus(); });
   metrics::AdapterLearnerMetrics adapter_metrics(*endpoint->registry);
+  Wakeup wakeup;
   AdapterFleet fleet(c, *rank, model, &adapter_metrics, weight_server.get(), trainer_comm,
-                     rank->rank(), rank->comm->world_size());
+                     rank->rank(), rank->comm->world_size(), &wakeup);
   // prl run's tenants (config.tenants): the learner ends once each one's adapter has taken its
   // learner.steps steps, as a run of one model ends after them.
   std::vector<std::string> tenants;
@@ -543,7 +575,7 @@ absl::Status RunAdapterLearner(const config::RunConfig& c,
       std::fflush(stdout);
       break;
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    wakeup.WaitFor(absl::Milliseconds(200));  // or at once when a trainer stepped
   }
   endpoint->SetReadiness(nullptr);
   return absl::OkStatus();
