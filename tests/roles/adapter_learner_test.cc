@@ -154,6 +154,18 @@ class AdapterLearnerTest : public ::testing::Test {
     return {};
   }
 
+  // Waits until math and code both reach `version`; says where they are otherwise.
+  ::testing::AssertionResult BothReach(int64_t version) {
+    if (WaitFor([&] {
+          return Adapter("math").version() >= version && Adapter("code").version() >= version;
+        })) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
+           << (ended_ ? " (a role ended)" : "");
+  }
+
   bool WaitFor(const std::function<bool()>& done) {
     const absl::Time deadline = absl::Now() + absl::Seconds(300);
     while (!done()) {
@@ -178,9 +190,7 @@ TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
   Submit("math", 12);
   Submit("code", 12);
   // Each adapter steps on its own groups: both reach version 3 (the learner reports each).
-  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 3 && Adapter("code").version() >= 3; }))
-      << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
-      << (ended_ ? " (a role ended)" : "");
+  ASSERT_TRUE(BothReach(3));
   const v1::AdapterStatus math = Adapter("math"), code = Adapter("code");
   EXPECT_EQ(math.groups_consumed() % 2, 0);  // whole steps of 2 groups
   for (const v1::AdapterStatus* a : {&math, &code}) {
@@ -209,9 +219,7 @@ TEST_F(AdapterLearnerTest, AcrossNodesVersionsTravelOverGrpcAndGroupsThroughTheI
   Start();
   Submit("math", 12);
   Submit("code", 12);
-  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 3 && Adapter("code").version() >= 3; }))
-      << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
-      << (ended_ ? " (a role ended)" : "");
+  ASSERT_TRUE(BothReach(3));
   const v1::AdapterStatus math = Adapter("math"), code = Adapter("code");
   for (const v1::AdapterStatus* a : {&math, &code}) {
     EXPECT_FALSE(fs::exists(fs::path("/dev/shm") / AdapterWeightSegment(c_, a->adapter_id())))
@@ -244,9 +252,7 @@ TEST_F(TwoRankAdapterLearnerTest, EachRankTrainsTheAdaptersPlacedOnIt) {
   Start();
   Submit("math", 12);
   Submit("code", 12);
-  ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= 3 && Adapter("code").version() >= 3; }))
-      << "math " << Adapter("math").version() << ", code " << Adapter("code").version()
-      << (ended_ ? " (a role ended)" : "");
+  ASSERT_TRUE(BothReach(3));
   EXPECT_EQ(Adapter("math").learner_rank(), 0);
   EXPECT_EQ(Adapter("code").learner_rank(), 1);
   const fs::path code_replay =
