@@ -12,7 +12,7 @@ void LeaseScheduler::AddSet(const std::string& set_id, int64_t prompts, double w
   q.id = set_id;
   q.order = next_order_++;
   q.weight = weight;
-  q.party = party;
+  q.party = party_index_.try_emplace(party, static_cast<int64_t>(party_index_.size())).first->second;
   for (int64_t i = 0; i < prompts; ++i) q.entries.push_back(i);
   if (!q.entries.empty()) queued_[q.order] = &q;
 }
@@ -92,10 +92,15 @@ std::optional<PromptRef> LeaseScheduler::Round::Next() {
   if (s.open_.empty()) return std::nullopt;
   // Each open party's sets share its equal part by weight; one party alone: the weights as
   // they are (so that a run of one model's choices are exactly the weighted round robin's).
-  std::map<std::string, double> party_weight;
-  for (const SetQueue* q : s.open_) party_weight[q->party] += q->weight;
+  // (Indexed scratch: a lease's choices allocate nothing.)
+  s.party_weight_.assign(s.party_index_.size(), 0.0);
+  int64_t parties = 0;
+  for (const SetQueue* q : s.open_) {
+    if (s.party_weight_[q->party] == 0.0) ++parties;
+    s.party_weight_[q->party] += q->weight;
+  }
   for (SetQueue* q : s.open_) {
-    q->share = party_weight.size() == 1 ? q->weight : q->weight / party_weight[q->party];
+    q->share = parties == 1 ? q->weight : q->weight / s.party_weight_[q->party];
     if (best == nullptr || q->credit + q->share > best->credit + best->share) best = q;
   }
   double total = 0;

@@ -92,7 +92,7 @@ class LeaseScheduler {
     std::string id;
     uint64_t order = 0;  // submission order: ties go to the earlier set
     double weight = 1;
-    std::string party;            // its tenant or adapter; "" for a run of one model
+    int64_t party = 0;            // its tenant or adapter, by index (party_index_)
     double share = 1;             // scratch: its weight in one choice (weight / party's open sum)
     double credit = 0;            // the round robin's "current weight"
     std::deque<int64_t> entries;  // prompt indexes: re-runs first (the first `reruns`)
@@ -113,6 +113,8 @@ class LeaseScheduler {
   uint64_t next_order_ = 0;
   uint64_t round_ = 0;
   std::vector<SetQueue*> open_;  // scratch: the open sets of one choice
+  std::map<std::string, int64_t> party_index_;  // parties by name ("" for a run of one model)
+  std::vector<double> party_weight_;           // scratch: each party's open weight in a choice
 };
 
 }  // namespace prl::coordinator
