@@ -52,18 +52,6 @@ std::vector<learner::TrainSample> Rollouts(const ModelConfig& config,
   return out;
 }
 
-// This process's proportional set size (bytes): a page shared by several ranks (the node's base
-// file) split between them, so that the ranks' sum counts it once.
-int64_t OwnPss() {
-  std::ifstream rollup("/proc/self/smaps_rollup");
-  std::string key;
-  int64_t kb = 0;
-  while (rollup >> key) {
-    if (key == "Pss:" && rollup >> kb) return kb * 1024;
-  }
-  return 0;
-}
-
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -125,7 +113,7 @@ absl::Status RunAdapterLearnerBenchRank(const ModelConfig& config,
   j["seconds"] = Since(start);
   j["tokens"] = tokens;
   j["adapters"] = adapters.size();
-  j["pss_bytes"] = OwnPss();
+  j["pss_bytes"] = ProcessPssBytes();  // the node's base file split between the ranks
   std::ofstream(absl::StrCat(out_path, ".", rank->rank())) << j.dump();
   return rank->comm->Barrier();
 }

@@ -50,6 +50,17 @@ std::string Report::ToTable() const {
   return out;
 }
 
+int64_t ProcessPssBytes(int pid) {
+  std::ifstream rollup(pid == 0 ? std::string("/proc/self/smaps_rollup")
+                                : absl::StrCat("/proc/", pid, "/smaps_rollup"));
+  std::string key;
+  int64_t kb = 0;
+  while (rollup >> key) {
+    if (key == "Pss:" && rollup >> kb) return kb * 1024;
+  }
+  return 0;
+}
+
 std::vector<std::pair<std::string, std::string>> MachineInfo() {
   std::vector<std::pair<std::string, std::string>> info;
   char host[256] = {};

@@ -4,6 +4,7 @@
 // run so that figures from a noisy, shared machine can still be compared.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,5 +32,10 @@ struct Report {
 
 // Host name, CPU model, cores, OpenMP threads, BLAS build, kernel backend.
 std::vector<std::pair<std::string, std::string>> MachineInfo();
+
+// A process's proportional set size in bytes (/proc/PID/smaps_rollup's Pss, 0 when it cannot be
+// read): each page shared by several processes (a shared-memory segment, a mapped file) split
+// between them, so that a sum over processes counts it once. `pid` 0: this process.
+int64_t ProcessPssBytes(int pid = 0);
 
 }  // namespace prl::bench

@@ -70,15 +70,7 @@ int64_t TreePss(pid_t root) {
     const pid_t pid = todo.back();
     todo.pop_back();
     for (pid_t child : children[pid]) todo.push_back(child);
-    std::ifstream rollup(absl::StrCat("/proc/", pid, "/smaps_rollup"));
-    std::string key;
-    int64_t kb = 0;
-    while (rollup >> key) {
-      if (key == "Pss:" && rollup >> kb) {
-        bytes += kb * 1024;
-        break;
-      }
-    }
+    bytes += bench::ProcessPssBytes(pid);
   }
   return bytes;
 }

@@ -1,6 +1,9 @@
-// CommThread: one thread that runs a rank's collectives in submission order, so that
-// communication (prefetching the next unit, reduce-scattering the last one's gradient)
+// CommThread: one thread that runs work in submission order. A rank's collectives run on one,
+// so that communication (prefetching the next unit, reduce-scattering the last one's gradient)
 // overlaps computation while every rank still issues the same collectives in the same order.
+// A run of adapters' trainers run their steps on one (roles/adapter_learner.cc), so that the
+// rank has one OpenMP team: each thread entering an OpenMP region gets a team of its own, whose
+// idle workers spin while another trainer's team computes.
 #pragma once
 
 #include <condition_variable>

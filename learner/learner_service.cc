@@ -180,8 +180,13 @@ absl::StatusOr<bool> LearnerService::Step(
       return TrainStep(*model_, *optimizer_, *samples, options_.step, state_.weight_version);
     };
     absl::StatusOr<StepResult> trained = absl::UnknownError("not run");
-    if (options_.step_thread != nullptr) {
-      options_.step_thread->Run([&] { trained = train(); });
+    if (options_.step_thread != nullptr) {  // what the step throws is thrown here
+      options_.step_thread
+          ->Submit([&] {
+            trained = train();
+            return trained.status();
+          })
+          .get();
     } else {
       trained = train();
     }

@@ -42,13 +42,13 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "learner/advantages.h"
+#include "learner/comm_thread.h"
 #include "learner/checkpointer.h"
 #include "learner/fsdp.h"
 #include "learner/optimizer.h"
 #include "learner/prompt_hand_back.h"
 #include "learner/step_intake.h"
 #include "learner/step_report.h"
-#include "learner/step_thread.h"
 #include "learner/step_turns.h"
 #include "learner/train_step.h"
 #include "replay/quarantine.h"
@@ -91,8 +91,8 @@ struct LearnerServiceOptions {
   // published and checkpointed, and while it resumes. Null: none (the only trainer).
   StepTurns* turns = nullptr;
   // A run of adapters: the rank's one thread its trainers' steps run on (learner/
-  // step_thread.h); null: the caller's thread.
-  StepThread* step_thread = nullptr;
+  // comm_thread.h: one OpenMP team); null: the caller's thread.
+  CommThread* step_thread = nullptr;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor

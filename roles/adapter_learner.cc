@@ -24,8 +24,8 @@
 #include "checkpoint/hf_model_dir.h"
 #include "core/status_macros.h"
 #include "core/xxhash_inline.h"
+#include "learner/comm_thread.h"
 #include "learner/learner_service.h"
-#include "learner/step_thread.h"
 #include "learner/step_turns.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/replay_buffer.h"
@@ -83,7 +83,7 @@ class AdapterTrainer {
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
       metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
       collective::Communicator* comm, std::shared_ptr<Arena> workspace,
-      learner::StepThread* step_thread, Wakeup* stepped);
+      learner::CommThread* step_thread, Wakeup* stepped);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
     metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
     collective::Communicator* comm, std::shared_ptr<Arena> workspace,
-    learner::StepThread* step_thread, Wakeup* stepped) {
+    learner::CommThread* step_thread, Wakeup* stepped) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->stepped_ = stepped;
   t->weight_server_ = weight_server;
@@ -483,7 +483,7 @@ class AdapterFleet {
   // The trainers' activations: one workspace, since they take turns (turns_); and the one thread
   // their steps run on (one OpenMP team).
   const std::shared_ptr<Arena> workspace_;
-  learner::StepThread step_thread_;
+  learner::CommThread step_thread_;
   const int this_rank_, ranks_;
   Wakeup* const wakeup_;  // the trainers tell it when they step
   std::unique_ptr<Coordinator> coordinator_;

@@ -24,19 +24,20 @@ std::string AdapterReplaySegment(const config::RunConfig& config, const std::str
   return absl::StrCat(config.replay_segment(), "-", adapter_id);
 }
 
+bool IsAdapterId(std::string_view id) {
+  if (id.size() != 15 || !id.starts_with("ad-")) return false;
+  return std::all_of(id.begin() + 3, id.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 void RemoveAdapterSegments(const config::RunConfig& config, const std::set<std::string>& keep) {
-  const auto is_adapter_id = [](std::string_view id) {  // "ad-" and 12 hex digits
-    if (id.size() != 15 || !id.starts_with("ad-")) return false;
-    return std::all_of(id.begin() + 3, id.end(),
-                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-  };
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
     const std::string name = entry.path().filename().string();
     for (const std::string& segment : {config.weight_segment(), config.replay_segment()}) {
       if (!name.starts_with(segment + "-")) continue;
       const std::string id = name.substr(segment.size() + 1);
-      if (!is_adapter_id(id) || keep.contains(id)) continue;
+      if (!IsAdapterId(id) || keep.contains(id)) continue;
       if (segment == config.weight_segment()) {
         RemoveShmWeightSegment(name).IgnoreError();
       } else {

@@ -10,6 +10,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "actor/adapter_channels.h"
 #include "config/run_config.h"
@@ -18,6 +19,10 @@
 #include "prl/v1/prompt.pb.h"
 
 namespace prl::roles {
+
+// Whether `id` has an adapter id's form ("ad-" and 12 lowercase hex digits), as the coordinator
+// makes them: checked before an id from outside names a file.
+bool IsAdapterId(std::string_view id);
 
 // "<the run's weight segment>-<adapter id>" and "<the run's replay segment>-<adapter id>".
 std::string AdapterWeightSegment(const config::RunConfig& config, const std::string& adapter_id);

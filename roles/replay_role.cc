@@ -1,6 +1,5 @@
 #include "roles/replay_role.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -85,11 +84,7 @@ class AdapterReplays {
   absl::StatusOr<std::shared_ptr<ReplayBuffer>> Find(const std::string& adapter_id) {
     // The coordinator vouched for the id (AdmitLeasedGroups); its form is checked again before
     // it names a file.
-    const bool well_formed =
-        adapter_id.size() == 15 && adapter_id.starts_with("ad-") &&
-        std::all_of(adapter_id.begin() + 3, adapter_id.end(),
-                    [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); });
-    if (!well_formed) {
+    if (!IsAdapterId(adapter_id)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "adapter_id: expected 'ad-' and 12 hex digits, found '", adapter_id.substr(0, 64), "'"));
     }

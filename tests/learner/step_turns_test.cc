@@ -1,5 +1,5 @@
 // StepTurns (learner/step_turns.h): trainers are served in the order they asked, one at a time;
-// and StepThread (learner/step_thread.h): their steps run on one thread.
+// and CommThread (learner/comm_thread.h): their steps run on one thread.
 #include "learner/step_turns.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "learner/step_thread.h"
+#include "learner/comm_thread.h"
 
 namespace prl::learner {
 namespace {
@@ -48,11 +48,11 @@ TEST(StepTurnsTest, CallersAreServedOneAtATimeInTheOrderTheyAsked) {
   EXPECT_EQ(turns.turns_taken(), 4);
 }
 
-// The rank's one step thread (learner/step_thread.h): every caller's work runs on that same
-// thread (one OpenMP team), one at a time, Run returns once it is done, and what it throws is
-// thrown to its caller.
-TEST(StepThreadTest, EveryCallersWorkRunsOnTheOneThreadOneAtATime) {
-  StepThread step_thread;
+// CommThread (learner/comm_thread.h), as a run of adapters' trainers use it for their steps:
+// every caller's work runs on that one thread (one OpenMP team), one at a time, the future is
+// ready once it is done, and what it throws is thrown by the future's get.
+TEST(CommThreadTest, EveryCallersWorkRunsOnTheOneThreadOneAtATime) {
+  CommThread step_thread;
   std::mutex mu;
   std::set<std::thread::id> ran_on;
   std::atomic<int> inside{0}, most_inside{0}, done{0};
@@ -60,15 +60,18 @@ TEST(StepThreadTest, EveryCallersWorkRunsOnTheOneThreadOneAtATime) {
   for (int i = 0; i < 4; ++i) {
     callers.emplace_back([&] {
       for (int j = 0; j < 25; ++j) {
-        step_thread.Run([&] {
-          most_inside = std::max(most_inside.load(), ++inside);
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            ran_on.insert(std::this_thread::get_id());
-          }
-          --inside;
-          ++done;
-        });
+        step_thread
+            .Submit([&] {
+              most_inside = std::max(most_inside.load(), ++inside);
+              {
+                std::lock_guard<std::mutex> lock(mu);
+                ran_on.insert(std::this_thread::get_id());
+              }
+              --inside;
+              ++done;
+              return absl::OkStatus();
+            })
+            .get();
       }
     });
   }
@@ -77,11 +80,11 @@ TEST(StepThreadTest, EveryCallersWorkRunsOnTheOneThreadOneAtATime) {
   EXPECT_EQ(most_inside.load(), 1);
   ASSERT_EQ(ran_on.size(), 1u);
   EXPECT_NE(*ran_on.begin(), std::this_thread::get_id());
-  EXPECT_THROW(step_thread.Run([] { throw std::runtime_error("out of memory"); }),
+  EXPECT_THROW(step_thread
+                   .Submit([]() -> absl::Status { throw std::runtime_error("out of memory"); })
+                   .get(),
                std::runtime_error);
-  int after = 0;
-  step_thread.Run([&] { after = 1; });  // the thread lives on
-  EXPECT_EQ(after, 1);
+  EXPECT_TRUE(step_thread.Submit([] { return absl::OkStatus(); }).get().ok());  // it lives on
 }
 
 }  // namespace
