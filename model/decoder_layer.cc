@@ -130,7 +130,8 @@ namespace {
 class LayerSteps {
  public:
   explicit LayerSteps(const LayerContext& ctx) : ctx_(ctx), c_(*ctx.config) {
-    PRL_CHECK((ctx.lora == nullptr && ctx.lora_rows.empty()) || !ctx.norm_in_gemm,
+    PRL_CHECK((ctx.lora == nullptr && ctx.lora_rows.empty() && ctx.lora_segments.empty()) ||
+                  !ctx.norm_in_gemm,
               "DecoderLayerForward: LoRA adapters read the normalised rows: norm_in_gemm must be "
               "off");
   }
@@ -151,6 +152,14 @@ class LayerSteps {
   // The layer's LoRA adapters of `targets`, reading x and adding into out's columns.
   void Adapters(std::initializer_list<LoraTarget> targets, const Tensor& x,
                 const Tensor& out) const {
+    for (const LoraLayerSegment& g : ctx_.lora_segments) {
+      for (const LoraTarget t : targets) {
+        if ((*g.layer)[t].defined()) {
+          LoraForward((*g.layer)[t], g.scale, LoraSiteOf(t, c_), x.Rows(g.begin, g.end),
+                      out.Rows(g.begin, g.end), *ctx_.lora_scratch, ctx_.order);
+        }
+      }
+    }
     for (const LoraRows& r : ctx_.lora_rows) {
       for (const LoraTarget t : targets) {
         if ((*r.layer)[t].defined()) {

@@ -77,6 +77,9 @@ struct LayerContext {
   const LoraScratch* lora_scratch = nullptr;
   // Instead of `lora`: several adapters, each on its rows (LoraForwardRows; the scratch too).
   absl::Span<const LoraRows> lora_rows;
+  // Or several adapters, each on its segment of the rows (the learner's pass over several
+  // adapters' micro-batches; the scratch too).
+  absl::Span<const LoraLayerSegment> lora_segments;
 };
 
 // Fills a.attn (and a.attn_lse if kept) from a.qkv (RoPE applied, unless the context's

@@ -85,6 +85,15 @@ struct LoraParams {
   int64_t rank = 0;
 };
 
+// One adapter's rows in a pass over several adapters' micro-batches packed together (a run of
+// adapters trained in one base forward and backward: learner/joint_step.h): tokens [begin, end)
+// of the batch, whole sequences, apply `lora`. In a gradient ModelParams: where that adapter's
+// gradients accumulate.
+struct LoraSegment {
+  const LoraParams* lora = nullptr;
+  int64_t begin = 0, end = 0;  // tokens
+};
+
 // A PEFT tensor in an adapter's buffer.
 struct LoraEntry {
   std::string name;            // e.g. "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight"

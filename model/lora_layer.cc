@@ -43,8 +43,9 @@ void LoraForward(const LoraPair& p, double scale, const LoraSite& site, const Te
                  const Tensor& out, const LoraScratch& s, k::ReductionOrder order) {
   const int64_t T = x.size(0);
   const Tensor u = Prefix(s.u, T, site.out);
-  k::MatmulForward(s.t, LoraInput(x, s), p.a, {}, false, order);  // (T, r)
-  k::MatmulForward(u, s.t, p.b, {}, false, order);  // (T, out)
+  const Tensor t = Prefix(s.t, T, p.a.size(0));
+  k::MatmulForward(t, LoraInput(x, s), p.a, {}, false, order);  // (T, r)
+  k::MatmulForward(u, t, p.b, {}, false, order);  // (T, out)
   k::AddColumns(out, site.out_col, u, 0, site.out, static_cast<float>(scale), /*accumulate=*/true);
 }
 
@@ -54,7 +55,7 @@ void LoraForwardRows(const LoraPair& p, double scale, const LoraSite& site, cons
   const int64_t n = rows.size(0);
   if (n == 0) return;
   const Tensor xg = Prefix(s.xg, n, site.in);
-  const Tensor t = Prefix(s.t.Reshape({s.t.numel()}), n, p.a.size(0));
+  const Tensor t = Prefix(s.t, n, p.a.size(0));
   const Tensor u = Prefix(s.u, n, site.out);
   if (x.dtype == DType::kF32) {
     k::EmbeddingForward(xg, x, rows);  // the row gather
@@ -73,13 +74,14 @@ void LoraBackward(const LoraPair& p, const LoraPair& g, double scale, const Lora
   const int64_t T = x.size(0);
   const Tensor du = Prefix(s.u, T, site.out);
   const Tensor dxa = Prefix(s.dx, T, site.in);
+  const Tensor t = Prefix(s.t, T, p.a.size(0)), dt = Prefix(s.dt, T, p.a.size(0));
   // y += scale * u, u = t B^T, t = x A^T.
   k::AddColumns(du, 0, dout, site.out_col, site.out, static_cast<float>(scale),
                 /*accumulate=*/false);
   const Tensor xf = LoraInput(x, s);
-  k::MatmulForward(s.t, xf, p.a);                  // as the forward computed it in the fast order
-  k::MatmulBackward(s.dt, g.b, {}, du, s.t, p.b);  // dt = du B; dB += du^T t
-  k::MatmulBackward(dxa, g.a, {}, s.dt, xf, p.a);  // dx_a = dt A; dA += dt^T x
+  k::MatmulForward(t, xf, p.a);                // as the forward computed it in the fast order
+  k::MatmulBackward(dt, g.b, {}, du, t, p.b);  // dt = du B; dB += du^T t
+  k::MatmulBackward(dxa, g.a, {}, dt, xf, p.a);  // dx_a = dt A; dA += dt^T x
   k::AddColumns(dx, 0, dxa, 0, site.in, 1.0f, /*accumulate=*/true);
 }
 

@@ -28,8 +28,17 @@ struct LoraRows {
   Tensor rows;  // (n) I32, distinct
 };
 
+// The rows [begin, end) of a batch one adapter applies to, in one layer (a learner's pass over
+// several adapters' micro-batches packed together: model/lora.h LoraSegment).
+struct LoraLayerSegment {
+  const LoraLayerParams* layer = nullptr;  // the adapter's layer
+  double scale = 0.0;
+  int64_t begin = 0, end = 0;
+};
+
 // One layer's adapter scratch for T tokens, shared by the layers (nothing is kept between the
-// forward and the backward: x A^T is recomputed).
+// forward and the backward: x A^T is recomputed). `rank`: the largest adapter's; a call on
+// fewer rows or a smaller rank uses the scratch's prefix.
 struct LoraScratch {
   Tensor xf;  // (T * max in) F32: x as F32 (LoraInput); only with activations not F32
   Tensor t;   // (T, r) x A^T

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -46,7 +47,8 @@ struct LayerParams {
   bool is_moe() const { return router_weight.defined(); }
 };
 
-struct LoraParams;  // model/lora.h
+struct LoraParams;   // model/lora.h
+struct LoraSegment;  // model/lora.h
 
 struct ModelParams {
   Tensor embed;  // (V, C)
@@ -56,6 +58,10 @@ struct ModelParams {
   // LoRA adapters on top of these weights (model/lora.h), or null. In a gradient ModelParams
   // passed to Transformer::Backward: where the adapters' gradients accumulate.
   const LoraParams* lora = nullptr;
+  // Instead of `lora`: several adapters, each on its segment of the batch's tokens (CPU only
+  // for now; Transformer::Forward checks them). Not owned; the gradient ModelParams of
+  // Backward names the same segments, with each adapter's gradients.
+  absl::Span<const LoraSegment> lora_segments;
 };
 
 // A copy of a parameter set's weights in `dtype` (BF16: the compute weights of the bf16 mode,

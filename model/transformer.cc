@@ -28,6 +28,68 @@ absl::Status CopyToDevice(const Tensor& dst, const void* src) {
   return CopyBytes(dst.data, dst.device, src, Device::Cpu(), dst.bytes());
 }
 
+// Several adapters' segments (ModelParams::lora_segments): on the CPU in fp32 without context
+// parallelism, instead of `lora`, in order and covering the batch, each whole sequences, each
+// adapter made for this model.
+absl::Status CheckLoraSegments(const ModelParams& params, const PackedBatch& batch,
+                               const ModelConfig& c, Device device, DType compute, bool context) {
+  const absl::Span<const LoraSegment> segments = params.lora_segments;
+  if (segments.empty()) return absl::OkStatus();
+  if (!device.is_cpu() || compute != DType::kF32 || context || params.lora != nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "several adapters in one pass (ModelParams::lora_segments) run on the CPU in fp32, "
+        "without context parallelism and instead of one adapter; found ", device.ToString(), " ",
+        DTypeName(compute), context ? ", a context-parallel pass" : "",
+        params.lora != nullptr ? ", one adapter besides" : ""));
+  }
+  std::vector<bool> boundary(batch.num_tokens() + 1, false);
+  for (const int32_t b : batch.cu_seqlens) boundary[b] = true;
+  int64_t next = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const LoraSegment& g = segments[i];
+    if (g.lora == nullptr || g.begin != next || g.end <= g.begin || g.end > batch.num_tokens() ||
+        !boundary[g.end]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lora_segments[", i, "]: expected an adapter on tokens [", next,
+          ", the end of a sequence <= ", batch.num_tokens(), "), found ",
+          g.lora == nullptr ? "no adapter on " : "", "[", g.begin, ", ", g.end, ")"));
+    }
+    PRL_RETURN_IF_ERROR(ValidateLoraParams(*g.lora, c, device));
+    next = g.end;
+  }
+  if (next != batch.num_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("lora_segments: cover tokens [0, ", next,
+                                                   ") of a batch of ", batch.num_tokens()));
+  }
+  return absl::OkStatus();
+}
+
+// The gradients of a pass over several adapters' segments name the same segments, each with
+// its adapter's gradients; the load-balancing loss is the batch's, not each segment's, so it
+// cannot train there.
+absl::Status CheckSegmentGrads(absl::Span<const LoraSegment> forward, const ModelParams& params,
+                               const ModelParams& grads, double load_balancing_weight) {
+  const absl::Span<const LoraSegment> p = params.lora_segments, g = grads.lora_segments;
+  bool same = p.size() == forward.size() && g.size() == forward.size();
+  for (size_t i = 0; same && i < p.size(); ++i) {
+    same = p[i].lora == forward[i].lora && g[i].lora != nullptr &&
+           g[i].begin == forward[i].begin && g[i].end == forward[i].end &&
+           p[i].begin == forward[i].begin && p[i].end == forward[i].end;
+  }
+  if (!same) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Transformer::Backward: params.lora_segments must be the Forward's ", forward.size(),
+        " segments and grads.lora_segments the same with their adapters' gradients, found ",
+        p.size(), " and ", g.size()));
+  }
+  if (!p.empty() && load_balancing_weight != 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Transformer::Backward: a load-balancing weight (", load_balancing_weight,
+        ") in a pass over several adapters' segments (the loss would be their batch's)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 
@@ -75,8 +137,13 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
                      " (TransformerOptions::cuda_lora: written, not yet verified on a GPU)"));
   }
   if (params.lora != nullptr) PRL_RETURN_IF_ERROR(ValidateLoraParams(*params.lora, c, device_));
+  PRL_RETURN_IF_ERROR(
+      CheckLoraSegments(params, batch, c, device_, options_.compute_dtype, context != nullptr));
   Workspace& ws = *ws_;
   ws.lora = params.lora;
+  ws.segments.assign(params.lora_segments.begin(), params.lora_segments.end());
+  int64_t lora_rank = params.lora != nullptr ? params.lora->rank : 0;
+  for (const LoraSegment& g : ws.segments) lora_rank = std::max(lora_rank, g.lora->rank);
   ws.T = batch.num_tokens();
   ws.B = batch.num_seqs();
   ws.for_backward = for_backward;
@@ -92,8 +159,7 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   ws.R = static_cast<int64_t>(ws.head_rows.size());
 
   const int64_t T = ws.T, R = ws.R;
-  PassShape shape =
-      ShapeOf(T, ws.B, ws.R, for_backward, params.lora != nullptr ? params.lora->rank : 0);
+  PassShape shape = ShapeOf(T, ws.B, ws.R, for_backward, lora_rank);
   ws.context.reset();
   ws.kv_cu_seqlens = Tensor();  // laid out again by a Ulysses pass only
   ws.ring.reset();
@@ -153,9 +219,16 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   PRL_RETURN_IF_ERROR(CopyToDevice(ws.head_targets, head_targets.data()));
   const int64_t Lm = c.num_moe_layers(), K = c.num_experts_per_tok;
   ws.recomputed_routes.assign(T * Lm * K, 0);
-  ws.lb_count.assign(c.num_experts, 0.0);
-  ws.lb_prob_sum.assign(c.num_experts, 0.0);
   ws.lb_loss = 0.0;
+  const int64_t S = static_cast<int64_t>(ws.segments.size());
+  ws.token_segment.assign(S > 0 ? T : 0, 0);
+  for (int64_t g = 0; g < S; ++g) {
+    std::fill(ws.token_segment.begin() + ws.segments[g].begin,
+              ws.token_segment.begin() + ws.segments[g].end, static_cast<int32_t>(g));
+  }
+  ws.lb_count.assign(std::max<int64_t>(S, 1) * c.num_experts, 0.0);  // (segments or 1, E)
+  ws.lb_prob_sum.assign(ws.lb_count.size(), 0.0);
+  ws.segment_lb_loss.assign(S, 0.0);
   ws.forced_routes.clear();
   ws.used_routes.assign(
       for_backward && ws.checkpointing != ActivationCheckpointing::kNone ? Lm * T * K : 0, 0);
@@ -226,13 +299,29 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
     std::copy_n(sums.begin() + c.num_experts, c.num_experts, ws.lb_prob_sum.begin());
     ws.lb_tokens = sums.back();
   }
-  if (Lm > 0) {  // aux = E sum_e f_e P_e over the Lm T (layer, token) rows
-    const double rows = static_cast<double>(Lm) * ws.lb_tokens;
+  // aux = E sum_e f_e P_e over the Lm T (layer, token) rows; with segments, each segment's
+  // over its own rows, and the whole batch's from the summed counts.
+  const auto aux = [&](const double* count, const double* prob_sum, double tokens) {
+    const double rows = static_cast<double>(Lm) * tokens;
+    double loss = 0.0;
     for (int64_t e = 0; e < c.num_experts; ++e) {
-      ws.lb_loss += (ws.lb_count[e] / rows) * (ws.lb_prob_sum[e] / rows);
+      loss += (count[e] / rows) * (prob_sum[e] / rows);
     }
-    ws.lb_loss *= static_cast<double>(c.num_experts);
+    return loss * static_cast<double>(c.num_experts);
+  };
+  if (Lm > 0 && S > 0) {
+    const int64_t E = c.num_experts;
+    for (int64_t g = 0; g < S; ++g) {
+      ws.segment_lb_loss[g] = aux(ws.lb_count.data() + g * E, ws.lb_prob_sum.data() + g * E,
+                                  static_cast<double>(ws.segments[g].end - ws.segments[g].begin));
+      if (g == 0) continue;
+      for (int64_t e = 0; e < E; ++e) {
+        ws.lb_count[e] += ws.lb_count[g * E + e];
+        ws.lb_prob_sum[e] += ws.lb_prob_sum[g * E + e];
+      }
+    }
   }
+  if (Lm > 0) ws.lb_loss = aux(ws.lb_count.data(), ws.lb_prob_sum.data(), ws.lb_tokens);
   ws.backward_ready = for_backward;
   return absl::OkStatus();
 }
@@ -250,13 +339,21 @@ int64_t MoeIndex(const ModelConfig& c, int64_t layer) {
 
 LayerContext Transformer::ContextOf(const LayerParams& p, int64_t layer,
                                     const int32_t* forced_routes) const {
-  const Workspace& ws = *ws_;
+  Workspace& ws = *ws_;  // (its per-layer segment views are rebuilt here)
   LayerContext ctx{&config_, ws.rope_cos, ws.rope_sin, options_.reduction_order};
   ctx.residual_in_gemm = options_.residual_in_gemm;
   if (p.is_moe()) ctx.moe_forced_routes = forced_routes;
   if (ws.lora != nullptr) {
     ctx.lora = &ws.lora->layers[layer];
     ctx.lora_scale = ws.lora->scale;
+    ctx.lora_scratch = &ws.lora_scratch;
+  }
+  if (!ws.segments.empty()) {
+    ws.layer_segments.clear();
+    for (const LoraSegment& s : ws.segments) {
+      ws.layer_segments.push_back({&s.lora->layers[layer], s.lora->scale, s.begin, s.end});
+    }
+    ctx.lora_segments = ws.layer_segments;
     ctx.lora_scratch = &ws.lora_scratch;
   }
   return ctx;
@@ -372,12 +469,14 @@ absl::Status Transformer::ForwardLayer(const LayerParams& p, int64_t layer) {
   if (keep_used) std::copy(used.begin(), used.end(), ws.used_routes.begin() + moe_index * T * K);
   const int64_t E = c.num_experts;
   for (int64_t t = 0; t < T; ++t) {
+    // With segments, each segment's sums (they cover the batch), else the batch's.
+    const int64_t row = ws.token_segment.empty() ? 0 : ws.token_segment[t] * E;
     for (int64_t kk = 0; kk < K; ++kk) {
       ws.recomputed_routes[(t * Lm + moe_index) * K + kk] =
           static_cast<uint8_t>(recomputed[t * K + kk]);
-      ws.lb_count[recomputed[t * K + kk]] += 1.0;
+      ws.lb_count[row + recomputed[t * K + kk]] += 1.0;
     }
-    for (int64_t e = 0; e < E; ++e) ws.lb_prob_sum[e] += probs[t * E + e];
+    for (int64_t e = 0; e < E; ++e) ws.lb_prob_sum[row + e] += probs[t * E + e];
   }
   return absl::OkStatus();
 }
@@ -408,6 +507,10 @@ absl::Status Transformer::RecomputeLayer(const LayerParams& p, int64_t layer) {
 
 double Transformer::load_balancing_loss() const { return ws_->lb_loss; }
 
+absl::Span<const double> Transformer::segment_load_balancing_losses() const {
+  return ws_->segment_lb_loss;
+}
+
 absl::Span<const uint8_t> Transformer::recomputed_routes() const { return ws_->recomputed_routes; }
 
 absl::Span<const float> Transformer::entropies() const { return ws_->entropies; }
@@ -429,16 +532,19 @@ absl::Status Transformer::Backward(const ModelParams& params, absl::Span<const f
         "Transformer::Backward: the adapters (ModelParams::lora) must be the preceding Forward's, "
         "with their gradients in grads.lora");
   }
+  PRL_RETURN_IF_ERROR(CheckSegmentGrads(ws.segments, params, grads, load_balancing_weight));
   ws.lora_grads = grads.lora;
+  ws.segment_grads.assign(grads.lora_segments.begin(), grads.lora_segments.end());
   // A frozen base (grads without the base's layers: ModelParams{} with .lora): only the
   // adapters' gradients. (Not "embed undefined": with FSDP hooks the views are bound lazily.)
   const bool frozen = grads.layers.empty();
-  if (frozen && (grads.lora == nullptr || (!device_.is_cpu() && !options_.cuda_lora))) {
+  const bool trains_adapters = grads.lora != nullptr || !grads.lora_segments.empty();
+  if (frozen && (!trains_adapters || (!device_.is_cpu() && !options_.cuda_lora))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Transformer::Backward: gradients without the base weights (a frozen base) need LoRA "
         "adapters to train (grads.lora) and the CPU backend (or TransformerOptions::cuda_lora); "
         "found ",
-        grads.lora == nullptr ? "no adapters" : "", " on ", device_.ToString()));
+        trains_adapters ? "" : "no adapters", " on ", device_.ToString()));
   }
   ws.backward_ready = false;  // activations are consumed: one backward per forward
   const ModelConfig& c = config_;
@@ -513,6 +619,16 @@ absl::Status Transformer::BackwardLayer(const LayerParams& p, const LayerParams&
   // projection's output, their gradients, and their share of the gradient at its input.
   auto adapters = [&](std::initializer_list<LoraTarget> targets, const Tensor& x,
                       const Tensor& dout, const Tensor& dx) {
+    for (size_t i = 0; i < ws.segments.size(); ++i) {  // each adapter on its rows
+      const LoraSegment& s = ws.segments[i];
+      const LoraLayerParams& lp = s.lora->layers[layer];
+      const LoraLayerParams& lg = ws.segment_grads[i].lora->layers[layer];
+      for (const LoraTarget t : targets) {
+        if (!lp[t].defined()) continue;
+        LoraBackward(lp[t], lg[t], s.lora->scale, LoraSiteOf(t, c), x.Rows(s.begin, s.end),
+                     dout.Rows(s.begin, s.end), dx.Rows(s.begin, s.end), ws.lora_scratch);
+      }
+    }
     if (ws.lora == nullptr) return;
     const LoraLayerParams& lp = ws.lora->layers[layer];
     const LoraLayerParams& lg = ws.lora_grads->layers[layer];

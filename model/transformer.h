@@ -124,7 +124,10 @@ class Transformer {
   // Forward(for_backward = true) with the same params; dlogprobs (T) is ignored where there
   // was no target. With LoRA adapters (params.lora) their gradients accumulate in grads.lora;
   // grads without layers (a frozen base: ModelParams{} with .lora set) skip every base
-  // weight's gradient (CPU only for now).
+  // weight's gradient (CPU only for now). With several adapters' segments (params.
+  // lora_segments: a frozen base, CPU, no load-balancing weight), grads.lora_segments names the
+  // same segments, each with its adapter's gradients: each adapter's gradient is the one a pass
+  // over its segment alone would give (up to float summation order).
   absl::Status Backward(const ModelParams& params, absl::Span<const float> dlogprobs,
                         const ModelParams& grads, UnitHooks* hooks = nullptr,
                         double load_balancing_weight = 0.0);
@@ -143,6 +146,9 @@ class Transformer {
   // Qwen3-MoE: the load-balancing loss (model/moe_layer.h: E sum_e f_e P_e) over the tokens
   // and MoE layers of the last Forward; 0 for a dense model.
   double load_balancing_loss() const;
+  // With several adapters' segments (ModelParams::lora_segments): the load-balancing loss of
+  // each segment's tokens alone, as a pass over that segment would compute it; (segments).
+  absl::Span<const double> segment_load_balancing_losses() const;
   // Bytes currently held for activations and scratch (the largest pass's so far).
   size_t workspace_bytes() const;
   // Bytes the last Forward laid out for its activations, logits chunk and (training passes)

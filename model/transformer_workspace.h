@@ -62,6 +62,11 @@ struct Transformer::Workspace {
   const LoraParams* lora = nullptr;
   const LoraParams* lora_grads = nullptr;
   LoraScratch lora_scratch;
+  // Instead of lora: several adapters, each on its segment of the tokens (ModelParams::
+  // lora_segments), and in Backward their gradients (the same segments); one layer's view of
+  // them, rebuilt for each layer the pass runs.
+  std::vector<LoraSegment> segments, segment_grads;
+  std::vector<LoraLayerSegment> layer_segments;
 
   // Qwen3-MoE: the batch's replayed routes per MoE layer, (Lm, T, K) layer-major (empty: none),
   // and the router's own routes of the last Forward, (T, Lm, K) token-major.
@@ -88,6 +93,9 @@ struct Transformer::Workspace {
   // (model/moe_layer.h): the routers' own choices per expert and their probabilities per
   // expert, (E) each; its value; and in Backward its gradient at each p[t, e], (E).
   std::vector<double> lb_count, lb_prob_sum, lb_dprobs;
+  // With segments: each segment's load-balancing loss, and each token's segment (-1: none).
+  std::vector<double> segment_lb_loss;
+  std::vector<int32_t> token_segment;
   // A MoE layer's router outputs on the host (MoeRoutesToHost), reused by every layer.
   std::vector<int32_t> host_recomputed;
   std::vector<float> host_probs;
