@@ -135,6 +135,22 @@ class FsdpModel : public UnitHooks {
   ContextAttention context_attention() const { return options_.context_attention; }
   // load_balancing_weight: Transformer::Backward's (the Qwen3-MoE load-balancing loss's).
   absl::Status Backward(absl::Span<const float> dlogprobs, double load_balancing_weight = 0.0);
+  // LoRA mode at world size 1, a run of adapters on one rank (learner/joint_step.h): one pass
+  // over several adapters' micro-batches packed into `batch`, segments[i].model's adapter on
+  // tokens [begin, end) (whole sequences; this model among them or not, every model on this
+  // model's frozen base). JointBackward accumulates each adapter's gradient into its own
+  // model's grad_shard(). The last pass's results (entropies, routes, bytes) are this model's.
+  struct JointSegment {
+    FsdpModel* model = nullptr;
+    int64_t begin = 0, end = 0;  // tokens
+  };
+  absl::Status JointForward(const PackedBatch& batch, float temperature,
+                            absl::Span<float> logprobs, absl::Span<const JointSegment> segments);
+  absl::Status JointBackward(absl::Span<const float> dlogprobs);
+  // Each segment's load-balancing loss in the last JointForward (Qwen3-MoE; 0 for a dense model).
+  absl::Span<const double> segment_load_balancing_losses() const {
+    return transformer_.segment_load_balancing_losses();
+  }
   // Qwen3-MoE: the router's own routes of the last Forward (Transformer::recomputed_routes).
   absl::Span<const uint8_t> recomputed_routes() const { return transformer_.recomputed_routes(); }
   // Transformer::entropies of the last Forward.
@@ -232,6 +248,7 @@ class FsdpModel : public UnitHooks {
   std::optional<LoraLayout> lora_layout_;
   Buffer lora_full_, lora_full_grad_, lora_scratch_;
   LoraParams lora_params_, lora_grads_;
+  std::vector<LoraSegment> joint_params_, joint_grads_;  // the last JointForward's segments
   bool lora_gathered_ = false;
   CommThread comm_thread_;
 };

@@ -73,4 +73,38 @@ absl::Status FsdpModel::LoraBackward(absl::Span<const float> dlogprobs,
   return absl::OkStatus();
 }
 
+absl::Status FsdpModel::JointForward(const PackedBatch& batch, float temperature,
+                                     absl::Span<float> logprobs,
+                                     absl::Span<const JointSegment> segments) {
+  joint_params_.clear();
+  joint_grads_.clear();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const FsdpModel* m = segments[i].model;
+    if (m == nullptr || !m->lora() || m->sharded() || m->frozen_base() != frozen_base() ||
+        !lora() || sharded()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "joint pass: segment ", i, ": expected an adapter's model at world size 1 on this "
+          "model's frozen base (a run of adapters' rank), found ",
+          m == nullptr              ? "none"
+          : !m->lora() || !lora()   ? "a model that trains every weight"
+          : m->sharded() || sharded() ? "a sharded adapter"
+                                      : "another base"));
+    }
+    joint_params_.push_back({&m->lora_params_, segments[i].begin, segments[i].end});
+    joint_grads_.push_back({&m->lora_grads_, segments[i].begin, segments[i].end});
+  }
+  ModelParams params = params_;
+  params.lora = nullptr;
+  params.lora_segments = joint_params_;
+  return transformer_.Forward(params, batch, temperature, logprobs, /*for_backward=*/true);
+}
+
+absl::Status FsdpModel::JointBackward(absl::Span<const float> dlogprobs) {
+  ModelParams params = params_, grads;
+  params.lora = nullptr;
+  params.lora_segments = joint_params_;
+  grads.lora_segments = joint_grads_;  // each adapter's grad shard (world size 1: bound to it)
+  return transformer_.Backward(params, dlogprobs, grads);
+}
+
 }  // namespace prl::learner
