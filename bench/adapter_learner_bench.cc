@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "learner/joint_step.h"
 #include "learner/local_launcher.h"
 #include "learner/train_step.h"
 #include "model/parameters.h"
@@ -109,8 +110,25 @@ absl::Status RunAdapterLearnerBenchRank(const ModelConfig& config,
                    rank->comm->world_size(), step + 1, o.steps, Since(start));
     }
   }
+  const double seconds = Since(start);
+  // The same steps, each round of them one joint step (the learner role on the CPU).
+  std::vector<learner::AdapterStep> steps;
+  for (roles::AdapterModel& a : adapters) {
+    steps.push_back({a.model.get(), a.optimizer.get(), rollouts, &rank->step, 0});
+  }
+  PRL_RETURN_IF_ERROR(learner::TrainJointStep(steps, o.pass_tokens).status());  // warm-up
+  PRL_RETURN_IF_ERROR(rank->comm->Barrier());
+  const auto joint_start = std::chrono::steady_clock::now();
+  for (int step = 0; step < o.steps; ++step) {
+    PRL_RETURN_IF_ERROR(learner::TrainJointStep(steps, o.pass_tokens).status());
+    if (o.progress && rank->rank0()) {
+      std::fprintf(stderr, "bench learner --adapters: world size %d, joint step %d/%d: %.2f s\n",
+                   rank->comm->world_size(), step + 1, o.steps, Since(joint_start));
+    }
+  }
   nlohmann::json j;
-  j["seconds"] = Since(start);
+  j["seconds"] = seconds;
+  j["joint_seconds"] = Since(joint_start);
   j["tokens"] = tokens;
   j["adapters"] = adapters.size();
   j["pss_bytes"] = ProcessPssBytes();  // the node's base file split between the ranks
@@ -156,6 +174,11 @@ absl::StatusOr<Report> RunAdapterLearnerBench(const ModelConfig& config,
                                "reinforce_tis, AdamW; %d timed steps per adapter after one "
                                "warm-up, the ranks' adapters one after another",
                                o.tokens, o.seq_len, kPromptTokens, o.steps)},
+      {"joint", absl::StrFormat("the same steps again, each round of them one joint step "
+                                "(learner.adapter_pass_tokens %d: every adapter of a rank in one "
+                                "set of passes over the base); baseline: the steps one after "
+                                "another at the same world size, measured in the same run",
+                                o.pass_tokens)},
       {"threads", o.threads_per_rank > 0
                       ? absl::StrCat(o.threads_per_rank, " per rank (a rank added brings its own)")
                       : "each world size shares the machine's cores (threads per rank: cores / "
@@ -169,7 +192,7 @@ absl::StatusOr<Report> RunAdapterLearnerBench(const ModelConfig& config,
     launch.world_size = world;
     launch.threads_per_rank = o.threads_per_rank;
     PRL_RETURN_IF_ERROR(learner::RunLocalRanks(argv, launch));
-    double seconds = 0;
+    double seconds = 0, joint_seconds = 0;
     int64_t tokens = 0, pss = 0;
     for (int r = 0; r < world; ++r) {
       const std::string file = absl::StrCat(path, ".", r);
@@ -184,6 +207,7 @@ absl::StatusOr<Report> RunAdapterLearnerBench(const ModelConfig& config,
                                                 " of world size ", world, " wrote no result"));
       }
       seconds = std::max(seconds, j["seconds"].get<double>());
+      joint_seconds = std::max(joint_seconds, j["joint_seconds"].get<double>());
       tokens += j["tokens"].get<int64_t>();
       pss += j["pss_bytes"].get<int64_t>();
     }
@@ -195,6 +219,9 @@ absl::StatusOr<Report> RunAdapterLearnerBench(const ModelConfig& config,
     report.results.push_back({absl::StrCat("w", world, "_adapter_tokens_per_s"), tokens_per_s,
                               "tok/s", one_rank > 0 ? "w1_adapter_tokens_per_s" : "",
                               one_rank});
+    report.results.push_back({absl::StrCat("w", world, "_joint_adapter_tokens_per_s"),
+                              tokens / joint_seconds, "tok/s",
+                              absl::StrCat("w", world, "_adapter_tokens_per_s"), tokens_per_s});
     report.results.push_back({absl::StrCat("w", world, "_ranks_memory_mb"), pss / 1e6, "MB",
                               one_rank_mb > 0 ? "w1_ranks_memory_mb" : "", one_rank_mb});
   }

@@ -4,7 +4,9 @@
 // coordinator places them: the least loaded rank) one step after another over a world of one,
 // the ranks of the node mapping one base file. For each world size: the adapters' aggregate
 // training tokens/s (every rank's steps together, from the first step's start to the last
-// one's end), beside world size 1 measured in the same run.
+// one's end), beside world size 1 measured in the same run; and the same adapters' joint steps
+// (learner/joint_step.h: every adapter of a rank in one set of passes over the base, as the
+// learner role runs them on the CPU) beside their steps one after another, also in the same run.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@ struct AdapterLearnerBenchOptions {
   std::vector<int> world_sizes = {1, 2};
   // OpenMP threads per rank; 0: the machine's cores shared (cores / world size each).
   int threads_per_rank = 0;
+  int64_t pass_tokens = 16384;  // the joint steps' learner.adapter_pass_tokens
   bool progress = true;
 };
 

@@ -58,6 +58,7 @@ struct LearnerBenchFlags {
   int adapters = 0;
   int64_t adapter_rank = 8;
   int threads_per_rank = 0;
+  int64_t adapter_pass_tokens = 16384;  // --adapters: the joint steps' learner.adapter_pass_tokens
   bool json = false;
   std::vector<std::string> argv;
 };
@@ -87,6 +88,7 @@ absl::Status RunLearnerBench(const LearnerBenchFlags& f) {
     a.steps = options.iterations;
     a.world_sizes = options.world_sizes;
     a.threads_per_rank = f.threads_per_rank;
+    a.pass_tokens = f.adapter_pass_tokens;
     const absl::Status rank = bench::RunAdapterLearnerBenchRank(config, a);
     if (!absl::IsNotFound(rank)) return rank;  // this process was one of the ranks
     PRL_ASSIGN_OR_RETURN(const bench::Report report,
@@ -301,6 +303,10 @@ void RegisterLearnerBench(CLI::App* bench, CommandRegistry& registry, int argc, 
       ->add_option("--threads-per-rank", l->threads_per_rank,
                    "With --adapters: OpenMP threads per rank (0: the cores shared between the "
                    "ranks)")
+      ->capture_default_str();
+  learner
+      ->add_option("--adapter-pass-tokens", l->adapter_pass_tokens,
+                   "With --adapters: the joint steps' learner.adapter_pass_tokens")
       ->capture_default_str();
   learner->add_flag("--json", l->json, "Print one JSON object instead of the table");
   registry.Add(learner, [l] { return RunLearnerBench(*l); });

@@ -4,6 +4,7 @@
 // one learner-rank factory (roles/learner_rank.h) from the learner section of the run config:
 // Gloo on the CPU; with learner.device = cuda rank r runs on GPU r and the ranks meet over NCCL,
 // and learner.dtype = bf16 is the mixed-precision mode there.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/hf_model_dir.h"
 #include "checkpoint/peft_adapter.h"
 #include "cli/command.h"
@@ -19,6 +21,7 @@
 #include "collective/rendezvous.h"
 #include "core/status_macros.h"
 #include "learner/checkpointer.h"
+#include "learner/joint_step.h"
 #include "learner/rollouts.h"
 #include "learner/train_step.h"
 #include "nlohmann/json.hpp"
@@ -36,6 +39,9 @@ struct StepFlags {
   bool keep_gathered = false;
   bool json = false;
   int64_t samples_per_step = 0;  // learner train
+  // learner step --joint: other adapters trained in the same joint step, each
+  // "ADAPTER,ROLLOUTS,OUT[,GRADS]" (learner/joint_step.h).
+  std::vector<std::string> joint;
   std::shared_ptr<ConfigFlags> config;
   std::vector<std::string> argv;  // as given, for the ranks
 };
@@ -181,6 +187,103 @@ absl::Status RunStepRank(const StepFlags& f, const config::RunConfig& c,
   return l.comm->Barrier();
 }
 
+// --joint ADAPTER,ROLLOUTS,OUT[,GRADS]: another adapter of the joint step, read from a PEFT
+// directory, with its rollouts, its output directory and where to dump its gradient.
+struct JointAdapter {
+  std::string adapter, rollouts, out, grads;
+  learner::FsdpModel* model = nullptr;
+  learner::ShardedOptimizer* optimizer = nullptr;
+  roles::AdapterModel made;
+  std::optional<LoraSet> set;  // gathered for output
+  std::vector<learner::TrainSample> samples;
+  int64_t dropped_groups = 0;
+};
+
+absl::StatusOr<JointAdapter> ParseJointAdapter(const std::string& spec) {
+  const std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  if (parts.size() < 3 || parts.size() > 4 ||
+      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--joint: expected ADAPTER,ROLLOUTS,OUT[,GRADS] (a PEFT directory, a rollouts file, the "
+        "output directory, optionally the gradient's file), found '", spec, "'"));
+  }
+  JointAdapter j;
+  j.adapter = parts[0];
+  j.rollouts = parts[1];
+  j.out = parts[2];
+  if (parts.size() == 4) j.grads = parts[3];
+  return j;
+}
+
+// `learner step --joint`: the adapter of learner.lora_init and the --joint ones in one joint step
+// on one rank (learner/joint_step.h), each written and reported as its own step would be.
+absl::Status RunJointStepRank(const StepFlags& f, const config::RunConfig& c,
+                              const collective::RendezvousConfig& rendezvous) {
+  PRL_ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, SetUpRank(f, c, rendezvous));
+  roles::LearnerRank& l = *r->learner;
+  if (!r->adapter.has_value()) {
+    return absl::InvalidArgumentError(
+        "--joint: trains several LoRA adapters: the first is learner.lora_init (--lora-init) or "
+        "learner.lora_rank's, found a learner of every weight");
+  }
+  PRL_ASSIGN_OR_RETURN(const ModelConfig model, ReadModelConfig(c.model.path));
+  std::vector<JointAdapter> others;
+  for (const std::string& spec : f.joint) {
+    PRL_ASSIGN_OR_RETURN(JointAdapter j, ParseJointAdapter(spec));
+    PRL_ASSIGN_OR_RETURN(LoraSet start, LoadAdapter(j.adapter, model));
+    PRL_ASSIGN_OR_RETURN(j.made, roles::CreateAdapterModel(c.learner, l, model, start.lora, 0,
+                                                           c.learner.lr, l.comm.get(), nullptr));
+    PRL_RETURN_IF_ERROR(j.made.model->LoadFull(
+        {start.data(), static_cast<size_t>(start.layout.num_elements())}));
+    j.model = j.made.model.get();
+    j.optimizer = j.made.optimizer.get();
+    j.set.emplace(std::move(start));
+    PRL_ASSIGN_OR_RETURN(j.samples, learner::ReadTrainSamples(j.rollouts, model));
+    PRL_ASSIGN_OR_RETURN(
+        const learner::Advantages advantages,
+        learner::ApplyGroupAdvantages(&j.samples, roles::AdvantageConfigFrom(c.learner)));
+    j.dropped_groups = advantages.dropped_groups;
+    others.push_back(std::move(j));
+  }
+  std::vector<learner::AdapterStep> steps = {
+      {l.model.get(), l.optimizer.get(), r->samples, &l.step, f.learner_version}};
+  for (const JointAdapter& j : others) {
+    steps.push_back({j.model, j.optimizer, j.samples, &l.step, f.learner_version});
+  }
+  PRL_ASSIGN_OR_RETURN(
+      const std::vector<learner::StepStats> stats,
+      learner::AccumulateJointGradients(steps, std::max<int64_t>(c.learner.adapter_pass_tokens, 1)));
+  if (!f.dump_grads.empty()) {
+    PRL_RETURN_IF_ERROR(l.model->GatherFullGrads(r->trained_span()));
+    PRL_RETURN_IF_ERROR(SaveAdapterTensors(f.dump_grads, *r->adapter));
+  }
+  for (JointAdapter& j : others) {
+    if (j.grads.empty()) continue;
+    PRL_RETURN_IF_ERROR(j.model->GatherFullGrads(
+        {j.set->data(), static_cast<size_t>(j.set->layout.num_elements())}));
+    PRL_RETURN_IF_ERROR(SaveAdapterTensors(j.grads, *j.set));
+  }
+  std::vector<learner::StepResult> results(steps.size());
+  for (size_t k = 0; k < steps.size(); ++k) {
+    results[k].stats = stats[k];
+    PRL_ASSIGN_OR_RETURN(results[k].optimizer, steps[k].optimizer->Step());
+  }
+  PRL_RETURN_IF_ERROR(SaveFull(*r, c.model.path, f.out));
+  for (JointAdapter& j : others) {
+    PRL_RETURN_IF_ERROR(j.model->GatherFullParams(
+        {j.set->data(), static_cast<size_t>(j.set->layout.num_elements())}));
+    PRL_RETURN_IF_ERROR(SaveAdapter(j.out, *j.set, c.model.path));
+  }
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const learner::FsdpModel& m = *steps[k].model;
+    std::printf("%s\n", Report(results[k], m.memory(), steps[k].optimizer->state_bytes(), 1,
+                               k == 0 ? r->dropped_groups : others[k - 1].dropped_groups, f.json)
+                            .c_str());
+    if (!f.json) std::printf("wrote %s (a PEFT adapter)\n", k == 0 ? f.out.c_str() : others[k - 1].out.c_str());
+  }
+  return absl::OkStatus();
+}
+
 void PrintTrainStep(const learner::StepResult& result, int64_t step, int64_t steps,
                     bool checkpointed) {
   const learner::LossStats& l = result.stats.loss;
@@ -251,9 +354,17 @@ absl::Status Launch(const StepFlags& f, const config::RunConfig& c, bool train) 
     return absl::InvalidArgumentError(absl::StrCat(
         "learner train: --samples-per-step: expected >= 0, found ", f.samples_per_step));
   }
+  if (!f.joint.empty() && (c.learner.world_size != 1 || c.learner.context_parallel != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--joint: a joint step of adapters runs on one rank (a run of adapters' rank), found "
+        "learner.world_size ", c.learner.world_size, ", learner.context_parallel ",
+        c.learner.context_parallel));
+  }
   return roles::RunLearnerRanks(
       c.learner, f.argv, [&](const collective::RendezvousConfig& rendezvous) {
-        return train ? RunTrainRank(f, c, rendezvous) : RunStepRank(f, c, rendezvous);
+        if (train) return RunTrainRank(f, c, rendezvous);
+        return f.joint.empty() ? RunStepRank(f, c, rendezvous)
+                               : RunJointStepRank(f, c, rendezvous);
       });
 }
 
@@ -362,6 +473,12 @@ void RegisterLearnerCommands(CLI::App& app, CommandRegistry& registry, int argc,
   step->add_option("--dump-grads", f->dump_grads,
                    "Write the full gradient of the loss (HF names, F32 safetensors)");
   step->add_flag("--json", f->json, "Print the step report as one JSON object");
+  step->add_option("--joint", f->joint,
+                   "ADAPTER,ROLLOUTS,OUT[,GRADS]: another LoRA adapter (a PEFT directory) trained "
+                   "with --lora-init's in one joint step on the shared base, its rollouts, output "
+                   "directory and gradient file; repeatable; one report line each, --lora-init's "
+                   "first");
+  f->config->Shorthand("--adapter-pass-tokens", "learner.adapter_pass_tokens");
   registry.Add(step, [f] { return Launch(*f, /*train=*/false); });
 
   auto t = std::make_shared<StepFlags>();

@@ -286,6 +286,10 @@ struct LearnerSection {
   double clip_low = 0.2, clip_high = 0.2;
   int64_t max_lag = defaults::kMaxLag;
   int64_t micro_batch_tokens = 4096;
+  // A run of adapters (docs/tenants.md): the most input tokens one joint pass packs of several
+  // adapters' micro-batches on the shared base (learner/joint_step.h); 0: the adapters step in
+  // turns, each with its own passes.
+  int64_t adapter_pass_tokens = 16384;
   // Activations a training pass keeps for its backward (model/activation_checkpointing.h):
   // none, selective (the MLP recomputed) or full (each layer's input only); docs/learner.md
   // "Long sequences".

@@ -223,6 +223,9 @@ void VisitLearnerFields(RunConfig& c, Visitor& v) {
   v("learner", "clip_high", l.clip_high, "PPO ratio clip above 1");
   v("learner", "max_lag", l.max_lag, "Versions a token may lag when trained on");
   v("learner", "micro_batch_tokens", l.micro_batch_tokens, "Input tokens per micro-batch");
+  v("learner", "adapter_pass_tokens", l.adapter_pass_tokens,
+    "A run of adapters: the most input tokens one pass packs of several adapters' micro-batches "
+    "on the shared base (0: each adapter its own passes, in turns)");
   v("learner", "activation_checkpointing",
     Enum(l.activation_checkpointing, kActivationCheckpointingNames),
     "Activations kept for the backward: none, selective (the MLP recomputed) or full (each "

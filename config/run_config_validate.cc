@@ -322,6 +322,8 @@ absl::Status ValidateLearner(const LearnerSection& l) {
   PRL_RETURN_IF_ERROR(Range(l.max_lag >= 0, "learner.max_lag", ">= 0", l.max_lag));
   PRL_RETURN_IF_ERROR(Range(l.micro_batch_tokens >= 16, "learner.micro_batch_tokens", ">= 16",
                             l.micro_batch_tokens));
+  PRL_RETURN_IF_ERROR(Range(l.adapter_pass_tokens >= 0, "learner.adapter_pass_tokens",
+                            ">= 0 (0: each adapter its own passes)", l.adapter_pass_tokens));
   PRL_RETURN_IF_ERROR(Range(l.context_parallel >= 1 && l.world_size % l.context_parallel == 0,
                             "learner.context_parallel",
                             absl::StrCat("a divisor of learner.world_size = ", l.world_size),

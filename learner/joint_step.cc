@@ -10,6 +10,20 @@
 
 namespace prl::learner {
 
+absl::Status CheckAdapterStep(const AdapterStep& s) {
+  const StepConfig& config = *s.config;
+  PRL_RETURN_IF_ERROR(ValidateStepConfig(config));
+  if (config.loss.kl.enabled() && config.reference == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kl_coef: ", config.loss.kl.coef, " needs a reference model, found none"));
+  }
+  PRL_RETURN_IF_ERROR(CheckRoutes(s.samples, s.model->config()));
+  if (config.activation_budget_bytes > 0) {
+    PRL_RETURN_IF_ERROR(CheckBudget(*s.model, s.samples, config.activation_budget_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckJointStep(absl::Span<const AdapterStep> steps) {
   if (steps.empty()) return absl::InvalidArgumentError("joint step: no adapters' steps");
   const AdapterStep& first = steps[0];
@@ -167,8 +181,8 @@ absl::Status RunJointPass(std::vector<Planned>& planned, const std::vector<int>&
 
 }  // namespace
 
-absl::StatusOr<std::vector<StepResult>> TrainJointStep(absl::Span<const AdapterStep> steps,
-                                                       int64_t pass_tokens) {
+absl::StatusOr<std::vector<StepStats>> AccumulateJointGradients(
+    absl::Span<const AdapterStep> steps, int64_t pass_tokens) {
   const auto start = std::chrono::steady_clock::now();
   PRL_RETURN_IF_ERROR(CheckJointStep(steps));
   if (pass_tokens < 1) {
@@ -180,15 +194,9 @@ absl::StatusOr<std::vector<StepResult>> TrainJointStep(absl::Span<const AdapterS
   int64_t budget = 0;  // the tightest of the adapters' activation budgets
   for (const AdapterStep& s : steps) {
     const StepConfig& config = *s.config;
-    PRL_RETURN_IF_ERROR(ValidateStepConfig(config));
-    if (config.loss.kl.enabled() && config.reference == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("kl_coef: ", config.loss.kl.coef, " needs a reference model, found none"));
-    }
-    PRL_RETURN_IF_ERROR(CheckRoutes(s.samples, s.model->config()));
+    PRL_RETURN_IF_ERROR(CheckAdapterStep(s));
     PassFits fits;
     if (config.activation_budget_bytes > 0) {
-      PRL_RETURN_IF_ERROR(CheckBudget(*s.model, s.samples, config.activation_budget_bytes));
       fits = [planner = PlannerOf(*s.model), b = config.activation_budget_bytes](
                  int64_t tokens, int64_t seqs) { return planner.PassBytes(tokens, seqs) <= b; };
       budget = budget == 0 ? config.activation_budget_bytes
@@ -205,11 +213,26 @@ absl::StatusOr<std::vector<StepResult>> TrainJointStep(absl::Span<const AdapterS
       PRL_RETURN_IF_ERROR(RunJointPass(planned, members, pass));
     }
   }
-  std::vector<StepResult> results(planned.size());
+  std::vector<StepStats> stats(planned.size());
   for (size_t k = 0; k < planned.size(); ++k) {
-    results[k].stats.micro_batches = planned[k].totals.passes;
-    PRL_RETURN_IF_ERROR(ReduceStats(*planned[k].step->model, planned[k].sums, &results[k].stats));
-    PRL_ASSIGN_OR_RETURN(results[k].optimizer, planned[k].step->optimizer->Step());
+    stats[k].micro_batches = planned[k].totals.passes;
+    PRL_RETURN_IF_ERROR(ReduceStats(*planned[k].step->model, planned[k].sums, &stats[k]));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (StepStats& s : stats) s.seconds = seconds;
+  return stats;
+}
+
+absl::StatusOr<std::vector<StepResult>> TrainJointStep(absl::Span<const AdapterStep> steps,
+                                                       int64_t pass_tokens) {
+  const auto start = std::chrono::steady_clock::now();
+  PRL_ASSIGN_OR_RETURN(const std::vector<StepStats> stats,
+                       AccumulateJointGradients(steps, pass_tokens));
+  std::vector<StepResult> results(steps.size());
+  for (size_t k = 0; k < steps.size(); ++k) {
+    results[k].stats = stats[k];
+    PRL_ASSIGN_OR_RETURN(results[k].optimizer, steps[k].optimizer->Step());
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -36,12 +36,20 @@ struct AdapterStep {
   int64_t learner_version = 0;
 };
 
+// One step's own errors (its settings, its samples' routes and lengths against its budget): what
+// TrainStep would refuse it for, before any pass.
+absl::Status CheckAdapterStep(const AdapterStep& step);
+
 // Why these steps cannot be joint (the error names the step and what differs), or OK.
 absl::Status CheckJointStep(absl::Span<const AdapterStep> steps);
 
-// The steps' results, in order. pass_tokens (>= 1): the most input tokens one pass packs (a
-// micro-batch larger than that alone is a pass of its own). StepStats::seconds is the joint
-// step's; peak_activation_bytes the largest joint pass's.
+// Each step's gradient into its model's (zeroed here) gradient shard, and its statistics, in
+// order: AccumulateGradients for several adapters at once. pass_tokens (>= 1): the most input
+// tokens one pass packs (a micro-batch larger than that alone is a pass of its own).
+// StepStats::seconds is the joint step's; peak_activation_bytes the largest joint pass's.
+absl::StatusOr<std::vector<StepStats>> AccumulateJointGradients(
+    absl::Span<const AdapterStep> steps, int64_t pass_tokens);
+// The same, then each adapter's optimizer step: TrainStep for several adapters at once.
 absl::StatusOr<std::vector<StepResult>> TrainJointStep(absl::Span<const AdapterStep> steps,
                                                        int64_t pass_tokens);
 

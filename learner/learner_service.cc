@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "learner/activation_budget.h"
@@ -68,6 +69,11 @@ LearnerService::LearnerService(FsdpModel* model, ShardedOptimizer* optimizer, Re
   intake.take_timeout = options.take_timeout;
   intake.advantages = options.advantages;
   intake.retired_prompt_sets = options.retired_prompt_sets;
+  if (options.batcher != nullptr) {
+    intake.on_wait = [this] {
+      if (member_ != nullptr) member_->Waiting();
+    };
+  }
   intake.admission.max_lag = options.max_lag;
   intake.admission.dead_letter_path = options.dead_letter_path;
   intake.admission.reopen = options.reopen_stale;
@@ -168,6 +174,7 @@ absl::StatusOr<bool> LearnerService::Step(
     PRL_ASSIGN_OR_RETURN(
         bytes, intake_->Next(stop, state_.step + 1, state_.weight_version, &leased, &out.report));
   }
+  if (member_ != nullptr) member_->Busy();  // its step is coming
   // A run of adapters: one trainer's step at a time, in turn (LearnerServiceOptions::turns).
   std::optional<StepTurns::Turn> turn;
   if (options_.turns != nullptr) turn.emplace(options_.turns->Take());
@@ -175,7 +182,12 @@ absl::StatusOr<bool> LearnerService::Step(
                        ShareSamples(std::move(bytes)));
   if (!samples.has_value()) return false;  // rank 0 was told to stop
   StepResult result;
-  if (!samples->empty()) {
+  if (!samples->empty() && member_ != nullptr) {  // in the batcher's next round
+    turn.reset();                                 // (the batcher takes one for the round)
+    PRL_ASSIGN_OR_RETURN(result, member_->Train({model_, optimizer_, *samples, &options_.step,
+                                                 state_.weight_version}));
+    if (options_.turns != nullptr) turn.emplace(options_.turns->Take());
+  } else if (!samples->empty()) {
     const auto train = [&] {
       return TrainStep(*model_, *optimizer_, *samples, options_.step, state_.weight_version);
     };
@@ -239,6 +251,9 @@ absl::StatusOr<bool> LearnerService::Step(
 
 absl::Status LearnerService::Run(const std::atomic<bool>* stop,
                                  const std::function<void(const LearnerStepReport&)>& on_step) {
+  if (options_.batcher != nullptr) member_ = options_.batcher->Join();
+  // Leaves the batcher however Run returns (its rounds must not wait for a trainer gone).
+  const absl::Cleanup leave = [this] { member_.reset(); };
   {
     std::optional<StepTurns::Turn> turn;
     if (options_.turns != nullptr) turn.emplace(options_.turns->Take());

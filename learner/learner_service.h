@@ -49,6 +49,7 @@
 #include "learner/prompt_hand_back.h"
 #include "learner/step_intake.h"
 #include "learner/step_report.h"
+#include "learner/step_batcher.h"
 #include "learner/step_turns.h"
 #include "learner/train_step.h"
 #include "replay/quarantine.h"
@@ -93,6 +94,10 @@ struct LearnerServiceOptions {
   // A run of adapters: the rank's one thread its trainers' steps run on (learner/
   // comm_thread.h: one OpenMP team); null: the caller's thread.
   CommThread* step_thread = nullptr;
+  // A run of adapters trained in joint steps (learner/step_batcher.h): the service hands its
+  // steps to the rank's batcher instead (outside its turns, which the batcher takes for the
+  // round), and says when it waits for groups. Null: its own TrainStep.
+  StepBatcher* batcher = nullptr;
 };
 
 // What rank 0 reports after each step: the StepReport, and per trained sample (where the actor
@@ -151,6 +156,8 @@ class LearnerService {
   StepReport reported_;         // rank 0: the previous step's report (its totals)
   int64_t replay_through_ = 0;  // every rank: the last step replayed from the journal
   bool skip_publish_ = false;   // every rank: the transport holds these weights
+  // options.batcher: this trainer's membership while it runs (Run), told when it waits.
+  std::unique_ptr<StepBatcher::Member> member_;
 };
 
 }  // namespace prl::learner

@@ -68,6 +68,7 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
                                                           StepReport* report) {
   std::vector<TrainSample> samples;
   double reward_sum = 0;
+  bool waiting = !options_.on_wait;  // with on_wait: what is in first, without waiting
   while (static_cast<int64_t>(leased->size()) < options_.groups_per_step && !stop->load()) {
     admission_.Offer();
     // The groups already in the step keep their leases while the rest arrives (slow actors):
@@ -80,7 +81,7 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
     // With the coordinator to hand them back to, stale groups come to the admission rather
     // than being dropped by the buffer.
     take.max_lag = admission_.hands_back() ? INT64_MAX : options_.admission.max_lag;
-    take.timeout = options_.take_timeout;
+    take.timeout = waiting ? options_.take_timeout : absl::ZeroDuration();
     take.reclaim_first = !took_since_resume_;  // what a dead predecessor held comes first
     took_since_resume_ = true;
     PRL_ASSIGN_OR_RETURN(std::vector<LeasedGroup> groups, replay_->Take(take));
@@ -127,6 +128,10 @@ absl::StatusOr<std::vector<TrainSample>> StepIntake::Take(const std::atomic<bool
         samples.push_back(std::move(s));
       }
       leased->push_back(std::move(g));
+    }
+    if (!waiting && static_cast<int64_t>(leased->size()) < options_.groups_per_step) {
+      options_.on_wait();  // what is in does not fill the step: waits from here on
+      waiting = true;
     }
   }
   admission_.Offer();  // what this step's takes held back

@@ -38,6 +38,10 @@ struct IntakeOptions {
   AdmissionOptions admission;
   // Prompt sets the coordinator retired since the last call (null: none); once per step.
   std::function<std::vector<std::string>()> retired_prompt_sets;
+  // Called once per step when the groups in the buffer do not fill it and the intake is about
+  // to wait for more (a run of adapters' step batcher then starts rounds without this
+  // trainer: learner/step_batcher.h). Null: none (and the first take waits at once).
+  std::function<void()> on_wait;
 };
 
 // The advantages of one group's records (replay/rollout_group.h): its episodes' advantages,

@@ -26,6 +26,7 @@
 #include "core/xxhash_inline.h"
 #include "learner/comm_thread.h"
 #include "learner/learner_service.h"
+#include "learner/step_batcher.h"
 #include "learner/step_turns.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/replay_buffer.h"
@@ -83,7 +84,7 @@ class AdapterTrainer {
       const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
       metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
       collective::Communicator* comm, std::shared_ptr<Arena> workspace,
-      learner::CommThread* step_thread, Wakeup* stepped);
+      learner::CommThread* step_thread, learner::StepBatcher* batcher, Wakeup* stepped);
   ~AdapterTrainer() {
     Stop();
     if (report_file_ != nullptr) std::fclose(report_file_);
@@ -161,7 +162,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
     const v1::AdapterCompletions& adapter, learner::StepTurns* turns, Coordinator* coordinator,
     metrics::AdapterLearnerMetrics* metrics, GrpcAdapterWeightServer* weight_server,
     collective::Communicator* comm, std::shared_ptr<Arena> workspace,
-    learner::CommThread* step_thread, Wakeup* stepped) {
+    learner::CommThread* step_thread, learner::StepBatcher* batcher, Wakeup* stepped) {
   std::unique_ptr<AdapterTrainer> t(new AdapterTrainer());
   t->stepped_ = stepped;
   t->weight_server_ = weight_server;
@@ -209,6 +210,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   options.lr = lr;
   options.turns = turns;
   options.step_thread = step_thread;
+  options.batcher = batcher;
   options.checkpoint.dir = absl::StrCat(c.checkpoint_dir(), "/adapters/", t->id_);
   options.dead_letter_path = c.dead_letter_file(absl::StrCat("learner-", t->id_));
   if (coordinator != nullptr) {
@@ -302,6 +304,12 @@ class AdapterFleet {
         wakeup_(wakeup) {
     coordinator_ = v1::ActorControl::NewStub(
         rpc::NewChannel(c.coordinator_address(), rpc::ChannelArgs(int64_t{1} << 20)));
+    // On the CPU the rank's adapters step together: one set of passes over the base for every
+    // adapter whose step is in (learner/step_batcher.h); elsewhere, and with
+    // learner.adapter_pass_tokens = 0, in turns.
+    if (c.learner.adapter_pass_tokens > 0 && rank.device.is_cpu()) {
+      batcher_ = std::make_unique<learner::StepBatcher>(&turns_, c.learner.adapter_pass_tokens);
+    }
   }
   ~AdapterFleet() {
     for (auto& [id, start] : starting_) {
@@ -443,7 +451,8 @@ class AdapterFleet {
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
-                                   weight_server_, comm_, workspace_, &step_thread_, wakeup_);
+                                   weight_server_, comm_, workspace_, &step_thread_, batcher_.get(),
+                                   wakeup_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
     }
@@ -488,6 +497,8 @@ class AdapterFleet {
   Wakeup* const wakeup_;  // the trainers tell it when they step
   std::unique_ptr<Coordinator> coordinator_;
   learner::StepTurns turns_;
+  // The rank's joint steps (null: in turns); destroyed after the trainers, its members.
+  std::unique_ptr<learner::StepBatcher> batcher_;
   std::optional<v1::LearnerProgressResponse> seen_;
   bool swept_ = false;  // the first reply's deleted adapters' segments removed
   std::map<std::string, std::unique_ptr<AdapterTrainer>> trainers_;

@@ -6,7 +6,8 @@
 #                 `all`: every CPU test suite
 #   tsan          ThreadSanitizer (build-tsan/); default scope `concurrency`: the suites whose
 #                 threads meet (episode engine, endpoint, coordinator, replay, weight transports,
-#                 the adapters' weight server, step turns and thread, adapter learner)
+#                 the adapters' weight server, step turns and thread, the step batcher,
+#                 adapter learner)
 #   inputs        the suites of input from outside that build without the engine (bounded
 #                 JSON, the endpoint's parsers and server, the tokenizer and chat template):
 #                 what CI runs under asan (scripts/test.sh), within its time budget. The
@@ -25,7 +26,7 @@ INPUT_SUITES=(json_input_test openai_test tokenizer_test chat_template_test)
 CONCURRENCY_SUITES=(episode_test openai_test coordinator_test replay_buffer_test
   replay_ingest_test weight_shm_transport_test weight_grpc_transport_test
   weight_grpc_adapter_server_test weight_collective_transport_test learner_step_turns_test
-  adapter_learner_test)
+  learner_joint_step_test adapter_learner_test)
 
 case "$MODE" in
   asan)

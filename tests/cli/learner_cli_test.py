@@ -299,12 +299,20 @@ class LearnerCliTest(unittest.TestCase):
         report = json.loads(proc.stdout)
         self.assertEqual(report["bench"], "learner --adapters")
         by_name = {r["name"]: r for r in report["results"]}
-        self.assertEqual(sorted(by_name), ["w1_adapter_tokens_per_s", "w1_ranks_memory_mb",
-                                           "w2_adapter_tokens_per_s", "w2_ranks_memory_mb"])
+        self.assertEqual(sorted(by_name), ["w1_adapter_tokens_per_s",
+                                           "w1_joint_adapter_tokens_per_s", "w1_ranks_memory_mb",
+                                           "w2_adapter_tokens_per_s",
+                                           "w2_joint_adapter_tokens_per_s", "w2_ranks_memory_mb"])
         two = by_name["w2_adapter_tokens_per_s"]
         self.assertEqual(two["baseline_name"], "w1_adapter_tokens_per_s")
         self.assertEqual(two["baseline_value"], by_name["w1_adapter_tokens_per_s"]["value"])
         self.assertGreater(two["value"], 0)
+        # The joint steps beside the same world size's steps one after another, in the same run.
+        for w in (1, 2):
+            joint = by_name["w%d_joint_adapter_tokens_per_s" % w]
+            self.assertEqual(joint["baseline_name"], "w%d_adapter_tokens_per_s" % w)
+            self.assertEqual(joint["baseline_value"], by_name["w%d_adapter_tokens_per_s" % w]["value"])
+            self.assertGreater(joint["value"], 0)
         self.assertGreater(by_name["w2_ranks_memory_mb"]["value"], 0)
         # More ranks than adapters: refused naming the flag.
         self.assert_error(run("bench", "learner", "--config", "tiny", "--adapters", 1,
@@ -461,6 +469,26 @@ class LearnerCliTest(unittest.TestCase):
         self.assert_error(proc, "a sequence of 60 tokens needs learner.activation_budget_mb >= ",
                           "learner.activation_checkpointing = none", "full fits ")
         self.assertFalse(os.path.exists(self.path("budget_never")))
+
+    def test_a_joint_step_is_refused_where_it_cannot_run_naming_the_flag(self):
+        # (tests/reference/learner_joint_lora_matches_reference.sh checks the joint step itself.)
+        adapter = self.path("joint_adapter")
+        run("adapter", "init", "--model", self.model, "--rank", 2, "--targets", "q_proj",
+            "--out", adapter, check=True)
+        base = ["learner", "step", "--model", self.model, "--rollouts", self.rollouts]
+        other = "%s,%s,%s" % (adapter, self.rollouts, self.path("joint_other"))
+        self.assert_error(run(*base, "--out", self.path("joint_malformed"), "--lora-init", adapter,
+                              "--joint", "%s,%s" % (adapter, self.rollouts)),
+                          "--joint: expected ADAPTER,ROLLOUTS,OUT[,GRADS]")
+        self.assert_error(run(*base, "--out", self.path("joint_two_ranks"), "--lora-init", adapter,
+                              "--joint", other, "--world-size", 2),
+                          "--joint: a joint step of adapters runs on one rank",
+                          "learner.world_size 2")
+        self.assert_error(run(*base, "--out", self.path("joint_no_lora"), "--joint", other),
+                          "--joint: trains several LoRA adapters")
+        for out in ("joint_malformed", "joint_two_ranks", "joint_no_lora", "joint_other"):
+            self.assertFalse(os.path.exists(self.path(out)), out)
+
 
 if __name__ == "__main__":
     PRL = os.path.abspath(sys.argv.pop(1))

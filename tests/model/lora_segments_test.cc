@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,6 +96,8 @@ struct Case {
   ActivationCheckpointing checkpointing;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class LoraSegmentsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LoraSegmentsTest, EachAdapterGetsTheLogprobsAndGradientsOfItsOwnPass) {
@@ -103,11 +106,13 @@ TEST_P(LoraSegmentsTest, EachAdapterGetsTheLogprobsAndGradientsOfItsOwnPass) {
   ParameterSet base = *ParameterSet::Allocate(c, Device::Cpu(), false);
   InitializeParameters(base, 5, 0.2f);
   std::vector<Part> parts(3);
-  parts[0].lora = Lora(4, 8, moe ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}
-                                   : std::vector<std::string>{"all-linear"});
+  parts[0].lora = Lora(4, 8,
+                       moe ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}
+                           : std::vector<std::string>{"all-linear"});
   parts[1].lora = Lora(2, 3, {"q_proj", "v_proj", "o_proj"});
-  parts[2].lora = Lora(8, 16, moe ? std::vector<std::string>{"k_proj", "o_proj"}
-                                   : std::vector<std::string>{"gate_proj", "down_proj"});
+  parts[2].lora = Lora(8, 16,
+                       moe ? std::vector<std::string>{"k_proj", "o_proj"}
+                           : std::vector<std::string>{"gate_proj", "down_proj"});
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
   const std::vector<std::vector<int>> lengths = {{5, 19}, {33}, {3, 11, 26}};
@@ -177,7 +182,8 @@ TEST_P(LoraSegmentsTest, EachAdapterGetsTheLogprobsAndGradientsOfItsOwnPass) {
     EXPECT_LE(MaxRelative(joint_grads[i].data(), p.grads.data(), p.grads.layout.num_elements()),
               1e-5);
     double norm = 0;
-    for (int64_t e = 0; e < p.grads.layout.num_elements(); ++e) norm += std::fabs(p.grads.data()[e]);
+    for (int64_t e = 0; e < p.grads.layout.num_elements(); ++e)
+      norm += std::fabs(p.grads.data()[e]);
     EXPECT_GT(norm, 1e-3) << "the adapter has a gradient to compare";
     if (moe) {
       EXPECT_NEAR(lb[i], p.lb_loss, 1e-6 * p.lb_loss);  // (the router's float probabilities)
@@ -187,14 +193,14 @@ TEST_P(LoraSegmentsTest, EachAdapterGetsTheLogprobsAndGradientsOfItsOwnPass) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, LoraSegmentsTest,
-    ::testing::Values(Case{"qwen2", Architecture::kQwen2, ActivationCheckpointing::kNone},
-                      Case{"qwen2_full_checkpointing", Architecture::kQwen2,
-                           ActivationCheckpointing::kFull},
-                      Case{"qwen3_moe_selective", Architecture::kQwen3Moe,
-                           ActivationCheckpointing::kSelective}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Models, LoraSegmentsTest,
+                         ::testing::Values(Case{"qwen2", Architecture::kQwen2,
+                                                ActivationCheckpointing::kNone},
+                                           Case{"qwen2_full_checkpointing", Architecture::kQwen2,
+                                                ActivationCheckpointing::kFull},
+                                           Case{"qwen3_moe_selective", Architecture::kQwen3Moe,
+                                                ActivationCheckpointing::kSelective}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(LoraSegmentsErrorsTest, SegmentsAreCheckedNamingWhatWasExpectedAndFound) {
   const ModelConfig c = Tiny(Architecture::kQwen2);

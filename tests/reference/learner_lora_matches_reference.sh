@@ -42,6 +42,7 @@ step() {  # name, then flags for prl learner step
     --dump-grads "$name.grads.safetensors" --timeout-s 60 "$@" > "$name.log"
 }
 
+pairs=()  # (world size 1 in one micro-batch, another): compared in one python start below
 for opt in sgd adamw; do
   lr=0.01
   [[ $opt == adamw ]] && lr=1e-4
@@ -50,13 +51,12 @@ for opt in sgd adamw; do
       name="$opt-w$world-mbt$mbt"
       step "$name" --lora-init a0 --optimizer "$opt" --lr "$lr" --weight-decay 0.1 \
         --world-size "$world" --micro-batch-tokens "$mbt"
-      $PY "$REF" compare-models "$opt-w1-mbt4096/adapter_model.safetensors" \
-        "$name/adapter_model.safetensors" --rtol 1e-5
-      $PY "$REF" compare-models "$opt-w1-mbt4096.grads.safetensors" "$name.grads.safetensors" \
-        --rtol 1e-5
+      pairs+=("$opt-w1-mbt4096/adapter_model.safetensors" "$name/adapter_model.safetensors"
+              "$opt-w1-mbt4096.grads.safetensors" "$name.grads.safetensors")
     done
   done
 done
+$PY "$REF" compare-models "${pairs[@]}" --rtol 1e-5
 $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --adapter a0 --prl-out sgd-w3-mbt20 \
   --grads sgd-w3-mbt20.grads.safetensors --optimizer sgd --lr 0.01 --weight-decay 0.1
 $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --adapter a0 --prl-out adamw-w2-mbt20 \

@@ -184,23 +184,33 @@ def cmd_check_step(args):
 
 
 def cmd_compare_models(args):
-    """Two model directories (or two safetensors files: gradients) agree within rtol per
-    tensor (norm-wise)."""
-    if args.a.endswith(".safetensors"):
-        a, b = ref.read_safetensors(args.a), ref.read_safetensors(args.b)
+    """Pairs of model directories (or of safetensors files: gradients) agree within rtol per
+    tensor (norm-wise): A B [A2 B2 ...], one python start for many pairs."""
+    if len(args.files) % 2:
+        print("FAIL: expected pairs of models, found %d paths" % len(args.files))
+        return 1
+    ok = True
+    for i in range(0, len(args.files), 2):
+        ok = compare_pair(args.files[i], args.files[i + 1], args.rtol) and ok
+    return 0 if ok else 1
+
+
+def compare_pair(path_a, path_b, rtol):
+    if path_a.endswith(".safetensors"):
+        a, b = ref.read_safetensors(path_a), ref.read_safetensors(path_b)
     else:
-        a = {n: t.detach().numpy() for n, t in ref.load_checkpoint(args.a)[1].items()}
-        b = {n: t.detach().numpy() for n, t in ref.load_checkpoint(args.b)[1].items()}
+        a = {n: t.detach().numpy() for n, t in ref.load_checkpoint(path_a)[1].items()}
+        b = {n: t.detach().numpy() for n, t in ref.load_checkpoint(path_b)[1].items()}
     if set(a) != set(b):
         print("FAIL: tensor names differ")
-        return 1
+        return False
     worst = max((np.linalg.norm(a[n].astype(np.float64) - b[n].astype(np.float64))
                  / max(np.linalg.norm(a[n].astype(np.float64)), 1e-30), n) for n in a)
     print("%s vs %s: worst relative difference %.3e (%s), rtol %.1e"
-          % (args.a, args.b, worst[0], worst[1], args.rtol))
-    ok = worst[0] <= args.rtol
+          % (path_a, path_b, worst[0], worst[1], rtol))
+    ok = worst[0] <= rtol
     print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return ok
 
 
 def main(argv=None):
@@ -231,8 +241,7 @@ def main(argv=None):
         c.add_argument(flag, type=float, default=default)
     c.set_defaults(fn=cmd_check_step)
     m = sub.add_parser("compare-models")
-    m.add_argument("a")
-    m.add_argument("b")
+    m.add_argument("files", nargs="+", help="A B [A2 B2 ...]")
     m.add_argument("--rtol", type=float, default=1e-5)
     m.set_defaults(fn=cmd_compare_models)
     args = parser.parse_args(argv)

@@ -41,6 +41,7 @@ step() {  # name, then flags for prl learner step
 # AdamW's lr is 1e-4 here: its update is about lr per element whatever the gradient, so an
 # element whose gradient is near eps moves by a fraction of lr set by the gradient's last
 # digits, which summation order changes; at lr 1e-4 that stays below 1e-5 of the weights.
+pairs=()  # (world size 1 in one micro-batch, another): compared in one python start below
 for opt in sgd adamw; do
   lr=0.01
   [[ $opt == adamw ]] && lr=1e-4
@@ -48,12 +49,12 @@ for opt in sgd adamw; do
     for mbt in 4096 20; do
       name="$opt-w$world-mbt$mbt"
       step "$name" --optimizer "$opt" --lr "$lr" --world-size "$world" --micro-batch-tokens "$mbt"
-      $PY "$REF" compare-models "$opt-w1-mbt4096" "$name" --rtol 1e-5
-      $PY "$REF" compare-models "$opt-w1-mbt4096.grads.safetensors" "$name.grads.safetensors" \
-        --rtol 1e-5
+      pairs+=("$opt-w1-mbt4096" "$name" "$opt-w1-mbt4096.grads.safetensors"
+              "$name.grads.safetensors")
     done
   done
 done
+$PY "$REF" compare-models "${pairs[@]}" --rtol 1e-5
 $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --prl-out sgd-w3-mbt20 \
   --grads sgd-w3-mbt20.grads.safetensors --optimizer sgd --lr 0.01
 $PY "$REF" check-step --model m0 --rollouts rollouts.jsonl --prl-out adamw-w2-mbt20 \
