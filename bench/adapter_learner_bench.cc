@@ -95,40 +95,40 @@ absl::Status RunAdapterLearnerBenchRank(const ModelConfig& config,
     PRL_RETURN_IF_ERROR(
         learner::TrainStep(*a.model, *a.optimizer, rollouts, rank->step, 0).status());
   }
-  PRL_RETURN_IF_ERROR(rank->comm->Barrier());  // every rank starts together
-  const auto start = std::chrono::steady_clock::now();
-  int64_t tokens = 0;
-  for (int step = 0; step < o.steps; ++step) {
-    for (roles::AdapterModel& a : adapters) {  // the trainers' turns
-      PRL_ASSIGN_OR_RETURN(const learner::StepResult r,
-                           learner::TrainStep(*a.model, *a.optimizer, rollouts, rank->step, 0));
-      tokens += o.tokens;
-      (void)r;
-    }
-    if (o.progress && rank->rank0()) {
-      std::fprintf(stderr, "bench learner --adapters: world size %d, step %d/%d: %.2f s\n",
-                   rank->comm->world_size(), step + 1, o.steps, Since(start));
-    }
-  }
-  const double seconds = Since(start);
   // The same steps, each round of them one joint step (the learner role on the CPU).
   std::vector<learner::AdapterStep> steps;
   for (roles::AdapterModel& a : adapters) {
     steps.push_back({a.model.get(), a.optimizer.get(), rollouts, &rank->step, 0});
   }
   PRL_RETURN_IF_ERROR(learner::TrainJointStep(steps, o.pass_tokens).status());  // warm-up
-  PRL_RETURN_IF_ERROR(rank->comm->Barrier());
-  const auto joint_start = std::chrono::steady_clock::now();
+  // Each iteration times one round of steps one after another, then the same round as one joint
+  // step: the two alternate, so that a drift of the machine's speed reaches both alike. The ranks
+  // start each phase together.
+  double seconds = 0, joint_seconds = 0;
+  int64_t tokens = 0;
   for (int step = 0; step < o.steps; ++step) {
+    PRL_RETURN_IF_ERROR(rank->comm->Barrier());
+    auto start = std::chrono::steady_clock::now();
+    for (roles::AdapterModel& a : adapters) {  // the trainers' turns
+      PRL_RETURN_IF_ERROR(
+          learner::TrainStep(*a.model, *a.optimizer, rollouts, rank->step, 0).status());
+      tokens += o.tokens;
+    }
+    seconds += Since(start);
+    PRL_RETURN_IF_ERROR(rank->comm->Barrier());
+    start = std::chrono::steady_clock::now();
     PRL_RETURN_IF_ERROR(learner::TrainJointStep(steps, o.pass_tokens).status());
+    joint_seconds += Since(start);
     if (o.progress && rank->rank0()) {
-      std::fprintf(stderr, "bench learner --adapters: world size %d, joint step %d/%d: %.2f s\n",
-                   rank->comm->world_size(), step + 1, o.steps, Since(joint_start));
+      std::fprintf(stderr,
+                   "bench learner --adapters: world size %d, step %d/%d: %.2f s in turns, %.2f s "
+                   "joint\n",
+                   rank->comm->world_size(), step + 1, o.steps, seconds, joint_seconds);
     }
   }
   nlohmann::json j;
   j["seconds"] = seconds;
-  j["joint_seconds"] = Since(joint_start);
+  j["joint_seconds"] = joint_seconds;
   j["tokens"] = tokens;
   j["adapters"] = adapters.size();
   j["pss_bytes"] = ProcessPssBytes();  // the node's base file split between the ranks

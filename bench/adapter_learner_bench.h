@@ -28,7 +28,7 @@ struct AdapterLearnerBenchOptions {
   std::vector<int> world_sizes = {1, 2};
   // OpenMP threads per rank; 0: the machine's cores shared (cores / world size each).
   int threads_per_rank = 0;
-  int64_t pass_tokens = 16384;  // the joint steps' learner.adapter_pass_tokens
+  int64_t pass_tokens = 4096;  // the joint steps' learner.adapter_pass_tokens
   bool progress = true;
 };
 

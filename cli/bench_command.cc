@@ -58,7 +58,7 @@ struct LearnerBenchFlags {
   int adapters = 0;
   int64_t adapter_rank = 8;
   int threads_per_rank = 0;
-  int64_t adapter_pass_tokens = 16384;  // --adapters: the joint steps' learner.adapter_pass_tokens
+  int64_t adapter_pass_tokens = 4096;  // --adapters: the joint steps' learner.adapter_pass_tokens
   bool json = false;
   std::vector<std::string> argv;
 };

@@ -289,7 +289,8 @@ struct LearnerSection {
   // A run of adapters (docs/tenants.md): the most input tokens one joint pass packs of several
   // adapters' micro-batches on the shared base (learner/joint_step.h); 0: the adapters step in
   // turns, each with its own passes.
-  int64_t adapter_pass_tokens = 16384;
+  // 4096: the activations of one micro-batch of learner.micro_batch_tokens' default.
+  int64_t adapter_pass_tokens = 4096;
   // Activations a training pass keeps for its backward (model/activation_checkpointing.h):
   // none, selective (the MLP recomputed) or full (each layer's input only); docs/learner.md
   // "Long sequences".

@@ -45,9 +45,11 @@ int64_t PassPlanner::PassBytes(int64_t tokens, int64_t seqs) const {
   const Transformer model(config, device, options);
   // The most over the rows with a target: every row, or all but one (the head's rows are then a
   // gathered copy, which every row's pass does without; any fewer rows take less).
-  size_t bytes = model.PlanPassBytes(tokens, seqs, tokens, /*for_backward=*/true, lora_rank);
+  size_t bytes =
+      model.PlanPassBytes(tokens, seqs, tokens, /*for_backward=*/true, lora_rank, lora_segments);
   if (tokens > 1) {
-    bytes = std::max(bytes, model.PlanPassBytes(tokens, seqs, tokens - 1, true, lora_rank));
+    bytes = std::max(bytes,
+                     model.PlanPassBytes(tokens, seqs, tokens - 1, true, lora_rank, lora_segments));
   }
   return static_cast<int64_t>(bytes);
 }

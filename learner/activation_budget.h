@@ -32,6 +32,7 @@ struct PassPlanner {
   // tokens / C + 2 per sequence) and the group's gathered keys and values.
   int context_parallel = 1;
   ContextAttention context_attention = ContextAttention::kAllGather;  // with context_parallel > 1
+  int64_t lora_segments = 1;  // a joint pass over several adapters' micro-batches: their number
 
   // Bytes of a training pass over `tokens` input tokens in `seqs` sequences: the most a pass
   // of those tokens lays out, whichever of them are trained.

@@ -91,11 +91,16 @@ std::vector<std::vector<int>> JointPasses(const std::vector<Planned>& planned, s
     const int64_t m = static_cast<int64_t>(p.plan[pass].size());
     bool fits = !passes.empty() && tokens + n <= pass_tokens;
     if (fits && budget_bytes > 0) {
+      const int64_t segments = static_cast<int64_t>(passes.back().size()) + 1;
+      const auto joint_bytes = [&](const Planned& q) {
+        PassPlanner planner = PlannerOf(*q.step->model);
+        planner.lora_segments = segments;
+        return planner.PassBytes(tokens + n, seqs + m);
+      };
       for (int j : passes.back()) {  // the largest adapter rank among them decides the scratch
-        fits = fits &&
-               PlannerOf(*planned[j].step->model).PassBytes(tokens + n, seqs + m) <= budget_bytes;
+        fits = fits && joint_bytes(planned[j]) <= budget_bytes;
       }
-      fits = fits && PlannerOf(*p.step->model).PassBytes(tokens + n, seqs + m) <= budget_bytes;
+      fits = fits && joint_bytes(p) <= budget_bytes;
     }
     if (!fits) {
       passes.emplace_back();

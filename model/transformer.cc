@@ -159,7 +159,8 @@ absl::Status Transformer::Forward(const ModelParams& params, const PackedBatch& 
   ws.R = static_cast<int64_t>(ws.head_rows.size());
 
   const int64_t T = ws.T, R = ws.R;
-  PassShape shape = ShapeOf(T, ws.B, ws.R, for_backward, lora_rank);
+  PassShape shape = ShapeOf(T, ws.B, ws.R, for_backward, lora_rank,
+                            std::max<int64_t>(ws.segments.size(), 1));
   ws.context.reset();
   ws.kv_cu_seqlens = Tensor();  // laid out again by a Ulysses pass only
   ws.ring.reset();

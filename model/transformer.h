@@ -49,7 +49,9 @@ struct TransformerOptions {
   // With keep_logits: a budget above logits_chunk_bytes makes one chunk of every trained row
   // when R x V x 4 bytes fit it (memory for speed on a GPU: 8192 rows of a 152k vocabulary
   // take 5 GB; the bf16 mode's backward takes half as much again for the chunk's BF16 dlogits).
-  // 0: logits_chunk_bytes alone decides.
+  // 0: logits_chunk_bytes alone decides. A pass over several adapters' segments (ModelParams::
+  // lora_segments) keeps its logits within segments x logits_chunk_bytes at least: the chunks
+  // its adapters' own passes would keep, so that joining them never computes the LM head twice.
   int64_t keep_logits_bytes = 0;
   // kBatchInvariant makes Forward's log-probs bit-identical to the engine's behaviour
   // log-probs in the same mode (kernels/reduction_order.h); Backward is unaffected.
@@ -158,7 +160,7 @@ class Transformer {
   // target, would lay out (last_pass_bytes()), without running it: for planning micro-batches
   // against a memory budget. lora_rank: the adapters' rank (0: none).
   size_t PlanPassBytes(int64_t tokens, int64_t seqs, int64_t target_rows, bool for_backward,
-                       int64_t lora_rank = 0) const;
+                       int64_t lora_rank = 0, int64_t lora_segments = 1) const;
 
  private:
   struct Workspace;
@@ -166,7 +168,7 @@ class Transformer {
   struct PassShape;
   void LayOut(Arena& arena, Workspace& ws, const PassShape& shape) const;
   PassShape ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows, bool for_backward,
-                    int64_t lora_rank) const;
+                    int64_t lora_rank, int64_t lora_segments) const;
   LayerContext ContextOf(const LayerParams& p, int64_t layer, const int32_t* forced_routes) const;
   absl::Status ForwardLayer(const LayerParams& p, int64_t layer);
   // Checkpointing: the activations of `layer` Forward did not keep, again, before its backward.

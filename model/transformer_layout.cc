@@ -16,7 +16,8 @@ size_t Transformer::workspace_bytes() const { return workspace().capacity_bytes(
 size_t Transformer::last_pass_bytes() const { return workspace().laid_out_bytes(); }
 
 Transformer::PassShape Transformer::ShapeOf(int64_t tokens, int64_t seqs, int64_t target_rows,
-                                            bool for_backward, int64_t lora_rank) const {
+                                            bool for_backward, int64_t lora_rank,
+                                            int64_t lora_segments) const {
   PassShape s;
   s.T = tokens;
   s.B = seqs;
@@ -27,20 +28,26 @@ Transformer::PassShape Transformer::ShapeOf(int64_t tokens, int64_t seqs, int64_
   s.lora_rank = lora_rank;
   // A training pass that keeps its logits for the backward: one chunk of every trained row when
   // they fit keep_logits_bytes; kept whenever one chunk holds them all.
+  // A pass over several adapters' segments: the chunks their own passes would have, together.
   const int64_t V = config_.vocab_size;
   const bool keep = for_backward && *options_.keep_logits;
+  const int64_t keep_bytes =
+      std::max(options_.keep_logits_bytes,
+               lora_segments > 1 ? lora_segments * options_.logits_chunk_bytes : int64_t{0});
   const int64_t chunk_budget =
-      keep && s.R * V * static_cast<int64_t>(sizeof(float)) <= options_.keep_logits_bytes
-          ? options_.keep_logits_bytes
+      keep && s.R * V * static_cast<int64_t>(sizeof(float)) <= keep_bytes
+          ? keep_bytes
           : options_.logits_chunk_bytes;
   s.chunk = std::min<int64_t>(std::max<int64_t>(s.R, 1), k::LogprobChunkRows(V, chunk_budget));
   return s;
 }
 
 size_t Transformer::PlanPassBytes(int64_t tokens, int64_t seqs, int64_t target_rows,
-                                  bool for_backward, int64_t lora_rank) const {
+                                  bool for_backward, int64_t lora_rank,
+                                  int64_t lora_segments) const {
   Workspace scratch;  // the views are discarded: this pass's own workspace stays as it was
-  const PassShape shape = ShapeOf(tokens, seqs, target_rows, for_backward, lora_rank);
+  const PassShape shape =
+      ShapeOf(tokens, seqs, target_rows, for_backward, lora_rank, lora_segments);
   return Arena::Measure(device_, [&](Arena& a) { LayOut(a, scratch, shape); });
 }
 
