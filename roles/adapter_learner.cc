@@ -309,6 +309,8 @@ class AdapterFleet {
     // learner.adapter_pass_tokens = 0, in turns.
     if (c.learner.adapter_pass_tokens > 0 && rank.device.is_cpu()) {
       batcher_ = std::make_unique<learner::StepBatcher>(&turns_, c.learner.adapter_pass_tokens);
+    } else {
+      step_thread_.emplace();
     }
   }
   ~AdapterFleet() {
@@ -451,7 +453,8 @@ class AdapterFleet {
   absl::StatusOr<std::unique_ptr<AdapterTrainer>> StartTrainer(const v1::AdapterCompletions& a) {
     try {
       return AdapterTrainer::Start(c_, rank_, model_, a, &turns_, coordinator_.get(), metrics_,
-                                   weight_server_, comm_, workspace_, &step_thread_, batcher_.get(),
+                                   weight_server_, comm_, workspace_,
+                                   step_thread_ ? &*step_thread_ : nullptr, batcher_.get(),
                                    wakeup_);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("starting its trainer: ", e.what()));
@@ -492,7 +495,8 @@ class AdapterFleet {
   // The trainers' activations: one workspace, since they take turns (turns_); and the one thread
   // their steps run on (one OpenMP team).
   const std::shared_ptr<Arena> workspace_;
-  learner::CommThread step_thread_;
+  // (in turns only: the step batcher's rounds run on its own thread)
+  std::optional<learner::CommThread> step_thread_;
   const int this_rank_, ranks_;
   Wakeup* const wakeup_;  // the trainers tell it when they step
   std::unique_ptr<Coordinator> coordinator_;

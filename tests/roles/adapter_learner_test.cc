@@ -207,6 +207,18 @@ TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
   ASSERT_TRUE(WaitFor([&] { return Adapter("math").version() >= before + 2; }));
 }
 
+// learner.adapter_pass_tokens 0: the adapters step in turns, each with its own passes, on the
+// rank's one step thread (the path CUDA takes), and both still learn on their own groups.
+TEST_F(AdapterLearnerTest, InTurnsWithoutJointPassesEachAdapterTrainsOnItsOwnSets) {
+  c_.learner.adapter_pass_tokens = 0;
+  Start();
+  Submit("math", 12);
+  Submit("code", 12);
+  ASSERT_TRUE(BothReach(3));
+  EXPECT_EQ(Adapter("math").groups_consumed() % 2, 0);  // whole steps of 2 groups
+  EXPECT_EQ(Adapter("code").groups_consumed() % 2, 0);
+}
+
 // Actors on another node: each adapter's versions stream from the learner's gRPC weight server
 // (no weight segment of any adapter), its groups go through the replay role's remote ingest into
 // its own replay, and deleting an adapter stops its stream while the other trains on.
