@@ -1,6 +1,7 @@
 #include "replay/replay_buffer.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <new>
 #include <thread>
 
@@ -179,6 +181,26 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapExisting(const std::string& name, bo
   return m;
 }
 
+// A segment being made is a draft named `<name>.creating.<pid>` (ReplayBuffer::Create).
+constexpr char kDraftInfix[] = ".creating.";
+
+std::string ShmPath(const std::string& name) { return absl::StrCat("/dev/shm/", name); }
+
+// Removes the drafts of `name` whose makers died before publishing them.
+void RemoveAbandonedDrafts(const std::string& name) {
+  const std::string prefix = absl::StrCat(name, kDraftInfix);
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+    const std::string file = entry.path().filename().string();
+    if (!file.starts_with(prefix)) continue;
+    const std::string pid = file.substr(prefix.size());
+    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit) || pid.size() > 9) continue;
+    if (kill(static_cast<pid_t>(std::stoi(pid)), 0) != 0 && errno == ESRCH) {
+      bip::shared_memory_object::remove(file.c_str());
+    }
+  }
+}
+
 // /dev/shm must hold the whole segment: tmpfs pages are allocated on first touch, and a touch
 // that finds the file system full is a SIGBUS, not an error.
 absl::Status CheckShmSpace(const std::string& name, uint64_t segment_bytes) {
@@ -270,59 +292,71 @@ absl::StatusOr<std::unique_ptr<ReplayBuffer>> ReplayBuffer::Create(const std::st
                           .count();
   std::memcpy(f.label, config.label.data(), config.label.size());
 
-  auto m = std::make_unique<Mapping>();
-  for (int attempt = 0;; ++attempt) {
-    try {
-      m->shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
-                                         bip::permissions(0600));
-      break;
-    } catch (const bip::interprocess_exception& e) {
-      if (e.get_error_code() != bip::already_exists_error || attempt > 0) {
-        return Interprocess(e, "cannot create", name);
-      }
-      absl::StatusOr<SegmentInfo> info = Inspect(name);
-      const bool stale = info.ok() ? !info->creator_alive : true;
-      if (!(reclaim_stale && stale)) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "replay segment '", name, "' already exists",
-            info.ok() ? absl::StrCat(" (created by pid ", info->creator_pid, ", which is ",
-                                     info->creator_alive ? "running)" : "dead: a stale segment)")
-                      : absl::StrCat(" (unreadable: ", info.status().message(), ")"),
-            "; `prl replay reset ", name, "` removes it",
-            stale ? ", or `prl replay create --reclaim-stale` (reclaim_stale) replaces it" : ""));
-      }
+  const auto already_exists = [&]() -> absl::Status {
+    absl::StatusOr<SegmentInfo> info = Inspect(name);
+    const bool stale = info.ok() ? !info->creator_alive : true;
+    if (reclaim_stale && stale) {
       bip::shared_memory_object::remove(name.c_str());
+      return absl::OkStatus();
     }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "replay segment '", name, "' already exists",
+        info.ok() ? absl::StrCat(" (created by pid ", info->creator_pid, ", which is ",
+                                 info->creator_alive ? "running)" : "dead: a stale segment)")
+                  : absl::StrCat(" (unreadable: ", info.status().message(), ")"),
+        "; `prl replay reset ", name, "` removes it",
+        stale ? ", or `prl replay create --reclaim-stale` (reclaim_stale) replaces it" : ""));
+  };
+  std::error_code error;
+  if (std::filesystem::exists(ShmPath(name), error)) PRL_RETURN_IF_ERROR(already_exists());
+  // Made whole under a name of this process's, then published under `name` at once (link), so
+  // that an opener never finds the segment half made (empty, or without its header).
+  RemoveAbandonedDrafts(name);
+  const std::string draft = absl::StrCat(name, kDraftInfix, getpid());
+  bip::shared_memory_object::remove(draft.c_str());  // a dead process's of this pid
+  auto m = std::make_unique<Mapping>();
+  try {
+    m->shm = bip::shared_memory_object(bip::create_only, draft.c_str(), bip::read_write,
+                                       bip::permissions(0600));
+  } catch (const bip::interprocess_exception& e) {
+    return Interprocess(e, "cannot create", name);
   }
-  if (absl::Status space = CheckShmSpace(name, f.segment_bytes); !space.ok()) {
-    bip::shared_memory_object::remove(name.c_str());
-    return space;
-  }
+  const auto fail = [&](absl::Status s) {
+    bip::shared_memory_object::remove(draft.c_str());
+    return s;
+  };
+  if (absl::Status space = CheckShmSpace(name, f.segment_bytes); !space.ok()) return fail(space);
   try {
     m->shm.truncate(static_cast<bip::offset_t>(f.segment_bytes));
   } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
-    return Interprocess(e, "cannot size", name);
+    return fail(Interprocess(e, "cannot size", name));
   }
   // Every page allocated now: a full /dev/shm is this error, never a SIGBUS later.
   if (const int err = posix_fallocate(m->shm.get_mapping_handle().handle, 0,
                                       static_cast<off_t>(f.segment_bytes));
       err != 0) {
-    bip::shared_memory_object::remove(name.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("replay segment '", name,
-                                                     "': cannot allocate its ", f.segment_bytes,
-                                                     " bytes in /dev/shm: ", std::strerror(err)));
+    return fail(absl::ResourceExhaustedError(
+        absl::StrCat("replay segment '", name, "': cannot allocate its ", f.segment_bytes,
+                     " bytes in /dev/shm: ", std::strerror(err))));
   }
-  if (absl::Status mapped = m->Map(/*writable=*/true); !mapped.ok()) {
-    bip::shared_memory_object::remove(name.c_str());
-    return mapped;
-  }
+  if (absl::Status mapped = m->Map(/*writable=*/true); !mapped.ok()) return fail(mapped);
   auto* base = static_cast<uint8_t*>(m->address);
   Header* h = new (base) Header();  // the pages are zero; construct the atomics
   h->fixed = f;
   h->fixed_checksum = FixedChecksum(f);
   h->initialized.store(replay_internal::kMagic, std::memory_order_release);
   m->segment = Segment(base, m->size);
+  if (link(ShmPath(draft).c_str(), ShmPath(name).c_str()) != 0) {
+    const int err = errno;
+    if (err == EEXIST) {  // made meanwhile by another process
+      return fail(absl::AlreadyExistsError(absl::StrCat(
+          "replay segment '", name, "' already exists (made by another process meanwhile); "
+          "`prl replay reset ", name, "` removes it")));
+    }
+    return fail(absl::InternalError(absl::StrCat("cannot publish replay segment '", name,
+                                                 "': ", std::strerror(err))));
+  }
+  bip::shared_memory_object::remove(draft.c_str());
   return std::unique_ptr<ReplayBuffer>(new ReplayBuffer(name, std::move(m)));
 }
 

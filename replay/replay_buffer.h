@@ -124,8 +124,9 @@ struct SegmentInfo {
 
 class ReplayBuffer {
  public:
-  // Creates segment `name` (owner-only permissions), its pages allocated at once. If it
-  // exists: AlreadyExists naming the remedy, unless reclaim_stale is set and its creator is
+  // Creates segment `name` (owner-only permissions), its pages allocated at once, made whole
+  // under a draft name and then published under `name` (so an Open never finds it half made).
+  // If it exists: AlreadyExists naming the remedy, unless reclaim_stale is set and its creator is
   // dead (then it is replaced). A segment larger than /dev/shm's free space is
   // ResourceExhausted naming both sizes.
   static absl::StatusOr<std::unique_ptr<ReplayBuffer>> Create(const std::string& name,

@@ -18,6 +18,9 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${PRL_CMAKE_ARGS:
 cmake --build "$BUILD_DIR" -j "$JOBS"
 SELECT=(-LE learning)
 if [[ ${PRL_TEST_LEARNING:-0} == 1 ]]; then SELECT=(); fi
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" "${SELECT[@]}")
+if ! (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" "${SELECT[@]}"); then
+  ./scripts/failed_tests_tail.py "$BUILD_DIR" 60
+  exit 8
+fi
 # The suites of input from outside again, under ASan + UBSan (docs/development.md, "Sanitizers").
 ./scripts/sanitize.sh asan inputs

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -299,6 +300,56 @@ TEST_F(ReplayBufferTest, ExistingSegmentsAreErrorsUnlessStaleAndReclaimed) {
   ReplayConfig config;
   config.capacity_bytes = 1 << 16;
   EXPECT_TRUE(ReplayBuffer::Create(name_, config, /*reclaim_stale=*/true).ok());
+}
+
+// An opener racing the creator finds no segment, or the whole one: never one half made (empty,
+// or without its header), which it would have to call damaged.
+TEST_F(ReplayBufferTest, AnOpenerRacingTheCreatorNeverFindsTheSegmentHalfMade) {
+  ReplayConfig config;
+  config.capacity_bytes = 32 << 20;  // big enough that sizing it takes a while
+  for (int round = 0; round < 20; ++round) {
+    ReplayBuffer::Remove(name_, true).IgnoreError();
+    std::atomic<bool> go{false};
+    absl::Status seen = absl::OkStatus();
+    std::thread opener([&] {
+      while (!go.load()) std::this_thread::yield();
+      for (;;) {
+        absl::StatusOr<std::unique_ptr<ReplayBuffer>> b = ReplayBuffer::Open(name_);
+        if (b.ok()) return;
+        if (!absl::IsNotFound(b.status())) {
+          seen = b.status();
+          return;
+        }
+      }
+    });
+    go = true;
+    absl::StatusOr<std::unique_ptr<ReplayBuffer>> made = ReplayBuffer::Create(name_, config);
+    opener.join();
+    ASSERT_TRUE(made.ok()) << made.status();
+    ASSERT_TRUE(seen.ok()) << "round " << round << ": " << seen;
+  }
+}
+
+// A creator that died while making its segment leaves a draft no one can open; the next
+// Create removes it.
+TEST_F(ReplayBufferTest, ADeadCreatorsDraftIsRemovedByTheNextCreate) {
+  ReplayBuffer::Remove(name_, true).IgnoreError();
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string draft = name_ + ".creating." + std::to_string(getpid());
+    const int fd = shm_open(("/" + draft).c_str(), O_CREAT | O_RDWR, 0600);
+    _exit(fd >= 0 ? 0 : 1);  // dies before sizing or publishing it
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string draft = "/dev/shm/" + name_ + ".creating." + std::to_string(child);
+  ASSERT_EQ(access(draft.c_str(), F_OK), 0);
+  EXPECT_TRUE(IsError(ReplayBuffer::Open(name_).status(), absl::StatusCode::kNotFound, {}));
+  ReplayConfig config;
+  config.capacity_bytes = 1 << 16;
+  ASSERT_TRUE(ReplayBuffer::Create(name_, config).ok());
+  EXPECT_NE(access(draft.c_str(), F_OK), 0) << draft;
 }
 
 // Flips bytes of the segment file directly, as a stray writer would.
