@@ -5,14 +5,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "bench/report.h"
+#include "cli/bench_flood.h"
 #include "cli/command.h"
 #include "config/run_config.h"
 #include "core/child_process.h"
@@ -21,6 +24,7 @@
 #include "core/status_macros.h"
 #include "model/lora.h"
 #include "roles/learner_rank.h"
+#include "roles/role_security.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::cli {
@@ -88,10 +92,12 @@ int64_t PeakWithin(const MemorySamples& samples, double from, double to) {
 }
 
 // Starts every run at once and waits for them all; each one's summary.json. Meanwhile the PSS
-// of all their processes together goes to *memory every half second.
+// of all their processes together goes to *memory every half second, and `tick` (if any) is
+// called as often (its error stops the runs).
 absl::StatusOr<std::vector<Json>> RunAll(const std::vector<RunSpec>& specs,
                                          const std::atomic<bool>& interrupted,
-                                         MemorySamples* memory) {
+                                         MemorySamples* memory,
+                                         const std::function<absl::Status()>& tick = nullptr) {
   std::vector<ChildProcess> children;
   for (const RunSpec& s : specs) {
     PRL_RETURN_IF_ERROR(WriteConfig(s));
@@ -105,10 +111,12 @@ absl::StatusOr<std::vector<Json>> RunAll(const std::vector<RunSpec>& specs,
   absl::Time next_sample = absl::InfinitePast();
   while (
       std::any_of(children.begin(), children.end(), [](ChildProcess& c) { return c.running(); })) {
-    if (interrupted) {  // every run is told at once, then waited for
+    absl::Status ticked = absl::OkStatus();
+    if (tick != nullptr && absl::Now() >= next_sample) ticked = tick();
+    if (interrupted || !ticked.ok()) {  // every run is told at once, then waited for
       for (ChildProcess& c : children) ::kill(c.pid(), SIGTERM);
       for (ChildProcess& c : children) c.Stop(absl::Seconds(60));
-      return absl::CancelledError("interrupted");
+      return ticked.ok() ? absl::CancelledError("interrupted") : ticked;
     }
     if (absl::Now() >= next_sample) {
       int64_t bytes = 0;
@@ -157,6 +165,111 @@ struct Side {
   double first = 0, last = 0;
 };
 
+// Each tenant's samples per second while every tenant trains (from the last tenant's RL start
+// to the first tenant's last step), from the steps its adapter's learner reported
+// (learner_steps.<name>.jsonl in the run directory), in the summary's order.
+absl::StatusOr<std::vector<double>> RatesWhileAllTrain(const RunSpec& run, const Json& summary) {
+  double from = 0, to = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<std::pair<double, double>>> steps;  // (unix time, samples)
+  for (const Json& one : summary["tenants"]) {
+    from = std::max(from, one["rl_start_unix"].get<double>());
+    const std::string path = absl::StrCat(run.config.run_dir(), "/learner_steps.",
+                                          one["name"].get<std::string>(), ".jsonl");
+    std::ifstream in(path);
+    std::string line;
+    auto& mine = steps.emplace_back();
+    while (std::getline(in, line)) {
+      const Json step = Json::parse(line, nullptr, false);
+      if (step.is_discarded() || !step.contains("unix_time") || !step.contains("samples")) {
+        return absl::InternalError(absl::StrCat(path, ": unreadable step line '", line, "'"));
+      }
+      mine.push_back({step["unix_time"].get<double>(), step["samples"].get<double>()});
+    }
+    if (mine.empty()) return absl::InternalError(absl::StrCat(path, ": no steps"));
+    to = std::min(to, mine.back().first);
+  }
+  if (!(to > from)) {
+    return absl::InternalError("the tenants never trained all at once (no common window)");
+  }
+  std::vector<double> rates;
+  for (const auto& mine : steps) {
+    double samples = 0;
+    for (const auto& [t, n] : mine) samples += (t > from && t <= to) ? n : 0;
+    rates.push_back(samples / (to - from));
+  }
+  return rates;
+}
+
+// `prl bench e2e --tenants N --flood F`: N tenants in one run, then the same run where a client
+// floods tenant t0 with F times the prompts of the others (cli/bench_flood.h), from the first
+// run's warm model. The figure: each tenant's samples/s while all train, as a share of the fair
+// share (their sum / N).
+absl::Status RunFloodBench(const TenantsBenchFlags& f, const RunSpec& shared,
+                           const std::atomic<bool>& interrupted) {
+  RunSpec calm = shared, flooded = shared;
+  calm.name = "tenants";
+  flooded.name = "tenants-flood";
+  flooded.config_path = f.run_dir + "/tenants-flood.json";
+  flooded.log = f.run_dir + "/tenants-flood.log";
+  flooded.config.run.name = shared.config.run.name + "-flood";
+  flooded.config.run.dir = f.run_dir + "/tenants-flood";
+  MemorySamples calm_memory, flood_memory;
+  PRL_ASSIGN_OR_RETURN(const std::vector<Json> calm_run, RunAll({calm}, interrupted, &calm_memory));
+  const std::string dir = calm.config.run_dir();
+  if (fs::exists(dir + "/model-sft/config.json")) flooded.config.model.path = dir + "/model-sft";
+  if (flooded.config.model.path.empty()) flooded.config.model.path = dir + "/model-init";
+  flooded.config.sft.steps = 0;
+  PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(flooded.config, rpc::Role::kClient, {}));
+  TenantFlood flood(flooded.config, "t0", f.flood);
+  PRL_ASSIGN_OR_RETURN(const std::vector<Json> flood_run,
+                       RunAll({flooded}, interrupted, &flood_memory, [&] { return flood.Poll(); }));
+  if (!flood.submitted()) {
+    return absl::InternalError("the flood was not submitted before the run ended");
+  }
+  PRL_ASSIGN_OR_RETURN(const std::vector<double> calm_rates,
+                       RatesWhileAllTrain(calm, calm_run.front()));
+  PRL_ASSIGN_OR_RETURN(const std::vector<double> flood_rates,
+                       RatesWhileAllTrain(flooded, flood_run.front()));
+  const auto shares = [](const std::vector<double>& rates) {
+    double sum = 0;
+    for (double r : rates) sum += r;
+    std::vector<double> out;
+    for (double r : rates) out.push_back(sum > 0 ? r * rates.size() / sum : 0);
+    return out;
+  };
+  const std::vector<double> calm_shares = shares(calm_rates), flood_shares = shares(flood_rates);
+  const auto min_of_others = [](const std::vector<double>& v) {
+    return *std::min_element(v.begin() + 1, v.end());
+  };
+  bench::Report report;
+  report.bench = "e2e --tenants --flood";
+  report.machine = bench::MachineInfo();
+  report.setup = {
+      {"tenants", absl::StrCat(f.tenants)},
+      {"flood", absl::StrCat("t0 submits ", f.flood, "x the prompts of each other tenant (",
+                             flood.prompts_submitted(), " prompts in ", f.flood - 1,
+                             " sets beside its run's)")},
+      {"baseline", "the same tenants, none flooding, from the same warm model"},
+      {"steps per adapter", absl::StrCat(shared.config.learner.steps)},
+      {"config", f.config_file.empty() ? "built-in quickstart" : f.config_file}};
+  report.results.push_back({"others' least share of the fair share, t0 flooding",
+                            min_of_others(flood_shares), "x", "the same, no flood",
+                            min_of_others(calm_shares)});
+  report.results.push_back(
+      {"t0's share of the fair share, flooding", flood_shares[0], "x", "no flood", calm_shares[0]});
+  for (size_t i = 0; i < flood_rates.size(); ++i) {
+    report.results.push_back({absl::StrCat("t", i, " samples/s while all train, t0 flooding"),
+                              flood_rates[i], "samples/s", "no flood", calm_rates[i]});
+  }
+  double flood_sum = 0, calm_sum = 0;
+  for (double r : flood_rates) flood_sum += r;
+  for (double r : calm_rates) calm_sum += r;
+  report.results.push_back(
+      {"all tenants samples/s, t0 flooding", flood_sum, "samples/s", "no flood", calm_sum});
+  std::printf("%s\n", f.json ? report.ToJson().c_str() : report.ToTable().c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>& interrupted) {
@@ -201,6 +314,14 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
     t.agent = base.agent;
   }
   PRL_RETURN_IF_ERROR(config::ValidateRunConfig(shared.config));
+  if (f.flood != 0) {
+    if (f.flood < 2 || f.flood > 100 || f.tenants < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--flood: expected 2 to 100 (times the others' prompts) with --tenants 2 or more, found ",
+          f.flood, " with --tenants ", f.tenants));
+    }
+    return RunFloodBench(f, shared, interrupted);
+  }
   MemorySamples shared_memory, separate_memory;
   PRL_ASSIGN_OR_RETURN(const std::vector<Json> tenants_run,
                        RunAll({shared}, interrupted, &shared_memory));

@@ -7,7 +7,9 @@
 // samples and tokens per second over each side's RL phase (from the first RL start to the last
 // RL end), the peak memory of all the side's processes during it (their summed proportional set
 // sizes, /proc/PID/smaps_rollup: shared segments counted once), the mean lag, and the held-out
-// gains.
+// gains. With --flood F, instead: the tenants run, then the same run from its warm model where
+// tenant t0 asks for F times the prompts of each other (cli/bench_flood.h); the figures are each
+// tenant's samples/s while all of them train and its share of the fair share (their sum / N).
 #pragma once
 
 #include <atomic>
@@ -23,6 +25,8 @@ struct TenantsBenchFlags {
   std::vector<std::string> overrides;
   int tenants = 4;
   std::string against = "separate";  // or "one"
+  // >= 2: t0 floods (F times the others' prompts) against the same run without a flood.
+  int flood = 0;
   bool json = false;
 };
 

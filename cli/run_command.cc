@@ -67,6 +67,7 @@ struct E2eFlags {
   bool json = false;
   int tenants = 0;  // > 0: the tenants benchmark (cli/bench_tenants.h)
   std::string against = "separate";
+  int flood = 0;  // >= 2 with --tenants: t0 floods
 };
 
 absl::StatusOr<nlohmann::json> RunMode(const E2eFlags& f, const std::string& mode,
@@ -119,8 +120,9 @@ absl::Status RunE2eBench(const E2eFlags& f) {
   action.sa_handler = [](int) { interrupted = true; };
   sigaction(SIGINT, &action, nullptr);
   if (f.tenants > 0) {
-    return RunTenantsBench({f.config_file, f.run_dir, f.overrides, f.tenants, f.against, f.json},
-                           interrupted);
+    return RunTenantsBench(
+        {f.config_file, f.run_dir, f.overrides, f.tenants, f.against, f.flood, f.json},
+        interrupted);
   }
   // Sync first, with the warm-start; the pipeline run starts from the same warm model. Without
   // a warm-start (sft.steps=0) there is none: both create the same model from the config.
@@ -209,6 +211,10 @@ void RegisterRunCommands(CLI::App& app, CommandRegistry& registry) {
                   "With --tenants: separate (N separate LoRA runs at once) or one (one LoRA run "
                   "of one adapter alone: what multiplexing costs)")
       ->capture_default_str();
+  e2e->add_option("--flood", e->flood,
+                  "With --tenants: tenant t0 submits F times the prompts of each other (F - 1 "
+                  "more sets from a client of the benchmark), against the same run without a "
+                  "flood; each tenant's share of the fair share while all train");
   registry.Add(e2e, [e] { return RunE2eBench(*e); });
 }
 

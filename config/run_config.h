@@ -354,8 +354,9 @@ struct ReplaySection {
   int64_t capacity_mb = defaults::kReplayCapacityMb;
   // A run of adapters: each adapter's own segment (every page is allocated when it is made, so
   // that a full /dev/shm is an error then, never a SIGBUS later: N adapters take N times this).
-  // Its lag budget bounds what it holds; a full one makes the actors' writes wait.
-  int64_t adapter_capacity_mb = 32;
+  // Its lag budget bounds what it holds; a full one makes the actors' writes wait. 0: sized from
+  // the lag budget (roles/replay_role.h, AdapterReplayCapacityBytes), 4 to 32 MiB.
+  int64_t adapter_capacity_mb = 0;
   int64_t lease_ms =
       defaults::kReplayLeaseMs;  // a taken group not acked within this is delivered again
   bool drop_oldest = false;      // when full: drop the oldest groups instead of making writers wait

@@ -305,7 +305,8 @@ template <typename Visitor>
 void VisitServiceFields(RunConfig& c, Visitor& v) {
   v("replay", "capacity_mb", c.replay.capacity_mb, "Replay segment size (MiB)");
   v("replay", "adapter_capacity_mb", c.replay.adapter_capacity_mb,
-    "A run of adapters: each adapter's replay segment size (MiB; allocated when it is made)");
+    "A run of adapters: each adapter's replay segment size (MiB; allocated when it is made; "
+    "0: twice its lag budget of the longest groups the model allows, 4 to 32 MiB)");
   v("replay", "lease_ms", c.replay.lease_ms, "Re-deliver a taken group not acked within this");
   v("replay", "drop_oldest", c.replay.drop_oldest,
     "When full, drop the oldest groups instead of making writers wait; their prompts are "

@@ -372,8 +372,8 @@ absl::Status ValidateServices(const RunConfig& c) {
   PRL_RETURN_IF_ERROR(ValidateTransport(c));
   const ReplaySection& r = c.replay;
   PRL_RETURN_IF_ERROR(Range(r.capacity_mb >= 1, "replay.capacity_mb", ">= 1", r.capacity_mb));
-  PRL_RETURN_IF_ERROR(Range(r.adapter_capacity_mb >= 1, "replay.adapter_capacity_mb", ">= 1",
-                            r.adapter_capacity_mb));
+  PRL_RETURN_IF_ERROR(Range(r.adapter_capacity_mb >= 0, "replay.adapter_capacity_mb",
+                            ">= 0 (0: sized from the lag budget)", r.adapter_capacity_mb));
   PRL_RETURN_IF_ERROR(Range(r.lease_ms >= 100, "replay.lease_ms", ">= 100", r.lease_ms));
   PRL_RETURN_IF_ERROR(Address(r.listen, "replay.listen", false));
   PRL_RETURN_IF_ERROR(Address(r.address, "replay.address", true));

@@ -186,7 +186,7 @@ absl::StatusOr<std::unique_ptr<AdapterTrainer>> AdapterTrainer::Start(
   t->weight_segment_ = AdapterWeightSegment(c, t->id_);
   absl::StatusOr<std::unique_ptr<ReplayBuffer>> replay = ReplayBuffer::Open(t->replay_segment_);
   if (absl::IsNotFound(replay.status())) {
-    replay = ReplayBuffer::Create(t->replay_segment_, AdapterReplayConfigFrom(c));
+    replay = ReplayBuffer::Create(t->replay_segment_, AdapterReplayConfigFrom(c, model));
   }
   PRL_ASSIGN_OR_RETURN(t->replay_, std::move(replay));
   std::string versions_at = t->weight_segment_;

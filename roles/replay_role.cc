@@ -1,5 +1,6 @@
 #include "roles/replay_role.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -14,6 +15,7 @@
 #include "core/status_macros.h"
 #include "prl/v1/prompt.grpc.pb.h"
 #include "replay/ingest_server.h"
+#include "replay/record_encoder.h"
 #include "replay/replay_buffer.h"
 #include "roles/adapter_segments.h"
 #include "roles/role_metrics.h"
@@ -115,9 +117,42 @@ class AdapterReplays {
 
 }  // namespace
 
-ReplayConfig AdapterReplayConfigFrom(const config::RunConfig& c) {
+int64_t AdapterReplayCapacityBytes(const config::RunConfig& c, const ModelConfig& model) {
+  constexpr int64_t kFloor = int64_t{4} << 20, kCeiling = int64_t{32} << 20;
+  if (c.replay.adapter_capacity_mb > 0) return c.replay.adapter_capacity_mb << 20;
+  if (c.learner.groups_per_step <= 0) return kCeiling;
+  // The largest record the model allows: every position a completion token (its log-prob,
+  // version, source and routes), ids at their longest, a reward component and a turn per 64
+  // tokens as room for what environments add.
+  const int64_t tokens = std::max<int64_t>(model.max_position_embeddings, 1);
+  RolloutRecord longest;
+  longest.run_id = longest.prompt_set_id = longest.actor_id = std::string(255, 'x');
+  longest.prompt_tokens.assign(1, 0);
+  longest.completion_tokens.assign(tokens, 0);
+  longest.behaviour_logprobs.assign(tokens, 0.0f);
+  longest.token_versions.assign(tokens, 0);
+  longest.token_sources.assign(tokens, 0);
+  longest.turn_ends.assign(tokens / 64 + 1, 0);
+  longest.turn_rewards.assign(tokens / 64 + 1, 0.0);
+  longest.reward_components.assign(8, {std::string(64, 'x'), 0.0});
+  if (model.num_experts > 0) {
+    longest.route_layers = static_cast<uint16_t>(model.num_hidden_layers);
+    longest.route_top_k = static_cast<uint8_t>(model.num_experts_per_tok);
+    longest.routes.assign(tokens * model.num_hidden_layers * model.num_experts_per_tok, 0);
+  }
+  const int64_t samples = std::max<int64_t>(c.task.samples_per_prompt, 1);
+  const int64_t group_bytes =
+      samples * (static_cast<int64_t>(EncodedRecordSize(longest)) + 8) + 256;  // + framing
+  const int64_t budget_groups =
+      (c.run.mode == config::RunMode::kSync ? 1 : c.learner.max_lag + 1) * c.learner.groups_per_step;
+  const double wanted = 2.0 * static_cast<double>(budget_groups) * static_cast<double>(group_bytes);
+  return static_cast<int64_t>(
+      std::clamp<double>(wanted, static_cast<double>(kFloor), static_cast<double>(kCeiling)));
+}
+
+ReplayConfig AdapterReplayConfigFrom(const config::RunConfig& c, const ModelConfig& model) {
   ReplayConfig rc = ReplayConfigFrom(c);
-  rc.capacity_bytes = c.replay.adapter_capacity_mb << 20;
+  rc.capacity_bytes = AdapterReplayCapacityBytes(c, model);
   return rc;
 }
 

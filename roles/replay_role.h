@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "config/run_config.h"
+#include "model/config.h"
 #include "replay/replay_buffer.h"
 #include "replay/rollout_record.h"
 
@@ -25,8 +26,20 @@ namespace prl::roles {
 // The replay segment's settings of a run: replay.capacity_mb, lease_ms, drop_oldest; the label
 // names the run.
 ReplayConfig ReplayConfigFrom(const config::RunConfig& config);
-// An adapter's segment's settings (a run of adapters): the same, replay.adapter_capacity_mb big.
-ReplayConfig AdapterReplayConfigFrom(const config::RunConfig& config);
+// An adapter's segment's settings (a run of adapters): the same,
+// AdapterReplayCapacityBytes(config, model) big.
+ReplayConfig AdapterReplayConfigFrom(const config::RunConfig& config, const ModelConfig& model);
+
+// An adapter's replay segment's size (bytes): replay.adapter_capacity_mb when set; 0 (the
+// default): what its lag budget can hold at once ((learner.max_lag + 1) *
+// learner.groups_per_step groups, sync: groups_per_step), twice over (room for the ring's wrap
+// and evaluation groups), each group task.samples_per_prompt records of the longest sequence
+// the model allows (max_position_embeddings, its MoE routes included), clamped to 4..32 MiB
+// (32 MiB without a lag budget). Every page is allocated up front, so N adapters take N times
+// this: an adapter of the tiny model takes the 4 MiB floor, one of a long-context model the
+// 32 MiB ceiling, where a group that does not fit makes its writer wait (a group larger than
+// the segment is refused, naming both sizes).
+int64_t AdapterReplayCapacityBytes(const config::RunConfig& config, const ModelConfig& model);
 
 // Which pushed groups enter the buffer: those of this run (config.run.name) whose group id is
 // that of an open lease of their prompt at the coordinator (ActorControl.CheckGroup at

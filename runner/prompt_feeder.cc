@@ -16,25 +16,25 @@ PromptFeeder::PromptFeeder(const config::RunConfig& config, const TaskSource& ta
       adapter_(std::move(adapter)),
       prompts_(v1::PromptService::NewStub(coordinator)) {}
 
-absl::StatusOr<v1::SubmitPromptSetRequest> PromptFeeder::Chunk() const {
-  const config::RunConfig& c = config_;
-  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts,
-                       task_.TrainPrompts(chunks_, 8 * c.learner.groups_per_step));
+absl::StatusOr<v1::SubmitPromptSetRequest> TrainChunk(
+    const config::RunConfig& c, const TaskSource& task,
+    const std::optional<v1::AdapterSpec>& adapter, int64_t chunk, int64_t count) {
+  PRL_ASSIGN_OR_RETURN(const std::vector<v1::Prompt> prompts, task.TrainPrompts(chunk, count));
   v1::SubmitPromptSetRequest request;
   // One series in the per-set metrics (per tenant).
-  const std::string tenant = adapter_.has_value() ? adapter_->name() : "";
+  const std::string tenant = adapter.has_value() ? adapter->name() : "";
   request.set_name(absl::StrCat(c.run.name, tenant.empty() ? "" : " ", tenant, " train"));
   request.set_idempotency_key(
-      absl::StrCat("prl-run/", c.run.name, tenant.empty() ? "" : "/", tenant, "/chunk/", chunks_));
-  if (adapter_.has_value()) *request.mutable_adapter() = *adapter_;
+      absl::StrCat("prl-run/", c.run.name, tenant.empty() ? "" : "/", tenant, "/chunk/", chunk));
+  if (adapter.has_value()) *request.mutable_adapter() = *adapter;
   request.set_samples_per_prompt(c.task.samples_per_prompt);
   v1::RolloutSampling* sampling = request.mutable_sampling();
   sampling->set_temperature(static_cast<float>(c.task.temperature));
   sampling->set_top_p(static_cast<float>(c.task.top_p));
   sampling->set_max_tokens(c.task.max_tokens);
-  sampling->set_seed(c.run.seed * 31 + chunks_);
-  for (int32_t id : task_.text().stop_ids()) sampling->add_stop_token_ids(id);
-  SetScoring(c, task_.TrainReward(), &request);
+  sampling->set_seed(c.run.seed * 31 + chunk);
+  for (int32_t id : task.text().stop_ids()) sampling->add_stop_token_ids(id);
+  SetScoring(c, task.TrainReward(), &request);
   for (const v1::Prompt& p : prompts) *request.add_prompts() = p;
   return request;
 }
@@ -55,7 +55,9 @@ absl::Status PromptFeeder::Feed() {
   if (pending >= (config_.learner.max_lag + 2) * config_.learner.groups_per_step) {
     return absl::OkStatus();
   }
-  PRL_ASSIGN_OR_RETURN(const v1::SubmitPromptSetRequest request, Chunk());
+  PRL_ASSIGN_OR_RETURN(
+      const v1::SubmitPromptSetRequest request,
+      TrainChunk(config_, task_, adapter_, chunks_, 8 * config_.learner.groups_per_step));
   grpc::ClientContext submit_ctx;
   submit_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::SubmitPromptSetResponse response;

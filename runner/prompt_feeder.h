@@ -18,6 +18,13 @@
 
 namespace prl::runner {
 
+// The submission of `prl run`'s train chunk number `chunk`: `count` of the task's train prompts
+// with the run's sampling and scoring, for `adapter` (nullopt: the run's one model), named and
+// keyed (idempotency) by the run, the tenant and the chunk.
+absl::StatusOr<prl::v1::SubmitPromptSetRequest> TrainChunk(
+    const config::RunConfig& config, const TaskSource& task,
+    const std::optional<prl::v1::AdapterSpec>& adapter, int64_t chunk, int64_t count);
+
 class PromptFeeder {
  public:
   // `task` must outlive the feeder.
@@ -35,8 +42,6 @@ class PromptFeeder {
   int64_t in_flight() const { return in_flight_; }
 
  private:
-  absl::StatusOr<prl::v1::SubmitPromptSetRequest> Chunk() const;
-
   const config::RunConfig& config_;
   const TaskSource& task_;
   const std::optional<prl::v1::AdapterSpec> adapter_;

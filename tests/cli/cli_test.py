@@ -436,6 +436,18 @@ class CliTest(unittest.TestCase):
                           "--versions: expected 1 to 1000, found 5000")
 
 
+    def test_bench_e2e_tenants_refuses_bad_flags_naming_them(self):
+        out = self.path("bench-e2e")
+        self.assert_error(run("bench", "e2e", "--tenants", 1, "--flood", 10, "--run-dir", out),
+                          "--flood: expected 2 to 100 (times the others' prompts) with --tenants 2 "
+                          "or more, found 10 with --tenants 1")
+        self.assert_error(run("bench", "e2e", "--tenants", 4, "--flood", 1, "--run-dir", out),
+                          "--flood: expected 2 to 100", "found 1 with --tenants 4")
+        self.assert_error(run("bench", "e2e", "--tenants", 65, "--run-dir", out),
+                          "--tenants: expected 1 to 64 tenants, found 65")
+        self.assert_error(run("bench", "e2e", "--tenants", 2, "--against", "two", "--run-dir", out),
+                          "--against: expected separate or one, found 'two'")
+
 if __name__ == "__main__":
     PRL = os.path.abspath(sys.argv.pop(1))
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))

@@ -162,6 +162,67 @@ TEST(RoleSettingsTest, TheCoordinatorLearnerAndReplayTakeTheirSections) {
   EXPECT_EQ(r.backpressure, BackpressurePolicy::kDropOldest);
 }
 
+// An adapter's replay segment, sized from its lag budget (replay.adapter_capacity_mb 0): its
+// lag budget's groups of the longest sequences the model allows fit at once (no writer waits),
+// and the size stays within 4..32 MiB; a set replay.adapter_capacity_mb wins.
+TEST(AdapterReplaySegmentTest, HoldsItsLagBudgetOfTheLongestGroupsTheModelAllows) {
+  config::RunConfig c;
+  c.run.name = absl::StrCat("adapter-seg-", getpid());
+  c.learner.max_lag = 1;
+  c.learner.groups_per_step = 4;
+  c.task.samples_per_prompt = 8;
+  ModelConfig model;
+  model.num_hidden_layers = 2;
+  model.max_position_embeddings = 64;  // the tiny model's: the floor
+  EXPECT_EQ(AdapterReplayCapacityBytes(c, model), int64_t{4} << 20);
+  model.max_position_embeddings = 1 << 20;  // a long context: the ceiling
+  EXPECT_EQ(AdapterReplayCapacityBytes(c, model), int64_t{32} << 20);
+  c.replay.adapter_capacity_mb = 7;
+  EXPECT_EQ(AdapterReplayCapacityBytes(c, model), int64_t{7} << 20);
+  c.replay.adapter_capacity_mb = 0;
+  c.learner.groups_per_step = 0;  // no lag budget: the ceiling
+  EXPECT_EQ(AdapterReplayCapacityBytes(c, model), int64_t{32} << 20);
+  c.learner.groups_per_step = 4;
+
+  model.max_position_embeddings = 4096;  // 8 samples of up to 4096 tokens, 8 groups in budget
+  const int64_t bytes = AdapterReplayCapacityBytes(c, model);
+  EXPECT_GT(bytes, int64_t{4} << 20);
+  EXPECT_LT(bytes, int64_t{32} << 20);
+  model.num_experts = 8;  // a MoE model's records carry its routes: more room
+  model.num_experts_per_tok = 2;
+  EXPECT_GT(AdapterReplayCapacityBytes(c, model), bytes);
+  model.num_experts = model.num_experts_per_tok = 0;
+
+  const std::string name = absl::StrCat("prl-", c.run.name, "-replay-adapter");
+  ReplayBuffer::Remove(name, true).IgnoreError();
+  auto buffer = ReplayBuffer::Create(name, AdapterReplayConfigFrom(c, model));
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ((*buffer)->Stats().capacity_bytes, bytes);
+  const int64_t budget_groups = (c.learner.max_lag + 1) * c.learner.groups_per_step;
+  for (int64_t g = 0; g < budget_groups; ++g) {
+    std::vector<RolloutRecord> group(c.task.samples_per_prompt);
+    for (uint32_t i = 0; i < group.size(); ++i) {
+      RolloutRecord& r = group[i];
+      r.run_id = c.run.name;
+      r.prompt_set_id = std::string(255, 's');
+      r.actor_id = std::string(255, 'a');
+      r.prompt_index = static_cast<uint64_t>(g);
+      r.group_id = static_cast<uint64_t>(g + 1);
+      r.sample_index = i;
+      r.group_size = static_cast<uint32_t>(group.size());
+      r.prompt_tokens = {1};
+      r.completion_tokens.assign(model.max_position_embeddings - 1, 2);
+      r.behaviour_logprobs.assign(r.completion_tokens.size(), -0.5f);
+      r.token_versions.assign(r.completion_tokens.size(), 0);
+    }
+    // No wait: a writer of the budget's groups never waits for the learner.
+    ASSERT_TRUE((*buffer)->WriteGroup(group, absl::ZeroDuration()).ok()) << "group " << g;
+  }
+  EXPECT_EQ((*buffer)->Stats().writer_waits, 0);
+  buffer->reset();
+  ReplayBuffer::Remove(name, true).IgnoreError();
+}
+
 class WeightTransportFactoryTest : public ::testing::TestWithParam<config::WeightTransport> {};
 
 // The learner's publisher and an actor's subscriber built from one config meet, and a
