@@ -29,8 +29,8 @@ absl::Status TenantFlood::Poll() {
     absl::StatusOr<config::RunConfig> effective =
         config::LoadRunConfig(run_.run_dir() + "/config.json", {});
     if (!effective.ok()) return absl::OkStatus();  // not written yet
-    prompts_stub_ = v1::PromptService::NewStub(rpc::NewChannel(
-        effective->coordinator_address(), rpc::ChannelArgs(int64_t{64} << 20)));
+    prompts_stub_ = v1::PromptService::NewStub(
+        rpc::NewChannel(effective->coordinator_address(), rpc::ChannelArgs(int64_t{64} << 20)));
   }
   absl::StatusOr<std::vector<v1::PromptSetStatus>> sets =
       coordinator::ListAllPromptSets(*prompts_stub_, absl::Seconds(2));
@@ -85,8 +85,8 @@ absl::Status TenantFlood::SubmitAll() {
         prompts_stub_.reset();
         return absl::OkStatus();
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator refused tenant ", tenant_, "'s flood set: ", s.error_message()));
+      return absl::FailedPreconditionError(absl::StrCat("the coordinator refused tenant ", tenant_,
+                                                        "'s flood set: ", s.error_message()));
     }
     prompts_ += request.prompts_size();
   }
