@@ -123,29 +123,36 @@ int64_t AdapterReplayCapacityBytes(const config::RunConfig& c, const ModelConfig
   if (c.learner.groups_per_step <= 0) return kCeiling;
   // The largest record the model allows: every position a completion token (its log-prob,
   // version, source and routes), ids at their longest, a reward component and a turn per 64
-  // tokens as room for what environments add.
-  const int64_t tokens = std::max<int64_t>(model.max_position_embeddings, 1);
-  RolloutRecord longest;
-  longest.run_id = longest.prompt_set_id = longest.actor_id = std::string(255, 'x');
-  longest.prompt_tokens.assign(1, 0);
-  longest.completion_tokens.assign(tokens, 0);
-  longest.behaviour_logprobs.assign(tokens, 0.0f);
-  longest.token_versions.assign(tokens, 0);
-  longest.token_sources.assign(tokens, 0);
-  longest.turn_ends.assign(tokens / 64 + 1, 0);
-  longest.turn_rewards.assign(tokens / 64 + 1, 0.0);
-  longest.reward_components.assign(8, {std::string(64, 'x'), 0.0});
-  if (model.num_experts > 0) {
-    longest.route_layers = static_cast<uint16_t>(model.num_hidden_layers);
-    longest.route_top_k = static_cast<uint8_t>(model.num_experts_per_tok);
-    longest.routes.assign(tokens * model.num_hidden_layers * model.num_experts_per_tok, 0);
-  }
-  const int64_t samples = std::max<int64_t>(c.task.samples_per_prompt, 1);
-  const int64_t group_bytes =
-      samples * (static_cast<int64_t>(EncodedRecordSize(longest)) + 8) + 256;  // + framing
+  // tokens as room for what environments add. Its size is linear in the tokens (up to each
+  // section's 8-byte padding), so it is measured at 0 and 4096 tokens and extended: a model
+  // file's context never makes this allocate.
+  const auto record_bytes = [&](int64_t tokens) {
+    RolloutRecord r;
+    r.run_id = r.prompt_set_id = r.actor_id = std::string(255, 'x');
+    r.prompt_tokens.assign(1, 0);
+    r.completion_tokens.assign(tokens, 0);
+    r.behaviour_logprobs.assign(tokens, 0.0f);
+    r.token_versions.assign(tokens, 0);
+    r.token_sources.assign(tokens, 0);
+    r.turn_ends.assign(tokens / 64 + 1, 0);
+    r.turn_rewards.assign(tokens / 64 + 1, 0.0);
+    r.reward_components.assign(8, {std::string(64, 'x'), 0.0});
+    if (model.num_experts > 0) {
+      r.route_layers = static_cast<uint16_t>(model.num_hidden_layers);
+      r.route_top_k = static_cast<uint8_t>(model.num_experts_per_tok);
+      r.routes.assign(tokens * model.num_hidden_layers * model.num_experts_per_tok, 0);
+    }
+    return static_cast<double>(EncodedRecordSize(r));
+  };
+  constexpr int64_t kProbe = 4096;
+  const double empty = record_bytes(0), per_token = (record_bytes(kProbe) - empty) / kProbe;
+  const double tokens = static_cast<double>(std::max<int64_t>(model.max_position_embeddings, 1));
+  const double samples = static_cast<double>(std::max<int64_t>(c.task.samples_per_prompt, 1));
+  // + each section's padding and the group's offsets; + the frame.
+  const double group_bytes = samples * (empty + tokens * per_token + 64 + 8) + 256;
   const int64_t budget_groups =
       (c.run.mode == config::RunMode::kSync ? 1 : c.learner.max_lag + 1) * c.learner.groups_per_step;
-  const double wanted = 2.0 * static_cast<double>(budget_groups) * static_cast<double>(group_bytes);
+  const double wanted = 2.0 * static_cast<double>(budget_groups) * group_bytes;
   return static_cast<int64_t>(
       std::clamp<double>(wanted, static_cast<double>(kFloor), static_cast<double>(kCeiling)));
 }
