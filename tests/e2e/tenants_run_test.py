@@ -8,9 +8,9 @@ the same actors.
   2026-12-03, add 0.131 -> 0.162, sub 0.101 -> 0.132) and its held-out accuracy on 2000 prompts is
   higher after RL than before. The held-out gain was asked to be at least 0.02 (twice the
   standard error of the difference) until add rose 0.119 -> 0.136 (+0.017) in a full ctest -j2
-  run of 2026-12-03, where it had risen 0.034-0.040 alone: with a standard error of about 0.01,
-  a bound 1.5 of them below the mean gain fails about one run in twelve. Measured with these
-  settings: on an earlier VM
+  run of 2026-12-03, and alone at that HEAD 0.119 -> 0.139 and -> 0.135 (it had risen
+  0.034-0.040 on 2026-12-02: not investigated); sub rose 0.066 -> 0.142 and -> 0.120. Measured
+  with these settings before: on an earlier VM
   (500 prompts) add 0.158 -> 0.228, 0.210, 0.218, sub 0.084 -> 0.188, 0.156, 0.168; on the 2-core
   EPYC VM of 2026-12-02 (another warm start: its OpenBLAS kernels) add 0.114 -> 0.154 and sub
   0.058 -> 0.128 (500 prompts, beside another run), add 0.119 -> 0.153 and sub 0.066 -> 0.160
