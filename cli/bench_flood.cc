@@ -1,6 +1,5 @@
 #include "cli/bench_flood.h"
 
-#include <filesystem>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "rpc/security.h"
 #include "runner/prompt_feeder.h"
 #include "runner/task_source.h"
+#include "runner/warm_start.h"
 
 namespace prl::cli {
 
@@ -23,21 +23,21 @@ TenantFlood::TenantFlood(const config::RunConfig& run, std::string tenant, int f
 
 absl::Status TenantFlood::Poll() {
   if (submitted()) return absl::OkStatus();
-  if (prompts_stub_ == nullptr) {
+  if (prompts_ == nullptr) {
     // The coordinator's address as the run resolved it (prl run gives it a free port): the
     // effective config it writes to its run directory once its roles' settings are made.
     absl::StatusOr<config::RunConfig> effective =
         config::LoadRunConfig(run_.run_dir() + "/config.json", {});
     if (!effective.ok()) return absl::OkStatus();  // not written yet
-    prompts_stub_ = v1::PromptService::NewStub(
+    prompts_ = v1::PromptService::NewStub(
         rpc::NewChannel(effective->coordinator_address(), rpc::ChannelArgs(int64_t{64} << 20)));
   }
   absl::StatusOr<std::vector<v1::PromptSetStatus>> sets =
-      coordinator::ListAllPromptSets(*prompts_stub_, absl::Seconds(2));
+      coordinator::ListAllPromptSets(*prompts_, absl::Seconds(2));
   if (!sets.ok()) {
     // Not up yet (the run's warm-start), or restarting: a new channel next time, since one
     // refused for long waits out gRPC's growing reconnect backoff (up to two minutes).
-    prompts_stub_.reset();
+    prompts_.reset();
     return absl::OkStatus();
   }
   for (const v1::PromptSetStatus& s : *sets) {
@@ -56,13 +56,7 @@ absl::Status TenantFlood::SubmitAll() {
   }
   const config::RunConfig c = run_.ForTenant(*section);
   // The model the run trains from (its tokenizer, for a prompts task): its warm-start's.
-  const std::string dir = run_.run_dir();
-  std::string model = run_.model.path;
-  if (std::filesystem::exists(dir + "/model-sft/config.json")) {
-    model = dir + "/model-sft";
-  } else if (model.empty()) {
-    model = dir + "/model-init";
-  }
+  const std::string model = runner::RlStartModel(run_);
   PRL_ASSIGN_OR_RETURN(const ModelConfig model_config, ReadModelConfig(model));
   PRL_ASSIGN_OR_RETURN(const std::unique_ptr<runner::TaskSource> task,
                        runner::OpenTask(c, model, model_config.vocab_size));
@@ -79,16 +73,16 @@ absl::Status TenantFlood::SubmitAll() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::SubmitPromptSetResponse response;
-    const grpc::Status s = prompts_stub_->SubmitPromptSet(&ctx, request, &response);
+    const grpc::Status s = prompts_->SubmitPromptSet(&ctx, request, &response);
     if (!s.ok()) {
       if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {  // tried again next time
-        prompts_stub_.reset();
+        prompts_.reset();
         return absl::OkStatus();
       }
       return absl::FailedPreconditionError(absl::StrCat("the coordinator refused tenant ", tenant_,
                                                         "'s flood set: ", s.error_message()));
     }
-    prompts_ += request.prompts_size();
+    prompts_submitted_ += request.prompts_size();
   }
   return absl::OkStatus();
 }

@@ -33,7 +33,7 @@ class TenantFlood {
   // coordinator not up yet is tried again at the next call; a refused submission is an error.
   absl::Status Poll();
   bool submitted() const { return submitted_ == factor_ - 1; }
-  int64_t prompts_submitted() const { return prompts_; }
+  int64_t prompts_submitted() const { return prompts_submitted_; }
 
  private:
   absl::Status SubmitAll();
@@ -41,9 +41,9 @@ class TenantFlood {
   const config::RunConfig& run_;
   const std::string tenant_;
   const int factor_;
-  std::unique_ptr<prl::v1::PromptService::Stub> prompts_stub_;
+  std::unique_ptr<prl::v1::PromptService::Stub> prompts_;  // null: connect at the next Poll
   int submitted_ = 0;
-  int64_t prompts_ = 0;
+  int64_t prompts_submitted_ = 0;
 };
 
 }  // namespace prl::cli

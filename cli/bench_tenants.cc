@@ -25,6 +25,7 @@
 #include "model/lora.h"
 #include "roles/learner_rank.h"
 #include "roles/role_security.h"
+#include "runner/warm_start.h"
 #include "nlohmann/json.hpp"
 
 namespace prl::cli {
@@ -207,7 +208,6 @@ absl::StatusOr<std::vector<double>> RatesWhileAllTrain(const RunSpec& run, const
 absl::Status RunFloodBench(const TenantsBenchFlags& f, const RunSpec& shared,
                            const std::atomic<bool>& interrupted) {
   RunSpec calm = shared, flooded = shared;
-  calm.name = "tenants";
   flooded.name = "tenants-flood";
   flooded.config_path = f.run_dir + "/tenants-flood.json";
   flooded.log = f.run_dir + "/tenants-flood.log";
@@ -215,9 +215,7 @@ absl::Status RunFloodBench(const TenantsBenchFlags& f, const RunSpec& shared,
   flooded.config.run.dir = f.run_dir + "/tenants-flood";
   MemorySamples calm_memory, flood_memory;
   PRL_ASSIGN_OR_RETURN(const std::vector<Json> calm_run, RunAll({calm}, interrupted, &calm_memory));
-  const std::string dir = calm.config.run_dir();
-  if (fs::exists(dir + "/model-sft/config.json")) flooded.config.model.path = dir + "/model-sft";
-  if (flooded.config.model.path.empty()) flooded.config.model.path = dir + "/model-init";
+  flooded.config.model.path = runner::RlStartModel(calm.config);
   flooded.config.sft.steps = 0;
   PRL_RETURN_IF_ERROR(roles::ConfigureRoleSecurity(flooded.config, rpc::Role::kClient, {}));
   TenantFlood flood(flooded.config, "t0", f.flood);
@@ -328,13 +326,7 @@ absl::Status RunTenantsBench(const TenantsBenchFlags& f, const std::atomic<bool>
   const Json& t = tenants_run.front();
 
   // N separate runs at once, each from the tenants run's start model (its warm-start's).
-  const std::string dir = shared.config.run_dir();
-  std::string start = base.model.path;
-  if (fs::exists(dir + "/model-sft/config.json")) {
-    start = dir + "/model-sft";
-  } else if (start.empty()) {
-    start = dir + "/model-init";
-  }
+  const std::string start = runner::RlStartModel(shared.config);
   std::vector<RunSpec> separate;
   for (int i = 0; i < (against_one ? 1 : f.tenants); ++i) {
     RunSpec& s = separate.emplace_back(RunSpec{absl::StrCat("separate-", i), base,

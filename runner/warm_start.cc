@@ -21,6 +21,12 @@ namespace prl::runner {
 
 namespace fs = std::filesystem;
 
+std::string RlStartModel(const config::RunConfig& c) {
+  const std::string dir = c.run_dir();
+  if (fs::exists(dir + "/model-sft/config.json")) return dir + "/model-sft";
+  return c.model.path.empty() ? dir + "/model-init" : c.model.path;
+}
+
 absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& c, bool resume) {
   if (!c.model.path.empty()) {
     std::printf("model: %s\n", c.model.path.c_str());

@@ -17,6 +17,10 @@ namespace prl::runner {
 // task's character vocabulary (or, with `resume`, reused). The prompts task needs model.path.
 absl::StatusOr<std::string> PrepareStartModel(const config::RunConfig& config, bool resume);
 
+// The model a run's RL started from, once its warm-start is over: <run dir>/model-sft when the
+// warm-start made one, else what PrepareStartModel gave (model.path, or <run dir>/model-init).
+std::string RlStartModel(const config::RunConfig& config);
+
 struct WarmStartResult {
   std::string model;  // the model RL starts from
   double seconds = 0;

@@ -436,6 +436,25 @@ class CliTest(unittest.TestCase):
                           "--versions: expected 1 to 1000, found 5000")
 
 
+    def test_bench_e2e_flood_submits_its_sets_and_reports_every_tenants_share(self):
+        # Two tenants, 20 steps of 16 groups each, no warm-start: t0 is sent 2 more sets of
+        # 20 x 16 prompts once its adapter exists (about 12 s in all on 2 cores).
+        proc = run("bench", "e2e", "--tenants", 2, "--flood", 3, "--json", "--run-dir",
+                   self.path("bench-flood"), "--set", "learner.steps=20", "--set", "sft.steps=0",
+                   "--set", "task.eval_prompts=10", check=True)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report["bench"], "e2e --tenants --flood")
+        self.assertIn("(640 prompts in 2 sets beside its run's)", report["setup"]["flood"])
+        results = {r["name"]: r for r in report["results"]}
+        for tenant in ("t0", "t1"):
+            row = results["%s samples/s while all train, t0 flooding" % tenant]
+            self.assertGreater(row["value"], 0)
+            self.assertGreater(row["baseline_value"], 0)
+        # Shares of the fair share: the tenants' rates over their mean, so they sum to 2.
+        share0 = results["t0's share of the fair share, flooding"]["value"]
+        share1 = results["others' least share of the fair share, t0 flooding"]["value"]
+        self.assertAlmostEqual(share0 + share1, 2.0, places=6)
+
     def test_bench_e2e_tenants_refuses_bad_flags_naming_them(self):
         out = self.path("bench-e2e")
         self.assert_error(run("bench", "e2e", "--tenants", 1, "--flood", 10, "--run-dir", out),
