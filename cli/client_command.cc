@@ -379,22 +379,30 @@ absl::Status RunAdapterList(const ClientTrust& trust, const std::string& server,
     const v1::AdapterSpec& spec = a.spec();
     const std::string targets = absl::StrJoin(spec.target_modules(), ",");
     if (json) {
-      j.push_back({{"name", spec.name()}, {"adapter_id", a.adapter_id()}, {"tenant", a.tenant()},
-                   {"rank", spec.rank()}, {"alpha", spec.alpha()}, {"rslora", spec.rslora()},
-                   {"target_modules", targets}, {"learning_rate", spec.learning_rate()},
-                   {"version", a.version()}, {"groups_consumed", a.groups_consumed()},
+      j.push_back({{"name", spec.name()},
+                   {"adapter_id", a.adapter_id()},
+                   {"tenant", a.tenant()},
+                   {"rank", spec.rank()},
+                   {"alpha", spec.alpha()},
+                   {"rslora", spec.rslora()},
+                   {"target_modules", targets},
+                   {"learning_rate", spec.learning_rate()},
+                   {"version", a.version()},
+                   {"groups_consumed", a.groups_consumed()},
                    {"prompt_sets_running", a.prompt_sets_running()},
-                   {"prompts_in_flight", a.prompts_in_flight()}});
+                   {"prompts_in_flight", a.prompts_in_flight()},
+                   {"learner_rank", a.learner_rank()}});
       continue;
     }
-    std::printf("%s %s r=%d alpha=%g%s targets=%s lr=%g: version %lld, %lld groups trained, %lld "
-                "sets running, %lld prompts in flight%s\n",
-                spec.name().c_str(), a.adapter_id().c_str(), spec.rank(), spec.alpha(),
-                spec.rslora() ? " rslora" : "", targets.c_str(), spec.learning_rate(),
-                static_cast<long long>(a.version()), static_cast<long long>(a.groups_consumed()),
-                static_cast<long long>(a.prompt_sets_running()),
-                static_cast<long long>(a.prompts_in_flight()),
-                a.tenant().empty() ? "" : absl::StrCat(" (tenant ", a.tenant(), ")").c_str());
+    std::printf(
+        "%s %s r=%d alpha=%g%s targets=%s lr=%g: version %lld, %lld groups trained, %lld "
+        "sets running, %lld prompts in flight, learner rank %d%s\n",
+        spec.name().c_str(), a.adapter_id().c_str(), spec.rank(), spec.alpha(),
+        spec.rslora() ? " rslora" : "", targets.c_str(), spec.learning_rate(),
+        static_cast<long long>(a.version()), static_cast<long long>(a.groups_consumed()),
+        static_cast<long long>(a.prompt_sets_running()),
+        static_cast<long long>(a.prompts_in_flight()), a.learner_rank(),
+        a.tenant().empty() ? "" : absl::StrCat(" (tenant ", a.tenant(), ")").c_str());
   }
   if (json) std::printf("%s\n", j.dump().c_str());
   if (!json && response.adapters().empty()) std::printf("no adapters\n");

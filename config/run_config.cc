@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "config/run_config_fields.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -306,6 +307,10 @@ absl::Status ApplyOverride(Json& root, const std::string& assignment) {
 }
 
 }  // namespace
+
+std::string AtLearnerRank(absl::string_view address, int32_t rank) {
+  return absl::StrReplaceAll(address, {{kLearnerRankPlaceholder, absl::StrCat(rank)}});
+}
 
 absl::StatusOr<RunConfig> ParseRunConfig(absl::string_view json_text, absl::string_view origin,
                                          const std::vector<std::string>& overrides) {

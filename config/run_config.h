@@ -502,4 +502,12 @@ std::string RunConfigToJson(const RunConfig& config);
 // Checks ranges and cross-field rules; errors name the field.
 absl::Status ValidateRunConfig(const RunConfig& config);
 
+// "{rank}" in an actor's broadcast.address or replay.address (a run of adapters whose learner
+// ranks are on other nodes, docs/tenants.md): each adapter's versions and groups go to the
+// servers of the learner rank it is placed on (LeasedAdapter.learner_rank), e.g.
+// "prl-learner-{rank}.prl-learner:50062".
+inline constexpr absl::string_view kLearnerRankPlaceholder = "{rank}";
+// `address` with every "{rank}" replaced by `rank` (unchanged without one).
+std::string AtLearnerRank(absl::string_view address, int32_t rank);
+
 }  // namespace prl::config

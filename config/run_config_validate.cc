@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -504,15 +505,33 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             "segment or a gRPC channel of its own; cuda_ipc and nccl carry one "
                             "model's)",
                             EnumName(kWeightTransportNames, c.broadcast.transport)));
-  // Several ranks each train their adapters, on the actors' node for now (their segments are
-  // where the actors open them: roles/adapter_learner.h).
+  // "{rank}": an actor's address of the learner rank an adapter trains on (roles/
+  // adapter_segments.h), which only a run of adapters places.
+  for (const auto& [key, address] :
+       {std::pair<const char*, const std::string&>("broadcast.address", c.broadcast.address),
+        {"replay.address", c.replay.address}}) {
+    PRL_RETURN_IF_ERROR(
+        Range(c.coordinator.adapters || !absl::StrContains(address, kLearnerRankPlaceholder), key,
+              "no {rank} without coordinator.adapters (it names the learner rank "
+              "an adapter is placed on)",
+              Quoted(address)));
+  }
+  // Several ranks each train their adapters (roles/adapter_learner.h): on the actors' node
+  // (each adapter's segments where the actors open them), or each rank on a node of its own,
+  // the actors reaching each adapter's rank's weight server and replay ingest through {rank}.
+  const bool one_node = c.broadcast.transport == WeightTransport::kShm && c.replay.address.empty();
+  const bool across_nodes = c.broadcast.transport == WeightTransport::kGrpc &&
+                            absl::StrContains(c.broadcast.address, kLearnerRankPlaceholder) &&
+                            absl::StrContains(c.replay.address, kLearnerRankPlaceholder);
   PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1 ||
-                                (c.broadcast.transport == WeightTransport::kShm &&
-                                 c.replay.address.empty() && c.learner.context_parallel == 1),
+                                ((one_node || across_nodes) && c.learner.context_parallel == 1),
                             "learner.world_size",
-                            "1 with coordinator.adapters across nodes (several learner ranks "
-                            "train adapters on the actors' node: broadcast.transport shm, "
-                            "replay.address empty, learner.context_parallel 1)",
+                            "1 with coordinator.adapters, unless the ranks train on the actors' "
+                            "node (broadcast.transport shm, replay.address empty) or each on a "
+                            "node of its own (broadcast.transport grpc, broadcast.address and "
+                            "replay.address naming each rank's servers with {rank}, e.g. "
+                            "'prl-learner-{rank}.prl-learner:50062'), with "
+                            "learner.context_parallel 1",
                             c.learner.world_size));
   PRL_RETURN_IF_ERROR(Range(c.coordinator.tenants_file.empty() == c.security.tenant_token_files.empty(),
                             "coordinator.tenants_file",

@@ -206,6 +206,11 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     prl::v1::LeasedPrompt* out = response.add_prompts();
     out->set_lease_id(leases_.Open(*next, request.actor_id(), now));
     PromptSets::FillLease(set, next->index, out);
+    if (out->has_adapter()) {  // (an evaluation set's too: its rank serves the adapter's versions)
+      if (const Adapters::Adapter* placed = adapters_.ById(out->adapter().adapter_id())) {
+        out->mutable_adapter()->set_learner_rank(placed->status.learner_rank());
+      }
+    }
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
     // actor's own delay in taking new weights is no longer part of its lag. The same for an
     // adapter's prompt, with the adapter's newest version (and always in sync mode).

@@ -429,6 +429,12 @@ Counter& QuarantineMetrics::DeadLettered(absl::string_view reason) {
   return dead_lettered_.Add({{"reason", std::string(reason)}});
 }
 
+IngestMetrics::IngestMetrics(Registry& registry)
+    : groups(AddCounter(registry, "prl_replay_ingest_groups_total",
+                        "Groups pushed to this replay ingest and written into a replay segment.")),
+      records(AddCounter(registry, "prl_replay_ingest_records_total",
+                         "Records (samples) of the groups this replay ingest wrote.")) {}
+
 LearnerMetrics::LearnerMetrics(Registry& registry, absl::string_view loss_name)
     : step_seconds(AddHistogram(registry, "prl_learner_step_seconds",
                                 "Wall time of one learner step, from taking the batch to the "

@@ -342,6 +342,17 @@ struct QuarantineMetrics {
   prometheus::Family<prometheus::Counter>& dead_lettered_;
 };
 
+// A replay ingest (`prl replay serve`): what it wrote for actors on other nodes. With a run of
+// adapters' learner ranks on nodes of their own, each rank's ingest counts its adapters' groups.
+struct IngestMetrics {
+  explicit IngestMetrics(prometheus::Registry& registry);
+
+  // prl_replay_ingest_groups_total / prl_replay_ingest_records_total: groups and records pushed
+  // to this ingest and written into a replay segment (the run's, or their adapter's).
+  prometheus::Counter& groups;
+  prometheus::Counter& records;
+};
+
 // A learner rank (rank 0 exports the step's global statistics; all ranks may export timing).
 struct LearnerMetrics {
   // `loss_name` (learner/losses.h, e.g. "ppo_clip") is the value of the {loss} labels below.

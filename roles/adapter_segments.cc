@@ -77,12 +77,16 @@ actor::AdapterChannels::Opener AdapterChannelOpener(const config::RunConfig& con
     const absl::Duration timeout = absl::Seconds(config.actors.replay_timeout_s);
     actor::AdapterChannels::Channel channel;
     if (config.broadcast.transport == config::WeightTransport::kGrpc) {
-      // Across nodes: a stream of the adapter's versions from the learner's weight server, which
-      // waits (retried) until the learner makes the adapter; a deleted adapter's fails NotFound.
+      // Across nodes: a stream of the adapter's versions from the weight server of the learner
+      // rank it is placed on ({rank} in broadcast.address), which waits (retried) until the
+      // learner makes the adapter; a deleted adapter's fails NotFound.
       GrpcSubscriberOptions options;
       options.adapter_id = id;
-      PRL_ASSIGN_OR_RETURN(std::unique_ptr<GrpcWeightSubscriber> weights,
-                           GrpcWeightSubscriber::Connect(config.weights_address(), spec, options));
+      PRL_ASSIGN_OR_RETURN(
+          std::unique_ptr<GrpcWeightSubscriber> weights,
+          GrpcWeightSubscriber::Connect(
+              config::AtLearnerRank(config.weights_address(), adapter.learner_rank()), spec,
+              options));
       channel.gone = [subscriber = weights.get()] {
         return absl::IsNotFound(subscriber->TakeNewer(std::numeric_limits<int64_t>::max()).status());
       };
@@ -99,10 +103,11 @@ actor::AdapterChannels::Opener AdapterChannelOpener(const config::RunConfig& con
         return !std::filesystem::exists(path, error) && !error;
       };
     }
-    if (!config.replay.address.empty()) {  // the remote ingest, into the adapter's replay
+    if (!config.replay.address.empty()) {  // its rank's remote ingest, into the adapter's replay
       PRL_ASSIGN_OR_RETURN(channel.write_group,
-                           actor::RemoteReplayWriter(config.replay.address, timeout,
-                                                     config.replay.max_message_mb << 20, id));
+                           actor::RemoteReplayWriter(
+                               config::AtLearnerRank(config.replay.address, adapter.learner_rank()),
+                               timeout, config.replay.max_message_mb << 20, id));
       return channel;
     }
     absl::StatusOr<std::unique_ptr<ReplayBuffer>> replay =

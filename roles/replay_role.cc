@@ -191,6 +191,11 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   options.max_message_bytes = c.replay.max_message_mb << 20;
   options.write_timeout = absl::Milliseconds(c.replay.write_timeout_ms);
   options.admit = AdmitLeasedGroups(c);
+  metrics::IngestMetrics ingested(*endpoint->registry);
+  options.on_written = [&ingested](const std::string&, size_t records) {
+    ingested.groups.Increment();
+    ingested.records.Increment(static_cast<double>(records));
+  };
   AdapterReplays adapter_replays(c);
   if (adapters) {
     options.adapter_buffer = [&adapter_replays](const std::string& adapter_id) {

@@ -1,10 +1,12 @@
 #include "roles/role_security.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/net_address.h"
 #include "core/status_macros.h"
@@ -37,10 +39,21 @@ std::vector<std::pair<std::string, std::string>> CalledAddresses(const config::R
       {c.coordinator.address.empty() ? "coordinator.listen" : "coordinator.address",
        c.coordinator_address()}};
   if (self != rpc::Role::kActor) return called;
-  if (!c.replay.address.empty()) called.emplace_back("replay.address", c.replay.address);
+  // An address naming {rank} (a run of adapters' learner ranks on nodes of their own) stands for
+  // each rank's: every one of them is checked (at least ranks 0 and 1).
+  const auto each_rank = [&](const std::string& key, const std::string& address) {
+    if (!absl::StrContains(address, config::kLearnerRankPlaceholder)) {
+      called.emplace_back(key, address);
+      return;
+    }
+    for (int32_t rank = 0; rank < std::max(c.learner.world_size, 2); ++rank) {
+      called.emplace_back(key, config::AtLearnerRank(address, rank));
+    }
+  };
+  if (!c.replay.address.empty()) each_rank("replay.address", c.replay.address);
   if (c.broadcast.transport == config::WeightTransport::kGrpc) {
-    called.emplace_back(c.broadcast.address.empty() ? "broadcast.listen" : "broadcast.address",
-                        c.weights_address());
+    each_rank(c.broadcast.address.empty() ? "broadcast.listen" : "broadcast.address",
+              c.weights_address());
   }
   // (Environments and remote rewards are user-written: they never get the actor's token.)
   return called;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_model_dir.h"
 #include "core/child_process.h"
@@ -112,6 +113,18 @@ class Run {
           "(\"tenants\": [{\"name\", \"task\", \"adapter\"}], docs/tenants.md), or start the "
           "roles (prl coordinator, prl learner serve, prl actor) and submit each tenant's sets "
           "with prl submit --adapter");
+    }
+    for (const auto& [key, address] :
+         {std::pair<const char*, const std::string&>("broadcast.address", c_.broadcast.address),
+          {"replay.address", c_.replay.address}}) {
+      if (absl::StrContains(address, config::kLearnerRankPlaceholder)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            key,
+            ": expected no {rank}: prl run starts every role on this machine (learner ranks "
+            "on nodes of their own are started by hand or on Kubernetes: docs/tenants.md), "
+            "found '",
+            address, "'"));
+      }
     }
     PRL_RETURN_IF_ERROR(Prepare());
     PRL_ASSIGN_OR_RETURN(const std::string start, PrepareStartModel(ModelTaskConfig(), o_.resume));

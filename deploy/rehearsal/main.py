@@ -8,11 +8,12 @@ CA and certificate, the actors scaled 1 -> 3 -> 1 while it runs, the accounting 
 then the dashboard's and the alert rules' queries against Prometheus, which scraped it all.
 
 With --tenants: the shared fleet of tenants' adapters instead (components/tenants on the
-overlay, mutual TLS as its components/security sets it; deploy/rehearsal/tenants.py): the
-actors in pods of their own (other network namespaces and /dev/shm than the learner's), each
-adapter's versions from the learner's gRPC weight server and its groups through the replay
-ingest in the learner pod; two adapters' sets, each adapter trained on its own groups, every
-prompt of both accounted for.
+overlay with two learner pods, mutual TLS as its components/security sets it;
+deploy/rehearsal/tenants.py): the actors in pods of their own (other network namespaces and
+/dev/shm than the learners'), each adapter placed on one learner rank, its versions from that
+rank's gRPC weight server and its groups through the replay ingest in that rank's pod; two
+adapters' sets, each adapter trained on its own groups by its own rank, every prompt of both
+accounted for.
 
 usage: main.py PATH_TO_PRL RUN_ID [--tenants]       (root: namespaces, mounts)
 """
@@ -39,6 +40,21 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROMPTS = 12000  # a multiple of groups_per_step (cpu-dev: 16); about two minutes of generation here
 EVAL_PROMPTS = 32  # an evaluation set beside it: greedy, a round every 20 learner versions
 SAMPLES, MAX_TOKENS = 8, 48
+
+
+# The learner's replica count in an overlay of yours, and what follows it (the cpu-dev overlay's
+# replacements, again after the new count).
+LEARNER_RANKS_KUSTOMIZATION = """replicas: [{name: prl-learner, count: %d}]
+replacements:
+  - source: {kind: StatefulSet, name: prl-learner, fieldPath: spec.replicas}
+    targets:
+      - select: {kind: StatefulSet, name: prl-learner}
+        fieldPaths:
+          - spec.template.spec.containers.[name=learner].env.[name=WORLD_SIZE].value
+      - select: {kind: StatefulSet, name: prl-coordinator}
+        fieldPaths:
+          - spec.template.spec.containers.[name=coordinator].env.[name=LEARNER_WORLD_SIZE].value
+"""
 
 
 class Fleet:
@@ -193,16 +209,20 @@ def prompts_configmap(index):
     index[("ConfigMap", "rehearsal-prompts")] = {"data": data}
 
 
-def render(work, components=()):
-    """The cpu-dev overlay, with `components` (of deploy/k8s/components) on it, and its Secrets."""
+def render(work, components=(), learner_ranks=1):
+    """The cpu-dev overlay, with `components` (of deploy/k8s/components) on it and `learner_ranks`
+    learner pods (as your overlay sets them: the replica count, WORLD_SIZE and the coordinator's
+    LEARNER_WORLD_SIZE after it), and its Secrets."""
     overlay = os.path.join(REPO, "deploy/k8s/overlays/cpu-dev")
-    if components:
+    if components or learner_ranks != 1:
         here = os.path.join(work, "kustomization")
         os.makedirs(here)
         with open(os.path.join(here, "kustomization.yaml"), "w") as f:
             f.write("resources: [%s]\ncomponents:\n" % os.path.relpath(overlay, here))
             for c in components:
                 f.write("  - %s\n" % os.path.relpath(os.path.join(REPO, "deploy/k8s/components", c), here))
+            if learner_ranks != 1:
+                f.write(LEARNER_RANKS_KUSTOMIZATION % learner_ranks)
         overlay = here
     rendered = subprocess.run(["kubectl", "kustomize", overlay], check=True, capture_output=True, text=True).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o]
@@ -226,7 +246,8 @@ def status(kube, fleet, set_id):
 
 def run(prl, run_id, work, with_tenants=False):
     start = time.time()
-    objects, index = render(work, ("tenants",) if with_tenants else ())
+    objects, index = (render(work, ("tenants",), tenants.LEARNER_RANKS) if with_tenants
+                      else render(work))
     prompts_configmap(index)
     net = network.Network(run_id, "10.250.%d.0/24" % (int(run_id) % 200 + 20))
     net.create()
@@ -351,24 +372,28 @@ def drained_replay(learner, segment, groups_per_step):
 
 
 def report_tenants(kube, fleet, result):
-    """Each adapter's accounting: its set at the coordinator, its replay segment in the learner
-    pod (filled by the replay ingest from the actor pods) drained by the learner, its steps from
-    its report file; the actor pods and the prompts each leased (deploy/rehearsal/tenants.py)."""
-    learner = next(p for p in fleet.pods() if p.name == "prl-learner-0")
+    """Each adapter's accounting: its set at the coordinator, its replay segment in the pod of
+    the learner rank it is placed on (filled by that pod's replay ingest from the actor pods)
+    drained by that rank, its steps from its report file; each rank pod's ingest; the actor pods
+    and the prompts each leased (deploy/rehearsal/tenants.py)."""
+    ranks = sorted((p for p in fleet.pods() if p.name.startswith("prl-learner-")),
+                   key=lambda p: int(p.name.rsplit("-", 1)[1]))
     coordinator = next(p for p in fleet.pods() if p.name == "prl-coordinator-0")
-    config_map = next(v["configMap"]["name"] for v in learner.spec["volumes"] if v["name"] == "config")
+    config_map = next(v["configMap"]["name"] for v in ranks[0].spec["volumes"] if v["name"] == "config")
     config = json.loads(fleet.index[("ConfigMap", config_map)]["data"]["run.json"])
     adapters = json.loads(client(kube, fleet, ["adapter", "list", "--server", "prl-coordinator:50051",
                                                "--json"]))
     stats, totals = {}, {}
     for a in adapters:
         segment = "prl-%s-replay-%s" % (config["run"]["name"], a["adapter_id"])
-        stats[a["name"]] = drained_replay(learner, segment, config["learner"]["groups_per_step"])
+        pod = ranks[a.get("learner_rank", 0) % len(ranks)]
+        stats[a["name"]] = drained_replay(pod, segment, config["learner"]["groups_per_step"])
         totals[a["name"]] = learner_totals(kube.pvc + "/prl-learner-checkpoints",
                                            "learner_steps.%s.jsonl" % a["name"])
     actors = {p.name: p.ip for p in fleet.pods() if p.name in fleet.by_owner.get("prl-actor", [])}
     tenants.report(result, adapters, stats, totals, tenants.metrics_of(coordinator),
-                   tenants.metrics_of(learner), actors, learner)
+                   [tenants.metrics_of(p) for p in ranks],
+                   [tenants.metrics_of(p, tenants.INGEST_METRICS_PORT) for p in ranks], actors, ranks)
 
 
 def report(kube, fleet, prometheus, scenario, start):

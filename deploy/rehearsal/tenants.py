@@ -1,10 +1,12 @@
 """The rehearsal of a shared fleet of tenants (deploy/rehearse.sh --tenants; docs/tenants.md):
-the cpu-dev overlay with components/tenants (mutual TLS from the overlay's components/security),
-its actors in pods of their own, apart from the learner's: each adapter's versions reach them
-from the learner's gRPC weight server, and their groups reach each adapter's replay segment in
-the learner pod through the replay ingest (prl-replay). Two adapters' prompt sets submitted
-through the coordinator's Service name, each adapter trained on its own groups, the accounting
-of every prompt of both and of the actor pods that generated them.
+the cpu-dev overlay with components/tenants (mutual TLS from the overlay's components/security)
+and two learner pods (ranks), its actors in pods of their own, apart from the learners': each
+adapter is placed on one rank, its versions reach the actors from that rank's gRPC weight server
+and their groups reach its replay segment in that rank's pod through the replay ingest beside
+it (prl-learner-{rank}.prl-learner). Two adapters' prompt sets submitted through the
+coordinator's Service name, each adapter trained on its own groups by its own rank, each rank's
+ingest writing only its adapter's groups, the accounting of every prompt of both and of the
+actor pods that generated them.
 
 main.py runs the fleet; this module holds the scenario and its report.
 """
@@ -17,6 +19,8 @@ import observe
 PROMPTS = 1600  # per adapter, a multiple of groups_per_step (cpu-dev: 16)
 SAMPLES, MAX_TOKENS = 8, 48
 ACTORS = 2  # actor pods (the actor Deployment's replicas), each in its own network namespace
+LEARNER_RANKS = 2  # learner pods: the coordinator places math on rank 0 and code on rank 1
+INGEST_METRICS_PORT = 9401  # the replay ingest container's /metrics in each learner pod
 # Each adapter's own task (the built-in arithmetic reward scores both), and its settings:
 # math takes the fleet's defaults (prl-run tenants_lora_*), code names its own rank.
 ADAPTERS = (("math", "+", []), ("code", "-", ["--adapter-rank", "8"]))
@@ -63,17 +67,19 @@ def scenario(client, status):
     return {"sets": sets, "done": done}
 
 
-def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics, actors,
-           learner):
+def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics, ingest_metrics,
+           actors, learners):
     """Prints each adapter's accounting and the actor pods', and raises SystemExit when a prompt
-    is unaccounted for or the actors did not run in pods of their own.
-    adapters: `prl adapter list --json`; stats[name]: its replay segment's `prl replay stat`;
-    totals[name]: (steps, groups trained, handed back, duplicates) from its report file;
-    coordinator_metrics, learner_metrics: their /metrics (the adapter's series; the prompts
-    leased to each actor); actors: {actor pod name: its IP}; learner: the learner's pod (rank 0),
-    whose /dev/shm holds the segments."""
+    is unaccounted for, an adapter was not trained by its own rank, or the actors did not run in
+    pods of their own.
+    adapters: `prl adapter list --json`; stats[name]: its replay segment's `prl replay stat` (in
+    its rank's pod); totals[name]: (steps, groups trained, handed back, duplicates) from its
+    report file; coordinator_metrics: the coordinator's /metrics (the adapter's series; the
+    prompts leased to each actor); learner_metrics[r], ingest_metrics[r]: rank r's learner's and
+    replay ingest's; actors: {actor pod name: its IP}; learners: the learner pods by rank."""
     by_name = {a["name"]: a for a in adapters}
     problems = []
+    expected_rank = {name: i % len(learners) for i, (name, _, _) in enumerate(ADAPTERS)}
     print("\n== accounting, per adapter")
     for name, _, settings in ADAPTERS:
         s, seconds = result["done"][name]
@@ -86,14 +92,24 @@ def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics
         written, dropped = stat["groups_in"], stat["dropped_stale"]
         left = stat["groups_ready"] + stat["groups_leased"]
         rank = a["rank"]
-        print("adapter %s (%s, rank %d): set %s done in %.0f s, %d/%d prompts; version %s" % (
-            name, a["adapter_id"], rank, result["sets"][name], seconds, s["prompts_done"],
-            s["prompts_total"], a.get("version", 0)))
+        learner_rank = a.get("learner_rank", 0)
+        print("adapter %s (%s, rank %d): set %s done in %.0f s, %d/%d prompts; version %s; "
+              "learner rank %d (%s)" % (
+                  name, a["adapter_id"], rank, result["sets"][name], seconds, s["prompts_done"],
+                  s["prompts_total"], a.get("version", 0), learner_rank,
+                  learners[learner_rank % len(learners)].name))
+        if learner_rank != expected_rank[name]:
+            problems.append("adapter %s: placed on learner rank %d, expected %d (the least loaded)"
+                            % (name, learner_rank, expected_rank[name]))
         print("  groups written to its replay: %d; trained %d in %d steps, dropped as stale %d, "
               "handed back %d, second groups %d, left %d" % (written, trained, steps, dropped,
                                                              handed_back, duplicates, left))
         version = coordinator_metrics.get('prl_adapter_version{adapter="%s"}' % name)
-        learner_steps = learner_metrics.get('prl_adapter_learner_steps_total{adapter="%s"}' % name)
+        own = learner_metrics[learner_rank % len(learners)]
+        learner_steps = own.get('prl_adapter_learner_steps_total{adapter="%s"}' % name)
+        for other, m in enumerate(learner_metrics):
+            if other != learner_rank and m.get('prl_adapter_learner_steps_total{adapter="%s"}' % name):
+                problems.append("adapter %s: learner rank %d trained it too" % (name, other))
         print("  prl_adapter_version{adapter=\"%s\"} at the coordinator: %s; "
               "prl_adapter_learner_steps_total at the learner: %s" % (name, version, learner_steps))
         if learner_steps != steps:
@@ -109,15 +125,27 @@ def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics
             problems.append("adapter %s was never trained (version %s)" % (name, a.get("version")))
         if settings and rank != int(settings[-1]):
             problems.append("adapter %s: rank %d, its set asked for %s" % (name, rank, settings[-1]))
-    # The actors are pods of their own: their groups reached the segments in the learner pod's
-    # /dev/shm through the replay ingest, their versions came over gRPC (no shared memory).
+    # Each rank pod's ingest wrote exactly the groups of the adapters placed on its rank.
+    print("\n== replay ingest of each learner rank")
+    for r, m in enumerate(ingest_metrics):
+        ingested = m.get("prl_replay_ingest_groups_total")
+        own = [name for name, _, _ in ADAPTERS if name in by_name
+               and by_name[name].get("learner_rank", 0) % len(learners) == r]
+        written = sum(stats[name]["groups_in"] for name in own)
+        print("  rank %d (%s): prl_replay_ingest_groups_total %s; its adapters %s took in %d" % (
+            r, learners[r].name, ingested, ", ".join(own) or "none", written))
+        if ingested != written:
+            problems.append("rank %d's replay ingest wrote %s groups, its adapters' replays took in %d"
+                            % (r, ingested, written))
+    # The actors are pods of their own: their groups reached the segments in the learner pods'
+    # /dev/shm through the replay ingests, their versions came over gRPC (no shared memory).
     leased = {k.split('"')[1]: v for k, v in coordinator_metrics.items()
               if k.startswith("prl_prompts_leased_total{")}
-    print("\n== actor pods (the learner pod %s is at %s)" % (learner.name, learner.ip))
+    print("\n== actor pods (the learner pods: %s)" % ", ".join("%s at %s" % (p.name, p.ip) for p in learners))
     for name, ip in sorted(actors.items()):
         print("  prompts leased to %-34s %-15s %5d" % (name, ip, leased.get(name, 0)))
-        if ip == learner.ip:
-            problems.append("actor pod %s shares the learner pod's network" % name)
+        if ip in {p.ip for p in learners}:
+            problems.append("actor pod %s shares a learner pod's network" % name)
         if not leased.get(name):
             problems.append("actor pod %s was leased no prompt" % name)
     if len(actors) != ACTORS:
@@ -127,5 +155,5 @@ def report(result, adapters, stats, totals, coordinator_metrics, learner_metrics
         raise SystemExit(1)
 
 
-def metrics_of(pod):
-    return observe.scrape(pod.ip, 9400)
+def metrics_of(pod, port=9400):
+    return observe.scrape(pod.ip, port)

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Checks a rendered prl fleet (JSON array of Kubernetes objects on stdin) for what the schemas
-cannot see: the learner's WORLD_SIZE equals its replica count and RANK comes from the pod index;
+cannot see: the learner's WORLD_SIZE and the coordinator's LEARNER_WORLD_SIZE equal the learner's
+replica count and RANK comes from the pod index;
 every pod runs as non-root with a token-less ServiceAccount; every container is read-only,
 without privilege escalation or capabilities, with requests and limits; every prl role container
 has a liveness probe on /healthz and (but for the replay ingest) a readiness probe on /readyz;
@@ -97,6 +98,15 @@ for w in workloads:
               "metadata.labels['apps.kubernetes.io/pod-index']", wname + ": RANK is not the pod index")
         check("learner.world_size=$(WORLD_SIZE)" in learner["args"], wname + ": learner.world_size not WORLD_SIZE")
         check(pod.get("shareProcessNamespace") is True, wname + ": replay locks need one pid namespace")
+        # The coordinator places a run of adapters' adapters on the learner's ranks.
+        for o in workloads:
+            if o["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") != "coordinator":
+                continue
+            c = next(c for c in o["spec"]["template"]["spec"]["containers"] if c["name"] == "coordinator")
+            ranks = {e["name"]: e.get("value") for e in c.get("env", [])}.get("LEARNER_WORLD_SIZE")
+            check(ranks == str(w["spec"]["replicas"]) and "learner.world_size=$(LEARNER_WORLD_SIZE)" in c["args"],
+                  "the coordinator's learner.world_size (LEARNER_WORLD_SIZE %s) is not %s's %s replicas" % (
+                      ranks, wname, w["spec"]["replicas"]))
     own = [p for p in policies
            if all(labels.get(k) == v for k, v in p["spec"]["podSelector"].get("matchLabels", {}).items())
            and p["spec"]["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/component")
@@ -112,6 +122,10 @@ for s in (o for o in objects if o["kind"] == "Service"):
 
 # The token files each role reads (roles/role_security.cc: the role it calls as and the roles it
 # admits), the gRPC listeners it serves and the servers it dials.
+# The learner ranks whose servers an address naming {rank} reaches: the learner's replicas, and at
+# least two (validate.sh's make-secrets.sh names two ranks' pods).
+LEARNER_RANKS = max([2] + [w["spec"].get("replicas", 1) for w in workloads
+                           if w["metadata"]["name"] == "prl-learner"])
 TOKENS = {"coordinator": {"client", "actor", "learner"}, "learner serve": {"actor", "learner"},
           "replay serve": {"actor", "learner"}, "actor": {"actor"}}
 # The keys of the Secrets make-secrets.sh writes (a volume without items mounts them all).
@@ -282,6 +296,9 @@ if options.prl and options.security != "none":
                 check(sec["insecure"] or not listeners, cname + ": serves without security.insecure")
                 check(not (sec["tls_cert_file"] or sec["tls_ca_file"] or tokens),
                       cname + ": TLS or token settings with components/insecure")
+            # {rank} (a run of adapters): each learner rank's server, as many as the certificates name.
+            dials = [a.replace("{rank}", str(r)) if "{rank}" in a else a
+                     for a in dials for r in (range(LEARNER_RANKS) if "{rank}" in a else [0])]
             if options.secrets and options.security == "mtls":
                 for address in (a for a in dials if a):
                     host = address.rsplit(":", 1)[0]

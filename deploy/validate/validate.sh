@@ -44,6 +44,20 @@ render() {
       echo "components:"
       for c in "$@"; do echo "  - $(realpath --relative-to="$work/$name" "$root/components/$c")"; done
     fi
+    if [[ -n ${learner_ranks:-} ]]; then
+      # Your overlay's learner ranks: the replica count, and WORLD_SIZE and the coordinator's
+      # LEARNER_WORLD_SIZE after it (as the overlays' replacements keep them).
+      echo "replicas: [{name: prl-learner, count: $learner_ranks}]"
+      echo "replacements:"
+      echo "  - source: {kind: StatefulSet, name: prl-learner, fieldPath: spec.replicas}"
+      echo "    targets:"
+      echo "      - select: {kind: StatefulSet, name: prl-learner}"
+      echo "        fieldPaths:"
+      echo "          - spec.template.spec.containers.[name=learner].env.[name=WORLD_SIZE].value"
+      echo "      - select: {kind: StatefulSet, name: prl-coordinator}"
+      echo "        fieldPaths:"
+      echo "          - spec.template.spec.containers.[name=coordinator].env.[name=LEARNER_WORLD_SIZE].value"
+    fi
   } > "$work/$name/kustomization.yaml"
   kubectl kustomize "$work/$name" > "$work/$name.yaml"
 }
@@ -95,6 +109,8 @@ validate_k8s() {
   render base-tenants-security base tenants security
   render cpu-dev-colocated-tenants overlays/cpu-dev colocated tenants
   render base-colocated-security-tenants base colocated security tenants
+  # Two learner ranks, each training the adapters placed on it; actors dial each rank's pod.
+  learner_ranks=2 render cpu-dev-tenants-2-ranks overlays/cpu-dev tenants
   # Listed before components/colocated, its settings would miss the colocated actors:
   # components/colocated refuses to render.
   if render tenants-before-colocated overlays/cpu-dev tenants colocated 2> /dev/null; then
@@ -112,7 +128,8 @@ validate_k8s() {
   root=$k8s
   for name in base cpu-dev gpu cpu-dev-colocated gpu-colocated base-colocated-security \
       cpu-dev-tenants base-tenants-security cpu-dev-colocated-tenants \
-      base-colocated-security-tenants cpu-dev-insecure gpu-insecure-colocated; do
+      base-colocated-security-tenants cpu-dev-tenants-2-ranks cpu-dev-insecure \
+      gpu-insecure-colocated; do
     echo "== $name"
     case $name in
       base) mode=none ;;
@@ -146,6 +163,7 @@ validate_k8s() {
   expect_settings gpu-insecure-colocated 3 "security.insecure: coordinator, learner, replay ingest"
   # components/tenants sets the run of adapters on every role container.
   expect_adapters cpu-dev-tenants 4 "coordinator, learner, replay ingest, actor"
+  expect_adapters cpu-dev-tenants-2-ranks 4 "coordinator, learner, replay ingest, actor"
   expect_adapters base-tenants-security 4 "coordinator, learner, replay ingest, actor"
   expect_adapters cpu-dev-colocated-tenants 5 "coordinator, learner, replay ingest, two actors"
   expect_adapters base-colocated-security-tenants 5 \

@@ -153,9 +153,20 @@ TEST(RunConfigTest, ErrorsNameTheFieldTheExpectationAndTheValue) {
        "broadcast.transport: expected shm or grpc with coordinator.adapters"},
       {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2},
            "broadcast": {"transport": "grpc"}})",
-       "learner.world_size: expected 1 with coordinator.adapters across nodes (several learner "
-       "ranks train adapters on the actors' node: broadcast.transport shm, replay.address empty, "
-       "learner.context_parallel 1), found 2"},
+       "learner.world_size: expected 1 with coordinator.adapters, unless the ranks train on the "
+       "actors' node (broadcast.transport shm, replay.address empty) or each on a node of its own "
+       "(broadcast.transport grpc, broadcast.address and replay.address naming each rank's "
+       "servers with {rank}, e.g. 'prl-learner-{rank}.prl-learner:50062'), with "
+       "learner.context_parallel 1, found 2"},
+      {R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2},
+           "broadcast": {"transport": "grpc", "address": "l-{rank}:50062"},
+           "replay": {"address": "prl-replay:50061"}})",
+       "learner.world_size: expected 1 with coordinator.adapters, unless"},
+      {R"({"broadcast": {"transport": "grpc", "address": "l-{rank}:50062"}})",
+       "broadcast.address: expected no {rank} without coordinator.adapters (it names the learner "
+       "rank an adapter is placed on), found 'l-{rank}:50062'"},
+      {R"({"replay": {"address": "l-{rank}:50061"}})",
+       "replay.address: expected no {rank} without coordinator.adapters"},
       {R"({"coordinator": {"max_adapter_rank": 0}})",
        "coordinator.max_adapter_rank: expected 1 to 1024, found 0"},
       {R"({"coordinator": {"tenants_file": "t.json"}})",
@@ -253,6 +264,20 @@ TEST(RunConfigTest, OverridesSetSingleFieldsAndAreValidatedLikeTheFile) {
               HasSubstr("--set: expected section.key=value"));
   EXPECT_THAT(ParseRunConfig("{}", "f", {"learner.rate=1"}).status().message(),
               HasSubstr("unknown key 'learner.rate'"));
+}
+
+// A run of adapters whose learner ranks are on nodes of their own: the actors' addresses name
+// {rank}, each adapter's rank's servers.
+TEST(RunConfigTest, ARunOfAdaptersReachesEachLearnerRankThroughRankAddresses) {
+  absl::StatusOr<RunConfig> c = ParseRunConfig(
+      R"({"coordinator": {"adapters": true}, "learner": {"lora_rank": 8, "world_size": 2},
+          "broadcast": {"transport": "grpc", "address": "prl-learner-{rank}.prl-learner:50062"},
+          "replay": {"address": "prl-learner-{rank}.prl-learner:50061"}})",
+      "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(AtLearnerRank(c->broadcast.address, 1), "prl-learner-1.prl-learner:50062");
+  EXPECT_EQ(AtLearnerRank(c->replay.address, 0), "prl-learner-0.prl-learner:50061");
+  EXPECT_EQ(AtLearnerRank("prl-replay:50061", 3), "prl-replay:50061");
 }
 
 TEST(RunConfigTest, EveryProcessDerivesTheSameNamesAndPathsFromTheRun) {

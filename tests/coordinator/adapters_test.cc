@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/group_id.h"
@@ -367,6 +368,23 @@ TEST_F(AdaptersTest, EachAdapterIsPlacedOnTheLeastLoadedLearnerRankForItsLife) {
     replied[a.spec().name()] = a.learner_rank();
   }
   EXPECT_EQ(replied, placed);
+}
+
+// A lease names the learner rank its adapter is placed on (LeasedAdapter.learner_rank): where
+// an actor whose addresses name {rank} takes the adapter's versions and sends its groups.
+TEST_F(AdaptersTest, ALeaseNamesTheLearnerRankItsAdapterIsPlacedOn) {
+  config_.learner_ranks = 2;
+  auto c = Open();
+  ASSERT_TRUE(c->Submit(For("a", 2)).ok());
+  ASSERT_TRUE(c->Submit(For("b", 2)).ok());
+  const std::string actor = c->RegisterActor("x")->actor_id();
+  absl::StatusOr<v1::LeaseResponse> lease = c->Lease(LeaseOf(actor, 8));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  std::map<std::string, std::set<int32_t>> ranks;
+  for (const v1::LeasedPrompt& p : lease->prompts()) {
+    ranks[p.adapter().spec().name()].insert(p.adapter().learner_rank());
+  }
+  EXPECT_EQ(ranks, (std::map<std::string, std::set<int32_t>>{{"a", {0}}, {"b", {1}}}));
 }
 
 TEST_F(AdaptersTest, AdaptersSurviveARestartAndACompaction) {

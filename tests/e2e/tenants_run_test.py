@@ -116,6 +116,20 @@ class TenantsRunTest(unittest.TestCase):
         self.assertIn("tenants: prl run with coordinator.adapters trains its tenants' adapters",
                       stdout)
 
+    def test_learner_rank_addresses_are_refused_by_prl_run_naming_the_key(self):
+        # {rank} names learner ranks on nodes of their own; prl run starts every role here.
+        code, stdout, summary, _ = e2e_util.run_prl(self.tmp, self.name + "-ranks", {
+            "sft": {"steps": 0},
+            "coordinator": {"adapters": True},
+            "learner": {"steps": 5, "lora_rank": 8},
+            "broadcast": {"transport": "grpc", "address": "127.0.{rank}.1:50062"},
+            "replay": {"address": "127.0.{rank}.1:50061"},
+            "tenants": [{"name": "add", "task": {"operations": "+"}}]})
+        self.assertNotEqual(code, 0)
+        self.assertIsNone(summary)
+        self.assertIn("broadcast.address: expected no {rank}: prl run starts every role on this "
+                      "machine", stdout)
+
 
 if __name__ == "__main__":
     PRL = sys.argv.pop(1)

@@ -96,6 +96,7 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   ReplayMetrics replay(registry);
   LearnerMetrics learner(registry, "ppo_clip");
   QuarantineMetrics quarantine(registry);
+  IngestMetrics ingest(registry);
   AdapterLearnerMetrics adapter_learner(registry);
 
   process.weight_version.Set(7);
@@ -177,6 +178,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
   AdvanceCounterTo(replay.dropped_stale, 3);
   AdvanceCounterTo(replay.dropped_full, 2);
   AdvanceCounterTo(quarantine.DeadLettered("token_id"), 2);
+  ingest.groups.Increment(9);
+  ingest.records.Increment(72);
 
   learner.step_seconds.Observe(4.2);
   learner.steps.Increment(7);
@@ -202,6 +205,8 @@ std::map<std::string, double> FillCatalog(prometheus::Registry& registry) {
       {absl::StrCat("prl_build_info{role=\"learner\",version=\"", Version(), "\"}"), 1},
       {"prl_weight_version{role=\"learner\"}", 7},
       {"prl_replay_groups_dead_lettered_total{reason=\"token_id\"}", 2},
+      {"prl_replay_ingest_groups_total", 9},
+      {"prl_replay_ingest_records_total", 72},
       {"prl_prompt_sets_active", 2},
       {"prl_prompts_pending", 40},
       {"prl_prompts_in_flight", 12},

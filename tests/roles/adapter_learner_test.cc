@@ -15,7 +15,10 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "checkpoint/hf_model_dir.h"
 #include "coordinator/coordinator.h"
@@ -27,6 +30,7 @@
 #include "roles/replay_role.h"
 #include "tests/actor/actor_testing.h"
 #include "tests/free_port.h"
+#include "tests/metrics/http_test_client.h"
 #include "weight_broadcast/shm_transport.h"
 
 namespace prl::roles {
@@ -84,7 +88,9 @@ class AdapterLearnerTest : public ::testing::Test {
     if (learner_.joinable()) learner_.join();
     if (second_learner_.joinable()) second_learner_.join();
     if (replay_.joinable()) replay_.join();
+    if (second_replay_.joinable()) second_replay_.join();
     EXPECT_TRUE(second_learned_.ok()) << "learner rank 1: " << second_learned_;
+    EXPECT_TRUE(second_replayed_.ok()) << "replay beside rank 1: " << second_replayed_;
     EXPECT_TRUE(learned_.ok()) << "learner: " << learned_;
     EXPECT_TRUE(replayed_.ok()) << "replay: " << replayed_;
     EXPECT_TRUE(acted_.ok()) << "actor: " << acted_;
@@ -104,14 +110,18 @@ class AdapterLearnerTest : public ::testing::Test {
     rendezvous.file_store_dir = (dir_ / "store").string();
     rendezvous.world_size = c_.learner.world_size;
     fs::create_directories(rendezvous.file_store_dir);
+    for (int rank = 0; rank < 2; ++rank) {  // each rank's node: its own addresses, if any
+      node_[rank] = c_;
+      if (on_node_) on_node_(node_[rank], rank);
+    }
     learner_ = std::thread([this, rendezvous] {
-      learned_ = RunAdapterLearner(c_, rendezvous, stop_);
+      learned_ = RunAdapterLearner(node_[0], rendezvous, stop_);
       ended_ = true;
     });
     if (c_.learner.world_size == 2) {  // the second rank, in this process too
       second_learner_ = std::thread([this, rendezvous]() mutable {
         rendezvous.rank = 1;
-        second_learned_ = RunAdapterLearner(c_, rendezvous, stop_);
+        second_learned_ = RunAdapterLearner(node_[1], rendezvous, stop_);
         ended_ = true;
       });
     }
@@ -119,15 +129,29 @@ class AdapterLearnerTest : public ::testing::Test {
       acted_ = RunActorRole(c_, {"actor-0"}, stop_);
       ended_ = true;
     });
-    if (!c_.replay.address.empty()) {  // the replay role beside the learner
+    if (!c_.replay.address.empty()) {  // the replay role beside the learner (beside each rank's)
+      replay_config_[0] = node_[0];
+      if (replay_metrics_port_[0] > 0) {
+        replay_config_[0].metrics.listen = absl::StrCat("127.0.0.1:", replay_metrics_port_[0]);
+      }
       replay_ = std::thread([this] {
-        replayed_ = RunReplayRole(c_, "", stop_);
+        replayed_ = RunReplayRole(replay_config_[0], "", stop_);
+        ended_ = true;
+      });
+    }
+    if (!c_.replay.address.empty() && on_node_ && c_.learner.world_size == 2) {
+      replay_config_[1] = node_[1];
+      if (replay_metrics_port_[1] > 0) {
+        replay_config_[1].metrics.listen = absl::StrCat("127.0.0.1:", replay_metrics_port_[1]);
+      }
+      second_replay_ = std::thread([this] {
+        second_replayed_ = RunReplayRole(replay_config_[1], "", stop_);
         ended_ = true;
       });
     }
   }
 
-  std::string Submit(const std::string& adapter, int prompts) {
+  std::string Submit(const std::string& adapter, int prompts, int samples = 4) {
     v1::SubmitPromptSetRequest r;
     for (int i = 0; i < prompts; ++i) {
       v1::Prompt* p = r.add_prompts();
@@ -135,7 +159,7 @@ class AdapterLearnerTest : public ::testing::Test {
       p->mutable_tokens()->add_ids(2 + i % 5);
       p->set_reference("3");
     }
-    r.set_samples_per_prompt(4);
+    r.set_samples_per_prompt(samples);
     r.mutable_sampling()->set_temperature(1.0f);
     r.mutable_sampling()->set_top_p(1.0f);
     r.mutable_sampling()->set_max_tokens(4);
@@ -181,8 +205,13 @@ class AdapterLearnerTest : public ::testing::Test {
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::atomic<bool> stop_{false}, ended_{false};
-  std::thread learner_, second_learner_, actor_, replay_;
-  absl::Status learned_, second_learned_, acted_, replayed_;
+  // Each learner rank's config (c_ with on_node_'s changes: a node's own addresses), and the
+  // replay role's beside it.
+  std::function<void(config::RunConfig& node, int rank)> on_node_;
+  config::RunConfig node_[2], replay_config_[2];
+  int replay_metrics_port_[2] = {0, 0};  // the replay roles' /metrics (0: any free port)
+  std::thread learner_, second_learner_, actor_, replay_, second_replay_;
+  absl::Status learned_, second_learned_, acted_, replayed_, second_replayed_;
 };
 
 TEST_F(AdapterLearnerTest, EachAdapterTrainsOnItsOwnSetsAndADeletedOneIsFreed) {
@@ -274,6 +303,62 @@ TEST_F(TwoRankAdapterLearnerTest, EachRankTrainsTheAdaptersPlacedOnIt) {
   Submit("late", 8);  // placed on rank 1 again (the least loaded)
   ASSERT_TRUE(WaitFor([&] { return Adapter("late").version() >= 2; }));
   EXPECT_EQ(Adapter("late").learner_rank(), 1);
+}
+
+// Each rank on a node of its own (learner.world_size 2, broadcast.transport grpc): rank r's
+// weight server and the replay ingest beside it listen on a host of their own (127.0.r.1), and
+// the actor reaches them through {rank} in broadcast.address and replay.address. Each adapter's
+// versions come from the rank it is placed on (the other rank never makes it: a stream from
+// there would wait for ever and the adapter would never step), and its groups go through that
+// rank's ingest: math's groups have 4 samples and code's 2, and each ingest wrote only groups of
+// its own adapter's size, every prompt's at least.
+TEST_F(TwoRankAdapterLearnerTest, AcrossNodesEachAdaptersVersionsAndGroupsGoToItsRanksServers) {
+  c_.broadcast.transport = config::WeightTransport::kGrpc;
+  c_.broadcast.address = absl::StrCat("127.0.{rank}.1:", ::prl::testing::FreePort());
+  c_.replay.address = absl::StrCat("127.0.{rank}.1:", ::prl::testing::FreePort());
+  ASSERT_TRUE(config::ValidateRunConfig(c_).ok()) << config::ValidateRunConfig(c_);
+  on_node_ = [this](config::RunConfig& node, int rank) {
+    node.broadcast.listen = config::AtLearnerRank(c_.broadcast.address, rank);
+    node.replay.listen = config::AtLearnerRank(c_.replay.address, rank);
+  };
+  replay_metrics_port_[0] = ::prl::testing::FreePort();
+  replay_metrics_port_[1] = ::prl::testing::FreePort();
+  Start();
+  Submit("math", 12, /*samples=*/4);
+  Submit("code", 8, /*samples=*/2);
+  ASSERT_TRUE(BothReach(3));
+  EXPECT_EQ(Adapter("math").learner_rank(), 0);
+  EXPECT_EQ(Adapter("code").learner_rank(), 1);
+  // What each ingest wrote: prl_replay_ingest_groups_total and _records_total.
+  const auto ingested = [&](int rank) {
+    std::pair<double, double> groups_records = {-1, -1};
+    absl::StatusOr<std::string> page = metrics::HttpGet(replay_metrics_port_[rank], "/metrics");
+    if (!page.ok()) return groups_records;
+    for (absl::string_view line : absl::StrSplit(*page, '\n')) {
+      double value = 0;
+      const size_t space = line.rfind(' ');
+      if (space == absl::string_view::npos || !absl::SimpleAtod(line.substr(space + 1), &value)) {
+        continue;
+      }
+      if (absl::StartsWith(line, "prl_replay_ingest_groups_total ")) groups_records.first = value;
+      if (absl::StartsWith(line, "prl_replay_ingest_records_total ")) {
+        groups_records.second = value;
+      }
+    }
+    return groups_records;
+  };
+  ASSERT_TRUE(WaitFor([&] { return ingested(0).first >= 12 && ingested(1).first >= 8; }))
+      << "rank 0's ingest wrote " << ingested(0).first << " groups, rank 1's " << ingested(1).first;
+  const auto [groups0, records0] = ingested(0);
+  const auto [groups1, records1] = ingested(1);
+  EXPECT_EQ(records0, 4 * groups0) << "rank 0's ingest wrote only math's groups";
+  EXPECT_EQ(records1, 2 * groups1) << "rank 1's ingest wrote only code's groups";
+  EXPECT_EQ(coordinator_->Stats().rejected_groups, 0);
+  for (const char* name : {"math", "code"}) {
+    EXPECT_FALSE(
+        fs::exists(fs::path("/dev/shm") / AdapterWeightSegment(c_, Adapter(name).adapter_id())))
+        << name << "'s versions over gRPC, not shared memory";
+  }
 }
 
 // Segments of an adapter deleted while no learner ran (the learner removes a deleted adapter's

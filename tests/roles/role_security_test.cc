@@ -93,5 +93,26 @@ TEST_F(RoleSecurityTest, AnActorChecksEveryServerItCalls) {
   EXPECT_TRUE(Configure(rpc::Role::kActor).ok());
 }
 
+// {rank} (a run of adapters' learner ranks on nodes of their own) stands for every rank's
+// server: each one is checked, so a rank whose address is not loopback is refused by name.
+TEST_F(RoleSecurityTest, AnActorChecksEveryLearnerRanksAddress) {
+  config_.coordinator.address = "127.0.0.1:50051";
+  config_.coordinator.adapters = true;
+  config_.learner.world_size = 3;
+  config_.replay.address = "127.0.{rank}.1:50061";  // ranks 0, 1, 2: all loopback
+  EXPECT_TRUE(Configure(rpc::Role::kActor).ok());
+  config_.replay.address = "10.0.0.{rank}:50061";
+  const absl::Status s = Configure(rpc::Role::kActor);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "replay.address '10.0.0.0:50061'")) << s;
+  config_.replay.address.clear();
+  config_.broadcast.transport = config::WeightTransport::kGrpc;
+  config_.broadcast.address = "127.0.0.1:5006{rank}";
+  EXPECT_TRUE(Configure(rpc::Role::kActor).ok());
+  config_.broadcast.address = "learner-{rank}.prl.svc:50062";
+  EXPECT_TRUE(absl::StrContains(Configure(rpc::Role::kActor).message(),
+                                "broadcast.address 'learner-0.prl.svc:50062'"));
+}
+
 }  // namespace
 }  // namespace prl::roles
