@@ -15,6 +15,8 @@
 #                 in `all` (and their parsers in the fuzzers, scripts/fuzz.sh)
 # A finding stops the suite with its report (halt_on_error); the script exits non-zero.
 # The build is CUDA-free (sanitizers cover the host code) and incremental.
+#   PRL_SANITIZE_PHASE=build|run   only build the suites, or only run them (built before);
+#                   default both (scripts/test.sh builds while ctest runs, then runs them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:?usage: scripts/sanitize.sh asan|tsan [all|inputs|concurrency]}
@@ -76,7 +78,14 @@ case "$SCOPE" in
   *) IFS=, read -r -a SUITES <<<"$SCOPE" ;;  # suites by name: openai_test,json_input_test
 esac
 
-cmake --build "$DIR" -j "$(nproc)" --target "${SUITES[@]}"
+PHASE=${PRL_SANITIZE_PHASE:-all}
+if [[ $PHASE != run ]]; then
+  cmake --build "$DIR" -j "$(nproc)" --target "${SUITES[@]}"
+fi
+if [[ $PHASE == build ]]; then
+  echo "$MODE: ${#SUITES[@]} suites built"
+  exit 0
+fi
 failed=()
 for suite in "${SUITES[@]}"; do
   binary=$(find "$DIR/tests" -type f -name "$suite" -perm -u+x | head -1)

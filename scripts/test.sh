@@ -11,16 +11,49 @@ cd "$(dirname "$0")/.."
 ./scripts/setup_test_references.sh
 ./scripts/setup_deploy_validation.sh
 ./scripts/setup_agent_example.sh
+# Each phase's wall time, printed at the end (and before a failure's tail): CI's budget is read
+# from them (docs/development.md, "CI").
+phase_start=0  # (SECONDS counts from the script's start: the setup scripts above)
+phases=()
+phase() {
+  phases+=("$1 $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
+print_phases() { echo "test.sh phases: ${phases[*]} (total ${SECONDS} s)"; }
+phase setup
 BUILD_DIR=${PRL_BUILD_DIR:-build}
 JOBS=$(nproc)
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${PRL_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
+phase build
 SELECT=(-LE learning)
 if [[ ${PRL_TEST_LEARNING:-0} == 1 ]]; then SELECT=(); fi
+# The suites of input from outside run again under ASan + UBSan after ctest (docs/development.md,
+# "Sanitizers"). Their build runs meanwhile at the lowest priority, in the CPU ctest leaves idle
+# (its tests wait for servers, processes and pods: about a quarter of 2 cores); in this session,
+# so that nice orders it below the tests (a new session would be an autogroup of its own), and
+# in a process group of its own (set -m), so that a failed ctest stops it.
+mkdir -p "$BUILD_DIR"
+asan_log=$BUILD_DIR/asan-build.log
+set -m
+PRL_SANITIZE_PHASE=build nice -n 19 ./scripts/sanitize.sh asan inputs > "$asan_log" 2>&1 &
+asan_build=$!
+set +m
 if ! (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" "${SELECT[@]}"); then
+  kill -- -"$asan_build" 2> /dev/null || true
+  phase ctest
+  print_phases
   ./scripts/failed_tests_tail.py "$BUILD_DIR" 60
   exit 8
 fi
-# The suites of input from outside again, under ASan + UBSan (docs/development.md, "Sanitizers").
-./scripts/sanitize.sh asan inputs
+phase ctest
+if ! wait "$asan_build"; then
+  tail -n 60 "$asan_log"
+  echo "test.sh: the ASan build of the input suites failed (its log: $asan_log)" >&2
+  exit 9
+fi
+phase asan-build-after-ctest
+PRL_SANITIZE_PHASE=run ./scripts/sanitize.sh asan inputs
+phase asan
+print_phases
