@@ -31,15 +31,16 @@ SELECT=(-LE learning)
 if [[ ${PRL_TEST_LEARNING:-0} == 1 ]]; then SELECT=(); fi
 # The suites of input from outside run again under ASan + UBSan after ctest (docs/development.md,
 # "Sanitizers"). Their build runs meanwhile at the lowest priority, in the CPU ctest leaves idle
-# (its tests wait for servers, processes and pods: about a quarter of 2 cores); in this session,
-# so that nice orders it below the tests (a new session would be an autogroup of its own), and
-# in a process group of its own (set -m), so that a failed ctest stops it.
+# (its tests wait for servers, processes and pods: about a quarter of 2 cores). Tests that start
+# their processes in sessions of their own put them in scheduling autogroups of their own, where
+# a process's nice value counts only against its own group: so the build runs in a session of
+# its own (a process group a failed ctest stops) whose autogroup is niced to 19 too.
 mkdir -p "$BUILD_DIR"
 asan_log=$BUILD_DIR/asan-build.log
-set -m
-PRL_SANITIZE_PHASE=build nice -n 19 ./scripts/sanitize.sh asan inputs > "$asan_log" 2>&1 &
+PRL_SANITIZE_PHASE=build setsid bash -c \
+  '{ echo 19 > /proc/self/autogroup; } 2> /dev/null; exec nice -n 19 ./scripts/sanitize.sh asan inputs' \
+  > "$asan_log" 2>&1 &
 asan_build=$!
-set +m
 if ! (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" "${SELECT[@]}"); then
   kill -- -"$asan_build" 2> /dev/null || true
   phase ctest
