@@ -35,11 +35,19 @@ if [[ ${PRL_TEST_LEARNING:-0} == 1 ]]; then SELECT=(); fi
 # their processes in sessions of their own put them in scheduling autogroups of their own, where
 # a process's nice value counts only against its own group: so the build runs in a session of
 # its own (a process group a failed ctest stops) whose autogroup is niced to 19 too.
+# Where an autogroup cannot be niced (no autogroups, or not allowed), the build stays in this
+# session, niced, in a process group of its own (set -m).
 mkdir -p "$BUILD_DIR"
 asan_log=$BUILD_DIR/asan-build.log
-PRL_SANITIZE_PHASE=build setsid bash -c \
-  '{ echo 19 > /proc/self/autogroup; } 2> /dev/null; exec nice -n 19 ./scripts/sanitize.sh asan inputs' \
-  > "$asan_log" 2>&1 &
+if setsid --wait bash -c 'echo 19 > /proc/self/autogroup' 2> /dev/null; then
+  PRL_SANITIZE_PHASE=build setsid bash -c \
+    'echo 19 > /proc/self/autogroup; exec nice -n 19 ./scripts/sanitize.sh asan inputs' \
+    > "$asan_log" 2>&1 &
+else
+  set -m
+  PRL_SANITIZE_PHASE=build nice -n 19 ./scripts/sanitize.sh asan inputs > "$asan_log" 2>&1 &
+  set +m
+fi
 asan_build=$!
 if ! (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" "${SELECT[@]}"); then
   kill -- -"$asan_build" 2> /dev/null || true
