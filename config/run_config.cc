@@ -7,6 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -310,6 +311,16 @@ absl::Status ApplyOverride(Json& root, const std::string& assignment) {
 
 std::string AtLearnerRank(absl::string_view address, int32_t rank) {
   return absl::StrReplaceAll(address, {{kLearnerRankPlaceholder, absl::StrCat(rank)}});
+}
+
+std::vector<std::pair<std::string, std::string>> LearnerRankAddresses(const RunConfig& c) {
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const auto& [key, address] :
+       {std::pair<const char*, const std::string&>("broadcast.address", c.broadcast.address),
+        {"replay.address", c.replay.address}}) {
+    if (absl::StrContains(address, kLearnerRankPlaceholder)) named.emplace_back(key, address);
+  }
+  return named;
 }
 
 absl::StatusOr<RunConfig> ParseRunConfig(absl::string_view json_text, absl::string_view origin,

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -509,5 +510,8 @@ absl::Status ValidateRunConfig(const RunConfig& config);
 inline constexpr absl::string_view kLearnerRankPlaceholder = "{rank}";
 // `address` with every "{rank}" replaced by `rank` (unchanged without one).
 std::string AtLearnerRank(absl::string_view address, int32_t rank);
+// The actors' addresses that name {rank}, with their keys ("broadcast.address",
+// "replay.address", in that order).
+std::vector<std::pair<std::string, std::string>> LearnerRankAddresses(const RunConfig& config);
 
 }  // namespace prl::config

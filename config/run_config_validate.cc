@@ -6,7 +6,6 @@
 #include <set>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -507,22 +506,19 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
                             EnumName(kWeightTransportNames, c.broadcast.transport)));
   // "{rank}": an actor's address of the learner rank an adapter trains on (roles/
   // adapter_segments.h), which only a run of adapters places.
-  for (const auto& [key, address] :
-       {std::pair<const char*, const std::string&>("broadcast.address", c.broadcast.address),
-        {"replay.address", c.replay.address}}) {
-    PRL_RETURN_IF_ERROR(
-        Range(c.coordinator.adapters || !absl::StrContains(address, kLearnerRankPlaceholder), key,
-              "no {rank} without coordinator.adapters (it names the learner rank "
-              "an adapter is placed on)",
-              Quoted(address)));
+  const std::vector<std::pair<std::string, std::string>> rank_addresses = LearnerRankAddresses(c);
+  for (const auto& [key, address] : rank_addresses) {
+    PRL_RETURN_IF_ERROR(Range(c.coordinator.adapters, key,
+                              "no {rank} without coordinator.adapters (it names the learner rank "
+                              "an adapter is placed on)",
+                              Quoted(address)));
   }
   // Several ranks each train their adapters (roles/adapter_learner.h): on the actors' node
   // (each adapter's segments where the actors open them), or each rank on a node of its own,
   // the actors reaching each adapter's rank's weight server and replay ingest through {rank}.
   const bool one_node = c.broadcast.transport == WeightTransport::kShm && c.replay.address.empty();
-  const bool across_nodes = c.broadcast.transport == WeightTransport::kGrpc &&
-                            absl::StrContains(c.broadcast.address, kLearnerRankPlaceholder) &&
-                            absl::StrContains(c.replay.address, kLearnerRankPlaceholder);
+  const bool across_nodes =
+      c.broadcast.transport == WeightTransport::kGrpc && rank_addresses.size() == 2;
   PRL_RETURN_IF_ERROR(Range(!c.coordinator.adapters || c.learner.world_size == 1 ||
                                 ((one_node || across_nodes) && c.learner.context_parallel == 1),
                             "learner.world_size",

@@ -206,16 +206,16 @@ absl::StatusOr<prl::v1::LeaseResponse> Coordinator::Lease(const prl::v1::LeaseRe
     prl::v1::LeasedPrompt* out = response.add_prompts();
     out->set_lease_id(leases_.Open(*next, request.actor_id(), now));
     PromptSets::FillLease(set, next->index, out);
-    if (out->has_adapter()) {  // (an evaluation set's too: its rank serves the adapter's versions)
-      if (const Adapters::Adapter* placed = adapters_.ById(out->adapter().adapter_id())) {
-        out->mutable_adapter()->set_learner_rank(placed->status.learner_rank());
-      }
-    }
+    // The set's adapter (an evaluation set's too): the learner rank that serves its versions.
+    const Adapters::Adapter* adapter =
+        set.submitted.adapter_id().empty() ? nullptr : adapters_.ById(set.submitted.adapter_id());
+    if (adapter != nullptr)
+      out->mutable_adapter()->set_learner_rank(adapter->status.learner_rank());
     // A re-run of a group that came in too stale starts from the learner's newest weights: the
     // actor's own delay in taking new weights is no longer part of its lag. The same for an
     // adapter's prompt, with the adapter's newest version (and always in sync mode).
     const bool rerun = set.prompts[next->index].stale_reruns > 0;
-    if (const Adapters::Adapter* adapter = BudgetAdapterLocked(set)) {
+    if (adapter != nullptr && !set.eval()) {  // (BudgetAdapterLocked's adapter, found once)
       if (rerun || config_.sync) out->mutable_adapter()->set_min_version(adapter->budget->learner_version());
     } else if (rerun) {
       response.set_min_weight_version(budget_->learner_version());

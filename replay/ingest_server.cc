@@ -86,7 +86,7 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
           return rpc::ToGrpcStatus(absl::Status(
               written.code(), absl::StrCat("push message ", message, ": ", written.message())));
         }
-        if (on_written_) on_written_(request.adapter_id(), group.size());
+        if (on_written_) on_written_(group.size());
         response->set_groups_accepted(response->groups_accepted() + 1);
         response->set_records_accepted(response->records_accepted() + group.size());
       }
@@ -116,7 +116,7 @@ class ReplayIngestServer::Service final : public v1::ReplayService::Service {
   std::function<int64_t()> learner_version_;
   std::function<absl::Status(absl::Span<const RolloutRecord>, const std::string&)> admit_;
   std::function<absl::StatusOr<std::shared_ptr<ReplayBuffer>>(const std::string&)> adapter_buffer_;
-  std::function<void(const std::string&, size_t)> on_written_;
+  std::function<void(size_t)> on_written_;
   Quarantine quarantine_;
 };
 

@@ -48,9 +48,9 @@ struct IngestOptions {
   // adapter is refused (INVALID_ARGUMENT naming adapter_id).
   std::function<absl::StatusOr<std::shared_ptr<ReplayBuffer>>(const std::string& adapter_id)>
       adapter_buffer;
-  // Told of each group written (its push's adapter_id, its records); null: nobody. Called on the
-  // push's thread: thread-safe.
-  std::function<void(const std::string& adapter_id, size_t records)> on_written;
+  // Told of each group written (its records); null: nobody. Called on the push's thread:
+  // thread-safe.
+  std::function<void(size_t records)> on_written;
 };
 
 class ReplayIngestServer {

@@ -192,7 +192,7 @@ absl::Status RunReplayRole(const config::RunConfig& c, const std::string& segmen
   options.write_timeout = absl::Milliseconds(c.replay.write_timeout_ms);
   options.admit = AdmitLeasedGroups(c);
   metrics::IngestMetrics ingested(*endpoint->registry);
-  options.on_written = [&ingested](const std::string&, size_t records) {
+  options.on_written = [&ingested](size_t records) {
     ingested.groups.Increment();
     ingested.records.Increment(static_cast<double>(records));
   };

@@ -9,7 +9,6 @@
 #include <optional>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_model_dir.h"
 #include "core/child_process.h"
@@ -114,17 +113,12 @@ class Run {
           "roles (prl coordinator, prl learner serve, prl actor) and submit each tenant's sets "
           "with prl submit --adapter");
     }
-    for (const auto& [key, address] :
-         {std::pair<const char*, const std::string&>("broadcast.address", c_.broadcast.address),
-          {"replay.address", c_.replay.address}}) {
-      if (absl::StrContains(address, config::kLearnerRankPlaceholder)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            key,
-            ": expected no {rank}: prl run starts every role on this machine (learner ranks "
-            "on nodes of their own are started by hand or on Kubernetes: docs/tenants.md), "
-            "found '",
-            address, "'"));
-      }
+    if (const auto named = config::LearnerRankAddresses(c_); !named.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          named.front().first,
+          ": expected no {rank}: prl run starts every role on this machine (learner ranks on "
+          "nodes of their own are started by hand or on Kubernetes: docs/tenants.md), found '",
+          named.front().second, "'"));
     }
     PRL_RETURN_IF_ERROR(Prepare());
     PRL_ASSIGN_OR_RETURN(const std::string start, PrepareStartModel(ModelTaskConfig(), o_.resume));
